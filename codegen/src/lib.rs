@@ -1,0 +1,111 @@
+//! `contractgen`: checks contracts and (in later issues) generates code and docs from them.
+//!
+//! The CLI's clap arguments live here, not in the binary, so tests can parse
+//! and run commands without spawning a process. [`run`] returns the exit code
+//! the binary should use: 0 clean, 1 contract problems, 2 usage or I/O errors.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Command-line interface of `contractgen`.
+#[derive(Debug, Parser)]
+#[command(name = "contractgen", version, about = "Check wire-protocol contracts and generate code and docs from them")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `contractgen` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate contracts against the meta-schema and lint their cross-references.
+    ///
+    /// Prints one line per problem (file#pointer: reason [lint]) and exits 1 if
+    /// there are any, 0 if there are none.
+    Check {
+        /// Contract files, or built-in names (kernel, xsession, rukh, toolchannel).
+        #[arg(required = true, value_name = "CONTRACT")]
+        contracts: Vec<String>,
+    },
+    /// Print the contract format's meta-schema (what schema/contract.schema.json holds).
+    MetaSchema {
+        /// Write to this file instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// Exit code: success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: a contract has problems.
+pub const EXIT_CONTRACT: i32 = 1;
+/// Exit code: bad usage or an I/O failure.
+pub const EXIT_USAGE: i32 = 2;
+
+/// The meta-schema as pretty JSON text with a trailing newline, exactly as committed.
+pub fn meta_schema_text() -> String {
+    let mut s = serde_json::to_string_pretty(&contract::model::meta_schema()).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// Run a parsed command, writing reports to `out` and `err`. Returns the exit code.
+pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    match &cli.command {
+        Command::Check { contracts } => check(contracts, out, err),
+        Command::MetaSchema { out: file } => {
+            let text = meta_schema_text();
+            let res = match file {
+                Some(p) => std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display())),
+                None => out.write_all(text.as_bytes()).map_err(|e| e.to_string()),
+            };
+            match res {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    let _ = writeln!(err, "contractgen: {e}");
+                    EXIT_USAGE
+                }
+            }
+        }
+    }
+}
+
+fn check(contracts: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let mut worst = EXIT_OK;
+    for name in contracts {
+        let (origin, text) = match contract::BUILTIN.iter().find(|(n, _)| n == name) {
+            Some((n, t)) => (format!("builtin:{n}"), t.to_string()),
+            None => match std::fs::read_to_string(name) {
+                Ok(t) => (name.clone(), t),
+                Err(e) => {
+                    let _ = writeln!(err, "{name}: cannot read: {e}");
+                    worst = EXIT_USAGE;
+                    continue;
+                }
+            },
+        };
+        let doc: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = writeln!(out, "{origin}#: not JSON: {e} [json]");
+                worst = worst.max(EXIT_CONTRACT);
+                continue;
+            }
+        };
+        let (_, problems) = contract::check_document(&origin, &doc);
+        for p in &problems {
+            let _ = writeln!(out, "{p}");
+        }
+        if problems.is_empty() {
+            let _ = writeln!(err, "{origin}: ok");
+        } else {
+            let _ = writeln!(err, "{origin}: {} problem(s)", problems.len());
+            worst = worst.max(EXIT_CONTRACT);
+        }
+    }
+    worst
+}

@@ -1,0 +1,823 @@
+//! `contractgen check`: the meta-schema check plus every cross-reference lint.
+//!
+//! Each lint reports [`Problem`]s naming the file, the JSON pointer of the
+//! fault and a one-line reason. Lints never stop at the first problem, so one
+//! run shows everything wrong with a contract.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt;
+use std::sync::OnceLock;
+
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use crate::model::{
+    Action, Binding, Contract, Example, Expr, Framing, Kind, Method, Part, RelOp, Unit,
+};
+use crate::pointer::{escape, join};
+
+/// Which lint found a problem; printed so a user can look the rule up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lint {
+    /// The document does not match `contract.schema.json`.
+    MetaSchema,
+    /// A schema under `$defs` or inline is not valid JSON Schema 2020-12.
+    SchemaValid,
+    /// A `$ref` does not resolve inside the document.
+    DanglingRef,
+    /// An error code a method or action names is not in the catalog.
+    ErrorRef,
+    /// A code appears twice in the catalog or in a code table.
+    DuplicateCode,
+    /// An example fails its schema or its method's binding.
+    BadExample,
+    /// A state machine names an undeclared state or is malformed.
+    StateMachine,
+    /// A stated relation between limits does not hold.
+    Relation,
+    /// A reference to a party, channel, capability, limit or code table is dangling.
+    NameRef,
+}
+
+impl Lint {
+    /// Short kebab-case id used in output.
+    pub fn id(self) -> &'static str {
+        match self {
+            Lint::MetaSchema => "meta-schema",
+            Lint::SchemaValid => "schema-valid",
+            Lint::DanglingRef => "dangling-ref",
+            Lint::ErrorRef => "error-ref",
+            Lint::DuplicateCode => "duplicate-code",
+            Lint::BadExample => "bad-example",
+            Lint::StateMachine => "state-machine",
+            Lint::Relation => "relation",
+            Lint::NameRef => "name-ref",
+        }
+    }
+}
+
+/// One thing wrong with a contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file (or `builtin:NAME`) the contract came from.
+    pub file: String,
+    /// JSON pointer to the fault.
+    pub pointer: String,
+    /// Which lint found it.
+    pub lint: Lint,
+    /// One line saying what is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}#{}: {} [{}]",
+            self.file,
+            self.pointer,
+            self.reason,
+            self.lint.id()
+        )
+    }
+}
+
+fn meta_validator() -> Result<&'static jsonschema::Validator, String> {
+    static V: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+    V.get_or_init(|| {
+        let schema: Value = serde_json::from_str(crate::META_SCHEMA)
+            .map_err(|e| format!("committed contract.schema.json is not JSON: {e}"))?;
+        jsonschema::draft202012::new(&schema)
+            .map_err(|e| format!("committed contract.schema.json does not compile: {e}"))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Check a parsed JSON document. Returns the model when it deserializes, and
+/// every problem found (empty when the contract is clean).
+pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem>) {
+    let mut cx = Cx {
+        file,
+        doc,
+        problems: Vec::new(),
+    };
+    match meta_validator() {
+        Ok(v) => {
+            for e in v.iter_errors(doc) {
+                cx.push(Lint::MetaSchema, e.instance_path().to_string(), e.to_string());
+            }
+        }
+        Err(e) => cx.push(Lint::MetaSchema, String::new(), e),
+    }
+    if !cx.problems.is_empty() {
+        return (None, cx.problems);
+    }
+    let contract: Contract = match serde_json::from_value(doc.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            cx.push(Lint::MetaSchema, String::new(), format!("does not fit the model: {e}"));
+            return (None, cx.problems);
+        }
+    };
+    cx.refs();
+    cx.schemas(&contract);
+    cx.names(&contract);
+    cx.codes(&contract);
+    cx.examples(&contract);
+    cx.state_machines(&contract);
+    cx.relations(&contract);
+    (Some(contract), cx.problems)
+}
+
+struct Cx<'a> {
+    file: &'a str,
+    doc: &'a Value,
+    problems: Vec<Problem>,
+}
+
+/// The catalog and code-table values of a contract, for reference checks.
+struct CodeIndex {
+    errors: HashSet<String>,
+    tables: BTreeMap<String, HashSet<String>>,
+}
+
+/// Canonical text of a wire code, so `4002` and `-32001` compare as values.
+fn code_key(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl CodeIndex {
+    fn new(c: &Contract) -> Self {
+        let mut errors = HashSet::new();
+        for e in &c.errors {
+            errors.insert(code_key(&e.code));
+            if let Some(n) = &e.name {
+                errors.insert(n.clone());
+            }
+        }
+        let tables = c
+            .codes
+            .iter()
+            .map(|(name, t)| {
+                let mut set = HashSet::new();
+                for v in &t.values {
+                    set.insert(code_key(&v.value));
+                    if let Some(n) = &v.name {
+                        set.insert(n.clone());
+                    }
+                }
+                (name.clone(), set)
+            })
+            .collect();
+        CodeIndex { errors, tables }
+    }
+
+    fn is_error(&self, v: &Value) -> bool {
+        self.errors.contains(&code_key(v))
+    }
+
+    fn in_any_table(&self, v: &Value) -> bool {
+        let k = code_key(v);
+        self.tables.values().any(|s| s.contains(&k))
+    }
+}
+
+impl Cx<'_> {
+    fn push(&mut self, lint: Lint, pointer: String, reason: impl Into<String>) {
+        self.problems.push(Problem {
+            file: self.file.to_string(),
+            pointer,
+            lint,
+            reason: reason.into(),
+        });
+    }
+
+    /// Every `$ref` in the document resolves to a node of the document.
+    fn refs(&mut self) {
+        let mut found = Vec::new();
+        collect_refs(self.doc, String::new(), &mut found);
+        for (ptr, target) in found {
+            match target.strip_prefix('#') {
+                Some(frag) if self.doc.pointer(&percent_decode(frag)).is_some() => {}
+                Some(_) => self.push(Lint::DanglingRef, ptr, format!("$ref {target:?} does not resolve")),
+                None => self.push(
+                    Lint::DanglingRef,
+                    ptr,
+                    format!("$ref {target:?} leaves the document; contracts must be self-contained"),
+                ),
+            }
+        }
+    }
+
+    /// Every schema the contract holds compiles as JSON Schema 2020-12.
+    fn schemas(&mut self, c: &Contract) {
+        let mut list: Vec<(String, &Value)> = Vec::new();
+        for (name, s) in &c.defs {
+            list.push((join("/$defs", [name]), s));
+        }
+        for (name, ch) in &c.channels {
+            if let Some(s) = &ch.message {
+                list.push((join("/channels", [name, "message"]), s));
+            }
+        }
+        for (name, m) in &c.methods {
+            if let Some(s) = &m.params {
+                list.push((join("/methods", [name, "params"]), s));
+            }
+            if let Some(s) = &m.result {
+                list.push((join("/methods", [name, "result"]), s));
+            }
+        }
+        for (name, f) in &c.files {
+            list.push((join("/files", [name, "schema"]), &f.schema));
+        }
+        for (ptr, s) in list {
+            if let Err(e) = jsonschema::draft202012::meta::validate(s) {
+                self.push(Lint::SchemaValid, ptr, format!("not valid JSON Schema 2020-12: {e}"));
+            }
+        }
+    }
+
+    /// Names of parties, channels, capabilities, limits and tables resolve.
+    fn names(&mut self, c: &Contract) {
+        let limit = |n: &str| c.limits.contains_key(n);
+        let mut limit_refs: Vec<(String, String)> = Vec::new();
+        for (cname, ch) in &c.channels {
+            let base = join("/channels", [cname]);
+            if let Some(p) = &ch.connects {
+                if !c.parties.contains_key(p) {
+                    self.push(Lint::NameRef, join(&base, ["connects"]), format!("unknown party {p:?}"));
+                }
+            }
+            match &ch.framing {
+                Framing::LengthPrefixed { max_payload, .. } => {
+                    if let Some(l) = max_payload {
+                        limit_refs.push((join(&base, ["framing", "maxPayload"]), l.clone()));
+                    }
+                }
+                Framing::Binary { max_frame, header, .. } => {
+                    if let Some(l) = max_frame {
+                        limit_refs.push((join(&base, ["framing", "maxFrame"]), l.clone()));
+                    }
+                    if header.first().and_then(|h| h.counts).is_none() {
+                        self.push(
+                            Lint::NameRef,
+                            join(&base, ["framing", "header", "0"]),
+                            "the first header field of a binary frame must be its length field (set `counts`)",
+                        );
+                    }
+                }
+                Framing::Ndjson { max_line, .. } => {
+                    limit_refs.push((join(&base, ["framing", "maxLine"]), max_line.clone()));
+                }
+                Framing::WebsocketText { max_message, .. } => {
+                    if let Some(l) = max_message {
+                        limit_refs.push((join(&base, ["framing", "maxMessage"]), l.clone()));
+                    }
+                }
+            }
+            if let Some(j) = &ch.json {
+                for (k, v) in [("maxDepth", &j.max_depth), ("maxItems", &j.max_items)] {
+                    if let Some(l) = v {
+                        limit_refs.push((join(&base, ["json", k]), l.clone()));
+                    }
+                }
+            }
+        }
+        for (name, cap) in &c.capabilities {
+            if !c.parties.contains_key(&cap.declared_by) {
+                self.push(
+                    Lint::NameRef,
+                    join("/capabilities", [name, "declaredBy"]),
+                    format!("unknown party {:?}", cap.declared_by),
+                );
+            }
+        }
+        for (mname, m) in &c.methods {
+            let base = join("/methods", [mname]);
+            for (i, p) in m.from.iter().enumerate() {
+                if !c.parties.contains_key(p) {
+                    self.push(Lint::NameRef, join(&base, ["from", &i.to_string()]), format!("unknown party {p:?}"));
+                }
+            }
+            if !c.channels.contains_key(&m.channel) {
+                self.push(Lint::NameRef, join(&base, ["channel"]), format!("unknown channel {:?}", m.channel));
+            }
+            if let Some(cap) = &m.capability {
+                if !c.capabilities.contains_key(cap) {
+                    self.push(Lint::NameRef, join(&base, ["capability"]), format!("capability {cap:?} is not declared"));
+                }
+            }
+            if let Some(l) = &m.max_payload {
+                limit_refs.push((join(&base, ["maxPayload"]), l.clone()));
+            }
+            if m.kind == Kind::Request && m.result.is_none() {
+                self.push(Lint::NameRef, join(&base, ["result"]), "a request must declare its result schema");
+            }
+            if m.kind != Kind::Request && m.result.is_some() {
+                self.push(Lint::NameRef, join(&base, ["result"]), "only requests have a result");
+            }
+            if m.kind == Kind::Response || m.kind == Kind::Error {
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["kind"]),
+                    "responses and errors are declared by their request's `result` and `errors`, not as methods",
+                );
+            }
+            let binding = c.channels.get(&m.channel).and_then(|ch| ch.binding.as_ref());
+            if matches!(binding, Some(Binding::Tagged { .. })) && m.matches.is_empty() {
+                self.push(Lint::NameRef, join(&base, ["match"]), "a method on a `tagged` channel needs a `match`");
+            }
+        }
+        for (lname, l) in &c.limits {
+            let base = join("/limits", [lname]);
+            if let Some(a) = &l.action {
+                self.action_names(c, &join(&base, ["action"]), a);
+            }
+            if let Some(t) = &l.timer {
+                if t != "both" && !c.parties.contains_key(t) {
+                    self.push(Lint::NameRef, join(&base, ["timer"]), format!("unknown party {t:?} (or `both`)"));
+                }
+            }
+        }
+        let v = &c.violations;
+        for (k, a) in [
+            ("parse", &v.parse),
+            ("invalid", &v.invalid),
+            ("oversize", &v.oversize),
+            ("unknownRequest", &v.unknown_request),
+            ("unknownNotification", &v.unknown_notification),
+            ("wrongDirection", &v.wrong_direction),
+            ("invalidParams", &v.invalid_params),
+            ("beforeHandshake", &v.before_handshake),
+        ] {
+            if let Some(a) = a {
+                self.action_names(c, &join("/violations", [k]), a);
+            }
+        }
+        if let Some(t) = &c.trace {
+            if !c.channels.contains_key(&t.channel) {
+                self.push(Lint::NameRef, "/trace/channel".into(), format!("unknown channel {:?}", t.channel));
+            }
+        }
+        for (ptr, l) in limit_refs {
+            if !limit(&l) {
+                self.push(Lint::NameRef, ptr, format!("limit {l:?} is not declared in `limits`"));
+            }
+        }
+    }
+
+    fn action_names(&mut self, c: &Contract, ptr: &str, a: &Action) {
+        if let Some(l) = &a.count_toward {
+            if !c.limits.contains_key(l) {
+                self.push(Lint::NameRef, join(ptr, ["countToward"]), format!("limit {l:?} is not declared in `limits`"));
+            }
+        }
+        if let Some(code) = &a.code {
+            let idx = CodeIndex::new(c);
+            if !idx.is_error(code) && !idx.in_any_table(code) {
+                self.push(
+                    Lint::ErrorRef,
+                    join(ptr, ["code"]),
+                    format!("code {} is neither in the error catalog nor in any code table", code_key(code)),
+                );
+            }
+        }
+    }
+
+    /// Codes are unique, and every code a method names exists.
+    fn codes(&mut self, c: &Contract) {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, e) in c.errors.iter().enumerate() {
+            if let Some(first) = seen.insert(code_key(&e.code), i) {
+                self.push(
+                    Lint::DuplicateCode,
+                    format!("/errors/{i}/code"),
+                    format!("code {} already defined at /errors/{first}", code_key(&e.code)),
+                );
+            }
+        }
+        for (tname, t) in &c.codes {
+            let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+            for (i, v) in t.values.iter().enumerate() {
+                let ptr = join("/codes", [tname, "values", &i.to_string()]);
+                if let Some(first) = seen.insert(code_key(&v.value), i) {
+                    self.push(
+                        Lint::DuplicateCode,
+                        join(&ptr, ["value"]),
+                        format!("value {} already defined at index {first} of table {tname:?}", code_key(&v.value)),
+                    );
+                }
+                for (target, val) in &v.maps {
+                    match c.codes.get(target) {
+                        None => self.push(Lint::NameRef, join(&ptr, ["maps", target]), format!("no code table {target:?}")),
+                        Some(tt) if !tt.values.iter().any(|x| code_key(&x.value) == code_key(val)) => self.push(
+                            Lint::NameRef,
+                            join(&ptr, ["maps", target]),
+                            format!("value {} is not in code table {target:?}", code_key(val)),
+                        ),
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        let idx = CodeIndex::new(c);
+        for (mname, m) in &c.methods {
+            for (i, code) in m.errors.iter().enumerate() {
+                if !idx.is_error(code) {
+                    self.push(
+                        Lint::ErrorRef,
+                        join("/methods", [mname, "errors", &i.to_string()]),
+                        format!("error code {} is not in the error catalog", code_key(code)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every example validates against the schemas its binding implies.
+    fn examples(&mut self, c: &Contract) {
+        let idx = CodeIndex::new(c);
+        for (mname, m) in &c.methods {
+            for (i, ex) in m.examples.iter().enumerate() {
+                let ptr = join("/methods", [mname, "examples", &i.to_string(), "message"]);
+                for reason in example_faults(c, &idx, mname, m, ex) {
+                    self.push(Lint::BadExample, ptr.clone(), reason);
+                }
+            }
+        }
+        for (fname, f) in &c.files {
+            for (i, ex) in f.examples.iter().enumerate() {
+                let ptr = join("/files", [fname, "examples", &i.to_string()]);
+                for reason in schema_faults(c, &f.schema, ex, "") {
+                    self.push(Lint::BadExample, ptr.clone(), reason);
+                }
+            }
+        }
+    }
+
+    fn state_machines(&mut self, c: &Contract) {
+        for (sname, sm) in &c.state_machines {
+            let base = join("/stateMachines", [sname]);
+            if !sm.states.contains_key(&sm.initial) {
+                self.push(Lint::StateMachine, join(&base, ["initial"]), format!("initial state {:?} is not declared", sm.initial));
+            }
+            for (i, t) in sm.terminal.iter().enumerate() {
+                if !sm.states.contains_key(t) {
+                    self.push(Lint::StateMachine, join(&base, ["terminal", &i.to_string()]), format!("terminal state {t:?} is not declared"));
+                }
+            }
+            let mut pairs = HashSet::new();
+            for (i, t) in sm.transitions.iter().enumerate() {
+                let tp = join(&base, ["transitions", &i.to_string()]);
+                for (k, s) in [("from", &t.from), ("to", &t.to)] {
+                    if !sm.states.contains_key(s) {
+                        self.push(Lint::StateMachine, join(&tp, [k]), format!("state {s:?} is not declared"));
+                    }
+                }
+                if sm.terminal.contains(&t.from) {
+                    self.push(Lint::StateMachine, join(&tp, ["from"]), format!("terminal state {:?} has an outgoing transition", t.from));
+                }
+                if !pairs.insert((t.from.clone(), t.to.clone())) {
+                    self.push(Lint::StateMachine, tp, format!("transition {} → {} is listed twice", t.from, t.to));
+                }
+            }
+        }
+    }
+
+    fn relations(&mut self, c: &Contract) {
+        let mut ev = Evaluator { c, stack: Vec::new() };
+        for (lname, l) in &c.limits {
+            if let Err(e) = ev.limit(lname) {
+                self.push(Lint::Relation, join("/limits", [lname, "value"]), e);
+            }
+            if l.kind == crate::model::LimitKind::Rate && (l.burst.is_none() || l.per_seconds.is_none()) {
+                self.push(Lint::Relation, join("/limits", [lname]), "a rate needs `burst` and `perSeconds`");
+            }
+        }
+        for (i, r) in c.relations.iter().enumerate() {
+            let ptr = format!("/relations/{i}");
+            let (l, r_) = match (ev.expr(&r.left), ev.expr(&r.right)) {
+                (Ok(l), Ok(r_)) => (l, r_),
+                (Err(e), _) | (_, Err(e)) => {
+                    self.push(Lint::Relation, ptr, e);
+                    continue;
+                }
+            };
+            if l.1 != r_.1 && l.1 != Dim::Scalar && r_.1 != Dim::Scalar {
+                self.push(Lint::Relation, ptr, format!("compares {:?} with {:?}", l.1, r_.1));
+                continue;
+            }
+            let holds = match r.op {
+                RelOp::Lt => l.0 < r_.0,
+                RelOp::Le => l.0 <= r_.0,
+                RelOp::Eq => (l.0 - r_.0).abs() < 1e-9,
+                RelOp::Ge => l.0 >= r_.0,
+                RelOp::Gt => l.0 > r_.0,
+            };
+            if !holds {
+                self.push(
+                    Lint::Relation,
+                    ptr,
+                    format!("{} {} {} does not hold ({} vs {}): {}", show(&r.left), op_str(r.op), show(&r.right), l.0, r_.0, r.description),
+                );
+            }
+        }
+    }
+}
+
+fn op_str(op: RelOp) -> &'static str {
+    match op {
+        RelOp::Lt => "<",
+        RelOp::Le => "<=",
+        RelOp::Eq => "==",
+        RelOp::Ge => ">=",
+        RelOp::Gt => ">",
+    }
+}
+
+/// Render an expression the way the docs print it.
+pub fn show(e: &Expr) -> String {
+    match e {
+        Expr::Number(n) => format!("{n}"),
+        Expr::Ref(s) => s.clone(),
+        Expr::Sum { sum } => format!("({})", sum.iter().map(show).collect::<Vec<_>>().join(" + ")),
+        Expr::Product { product } => product.iter().map(show).collect::<Vec<_>>().join(" × "),
+    }
+}
+
+/// The physical dimension of a limit, so relations cannot compare bytes with seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dim {
+    /// A size in bytes.
+    Bytes,
+    /// A duration in seconds.
+    Seconds,
+    /// A count, mode or UTF-16 length: compared as plain numbers.
+    Scalar,
+}
+
+/// Scale a value in `unit` to the base unit of its dimension.
+pub fn to_base(unit: Unit, v: f64) -> (f64, Dim) {
+    match unit {
+        Unit::Bytes => (v, Dim::Bytes),
+        Unit::KiB => (v * 1024.0, Dim::Bytes),
+        Unit::MiB => (v * 1024.0 * 1024.0, Dim::Bytes),
+        Unit::Seconds => (v, Dim::Seconds),
+        Unit::Millis => (v / 1000.0, Dim::Seconds),
+        Unit::Utf16Units | Unit::Count | Unit::Mode => (v, Dim::Scalar),
+    }
+}
+
+/// Evaluates limit values and relation sides in base units.
+pub struct Evaluator<'c> {
+    c: &'c Contract,
+    stack: Vec<String>,
+}
+
+impl<'c> Evaluator<'c> {
+    /// An evaluator over one contract's limits.
+    pub fn new(c: &'c Contract) -> Self {
+        Evaluator { c, stack: Vec::new() }
+    }
+
+    /// The value of a limit in its own unit.
+    pub fn limit_value(&mut self, name: &str) -> Result<f64, String> {
+        let l = self.c.limits.get(name).ok_or_else(|| format!("unknown limit {name:?}"))?;
+        if self.stack.iter().any(|s| s == name) {
+            return Err(format!("limit {name:?} is defined in terms of itself"));
+        }
+        self.stack.push(name.to_string());
+        let r = self.expr(&l.value);
+        self.stack.pop();
+        let (base, dim) = r?;
+        // Convert the base-unit result back into this limit's own unit.
+        let (one, own_dim) = to_base(l.unit, 1.0);
+        if dim != Dim::Scalar && own_dim != dim {
+            return Err(format!("limit {name:?} in {:?} is computed from {dim:?}", l.unit));
+        }
+        Ok(if dim == Dim::Scalar { base } else { base / one })
+    }
+
+    fn limit(&mut self, name: &str) -> Result<(f64, Dim), String> {
+        let v = self.limit_value(name)?;
+        let unit = self.c.limits.get(name).map(|l| l.unit).unwrap_or(Unit::Count);
+        Ok(to_base(unit, v))
+    }
+
+    /// Evaluate an expression in base units.
+    pub fn expr(&mut self, e: &Expr) -> Result<(f64, Dim), String> {
+        Ok(match e {
+            Expr::Number(n) => (*n, Dim::Scalar),
+            Expr::Ref(name) => self.limit(name)?,
+            Expr::Sum { sum } => {
+                let mut total = 0.0;
+                let mut dim = Dim::Scalar;
+                for t in sum {
+                    let (v, d) = self.expr(t)?;
+                    if dim != Dim::Scalar && d != Dim::Scalar && d != dim {
+                        return Err(format!("adds {dim:?} to {d:?} in {}", show(e)));
+                    }
+                    if d != Dim::Scalar {
+                        dim = d;
+                    }
+                    total += v;
+                }
+                (total, dim)
+            }
+            Expr::Product { product } => {
+                let mut total = 1.0;
+                let mut dim = Dim::Scalar;
+                for t in product {
+                    let (v, d) = self.expr(t)?;
+                    if d != Dim::Scalar {
+                        if dim != Dim::Scalar {
+                            return Err(format!("multiplies two dimensioned values in {}", show(e)));
+                        }
+                        dim = d;
+                    }
+                    total *= v;
+                }
+                (total, dim)
+            }
+        })
+    }
+}
+
+fn collect_refs(v: &Value, ptr: String, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                let p = format!("{ptr}/{}", escape(k));
+                if k == "$ref" {
+                    if let Value::String(s) = child {
+                        out.push((p, s.clone()));
+                        continue;
+                    }
+                }
+                // Examples are data, not schema: a `$ref` key inside them is not a reference.
+                if k == "examples" && ptr.is_empty() {
+                    continue;
+                }
+                collect_refs(child, p, out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, child) in a.iter().enumerate() {
+                collect_refs(child, format!("{ptr}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    // Fragment pointers in our contracts never need percent-escapes beyond these.
+    s.replace("%25", "%").replace("%22", "\"").replace("%20", " ")
+}
+
+/// Wrap a schema fragment so its `#/$defs/...` references resolve against the contract.
+pub fn rooted(c: &Contract, schema: &Value) -> Value {
+    let defs = Value::Object(c.defs.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+    let mut root = serde_json::Map::new();
+    root.insert("$schema".into(), Value::String("https://json-schema.org/draft/2020-12/schema".into()));
+    root.insert("$defs".into(), defs);
+    match schema {
+        Value::Object(m) => {
+            for (k, v) in m {
+                if k != "$defs" {
+                    root.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Value::Bool(false) => {
+            root.insert("not".into(), serde_json::json!({}));
+        }
+        _ => {}
+    }
+    Value::Object(root)
+}
+
+/// Reasons `instance` fails `schema` (rooted at the contract), prefixed by `at`.
+fn schema_faults(c: &Contract, schema: &Value, instance: &Value, at: &str) -> Vec<String> {
+    let root = rooted(c, schema);
+    match jsonschema::draft202012::new(&root) {
+        Err(e) => vec![format!("schema does not compile: {e}")],
+        Ok(v) => v
+            .iter_errors(instance)
+            .map(|e| format!("{at}{}: {e}", e.instance_path()))
+            .collect(),
+    }
+}
+
+fn example_faults(c: &Contract, idx: &CodeIndex, mname: &str, m: &Method, ex: &Example) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(ch) = c.channels.get(&m.channel) else {
+        return out;
+    };
+    let msg = &ex.message;
+    if let Some(from) = &ex.from {
+        if !m.from.contains(from) && ex.part == Part::Call {
+            out.push(format!("example is sent by {from:?}, but only {:?} may send {mname}", m.from));
+        }
+    }
+    if let Some(s) = &ch.message {
+        out.extend(schema_faults(c, s, msg, "envelope "));
+    }
+    let (payload_ptr, method_ptr, error_code_ptr): (String, Option<String>, Option<String>) = match &ch.binding {
+        Some(Binding::Jsonrpc { version, .. }) => {
+            if msg.get("jsonrpc").and_then(Value::as_str) != Some(version) {
+                out.push(format!("`jsonrpc` must be {version:?}"));
+            }
+            match ex.part {
+                Part::Call => ("/params".into(), Some("/method".into()), None),
+                Part::Result => ("/result".into(), None, None),
+                Part::Error => ("/error".into(), None, Some("/error/code".into())),
+            }
+        }
+        Some(Binding::Envelope { payload, method, kind, kinds, .. }) => {
+            let wire_kind = msg.pointer(kind).and_then(Value::as_str).and_then(|k| kinds.get(k)).copied();
+            let expect: &[Kind] = match ex.part {
+                Part::Call => &[m.kind],
+                Part::Result => &[Kind::Response],
+                Part::Error => &[Kind::Error],
+            };
+            if let Some(k) = wire_kind {
+                if !expect.contains(&k) {
+                    out.push(format!("{kind} says {k:?}, but this example is a {:?}", ex.part));
+                }
+            }
+            let err = match ex.part {
+                Part::Error => Some(format!("{payload}/code")),
+                _ => None,
+            };
+            let mp = (ex.part == Part::Call).then(|| method.clone());
+            (payload.clone(), mp, err)
+        }
+        Some(Binding::Tagged { .. }) => {
+            for (p, want) in &m.matches {
+                if msg.pointer(p) != Some(want) {
+                    out.push(format!("{p} must be {want} to be a {mname} frame"));
+                }
+            }
+            (String::new(), None, None)
+        }
+        None => (String::new(), None, None),
+    };
+    if let Some(mp) = method_ptr {
+        if msg.pointer(&mp).and_then(Value::as_str) != Some(mname) {
+            out.push(format!("{mp} must be {mname:?}"));
+        }
+    }
+    let schema = match ex.part {
+        Part::Call => m.params.as_ref(),
+        Part::Result => m.result.as_ref(),
+        Part::Error => None,
+    };
+    if let Some(s) = schema {
+        match msg.pointer(&payload_ptr) {
+            Some(p) => out.extend(schema_faults(c, s, p, &format!("{payload_ptr} "))),
+            None => out.push(format!("{payload_ptr} is missing")),
+        }
+    }
+    if let Some(ep) = error_code_ptr {
+        match msg.pointer(&ep) {
+            Some(code) if !idx.is_error(code) => out.push(format!("error code {} is not in the error catalog", code_key(code))),
+            Some(code) if !m.errors.iter().any(|e| code_key(e) == code_key(code)) && !is_generic_error(c, code) => {
+                out.push(format!("{mname} does not list error {} in its `errors`", code_key(code)))
+            }
+            Some(_) => {}
+            None => out.push(format!("{ep} is missing")),
+        }
+    }
+    out
+}
+
+/// Codes any method may answer with (the contract's own violation codes).
+fn is_generic_error(c: &Contract, code: &Value) -> bool {
+    let v = &c.violations;
+    [&v.parse, &v.invalid, &v.oversize, &v.unknown_request, &v.wrong_direction, &v.invalid_params, &v.before_handshake]
+        .into_iter()
+        .flatten()
+        .any(|a| a.code.as_ref().map(code_key) == Some(code_key(code)))
+}
+
+/// The set of all error codes and code-table values, for callers that render them.
+pub fn all_code_values(c: &Contract) -> BTreeSet<String> {
+    let idx = CodeIndex::new(c);
+    let mut out: BTreeSet<String> = idx.errors.into_iter().collect();
+    for s in idx.tables.into_values() {
+        out.extend(s);
+    }
+    out
+}
+
+/// Every limit's value in its own unit, in declaration order.
+pub fn limit_values(c: &Contract) -> IndexMap<String, Result<f64, String>> {
+    let mut ev = Evaluator::new(c);
+    c.limits.keys().map(|k| (k.clone(), ev.limit_value(k))).collect()
+}

@@ -1,0 +1,105 @@
+//! `contract`: the machine-readable protocol contracts and their Rust model.
+//!
+//! The four contracts in `schema/contracts/` are embedded at compile time
+//! ([`builtin`]), so every tool can name them without a path. [`load`] parses
+//! and models a contract; [`check`] validates it against the meta-schema and
+//! lints its cross-references. Nothing here does I/O beyond reading the file a
+//! caller names.
+#![forbid(unsafe_code)]
+
+pub mod check;
+pub mod model;
+mod pointer;
+
+pub use check::{Problem, check_document};
+pub use model::Contract;
+pub use pointer::{escape as escape_pointer, join as join_pointer};
+
+use std::path::Path;
+
+/// The contracts shipped with the project, by name, as committed JSON text.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("kernel", include_str!("../contracts/kernel.json")),
+    ("xsession", include_str!("../contracts/xsession.json")),
+    ("rukh", include_str!("../contracts/rukh.json")),
+    ("toolchannel", include_str!("../contracts/toolchannel.json")),
+];
+
+/// The committed meta-schema text.
+pub const META_SCHEMA: &str = include_str!("../contract.schema.json");
+
+/// Errors from loading a contract.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        /// File that failed.
+        path: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The text is not JSON.
+    #[error("{path}: not JSON: {source}")]
+    Json {
+        /// File that failed.
+        path: String,
+        /// Underlying error.
+        source: serde_json::Error,
+    },
+    /// The contract has problems; see `contractgen check`.
+    #[error("{path}: {} problem(s); first: {}", problems.len(), problems.first().map(|p| p.to_string()).unwrap_or_default())]
+    Invalid {
+        /// File that failed.
+        path: String,
+        /// Every problem found.
+        problems: Vec<Problem>,
+    },
+    /// No built-in contract has this name.
+    #[error("no built-in contract named {0:?} (known: kernel, xsession, rukh, toolchannel)")]
+    UnknownBuiltin(String),
+}
+
+/// Parse, check and model a contract from its JSON text. `origin` names it in errors.
+pub fn from_str(origin: &str, text: &str) -> Result<Contract, LoadError> {
+    let doc: serde_json::Value = serde_json::from_str(text).map_err(|source| LoadError::Json {
+        path: origin.to_string(),
+        source,
+    })?;
+    let (contract, problems) = check_document(origin, &doc);
+    match contract {
+        Some(c) if problems.is_empty() => Ok(c),
+        _ => Err(LoadError::Invalid {
+            path: origin.to_string(),
+            problems,
+        }),
+    }
+}
+
+/// Load and check a contract file.
+pub fn load(path: &Path) -> Result<Contract, LoadError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: origin.clone(),
+        source,
+    })?;
+    from_str(&origin, &text)
+}
+
+/// Load one of the built-in contracts by name.
+pub fn builtin(name: &str) -> Result<Contract, LoadError> {
+    let (_, text) = BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| LoadError::UnknownBuiltin(name.to_string()))?;
+    from_str(&format!("builtin:{name}"), text)
+}
+
+/// Load a contract given either a built-in name or a path.
+pub fn resolve(name_or_path: &str) -> Result<Contract, LoadError> {
+    if BUILTIN.iter().any(|(n, _)| *n == name_or_path) {
+        builtin(name_or_path)
+    } else {
+        load(Path::new(name_or_path))
+    }
+}

@@ -1,0 +1,798 @@
+//! The contract format as a Rust model.
+//!
+//! This module is the single definition of what a contract document may
+//! contain. `schema/contract.schema.json` is generated from it with schemars
+//! (see [`meta_schema`]), so the doc comments below are also the hover text an
+//! editor shows while a contract is being typed.
+//!
+//! Design rules the model encodes:
+//! - every number lives once, in [`Contract::limits`]; framing and relations
+//!   refer to limits by name;
+//! - payload shapes are plain JSON Schema 2020-12 under `$defs`;
+//! - each channel declares a [`Binding`], which tells a generic wire layer
+//!   where a message keeps its kind, method, id, correlation and trace id.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A machine-readable protocol contract.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Contract {
+    /// Path or URL of `contract.schema.json`, so editors validate the file.
+    #[serde(rename = "$schema")]
+    pub schema: String,
+    /// Short identifier: lower-case letters, digits and dashes.
+    #[schemars(regex(pattern = r"^[a-z][a-z0-9-]*$"))]
+    pub name: String,
+    /// One-line human title.
+    pub title: String,
+    /// Version of this contract document (semver), not of the protocol.
+    #[schemars(regex(pattern = r"^\d+\.\d+\.\d+$"))]
+    pub version: String,
+    /// The seed file the contract is derived from, relative to the seeds directory.
+    pub source: String,
+    /// What the protocol is for, in a paragraph.
+    pub description: String,
+    /// Protocol version identifiers and where each is carried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<VersionInfo>,
+    /// The parties that speak the protocol, by name.
+    pub parties: IndexMap<String, Party>,
+    /// Channels between the parties, each with its framing and message binding.
+    pub channels: IndexMap<String, Channel>,
+    /// Capabilities a party may declare; methods name the one they need.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub capabilities: IndexMap<String, Capability>,
+    /// Every method, message or event, by wire name.
+    pub methods: IndexMap<String, Method>,
+    /// What a receiver does with each class of bad or unknown input.
+    #[serde(default)]
+    pub violations: Violations,
+    /// The error catalog: every error code the protocol can put on the wire.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ErrorEntry>,
+    /// Other code tables: close codes, exit codes, statuses, reasons, outcomes.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub codes: IndexMap<String, CodeTable>,
+    /// Every limit, rate and deadline. The only place a number is written.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub limits: IndexMap<String, Limit>,
+    /// Relations between limits that a seed states; `contractgen check` evaluates them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relations: Vec<Relation>,
+    /// State machines: states, initial, terminal and allowed transitions.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub state_machines: IndexMap<String, StateMachine>,
+    /// Where the trace id lives, if the protocol has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
+    /// Files that are part of the protocol but not wire messages (e.g. registries).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub files: IndexMap<String, FileSpec>,
+    /// Decisions taken where a seed is silent or contradicts itself.
+    pub notes: Vec<Note>,
+    /// JSON Schema 2020-12 definitions for every envelope, message, params and result.
+    #[serde(rename = "$defs")]
+    #[schemars(with = "IndexMap<String, serde_json::Value>")]
+    pub defs: IndexMap<String, Value>,
+}
+
+/// A protocol version identifier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VersionInfo {
+    /// Identifier used in code and docs.
+    pub name: String,
+    /// The values this contract describes (e.g. `[1]`, `["2025-06-18"]`).
+    pub values: Vec<Value>,
+    /// Where on the wire the version is carried (JSON pointer, header, subprotocol).
+    #[serde(rename = "where")]
+    pub location: String,
+    /// How the version is negotiated and what a mismatch does.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// A party to the protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Party {
+    /// What the party is and owns.
+    pub description: String,
+}
+
+/// A channel: one byte stream or message stream between two parties.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Channel {
+    /// What travels on this channel.
+    pub description: String,
+    /// Transports this channel runs over in practice (e.g. `unix`, `named-pipe`, `websocket`).
+    pub transports: Vec<String>,
+    /// The party that connects (dials); the other accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connects: Option<String>,
+    /// How messages are delimited on the wire.
+    pub framing: Framing,
+    /// JSON parsing rules for this channel (absent for binary channels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<JsonRules>,
+    /// Where a message keeps its kind, method, id, correlation and trace id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Binding>,
+    /// Schema every message on this channel satisfies (the envelope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub message: Option<Value>,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// Framing of a channel. Sizes refer to [`Contract::limits`] by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Framing {
+    /// An unsigned length prefix, then that many bytes of UTF-8 JSON.
+    LengthPrefixed {
+        /// Width of the length prefix in bytes.
+        #[serde(rename = "lengthBytes")]
+        length_bytes: u8,
+        /// Byte order of the prefix.
+        #[serde(rename = "byteOrder")]
+        byte_order: ByteOrder,
+        /// Limit (by name) capping the payload length; checked before allocation.
+        #[serde(rename = "maxPayload", default, skip_serializing_if = "Option::is_none")]
+        max_payload: Option<String>,
+        /// Per-method tighter caps are declared on the method (`maxPayload`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
+    /// A binary frame: fixed header fields, then opaque payload bytes.
+    Binary {
+        /// Byte order of every header field.
+        #[serde(rename = "byteOrder")]
+        byte_order: ByteOrder,
+        /// Header fields in wire order.
+        header: Vec<HeaderField>,
+        /// Limit (by name) capping the whole frame after the length field.
+        #[serde(rename = "maxFrame", default, skip_serializing_if = "Option::is_none")]
+        max_frame: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
+    /// One JSON value per line, terminated by `\n`.
+    Ndjson {
+        /// Limit (by name) capping one line.
+        #[serde(rename = "maxLine")]
+        max_line: String,
+        /// How the line limit is measured.
+        #[serde(rename = "lineMeasure")]
+        line_measure: LineMeasure,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
+    /// One JSON message per WebSocket text message.
+    WebsocketText {
+        /// Limit (by name) capping one message.
+        #[serde(rename = "maxMessage", default, skip_serializing_if = "Option::is_none")]
+        max_message: Option<String>,
+        /// WebSocket subprotocols offered at the upgrade.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        subprotocols: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
+}
+
+/// Byte order of a multi-byte integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ByteOrder {
+    /// Most significant byte first (network order).
+    Big,
+    /// Least significant byte first.
+    Little,
+}
+
+/// How a line-length limit is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LineMeasure {
+    /// Raw bytes on the wire.
+    Bytes,
+    /// UTF-16 code units of the decoded line (JavaScript `string.length`).
+    Utf16Units,
+}
+
+/// One fixed-width header field of a binary frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderField {
+    /// Field name.
+    pub name: String,
+    /// Width in bytes.
+    pub bytes: u8,
+    /// Whether the integer is signed.
+    #[serde(default)]
+    pub signed: bool,
+    /// What a length field counts, if this is the length field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<LengthCounts>,
+    /// Meaning of the field.
+    pub description: String,
+}
+
+/// What a length field counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LengthCounts {
+    /// Every byte after the length field itself.
+    RestOfFrame,
+    /// Only the payload after the whole header.
+    Payload,
+}
+
+/// JSON parsing rules for a channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsonRules {
+    /// Strict profile: rejects BOM, lone surrogates, duplicate keys, unsafe integers,
+    /// non-finite numbers and trailing bytes, each with its own error.
+    pub strict: bool,
+    /// The top-level value must be an object.
+    #[serde(default)]
+    pub object_only: bool,
+    /// Limit (by name) on nesting depth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<String>,
+    /// Limit (by name) on object members plus array elements in one frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<String>,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// Where a message keeps its routing facts. JSON pointers throughout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "model", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Binding {
+    /// JSON-RPC 2.0: the kind follows from which of method/id/result/error are present.
+    Jsonrpc {
+        /// Required value of the `jsonrpc` member.
+        version: String,
+        /// Pointer to a trace carrier inside params, if any (e.g. `/params/_meta/traceparent`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
+    },
+    /// A custom envelope with an explicit kind field.
+    Envelope {
+        /// Pointer to the kind field.
+        kind: String,
+        /// Wire value of the kind field → message kind.
+        kinds: IndexMap<String, Kind>,
+        /// Pointer to the method name.
+        method: String,
+        /// Pointer to the message id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Pointer to the id of the request a reply answers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        correlation: Option<String>,
+        /// Pointer to the trace id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
+        /// Pointer to the negotiated protocol version.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
+        /// Pointer to the payload (params, result or error body).
+        payload: String,
+    },
+    /// Frames told apart by literal values at fixed pointers; each method has a `match`.
+    Tagged {
+        /// Pointer to the message id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Pointer to the id of the message a reply refers to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        correlation: Option<String>,
+        /// Pointer to the frame-format version.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
+    },
+}
+
+/// The kind of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Expects exactly one response or error.
+    Request,
+    /// The successful answer to a request.
+    Response,
+    /// A one-way message that expects no answer.
+    Notification,
+    /// A one-way report of something that happened, possibly tied to a request.
+    Event,
+    /// The failed answer to a request (or a standalone error report).
+    Error,
+}
+
+/// A capability a party declares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Capability {
+    /// Party that declares (offers) the capability.
+    pub declared_by: String,
+    /// What the capability promises.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// A method, message or event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Method {
+    /// Request, notification or event.
+    pub kind: Kind,
+    /// Party (or parties) that may send it.
+    pub from: Vec<String>,
+    /// Channel it travels on.
+    pub channel: String,
+    /// Capability the receiver must have declared before this may be sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+    /// What it does.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+    /// For `tagged` bindings: pointer → literal value that identifies this message.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[serde(rename = "match")]
+    #[schemars(with = "IndexMap<String, serde_json::Value>")]
+    pub matches: IndexMap<String, Value>,
+    /// Schema of the params / payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub params: Option<Value>,
+    /// Schema of the successful result (requests only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub result: Option<Value>,
+    /// Error codes (from `errors`) this method may answer with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub errors: Vec<Value>,
+    /// Limit (by name) capping this method's frames, tighter than the channel's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_payload: Option<String>,
+    /// Whole wire messages that show the method, each validated by `contractgen check`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<Example>,
+}
+
+/// An example wire message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Example {
+    /// What the example shows.
+    pub title: String,
+    /// Which message of the exchange this is.
+    pub part: Part,
+    /// Party that sends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Seed section it comes from, or `contract` for examples written here.
+    pub seed: String,
+    /// How it differs from the seed's text, if at all (placeholders, comments removed…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapted: Option<String>,
+    /// The whole message as it travels.
+    #[schemars(with = "serde_json::Value")]
+    pub message: Value,
+}
+
+/// Which message of an exchange an example shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Part {
+    /// The request, notification or event itself (validated against `params`).
+    Call,
+    /// The successful response (validated against `result`).
+    Result,
+    /// The error reply (validated against the error schema).
+    Error,
+}
+
+/// What a receiver does about one class of bad or unknown input.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Violations {
+    /// Bytes that are not valid JSON (or break the strict profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parse: Option<Action>,
+    /// Valid JSON that is not a valid message (envelope, shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<Action>,
+    /// A frame or line over its size cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversize: Option<Action>,
+    /// A request whose method is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_request: Option<Action>,
+    /// A notification or event whose method is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_notification: Option<Action>,
+    /// A known method sent by a party that may not send it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrong_direction: Option<Action>,
+    /// A known method whose params fail their schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_params: Option<Action>,
+    /// Anything but the handshake before the handshake completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_handshake: Option<Action>,
+}
+
+/// A receiver's reaction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Action {
+    /// What is done.
+    pub action: ActionKind,
+    /// The error code (from `errors`) or close code (from a code table) used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub code: Option<Value>,
+    /// Limit (by name) this violation counts toward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_toward: Option<String>,
+    /// Why, in the seed's terms.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// Reactions a contract can prescribe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActionKind {
+    /// Answer with an error reply carrying `code`, keep the connection.
+    ReplyError,
+    /// Close the connection with `code` (a close code).
+    Close,
+    /// Drop the connection without a word.
+    DropConnection,
+    /// Discard the message silently.
+    Ignore,
+    /// End the whole session or invocation with a protocol error.
+    Fail,
+}
+
+/// One entry of the error catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ErrorEntry {
+    /// The code as it appears on the wire (string or integer).
+    #[schemars(with = "serde_json::Value")]
+    pub code: Value,
+    /// Symbolic name, for integer codes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Category (e.g. `protocol`, `user`, `permission`).
+    pub category: String,
+    /// Whether repeating the same request may succeed.
+    pub retryable: bool,
+    /// When it is sent and what it means.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+    /// True when the seed lost this entry and the contract reconstructed it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reconstructed: bool,
+}
+
+/// A table of codes of one kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodeTable {
+    /// What kind of code this is.
+    pub kind: CodeKind,
+    /// What the table covers.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+    /// The values, in the seed's order.
+    pub values: Vec<CodeValue>,
+}
+
+/// Kinds of code tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CodeKind {
+    /// WebSocket close codes.
+    CloseCode,
+    /// Process exit codes.
+    ExitCode,
+    /// Exit codes of a command-line tool.
+    CliExitCode,
+    /// HTTP statuses.
+    HttpStatus,
+    /// Status values (e.g. delivery status).
+    Status,
+    /// Reasons (drop reasons, stop reasons, failure reasons).
+    Reason,
+    /// Outcomes of a run.
+    Outcome,
+    /// Any other closed vocabulary.
+    Enumeration,
+}
+
+/// One value in a code table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodeValue {
+    /// The value as it appears on the wire (string or integer).
+    #[schemars(with = "serde_json::Value")]
+    pub value: Value,
+    /// Symbolic name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Meaning.
+    pub description: String,
+    /// Values in other tables this one implies, by table name (e.g. close 4002 → exit 77).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(with = "IndexMap<String, serde_json::Value>")]
+    pub maps: IndexMap<String, Value>,
+    /// Seed section, when different from the table's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
+}
+
+/// A limit, rate or deadline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Limit {
+    /// What kind of number it is.
+    pub kind: LimitKind,
+    /// The value: a number, or an expression over other limits.
+    pub value: Expr,
+    /// Unit of `value`.
+    pub unit: Unit,
+    /// For rates: the bucket size before refilling applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// For rates: `value` units are allowed per this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_seconds: Option<f64>,
+    /// Party whose timer or counter this is (or `both`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<String>,
+    /// What the timer or counter is counted from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// What happens when it expires or is exceeded.
+    pub on_expiry: String,
+    /// The reaction in machine form, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+    /// What the limit is.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// What kind of number a limit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitKind {
+    /// A size cap.
+    Size,
+    /// A count cap.
+    Count,
+    /// A deadline or timeout.
+    Deadline,
+    /// A period (heartbeat interval, keepalive).
+    Interval,
+    /// A token-bucket rate.
+    Rate,
+    /// Any other fixed number (permissions mode, id length).
+    Constant,
+}
+
+/// Units of limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Unit {
+    /// Bytes.
+    #[serde(rename = "bytes")]
+    Bytes,
+    /// 1024 bytes.
+    #[serde(rename = "KiB")]
+    KiB,
+    /// 1024 × 1024 bytes.
+    #[serde(rename = "MiB")]
+    MiB,
+    /// UTF-16 code units.
+    #[serde(rename = "utf16-units")]
+    Utf16Units,
+    /// Seconds.
+    #[serde(rename = "s")]
+    Seconds,
+    /// Milliseconds.
+    #[serde(rename = "ms")]
+    Millis,
+    /// A plain count (messages, frames, levels, connections…).
+    #[serde(rename = "count")]
+    Count,
+    /// A Unix file mode, written in decimal here and shown in octal.
+    #[serde(rename = "mode")]
+    Mode,
+}
+
+/// An expression over numbers and limit names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Expr {
+    /// A literal number.
+    Number(f64),
+    /// The value of another limit, by name.
+    Ref(String),
+    /// Sum of the terms.
+    Sum {
+        /// Terms to add.
+        sum: Vec<Expr>,
+    },
+    /// Product of the terms.
+    Product {
+        /// Terms to multiply.
+        product: Vec<Expr>,
+    },
+}
+
+/// A relation between limits a seed states, checked by `contractgen check`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Relation {
+    /// Left side.
+    pub left: Expr,
+    /// Comparison.
+    pub op: RelOp,
+    /// Right side.
+    pub right: Expr,
+    /// Why it must hold.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// Comparison operators for relations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RelOp {
+    /// Strictly less.
+    #[serde(rename = "<")]
+    Lt,
+    /// Less or equal.
+    #[serde(rename = "<=")]
+    Le,
+    /// Equal.
+    #[serde(rename = "==")]
+    Eq,
+    /// Greater or equal.
+    #[serde(rename = ">=")]
+    Ge,
+    /// Strictly greater.
+    #[serde(rename = ">")]
+    Gt,
+}
+
+/// A state machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateMachine {
+    /// What the machine tracks and who holds it.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+    /// States and their meaning.
+    pub states: IndexMap<String, String>,
+    /// The state a new instance starts in.
+    pub initial: String,
+    /// States with no way out.
+    pub terminal: Vec<String>,
+    /// Allowed transitions.
+    pub transitions: Vec<Transition>,
+    /// What a transition the machine does not allow means.
+    pub on_invalid: InvalidTransition,
+}
+
+/// An allowed transition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Transition {
+    /// Source state.
+    pub from: String,
+    /// Target state.
+    pub to: String,
+    /// What triggers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<String>,
+}
+
+/// What a disallowed transition means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum InvalidTransition {
+    /// It is a protocol error.
+    Error,
+    /// It is a repeat or a late report and is ignored.
+    Ignore,
+}
+
+/// Where the trace id lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Trace {
+    /// Channel that carries it.
+    pub channel: String,
+    /// Pointer to it in each message.
+    pub path: String,
+    /// Its format.
+    pub format: TraceFormat,
+    /// Which messages carry it.
+    pub propagation: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// Trace id formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TraceFormat {
+    /// An opaque string chosen by the originator.
+    Opaque,
+    /// A W3C `traceparent` header value.
+    W3cTraceparent,
+}
+
+/// A file that is part of the protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileSpec {
+    /// Where it lives.
+    pub path: String,
+    /// Its contents' schema.
+    #[schemars(with = "serde_json::Value")]
+    pub schema: Value,
+    /// Who writes, who reads, and the rules.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+    /// Example contents, validated against `schema`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub examples: Vec<Value>,
+}
+
+/// A decision taken where a seed is silent or contradicts itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Note {
+    /// Stable identifier, e.g. `K-3`.
+    pub id: String,
+    /// Seed section (and digest gap id) it concerns.
+    pub seed: String,
+    /// What the seed says or lacks.
+    pub issue: String,
+    /// What the contract decided, and why.
+    pub decision: String,
+}
+
+/// The meta-schema for contract documents, as committed in `schema/contract.schema.json`.
+pub fn meta_schema() -> Value {
+    let schema = schemars::schema_for!(Contract);
+    schema.to_value()
+}

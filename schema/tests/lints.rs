@@ -1,0 +1,194 @@
+//! Each lint of `contractgen check` is shown to fire: a clean fixture passes,
+//! and one targeted edit per lint makes it fail at the expected pointer.
+
+use contract::check::Lint;
+use serde_json::{Value, json};
+
+fn fixture() -> Value {
+    serde_json::from_str(include_str!("fixtures/minimal.json")).expect("fixture is JSON")
+}
+
+fn problems(doc: &Value) -> Vec<contract::Problem> {
+    contract::check_document("fixture.json", doc).1
+}
+
+/// Apply `edit`, then assert a problem of `lint` at exactly `pointer`.
+fn assert_fires(edit: impl FnOnce(&mut Value), lint: Lint, pointer: &str) {
+    let mut doc = fixture();
+    edit(&mut doc);
+    let ps = problems(&doc);
+    assert!(
+        ps.iter().any(|p| p.lint == lint && p.pointer == pointer),
+        "expected [{}] at {pointer}, got:\n{}",
+        lint.id(),
+        ps.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn clean_fixture_has_no_problems() {
+    let ps = problems(&fixture());
+    assert!(ps.is_empty(), "{ps:#?}");
+}
+
+#[test]
+fn meta_schema_rejects_unknown_key() {
+    assert_fires(|d| d["methods"]["echo"]["colour"] = json!("red"), Lint::MetaSchema, "/methods/echo");
+}
+
+#[test]
+fn meta_schema_rejects_wrong_type() {
+    assert_fires(|d| d["limits"]["frameMax"]["unit"] = json!("furlongs"), Lint::MetaSchema, "/limits/frameMax/unit");
+}
+
+#[test]
+fn dangling_error_reference() {
+    assert_fires(|d| d["methods"]["echo"]["errors"] = json!([-32099]), Lint::ErrorRef, "/methods/echo/errors/0");
+}
+
+#[test]
+fn duplicate_error_code() {
+    assert_fires(
+        |d| {
+            let dup = d["errors"][0].clone();
+            d["errors"].as_array_mut().expect("array").push(dup);
+        },
+        Lint::DuplicateCode,
+        "/errors/2/code",
+    );
+}
+
+#[test]
+fn duplicate_code_table_value() {
+    assert_fires(
+        |d| {
+            let v = json!({"value": 4001, "description": "again"});
+            d["codes"]["closeCodes"]["values"].as_array_mut().expect("array").push(v);
+        },
+        Lint::DuplicateCode,
+        "/codes/closeCodes/values/1/value",
+    );
+}
+
+#[test]
+fn dangling_dollar_ref() {
+    assert_fires(|d| d["methods"]["echo"]["params"] = json!({"$ref": "#/$defs/Nope"}), Lint::DanglingRef, "/methods/echo/params/$ref");
+}
+
+#[test]
+fn external_ref_is_rejected() {
+    assert_fires(|d| d["$defs"]["EchoParams"]["properties"]["text"] = json!({"$ref": "other.json#/x"}), Lint::DanglingRef, "/$defs/EchoParams/properties/text/$ref");
+}
+
+#[test]
+fn bad_example_params() {
+    assert_fires(
+        |d| d["methods"]["echo"]["examples"][0]["message"]["params"]["text"] = json!("far too long for ten"),
+        Lint::BadExample,
+        "/methods/echo/examples/0/message",
+    );
+}
+
+#[test]
+fn bad_example_unknown_field() {
+    assert_fires(
+        |d| d["methods"]["echo"]["examples"][1]["message"]["result"]["extra"] = json!(1),
+        Lint::BadExample,
+        "/methods/echo/examples/1/message",
+    );
+}
+
+#[test]
+fn bad_example_wrong_jsonrpc_version() {
+    assert_fires(|d| d["methods"]["echo"]["examples"][0]["message"]["jsonrpc"] = json!("1.0"), Lint::BadExample, "/methods/echo/examples/0/message");
+}
+
+#[test]
+fn bad_example_error_not_listed() {
+    assert_fires(|d| d["methods"]["echo"]["examples"][2]["message"]["error"]["code"] = json!(-32050), Lint::BadExample, "/methods/echo/examples/2/message");
+}
+
+#[test]
+fn bad_example_wrong_sender() {
+    assert_fires(|d| d["methods"]["echo"]["examples"][0]["from"] = json!("server"), Lint::BadExample, "/methods/echo/examples/0/message");
+}
+
+#[test]
+fn invalid_json_schema() {
+    assert_fires(|d| d["$defs"]["EchoParams"]["type"] = json!("banana"), Lint::SchemaValid, "/$defs/EchoParams");
+}
+
+#[test]
+fn transition_to_undeclared_state() {
+    assert_fires(
+        |d| d["stateMachines"]["session"]["transitions"][0]["to"] = json!("limbo"),
+        Lint::StateMachine,
+        "/stateMachines/session/transitions/0/to",
+    );
+}
+
+#[test]
+fn undeclared_initial_state() {
+    assert_fires(|d| d["stateMachines"]["session"]["initial"] = json!("nowhere"), Lint::StateMachine, "/stateMachines/session/initial");
+}
+
+#[test]
+fn terminal_state_with_exit() {
+    assert_fires(
+        |d| {
+            let t = json!({"from": "closed", "to": "open"});
+            d["stateMachines"]["session"]["transitions"].as_array_mut().expect("array").push(t);
+        },
+        Lint::StateMachine,
+        "/stateMachines/session/transitions/1/from",
+    );
+}
+
+#[test]
+fn relation_that_does_not_hold() {
+    assert_fires(|d| d["limits"]["idleSeconds"]["value"] = json!(1000), Lint::Relation, "/relations/0");
+}
+
+#[test]
+fn derived_limit_replaced_by_wrong_literal() {
+    assert_fires(|d| d["limits"]["hostWait"]["value"] = json!(100), Lint::Relation, "/relations/1");
+}
+
+#[test]
+fn relation_across_dimensions() {
+    assert_fires(|d| d["relations"][0]["right"] = json!("frameMax"), Lint::Relation, "/relations/0");
+}
+
+#[test]
+fn self_referential_limit() {
+    assert_fires(|d| d["limits"]["idleSeconds"]["value"] = json!({"sum": ["hostWait", 1]}), Lint::Relation, "/limits/idleSeconds/value");
+}
+
+#[test]
+fn undeclared_limit_in_framing() {
+    assert_fires(
+        |d| d["channels"]["main"]["framing"]["maxPayload"] = json!("missing"),
+        Lint::NameRef,
+        "/channels/main/framing/maxPayload",
+    );
+}
+
+#[test]
+fn unknown_party_and_channel() {
+    assert_fires(|d| d["methods"]["echo"]["from"] = json!(["stranger"]), Lint::NameRef, "/methods/echo/from/0");
+    assert_fires(|d| d["methods"]["echo"]["channel"] = json!("side"), Lint::NameRef, "/methods/echo/channel");
+}
+
+#[test]
+fn code_table_map_to_missing_value() {
+    assert_fires(
+        |d| d["codes"]["closeCodes"]["values"][0]["maps"]["exitCodes"] = json!(99),
+        Lint::NameRef,
+        "/codes/closeCodes/values/0/maps/exitCodes",
+    );
+}
+
+#[test]
+fn violation_code_must_exist() {
+    assert_fires(|d| d["violations"]["parse"]["code"] = json!(-32123), Lint::ErrorRef, "/violations/parse/code");
+}
