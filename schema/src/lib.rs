@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod model;
+pub mod wire;
 mod pointer;
 
 pub use check::{Problem, check_document};

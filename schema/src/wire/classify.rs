@@ -1,0 +1,665 @@
+//! Classify decoded frames against a contract: kind, method, ids, trace id,
+//! direction and payload schema, or a [`Violation`] carrying the contract's own
+//! code and prescribed action.
+//!
+//! [`Wire`] is compiled once per contract (schemas compiled, limits resolved)
+//! and is then read-only, so one instance serves every connection.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::framing::{ChannelCodec, FrameError, limit_bytes};
+use super::json::{self, JsonError, JsonLimits};
+use crate::check::rooted;
+use crate::model::{Action, ActionKind, Binding, Channel, Contract, Kind};
+
+/// Errors building a [`Wire`] from a contract (the contract passed `check` but
+/// cannot drive the wire layer).
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// A schema does not compile.
+    #[error("{contract}: schema at {pointer} does not compile: {reason}")]
+    Schema {
+        /// Contract name.
+        contract: String,
+        /// Where the schema is.
+        pointer: String,
+        /// Why.
+        reason: String,
+    },
+    /// The framing cannot be built.
+    #[error("{contract}: channel {channel}: {source}")]
+    Framing {
+        /// Contract name.
+        contract: String,
+        /// Channel name.
+        channel: String,
+        /// Why.
+        source: FrameError,
+    },
+    /// No such channel.
+    #[error("contract {contract} has no channel {channel:?}")]
+    NoChannel {
+        /// Contract name.
+        contract: String,
+        /// Channel asked for.
+        channel: String,
+    },
+}
+
+/// The classes of violation a contract can prescribe an action for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViolationClass {
+    /// Frame or line over its cap.
+    Oversize,
+    /// Not JSON, or breaks the strict profile.
+    Parse,
+    /// JSON, but not a valid message of this protocol.
+    Invalid,
+    /// A request for an unknown method.
+    UnknownRequest,
+    /// A notification or event for an unknown method.
+    UnknownNotification,
+    /// A known method sent by a party that may not send it.
+    WrongDirection,
+    /// Params (or a result) that fail their schema.
+    InvalidParams,
+}
+
+impl ViolationClass {
+    /// Stable name used in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationClass::Oversize => "oversize",
+            ViolationClass::Parse => "parse",
+            ViolationClass::Invalid => "invalid",
+            ViolationClass::UnknownRequest => "unknown-request",
+            ViolationClass::UnknownNotification => "unknown-notification",
+            ViolationClass::WrongDirection => "wrong-direction",
+            ViolationClass::InvalidParams => "invalid-params",
+        }
+    }
+}
+
+/// A message the contract does not accept, with what the contract says to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    /// Which rule it breaks.
+    pub class: ViolationClass,
+    /// The contract's code for it (error code or close code), if any.
+    pub code: Option<Value>,
+    /// What the receiver does, per the contract.
+    pub action: Option<ActionKind>,
+    /// The limit this violation counts toward (e.g. bad frames before a close).
+    pub count_toward: Option<String>,
+    /// The seed rule it breaks.
+    pub seed: Option<String>,
+    /// One-line reason.
+    pub reason: String,
+    /// Structured details (e.g. `{"fields": [...]}` for missing envelope fields).
+    pub details: Value,
+    /// What could be read of the message before it failed (method, id…).
+    pub partial: Option<Box<Message>>,
+    /// The strict-JSON rule, when `class` is `Parse`.
+    pub json: Option<JsonError>,
+}
+
+/// A classified, validated message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Its kind.
+    pub kind: Kind,
+    /// Method name (requests, notifications, events; and responses once correlated).
+    pub method: Option<String>,
+    /// Its id.
+    pub id: Option<Value>,
+    /// The id of the request it answers.
+    pub correlation: Option<Value>,
+    /// Trace id, as carried.
+    pub trace: Option<String>,
+    /// The whole decoded message.
+    pub value: Value,
+}
+
+#[derive(Debug)]
+struct MethodWire {
+    kind: Kind,
+    from: Vec<String>,
+    params: Option<jsonschema::Validator>,
+    result: Option<jsonschema::Validator>,
+    max_payload: Option<u64>,
+    matches: Vec<(String, Value)>,
+}
+
+/// One channel, compiled.
+#[derive(Debug)]
+pub struct ChannelWire {
+    name: String,
+    codec: ChannelCodec,
+    json: Option<JsonLimits>,
+    binding: Option<Binding>,
+    envelope: Option<jsonschema::Validator>,
+    /// Required envelope fields per wire kind value, for `details.fields`.
+    required_by_kind: HashMap<String, Vec<String>>,
+    methods: HashMap<String, MethodWire>,
+    /// Tagged bindings: methods in contract order, tried first to last.
+    tagged_order: Vec<String>,
+}
+
+/// A contract compiled for the wire: codecs, JSON rules and validators per channel.
+#[derive(Debug)]
+pub struct Wire {
+    contract: Arc<Contract>,
+    channels: HashMap<String, ChannelWire>,
+}
+
+fn compile(c: &Contract, schema: &Value, pointer: String) -> Result<jsonschema::Validator, WireError> {
+    jsonschema::draft202012::new(&rooted(c, schema)).map_err(|e| WireError::Schema {
+        contract: c.name.clone(),
+        pointer,
+        reason: e.to_string(),
+    })
+}
+
+/// Resolve `{"$ref": "#/$defs/X"}` chains to the schema they name.
+fn deref<'a>(c: &'a Contract, mut s: &'a Value) -> &'a Value {
+    for _ in 0..16 {
+        match s.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/")) {
+            Some(name) => match c.defs.get(name) {
+                Some(t) => s = t,
+                None => break,
+            },
+            None => break,
+        }
+    }
+    s
+}
+
+/// For an envelope schema that is a `oneOf` discriminated on the kind field,
+/// the `required` list of each branch, keyed by the branch's `const` kind.
+fn required_by_kind(c: &Contract, envelope: &Value, kind_ptr: &str) -> HashMap<String, Vec<String>> {
+    let mut out = HashMap::new();
+    let field = kind_ptr.trim_start_matches('/');
+    let root = deref(c, envelope);
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    };
+    let base = strings(root.get("required"));
+    for branch in root.get("oneOf").and_then(Value::as_array).into_iter().flatten() {
+        let b = deref(c, branch);
+        let mut req = base.clone();
+        // Branches may extend a shared base with allOf.
+        for part in b.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+            req.extend(strings(deref(c, part).get("required")));
+        }
+        req.extend(strings(b.get("required")));
+        let tag = b
+            .pointer(&format!("/properties/{field}/const"))
+            .or_else(|| b.pointer(&format!("/properties/{field}/enum/0")))
+            .and_then(Value::as_str);
+        if let Some(tag) = tag {
+            req.dedup();
+            out.insert(tag.to_string(), req);
+        }
+    }
+    if out.is_empty() && !base.is_empty() {
+        out.insert(String::new(), base);
+    }
+    out
+}
+
+impl Wire {
+    /// Compile `contract` for the wire.
+    pub fn new(contract: Arc<Contract>) -> Result<Self, WireError> {
+        let c = &*contract;
+        let mut channels = HashMap::new();
+        for (cname, ch) in &c.channels {
+            channels.insert(cname.clone(), Self::channel(c, cname, ch)?);
+        }
+        Ok(Wire { contract, channels })
+    }
+
+    fn channel(c: &Contract, cname: &str, ch: &Channel) -> Result<ChannelWire, WireError> {
+        let framing_err = |source| WireError::Framing {
+            contract: c.name.clone(),
+            channel: cname.to_string(),
+            source,
+        };
+        let codec = ChannelCodec::for_channel(c, ch).map_err(framing_err)?;
+        let json = match &ch.json {
+            None if ch.binding.is_none() => None,
+            None => Some(JsonLimits::default()),
+            Some(j) => {
+                let lim = |n: &Option<String>, d: usize| -> Result<usize, WireError> {
+                    match n {
+                        Some(n) => limit_bytes(c, n).map(|v| v as usize).map_err(framing_err),
+                        None => Ok(d),
+                    }
+                };
+                let d = JsonLimits::default();
+                Some(JsonLimits {
+                    strict: j.strict,
+                    object_only: j.object_only,
+                    max_depth: lim(&j.max_depth, d.max_depth)?,
+                    max_items: lim(&j.max_items, d.max_items)?,
+                })
+            }
+        };
+        let envelope = match &ch.message {
+            Some(s) => Some(compile(c, s, format!("/channels/{cname}/message"))?),
+            None => None,
+        };
+        let required = match (&ch.message, &ch.binding) {
+            (Some(s), Some(Binding::Envelope { kind, .. })) => required_by_kind(c, s, kind),
+            _ => HashMap::new(),
+        };
+        let mut methods = HashMap::new();
+        let mut tagged_order = Vec::new();
+        for (mname, m) in c.methods.iter().filter(|(_, m)| m.channel == cname) {
+            let ptr = crate::pointer::join("/methods", [mname.as_str()]);
+            let params = match &m.params {
+                Some(s) => Some(compile(c, s, format!("{ptr}/params"))?),
+                None => None,
+            };
+            let result = match &m.result {
+                Some(s) => Some(compile(c, s, format!("{ptr}/result"))?),
+                None => None,
+            };
+            let max_payload = match &m.max_payload {
+                Some(n) => Some(limit_bytes(c, n).map_err(framing_err)?),
+                None => None,
+            };
+            tagged_order.push(mname.clone());
+            methods.insert(
+                mname.clone(),
+                MethodWire {
+                    kind: m.kind,
+                    from: m.from.clone(),
+                    params,
+                    result,
+                    max_payload,
+                    matches: m.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                },
+            );
+        }
+        Ok(ChannelWire {
+            name: cname.to_string(),
+            codec,
+            json,
+            binding: ch.binding.clone(),
+            envelope,
+            required_by_kind: required,
+            methods,
+            tagged_order,
+        })
+    }
+
+    /// The contract this wire was compiled from.
+    pub fn contract(&self) -> &Arc<Contract> {
+        &self.contract
+    }
+
+    /// A compiled channel.
+    pub fn channel_wire(&self, channel: &str) -> Result<&ChannelWire, WireError> {
+        self.channels.get(channel).ok_or_else(|| WireError::NoChannel {
+            contract: self.contract.name.clone(),
+            channel: channel.to_string(),
+        })
+    }
+
+    /// A fresh codec for `channel` (codecs carry per-stream state).
+    pub fn codec(&self, channel: &str) -> Result<ChannelCodec, WireError> {
+        Ok(self.channel_wire(channel)?.codec.clone())
+    }
+
+    /// Build a violation of `class`, filled with the contract's prescribed action.
+    pub fn violation(&self, class: ViolationClass, reason: impl Into<String>) -> Violation {
+        let v = &self.contract.violations;
+        let action: Option<&Action> = match class {
+            ViolationClass::Oversize => v.oversize.as_ref().or(v.invalid.as_ref()),
+            ViolationClass::Parse => v.parse.as_ref(),
+            ViolationClass::Invalid => v.invalid.as_ref(),
+            ViolationClass::UnknownRequest => v.unknown_request.as_ref(),
+            ViolationClass::UnknownNotification => v.unknown_notification.as_ref(),
+            ViolationClass::WrongDirection => v.wrong_direction.as_ref().or(v.invalid.as_ref()),
+            ViolationClass::InvalidParams => v.invalid_params.as_ref().or(v.invalid.as_ref()),
+        };
+        Violation {
+            class,
+            code: action.and_then(|a| a.code.clone()),
+            action: action.map(|a| a.action),
+            count_toward: action.and_then(|a| a.count_toward.clone()),
+            seed: action.map(|a| a.seed.clone()),
+            reason: reason.into(),
+            details: Value::Null,
+            partial: None,
+            json: None,
+        }
+    }
+
+    /// Parse and classify one frame's bytes that `from` sent on `channel`.
+    ///
+    /// `answers` is the method of the request a response answers, when the
+    /// caller tracks requests (see [`Correlator`]); without it a response is
+    /// classified but its result is not schema-checked.
+    pub fn decode(&self, channel: &str, from: &str, bytes: &[u8], answers: Option<&str>) -> Result<Message, Violation> {
+        let ch = self.channel_wire(channel).map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
+        let limits = ch.json.unwrap_or_default();
+        let value = json::parse(bytes, &limits).map_err(|e| {
+            let mut v = self.violation(ViolationClass::Parse, e.to_string());
+            v.json = Some(e);
+            v
+        })?;
+        let msg = self.classify_value(ch, from, value, answers)?;
+        if let Some(cap) = msg.method.as_deref().and_then(|m| ch.methods.get(m)).and_then(|m| m.max_payload) {
+            if bytes.len() as u64 > cap {
+                let mut v = self.violation(
+                    ViolationClass::Oversize,
+                    format!("{} frame of {} bytes exceeds its {cap}-byte cap", msg.method.as_deref().unwrap_or(""), bytes.len()),
+                );
+                v.partial = Some(Box::new(msg));
+                return Err(v);
+            }
+        }
+        Ok(msg)
+    }
+
+    /// Classify an already-parsed value.
+    pub fn classify(&self, channel: &str, from: &str, value: Value, answers: Option<&str>) -> Result<Message, Violation> {
+        let ch = self.channel_wire(channel).map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
+        self.classify_value(ch, from, value, answers)
+    }
+
+    fn classify_value(&self, ch: &ChannelWire, from: &str, value: Value, answers: Option<&str>) -> Result<Message, Violation> {
+        let msg = match &ch.binding {
+            Some(Binding::Jsonrpc { version, trace }) => self.jsonrpc(version, trace.as_deref(), value)?,
+            Some(Binding::Envelope {
+                kind,
+                kinds,
+                method,
+                id,
+                correlation,
+                trace,
+                ..
+            }) => {
+                let wire_kind = value.pointer(kind).and_then(Value::as_str).map(str::to_string);
+                let k = wire_kind.as_deref().and_then(|w| kinds.get(w)).copied();
+                let get = |p: &Option<String>| p.as_deref().and_then(|p| value.pointer(p)).cloned();
+                let msg = Message {
+                    kind: k.unwrap_or(Kind::Notification),
+                    method: value.pointer(method).and_then(Value::as_str).map(str::to_string),
+                    id: get(id),
+                    correlation: get(correlation),
+                    trace: get(trace).and_then(|t| t.as_str().map(str::to_string)),
+                    value,
+                };
+                if let Some(env) = &ch.envelope {
+                    if !env.is_valid(&msg.value) {
+                        let missing: Vec<String> = ch
+                            .required_by_kind
+                            .get(wire_kind.as_deref().unwrap_or(""))
+                            .or_else(|| ch.required_by_kind.get(""))
+                            .into_iter()
+                            .flatten()
+                            .filter(|f| msg.value.get(f.as_str()).is_none())
+                            .cloned()
+                            .collect();
+                        let first = env.iter_errors(&msg.value).next().map(|e| format!("{}: {e}", e.instance_path()));
+                        let mut v = self.violation(
+                            ViolationClass::Invalid,
+                            if missing.is_empty() {
+                                format!("invalid envelope: {}", first.unwrap_or_default())
+                            } else {
+                                format!("envelope is missing {}", missing.join(", "))
+                            },
+                        );
+                        v.details = json!({ "fields": missing });
+                        v.partial = Some(Box::new(msg));
+                        return Err(v);
+                    }
+                }
+                if k.is_none() {
+                    let mut v = self.violation(ViolationClass::Invalid, format!("unknown message kind {wire_kind:?}"));
+                    v.partial = Some(Box::new(msg));
+                    return Err(v);
+                }
+                msg
+            }
+            Some(Binding::Tagged { id, correlation, .. }) => {
+                let name = ch.tagged_order.iter().find(|n| {
+                    ch.methods
+                        .get(n.as_str())
+                        .is_some_and(|m| m.matches.iter().all(|(p, want)| value.pointer(p) == Some(want)))
+                });
+                let get = |p: &Option<String>| p.as_deref().and_then(|p| value.pointer(p)).cloned();
+                let (kind, method) = match name {
+                    Some(n) => (ch.methods.get(n.as_str()).map(|m| m.kind).unwrap_or(Kind::Notification), Some(n.clone())),
+                    None => (Kind::Notification, None),
+                };
+                let msg = Message {
+                    kind,
+                    method,
+                    id: get(id),
+                    correlation: get(correlation),
+                    trace: None,
+                    value,
+                };
+                if let Some(env) = &ch.envelope {
+                    if !env.is_valid(&msg.value) {
+                        let first = env.iter_errors(&msg.value).next().map(|e| format!("{}: {e}", e.instance_path()));
+                        let mut v = self.violation(ViolationClass::Invalid, format!("invalid frame: {}", first.unwrap_or_default()));
+                        v.partial = Some(Box::new(msg));
+                        return Err(v);
+                    }
+                }
+                msg
+            }
+            None => {
+                return Err(self.violation(ViolationClass::Invalid, format!("channel {} carries no JSON messages", ch.name)));
+            }
+        };
+        self.check_method(ch, from, msg, answers)
+    }
+
+    fn jsonrpc(&self, version: &str, trace: Option<&str>, value: Value) -> Result<Message, Violation> {
+        let invalid = |reason: String, value: &Value| {
+            let mut v = self.violation(ViolationClass::Invalid, reason);
+            v.partial = Some(Box::new(Message {
+                kind: Kind::Notification,
+                method: value.get("method").and_then(Value::as_str).map(str::to_string),
+                id: value.get("id").cloned(),
+                correlation: None,
+                trace: None,
+                value: value.clone(),
+            }));
+            v
+        };
+        let Some(obj) = value.as_object() else {
+            return Err(invalid("a JSON-RPC message must be an object".into(), &value));
+        };
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some(version) {
+            return Err(invalid(format!("`jsonrpc` must be {version:?}"), &value));
+        }
+        let id = obj.get("id");
+        if let Some(id) = id {
+            if !(id.is_string() || id.is_number() || id.is_null()) {
+                return Err(invalid("`id` must be a string or a number".into(), &value));
+            }
+        }
+        let method = obj.get("method");
+        let kind = match (method, id, obj.get("result"), obj.get("error")) {
+            (Some(Value::String(_)), Some(_), None, None) => Kind::Request,
+            (Some(Value::String(_)), None, None, None) => Kind::Notification,
+            (None, Some(_), Some(_), None) => Kind::Response,
+            (None, Some(_), None, Some(e)) => {
+                let ok = e.get("code").is_some_and(|c| c.is_i64()) && e.get("message").is_some_and(Value::is_string);
+                if !ok {
+                    return Err(invalid("`error` needs an integer `code` and a string `message`".into(), &value));
+                }
+                Kind::Error
+            }
+            (Some(_), _, _, _) => return Err(invalid("`method` must be a string, without `result` or `error`".into(), &value)),
+            _ => return Err(invalid("not a request, notification, response or error".into(), &value)),
+        };
+        if let Some(p) = obj.get("params") {
+            if kind == Kind::Request || kind == Kind::Notification {
+                if !(p.is_object() || p.is_array()) {
+                    return Err(invalid("`params` must be an object or an array".into(), &value));
+                }
+            }
+        }
+        let allowed = ["jsonrpc", "id", "method", "params", "result", "error"];
+        if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(invalid(format!("unexpected member {k:?}"), &value));
+        }
+        let trace = trace.and_then(|p| value.pointer(p)).and_then(Value::as_str).map(str::to_string);
+        let (id, correlation) = match kind {
+            Kind::Response | Kind::Error => (None, id.cloned()),
+            _ => (id.cloned(), None),
+        };
+        Ok(Message {
+            kind,
+            method: method.and_then(Value::as_str).map(str::to_string),
+            id,
+            correlation,
+            trace,
+            value,
+        })
+    }
+
+    fn check_method(&self, ch: &ChannelWire, from: &str, mut msg: Message, answers: Option<&str>) -> Result<Message, Violation> {
+        let payload_ptr = match &ch.binding {
+            Some(Binding::Envelope { payload, .. }) => payload.clone(),
+            Some(Binding::Jsonrpc { .. }) => match msg.kind {
+                Kind::Response => "/result".into(),
+                Kind::Error => "/error".into(),
+                _ => "/params".into(),
+            },
+            _ => String::new(),
+        };
+        match msg.kind {
+            Kind::Response | Kind::Error => {
+                if msg.method.is_none() {
+                    msg.method = answers.map(str::to_string);
+                }
+                if msg.kind == Kind::Response {
+                    if let Some(m) = answers.and_then(|a| ch.methods.get(a)) {
+                        if let Some(v) = &m.result {
+                            let payload = msg.value.pointer(&payload_ptr).unwrap_or(&Value::Null);
+                            if !v.is_valid(payload) {
+                                let first = v.iter_errors(payload).next().map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
+                                let mut viol = self.violation(ViolationClass::InvalidParams, format!("result of {}: {}", answers.unwrap_or(""), first.unwrap_or_default()));
+                                viol.partial = Some(Box::new(msg));
+                                return Err(viol);
+                            }
+                        }
+                    }
+                }
+                Ok(msg)
+            }
+            Kind::Request | Kind::Notification | Kind::Event => {
+                let Some(name) = msg.method.clone() else {
+                    let mut v = self.violation(ViolationClass::Invalid, "message has no method");
+                    v.partial = Some(Box::new(msg));
+                    return Err(v);
+                };
+                let Some(m) = ch.methods.get(&name) else {
+                    let class = if msg.kind == Kind::Request { ViolationClass::UnknownRequest } else { ViolationClass::UnknownNotification };
+                    let mut v = self.violation(class, format!("unknown method {name:?}"));
+                    v.partial = Some(Box::new(msg));
+                    return Err(v);
+                };
+                // A JSON-RPC notification for a method declared as an event is the same thing.
+                let same_kind = m.kind == msg.kind || (matches!(m.kind, Kind::Event | Kind::Notification) && matches!(msg.kind, Kind::Event | Kind::Notification));
+                if !same_kind {
+                    let mut v = self.violation(ViolationClass::Invalid, format!("{name} is a {:?}, not a {:?}", m.kind, msg.kind));
+                    v.partial = Some(Box::new(msg));
+                    return Err(v);
+                }
+                if matches!(ch.binding, Some(Binding::Tagged { .. })) {
+                    msg.kind = m.kind;
+                }
+                if !m.from.iter().any(|p| p == from) {
+                    let mut v = self.violation(ViolationClass::WrongDirection, format!("{name} may be sent only by {}, not by {from}", m.from.join(" or ")));
+                    v.partial = Some(Box::new(msg));
+                    return Err(v);
+                }
+                if let Some(v) = &m.params {
+                    let payload = msg.value.pointer(&payload_ptr);
+                    let ok = match payload {
+                        Some(p) => v.is_valid(p),
+                        None => v.is_valid(&Value::Null) || v.is_valid(&json!({})),
+                    };
+                    if !ok {
+                        let p = payload.cloned().unwrap_or(Value::Null);
+                        let first = v.iter_errors(&p).next().map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
+                        let mut viol = self.violation(ViolationClass::InvalidParams, format!("{name}: {}", first.unwrap_or_default()));
+                        viol.partial = Some(Box::new(msg));
+                        return Err(viol);
+                    }
+                }
+                Ok(msg)
+            }
+        }
+    }
+}
+
+/// Tracks requests in flight so responses can be matched to their method.
+///
+/// Bounded: at most `cap` requests per sending party; beyond that
+/// [`Correlator::open`] refuses and the caller decides (count, flag, enforce).
+#[derive(Debug)]
+pub struct Correlator {
+    cap: usize,
+    pending: HashMap<(String, String), String>,
+    per_party: HashMap<String, usize>,
+}
+
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+impl Correlator {
+    /// A correlator holding at most `cap` open requests per party.
+    pub fn new(cap: usize) -> Self {
+        Correlator {
+            cap,
+            pending: HashMap::new(),
+            per_party: HashMap::new(),
+        }
+    }
+
+    /// Record a request `from` sent. False when the party already has `cap` open requests
+    /// or reuses an open id.
+    pub fn open(&mut self, from: &str, id: &Value, method: &str) -> bool {
+        let n = self.per_party.entry(from.to_string()).or_default();
+        if *n >= self.cap {
+            return false;
+        }
+        let key = (from.to_string(), id_key(id));
+        if self.pending.contains_key(&key) {
+            return false;
+        }
+        *n += 1;
+        self.pending.insert(key, method.to_string());
+        true
+    }
+
+    /// Match a reply to a request `requester` sent; removes it.
+    pub fn close(&mut self, requester: &str, id: &Value) -> Option<String> {
+        let m = self.pending.remove(&(requester.to_string(), id_key(id)))?;
+        if let Some(n) = self.per_party.get_mut(requester) {
+            *n = n.saturating_sub(1);
+        }
+        Some(m)
+    }
+
+    /// Open requests of one party.
+    pub fn open_count(&self, party: &str) -> usize {
+        self.per_party.get(party).copied().unwrap_or(0)
+    }
+}

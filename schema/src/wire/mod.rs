@@ -1,0 +1,16 @@
+//! The runtime half of a contract: bytes in, validated messages (or violations) out.
+//!
+//! - [`framing`]: sans-IO codecs for every framing a contract can declare,
+//!   implementing tokio-util's `Decoder`/`Encoder`;
+//! - [`json`]: bounded JSON parsing and the strict profile;
+//! - [`classify`]: kind, method, ids, trace id, direction and schema checks.
+//!
+//! Everything is configured from the contract; no protocol is special-cased.
+
+pub mod classify;
+pub mod framing;
+pub mod json;
+
+pub use classify::{Correlator, Message, Violation, ViolationClass, Wire, WireError};
+pub use framing::{BinaryFrame, ChannelCodec, FrameError};
+pub use json::{JsonError, JsonLimits};
