@@ -354,18 +354,21 @@ impl Wire {
             v.json = Some(e);
             v
         })?;
-        let msg = self.classify_value(ch, from, value, answers)?;
-        if let Some(cap) = msg.method.as_deref().and_then(|m| ch.methods.get(m)).and_then(|m| m.max_payload) {
+        // Per-method caps are checked before any schema work, as the contracts require.
+        let method = match &ch.binding {
+            Some(Binding::Jsonrpc { .. }) => value.get("method").and_then(Value::as_str),
+            Some(Binding::Envelope { method, .. }) => value.pointer(method).and_then(Value::as_str),
+            _ => None,
+        };
+        if let Some((name, cap)) = method.and_then(|m| ch.methods.get_key_value(m)).and_then(|(n, m)| m.max_payload.map(|c| (n, c))) {
             if bytes.len() as u64 > cap {
-                let mut v = self.violation(
+                return Err(self.violation(
                     ViolationClass::Oversize,
-                    format!("{} frame of {} bytes exceeds its {cap}-byte cap", msg.method.as_deref().unwrap_or(""), bytes.len()),
-                );
-                v.partial = Some(Box::new(msg));
-                return Err(v);
+                    format!("{name} frame of {} bytes exceeds its {cap}-byte cap", bytes.len()),
+                ));
             }
         }
-        Ok(msg)
+        self.classify_value(ch, from, value, answers)
     }
 
     /// Classify an already-parsed value.

@@ -1,0 +1,348 @@
+//! The wire layer against the real contracts: every example survives
+//! encode → split → decode → classify, each malformed input is rejected with
+//! its own error and the contract's code, and codecs round-trip under
+//! arbitrary splitting (property tests).
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use contract::model::{Kind, Part};
+use contract::wire::{BinaryFrame, ChannelCodec, FrameError, JsonError, ViolationClass, Wire};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tokio_util::codec::{Decoder, Encoder};
+
+fn wire(name: &str) -> Wire {
+    let c = contract::builtin(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    Wire::new(Arc::new(c)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Encode one message with the channel's codec, then decode it fed one byte at a time.
+fn through_codec(codec: &mut ChannelCodec, bytes: &[u8]) -> Bytes {
+    let mut wire_bytes = BytesMut::new();
+    match codec {
+        ChannelCodec::LengthPrefixed(c) => c.encode(bytes, &mut wire_bytes).expect("encode"),
+        ChannelCodec::Ndjson(c) => c.encode(bytes, &mut wire_bytes).expect("encode"),
+        ChannelCodec::Message(c) => {
+            c.check(bytes).expect("within cap");
+            return Bytes::copy_from_slice(bytes);
+        }
+        ChannelCodec::Binary(_) => panic!("JSON example on a binary channel"),
+    }
+    let mut buf = BytesMut::new();
+    let mut out = None;
+    for b in wire_bytes.iter() {
+        buf.extend_from_slice(&[*b]);
+        let got = match codec {
+            ChannelCodec::LengthPrefixed(c) => c.decode(&mut buf).expect("decode"),
+            ChannelCodec::Ndjson(c) => c.decode(&mut buf).expect("decode"),
+            _ => unreachable!(),
+        };
+        if let Some(f) = got {
+            assert!(out.is_none(), "one frame in, one frame out");
+            out = Some(f);
+        }
+    }
+    assert!(buf.is_empty());
+    out.expect("a frame")
+}
+
+#[test]
+fn every_example_of_every_contract_decodes_and_validates() {
+    let mut seen = 0;
+    for (name, _) in contract::BUILTIN {
+        let w = wire(name);
+        let c = w.contract().clone();
+        for (mname, m) in &c.methods {
+            for (i, ex) in m.examples.iter().enumerate() {
+                let from = ex.from.clone().expect("examples name their sender");
+                let bytes = serde_json::to_vec(&ex.message).expect("ser");
+                let mut codec = w.codec(&m.channel).expect("codec");
+                let frame = through_codec(&mut codec, &bytes);
+                let answers = (ex.part != Part::Call).then_some(mname.as_str());
+                let msg = w
+                    .decode(&m.channel, &from, &frame, answers)
+                    .unwrap_or_else(|v| panic!("{name} {mname} example {i} ({}): {v:?}", ex.title));
+                let want = match ex.part {
+                    Part::Call => m.kind,
+                    Part::Result => Kind::Response,
+                    Part::Error => Kind::Error,
+                };
+                let same = msg.kind == want || matches!((msg.kind, want), (Kind::Notification, Kind::Event));
+                assert!(same, "{name} {mname} example {i}: kind {:?}, want {want:?}", msg.kind);
+                assert_eq!(msg.method.as_deref(), Some(mname.as_str()), "{name} example {i}");
+                assert_eq!(msg.value, ex.message, "decoded value equals the example");
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 60, "only {seen} examples");
+}
+
+fn violation(w: &Wire, channel: &str, from: &str, bytes: &[u8]) -> contract::wire::Violation {
+    match w.decode(channel, from, bytes, None) {
+        Ok(m) => panic!("accepted {}: {m:?}", String::from_utf8_lossy(bytes)),
+        Err(v) => v,
+    }
+}
+
+fn rukh_call(params: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":"c:1","method":"rukh.initialize","params":{params}}}"#).into_bytes()
+}
+
+#[test]
+fn rukh_strict_json_each_rule_has_its_own_error() {
+    let w = wire("rukh");
+    let cases: Vec<(Vec<u8>, fn(&JsonError) -> bool)> = vec![
+        (b"{\"jsonrpc\":\"2.0\",\"method\":\"x\xff\"}".to_vec(), |e| matches!(e, JsonError::InvalidUtf8 { .. })),
+        ([&[0xEF, 0xBB, 0xBF][..], br#"{"jsonrpc":"2.0"}"#].concat(), |e| matches!(e, JsonError::Bom)),
+        (br#"{"jsonrpc":"2.0","method":"\udc00"}"#.to_vec(), |e| matches!(e, JsonError::LoneSurrogate { .. })),
+        (br#"{"jsonrpc":"2.0","id":"c:1","id":"c:2"}"#.to_vec(), |e| matches!(e, JsonError::DuplicateKey { .. })),
+        (
+            rukh_call(r#"{"a":{"b":{"a":1,"a":2}}}"#),
+            |e| matches!(e, JsonError::DuplicateKey { pointer, .. } if pointer == "/params/a/b"),
+        ),
+        (
+            rukh_call(&format!("{}{}", "[".repeat(40), "]".repeat(40))),
+            |e| matches!(e, JsonError::TooDeep { max: 32 }),
+        ),
+        (
+            rukh_call(&format!("[{}]", vec!["1"; 5000].join(","))),
+            |e| matches!(e, JsonError::TooManyItems { max: 4096 }),
+        ),
+        (rukh_call("9007199254740992"), |e| matches!(e, JsonError::UnsafeInteger { .. })),
+        (rukh_call("1e999"), |e| matches!(e, JsonError::NonFinite)),
+        (br#"{"jsonrpc":"2.0"} {}"#.to_vec(), |e| matches!(e, JsonError::TrailingBytes { .. })),
+        (br#"["jsonrpc"]"#.to_vec(), |e| matches!(e, JsonError::NotAnObject)),
+        (br#"{"jsonrpc":"2.0","#.to_vec(), |e| matches!(e, JsonError::Syntax { .. })),
+    ];
+    for (bytes, is) in cases {
+        let v = violation(&w, "ipc", "core", &bytes);
+        assert_eq!(v.class, ViolationClass::Parse, "{}", String::from_utf8_lossy(&bytes));
+        let e = v.json.as_ref().expect("json error kept");
+        assert!(is(e), "{} gave {e:?}", String::from_utf8_lossy(&bytes));
+        assert_eq!(v.code, Some(json!(-32700)), "rukh parse errors carry -32700");
+    }
+}
+
+#[test]
+fn jsonrpc_invalid_request_is_32600() {
+    for (contract, channel, from) in [("rukh", "ipc", "core"), ("toolchannel", "ws", "host")] {
+        let w = wire(contract);
+        for bad in [
+            r#"{"jsonrpc":"1.0","id":"c:1","method":"rukh.close"}"#,
+            r#"{"id":1,"method":"initialize"}"#,
+            r#"{"jsonrpc":"2.0","id":{"x":1},"method":"initialize"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","method":"initialize","params":7}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","extra":1}"#,
+        ] {
+            let v = violation(&w, channel, from, bad.as_bytes());
+            assert_eq!(v.class, ViolationClass::Invalid, "{contract}: {bad}: {v:?}");
+            assert_eq!(v.code, Some(json!(-32600)), "{contract}: {bad}");
+        }
+    }
+}
+
+#[test]
+fn kernel_missing_envelope_fields_are_listed() {
+    let w = wire("kernel");
+    let v = violation(&w, "control", "shell", br#"{"type":"request","method":"command.handle","payload":{"text":"hi"}}"#);
+    assert_eq!(v.class, ViolationClass::Invalid);
+    assert_eq!(v.code, Some(json!("protocol.invalid_envelope")));
+    let fields: Vec<&str> = v.details["fields"].as_array().expect("fields").iter().filter_map(Value::as_str).collect();
+    for f in ["v", "id", "timestamp", "trace_id"] {
+        assert!(fields.contains(&f), "{f} missing from {fields:?}");
+    }
+    assert!(!fields.contains(&"method") && !fields.contains(&"payload"), "{fields:?}");
+}
+
+fn kernel_envelope(kind: &str, method: &str, payload: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "v": 1, "type": kind, "id": "s-1", "method": method, "timestamp": 1756750000.123,
+        "trace_id": "t-1", "payload": payload
+    }))
+    .expect("ser")
+}
+
+#[test]
+fn kernel_unknown_method_versus_unknown_event() {
+    let w = wire("kernel");
+    let v = violation(&w, "control", "shell", &kernel_envelope("request", "no.such", json!({})));
+    assert_eq!(v.class, ViolationClass::UnknownRequest);
+    assert_eq!(v.code, Some(json!("protocol.unknown_method")));
+    let v = violation(&w, "control", "core", &kernel_envelope("event", "no.such", json!({})));
+    assert_eq!(v.class, ViolationClass::UnknownNotification);
+    assert_eq!(v.action, Some(contract::model::ActionKind::Ignore), "unknown events are ignored (§6)");
+}
+
+#[test]
+fn kernel_wrong_direction_and_bad_params() {
+    let w = wire("kernel");
+    let hello = kernel_envelope("request", "hello", json!({"protocol_versions": [1], "shell_version": "4.0.0", "capabilities": [], "locale": "ru"}));
+    assert!(w.decode("control", "shell", &hello, None).is_ok());
+    let v = violation(&w, "control", "core", &hello);
+    assert_eq!(v.class, ViolationClass::WrongDirection);
+    let bad = kernel_envelope("request", "hello", json!({"protocol_versions": "one"}));
+    let v = violation(&w, "control", "shell", &bad);
+    assert_eq!(v.class, ViolationClass::InvalidParams);
+    assert_eq!(v.code, Some(json!("protocol.invalid_payload")));
+}
+
+#[test]
+fn toolchannel_bad_frames_count_toward_the_close() {
+    let w = wire("toolchannel");
+    let c = w.contract().clone();
+    for bad in [&b"not json"[..], br#"{"jsonrpc":"2.0"}"#] {
+        let v = violation(&w, "ws", "worker", bad);
+        let limit = v.count_toward.clone().expect("bad frames count");
+        let l = c.limits.get(&limit).expect("limit exists");
+        let a = l.action.as_ref().expect("limit has an action");
+        assert_eq!(a.code, Some(json!(4006)), "{limit} closes with 4006");
+    }
+}
+
+#[test]
+fn xsession_frames_are_told_apart_by_match() {
+    let w = wire("xsession");
+    let c = w.contract().clone();
+    let ex = &c.methods["delivery_status"].examples[0];
+    let bytes = serde_json::to_vec(&ex.message).expect("ser");
+    let m = w.decode("inbox", "recipient", &bytes, None).expect("valid");
+    assert_eq!(m.method.as_deref(), Some("delivery_status"));
+    assert_eq!(m.kind, Kind::Event);
+    assert!(m.correlation.is_some(), "origMsgId is the correlation");
+    let v = violation(&w, "inbox", "sender", br#"{"type":"mystery"}"#);
+    assert_eq!(v.action, Some(contract::model::ActionKind::Ignore));
+}
+
+#[test]
+fn rukh_lifecycle_frames_have_the_tighter_cap() {
+    let w = wire("rukh");
+    let c = w.contract().clone();
+    let ex = c.methods["rukh.log"].examples.iter().find(|e| e.part == Part::Call).expect("log example");
+    let mut msg = ex.message.clone();
+    // Pad a string field to push the frame just past 16 KiB.
+    let pad = "x".repeat(17 * 1024);
+    msg["params"]["message"] = json!(pad);
+    let bytes = serde_json::to_vec(&msg).expect("ser");
+    let v = violation(&w, "ipc", "extension", &bytes);
+    assert_eq!(v.class, ViolationClass::Oversize, "{}", v.reason);
+}
+
+#[test]
+fn oversize_frames_are_refused_by_every_stream_codec() {
+    for (name, channel) in [("kernel", "control"), ("kernel", "data"), ("rukh", "ipc")] {
+        let w = wire(name);
+        let mut codec = w.codec(channel).expect("codec");
+        let mut buf = BytesMut::from(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0][..]);
+        let cap = buf.capacity();
+        let r = match &mut codec {
+            ChannelCodec::LengthPrefixed(c) => c.decode(&mut buf).map(|_| ()),
+            ChannelCodec::Binary(c) => c.decode(&mut buf).map(|_| ()),
+            _ => unreachable!(),
+        };
+        assert!(matches!(r, Err(FrameError::Oversize { len, .. }) if len >= 0xFFFF_FFFF - 12), "{name}/{channel}: {r:?}");
+        assert_eq!(buf.capacity(), cap, "{name}/{channel}: nothing reserved");
+    }
+    let w = wire("xsession");
+    let ChannelCodec::Ndjson(mut c) = w.codec("inbox").expect("codec") else { panic!("ndjson") };
+    // 1 MiB of 3-byte characters is 3 MiB of bytes but exactly at the cap: accepted.
+    let line = "€".repeat(1 << 20);
+    let mut buf = BytesMut::from(format!("{line}\n").as_bytes());
+    assert_eq!(c.decode(&mut buf).expect("at cap").map(|b| b.len()), Some(3 << 20));
+    let mut buf = BytesMut::from(format!("{line}€\n").as_bytes());
+    assert!(matches!(c.decode(&mut buf), Err(FrameError::LineTooLong { .. })));
+}
+
+#[test]
+fn truncated_stream_is_an_error_at_eof() {
+    let w = wire("rukh");
+    let ChannelCodec::LengthPrefixed(mut c) = w.codec("ipc").expect("codec") else { panic!() };
+    let mut buf = BytesMut::from(&[0, 0, 0, 9, b'{'][..]);
+    assert!(matches!(c.decode_eof(&mut buf), Err(FrameError::Truncated { buffered: 5 })));
+}
+
+fn split_feed<D: Decoder>(d: &mut D, bytes: &[u8], cuts: &[usize]) -> Vec<D::Item>
+where
+    D::Error: std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut pos = 0;
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    points.sort_unstable();
+    points.push(bytes.len());
+    for p in points {
+        if p < pos {
+            continue;
+        }
+        buf.extend_from_slice(&bytes[pos..p]);
+        pos = p;
+        while let Some(f) = d.decode(&mut buf).expect("decode") {
+            out.push(f);
+        }
+    }
+    while let Some(f) = d.decode_eof(&mut buf).expect("eof") {
+        out.push(f);
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn length_prefixed_roundtrip_under_any_split(frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 1..8), cuts in prop::collection::vec(any::<usize>(), 0..20)) {
+        let w = wire("rukh");
+        let ChannelCodec::LengthPrefixed(mut c) = w.codec("ipc").expect("codec") else { panic!() };
+        let mut bytes = BytesMut::new();
+        for f in &frames { c.encode(f.as_slice(), &mut bytes).expect("encode"); }
+        let got = split_feed(&mut c, &bytes, &cuts);
+        prop_assert_eq!(got.iter().map(|b| b.to_vec()).collect::<Vec<_>>(), frames);
+    }
+
+    #[test]
+    fn binary_roundtrip_under_any_split(frames in prop::collection::vec((any::<u32>(), any::<u64>(), prop::collection::vec(any::<u8>(), 0..200)), 1..8), cuts in prop::collection::vec(any::<usize>(), 0..20)) {
+        let w = wire("kernel");
+        let ChannelCodec::Binary(mut c) = w.codec("data").expect("codec") else { panic!() };
+        let want: Vec<BinaryFrame> = frames.into_iter().map(|(s, q, p)| BinaryFrame { fields: vec![u64::from(s), q], payload: Bytes::from(p) }).collect();
+        let mut bytes = BytesMut::new();
+        for f in &want { c.encode(f, &mut bytes).expect("encode"); }
+        let got = split_feed(&mut c, &bytes, &cuts);
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn ndjson_roundtrip_under_any_split(lines in prop::collection::vec("[^\n\r]{0,60}", 1..8), cuts in prop::collection::vec(any::<usize>(), 0..20)) {
+        let w = wire("xsession");
+        let ChannelCodec::Ndjson(mut c) = w.codec("inbox").expect("codec") else { panic!() };
+        let mut bytes = BytesMut::new();
+        for l in &lines { c.encode(l.as_bytes(), &mut bytes).expect("encode"); }
+        let got = split_feed(&mut c, &bytes, &cuts);
+        prop_assert_eq!(got.iter().map(|b| String::from_utf8(b.to_vec()).expect("utf8")).collect::<Vec<_>>(), lines);
+    }
+
+    #[test]
+    fn strict_json_roundtrips_what_serde_writes(v in arb_json()) {
+        let limits = contract::wire::JsonLimits { strict: true, object_only: false, max_depth: 32, max_items: 4096 };
+        let bytes = serde_json::to_vec(&v).expect("ser");
+        let back = contract::wire::json::parse(&bytes, &limits).expect("parse");
+        prop_assert_eq!(back, v);
+    }
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-(1i64 << 53) + 1..(1i64 << 53)).prop_map(|n| json!(n)),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        ".{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z]{1,6}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
