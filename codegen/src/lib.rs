@@ -5,6 +5,13 @@
 //! the binary should use: 0 clean, 1 contract problems, 2 usage or I/O errors.
 #![forbid(unsafe_code)]
 
+pub mod config;
+pub mod ir;
+pub mod rust;
+
+pub use config::{Config, GeneratedFile, Lang, write_file_if_changed};
+pub use ir::{GenError, Ir};
+
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -12,7 +19,11 @@ use clap::{Parser, Subcommand};
 
 /// Command-line interface of `contractgen`.
 #[derive(Debug, Parser)]
-#[command(name = "contractgen", version, about = "Check wire-protocol contracts and generate code and docs from them")]
+#[command(
+    name = "contractgen",
+    version,
+    about = "Check wire-protocol contracts and generate code and docs from them"
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -30,6 +41,18 @@ pub enum Command {
         /// Contract files, or built-in names (kernel, xsession, rukh, toolchannel).
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<String>,
+    },
+    /// Generate code or docs from contracts.
+    Generate {
+        /// Target language.
+        #[arg(long, value_enum)]
+        lang: Lang,
+        /// Output directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Contract files.
+        #[arg(required = true, value_name = "CONTRACT")]
+        contracts: Vec<PathBuf>,
     },
     /// Print the contract format's meta-schema (what schema/contract.schema.json holds).
     MetaSchema {
@@ -57,6 +80,43 @@ pub fn meta_schema_text() -> String {
 pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match &cli.command {
         Command::Check { contracts } => check(contracts, out, err),
+        Command::Generate {
+            lang,
+            out: dir,
+            contracts,
+        } => {
+            let mut cfg = Config::new();
+            cfg.lang(*lang).out_dir(dir).contracts(contracts);
+            match cfg.generate() {
+                Err(e) => {
+                    let _ = writeln!(err, "contractgen: {e}");
+                    match e {
+                        GenError::Io { .. } => EXIT_USAGE,
+                        GenError::Load(contract::LoadError::Io { .. }) => EXIT_USAGE,
+                        _ => EXIT_CONTRACT,
+                    }
+                }
+                Ok(files) => {
+                    for f in files {
+                        match write_file_if_changed(&dir.join(&f.name), f.contents.as_bytes()) {
+                            Ok(changed) => {
+                                let _ = writeln!(
+                                    out,
+                                    "{} {}",
+                                    if changed { "wrote" } else { "unchanged" },
+                                    dir.join(&f.name).display()
+                                );
+                            }
+                            Err(e) => {
+                                let _ = writeln!(err, "contractgen: {e}");
+                                return EXIT_USAGE;
+                            }
+                        }
+                    }
+                    EXIT_OK
+                }
+            }
+        }
         Command::MetaSchema { out: file } => {
             let text = meta_schema_text();
             let res = match file {

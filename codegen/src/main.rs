@@ -7,11 +7,19 @@ fn main() {
     let cli = match contractgen::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { contractgen::EXIT_USAGE } else { contractgen::EXIT_OK };
+            let code = if e.use_stderr() {
+                contractgen::EXIT_USAGE
+            } else {
+                contractgen::EXIT_OK
+            };
             let _ = e.print();
             std::process::exit(code);
         }
     };
-    let code = contractgen::run(&cli, &mut std::io::stdout().lock(), &mut std::io::stderr().lock());
+    let code = contractgen::run(
+        &cli,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    );
     std::process::exit(code);
 }

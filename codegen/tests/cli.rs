@@ -16,7 +16,8 @@ fn contractgen() -> Command {
 
 #[test]
 fn committed_meta_schema_is_fresh() {
-    let committed = std::fs::read_to_string(root().join("schema/contract.schema.json")).expect("committed meta-schema");
+    let committed = std::fs::read_to_string(root().join("schema/contract.schema.json"))
+        .expect("committed meta-schema");
     assert!(
         committed == contractgen::meta_schema_text(),
         "schema/contract.schema.json is stale: run `cargo run -p contractgen -- meta-schema --out schema/contract.schema.json`"
@@ -46,11 +47,15 @@ fn check_passes_on_all_four_contracts() {
 
 #[test]
 fn check_accepts_builtin_names() {
-    contractgen().args(["check", "kernel", "rukh"]).assert().code(0);
+    contractgen()
+        .args(["check", "kernel", "rukh"])
+        .assert()
+        .code(0);
 }
 
 fn broken(edit: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDir, PathBuf) {
-    let text = std::fs::read_to_string(root().join("schema/contracts/toolchannel.json")).expect("contract");
+    let text = std::fs::read_to_string(root().join("schema/contracts/toolchannel.json"))
+        .expect("contract");
     let mut doc: serde_json::Value = serde_json::from_str(&text).expect("json");
     edit(&mut doc);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -61,7 +66,11 @@ fn broken(edit: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDir, Path
 
 fn stdout_of_failed_check(path: &PathBuf) -> String {
     let out = contractgen().arg("check").arg(path).output().expect("runs");
-    assert_eq!(out.status.code(), Some(1), "check must exit 1 on a broken contract");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "check must exit 1 on a broken contract"
+    );
     String::from_utf8(out.stdout).expect("utf8")
 }
 
@@ -78,7 +87,10 @@ fn dangling_error_reference_exits_1_with_pointer() {
         d["methods"][&name]["errors"][0] = serde_json::json!(-31999);
     });
     let out = stdout_of_failed_check(&p);
-    assert!(out.contains("/errors/0: error code -31999 is not in the error catalog [error-ref]"), "{out}");
+    assert!(
+        out.contains("/errors/0: error code -31999 is not in the error catalog [error-ref]"),
+        "{out}"
+    );
     assert!(out.contains("broken.json#/methods/"), "{out}");
 }
 
@@ -89,7 +101,10 @@ fn duplicate_code_exits_1_with_pointer() {
         d["errors"].as_array_mut().expect("errors").push(first);
     });
     let out = stdout_of_failed_check(&p);
-    assert!(out.contains("#/errors/") && out.contains("[duplicate-code]"), "{out}");
+    assert!(
+        out.contains("#/errors/") && out.contains("[duplicate-code]"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -99,14 +114,19 @@ fn bad_example_exits_1_with_pointer() {
     });
     let out = stdout_of_failed_check(&p);
     assert!(
-        out.contains("#/methods/initialize/examples/0/message: `jsonrpc` must be \"2.0\" [bad-example]"),
+        out.contains(
+            "#/methods/initialize/examples/0/message: `jsonrpc` must be \"2.0\" [bad-example]"
+        ),
         "{out}"
     );
 }
 
 #[test]
 fn missing_file_is_a_usage_error() {
-    contractgen().args(["check", "no/such/contract.json"]).assert().code(2);
+    contractgen()
+        .args(["check", "no/such/contract.json"])
+        .assert()
+        .code(2);
 }
 
 #[test]

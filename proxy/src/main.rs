@@ -4,7 +4,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "contract-proxy", version, about = "Contract-aware inspecting proxy (skeleton: relaying is not implemented yet)")]
+#[command(
+    name = "contract-proxy",
+    version,
+    about = "Contract-aware inspecting proxy (skeleton: relaying is not implemented yet)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

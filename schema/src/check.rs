@@ -105,7 +105,11 @@ pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem
     match meta_validator() {
         Ok(v) => {
             for e in v.iter_errors(doc) {
-                cx.push(Lint::MetaSchema, e.instance_path().to_string(), e.to_string());
+                cx.push(
+                    Lint::MetaSchema,
+                    e.instance_path().to_string(),
+                    e.to_string(),
+                );
             }
         }
         Err(e) => cx.push(Lint::MetaSchema, String::new(), e),
@@ -116,7 +120,11 @@ pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem
     let contract: Contract = match serde_json::from_value(doc.clone()) {
         Ok(c) => c,
         Err(e) => {
-            cx.push(Lint::MetaSchema, String::new(), format!("does not fit the model: {e}"));
+            cx.push(
+                Lint::MetaSchema,
+                String::new(),
+                format!("does not fit the model: {e}"),
+            );
             return (None, cx.problems);
         }
     };
@@ -203,11 +211,17 @@ impl Cx<'_> {
         for (ptr, target) in found {
             match target.strip_prefix('#') {
                 Some(frag) if self.doc.pointer(&percent_decode(frag)).is_some() => {}
-                Some(_) => self.push(Lint::DanglingRef, ptr, format!("$ref {target:?} does not resolve")),
+                Some(_) => self.push(
+                    Lint::DanglingRef,
+                    ptr,
+                    format!("$ref {target:?} does not resolve"),
+                ),
                 None => self.push(
                     Lint::DanglingRef,
                     ptr,
-                    format!("$ref {target:?} leaves the document; contracts must be self-contained"),
+                    format!(
+                        "$ref {target:?} leaves the document; contracts must be self-contained"
+                    ),
                 ),
             }
         }
@@ -237,7 +251,11 @@ impl Cx<'_> {
         }
         for (ptr, s) in list {
             if let Err(e) = jsonschema::draft202012::meta::validate(s) {
-                self.push(Lint::SchemaValid, ptr, format!("not valid JSON Schema 2020-12: {e}"));
+                self.push(
+                    Lint::SchemaValid,
+                    ptr,
+                    format!("not valid JSON Schema 2020-12: {e}"),
+                );
             }
         }
     }
@@ -248,10 +266,14 @@ impl Cx<'_> {
         let mut limit_refs: Vec<(String, String)> = Vec::new();
         for (cname, ch) in &c.channels {
             let base = join("/channels", [cname]);
-            if let Some(p) = &ch.connects {
-                if !c.parties.contains_key(p) {
-                    self.push(Lint::NameRef, join(&base, ["connects"]), format!("unknown party {p:?}"));
-                }
+            if let Some(p) = &ch.connects
+                && !c.parties.contains_key(p)
+            {
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["connects"]),
+                    format!("unknown party {p:?}"),
+                );
             }
             match &ch.framing {
                 Framing::LengthPrefixed { max_payload, .. } => {
@@ -259,7 +281,9 @@ impl Cx<'_> {
                         limit_refs.push((join(&base, ["framing", "maxPayload"]), l.clone()));
                     }
                 }
-                Framing::Binary { max_frame, header, .. } => {
+                Framing::Binary {
+                    max_frame, header, ..
+                } => {
                     if let Some(l) = max_frame {
                         limit_refs.push((join(&base, ["framing", "maxFrame"]), l.clone()));
                     }
@@ -301,25 +325,45 @@ impl Cx<'_> {
             let base = join("/methods", [mname]);
             for (i, p) in m.from.iter().enumerate() {
                 if !c.parties.contains_key(p) {
-                    self.push(Lint::NameRef, join(&base, ["from", &i.to_string()]), format!("unknown party {p:?}"));
+                    self.push(
+                        Lint::NameRef,
+                        join(&base, ["from", &i.to_string()]),
+                        format!("unknown party {p:?}"),
+                    );
                 }
             }
             if !c.channels.contains_key(&m.channel) {
-                self.push(Lint::NameRef, join(&base, ["channel"]), format!("unknown channel {:?}", m.channel));
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["channel"]),
+                    format!("unknown channel {:?}", m.channel),
+                );
             }
-            if let Some(cap) = &m.capability {
-                if !c.capabilities.contains_key(cap) {
-                    self.push(Lint::NameRef, join(&base, ["capability"]), format!("capability {cap:?} is not declared"));
-                }
+            if let Some(cap) = &m.capability
+                && !c.capabilities.contains_key(cap)
+            {
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["capability"]),
+                    format!("capability {cap:?} is not declared"),
+                );
             }
             if let Some(l) = &m.max_payload {
                 limit_refs.push((join(&base, ["maxPayload"]), l.clone()));
             }
             if m.kind == Kind::Request && m.result.is_none() {
-                self.push(Lint::NameRef, join(&base, ["result"]), "a request must declare its result schema");
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["result"]),
+                    "a request must declare its result schema",
+                );
             }
             if m.kind != Kind::Request && m.result.is_some() {
-                self.push(Lint::NameRef, join(&base, ["result"]), "only requests have a result");
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["result"]),
+                    "only requests have a result",
+                );
             }
             if m.kind == Kind::Response || m.kind == Kind::Error {
                 self.push(
@@ -328,9 +372,16 @@ impl Cx<'_> {
                     "responses and errors are declared by their request's `result` and `errors`, not as methods",
                 );
             }
-            let binding = c.channels.get(&m.channel).and_then(|ch| ch.binding.as_ref());
+            let binding = c
+                .channels
+                .get(&m.channel)
+                .and_then(|ch| ch.binding.as_ref());
             if matches!(binding, Some(Binding::Tagged { .. })) && m.matches.is_empty() {
-                self.push(Lint::NameRef, join(&base, ["match"]), "a method on a `tagged` channel needs a `match`");
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["match"]),
+                    "a method on a `tagged` channel needs a `match`",
+                );
             }
         }
         for (lname, l) in &c.limits {
@@ -338,10 +389,15 @@ impl Cx<'_> {
             if let Some(a) = &l.action {
                 self.action_names(c, &join(&base, ["action"]), a);
             }
-            if let Some(t) = &l.timer {
-                if t != "both" && !c.parties.contains_key(t) {
-                    self.push(Lint::NameRef, join(&base, ["timer"]), format!("unknown party {t:?} (or `both`)"));
-                }
+            if let Some(t) = &l.timer
+                && t != "both"
+                && !c.parties.contains_key(t)
+            {
+                self.push(
+                    Lint::NameRef,
+                    join(&base, ["timer"]),
+                    format!("unknown party {t:?} (or `both`)"),
+                );
             }
         }
         let v = &c.violations;
@@ -359,23 +415,35 @@ impl Cx<'_> {
                 self.action_names(c, &join("/violations", [k]), a);
             }
         }
-        if let Some(t) = &c.trace {
-            if !c.channels.contains_key(&t.channel) {
-                self.push(Lint::NameRef, "/trace/channel".into(), format!("unknown channel {:?}", t.channel));
-            }
+        if let Some(t) = &c.trace
+            && !c.channels.contains_key(&t.channel)
+        {
+            self.push(
+                Lint::NameRef,
+                "/trace/channel".into(),
+                format!("unknown channel {:?}", t.channel),
+            );
         }
         for (ptr, l) in limit_refs {
             if !limit(&l) {
-                self.push(Lint::NameRef, ptr, format!("limit {l:?} is not declared in `limits`"));
+                self.push(
+                    Lint::NameRef,
+                    ptr,
+                    format!("limit {l:?} is not declared in `limits`"),
+                );
             }
         }
     }
 
     fn action_names(&mut self, c: &Contract, ptr: &str, a: &Action) {
-        if let Some(l) = &a.count_toward {
-            if !c.limits.contains_key(l) {
-                self.push(Lint::NameRef, join(ptr, ["countToward"]), format!("limit {l:?} is not declared in `limits`"));
-            }
+        if let Some(l) = &a.count_toward
+            && !c.limits.contains_key(l)
+        {
+            self.push(
+                Lint::NameRef,
+                join(ptr, ["countToward"]),
+                format!("limit {l:?} is not declared in `limits`"),
+            );
         }
         if let Some(code) = &a.code {
             let idx = CodeIndex::new(c);
@@ -383,7 +451,10 @@ impl Cx<'_> {
                 self.push(
                     Lint::ErrorRef,
                     join(ptr, ["code"]),
-                    format!("code {} is neither in the error catalog nor in any code table", code_key(code)),
+                    format!(
+                        "code {} is neither in the error catalog nor in any code table",
+                        code_key(code)
+                    ),
                 );
             }
         }
@@ -397,7 +468,10 @@ impl Cx<'_> {
                 self.push(
                     Lint::DuplicateCode,
                     format!("/errors/{i}/code"),
-                    format!("code {} already defined at /errors/{first}", code_key(&e.code)),
+                    format!(
+                        "code {} already defined at /errors/{first}",
+                        code_key(&e.code)
+                    ),
                 );
             }
         }
@@ -409,17 +483,31 @@ impl Cx<'_> {
                     self.push(
                         Lint::DuplicateCode,
                         join(&ptr, ["value"]),
-                        format!("value {} already defined at index {first} of table {tname:?}", code_key(&v.value)),
+                        format!(
+                            "value {} already defined at index {first} of table {tname:?}",
+                            code_key(&v.value)
+                        ),
                     );
                 }
                 for (target, val) in &v.maps {
                     match c.codes.get(target) {
-                        None => self.push(Lint::NameRef, join(&ptr, ["maps", target]), format!("no code table {target:?}")),
-                        Some(tt) if !tt.values.iter().any(|x| code_key(&x.value) == code_key(val)) => self.push(
+                        None => self.push(
                             Lint::NameRef,
                             join(&ptr, ["maps", target]),
-                            format!("value {} is not in code table {target:?}", code_key(val)),
+                            format!("no code table {target:?}"),
                         ),
+                        Some(tt)
+                            if !tt
+                                .values
+                                .iter()
+                                .any(|x| code_key(&x.value) == code_key(val)) =>
+                        {
+                            self.push(
+                                Lint::NameRef,
+                                join(&ptr, ["maps", target]),
+                                format!("value {} is not in code table {target:?}", code_key(val)),
+                            )
+                        }
                         Some(_) => {}
                     }
                 }
@@ -464,11 +552,19 @@ impl Cx<'_> {
         for (sname, sm) in &c.state_machines {
             let base = join("/stateMachines", [sname]);
             if !sm.states.contains_key(&sm.initial) {
-                self.push(Lint::StateMachine, join(&base, ["initial"]), format!("initial state {:?} is not declared", sm.initial));
+                self.push(
+                    Lint::StateMachine,
+                    join(&base, ["initial"]),
+                    format!("initial state {:?} is not declared", sm.initial),
+                );
             }
             for (i, t) in sm.terminal.iter().enumerate() {
                 if !sm.states.contains_key(t) {
-                    self.push(Lint::StateMachine, join(&base, ["terminal", &i.to_string()]), format!("terminal state {t:?} is not declared"));
+                    self.push(
+                        Lint::StateMachine,
+                        join(&base, ["terminal", &i.to_string()]),
+                        format!("terminal state {t:?} is not declared"),
+                    );
                 }
             }
             let mut pairs = HashSet::new();
@@ -476,27 +572,48 @@ impl Cx<'_> {
                 let tp = join(&base, ["transitions", &i.to_string()]);
                 for (k, s) in [("from", &t.from), ("to", &t.to)] {
                     if !sm.states.contains_key(s) {
-                        self.push(Lint::StateMachine, join(&tp, [k]), format!("state {s:?} is not declared"));
+                        self.push(
+                            Lint::StateMachine,
+                            join(&tp, [k]),
+                            format!("state {s:?} is not declared"),
+                        );
                     }
                 }
                 if sm.terminal.contains(&t.from) {
-                    self.push(Lint::StateMachine, join(&tp, ["from"]), format!("terminal state {:?} has an outgoing transition", t.from));
+                    self.push(
+                        Lint::StateMachine,
+                        join(&tp, ["from"]),
+                        format!("terminal state {:?} has an outgoing transition", t.from),
+                    );
                 }
                 if !pairs.insert((t.from.clone(), t.to.clone())) {
-                    self.push(Lint::StateMachine, tp, format!("transition {} → {} is listed twice", t.from, t.to));
+                    self.push(
+                        Lint::StateMachine,
+                        tp,
+                        format!("transition {} → {} is listed twice", t.from, t.to),
+                    );
                 }
             }
         }
     }
 
     fn relations(&mut self, c: &Contract) {
-        let mut ev = Evaluator { c, stack: Vec::new() };
+        let mut ev = Evaluator {
+            c,
+            stack: Vec::new(),
+        };
         for (lname, l) in &c.limits {
             if let Err(e) = ev.limit(lname) {
                 self.push(Lint::Relation, join("/limits", [lname, "value"]), e);
             }
-            if l.kind == crate::model::LimitKind::Rate && (l.burst.is_none() || l.per_seconds.is_none()) {
-                self.push(Lint::Relation, join("/limits", [lname]), "a rate needs `burst` and `perSeconds`");
+            if l.kind == crate::model::LimitKind::Rate
+                && (l.burst.is_none() || l.per_seconds.is_none())
+            {
+                self.push(
+                    Lint::Relation,
+                    join("/limits", [lname]),
+                    "a rate needs `burst` and `perSeconds`",
+                );
             }
         }
         for (i, r) in c.relations.iter().enumerate() {
@@ -509,7 +626,11 @@ impl Cx<'_> {
                 }
             };
             if l.1 != r_.1 && l.1 != Dim::Scalar && r_.1 != Dim::Scalar {
-                self.push(Lint::Relation, ptr, format!("compares {:?} with {:?}", l.1, r_.1));
+                self.push(
+                    Lint::Relation,
+                    ptr,
+                    format!("compares {:?} with {:?}", l.1, r_.1),
+                );
                 continue;
             }
             let holds = match r.op {
@@ -523,7 +644,15 @@ impl Cx<'_> {
                 self.push(
                     Lint::Relation,
                     ptr,
-                    format!("{} {} {} does not hold ({} vs {}): {}", show(&r.left), op_str(r.op), show(&r.right), l.0, r_.0, r.description),
+                    format!(
+                        "{} {} {} does not hold ({} vs {}): {}",
+                        show(&r.left),
+                        op_str(r.op),
+                        show(&r.right),
+                        l.0,
+                        r_.0,
+                        r.description
+                    ),
                 );
             }
         }
@@ -582,12 +711,19 @@ pub struct Evaluator<'c> {
 impl<'c> Evaluator<'c> {
     /// An evaluator over one contract's limits.
     pub fn new(c: &'c Contract) -> Self {
-        Evaluator { c, stack: Vec::new() }
+        Evaluator {
+            c,
+            stack: Vec::new(),
+        }
     }
 
     /// The value of a limit in its own unit.
     pub fn limit_value(&mut self, name: &str) -> Result<f64, String> {
-        let l = self.c.limits.get(name).ok_or_else(|| format!("unknown limit {name:?}"))?;
+        let l = self
+            .c
+            .limits
+            .get(name)
+            .ok_or_else(|| format!("unknown limit {name:?}"))?;
         if self.stack.iter().any(|s| s == name) {
             return Err(format!("limit {name:?} is defined in terms of itself"));
         }
@@ -598,14 +734,22 @@ impl<'c> Evaluator<'c> {
         // Convert the base-unit result back into this limit's own unit.
         let (one, own_dim) = to_base(l.unit, 1.0);
         if dim != Dim::Scalar && own_dim != dim {
-            return Err(format!("limit {name:?} in {:?} is computed from {dim:?}", l.unit));
+            return Err(format!(
+                "limit {name:?} in {:?} is computed from {dim:?}",
+                l.unit
+            ));
         }
         Ok(if dim == Dim::Scalar { base } else { base / one })
     }
 
     fn limit(&mut self, name: &str) -> Result<(f64, Dim), String> {
         let v = self.limit_value(name)?;
-        let unit = self.c.limits.get(name).map(|l| l.unit).unwrap_or(Unit::Count);
+        let unit = self
+            .c
+            .limits
+            .get(name)
+            .map(|l| l.unit)
+            .unwrap_or(Unit::Count);
         Ok(to_base(unit, v))
     }
 
@@ -636,7 +780,10 @@ impl<'c> Evaluator<'c> {
                     let (v, d) = self.expr(t)?;
                     if d != Dim::Scalar {
                         if dim != Dim::Scalar {
-                            return Err(format!("multiplies two dimensioned values in {}", show(e)));
+                            return Err(format!(
+                                "multiplies two dimensioned values in {}",
+                                show(e)
+                            ));
                         }
                         dim = d;
                     }
@@ -653,11 +800,11 @@ fn collect_refs(v: &Value, ptr: String, out: &mut Vec<(String, String)>) {
         Value::Object(m) => {
             for (k, child) in m {
                 let p = format!("{ptr}/{}", escape(k));
-                if k == "$ref" {
-                    if let Value::String(s) = child {
-                        out.push((p, s.clone()));
-                        continue;
-                    }
+                if k == "$ref"
+                    && let Value::String(s) = child
+                {
+                    out.push((p, s.clone()));
+                    continue;
                 }
                 // Examples are data, not schema: a `$ref` key inside them is not a reference.
                 if k == "examples" && ptr.is_empty() {
@@ -677,14 +824,19 @@ fn collect_refs(v: &Value, ptr: String, out: &mut Vec<(String, String)>) {
 
 fn percent_decode(s: &str) -> String {
     // Fragment pointers in our contracts never need percent-escapes beyond these.
-    s.replace("%25", "%").replace("%22", "\"").replace("%20", " ")
+    s.replace("%25", "%")
+        .replace("%22", "\"")
+        .replace("%20", " ")
 }
 
 /// Wrap a schema fragment so its `#/$defs/...` references resolve against the contract.
 pub fn rooted(c: &Contract, schema: &Value) -> Value {
     let defs = Value::Object(c.defs.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
     let mut root = serde_json::Map::new();
-    root.insert("$schema".into(), Value::String("https://json-schema.org/draft/2020-12/schema".into()));
+    root.insert(
+        "$schema".into(),
+        Value::String("https://json-schema.org/draft/2020-12/schema".into()),
+    );
     root.insert("$defs".into(), defs);
     match schema {
         Value::Object(m) => {
@@ -714,64 +866,88 @@ fn schema_faults(c: &Contract, schema: &Value, instance: &Value, at: &str) -> Ve
     }
 }
 
-fn example_faults(c: &Contract, idx: &CodeIndex, mname: &str, m: &Method, ex: &Example) -> Vec<String> {
+fn example_faults(
+    c: &Contract,
+    idx: &CodeIndex,
+    mname: &str,
+    m: &Method,
+    ex: &Example,
+) -> Vec<String> {
     let mut out = Vec::new();
     let Some(ch) = c.channels.get(&m.channel) else {
         return out;
     };
     let msg = &ex.message;
-    if let Some(from) = &ex.from {
-        if !m.from.contains(from) && ex.part == Part::Call {
-            out.push(format!("example is sent by {from:?}, but only {:?} may send {mname}", m.from));
-        }
+    if let Some(from) = &ex.from
+        && !m.from.contains(from)
+        && ex.part == Part::Call
+    {
+        out.push(format!(
+            "example is sent by {from:?}, but only {:?} may send {mname}",
+            m.from
+        ));
     }
     if let Some(s) = &ch.message {
         out.extend(schema_faults(c, s, msg, "envelope "));
     }
-    let (payload_ptr, method_ptr, error_code_ptr): (String, Option<String>, Option<String>) = match &ch.binding {
-        Some(Binding::Jsonrpc { version, .. }) => {
-            if msg.get("jsonrpc").and_then(Value::as_str) != Some(version) {
-                out.push(format!("`jsonrpc` must be {version:?}"));
-            }
-            match ex.part {
-                Part::Call => ("/params".into(), Some("/method".into()), None),
-                Part::Result => ("/result".into(), None, None),
-                Part::Error => ("/error".into(), None, Some("/error/code".into())),
-            }
-        }
-        Some(Binding::Envelope { payload, method, kind, kinds, .. }) => {
-            let wire_kind = msg.pointer(kind).and_then(Value::as_str).and_then(|k| kinds.get(k)).copied();
-            let expect: &[Kind] = match ex.part {
-                Part::Call => &[m.kind],
-                Part::Result => &[Kind::Response],
-                Part::Error => &[Kind::Error],
-            };
-            if let Some(k) = wire_kind {
-                if !expect.contains(&k) {
-                    out.push(format!("{kind} says {k:?}, but this example is a {:?}", ex.part));
+    let (payload_ptr, method_ptr, error_code_ptr): (String, Option<String>, Option<String>) =
+        match &ch.binding {
+            Some(Binding::Jsonrpc { version, .. }) => {
+                if msg.get("jsonrpc").and_then(Value::as_str) != Some(version) {
+                    out.push(format!("`jsonrpc` must be {version:?}"));
+                }
+                match ex.part {
+                    Part::Call => ("/params".into(), Some("/method".into()), None),
+                    Part::Result => ("/result".into(), None, None),
+                    Part::Error => ("/error".into(), None, Some("/error/code".into())),
                 }
             }
-            let err = match ex.part {
-                Part::Error => Some(format!("{payload}/code")),
-                _ => None,
-            };
-            let mp = (ex.part == Part::Call).then(|| method.clone());
-            (payload.clone(), mp, err)
-        }
-        Some(Binding::Tagged { .. }) => {
-            for (p, want) in &m.matches {
-                if msg.pointer(p) != Some(want) {
-                    out.push(format!("{p} must be {want} to be a {mname} frame"));
+            Some(Binding::Envelope {
+                payload,
+                method,
+                kind,
+                kinds,
+                ..
+            }) => {
+                let wire_kind = msg
+                    .pointer(kind)
+                    .and_then(Value::as_str)
+                    .and_then(|k| kinds.get(k))
+                    .copied();
+                let expect: &[Kind] = match ex.part {
+                    Part::Call => &[m.kind],
+                    Part::Result => &[Kind::Response],
+                    Part::Error => &[Kind::Error],
+                };
+                if let Some(k) = wire_kind
+                    && !expect.contains(&k)
+                {
+                    out.push(format!(
+                        "{kind} says {k:?}, but this example is a {:?}",
+                        ex.part
+                    ));
                 }
+                let err = match ex.part {
+                    Part::Error => Some(format!("{payload}/code")),
+                    _ => None,
+                };
+                let mp = (ex.part == Part::Call).then(|| method.clone());
+                (payload.clone(), mp, err)
             }
-            (String::new(), None, None)
-        }
-        None => (String::new(), None, None),
-    };
-    if let Some(mp) = method_ptr {
-        if msg.pointer(&mp).and_then(Value::as_str) != Some(mname) {
-            out.push(format!("{mp} must be {mname:?}"));
-        }
+            Some(Binding::Tagged { .. }) => {
+                for (p, want) in &m.matches {
+                    if msg.pointer(p) != Some(want) {
+                        out.push(format!("{p} must be {want} to be a {mname} frame"));
+                    }
+                }
+                (String::new(), None, None)
+            }
+            None => (String::new(), None, None),
+        };
+    if let Some(mp) = method_ptr
+        && msg.pointer(&mp).and_then(Value::as_str) != Some(mname)
+    {
+        out.push(format!("{mp} must be {mname:?}"));
     }
     let schema = match ex.part {
         Part::Call => m.params.as_ref(),
@@ -786,9 +962,18 @@ fn example_faults(c: &Contract, idx: &CodeIndex, mname: &str, m: &Method, ex: &E
     }
     if let Some(ep) = error_code_ptr {
         match msg.pointer(&ep) {
-            Some(code) if !idx.is_error(code) => out.push(format!("error code {} is not in the error catalog", code_key(code))),
-            Some(code) if !m.errors.iter().any(|e| code_key(e) == code_key(code)) && !is_generic_error(c, code) => {
-                out.push(format!("{mname} does not list error {} in its `errors`", code_key(code)))
+            Some(code) if !idx.is_error(code) => out.push(format!(
+                "error code {} is not in the error catalog",
+                code_key(code)
+            )),
+            Some(code)
+                if !m.errors.iter().any(|e| code_key(e) == code_key(code))
+                    && !is_generic_error(c, code) =>
+            {
+                out.push(format!(
+                    "{mname} does not list error {} in its `errors`",
+                    code_key(code)
+                ))
             }
             Some(_) => {}
             None => out.push(format!("{ep} is missing")),
@@ -800,10 +985,18 @@ fn example_faults(c: &Contract, idx: &CodeIndex, mname: &str, m: &Method, ex: &E
 /// Codes any method may answer with (the contract's own violation codes).
 fn is_generic_error(c: &Contract, code: &Value) -> bool {
     let v = &c.violations;
-    [&v.parse, &v.invalid, &v.oversize, &v.unknown_request, &v.wrong_direction, &v.invalid_params, &v.before_handshake]
-        .into_iter()
-        .flatten()
-        .any(|a| a.code.as_ref().map(code_key) == Some(code_key(code)))
+    [
+        &v.parse,
+        &v.invalid,
+        &v.oversize,
+        &v.unknown_request,
+        &v.wrong_direction,
+        &v.invalid_params,
+        &v.before_handshake,
+    ]
+    .into_iter()
+    .flatten()
+    .any(|a| a.code.as_ref().map(code_key) == Some(code_key(code)))
 }
 
 /// The set of all error codes and code-table values, for callers that render them.
@@ -819,5 +1012,8 @@ pub fn all_code_values(c: &Contract) -> BTreeSet<String> {
 /// Every limit's value in its own unit, in declaration order.
 pub fn limit_values(c: &Contract) -> IndexMap<String, Result<f64, String>> {
     let mut ev = Evaluator::new(c);
-    c.limits.keys().map(|k| (k.clone(), ev.limit_value(k))).collect()
+    c.limits
+        .keys()
+        .map(|k| (k.clone(), ev.limit_value(k)))
+        .collect()
 }

@@ -8,11 +8,13 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod io;
 pub mod model;
-pub mod wire;
 mod pointer;
+pub mod wire;
 
 pub use check::{Problem, check_document};
+pub use io::{Connection, Embedded};
 pub use model::Contract;
 pub use pointer::{escape as escape_pointer, join as join_pointer};
 

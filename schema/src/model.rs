@@ -145,7 +145,11 @@ pub enum Framing {
         #[serde(rename = "byteOrder")]
         byte_order: ByteOrder,
         /// Limit (by name) capping the payload length; checked before allocation.
-        #[serde(rename = "maxPayload", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            rename = "maxPayload",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         max_payload: Option<String>,
         /// Per-method tighter caps are declared on the method (`maxPayload`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,7 +182,11 @@ pub enum Framing {
     /// One JSON message per WebSocket text message.
     WebsocketText {
         /// Limit (by name) capping one message.
-        #[serde(rename = "maxMessage", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            rename = "maxMessage",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         max_message: Option<String>,
         /// WebSocket subprotocols offered at the upgrade.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]

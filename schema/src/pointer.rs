@@ -25,6 +25,9 @@ mod tests {
 
     #[test]
     fn escapes_slash_and_tilde() {
-        assert_eq!(join("", ["methods", "tools/call", "a~b"]), "/methods/tools~1call/a~0b");
+        assert_eq!(
+            join("", ["methods", "tools/call", "a~b"]),
+            "/methods/tools~1call/a~0b"
+        );
     }
 }

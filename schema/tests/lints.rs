@@ -21,7 +21,10 @@ fn assert_fires(edit: impl FnOnce(&mut Value), lint: Lint, pointer: &str) {
         ps.iter().any(|p| p.lint == lint && p.pointer == pointer),
         "expected [{}] at {pointer}, got:\n{}",
         lint.id(),
-        ps.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
+        ps.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -33,17 +36,29 @@ fn clean_fixture_has_no_problems() {
 
 #[test]
 fn meta_schema_rejects_unknown_key() {
-    assert_fires(|d| d["methods"]["echo"]["colour"] = json!("red"), Lint::MetaSchema, "/methods/echo");
+    assert_fires(
+        |d| d["methods"]["echo"]["colour"] = json!("red"),
+        Lint::MetaSchema,
+        "/methods/echo",
+    );
 }
 
 #[test]
 fn meta_schema_rejects_wrong_type() {
-    assert_fires(|d| d["limits"]["frameMax"]["unit"] = json!("furlongs"), Lint::MetaSchema, "/limits/frameMax/unit");
+    assert_fires(
+        |d| d["limits"]["frameMax"]["unit"] = json!("furlongs"),
+        Lint::MetaSchema,
+        "/limits/frameMax/unit",
+    );
 }
 
 #[test]
 fn dangling_error_reference() {
-    assert_fires(|d| d["methods"]["echo"]["errors"] = json!([-32099]), Lint::ErrorRef, "/methods/echo/errors/0");
+    assert_fires(
+        |d| d["methods"]["echo"]["errors"] = json!([-32099]),
+        Lint::ErrorRef,
+        "/methods/echo/errors/0",
+    );
 }
 
 #[test]
@@ -63,7 +78,10 @@ fn duplicate_code_table_value() {
     assert_fires(
         |d| {
             let v = json!({"value": 4001, "description": "again"});
-            d["codes"]["closeCodes"]["values"].as_array_mut().expect("array").push(v);
+            d["codes"]["closeCodes"]["values"]
+                .as_array_mut()
+                .expect("array")
+                .push(v);
         },
         Lint::DuplicateCode,
         "/codes/closeCodes/values/1/value",
@@ -72,18 +90,29 @@ fn duplicate_code_table_value() {
 
 #[test]
 fn dangling_dollar_ref() {
-    assert_fires(|d| d["methods"]["echo"]["params"] = json!({"$ref": "#/$defs/Nope"}), Lint::DanglingRef, "/methods/echo/params/$ref");
+    assert_fires(
+        |d| d["methods"]["echo"]["params"] = json!({"$ref": "#/$defs/Nope"}),
+        Lint::DanglingRef,
+        "/methods/echo/params/$ref",
+    );
 }
 
 #[test]
 fn external_ref_is_rejected() {
-    assert_fires(|d| d["$defs"]["EchoParams"]["properties"]["text"] = json!({"$ref": "other.json#/x"}), Lint::DanglingRef, "/$defs/EchoParams/properties/text/$ref");
+    assert_fires(
+        |d| d["$defs"]["EchoParams"]["properties"]["text"] = json!({"$ref": "other.json#/x"}),
+        Lint::DanglingRef,
+        "/$defs/EchoParams/properties/text/$ref",
+    );
 }
 
 #[test]
 fn bad_example_params() {
     assert_fires(
-        |d| d["methods"]["echo"]["examples"][0]["message"]["params"]["text"] = json!("far too long for ten"),
+        |d| {
+            d["methods"]["echo"]["examples"][0]["message"]["params"]["text"] =
+                json!("far too long for ten")
+        },
         Lint::BadExample,
         "/methods/echo/examples/0/message",
     );
@@ -100,22 +129,38 @@ fn bad_example_unknown_field() {
 
 #[test]
 fn bad_example_wrong_jsonrpc_version() {
-    assert_fires(|d| d["methods"]["echo"]["examples"][0]["message"]["jsonrpc"] = json!("1.0"), Lint::BadExample, "/methods/echo/examples/0/message");
+    assert_fires(
+        |d| d["methods"]["echo"]["examples"][0]["message"]["jsonrpc"] = json!("1.0"),
+        Lint::BadExample,
+        "/methods/echo/examples/0/message",
+    );
 }
 
 #[test]
 fn bad_example_error_not_listed() {
-    assert_fires(|d| d["methods"]["echo"]["examples"][2]["message"]["error"]["code"] = json!(-32050), Lint::BadExample, "/methods/echo/examples/2/message");
+    assert_fires(
+        |d| d["methods"]["echo"]["examples"][2]["message"]["error"]["code"] = json!(-32050),
+        Lint::BadExample,
+        "/methods/echo/examples/2/message",
+    );
 }
 
 #[test]
 fn bad_example_wrong_sender() {
-    assert_fires(|d| d["methods"]["echo"]["examples"][0]["from"] = json!("server"), Lint::BadExample, "/methods/echo/examples/0/message");
+    assert_fires(
+        |d| d["methods"]["echo"]["examples"][0]["from"] = json!("server"),
+        Lint::BadExample,
+        "/methods/echo/examples/0/message",
+    );
 }
 
 #[test]
 fn invalid_json_schema() {
-    assert_fires(|d| d["$defs"]["EchoParams"]["type"] = json!("banana"), Lint::SchemaValid, "/$defs/EchoParams");
+    assert_fires(
+        |d| d["$defs"]["EchoParams"]["type"] = json!("banana"),
+        Lint::SchemaValid,
+        "/$defs/EchoParams",
+    );
 }
 
 #[test]
@@ -129,7 +174,11 @@ fn transition_to_undeclared_state() {
 
 #[test]
 fn undeclared_initial_state() {
-    assert_fires(|d| d["stateMachines"]["session"]["initial"] = json!("nowhere"), Lint::StateMachine, "/stateMachines/session/initial");
+    assert_fires(
+        |d| d["stateMachines"]["session"]["initial"] = json!("nowhere"),
+        Lint::StateMachine,
+        "/stateMachines/session/initial",
+    );
 }
 
 #[test]
@@ -137,7 +186,10 @@ fn terminal_state_with_exit() {
     assert_fires(
         |d| {
             let t = json!({"from": "closed", "to": "open"});
-            d["stateMachines"]["session"]["transitions"].as_array_mut().expect("array").push(t);
+            d["stateMachines"]["session"]["transitions"]
+                .as_array_mut()
+                .expect("array")
+                .push(t);
         },
         Lint::StateMachine,
         "/stateMachines/session/transitions/1/from",
@@ -146,22 +198,38 @@ fn terminal_state_with_exit() {
 
 #[test]
 fn relation_that_does_not_hold() {
-    assert_fires(|d| d["limits"]["idleSeconds"]["value"] = json!(1000), Lint::Relation, "/relations/0");
+    assert_fires(
+        |d| d["limits"]["idleSeconds"]["value"] = json!(1000),
+        Lint::Relation,
+        "/relations/0",
+    );
 }
 
 #[test]
 fn derived_limit_replaced_by_wrong_literal() {
-    assert_fires(|d| d["limits"]["hostWait"]["value"] = json!(100), Lint::Relation, "/relations/1");
+    assert_fires(
+        |d| d["limits"]["hostWait"]["value"] = json!(100),
+        Lint::Relation,
+        "/relations/1",
+    );
 }
 
 #[test]
 fn relation_across_dimensions() {
-    assert_fires(|d| d["relations"][0]["right"] = json!("frameMax"), Lint::Relation, "/relations/0");
+    assert_fires(
+        |d| d["relations"][0]["right"] = json!("frameMax"),
+        Lint::Relation,
+        "/relations/0",
+    );
 }
 
 #[test]
 fn self_referential_limit() {
-    assert_fires(|d| d["limits"]["idleSeconds"]["value"] = json!({"sum": ["hostWait", 1]}), Lint::Relation, "/limits/idleSeconds/value");
+    assert_fires(
+        |d| d["limits"]["idleSeconds"]["value"] = json!({"sum": ["hostWait", 1]}),
+        Lint::Relation,
+        "/limits/idleSeconds/value",
+    );
 }
 
 #[test]
@@ -175,8 +243,16 @@ fn undeclared_limit_in_framing() {
 
 #[test]
 fn unknown_party_and_channel() {
-    assert_fires(|d| d["methods"]["echo"]["from"] = json!(["stranger"]), Lint::NameRef, "/methods/echo/from/0");
-    assert_fires(|d| d["methods"]["echo"]["channel"] = json!("side"), Lint::NameRef, "/methods/echo/channel");
+    assert_fires(
+        |d| d["methods"]["echo"]["from"] = json!(["stranger"]),
+        Lint::NameRef,
+        "/methods/echo/from/0",
+    );
+    assert_fires(
+        |d| d["methods"]["echo"]["channel"] = json!("side"),
+        Lint::NameRef,
+        "/methods/echo/channel",
+    );
 }
 
 #[test]
@@ -190,5 +266,9 @@ fn code_table_map_to_missing_value() {
 
 #[test]
 fn violation_code_must_exist() {
-    assert_fires(|d| d["violations"]["parse"]["code"] = json!(-32123), Lint::ErrorRef, "/violations/parse/code");
+    assert_fires(
+        |d| d["violations"]["parse"]["code"] = json!(-32123),
+        Lint::ErrorRef,
+        "/violations/parse/code",
+    );
 }

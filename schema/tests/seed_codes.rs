@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use regex::Regex;
 
 fn seed(file: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds").join(file);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("seeds")
+        .join(file);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -27,31 +29,59 @@ fn assert_found(contract_name: &str, seed_file: &str, patterns: &[&str], min: us
     for p in patterns {
         let re = Regex::new(p).expect("pattern");
         for cap in re.captures_iter(&text) {
-            let m = cap.get(1).or_else(|| cap.get(0)).expect("match").as_str().to_string();
+            let m = cap
+                .get(1)
+                .or_else(|| cap.get(0))
+                .expect("match")
+                .as_str()
+                .to_string();
             found.insert(m);
         }
     }
-    assert!(found.len() >= min, "{seed_file}: only {} codes matched: {found:?}", found.len());
+    assert!(
+        found.len() >= min,
+        "{seed_file}: only {} codes matched: {found:?}",
+        found.len()
+    );
     let missing: Vec<_> = found.iter().filter(|c| !known.contains(*c)).collect();
-    assert!(missing.is_empty(), "{contract_name} lacks codes its seed states: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "{contract_name} lacks codes its seed states: {missing:?}"
+    );
 }
 
 #[test]
 fn seeds_in_repo_match_shared_originals() {
     let shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/seeds");
     if !shared.is_dir() {
-        eprintln!("no {} beside the repository: nothing to compare", shared.display());
+        eprintln!(
+            "no {} beside the repository: nothing to compare",
+            shared.display()
+        );
         return;
     }
-    for (_, file) in [("kernel", "000_8cf2471ea150c97e.txt"), ("xsession", "001_8e677a3411e5397b.txt"), ("rukh", "003_255b513360fa4c8c.txt"), ("toolchannel", "004_3a609d0467c4874c.txt")] {
+    for (_, file) in [
+        ("kernel", "000_8cf2471ea150c97e.txt"),
+        ("xsession", "001_8e677a3411e5397b.txt"),
+        ("rukh", "003_255b513360fa4c8c.txt"),
+        ("toolchannel", "004_3a609d0467c4874c.txt"),
+    ] {
         let original = std::fs::read_to_string(shared.join(file)).expect("original");
-        assert!(original == seed(file), "schema/seeds/{file} differs from the shared original");
+        assert!(
+            original == seed(file),
+            "schema/seeds/{file} differs from the shared original"
+        );
     }
 }
 
 #[test]
 fn kernel_error_codes() {
-    assert_found("kernel", "000_8cf2471ea150c97e.txt", &[r"\b((?:protocol|app|tool|confirmation|calc|permission)\.[a-z_]+)\b"], 11);
+    assert_found(
+        "kernel",
+        "000_8cf2471ea150c97e.txt",
+        &[r"\b((?:protocol|app|tool|confirmation|calc|permission)\.[a-z_]+)\b"],
+        11,
+    );
 }
 
 #[test]

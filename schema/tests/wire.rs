@@ -68,9 +68,18 @@ fn every_example_of_every_contract_decodes_and_validates() {
                     Part::Result => Kind::Response,
                     Part::Error => Kind::Error,
                 };
-                let same = msg.kind == want || matches!((msg.kind, want), (Kind::Notification, Kind::Event));
-                assert!(same, "{name} {mname} example {i}: kind {:?}, want {want:?}", msg.kind);
-                assert_eq!(msg.method.as_deref(), Some(mname.as_str()), "{name} example {i}");
+                let same = msg.kind == want
+                    || matches!((msg.kind, want), (Kind::Notification, Kind::Event));
+                assert!(
+                    same,
+                    "{name} {mname} example {i}: kind {:?}, want {want:?}",
+                    msg.kind
+                );
+                assert_eq!(
+                    msg.method.as_deref(),
+                    Some(mname.as_str()),
+                    "{name} example {i}"
+                );
                 assert_eq!(msg.value, ex.message, "decoded value equals the example");
                 seen += 1;
             }
@@ -87,17 +96,30 @@ fn violation(w: &Wire, channel: &str, from: &str, bytes: &[u8]) -> contract::wir
 }
 
 fn rukh_call(params: &str) -> Vec<u8> {
-    format!(r#"{{"jsonrpc":"2.0","id":"c:1","method":"rukh.initialize","params":{params}}}"#).into_bytes()
+    format!(r#"{{"jsonrpc":"2.0","id":"c:1","method":"rukh.initialize","params":{params}}}"#)
+        .into_bytes()
 }
 
 #[test]
 fn rukh_strict_json_each_rule_has_its_own_error() {
     let w = wire("rukh");
-    let cases: Vec<(Vec<u8>, fn(&JsonError) -> bool)> = vec![
-        (b"{\"jsonrpc\":\"2.0\",\"method\":\"x\xff\"}".to_vec(), |e| matches!(e, JsonError::InvalidUtf8 { .. })),
-        ([&[0xEF, 0xBB, 0xBF][..], br#"{"jsonrpc":"2.0"}"#].concat(), |e| matches!(e, JsonError::Bom)),
-        (br#"{"jsonrpc":"2.0","method":"\udc00"}"#.to_vec(), |e| matches!(e, JsonError::LoneSurrogate { .. })),
-        (br#"{"jsonrpc":"2.0","id":"c:1","id":"c:2"}"#.to_vec(), |e| matches!(e, JsonError::DuplicateKey { .. })),
+    type Is = fn(&JsonError) -> bool;
+    let cases: Vec<(Vec<u8>, Is)> = vec![
+        (
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"x\xff\"}".to_vec(),
+            |e| matches!(e, JsonError::InvalidUtf8 { .. }),
+        ),
+        (
+            [&[0xEF, 0xBB, 0xBF][..], br#"{"jsonrpc":"2.0"}"#].concat(),
+            |e| matches!(e, JsonError::Bom),
+        ),
+        (br#"{"jsonrpc":"2.0","method":"\udc00"}"#.to_vec(), |e| {
+            matches!(e, JsonError::LoneSurrogate { .. })
+        }),
+        (
+            br#"{"jsonrpc":"2.0","id":"c:1","id":"c:2"}"#.to_vec(),
+            |e| matches!(e, JsonError::DuplicateKey { .. }),
+        ),
         (
             rukh_call(r#"{"a":{"b":{"a":1,"a":2}}}"#),
             |e| matches!(e, JsonError::DuplicateKey { pointer, .. } if pointer == "/params/a/b"),
@@ -110,18 +132,35 @@ fn rukh_strict_json_each_rule_has_its_own_error() {
             rukh_call(&format!("[{}]", vec!["1"; 5000].join(","))),
             |e| matches!(e, JsonError::TooManyItems { max: 4096 }),
         ),
-        (rukh_call("9007199254740992"), |e| matches!(e, JsonError::UnsafeInteger { .. })),
+        (rukh_call("9007199254740992"), |e| {
+            matches!(e, JsonError::UnsafeInteger { .. })
+        }),
         (rukh_call("1e999"), |e| matches!(e, JsonError::NonFinite)),
-        (br#"{"jsonrpc":"2.0"} {}"#.to_vec(), |e| matches!(e, JsonError::TrailingBytes { .. })),
-        (br#"["jsonrpc"]"#.to_vec(), |e| matches!(e, JsonError::NotAnObject)),
-        (br#"{"jsonrpc":"2.0","#.to_vec(), |e| matches!(e, JsonError::Syntax { .. })),
+        (br#"{"jsonrpc":"2.0"} {}"#.to_vec(), |e| {
+            matches!(e, JsonError::TrailingBytes { .. })
+        }),
+        (br#"["jsonrpc"]"#.to_vec(), |e| {
+            matches!(e, JsonError::NotAnObject)
+        }),
+        (br#"{"jsonrpc":"2.0","#.to_vec(), |e| {
+            matches!(e, JsonError::Syntax { .. })
+        }),
     ];
     for (bytes, is) in cases {
         let v = violation(&w, "ipc", "core", &bytes);
-        assert_eq!(v.class, ViolationClass::Parse, "{}", String::from_utf8_lossy(&bytes));
+        assert_eq!(
+            v.class,
+            ViolationClass::Parse,
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
         let e = v.json.as_ref().expect("json error kept");
         assert!(is(e), "{} gave {e:?}", String::from_utf8_lossy(&bytes));
-        assert_eq!(v.code, Some(json!(-32700)), "rukh parse errors carry -32700");
+        assert_eq!(
+            v.code,
+            Some(json!(-32700)),
+            "rukh parse errors carry -32700"
+        );
     }
 }
 
@@ -148,14 +187,27 @@ fn jsonrpc_invalid_request_is_32600() {
 #[test]
 fn kernel_missing_envelope_fields_are_listed() {
     let w = wire("kernel");
-    let v = violation(&w, "control", "shell", br#"{"type":"request","method":"command.handle","payload":{"text":"hi"}}"#);
+    let v = violation(
+        &w,
+        "control",
+        "shell",
+        br#"{"type":"request","method":"command.handle","payload":{"text":"hi"}}"#,
+    );
     assert_eq!(v.class, ViolationClass::Invalid);
     assert_eq!(v.code, Some(json!("protocol.invalid_envelope")));
-    let fields: Vec<&str> = v.details["fields"].as_array().expect("fields").iter().filter_map(Value::as_str).collect();
+    let fields: Vec<&str> = v.details["fields"]
+        .as_array()
+        .expect("fields")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     for f in ["v", "id", "timestamp", "trace_id"] {
         assert!(fields.contains(&f), "{f} missing from {fields:?}");
     }
-    assert!(!fields.contains(&"method") && !fields.contains(&"payload"), "{fields:?}");
+    assert!(
+        !fields.contains(&"method") && !fields.contains(&"payload"),
+        "{fields:?}"
+    );
 }
 
 fn kernel_envelope(kind: &str, method: &str, payload: Value) -> Vec<u8> {
@@ -169,18 +221,36 @@ fn kernel_envelope(kind: &str, method: &str, payload: Value) -> Vec<u8> {
 #[test]
 fn kernel_unknown_method_versus_unknown_event() {
     let w = wire("kernel");
-    let v = violation(&w, "control", "shell", &kernel_envelope("request", "no.such", json!({})));
+    let v = violation(
+        &w,
+        "control",
+        "shell",
+        &kernel_envelope("request", "no.such", json!({})),
+    );
     assert_eq!(v.class, ViolationClass::UnknownRequest);
     assert_eq!(v.code, Some(json!("protocol.unknown_method")));
-    let v = violation(&w, "control", "core", &kernel_envelope("event", "no.such", json!({})));
+    let v = violation(
+        &w,
+        "control",
+        "core",
+        &kernel_envelope("event", "no.such", json!({})),
+    );
     assert_eq!(v.class, ViolationClass::UnknownNotification);
-    assert_eq!(v.action, Some(contract::model::ActionKind::Ignore), "unknown events are ignored (§6)");
+    assert_eq!(
+        v.action,
+        Some(contract::model::ActionKind::Ignore),
+        "unknown events are ignored (§6)"
+    );
 }
 
 #[test]
 fn kernel_wrong_direction_and_bad_params() {
     let w = wire("kernel");
-    let hello = kernel_envelope("request", "hello", json!({"protocol_versions": [1], "shell_version": "4.0.0", "capabilities": [], "locale": "ru"}));
+    let hello = kernel_envelope(
+        "request",
+        "hello",
+        json!({"protocol_versions": [1], "shell_version": "4.0.0", "capabilities": [], "locale": "ru"}),
+    );
     assert!(w.decode("control", "shell", &hello, None).is_ok());
     let v = violation(&w, "control", "core", &hello);
     assert_eq!(v.class, ViolationClass::WrongDirection);
@@ -221,7 +291,11 @@ fn xsession_frames_are_told_apart_by_match() {
 fn rukh_lifecycle_frames_have_the_tighter_cap() {
     let w = wire("rukh");
     let c = w.contract().clone();
-    let ex = c.methods["rukh.log"].examples.iter().find(|e| e.part == Part::Call).expect("log example");
+    let ex = c.methods["rukh.log"]
+        .examples
+        .iter()
+        .find(|e| e.part == Part::Call)
+        .expect("log example");
     let mut msg = ex.message.clone();
     // Pad a string field to push the frame just past 16 KiB.
     let pad = "x".repeat(17 * 1024);
@@ -243,25 +317,41 @@ fn oversize_frames_are_refused_by_every_stream_codec() {
             ChannelCodec::Binary(c) => c.decode(&mut buf).map(|_| ()),
             _ => unreachable!(),
         };
-        assert!(matches!(r, Err(FrameError::Oversize { len, .. }) if len >= 0xFFFF_FFFF - 12), "{name}/{channel}: {r:?}");
+        assert!(
+            matches!(r, Err(FrameError::Oversize { len, .. }) if len >= 0xFFFF_FFFF - 12),
+            "{name}/{channel}: {r:?}"
+        );
         assert_eq!(buf.capacity(), cap, "{name}/{channel}: nothing reserved");
     }
     let w = wire("xsession");
-    let ChannelCodec::Ndjson(mut c) = w.codec("inbox").expect("codec") else { panic!("ndjson") };
+    let ChannelCodec::Ndjson(mut c) = w.codec("inbox").expect("codec") else {
+        panic!("ndjson")
+    };
     // 1 MiB of 3-byte characters is 3 MiB of bytes but exactly at the cap: accepted.
     let line = "€".repeat(1 << 20);
     let mut buf = BytesMut::from(format!("{line}\n").as_bytes());
-    assert_eq!(c.decode(&mut buf).expect("at cap").map(|b| b.len()), Some(3 << 20));
+    assert_eq!(
+        c.decode(&mut buf).expect("at cap").map(|b| b.len()),
+        Some(3 << 20)
+    );
     let mut buf = BytesMut::from(format!("{line}€\n").as_bytes());
-    assert!(matches!(c.decode(&mut buf), Err(FrameError::LineTooLong { .. })));
+    assert!(matches!(
+        c.decode(&mut buf),
+        Err(FrameError::LineTooLong { .. })
+    ));
 }
 
 #[test]
 fn truncated_stream_is_an_error_at_eof() {
     let w = wire("rukh");
-    let ChannelCodec::LengthPrefixed(mut c) = w.codec("ipc").expect("codec") else { panic!() };
+    let ChannelCodec::LengthPrefixed(mut c) = w.codec("ipc").expect("codec") else {
+        panic!()
+    };
     let mut buf = BytesMut::from(&[0, 0, 0, 9, b'{'][..]);
-    assert!(matches!(c.decode_eof(&mut buf), Err(FrameError::Truncated { buffered: 5 })));
+    assert!(matches!(
+        c.decode_eof(&mut buf),
+        Err(FrameError::Truncated { buffered: 5 })
+    ));
 }
 
 fn split_feed<D: Decoder>(d: &mut D, bytes: &[u8], cuts: &[usize]) -> Vec<D::Item>
@@ -336,13 +426,16 @@ fn arb_json() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         (-(1i64 << 53) + 1..(1i64 << 53)).prop_map(|n| json!(n)),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
         ".{0,12}".prop_map(Value::String),
     ];
     leaf.prop_recursive(4, 64, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map("[a-z]{1,6}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::btree_map("[a-z]{1,6}", inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }

@@ -4,11 +4,15 @@
 //!
 //! [`Wire`] is compiled once per contract (schemas compiled, limits resolved)
 //! and is then read-only, so one instance serves every connection.
+// A violation is the cold path and carries the whole story of one bad
+// message (its code, action, details and the partial parse); returning it by
+// value keeps call sites simple, so its size is accepted here.
+#![allow(clippy::result_large_err)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::framing::{ChannelCodec, FrameError, limit_bytes};
 use super::json::{self, JsonError, JsonLimits};
@@ -155,7 +159,11 @@ pub struct Wire {
     channels: HashMap<String, ChannelWire>,
 }
 
-fn compile(c: &Contract, schema: &Value, pointer: String) -> Result<jsonschema::Validator, WireError> {
+fn compile(
+    c: &Contract,
+    schema: &Value,
+    pointer: String,
+) -> Result<jsonschema::Validator, WireError> {
     jsonschema::draft202012::new(&rooted(c, schema)).map_err(|e| WireError::Schema {
         contract: c.name.clone(),
         pointer,
@@ -163,10 +171,49 @@ fn compile(c: &Contract, schema: &Value, pointer: String) -> Result<jsonschema::
     })
 }
 
+/// `map.get(key)`, by a linear scan when the object is small: messages are mostly objects of a
+/// handful of members, where comparing keys is cheaper than SipHashing the one looked up.
+fn member<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
+    const SCAN_MAX: usize = 8;
+    if map.len() <= SCAN_MAX {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
+/// `value.pointer(ptr)` without serde_json's per-token allocations (it unescapes every token
+/// into a new `String`); pointers with `~` escapes, rare in contracts, still go through it.
+/// This sits on the hot path: classification resolves several pointers per message.
+fn lookup<'v>(value: &'v Value, ptr: &str) -> Option<&'v Value> {
+    if ptr.contains('~') {
+        return value.pointer(ptr);
+    }
+    if ptr.is_empty() {
+        return Some(value);
+    }
+    ptr.strip_prefix('/')?
+        .split('/')
+        .try_fold(value, |v, token| match v {
+            Value::Object(map) => member(map, token),
+            // Array indices as serde_json reads them: no sign, no leading zero.
+            Value::Array(items)
+                if !token.starts_with('+') && (token == "0" || !token.starts_with('0')) =>
+            {
+                token.parse::<usize>().ok().and_then(|i| items.get(i))
+            }
+            _ => None,
+        })
+}
+
 /// Resolve `{"$ref": "#/$defs/X"}` chains to the schema they name.
 fn deref<'a>(c: &'a Contract, mut s: &'a Value) -> &'a Value {
     for _ in 0..16 {
-        match s.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/")) {
+        match s
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix("#/$defs/"))
+        {
             Some(name) => match c.defs.get(name) {
                 Some(t) => s = t,
                 None => break,
@@ -179,21 +226,39 @@ fn deref<'a>(c: &'a Contract, mut s: &'a Value) -> &'a Value {
 
 /// For an envelope schema that is a `oneOf` discriminated on the kind field,
 /// the `required` list of each branch, keyed by the branch's `const` kind.
-fn required_by_kind(c: &Contract, envelope: &Value, kind_ptr: &str) -> HashMap<String, Vec<String>> {
+fn required_by_kind(
+    c: &Contract,
+    envelope: &Value,
+    kind_ptr: &str,
+) -> HashMap<String, Vec<String>> {
     let mut out = HashMap::new();
     let field = kind_ptr.trim_start_matches('/');
     let root = deref(c, envelope);
     let strings = |v: Option<&Value>| -> Vec<String> {
         v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let base = strings(root.get("required"));
-    for branch in root.get("oneOf").and_then(Value::as_array).into_iter().flatten() {
+    for branch in root
+        .get("oneOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let b = deref(c, branch);
         let mut req = base.clone();
         // Branches may extend a shared base with allOf.
-        for part in b.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+        for part in b
+            .get("allOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             req.extend(strings(deref(c, part).get("required")));
         }
         req.extend(strings(b.get("required")));
@@ -282,7 +347,11 @@ impl Wire {
                     params,
                     result,
                     max_payload,
-                    matches: m.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    matches: m
+                        .matches
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                 },
             );
         }
@@ -305,10 +374,12 @@ impl Wire {
 
     /// A compiled channel.
     pub fn channel_wire(&self, channel: &str) -> Result<&ChannelWire, WireError> {
-        self.channels.get(channel).ok_or_else(|| WireError::NoChannel {
-            contract: self.contract.name.clone(),
-            channel: channel.to_string(),
-        })
+        self.channels
+            .get(channel)
+            .ok_or_else(|| WireError::NoChannel {
+                contract: self.contract.name.clone(),
+                channel: channel.to_string(),
+            })
     }
 
     /// A fresh codec for `channel` (codecs carry per-stream state).
@@ -346,8 +417,16 @@ impl Wire {
     /// `answers` is the method of the request a response answers, when the
     /// caller tracks requests (see [`Correlator`]); without it a response is
     /// classified but its result is not schema-checked.
-    pub fn decode(&self, channel: &str, from: &str, bytes: &[u8], answers: Option<&str>) -> Result<Message, Violation> {
-        let ch = self.channel_wire(channel).map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
+    pub fn decode(
+        &self,
+        channel: &str,
+        from: &str,
+        bytes: &[u8],
+        answers: Option<&str>,
+    ) -> Result<Message, Violation> {
+        let ch = self
+            .channel_wire(channel)
+            .map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
         let limits = ch.json.unwrap_or_default();
         let value = json::parse(bytes, &limits).map_err(|e| {
             let mut v = self.violation(ViolationClass::Parse, e.to_string());
@@ -356,30 +435,53 @@ impl Wire {
         })?;
         // Per-method caps are checked before any schema work, as the contracts require.
         let method = match &ch.binding {
-            Some(Binding::Jsonrpc { .. }) => value.get("method").and_then(Value::as_str),
-            Some(Binding::Envelope { method, .. }) => value.pointer(method).and_then(Value::as_str),
+            Some(Binding::Jsonrpc { .. }) => lookup(&value, "/method").and_then(Value::as_str),
+            Some(Binding::Envelope { method, .. }) => {
+                lookup(&value, method).and_then(Value::as_str)
+            }
             _ => None,
         };
-        if let Some((name, cap)) = method.and_then(|m| ch.methods.get_key_value(m)).and_then(|(n, m)| m.max_payload.map(|c| (n, c))) {
-            if bytes.len() as u64 > cap {
-                return Err(self.violation(
-                    ViolationClass::Oversize,
-                    format!("{name} frame of {} bytes exceeds its {cap}-byte cap", bytes.len()),
-                ));
-            }
+        if let Some((name, cap)) = method
+            .and_then(|m| ch.methods.get_key_value(m))
+            .and_then(|(n, m)| m.max_payload.map(|c| (n, c)))
+            && bytes.len() as u64 > cap
+        {
+            return Err(self.violation(
+                ViolationClass::Oversize,
+                format!(
+                    "{name} frame of {} bytes exceeds its {cap}-byte cap",
+                    bytes.len()
+                ),
+            ));
         }
         self.classify_value(ch, from, value, answers)
     }
 
     /// Classify an already-parsed value.
-    pub fn classify(&self, channel: &str, from: &str, value: Value, answers: Option<&str>) -> Result<Message, Violation> {
-        let ch = self.channel_wire(channel).map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
+    pub fn classify(
+        &self,
+        channel: &str,
+        from: &str,
+        value: Value,
+        answers: Option<&str>,
+    ) -> Result<Message, Violation> {
+        let ch = self
+            .channel_wire(channel)
+            .map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
         self.classify_value(ch, from, value, answers)
     }
 
-    fn classify_value(&self, ch: &ChannelWire, from: &str, value: Value, answers: Option<&str>) -> Result<Message, Violation> {
+    fn classify_value(
+        &self,
+        ch: &ChannelWire,
+        from: &str,
+        value: Value,
+        answers: Option<&str>,
+    ) -> Result<Message, Violation> {
         let msg = match &ch.binding {
-            Some(Binding::Jsonrpc { version, trace }) => self.jsonrpc(version, trace.as_deref(), value)?,
+            Some(Binding::Jsonrpc { version, trace }) => {
+                self.jsonrpc(version, trace.as_deref(), value)?
+            }
             Some(Binding::Envelope {
                 kind,
                 kinds,
@@ -389,58 +491,80 @@ impl Wire {
                 trace,
                 ..
             }) => {
-                let wire_kind = value.pointer(kind).and_then(Value::as_str).map(str::to_string);
+                let wire_kind = lookup(&value, kind)
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 let k = wire_kind.as_deref().and_then(|w| kinds.get(w)).copied();
-                let get = |p: &Option<String>| p.as_deref().and_then(|p| value.pointer(p)).cloned();
+                let get =
+                    |p: &Option<String>| p.as_deref().and_then(|p| lookup(&value, p)).cloned();
                 let msg = Message {
                     kind: k.unwrap_or(Kind::Notification),
-                    method: value.pointer(method).and_then(Value::as_str).map(str::to_string),
+                    method: lookup(&value, method)
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
                     id: get(id),
                     correlation: get(correlation),
                     trace: get(trace).and_then(|t| t.as_str().map(str::to_string)),
                     value,
                 };
-                if let Some(env) = &ch.envelope {
-                    if !env.is_valid(&msg.value) {
-                        let missing: Vec<String> = ch
-                            .required_by_kind
-                            .get(wire_kind.as_deref().unwrap_or(""))
-                            .or_else(|| ch.required_by_kind.get(""))
-                            .into_iter()
-                            .flatten()
-                            .filter(|f| msg.value.get(f.as_str()).is_none())
-                            .cloned()
-                            .collect();
-                        let first = env.iter_errors(&msg.value).next().map(|e| format!("{}: {e}", e.instance_path()));
-                        let mut v = self.violation(
-                            ViolationClass::Invalid,
-                            if missing.is_empty() {
-                                format!("invalid envelope: {}", first.unwrap_or_default())
-                            } else {
-                                format!("envelope is missing {}", missing.join(", "))
-                            },
-                        );
-                        v.details = json!({ "fields": missing });
-                        v.partial = Some(Box::new(msg));
-                        return Err(v);
-                    }
+                if let Some(env) = &ch.envelope
+                    && !env.is_valid(&msg.value)
+                {
+                    let missing: Vec<String> = ch
+                        .required_by_kind
+                        .get(wire_kind.as_deref().unwrap_or(""))
+                        .or_else(|| ch.required_by_kind.get(""))
+                        .into_iter()
+                        .flatten()
+                        .filter(|f| msg.value.get(f.as_str()).is_none())
+                        .cloned()
+                        .collect();
+                    let first = env
+                        .iter_errors(&msg.value)
+                        .next()
+                        .map(|e| format!("{}: {e}", e.instance_path()));
+                    let mut v = self.violation(
+                        ViolationClass::Invalid,
+                        if missing.is_empty() {
+                            format!("invalid envelope: {}", first.unwrap_or_default())
+                        } else {
+                            format!("envelope is missing {}", missing.join(", "))
+                        },
+                    );
+                    v.details = json!({ "fields": missing });
+                    v.partial = Some(Box::new(msg));
+                    return Err(v);
                 }
                 if k.is_none() {
-                    let mut v = self.violation(ViolationClass::Invalid, format!("unknown message kind {wire_kind:?}"));
+                    let mut v = self.violation(
+                        ViolationClass::Invalid,
+                        format!("unknown message kind {wire_kind:?}"),
+                    );
                     v.partial = Some(Box::new(msg));
                     return Err(v);
                 }
                 msg
             }
-            Some(Binding::Tagged { id, correlation, .. }) => {
+            Some(Binding::Tagged {
+                id, correlation, ..
+            }) => {
                 let name = ch.tagged_order.iter().find(|n| {
-                    ch.methods
-                        .get(n.as_str())
-                        .is_some_and(|m| m.matches.iter().all(|(p, want)| value.pointer(p) == Some(want)))
+                    ch.methods.get(n.as_str()).is_some_and(|m| {
+                        m.matches
+                            .iter()
+                            .all(|(p, want)| lookup(&value, p) == Some(want))
+                    })
                 });
-                let get = |p: &Option<String>| p.as_deref().and_then(|p| value.pointer(p)).cloned();
+                let get =
+                    |p: &Option<String>| p.as_deref().and_then(|p| lookup(&value, p)).cloned();
                 let (kind, method) = match name {
-                    Some(n) => (ch.methods.get(n.as_str()).map(|m| m.kind).unwrap_or(Kind::Notification), Some(n.clone())),
+                    Some(n) => (
+                        ch.methods
+                            .get(n.as_str())
+                            .map(|m| m.kind)
+                            .unwrap_or(Kind::Notification),
+                        Some(n.clone()),
+                    ),
                     None => (Kind::Notification, None),
                 };
                 let msg = Message {
@@ -451,29 +575,46 @@ impl Wire {
                     trace: None,
                     value,
                 };
-                if let Some(env) = &ch.envelope {
-                    if !env.is_valid(&msg.value) {
-                        let first = env.iter_errors(&msg.value).next().map(|e| format!("{}: {e}", e.instance_path()));
-                        let mut v = self.violation(ViolationClass::Invalid, format!("invalid frame: {}", first.unwrap_or_default()));
-                        v.partial = Some(Box::new(msg));
-                        return Err(v);
-                    }
+                if let Some(env) = &ch.envelope
+                    && !env.is_valid(&msg.value)
+                {
+                    let first = env
+                        .iter_errors(&msg.value)
+                        .next()
+                        .map(|e| format!("{}: {e}", e.instance_path()));
+                    let mut v = self.violation(
+                        ViolationClass::Invalid,
+                        format!("invalid frame: {}", first.unwrap_or_default()),
+                    );
+                    v.partial = Some(Box::new(msg));
+                    return Err(v);
                 }
                 msg
             }
             None => {
-                return Err(self.violation(ViolationClass::Invalid, format!("channel {} carries no JSON messages", ch.name)));
+                return Err(self.violation(
+                    ViolationClass::Invalid,
+                    format!("channel {} carries no JSON messages", ch.name),
+                ));
             }
         };
         self.check_method(ch, from, msg, answers)
     }
 
-    fn jsonrpc(&self, version: &str, trace: Option<&str>, value: Value) -> Result<Message, Violation> {
+    fn jsonrpc(
+        &self,
+        version: &str,
+        trace: Option<&str>,
+        value: Value,
+    ) -> Result<Message, Violation> {
         let invalid = |reason: String, value: &Value| {
             let mut v = self.violation(ViolationClass::Invalid, reason);
             v.partial = Some(Box::new(Message {
                 kind: Kind::Notification,
-                method: value.get("method").and_then(Value::as_str).map(str::to_string),
+                method: value
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
                 id: value.get("id").cloned(),
                 correlation: None,
                 trace: None,
@@ -482,44 +623,66 @@ impl Wire {
             v
         };
         let Some(obj) = value.as_object() else {
-            return Err(invalid("a JSON-RPC message must be an object".into(), &value));
+            return Err(invalid(
+                "a JSON-RPC message must be an object".into(),
+                &value,
+            ));
         };
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some(version) {
+        if member(obj, "jsonrpc").and_then(Value::as_str) != Some(version) {
             return Err(invalid(format!("`jsonrpc` must be {version:?}"), &value));
         }
-        let id = obj.get("id");
-        if let Some(id) = id {
-            if !(id.is_string() || id.is_number() || id.is_null()) {
-                return Err(invalid("`id` must be a string or a number".into(), &value));
-            }
+        let id = member(obj, "id");
+        if let Some(id) = id
+            && !(id.is_string() || id.is_number() || id.is_null())
+        {
+            return Err(invalid("`id` must be a string or a number".into(), &value));
         }
-        let method = obj.get("method");
-        let kind = match (method, id, obj.get("result"), obj.get("error")) {
+        let method = member(obj, "method");
+        let kind = match (method, id, member(obj, "result"), member(obj, "error")) {
             (Some(Value::String(_)), Some(_), None, None) => Kind::Request,
             (Some(Value::String(_)), None, None, None) => Kind::Notification,
             (None, Some(_), Some(_), None) => Kind::Response,
             (None, Some(_), None, Some(e)) => {
-                let ok = e.get("code").is_some_and(|c| c.is_i64()) && e.get("message").is_some_and(Value::is_string);
+                let ok = e.get("code").is_some_and(|c| c.is_i64())
+                    && e.get("message").is_some_and(Value::is_string);
                 if !ok {
-                    return Err(invalid("`error` needs an integer `code` and a string `message`".into(), &value));
+                    return Err(invalid(
+                        "`error` needs an integer `code` and a string `message`".into(),
+                        &value,
+                    ));
                 }
                 Kind::Error
             }
-            (Some(_), _, _, _) => return Err(invalid("`method` must be a string, without `result` or `error`".into(), &value)),
-            _ => return Err(invalid("not a request, notification, response or error".into(), &value)),
-        };
-        if let Some(p) = obj.get("params") {
-            if kind == Kind::Request || kind == Kind::Notification {
-                if !(p.is_object() || p.is_array()) {
-                    return Err(invalid("`params` must be an object or an array".into(), &value));
-                }
+            (Some(_), _, _, _) => {
+                return Err(invalid(
+                    "`method` must be a string, without `result` or `error`".into(),
+                    &value,
+                ));
             }
+            _ => {
+                return Err(invalid(
+                    "not a request, notification, response or error".into(),
+                    &value,
+                ));
+            }
+        };
+        if let Some(p) = member(obj, "params")
+            && (kind == Kind::Request || kind == Kind::Notification)
+            && !(p.is_object() || p.is_array())
+        {
+            return Err(invalid(
+                "`params` must be an object or an array".into(),
+                &value,
+            ));
         }
         let allowed = ["jsonrpc", "id", "method", "params", "result", "error"];
         if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(invalid(format!("unexpected member {k:?}"), &value));
         }
-        let trace = trace.and_then(|p| value.pointer(p)).and_then(Value::as_str).map(str::to_string);
+        let trace = trace
+            .and_then(|p| lookup(&value, p))
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let (id, correlation) = match kind {
             Kind::Response | Kind::Error => (None, id.cloned()),
             _ => (id.cloned(), None),
@@ -534,32 +697,47 @@ impl Wire {
         })
     }
 
-    fn check_method(&self, ch: &ChannelWire, from: &str, mut msg: Message, answers: Option<&str>) -> Result<Message, Violation> {
-        let payload_ptr = match &ch.binding {
-            Some(Binding::Envelope { payload, .. }) => payload.clone(),
+    fn check_method(
+        &self,
+        ch: &ChannelWire,
+        from: &str,
+        mut msg: Message,
+        answers: Option<&str>,
+    ) -> Result<Message, Violation> {
+        let payload_ptr: &str = match &ch.binding {
+            Some(Binding::Envelope { payload, .. }) => payload,
             Some(Binding::Jsonrpc { .. }) => match msg.kind {
-                Kind::Response => "/result".into(),
-                Kind::Error => "/error".into(),
-                _ => "/params".into(),
+                Kind::Response => "/result",
+                Kind::Error => "/error",
+                _ => "/params",
             },
-            _ => String::new(),
+            _ => "",
         };
         match msg.kind {
             Kind::Response | Kind::Error => {
                 if msg.method.is_none() {
                     msg.method = answers.map(str::to_string);
                 }
-                if msg.kind == Kind::Response {
-                    if let Some(m) = answers.and_then(|a| ch.methods.get(a)) {
-                        if let Some(v) = &m.result {
-                            let payload = msg.value.pointer(&payload_ptr).unwrap_or(&Value::Null);
-                            if !v.is_valid(payload) {
-                                let first = v.iter_errors(payload).next().map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
-                                let mut viol = self.violation(ViolationClass::InvalidParams, format!("result of {}: {}", answers.unwrap_or(""), first.unwrap_or_default()));
-                                viol.partial = Some(Box::new(msg));
-                                return Err(viol);
-                            }
-                        }
+                if msg.kind == Kind::Response
+                    && let Some(m) = answers.and_then(|a| ch.methods.get(a))
+                    && let Some(v) = &m.result
+                {
+                    let payload = lookup(&msg.value, payload_ptr).unwrap_or(&Value::Null);
+                    if !v.is_valid(payload) {
+                        let first = v
+                            .iter_errors(payload)
+                            .next()
+                            .map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
+                        let mut viol = self.violation(
+                            ViolationClass::InvalidParams,
+                            format!(
+                                "result of {}: {}",
+                                answers.unwrap_or(""),
+                                first.unwrap_or_default()
+                            ),
+                        );
+                        viol.partial = Some(Box::new(msg));
+                        return Err(viol);
                     }
                 }
                 Ok(msg)
@@ -571,15 +749,24 @@ impl Wire {
                     return Err(v);
                 };
                 let Some(m) = ch.methods.get(&name) else {
-                    let class = if msg.kind == Kind::Request { ViolationClass::UnknownRequest } else { ViolationClass::UnknownNotification };
+                    let class = if msg.kind == Kind::Request {
+                        ViolationClass::UnknownRequest
+                    } else {
+                        ViolationClass::UnknownNotification
+                    };
                     let mut v = self.violation(class, format!("unknown method {name:?}"));
                     v.partial = Some(Box::new(msg));
                     return Err(v);
                 };
                 // A JSON-RPC notification for a method declared as an event is the same thing.
-                let same_kind = m.kind == msg.kind || (matches!(m.kind, Kind::Event | Kind::Notification) && matches!(msg.kind, Kind::Event | Kind::Notification));
+                let same_kind = m.kind == msg.kind
+                    || (matches!(m.kind, Kind::Event | Kind::Notification)
+                        && matches!(msg.kind, Kind::Event | Kind::Notification));
                 if !same_kind {
-                    let mut v = self.violation(ViolationClass::Invalid, format!("{name} is a {:?}, not a {:?}", m.kind, msg.kind));
+                    let mut v = self.violation(
+                        ViolationClass::Invalid,
+                        format!("{name} is a {:?}, not a {:?}", m.kind, msg.kind),
+                    );
                     v.partial = Some(Box::new(msg));
                     return Err(v);
                 }
@@ -587,20 +774,32 @@ impl Wire {
                     msg.kind = m.kind;
                 }
                 if !m.from.iter().any(|p| p == from) {
-                    let mut v = self.violation(ViolationClass::WrongDirection, format!("{name} may be sent only by {}, not by {from}", m.from.join(" or ")));
+                    let mut v = self.violation(
+                        ViolationClass::WrongDirection,
+                        format!(
+                            "{name} may be sent only by {}, not by {from}",
+                            m.from.join(" or ")
+                        ),
+                    );
                     v.partial = Some(Box::new(msg));
                     return Err(v);
                 }
                 if let Some(v) = &m.params {
-                    let payload = msg.value.pointer(&payload_ptr);
+                    let payload = lookup(&msg.value, payload_ptr);
                     let ok = match payload {
                         Some(p) => v.is_valid(p),
                         None => v.is_valid(&Value::Null) || v.is_valid(&json!({})),
                     };
                     if !ok {
                         let p = payload.cloned().unwrap_or(Value::Null);
-                        let first = v.iter_errors(&p).next().map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
-                        let mut viol = self.violation(ViolationClass::InvalidParams, format!("{name}: {}", first.unwrap_or_default()));
+                        let first = v
+                            .iter_errors(&p)
+                            .next()
+                            .map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
+                        let mut viol = self.violation(
+                            ViolationClass::InvalidParams,
+                            format!("{name}: {}", first.unwrap_or_default()),
+                        );
                         viol.partial = Some(Box::new(msg));
                         return Err(viol);
                     }
@@ -661,8 +860,52 @@ impl Correlator {
         Some(m)
     }
 
+    /// The method of an open request of `requester`, without closing it.
+    pub fn peek(&self, requester: &str, id: &Value) -> Option<String> {
+        self.pending
+            .get(&(requester.to_string(), id_key(id)))
+            .cloned()
+    }
+
     /// Open requests of one party.
     pub fn open_count(&self, party: &str) -> usize {
         self.per_party.get(party).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_agrees_with_value_pointer() {
+        let mut v = json!({"a": {"b/c": 1, "m~n": 2, "": 3, "list": [10, 20]}, "x": null});
+        // An object too big for the linear scan, to cover both ways of finding a member.
+        v["big"] = (0..12).map(|i| (format!("k{i}"), json!(i))).collect();
+        let pointers = [
+            "/big/k0",
+            "/big/k11",
+            "/big/k12",
+            "",
+            "/",
+            "/a",
+            "/a/b~1c",
+            "/a/m~0n",
+            "/a/",
+            "/a/list",
+            "/a/list/0",
+            "/a/list/1",
+            "/a/list/2",
+            "/a/list/01",
+            "/a/list/+1",
+            "/a/list/-1",
+            "/x",
+            "/x/y",
+            "a",
+            "/nope",
+        ];
+        for p in pointers {
+            assert_eq!(lookup(&v, p), v.pointer(p), "pointer {p:?}");
+        }
     }
 }

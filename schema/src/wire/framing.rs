@@ -110,9 +110,15 @@ impl LengthPrefixed {
     /// A codec with a `width`-byte prefix and a payload cap of `max` bytes.
     pub fn new(width: u8, order: ByteOrder, max: u64) -> Result<Self, FrameError> {
         if !(1..=8).contains(&width) {
-            return Err(FrameError::Unsupported(format!("{width}-byte length prefix")));
+            return Err(FrameError::Unsupported(format!(
+                "{width}-byte length prefix"
+            )));
         }
-        Ok(LengthPrefixed { width: width.into(), order, max })
+        Ok(LengthPrefixed {
+            width: width.into(),
+            order,
+            max,
+        })
     }
 
     /// The payload cap.
@@ -148,7 +154,9 @@ impl Decoder for LengthPrefixed {
         match self.decode(src)? {
             Some(f) => Ok(Some(f)),
             None if src.is_empty() => Ok(None),
-            None => Err(FrameError::Truncated { buffered: src.len() }),
+            None => Err(FrameError::Truncated {
+                buffered: src.len(),
+            }),
         }
     }
 }
@@ -202,10 +210,13 @@ impl BinaryCodec {
 
     fn body_len(&self, len: u64) -> Result<u64, FrameError> {
         match self.counts {
-            LengthCounts::RestOfFrame => len.checked_sub(self.header_rest as u64).ok_or(FrameError::ShortFrame {
-                len,
-                header: self.header_rest as u64,
-            }),
+            LengthCounts::RestOfFrame => {
+                len.checked_sub(self.header_rest as u64)
+                    .ok_or(FrameError::ShortFrame {
+                        len,
+                        header: self.header_rest as u64,
+                    })
+            }
             LengthCounts::Payload => Ok(len),
         }
     }
@@ -223,7 +234,10 @@ impl Decoder for BinaryCodec {
         let payload_len = self.body_len(len)?;
         let rest = payload_len + self.header_rest as u64;
         if rest > self.max {
-            return Err(FrameError::Oversize { len: rest, max: self.max });
+            return Err(FrameError::Oversize {
+                len: rest,
+                max: self.max,
+            });
         }
         let total = self.len_width + rest as usize;
         if src.len() < total {
@@ -244,7 +258,9 @@ impl Decoder for BinaryCodec {
         match self.decode(src)? {
             Some(f) => Ok(Some(f)),
             None if src.is_empty() => Ok(None),
-            None => Err(FrameError::Truncated { buffered: src.len() }),
+            None => Err(FrameError::Truncated {
+                buffered: src.len(),
+            }),
         }
     }
 }
@@ -262,7 +278,10 @@ impl Encoder<&BinaryFrame> for BinaryCodec {
         }
         let rest = (self.header_rest + item.payload.len()) as u64;
         if rest > self.max {
-            return Err(FrameError::Oversize { len: rest, max: self.max });
+            return Err(FrameError::Oversize {
+                len: rest,
+                max: self.max,
+            });
         }
         let len = match self.counts {
             LengthCounts::RestOfFrame => rest,
@@ -353,10 +372,11 @@ impl Decoder for Ndjson {
             self.units += self.units_of(*b);
         }
         let mut units = self.units;
-        if let Some(nl) = newline {
-            if nl > 0 && src[nl - 1] == b'\r' {
-                units -= 1;
-            }
+        if let Some(nl) = newline
+            && nl > 0
+            && src[nl - 1] == b'\r'
+        {
+            units -= 1;
         }
         // A trailing `\r` still waiting for its `\n` may not count: allow one unit of slack
         // while the line is open, and check exactly once it is closed.
@@ -467,7 +487,9 @@ pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
         .map_err(FrameError::Unsupported)?;
     let (base, _) = crate::check::to_base(limit.unit, v);
     if !(0.0..=u64::MAX as f64).contains(&base) {
-        return Err(FrameError::Unsupported(format!("limit {name:?} = {base} is not a size")));
+        return Err(FrameError::Unsupported(format!(
+            "limit {name:?} = {base} is not a size"
+        )));
     }
     Ok(base as u64)
 }
@@ -487,19 +509,23 @@ impl ChannelCodec {
                 byte_order,
                 max_payload,
                 ..
-            } => ChannelCodec::LengthPrefixed(LengthPrefixed::new(*length_bytes, *byte_order, cap(max_payload)?)?),
+            } => ChannelCodec::LengthPrefixed(LengthPrefixed::new(
+                *length_bytes,
+                *byte_order,
+                cap(max_payload)?,
+            )?),
             Framing::Binary {
                 byte_order,
                 header,
                 max_frame,
                 ..
             } => {
-                let (first, rest) = header
-                    .split_first()
-                    .ok_or_else(|| FrameError::Unsupported("binary framing without header".into()))?;
-                let counts = first
-                    .counts
-                    .ok_or_else(|| FrameError::Unsupported("first header field must be the length".into()))?;
+                let (first, rest) = header.split_first().ok_or_else(|| {
+                    FrameError::Unsupported("binary framing without header".into())
+                })?;
+                let counts = first.counts.ok_or_else(|| {
+                    FrameError::Unsupported("first header field must be the length".into())
+                })?;
                 let check_width = |w: u8| {
                     if (1..=8).contains(&w) {
                         Ok(usize::from(w))
@@ -522,9 +548,13 @@ impl ChannelCodec {
                 })
             }
             Framing::Ndjson {
-                max_line, line_measure, ..
+                max_line,
+                line_measure,
+                ..
             } => ChannelCodec::Ndjson(Ndjson::new(limit_bytes(contract, max_line)?, *line_measure)),
-            Framing::WebsocketText { max_message, .. } => ChannelCodec::Message(MessageCap { max: cap(max_message)? }),
+            Framing::WebsocketText { max_message, .. } => ChannelCodec::Message(MessageCap {
+                max: cap(max_message)?,
+            }),
         })
     }
 }
@@ -539,7 +569,13 @@ mod tests {
         let mut buf = BytesMut::from(&[0xFF, 0xFF, 0xFF, 0xFF][..]);
         let cap_before = buf.capacity();
         let e = c.decode(&mut buf).expect_err("oversize");
-        assert!(matches!(e, FrameError::Oversize { len: 0xFFFF_FFFF, max: 1048576 }));
+        assert!(matches!(
+            e,
+            FrameError::Oversize {
+                len: 0xFFFF_FFFF,
+                max: 1048576
+            }
+        ));
         assert_eq!(buf.capacity(), cap_before, "nothing was reserved");
     }
 
@@ -553,8 +589,11 @@ mod tests {
                 {"name": "seq", "bytes": 8, "description": "q"}]}
         }))
         .expect("channel");
-        let contract: Contract = serde_json::from_str(include_str!("../../tests/fixtures/minimal.json")).expect("fixture");
-        let ChannelCodec::Binary(mut c) = ChannelCodec::for_channel(&contract, &ch).expect("codec") else {
+        let contract: Contract =
+            serde_json::from_str(include_str!("../../tests/fixtures/minimal.json"))
+                .expect("fixture");
+        let ChannelCodec::Binary(mut c) = ChannelCodec::for_channel(&contract, &ch).expect("codec")
+        else {
             panic!("binary expected")
         };
         let mut buf = BytesMut::new();
@@ -563,10 +602,17 @@ mod tests {
             payload: Bytes::from_static(b"pcm"),
         };
         c.encode(&f, &mut buf).expect("encode");
-        assert_eq!(&buf[..4], &[0, 0, 0, 15], "length counts stream_id + seq + payload");
+        assert_eq!(
+            &buf[..4],
+            &[0, 0, 0, 15],
+            "length counts stream_id + seq + payload"
+        );
         assert_eq!(c.decode(&mut buf).expect("ok"), Some(f));
         let mut short = BytesMut::from(&[0, 0, 0, 3, 1, 2, 3][..]);
-        assert!(matches!(c.decode(&mut short), Err(FrameError::ShortFrame { len: 3, header: 12 })));
+        assert!(matches!(
+            c.decode(&mut short),
+            Err(FrameError::ShortFrame { len: 3, header: 12 })
+        ));
     }
 
     #[test]
@@ -574,11 +620,17 @@ mod tests {
         let mut c = Ndjson::new(4, LineMeasure::Utf16Units);
         // "ééé😀" is 3 + 2 = 5 units but 10 bytes: too long.
         let mut buf = BytesMut::from("ééé😀\n".as_bytes());
-        assert!(matches!(c.decode(&mut buf), Err(FrameError::LineTooLong { max: 4, .. })));
+        assert!(matches!(
+            c.decode(&mut buf),
+            Err(FrameError::LineTooLong { max: 4, .. })
+        ));
         // "ééé" + "€" is 4 units, 9 bytes: fits even though bytes exceed the cap.
         let mut c = Ndjson::new(4, LineMeasure::Utf16Units);
         let mut buf = BytesMut::from("éé€é\r\n".as_bytes());
-        assert_eq!(c.decode(&mut buf).expect("ok").as_deref(), Some("éé€é".as_bytes()));
+        assert_eq!(
+            c.decode(&mut buf).expect("ok").as_deref(),
+            Some("éé€é".as_bytes())
+        );
     }
 
     #[test]
@@ -587,6 +639,9 @@ mod tests {
         let mut buf = BytesMut::from(&b"12345"[..]);
         assert!(c.decode(&mut buf).expect("partial").is_none());
         buf.extend_from_slice(b"6789");
-        assert!(matches!(c.decode(&mut buf), Err(FrameError::LineTooLong { .. })));
+        assert!(matches!(
+            c.decode(&mut buf),
+            Err(FrameError::LineTooLong { .. })
+        ));
     }
 }

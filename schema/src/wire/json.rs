@@ -5,11 +5,14 @@
 //! checked while the tree is built, in one pass, and nothing beyond the caps is
 //! ever allocated. serde_json already rejects invalid UTF-8, lone surrogates and
 //! trailing bytes; the few of those it reports only as generic syntax errors
-//! are told apart here by a cheap pre-scan so each has its own variant.
+//! are told apart here, so each has its own variant, by a scan that runs only
+//! once a parse has failed (a frame serde_json accepts is valid UTF-8 without
+//! lone surrogates, so well-formed frames are read once, not three times).
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
 use serde_json::{Map, Number, Value};
 
 /// Largest integer magnitude exactly representable in binary64: 2^53 − 1.
@@ -118,18 +121,23 @@ pub fn parse(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
         }
         return parse(&bytes[3..], limits);
     }
-    if let Err(e) = std::str::from_utf8(bytes) {
-        return Err(JsonError::InvalidUtf8 {
-            offset: e.valid_up_to(),
-        });
-    }
-    // serde_json rejects lone surrogates, but only as a generic syntax error:
-    // find them first so the error names the rule.
-    if memchr::memchr(b'\\', bytes).is_some() {
-        if let Some(code) = lone_surrogate(bytes) {
-            return Err(JsonError::LoneSurrogate { code });
+    // serde_json rejects invalid UTF-8 and lone surrogates, but only as generic
+    // syntax errors. Once a parse fails, look for them first so the error names
+    // the rule; they take precedence over whatever else went wrong, wherever in
+    // the frame they are.
+    let named = |e: JsonError| -> JsonError {
+        if let Err(u) = std::str::from_utf8(bytes) {
+            return JsonError::InvalidUtf8 {
+                offset: u.valid_up_to(),
+            };
         }
-    }
+        if memchr::memchr(b'\\', bytes).is_some()
+            && let Some(code) = lone_surrogate(bytes)
+        {
+            return JsonError::LoneSurrogate { code };
+        }
+        e
+    };
     let mut state = State {
         limits,
         items: 0,
@@ -144,13 +152,13 @@ pub fn parse(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
     .deserialize(&mut de)
     {
         Ok(v) => v,
-        Err(e) => return Err(state.error.take().unwrap_or_else(|| syntax(&e))),
+        Err(e) => return Err(named(state.error.take().unwrap_or_else(|| syntax(&e)))),
     };
     if let Err(e) = de.end() {
-        return Err(JsonError::TrailingBytes {
+        return Err(named(JsonError::TrailingBytes {
             line: e.line(),
             column: e.column(),
-        });
+        }));
     }
     if limits.object_only && !value.is_object() {
         return Err(JsonError::NotAnObject);
@@ -178,7 +186,11 @@ fn syntax(e: &serde_json::Error) -> JsonError {
 
 /// Scan `\uXXXX` escapes inside strings for an unpaired surrogate.
 fn lone_surrogate(bytes: &[u8]) -> Option<u16> {
-    let hex = |s: &[u8]| -> Option<u16> { std::str::from_utf8(s).ok().and_then(|t| u16::from_str_radix(t, 16).ok()) };
+    let hex = |s: &[u8]| -> Option<u16> {
+        std::str::from_utf8(s)
+            .ok()
+            .and_then(|t| u16::from_str_radix(t, 16).ok())
+    };
     let mut i = 0;
     let mut in_string = false;
     while i < bytes.len() {
@@ -189,7 +201,10 @@ fn lone_surrogate(bytes: &[u8]) -> Option<u16> {
                     let code = hex(bytes.get(i + 2..i + 6)?)?;
                     if (0xD800..0xDC00).contains(&code) {
                         let next_ok = bytes.get(i + 6..i + 8) == Some(b"\\u")
-                            && bytes.get(i + 8..i + 12).and_then(hex).is_some_and(|lo| (0xDC00..0xE000).contains(&lo));
+                            && bytes
+                                .get(i + 8..i + 12)
+                                .and_then(hex)
+                                .is_some_and(|lo| (0xDC00..0xE000).contains(&lo));
                         if !next_ok {
                             return Some(code);
                         }
@@ -282,14 +297,18 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_, '_> {
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
         if self.state.limits.strict && v.unsigned_abs() > SAFE_INTEGER_MAX {
-            return Err(self.state.fail(JsonError::UnsafeInteger { literal: v.to_string() }));
+            return Err(self.state.fail(JsonError::UnsafeInteger {
+                literal: v.to_string(),
+            }));
         }
         Ok(Value::Number(v.into()))
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
         if self.state.limits.strict && v > SAFE_INTEGER_MAX {
-            return Err(self.state.fail(JsonError::UnsafeInteger { literal: v.to_string() }));
+            return Err(self.state.fail(JsonError::UnsafeInteger {
+                literal: v.to_string(),
+            }));
         }
         Ok(Value::Number(v.into()))
     }
@@ -354,14 +373,20 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_, '_> {
                 pointer: &ptr,
             };
             let v = map.next_value_seed(seed)?;
-            if out.contains_key(&key) {
-                if self.state.limits.strict {
-                    let pointer = self.pointer.to_string();
-                    return Err(self.state.fail(JsonError::DuplicateKey { key, pointer }));
+            // One hash per member: the entry both detects a duplicate and inserts.
+            match out.entry(key) {
+                Entry::Vacant(e) => {
+                    e.insert(v);
                 }
-                // Lenient parsing keeps the last value, as serde_json does.
+                Entry::Occupied(mut e) => {
+                    if self.state.limits.strict {
+                        let (key, pointer) = (e.key().clone(), self.pointer.to_string());
+                        return Err(self.state.fail(JsonError::DuplicateKey { key, pointer }));
+                    }
+                    // Lenient parsing keeps the last value, as serde_json does.
+                    e.insert(v);
+                }
             }
-            out.insert(key, v);
         }
         Ok(Value::Object(out))
     }
@@ -390,11 +415,23 @@ mod tests {
 
     #[test]
     fn each_rule_has_its_own_error() {
-        assert_eq!(err(b"{\"a\":\"\xff\"}"), JsonError::InvalidUtf8 { offset: 6 });
+        assert_eq!(
+            err(b"{\"a\":\"\xff\"}"),
+            JsonError::InvalidUtf8 { offset: 6 }
+        );
         assert_eq!(err(b"\xEF\xBB\xBF{}"), JsonError::Bom);
-        assert_eq!(err(br#"{"a":"\ud800"}"#), JsonError::LoneSurrogate { code: 0xD800 });
-        assert_eq!(err(br#"{"a":"\udc00x"}"#), JsonError::LoneSurrogate { code: 0xDC00 });
-        assert_eq!(err(br#"{"a":"\ud800\u0041"}"#), JsonError::LoneSurrogate { code: 0xD800 });
+        assert_eq!(
+            err(br#"{"a":"\ud800"}"#),
+            JsonError::LoneSurrogate { code: 0xD800 }
+        );
+        assert_eq!(
+            err(br#"{"a":"\udc00x"}"#),
+            JsonError::LoneSurrogate { code: 0xDC00 }
+        );
+        assert_eq!(
+            err(br#"{"a":"\ud800\u0041"}"#),
+            JsonError::LoneSurrogate { code: 0xD800 }
+        );
         assert_eq!(
             err(br#"{"a":{"b":1,"b":2}}"#),
             JsonError::DuplicateKey {
@@ -402,8 +439,18 @@ mod tests {
                 pointer: "/a".into()
             }
         );
-        assert_eq!(err(br#"{"a":9007199254740992}"#), JsonError::UnsafeInteger { literal: "9007199254740992".into() });
-        assert_eq!(err(br#"{"a":-9007199254740992}"#), JsonError::UnsafeInteger { literal: "-9007199254740992".into() });
+        assert_eq!(
+            err(br#"{"a":9007199254740992}"#),
+            JsonError::UnsafeInteger {
+                literal: "9007199254740992".into()
+            }
+        );
+        assert_eq!(
+            err(br#"{"a":-9007199254740992}"#),
+            JsonError::UnsafeInteger {
+                literal: "-9007199254740992".into()
+            }
+        );
         assert_eq!(err(br#"{"a":1e400}"#), JsonError::NonFinite);
         assert!(matches!(err(br#"{"a":NaN}"#), JsonError::Syntax { .. }));
         assert!(matches!(err(br#"{} x"#), JsonError::TrailingBytes { .. }));
@@ -419,7 +466,10 @@ mod tests {
     fn depth_cap_is_exact() {
         let ok = format!("{}{}", "[".repeat(31), "]".repeat(31));
         let ok = format!("{{\"a\":{ok}}}");
-        assert!(parse(ok.as_bytes(), &STRICT).is_ok(), "32 levels are allowed");
+        assert!(
+            parse(ok.as_bytes(), &STRICT).is_ok(),
+            "32 levels are allowed"
+        );
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(32), "]".repeat(32));
         assert_eq!(err(deep.as_bytes()), JsonError::TooDeep { max: 32 });
     }
@@ -427,19 +477,31 @@ mod tests {
     #[test]
     fn item_cap_is_exact() {
         let items = |n: usize| format!("{{\"a\":[{}]}}", vec!["0"; n].join(","));
-        assert!(parse(items(4095).as_bytes(), &STRICT).is_ok(), "1 member + 4095 elements = 4096");
-        assert_eq!(err(items(4096).as_bytes()), JsonError::TooManyItems { max: 4096 });
+        assert!(
+            parse(items(4095).as_bytes(), &STRICT).is_ok(),
+            "1 member + 4095 elements = 4096"
+        );
+        assert_eq!(
+            err(items(4096).as_bytes()),
+            JsonError::TooManyItems { max: 4096 }
+        );
     }
 
     #[test]
     fn lenient_keeps_last_duplicate_and_big_integers() {
-        let lenient = JsonLimits { strict: false, ..STRICT };
+        let lenient = JsonLimits {
+            strict: false,
+            ..STRICT
+        };
         let v = parse(br#"{"a":1,"a":2,"n":9007199254740993}"#, &lenient).expect("lenient");
         assert_eq!(v["a"], 2);
         assert_eq!(v["n"], 9007199254740993u64);
         // Depth and item caps still apply.
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(32), "]".repeat(32));
-        assert_eq!(parse(deep.as_bytes(), &lenient), Err(JsonError::TooDeep { max: 32 }));
+        assert_eq!(
+            parse(deep.as_bytes(), &lenient),
+            Err(JsonError::TooDeep { max: 32 })
+        );
     }
 
     #[test]

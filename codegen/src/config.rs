@@ -1,0 +1,142 @@
+//! The build.rs API, modelled on `prost_build::Config`.
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() -> Result<(), contractgen::GenError> {
+//!     contractgen::Config::new()
+//!         .contract("../../schema/contracts/kernel.json")
+//!         .compile()
+//! }
+//! ```
+//! then `include!(concat!(env!("OUT_DIR"), "/kernel.rs"));` in a module.
+
+use std::path::{Path, PathBuf};
+
+use crate::ir::{GenError, Ir};
+
+/// One generated file: a path relative to the output directory, and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedFile {
+    /// Relative path.
+    pub name: String,
+    /// Contents.
+    pub contents: String,
+}
+
+/// Target languages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust, via typify (one module file per contract).
+    Rust,
+}
+
+/// Configuration for one generation run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    contracts: Vec<PathBuf>,
+    out_dir: Option<PathBuf>,
+    lang: Lang,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Config {
+    /// A configuration generating Rust into `OUT_DIR`.
+    pub fn new() -> Self {
+        Config {
+            contracts: Vec::new(),
+            out_dir: None,
+            lang: Lang::Rust,
+        }
+    }
+
+    /// Add a contract file.
+    pub fn contract(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.contracts.push(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Add several contract files.
+    pub fn contracts<I: IntoIterator<Item = P>, P: AsRef<Path>>(&mut self, paths: I) -> &mut Self {
+        for p in paths {
+            self.contract(p);
+        }
+        self
+    }
+
+    /// Write here instead of `OUT_DIR`.
+    pub fn out_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.out_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Choose the target language.
+    pub fn lang(&mut self, lang: Lang) -> &mut Self {
+        self.lang = lang;
+        self
+    }
+
+    /// Generate every file without writing anything.
+    pub fn generate(&self) -> Result<Vec<GeneratedFile>, GenError> {
+        let mut files = Vec::new();
+        for path in &self.contracts {
+            let contract = contract::load(path)?;
+            let ir = Ir::build(contract)?;
+            let source = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match self.lang {
+                Lang::Rust => files.push(GeneratedFile {
+                    name: format!("{}.rs", ir.module),
+                    contents: crate::rust::render(&ir, &source)?,
+                }),
+            }
+        }
+        Ok(files)
+    }
+
+    /// Generate and write into the output directory (default `OUT_DIR`), touching only
+    /// files whose content changed, and tell cargo to rerun when a contract changes.
+    pub fn compile(&self) -> Result<(), GenError> {
+        let out = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => std::env::var_os("OUT_DIR")
+                .map(PathBuf::from)
+                .ok_or_else(|| GenError::Io {
+                    path: "OUT_DIR".into(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "OUT_DIR is not set (call compile() from build.rs, or set out_dir)",
+                    ),
+                })?,
+        };
+        for p in &self.contracts {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+        for f in self.generate()? {
+            write_file_if_changed(&out.join(&f.name), f.contents.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Write `contents` to `path` unless it already holds exactly that; returns whether it wrote.
+pub fn write_file_if_changed(path: &Path, contents: &[u8]) -> Result<bool, GenError> {
+    let io = |source| GenError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if std::fs::read(path).ok().as_deref() == Some(contents) {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    std::fs::write(path, contents).map_err(io)?;
+    Ok(true)
+}

@@ -1,0 +1,578 @@
+//! The intermediate model every target renders from.
+//!
+//! [`Ir::build`] runs once per contract. It resolves every name a target will
+//! print (so Rust, C#, Python and the docs agree on `CommandHandle`,
+//! `HANDSHAKE_SECONDS`, `ProtocolUnknownMethod`…), evaluates every limit, and
+//! prepares the schema set handed to typify. Targets never read the contract's
+//! raw JSON themselves.
+
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use contract::Contract;
+use contract::check::{Dim, to_base};
+use contract::model::{CodeKind, Kind, LimitKind, Part, Unit};
+
+/// Errors turning a contract into generated output.
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    /// The contract failed to load or check.
+    #[error(transparent)]
+    Load(#[from] contract::LoadError),
+    /// A construct the generator cannot render.
+    #[error("{contract}#{pointer}: {reason}")]
+    Unsupported {
+        /// Contract name.
+        contract: String,
+        /// JSON pointer to the construct.
+        pointer: String,
+        /// Why.
+        reason: String,
+    },
+    /// typify rejected a schema.
+    #[error("{contract}#{pointer}: typify: {reason}")]
+    Typify {
+        /// Contract name.
+        contract: String,
+        /// JSON pointer to the schema.
+        pointer: String,
+        /// typify's message.
+        reason: String,
+    },
+    /// Writing output failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// File.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A template failed to render.
+    #[error("template {template}: {reason}")]
+    Template {
+        /// Template name.
+        template: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// `command.handle` → `CommandHandle`; `PARSE_ERROR` → `ParseError`; `1m` → `V1m`.
+pub fn pascal(s: &str) -> String {
+    let mut out = String::new();
+    for word in words(s) {
+        let mut cs = word.chars();
+        if let Some(f) = cs.next() {
+            out.extend(f.to_uppercase());
+            out.push_str(&cs.as_str().to_lowercase());
+        }
+    }
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, 'V');
+    }
+    out
+}
+
+/// `handshakeSeconds` → `HANDSHAKE_SECONDS`.
+pub fn upper_snake(s: &str) -> String {
+    let w: Vec<String> = words(s).iter().map(|w| w.to_uppercase()).collect();
+    let mut out = w.join("_");
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, 'V');
+    }
+    out
+}
+
+/// `handshakeSeconds` → `handshake_seconds`.
+pub fn lower_snake(s: &str) -> String {
+    upper_snake(s).to_lowercase()
+}
+
+/// Split an identifier-ish string into words at separators and case changes.
+fn words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let chars: Vec<char> = s.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_ascii_alphanumeric() {
+            if c == '-' && i == 0 {
+                cur.push_str("neg");
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            continue;
+        }
+        let prev = if i > 0 { chars[i - 1] } else { ' ' };
+        let next = chars.get(i + 1).copied().unwrap_or(' ');
+        let boundary = !cur.is_empty()
+            && ((c.is_ascii_uppercase() && prev.is_ascii_lowercase())
+                || (c.is_ascii_uppercase()
+                    && prev.is_ascii_uppercase()
+                    && next.is_ascii_lowercase()));
+        if boundary {
+            out.push(std::mem::take(&mut cur));
+        }
+        cur.push(c);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Make identifiers unique in order of appearance: the second `Ref` becomes `Ref2`.
+fn dedupe(names: Vec<String>) -> Vec<String> {
+    let mut seen: IndexMap<String, usize> = IndexMap::new();
+    names
+        .into_iter()
+        .map(|n| {
+            let count = seen.entry(n.clone()).or_insert(0);
+            *count += 1;
+            if *count == 1 {
+                n
+            } else {
+                format!("{n}{count}")
+            }
+        })
+        .collect()
+}
+
+/// A method, with the names every target uses.
+#[derive(Debug, Clone)]
+pub struct MethodIr {
+    /// Wire name.
+    pub wire: String,
+    /// Type-style identifier (`CommandHandle`).
+    pub ident: String,
+    /// Kind.
+    pub kind: Kind,
+    /// Parties that may send it.
+    pub from: Vec<String>,
+    /// Channel.
+    pub channel: String,
+    /// Capability it needs.
+    pub capability: Option<String>,
+    /// Named type of its params, if any.
+    pub params: Option<String>,
+    /// Named type of its result, if any (`None` for non-requests and refused methods).
+    pub result: Option<String>,
+    /// Description.
+    pub description: String,
+    /// Wire codes of the errors it may return.
+    pub errors: Vec<Value>,
+}
+
+/// One value of a code table or the error catalog.
+#[derive(Debug, Clone)]
+pub struct CodeIr {
+    /// Identifier (`ProtocolUnknownMethod`, `Closed4001`…).
+    pub ident: String,
+    /// Wire value.
+    pub value: Value,
+    /// Symbolic name, if the contract gives one.
+    pub name: Option<String>,
+    /// Description.
+    pub description: String,
+    /// Category (errors only).
+    pub category: Option<String>,
+    /// Retryable (errors only).
+    pub retryable: Option<bool>,
+}
+
+/// How a table's wire values are typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    /// All integers.
+    Int,
+    /// All strings.
+    Str,
+    /// Both.
+    Mixed,
+}
+
+/// A code table (or the error catalog) ready to render as an enum.
+#[derive(Debug, Clone)]
+pub struct TableIr {
+    /// Contract key (`closeCodes`).
+    pub key: String,
+    /// Enum name (`CloseCodes`, `ErrorCode`).
+    pub ident: String,
+    /// Kind of table; `None` for the error catalog.
+    pub kind: Option<CodeKind>,
+    /// Description.
+    pub description: String,
+    /// Value typing.
+    pub value_type: ValueType,
+    /// Values.
+    pub values: Vec<CodeIr>,
+}
+
+/// A limit, evaluated.
+#[derive(Debug, Clone)]
+pub struct LimitIr {
+    /// Contract key.
+    pub key: String,
+    /// Constant name (`HANDSHAKE_SECONDS`).
+    pub ident: String,
+    /// Kind.
+    pub kind: LimitKind,
+    /// Value in the limit's own unit.
+    pub value: f64,
+    /// Unit.
+    pub unit: Unit,
+    /// Value in base units (bytes or seconds), for sizes and times.
+    pub base: f64,
+    /// Dimension of `base`.
+    pub dim: Dim,
+    /// The expression text when derived from other limits.
+    pub expr: Option<String>,
+    /// Rates: bucket size.
+    pub burst: Option<u64>,
+    /// Rates: period in seconds.
+    pub per_seconds: Option<f64>,
+    /// Description (quoted into doc comments).
+    pub description: String,
+    /// Party whose timer it is.
+    pub timer: Option<String>,
+    /// Counted from.
+    pub from: Option<String>,
+    /// On expiry.
+    pub on_expiry: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// A state machine with identifiers.
+#[derive(Debug, Clone)]
+pub struct MachineIr {
+    /// Contract key.
+    pub key: String,
+    /// Enum name (`TaskState`).
+    pub ident: String,
+    /// Description.
+    pub description: String,
+    /// (ident, wire name, meaning) per state.
+    pub states: Vec<(String, String, String)>,
+    /// Initial state ident.
+    pub initial: String,
+    /// Terminal state idents.
+    pub terminal: Vec<String>,
+    /// Allowed (from ident, to ident) pairs.
+    pub transitions: Vec<(String, String)>,
+    /// Disallowed transitions are ignorable repeats rather than errors.
+    pub ignore_invalid: bool,
+}
+
+/// A channel with the type of its messages.
+#[derive(Debug, Clone)]
+pub struct ChannelIr {
+    /// Contract key.
+    pub key: String,
+    /// Enum variant name.
+    pub ident: String,
+    /// Named type of every message on it, if it carries JSON.
+    pub message: Option<String>,
+}
+
+/// Everything a target needs, computed once.
+#[derive(Debug, Clone)]
+pub struct Ir {
+    /// The contract itself.
+    pub contract: Contract,
+    /// Module / file stem (`kernel`).
+    pub module: String,
+    /// Parties as (ident, name).
+    pub parties: Vec<(String, String)>,
+    /// Channels.
+    pub channels: Vec<ChannelIr>,
+    /// Methods.
+    pub methods: Vec<MethodIr>,
+    /// The error catalog as a table (`ErrorCode`), if it has entries.
+    pub errors: Option<TableIr>,
+    /// Other code tables.
+    pub tables: Vec<TableIr>,
+    /// Limits.
+    pub limits: Vec<LimitIr>,
+    /// State machines.
+    pub machines: Vec<MachineIr>,
+    /// Schemas to generate types from: def name → schema (JSON Schema, `$defs` refs).
+    pub schemas: IndexMap<String, Value>,
+}
+
+fn ref_name(s: &Value) -> Option<String> {
+    s.get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+        .map(str::to_string)
+}
+
+fn value_type(values: &[Value]) -> ValueType {
+    let ints = values.iter().all(Value::is_i64);
+    let strs = values.iter().all(Value::is_string);
+    match (ints, strs) {
+        (true, _) => ValueType::Int,
+        (_, true) => ValueType::Str,
+        _ => ValueType::Mixed,
+    }
+}
+
+fn code_ident(value: &Value, name: Option<&str>, table_kind: Option<CodeKind>) -> String {
+    if let Some(n) = name {
+        return pascal(n);
+    }
+    match value {
+        Value::String(s) => pascal(s),
+        Value::Number(n) => {
+            let prefix = match table_kind {
+                Some(CodeKind::CloseCode) => "Close",
+                Some(CodeKind::ExitCode) | Some(CodeKind::CliExitCode) => "Exit",
+                Some(CodeKind::HttpStatus) => "Http",
+                _ => "Code",
+            };
+            format!("{prefix}{}", n.to_string().replace('-', "Neg"))
+        }
+        other => pascal(&other.to_string()),
+    }
+}
+
+impl Ir {
+    /// Build the IR of a checked contract.
+    pub fn build(contract: Contract) -> Result<Ir, GenError> {
+        let c = &contract;
+        let unsupported = |pointer: String, reason: String| GenError::Unsupported {
+            contract: c.name.clone(),
+            pointer,
+            reason,
+        };
+        let mut schemas: IndexMap<String, Value> = c.defs.clone();
+        // Inline method schemas become named types so every target can name them.
+        let type_of = |schemas: &mut IndexMap<String, Value>,
+                       s: &Option<Value>,
+                       name: String|
+         -> Option<String> {
+            match s {
+                None | Some(Value::Bool(false)) => None,
+                Some(v) => ref_name(v).or_else(|| {
+                    schemas.insert(name.clone(), v.clone());
+                    Some(name)
+                }),
+            }
+        };
+        let method_idents = dedupe(c.methods.keys().map(|k| pascal(k)).collect());
+        let mut methods = Vec::new();
+        for ((wire, m), ident) in c.methods.iter().zip(method_idents) {
+            let params = type_of(&mut schemas, &m.params, format!("{ident}Params"));
+            let result = type_of(&mut schemas, &m.result, format!("{ident}Result"));
+            methods.push(MethodIr {
+                wire: wire.clone(),
+                ident,
+                kind: m.kind,
+                from: m.from.clone(),
+                channel: m.channel.clone(),
+                capability: m.capability.clone(),
+                params,
+                result,
+                description: m.description.clone(),
+                errors: m.errors.clone(),
+            });
+        }
+        let channel_idents = dedupe(c.channels.keys().map(|k| pascal(k)).collect());
+        let mut channels = Vec::new();
+        for ((key, ch), ident) in c.channels.iter().zip(channel_idents) {
+            let message = type_of(&mut schemas, &ch.message, format!("{ident}Message"));
+            channels.push(ChannelIr {
+                key: key.clone(),
+                ident,
+                message,
+            });
+        }
+        let errors = (!c.errors.is_empty()).then(|| {
+            let idents = dedupe(
+                c.errors
+                    .iter()
+                    .map(|e| code_ident(&e.code, e.name.as_deref(), None))
+                    .collect(),
+            );
+            let values: Vec<CodeIr> = c
+                .errors
+                .iter()
+                .zip(idents)
+                .map(|(e, ident)| CodeIr {
+                    ident,
+                    value: e.code.clone(),
+                    name: e.name.clone(),
+                    description: e.description.clone(),
+                    category: Some(e.category.clone()),
+                    retryable: Some(e.retryable),
+                })
+                .collect();
+            TableIr {
+                key: "errors".into(),
+                ident: "ErrorCode".into(),
+                kind: None,
+                description: format!("The {} error catalog.", c.name),
+                value_type: value_type(
+                    &c.errors.iter().map(|e| e.code.clone()).collect::<Vec<_>>(),
+                ),
+                values,
+            }
+        });
+        let table_idents = dedupe(c.codes.keys().map(|k| pascal(k)).collect());
+        let mut tables = Vec::new();
+        for ((key, t), ident) in c.codes.iter().zip(table_idents) {
+            let idents = dedupe(
+                t.values
+                    .iter()
+                    .map(|v| code_ident(&v.value, v.name.as_deref(), Some(t.kind)))
+                    .collect(),
+            );
+            tables.push(TableIr {
+                key: key.clone(),
+                ident,
+                kind: Some(t.kind),
+                description: t.description.clone(),
+                value_type: value_type(
+                    &t.values.iter().map(|v| v.value.clone()).collect::<Vec<_>>(),
+                ),
+                values: t
+                    .values
+                    .iter()
+                    .zip(idents)
+                    .map(|(v, ident)| CodeIr {
+                        ident,
+                        value: v.value.clone(),
+                        name: v.name.clone(),
+                        description: v.description.clone(),
+                        category: None,
+                        retryable: None,
+                    })
+                    .collect(),
+            });
+        }
+        let mut ev = contract::check::Evaluator::new(c);
+        let limit_idents = dedupe(c.limits.keys().map(|k| upper_snake(k)).collect());
+        let mut limits = Vec::new();
+        for ((key, l), ident) in c.limits.iter().zip(limit_idents) {
+            let value = ev
+                .limit_value(key)
+                .map_err(|e| unsupported(contract::join_pointer("/limits", [key.as_str()]), e))?;
+            let (base, dim) = to_base(l.unit, value);
+            let expr = match &l.value {
+                contract::model::Expr::Number(_) => None,
+                e => Some(contract::check::show(e)),
+            };
+            limits.push(LimitIr {
+                key: key.clone(),
+                ident,
+                kind: l.kind,
+                value,
+                unit: l.unit,
+                base,
+                dim,
+                expr,
+                burst: l.burst,
+                per_seconds: l.per_seconds,
+                description: l.description.clone(),
+                timer: l.timer.clone(),
+                from: l.from.clone(),
+                on_expiry: l.on_expiry.clone(),
+                seed: l.seed.clone(),
+            });
+        }
+        let mut machines = Vec::new();
+        let machine_idents = dedupe(
+            c.state_machines
+                .keys()
+                .map(|k| format!("{}State", pascal(k)))
+                .collect(),
+        );
+        for ((key, sm), ident) in c.state_machines.iter().zip(machine_idents) {
+            let state_idents = dedupe(sm.states.keys().map(|s| pascal(s)).collect());
+            let idx: IndexMap<&str, &str> = sm
+                .states
+                .keys()
+                .map(String::as_str)
+                .zip(state_idents.iter().map(String::as_str))
+                .collect();
+            let id = |s: &str| {
+                idx.get(s)
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| pascal(s))
+            };
+            machines.push(MachineIr {
+                key: key.clone(),
+                ident,
+                description: sm.description.clone(),
+                states: sm
+                    .states
+                    .iter()
+                    .zip(&state_idents)
+                    .map(|((w, d), i)| (i.clone(), w.clone(), d.clone()))
+                    .collect(),
+                initial: id(&sm.initial),
+                terminal: sm.terminal.iter().map(|t| id(t)).collect(),
+                transitions: sm
+                    .transitions
+                    .iter()
+                    .map(|t| (id(&t.from), id(&t.to)))
+                    .collect(),
+                ignore_invalid: sm.on_invalid == contract::model::InvalidTransition::Ignore,
+            });
+        }
+        let party_idents = dedupe(c.parties.keys().map(|k| pascal(k)).collect());
+        let parties = party_idents
+            .into_iter()
+            .zip(c.parties.keys().cloned())
+            .collect();
+        Ok(Ir {
+            module: lower_snake(&c.name),
+            parties,
+            channels,
+            methods,
+            errors,
+            tables,
+            limits,
+            machines,
+            schemas,
+            contract,
+        })
+    }
+
+    /// Examples of the contract as (method, part, sender, message) for tests and vectors.
+    pub fn examples(&self) -> impl Iterator<Item = (&MethodIr, Part, Option<&str>, &Value)> {
+        self.methods.iter().flat_map(move |m| {
+            self.contract.methods[m.wire.as_str()]
+                .examples
+                .iter()
+                .map(move |e| (m, e.part, e.from.as_deref(), &e.message))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(pascal("command.handle"), "CommandHandle");
+        assert_eq!(
+            pascal("notifications/tools/list_changed"),
+            "NotificationsToolsListChanged"
+        );
+        assert_eq!(pascal("PARSE_ERROR"), "ParseError");
+        assert_eq!(pascal("1m"), "V1m");
+        assert_eq!(pascal("awaiting-hello"), "AwaitingHello");
+        assert_eq!(pascal("JsonRpcMessage"), "JsonRpcMessage");
+        assert_eq!(upper_snake("handshakeSeconds"), "HANDSHAKE_SECONDS");
+        assert_eq!(upper_snake("dataFrameMax"), "DATA_FRAME_MAX");
+        assert_eq!(upper_snake("heldExpiry5m"), "HELD_EXPIRY5M");
+        assert_eq!(
+            dedupe(vec!["Ref".into(), "A".into(), "Ref".into()]),
+            vec!["Ref", "A", "Ref2"]
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! Typed, validated message I/O on any `AsyncRead + AsyncWrite`.
+//!
+//! This is the tokio layer over the sans-IO wire: a [`Connection`] frames
+//! bytes with the channel's codec, validates every message in both directions
+//! against the contract (so the generated Rust types never see a frame the
+//! contract rejects), and matches responses to requests. Generated SDKs use it
+//! through a few lines of glue; see `contractgen generate --lang rust`.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{Decoder, Encoder, Framed};
+
+use crate::model::Kind;
+use crate::wire::framing::{LengthPrefixed, Ndjson};
+use crate::wire::{ChannelCodec, Correlator, FrameError, Message, Violation, Wire, WireError};
+
+/// Errors on a [`Connection`].
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    /// The byte stream broke the framing.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// A message broke the contract.
+    #[error("contract violation ({}): {}", .0.class.name(), .0.reason)]
+    Violation(Box<Violation>),
+    /// A message did not fit the requested Rust type.
+    #[error("message does not fit the type: {0}")]
+    Type(#[from] serde_json::Error),
+    /// The channel cannot carry JSON messages over a byte stream.
+    #[error("channel {0} has no stream framing for JSON messages")]
+    NotAStreamChannel(String),
+    /// The contract could not be compiled.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The embedded contract is broken (a generator bug).
+    #[error("embedded contract: {0}")]
+    Embedded(String),
+}
+
+impl From<Violation> for IoError {
+    fn from(v: Violation) -> Self {
+        IoError::Violation(Box::new(v))
+    }
+}
+
+/// The stream codecs that carry JSON messages.
+#[derive(Debug, Clone)]
+pub enum JsonCodec {
+    /// Length-prefixed frames.
+    LengthPrefixed(LengthPrefixed),
+    /// NDJSON lines.
+    Ndjson(Ndjson),
+}
+
+impl Decoder for JsonCodec {
+    type Item = Bytes;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+        match self {
+            JsonCodec::LengthPrefixed(c) => c.decode(src),
+            JsonCodec::Ndjson(c) => c.decode(src),
+        }
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+        match self {
+            JsonCodec::LengthPrefixed(c) => c.decode_eof(src),
+            JsonCodec::Ndjson(c) => c.decode_eof(src),
+        }
+    }
+}
+
+impl Encoder<Bytes> for JsonCodec {
+    type Error = FrameError;
+
+    fn encode(&mut self, item: Bytes, dst: &mut BytesMut) -> Result<(), FrameError> {
+        match self {
+            JsonCodec::LengthPrefixed(c) => c.encode(&item[..], dst),
+            JsonCodec::Ndjson(c) => c.encode(&item[..], dst),
+        }
+    }
+}
+
+impl JsonCodec {
+    /// The JSON stream codec of `channel`, if it has one.
+    pub fn for_channel(wire: &Wire, channel: &str) -> Result<Self, IoError> {
+        match wire.codec(channel)? {
+            ChannelCodec::LengthPrefixed(c) => Ok(JsonCodec::LengthPrefixed(c)),
+            ChannelCodec::Ndjson(c) => Ok(JsonCodec::Ndjson(c)),
+            _ => Err(IoError::NotAStreamChannel(channel.to_string())),
+        }
+    }
+}
+
+/// One side of one channel: validated messages in and out.
+pub struct Connection<T> {
+    frames: Framed<T, JsonCodec>,
+    wire: Arc<Wire>,
+    channel: String,
+    me: String,
+    peer: String,
+    pending: Correlator,
+}
+
+/// Requests in flight a connection remembers per side before refusing more.
+pub const DEFAULT_PENDING: usize = 1024;
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
+    /// Speak `channel` of `wire` as party `me` to party `peer` over `io`.
+    pub fn new(
+        io: T,
+        wire: Arc<Wire>,
+        channel: &str,
+        me: &str,
+        peer: &str,
+    ) -> Result<Self, IoError> {
+        let codec = JsonCodec::for_channel(&wire, channel)?;
+        Ok(Connection {
+            frames: Framed::new(io, codec),
+            wire,
+            channel: channel.to_string(),
+            me: me.to_string(),
+            peer: peer.to_string(),
+            pending: Correlator::new(DEFAULT_PENDING),
+        })
+    }
+
+    /// The next validated message, or `None` at a clean end of stream.
+    pub async fn recv(&mut self) -> Result<Option<Message>, IoError> {
+        let Some(frame) = self.frames.next().await.transpose()? else {
+            return Ok(None);
+        };
+        let answers = self.answered_method(&frame, &self.me);
+        let msg = self
+            .wire
+            .decode(&self.channel, &self.peer, &frame, answers.as_deref())?;
+        self.track(&msg, false);
+        Ok(Some(msg))
+    }
+
+    /// The next validated message, also deserialized into `M`.
+    pub async fn recv_as<M: DeserializeOwned>(&mut self) -> Result<Option<(Message, M)>, IoError> {
+        match self.recv().await? {
+            None => Ok(None),
+            Some(m) => {
+                let typed = serde_json::from_value(m.value.clone())?;
+                Ok(Some((m, typed)))
+            }
+        }
+    }
+
+    /// Validate `msg` as sent by this side and write it.
+    pub async fn send<M: Serialize>(&mut self, msg: &M) -> Result<Message, IoError> {
+        let bytes = serde_json::to_vec(msg)?;
+        let answers = self.answered_method(&bytes, &self.peer);
+        let m = self
+            .wire
+            .decode(&self.channel, &self.me, &bytes, answers.as_deref())?;
+        self.frames.send(Bytes::from(bytes)).await?;
+        self.track(&m, true);
+        Ok(m)
+    }
+
+    /// Flush and shut down the write half.
+    pub async fn close(&mut self) -> Result<(), IoError> {
+        SinkExt::<Bytes>::close(&mut self.frames).await?;
+        Ok(())
+    }
+
+    /// For a reply, the method of the request it answers (without consuming it).
+    fn answered_method(&self, bytes: &[u8], requester: &str) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+        let pointer = match self
+            .wire
+            .contract()
+            .channels
+            .get(&self.channel)?
+            .binding
+            .as_ref()?
+        {
+            crate::model::Binding::Jsonrpc { .. } => "/id".to_string(),
+            crate::model::Binding::Envelope { correlation, .. } => correlation.clone()?,
+            crate::model::Binding::Tagged { .. } => return None,
+        };
+        let is_reply =
+            v.get("result").is_some() || v.get("error").is_some() || v.get("method").is_none();
+        if !is_reply {
+            return None;
+        }
+        let id = v.pointer(&pointer)?;
+        self.pending.peek(requester, id)
+    }
+
+    fn track(&mut self, m: &Message, outgoing: bool) {
+        let (sender, other) = if outgoing {
+            (&self.me, &self.peer)
+        } else {
+            (&self.peer, &self.me)
+        };
+        match m.kind {
+            Kind::Request => {
+                if let (Some(id), Some(method)) = (&m.id, &m.method) {
+                    let _ = self.pending.open(sender, id, method);
+                }
+            }
+            Kind::Response | Kind::Error => {
+                if let Some(id) = &m.correlation {
+                    // A reply closes the entry of the side that asked: the other one.
+                    let _ = self.pending.close(other, id);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A contract compiled on first use from JSON text embedded in generated code.
+pub struct Embedded {
+    text: &'static str,
+    cell: OnceLock<Result<Arc<Wire>, String>>,
+}
+
+impl Embedded {
+    /// Wrap embedded contract text.
+    pub const fn new(text: &'static str) -> Self {
+        Embedded {
+            text,
+            cell: OnceLock::new(),
+        }
+    }
+
+    /// The compiled wire of the embedded contract.
+    pub fn wire(&self) -> Result<&Arc<Wire>, IoError> {
+        self.cell
+            .get_or_init(|| {
+                let c = crate::from_str("embedded", self.text).map_err(|e| e.to_string())?;
+                Wire::new(Arc::new(c))
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| IoError::Embedded(e.clone()))
+    }
+
+    /// The embedded contract's JSON text.
+    pub fn text(&self) -> &'static str {
+        self.text
+    }
+}
