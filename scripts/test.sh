@@ -3,9 +3,17 @@
 # .ci/run calls this; so does a developer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export INSTA_UPDATE=no   # snapshots are compared, never rewritten, here
 
 echo "== contracts: contractgen check on all four"
 cargo run --quiet --locked -p contractgen -- check schema/contracts/*.json
+
+echo "== formatting and lints (generated code included, warnings are errors)"
+cargo fmt --all --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
+echo "== example consumer (build.rs generates kernel + toolchannel; speaks them over socket pairs)"
+cargo run --quiet --locked -p contract-consumer-example
 
 echo "== cargo test (workspace)"
 cargo test --locked --workspace

@@ -253,7 +253,7 @@ pub fn render(ir: &Ir, source: &str) -> Result<String, GenError> {
     if any_mixed {
         let _ = writeln!(
             s,
-            "/// A wire value of a table that mixes integers and strings.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum WireValue {{ /// An integer.\nInt(i64), /// A string.\nStr(&'static str) }}\n\
+            "/// A wire value of a table that mixes integers and strings.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[allow(clippy::enum_variant_names)]\npub enum WireValue {{ /// An integer.\nInt(i64), /// A string.\nStr(&'static str) }}\n\
              impl ::std::fmt::Display for WireValue {{ fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {{ match self {{ WireValue::Int(i) => write!(f, \"{{i}}\"), WireValue::Str(s) => f.write_str(s) }} }} }}"
         );
     }
@@ -297,7 +297,7 @@ fn render_parties(s: &mut String, ir: &Ir) {
     let _ = writeln!(s, "/// The parties of the protocol.");
     let _ = writeln!(
         s,
-        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum Party {{"
+        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[allow(clippy::enum_variant_names)]\npub enum Party {{"
     );
     for (ident, name) in &ir.parties {
         doc(s, &ir.contract.parties[name.as_str()].description);
@@ -335,7 +335,7 @@ fn render_channels(s: &mut String, ir: &Ir) {
     let _ = writeln!(s, "/// The channels of the protocol.");
     let _ = writeln!(
         s,
-        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum Channel {{"
+        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[allow(clippy::enum_variant_names)]\npub enum Channel {{"
     );
     for ch in &ir.channels {
         doc(s, &ir.contract.channels[ch.key.as_str()].description);
@@ -368,7 +368,7 @@ fn render_methods(s: &mut String, ir: &Ir) {
     let _ = writeln!(s, "/// Every method, message and event, by wire name.");
     let _ = writeln!(
         s,
-        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum Method {{"
+        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[allow(clippy::enum_variant_names)]\npub enum Method {{"
     );
     for m in &ir.methods {
         doc(s, &format!("`{}`: {}", m.wire, m.description));
@@ -479,7 +479,7 @@ fn render_methods(s: &mut String, ir: &Ir) {
 
     let _ = writeln!(
         s,
-        "/// A call (request, notification or event) with its typed params.\n#[derive(Debug, Clone)]\n#[allow(clippy::large_enum_variant)]\npub enum Call {{"
+        "/// A call (request, notification or event) with its typed params.\n#[derive(Debug, Clone)]\n#[allow(clippy::large_enum_variant, clippy::enum_variant_names)]\npub enum Call {{"
     );
     for m in &ir.methods {
         match &m.params {
@@ -545,7 +545,7 @@ fn render_methods(s: &mut String, ir: &Ir) {
     let with_result: Vec<_> = ir.methods.iter().filter(|m| m.result.is_some()).collect();
     let _ = writeln!(
         s,
-        "/// A successful answer with its typed result.\n#[derive(Debug, Clone)]\n#[allow(clippy::large_enum_variant)]\npub enum Reply {{"
+        "/// A successful answer with its typed result.\n#[derive(Debug, Clone)]\n#[allow(clippy::large_enum_variant, clippy::enum_variant_names)]\npub enum Reply {{"
     );
     for m in &with_result {
         let _ = writeln!(
@@ -608,7 +608,7 @@ fn render_table(s: &mut String, t: &TableIr, is_errors: bool) {
     doc(s, &t.description);
     let _ = writeln!(
         s,
-        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {} {{",
+        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[allow(clippy::enum_variant_names)]\npub enum {} {{",
         t.ident
     );
     for v in &t.values {
@@ -735,21 +735,18 @@ fn limit_const(l: &LimitIr) -> (String, String) {
             let ms = l.base * 1000.0;
             if int(l.base) {
                 (
-                    "::std::time::Duration".into(),
-                    format!("::std::time::Duration::from_secs({})", l.base as u64),
+                    "Duration".into(),
+                    format!("Duration::from_secs({})", l.base as u64),
                 )
             } else if int(ms) {
                 (
-                    "::std::time::Duration".into(),
-                    format!("::std::time::Duration::from_millis({})", ms as u64),
+                    "Duration".into(),
+                    format!("Duration::from_millis({})", ms as u64),
                 )
             } else {
                 (
-                    "::std::time::Duration".into(),
-                    format!(
-                        "::std::time::Duration::from_micros({})",
-                        (l.base * 1e6).round() as u64
-                    ),
+                    "Duration".into(),
+                    format!("Duration::from_micros({})", (l.base * 1e6).round() as u64),
                 )
             }
         }
@@ -795,7 +792,7 @@ fn render_limits(s: &mut String, ir: &Ir) {
     );
     let _ = writeln!(
         s,
-        "/// Every limit, rate and deadline of the contract: the only copy of these numbers in code.\npub mod limits {{"
+        "/// Every limit, rate and deadline of the contract: the only copy of these numbers in code.\npub mod limits {{\n#[allow(unused_imports)]\nuse ::std::time::Duration;"
     );
     for l in &ir.limits {
         doc(s, &format!("{} ({})", l.description, limit_text(l)));
@@ -814,7 +811,7 @@ fn render_limits(s: &mut String, ir: &Ir) {
         {
             let _ = writeln!(
                 s,
-                "pub const {}: super::Rate = super::Rate {{ amount: {}, per: ::std::time::Duration::from_millis({}), burst: {burst} }};",
+                "pub const {}: super::Rate = super::Rate {{ amount: {}, per: Duration::from_millis({}), burst: {burst} }};",
                 l.ident,
                 l.base as u64,
                 (per * 1000.0).round() as u64
@@ -838,7 +835,7 @@ fn render_machines(s: &mut String, ir: &Ir) {
         doc(s, &m.description);
         let _ = writeln!(
             s,
-            "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {} {{",
+            "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[allow(clippy::enum_variant_names)]\npub enum {} {{",
             m.ident
         );
         for (ident, wire, meaning) in &m.states {

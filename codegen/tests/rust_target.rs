@@ -1,0 +1,165 @@
+//! The Rust target: snapshots of the generated code for all four contracts,
+//! byte-for-byte determinism, the CLI writing exactly what `Config::generate`
+//! (and so build.rs) returns, and a contract edit reaching the constants.
+
+use std::path::PathBuf;
+
+use contractgen::{Cli, Config};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn contract_path(name: &str) -> PathBuf {
+    root().join("schema/contracts").join(format!("{name}.json"))
+}
+
+fn generate(paths: &[PathBuf]) -> Vec<contractgen::GeneratedFile> {
+    let mut cfg = Config::new();
+    cfg.contracts(paths);
+    cfg.generate().expect("generate")
+}
+
+#[test]
+fn snapshots_of_generated_rust() {
+    for name in ["kernel", "xsession", "rukh", "toolchannel"] {
+        let files = generate(&[contract_path(name)]);
+        assert_eq!(files.len(), 1);
+        assert!(
+            files[0].contents.starts_with("// @generated"),
+            "{name}: header"
+        );
+        insta::assert_snapshot!(format!("{name}_rs"), files[0].contents);
+    }
+}
+
+#[test]
+fn generation_is_deterministic() {
+    let a = generate(&[contract_path("kernel"), contract_path("toolchannel")]);
+    let b = generate(&[contract_path("kernel"), contract_path("toolchannel")]);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn cli_writes_what_config_generates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths: Vec<PathBuf> = ["kernel", "toolchannel"]
+        .iter()
+        .map(|n| contract_path(n))
+        .collect();
+    let mut args: Vec<String> = vec![
+        "contractgen".into(),
+        "generate".into(),
+        "--lang".into(),
+        "rust".into(),
+        "--out".into(),
+    ];
+    args.push(dir.path().display().to_string());
+    args.extend(paths.iter().map(|p| p.display().to_string()));
+    let cli = <Cli as clap::Parser>::try_parse_from(&args).expect("args");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(
+        contractgen::run(&cli, &mut out, &mut err),
+        0,
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    for f in generate(&paths) {
+        let written = std::fs::read_to_string(dir.path().join(&f.name)).expect("written");
+        assert!(
+            written == f.contents,
+            "{} differs from Config::generate",
+            f.name
+        );
+    }
+    // A second run leaves unchanged files alone.
+    let (mut out2, mut err2) = (Vec::new(), Vec::new());
+    assert_eq!(contractgen::run(&cli, &mut out2, &mut err2), 0);
+    assert!(
+        String::from_utf8_lossy(&out2)
+            .lines()
+            .all(|l| l.starts_with("unchanged ")),
+        "{}",
+        String::from_utf8_lossy(&out2)
+    );
+}
+
+#[test]
+fn a_limit_edit_changes_the_constant_with_no_hand_edit() {
+    let text = std::fs::read_to_string(contract_path("toolchannel")).expect("contract");
+    let mut doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    doc["limits"]["handshakeSeconds"]["value"] = serde_json::json!(12);
+    doc["$schema"] = serde_json::json!(
+        root()
+            .join("schema/contract.schema.json")
+            .display()
+            .to_string()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let edited = dir.path().join("toolchannel.json");
+    std::fs::write(&edited, serde_json::to_string_pretty(&doc).expect("ser")).expect("write");
+    let files = generate(&[edited]);
+    let code = &files[0].contents;
+    assert!(
+        code.contains("pub const HANDSHAKE_SECONDS: Duration = Duration::from_secs(12);"),
+        "handshake constant"
+    );
+    // The derived host wait follows without being touched.
+    assert!(
+        code.contains("pub const HOST_HANDSHAKE_SECONDS: Duration = Duration::from_secs(24);"),
+        "derived constant"
+    );
+}
+
+#[test]
+fn generate_exit_codes() {
+    let parse = |args: &[&str]| <Cli as clap::Parser>::try_parse_from(args);
+    assert!(
+        parse(&[
+            "contractgen",
+            "generate",
+            "--lang",
+            "cobol",
+            "--out",
+            "x",
+            "a.json"
+        ])
+        .is_err(),
+        "unknown language is a usage error"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing.json");
+    let cli = parse(&[
+        "contractgen",
+        "generate",
+        "--lang",
+        "rust",
+        "--out",
+        &dir.path().display().to_string(),
+        &missing.display().to_string(),
+    ])
+    .expect("args");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(
+        contractgen::run(&cli, &mut out, &mut err),
+        2,
+        "missing file is an I/O (usage) error"
+    );
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\"name\": 1}").expect("write");
+    let cli = parse(&[
+        "contractgen",
+        "generate",
+        "--lang",
+        "rust",
+        "--out",
+        &dir.path().display().to_string(),
+        &broken.display().to_string(),
+    ])
+    .expect("args");
+    assert_eq!(
+        contractgen::run(&cli, &mut out, &mut err),
+        1,
+        "a contract error exits 1"
+    );
+}
