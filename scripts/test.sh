@@ -15,5 +15,8 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 echo "== example consumer (build.rs generates kernel + toolchannel; speaks them over socket pairs)"
 cargo run --quiet --locked -p contract-consumer-example
 
+echo "== generated docs are fresh"
+cargo run --quiet --locked -p contractgen -- generate --lang docs --check --out docs/protocols schema/contracts/*.json
+
 echo "== cargo test (workspace)"
 cargo test --locked --workspace

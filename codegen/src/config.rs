@@ -28,6 +28,12 @@ pub struct GeneratedFile {
 pub enum Lang {
     /// Rust, via typify (one module file per contract).
     Rust,
+    /// Markdown protocol pages (one per contract).
+    Docs,
+    /// A Python package using msgspec.
+    Python,
+    /// A net8.0 C# class library using System.Text.Json (C# 7.3 syntax).
+    Csharp,
 }
 
 /// Configuration for one generation run.
@@ -36,6 +42,7 @@ pub struct Config {
     contracts: Vec<PathBuf>,
     out_dir: Option<PathBuf>,
     lang: Lang,
+    templates: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -51,6 +58,7 @@ impl Config {
             contracts: Vec::new(),
             out_dir: None,
             lang: Lang::Rust,
+            templates: None,
         }
     }
 
@@ -80,24 +88,56 @@ impl Config {
         self
     }
 
+    /// Render template targets from the templates in `dir` (or `dir/<lang>`).
+    pub fn templates(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.templates = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
     /// Generate every file without writing anything.
     pub fn generate(&self) -> Result<Vec<GeneratedFile>, GenError> {
-        let mut files = Vec::new();
+        let mut irs = Vec::new();
         for path in &self.contracts {
             let contract = contract::load(path)?;
-            let ir = Ir::build(contract)?;
             let source = path
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            match self.lang {
-                Lang::Rust => files.push(GeneratedFile {
-                    name: format!("{}.rs", ir.module),
-                    contents: crate::rust::render(&ir, &source)?,
-                }),
+            irs.push((Ir::build(contract)?, source));
+        }
+        match self.lang {
+            Lang::Rust => irs
+                .iter()
+                .map(|(ir, source)| {
+                    Ok(GeneratedFile {
+                        name: format!("{}.rs", ir.module),
+                        contents: crate::rust::render(ir, source)?,
+                    })
+                })
+                .collect(),
+            lang => {
+                let irs: Vec<Ir> = irs.into_iter().map(|(ir, _)| ir).collect();
+                let (name, templates, register): (
+                    &str,
+                    &[crate::sdk::Template],
+                    fn(&mut handlebars::Handlebars<'static>),
+                ) = match lang {
+                    Lang::Docs => ("docs", crate::docs::TEMPLATES, crate::docs::register),
+                    Lang::Python => ("python", crate::python::TEMPLATES, crate::python::register),
+                    Lang::Csharp => ("csharp", crate::csharp::TEMPLATES, crate::csharp::register),
+                    Lang::Rust => unreachable!("handled above"),
+                };
+                if templates.is_empty() && self.templates.is_none() {
+                    return Err(GenError::Template {
+                        template: name.into(),
+                        reason: format!(
+                            "the {name} target is not implemented yet (no built-in templates); pass --templates DIR"
+                        ),
+                    });
+                }
+                crate::sdk::generate(name, &irs, templates, register, self.templates.as_deref())
             }
         }
-        Ok(files)
     }
 
     /// Generate and write into the output directory (default `OUT_DIR`), touching only

@@ -141,7 +141,8 @@ fn dedupe(names: Vec<String>) -> Vec<String> {
 }
 
 /// A method, with the names every target uses.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MethodIr {
     /// Wire name.
     pub wire: String,
@@ -166,7 +167,8 @@ pub struct MethodIr {
 }
 
 /// One value of a code table or the error catalog.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CodeIr {
     /// Identifier (`ProtocolUnknownMethod`, `Closed4001`…).
     pub ident: String,
@@ -183,7 +185,8 @@ pub struct CodeIr {
 }
 
 /// How a table's wire values are typed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ValueType {
     /// All integers.
     Int,
@@ -194,7 +197,8 @@ pub enum ValueType {
 }
 
 /// A code table (or the error catalog) ready to render as an enum.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TableIr {
     /// Contract key (`closeCodes`).
     pub key: String,
@@ -211,7 +215,8 @@ pub struct TableIr {
 }
 
 /// A limit, evaluated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LimitIr {
     /// Contract key.
     pub key: String,
@@ -246,7 +251,8 @@ pub struct LimitIr {
 }
 
 /// A state machine with identifiers.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MachineIr {
     /// Contract key.
     pub key: String,
@@ -267,7 +273,8 @@ pub struct MachineIr {
 }
 
 /// A channel with the type of its messages.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ChannelIr {
     /// Contract key.
     pub key: String,
@@ -278,9 +285,11 @@ pub struct ChannelIr {
 }
 
 /// Everything a target needs, computed once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Ir {
     /// The contract itself.
+    #[serde(skip)]
     pub contract: Contract,
     /// Module / file stem (`kernel`).
     pub module: String,

@@ -6,8 +6,14 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod csharp;
+pub mod docs;
+pub mod helpers;
 pub mod ir;
+pub mod python;
 pub mod rust;
+pub mod sdk;
+pub mod types;
 
 pub use config::{Config, GeneratedFile, Lang, write_file_if_changed};
 pub use ir::{GenError, Ir};
@@ -50,6 +56,12 @@ pub enum Command {
         /// Output directory (created if missing).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Use the templates in DIR (or DIR/<lang>) instead of the built-in ones.
+        #[arg(long, value_name = "DIR")]
+        templates: Option<PathBuf>,
+        /// Do not write: exit 1 if any file in --out differs from what would be generated.
+        #[arg(long)]
+        check: bool,
         /// Contract files.
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<PathBuf>,
@@ -84,8 +96,13 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             lang,
             out: dir,
             contracts,
+            templates,
+            check,
         } => {
             let mut cfg = Config::new();
+            if let Some(t) = templates {
+                cfg.templates(t);
+            }
             cfg.lang(*lang).out_dir(dir).contracts(contracts);
             match cfg.generate() {
                 Err(e) => {
@@ -94,6 +111,26 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                         GenError::Io { .. } => EXIT_USAGE,
                         GenError::Load(contract::LoadError::Io { .. }) => EXIT_USAGE,
                         _ => EXIT_CONTRACT,
+                    }
+                }
+                Ok(files) if *check => {
+                    let mut stale = 0;
+                    for f in &files {
+                        let path = dir.join(&f.name);
+                        if std::fs::read(&path).ok().as_deref() != Some(f.contents.as_bytes()) {
+                            let _ = writeln!(out, "stale {}", path.display());
+                            stale += 1;
+                        }
+                    }
+                    if stale == 0 {
+                        let _ = writeln!(err, "{} file(s) fresh", files.len());
+                        EXIT_OK
+                    } else {
+                        let _ = writeln!(
+                            err,
+                            "{stale} file(s) stale: run contractgen generate without --check"
+                        );
+                        EXIT_CONTRACT
                     }
                 }
                 Ok(files) => {

@@ -163,3 +163,58 @@ fn generate_exit_codes() {
         "a contract error exits 1"
     );
 }
+
+#[test]
+fn committed_protocol_docs_are_fresh() {
+    let mut cfg = Config::new();
+    cfg.lang(contractgen::Lang::Docs).contracts(
+        ["kernel", "xsession", "rukh", "toolchannel"]
+            .iter()
+            .map(|n| contract_path(n)),
+    );
+    let files = cfg.generate().expect("docs");
+    assert_eq!(files.len(), 5, "four pages and an index");
+    for f in files {
+        assert!(
+            f.contents.starts_with("<!-- @generated"),
+            "{}: header",
+            f.name
+        );
+        let committed = std::fs::read_to_string(root().join("docs/protocols").join(&f.name))
+            .unwrap_or_default();
+        assert!(
+            committed == f.contents,
+            "docs/protocols/{} is stale: run `cargo run -p contractgen -- generate --lang docs --out docs/protocols schema/contracts/*.json`",
+            f.name
+        );
+    }
+}
+
+#[test]
+fn docs_pages_carry_every_section() {
+    let mut cfg = Config::new();
+    cfg.lang(contractgen::Lang::Docs)
+        .contract(contract_path("toolchannel"));
+    let files = cfg.generate().expect("docs");
+    let page = &files
+        .iter()
+        .find(|f| f.name == "toolchannel.md")
+        .expect("page")
+        .contents;
+    for needle in [
+        "## Channels and framing",
+        "```text\n+",
+        "## Methods",
+        "## Error catalog",
+        "`-32003`",
+        "## Codes",
+        "`4006`",
+        "## Limits and deadlines",
+        "hostHandshakeSeconds",
+        "```mermaid\nstateDiagram-v2",
+        "## Decisions",
+        "**T-1**",
+    ] {
+        assert!(page.contains(needle), "page lacks {needle:?}");
+    }
+}

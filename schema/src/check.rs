@@ -680,7 +680,8 @@ pub fn show(e: &Expr) -> String {
 }
 
 /// The physical dimension of a limit, so relations cannot compare bytes with seconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Dim {
     /// A size in bytes.
     Bytes,

@@ -340,23 +340,30 @@ impl Ndjson {
         }
     }
 
-    /// UTF-16 units a UTF-8 byte contributes: lead bytes of 4-byte sequences
-    /// make a surrogate pair, continuation bytes make nothing. Invalid UTF-8 is
-    /// caught later by the JSON layer; here each stray byte counts as one unit.
-    fn units_of(&self, b: u8) -> u64 {
-        match self.measure {
-            LineMeasure::Bytes => 1,
-            LineMeasure::Utf16Units => match b {
-                0x80..=0xBF => 0,
-                0xF0..=0xF7 => 2,
-                _ => 1,
-            },
-        }
-    }
-
     /// Units in a finished line, not counting the newline (and a `\r` before it).
     pub fn line_units(&self, line: &[u8]) -> u64 {
-        line.iter().map(|b| self.units_of(*b)).sum()
+        self.count_units(line)
+    }
+
+    /// Units in `bytes`: for UTF-16, lead bytes of 4-byte sequences make a
+    /// surrogate pair, continuation bytes make nothing, and a stray invalid byte
+    /// counts one (the JSON layer rejects invalid UTF-8 later). Counted in blocks of 127 bytes summed as `u8` (at most
+    /// 2 units a byte, so a block cannot overflow), which the compiler
+    /// vectorises: the per-byte loop made NDJSON the slowest framing.
+    fn count_units(&self, bytes: &[u8]) -> u64 {
+        match self.measure {
+            LineMeasure::Bytes => bytes.len() as u64,
+            LineMeasure::Utf16Units => bytes
+                .chunks(127)
+                .map(|block| {
+                    let n: u8 = block
+                        .iter()
+                        .map(|&b| u8::from((b as i8) >= -64) + u8::from((0xF0..=0xF7).contains(&b)))
+                        .sum();
+                    u64::from(n)
+                })
+                .sum(),
+        }
     }
 }
 
@@ -368,9 +375,7 @@ impl Decoder for Ndjson {
         let start = self.scanned;
         let newline = memchr::memchr(b'\n', &src[start..]).map(|i| start + i);
         let end = newline.unwrap_or(src.len());
-        for b in &src[start..end] {
-            self.units += self.units_of(*b);
-        }
+        self.units += self.count_units(&src[start..end]);
         let mut units = self.units;
         if let Some(nl) = newline
             && nl > 0
@@ -630,6 +635,34 @@ mod tests {
         assert_eq!(
             c.decode(&mut buf).expect("ok").as_deref(),
             Some("éé€é".as_bytes())
+        );
+    }
+
+    #[test]
+    fn block_counting_matches_the_per_byte_rule() {
+        let c = Ndjson::new(u64::MAX, LineMeasure::Utf16Units);
+        let per_byte = |bytes: &[u8]| -> u64 {
+            bytes
+                .iter()
+                .map(|b| match b {
+                    0x80..=0xBF => 0,
+                    0xF0..=0xF7 => 2,
+                    _ => 1,
+                })
+                .sum()
+        };
+        let mut all: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+        all.extend("aé€😀".repeat(300).as_bytes());
+        for len in [0, 1, 126, 127, 128, 254, 255, 4096, all.len()] {
+            assert_eq!(
+                c.line_units(&all[..len]),
+                per_byte(&all[..len]),
+                "len {len}"
+            );
+        }
+        assert_eq!(
+            c.line_units("😀".as_bytes()),
+            "😀".encode_utf16().count() as u64
         );
     }
 

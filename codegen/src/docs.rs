@@ -1,0 +1,126 @@
+//! The Markdown docs target: one page per contract, rendered from
+//! `sdk-templates/docs/`. The helpers here spell types, byte diagrams and
+//! Mermaid state diagrams; the templates lay out the page.
+
+use handlebars::{Handlebars, handlebars_helper};
+use serde_json::{Value, json};
+
+use crate::sdk::Template;
+use crate::types::TypeRef;
+
+/// The built-in docs templates.
+pub const TEMPLATES: &[Template] = &[
+    (
+        "{{module}}.md.hbs",
+        include_str!("../../sdk-templates/docs/{{module}}.md.hbs"),
+    ),
+    (
+        "README.md.hbs",
+        include_str!("../../sdk-templates/docs/README.md.hbs"),
+    ),
+];
+
+/// A type as Markdown, linking named types to their section.
+pub fn md_type(t: &TypeRef) -> String {
+    match t {
+        TypeRef::Named { name } => format!("[`{name}`](#type-{})", name.to_lowercase()),
+        TypeRef::String => "string".into(),
+        TypeRef::Integer { min, max } => match (min, max) {
+            (None, None) => "integer".into(),
+            (Some(a), None) => format!("integer ≥ {a}"),
+            (None, Some(b)) => format!("integer ≤ {b}"),
+            (Some(a), Some(b)) => format!("integer {a}…{b}"),
+        },
+        TypeRef::Number => "number".into(),
+        TypeRef::Boolean => "boolean".into(),
+        TypeRef::Null => "null".into(),
+        TypeRef::Any => "any".into(),
+        TypeRef::Array { items } => format!("array of {}", md_type(items)),
+        TypeRef::Map { values } => format!("object of {}", md_type(values)),
+        TypeRef::Literal { value } => format!("`{value}`"),
+        TypeRef::Nullable { inner } => format!("{} or null", md_type(inner)),
+    }
+}
+
+handlebars_helper!(md_type_helper: |v: Value| {
+    serde_json::from_value::<TypeRef>(v).map(|t| md_type(&t)).unwrap_or_else(|_| "?".into())
+});
+
+// The byte layout of a framing, as a fenced diagram.
+handlebars_helper!(byte_diagram: |framing: Value, cap: Value| {
+    let cap_text = cap.get("bytes").and_then(Value::as_u64).map(|b| format!("≤ {b} bytes")).unwrap_or_else(|| "no cap".into());
+    let cells: Vec<String> = match framing.get("kind").and_then(Value::as_str) {
+        Some("length-prefixed") => vec![
+            format!("length: {} bytes, {}-endian, unsigned", framing["lengthBytes"], framing["byteOrder"].as_str().unwrap_or("")),
+            format!("payload: UTF-8 JSON, {cap_text}"),
+        ],
+        Some("binary") => {
+            let mut v: Vec<String> = framing["header"].as_array().into_iter().flatten().map(|h| {
+                format!("{}: {} bytes{}", h["name"].as_str().unwrap_or(""), h["bytes"], if h.get("counts").is_some() { format!(" (counts {})", h["counts"].as_str().unwrap_or("")) } else { String::new() })
+            }).collect();
+            v.push(format!("payload: bytes ({cap_text} after the length)"));
+            v
+        }
+        Some("ndjson") => vec![format!("JSON line: {} {}", cap_text.replace("bytes", ""), framing["lineMeasure"].as_str().unwrap_or("")), "\\n".into()],
+        Some("websocket-text") => vec![format!("one WebSocket text message = one JSON message, {cap_text}")],
+        _ => vec!["?".into()],
+    };
+    let widths: Vec<usize> = cells.iter().map(|c| c.chars().count() + 2).collect();
+    let border = format!("+{}+", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("+"));
+    let middle = format!("|{}|", cells.iter().map(|c| format!(" {c} ")).collect::<Vec<_>>().join("|"));
+    format!("```text\n{border}\n{middle}\n{border}\n```")
+});
+
+// A state machine as a Mermaid stateDiagram.
+handlebars_helper!(mermaid: |m: Value| {
+    let mut out = String::from("```mermaid\nstateDiagram-v2\n");
+    let id = |s: &str| s.to_string();
+    out.push_str(&format!("    [*] --> {}\n", id(m["initial"].as_str().unwrap_or(""))));
+    for t in m["transitions"].as_array().into_iter().flatten() {
+        out.push_str(&format!("    {} --> {}\n", id(t[0].as_str().unwrap_or("")), id(t[1].as_str().unwrap_or(""))));
+    }
+    for t in m["terminal"].as_array().into_iter().flatten() {
+        out.push_str(&format!("    {} --> [*]\n", id(t.as_str().unwrap_or(""))));
+    }
+    out.push_str("```");
+    out
+});
+
+// Rows describing a named type: one per field for structs, one per branch for unions.
+handlebars_helper!(type_rows: |types: Value, name: Value| {
+    let name = name.as_str().unwrap_or("");
+    let t = types.as_array().into_iter().flatten().find(|t| t["name"] == name);
+    let rows: Vec<Value> = match t {
+        None => vec![],
+        Some(t) => match t["kind"].as_str() {
+            Some("struct") => t["fields"].as_array().into_iter().flatten().map(|f| json!({
+                "name": f["wire"], "type": serde_json::from_value::<TypeRef>(f["ty"].clone()).map(|x| md_type(&x)).unwrap_or_default(),
+                "required": f["required"], "description": f["description"],
+            })).collect(),
+            Some("union") => t["variants"].as_array().into_iter().flatten().map(|v| json!({
+                "name": v["tagValue"].as_str().map(|s| format!("{}={s}", t["tag"].as_str().unwrap_or(""))).unwrap_or_else(|| "one of".into()),
+                "type": serde_json::from_value::<TypeRef>(v["ty"].clone()).map(|x| md_type(&x)).unwrap_or_default(),
+                "required": true, "description": "",
+            })).collect(),
+            Some("stringEnum") => vec![json!({"name": "(value)", "type": t["values"].as_array().into_iter().flatten().map(|v| format!("`{}`", v[1].as_str().unwrap_or(""))).collect::<Vec<_>>().join(", "), "required": true, "description": t["description"]})],
+            _ => vec![json!({"name": "(value)", "type": serde_json::from_value::<TypeRef>(t["target"].clone()).map(|x| md_type(&x)).unwrap_or_default(), "required": true, "description": t["description"]})],
+        },
+    };
+    Value::Array(rows)
+});
+
+// Direction text: `shell → core`.
+handlebars_helper!(arrow: |from: Value, parties: Value| {
+    let from: Vec<String> = from.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect();
+    let to: Vec<String> = parties.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str().map(str::to_string)).filter(|p| !from.contains(p)).collect();
+    format!("{} → {}", from.join(", "), if to.is_empty() { "any".into() } else { to.join(", ") })
+});
+
+/// Register the docs helpers.
+pub fn register(hb: &mut Handlebars<'static>) {
+    hb.register_helper("md_type", Box::new(md_type_helper));
+    hb.register_helper("byte_diagram", Box::new(byte_diagram));
+    hb.register_helper("mermaid", Box::new(mermaid));
+    hb.register_helper("type_rows", Box::new(type_rows));
+    hb.register_helper("arrow", Box::new(arrow));
+}

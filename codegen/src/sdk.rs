@@ -1,0 +1,183 @@
+//! Template-rendered targets (Python, C#, Markdown docs).
+//!
+//! Each target is a set of handlebars templates in `sdk-templates/<lang>/`,
+//! embedded in the binary and overridable with `--templates DIR`. A template
+//! whose file name contains `{{module}}` is rendered once per contract with
+//! that contract's [`context`]; any other template is rendered once for the
+//! whole run with `{ "contracts": [...] }`. Language-specific spelling (type
+//! names, literals) comes from helpers each target registers, so templates
+//! only lay out files.
+
+use std::path::Path;
+
+use handlebars::Handlebars;
+use serde_json::{Value, json};
+
+use crate::config::GeneratedFile;
+use crate::ir::{GenError, Ir};
+use crate::types::TypeModel;
+
+/// One embedded template: its path under `sdk-templates/<lang>/` and its text.
+pub type Template = (&'static str, &'static str);
+
+/// The context a per-contract template sees.
+pub fn context(ir: &Ir) -> Result<Value, GenError> {
+    let c = &ir.contract;
+    let ser = |what: &str, v: Result<Value, serde_json::Error>| {
+        v.map_err(|e| GenError::Template {
+            template: what.into(),
+            reason: e.to_string(),
+        })
+    };
+    let types = TypeModel::build(&ir.schemas);
+    let channels: Vec<Value> = ir
+        .channels
+        .iter()
+        .map(|ch| {
+            let model = &c.channels[ch.key.as_str()];
+            let framing = serde_json::to_value(&model.framing).unwrap_or(Value::Null);
+            let cap = |name: Option<&str>| -> Value {
+                name.and_then(|n| ir.limits.iter().find(|l| l.key == n))
+                    .map(|l| json!({"limit": l.key, "ident": l.ident, "bytes": l.base as u64}))
+                    .unwrap_or(Value::Null)
+            };
+            let cap_name = framing
+                .get("maxPayload")
+                .or_else(|| framing.get("maxLine"))
+                .or_else(|| framing.get("maxFrame"))
+                .or_else(|| framing.get("maxMessage"))
+                .and_then(Value::as_str);
+            json!({
+                "key": ch.key, "ident": ch.ident, "message": ch.message,
+                "description": model.description, "transports": model.transports,
+                "connects": model.connects, "framing": framing, "cap": cap(cap_name),
+                "json": model.json, "binding": model.binding, "seed": model.seed,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "name": c.name,
+        "module": ir.module,
+        "title": c.title,
+        "version": c.version,
+        "source": c.source,
+        "description": c.description,
+        "versions": ser("versions", serde_json::to_value(&c.versions))?,
+        "parties": ir.parties.iter().map(|(i, n)| json!({"ident": i, "name": n, "description": c.parties[n.as_str()].description})).collect::<Vec<_>>(),
+        "channels": channels,
+        "capabilities": ser("capabilities", serde_json::to_value(&c.capabilities))?,
+        "methods": ser("methods", serde_json::to_value(&ir.methods))?,
+        "methodExamples": ser("examples", serde_json::to_value(c.methods.iter().map(|(k, m)| (k.clone(), &m.examples)).collect::<indexmap::IndexMap<_, _>>()))?,
+        "violations": ser("violations", serde_json::to_value(&c.violations))?,
+        "errors": ser("errors", serde_json::to_value(&ir.errors))?,
+        "tables": ser("tables", serde_json::to_value(&ir.tables))?,
+        "limits": ser("limits", serde_json::to_value(&ir.limits))?,
+        "limitTexts": ir.limits.iter().map(crate::rust::limit_text).collect::<Vec<_>>(),
+        "relations": c.relations.iter().map(|r| json!({
+            "left": contract::check::show(&r.left), "op": r.op, "right": contract::check::show(&r.right),
+            "description": r.description, "seed": r.seed,
+        })).collect::<Vec<_>>(),
+        "machines": ser("machines", serde_json::to_value(&ir.machines))?,
+        "trace": ser("trace", serde_json::to_value(&c.trace))?,
+        "files": ser("files", serde_json::to_value(&c.files))?,
+        "notes": ser("notes", serde_json::to_value(&c.notes))?,
+        "types": ser("types", serde_json::to_value(&types.types))?,
+        "contractJson": serde_json::to_string(c).unwrap_or_default(),
+    }))
+}
+
+fn engine(lang: &str, register: fn(&mut Handlebars<'static>)) -> Handlebars<'static> {
+    let mut hb = Handlebars::new();
+    hb.set_strict_mode(true);
+    // Generated code is not HTML.
+    hb.register_escape_fn(handlebars::no_escape);
+    crate::helpers::register(&mut hb);
+    register(&mut hb);
+    hb.set_dev_mode(false);
+    let _ = lang;
+    hb
+}
+
+/// Load templates: the embedded set, or every `*.hbs` file of `dir` when given.
+fn load(
+    lang: &str,
+    embedded: &[Template],
+    dir: Option<&Path>,
+) -> Result<Vec<(String, String)>, GenError> {
+    let Some(dir) = dir else {
+        return Ok(embedded
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect());
+    };
+    let root = dir.join(lang);
+    let root = if root.is_dir() {
+        root
+    } else {
+        dir.to_path_buf()
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|source| GenError::Io {
+            path: d.display().to_string(),
+            source,
+        })?;
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "hbs") {
+                let text = std::fs::read_to_string(&p).map_err(|source| GenError::Io {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+                let rel = p.strip_prefix(&root).unwrap_or(&p).with_extension("");
+                out.push((rel.to_string_lossy().replace('\\', "/"), text));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Render a template target for `irs`.
+pub fn generate(
+    lang: &str,
+    irs: &[Ir],
+    embedded: &[Template],
+    register: fn(&mut Handlebars<'static>),
+    dir: Option<&Path>,
+) -> Result<Vec<GeneratedFile>, GenError> {
+    let hb = engine(lang, register);
+    let templates = load(lang, embedded, dir)?;
+    let contexts: Vec<Value> = irs.iter().map(context).collect::<Result<_, _>>()?;
+    let mut files = Vec::new();
+    let render = |name: &str, text: &str, ctx: &Value| -> Result<String, GenError> {
+        hb.render_template(text, ctx)
+            .map_err(|e| GenError::Template {
+                template: format!("{lang}/{name}"),
+                reason: e.to_string(),
+            })
+    };
+    for (name, text) in &templates {
+        let out_name = name.trim_end_matches(".hbs");
+        if out_name.contains("{{module}}") {
+            for ctx in &contexts {
+                let module = ctx["module"].as_str().unwrap_or_default();
+                files.push(GeneratedFile {
+                    name: out_name.replace("{{module}}", module),
+                    contents: render(name, text, ctx)?,
+                });
+            }
+        } else {
+            let ctx = json!({ "contracts": contexts });
+            files.push(GeneratedFile {
+                name: out_name.to_string(),
+                contents: render(name, text, &ctx)?,
+            });
+        }
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
+}

@@ -1,0 +1,450 @@
+//! The language-neutral type model for the non-Rust targets.
+//!
+//! typify's public read-only view (`TypeSpace`/`Type`/`TypeDetails`) was the
+//! first choice, but it does not expose what another language needs: the JSON
+//! wire name of a field (only typify's Rust name), how a union is tagged, or the
+//! raw values of enum variants. So this walker reads the contract's schemas
+//! once into [`TypeDef`]s; C#, Python and the docs all render from it, and the
+//! names it chooses are the `$defs` keys, exactly as typify names the Rust types.
+
+use indexmap::IndexMap;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ir::{lower_snake, pascal};
+
+/// A reference to a type.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum TypeRef {
+    /// A named type from [`TypeModel::types`].
+    Named {
+        /// Its name.
+        name: String,
+    },
+    /// A string.
+    String,
+    /// An integer (bounds, when the schema gives them).
+    Integer {
+        /// Inclusive minimum.
+        min: Option<i64>,
+        /// Inclusive maximum.
+        max: Option<i64>,
+    },
+    /// A number.
+    Number,
+    /// A boolean.
+    Boolean,
+    /// JSON null.
+    Null,
+    /// Any JSON value.
+    Any,
+    /// An array.
+    Array {
+        /// Element type.
+        items: Box<TypeRef>,
+    },
+    /// An object with arbitrary keys.
+    Map {
+        /// Value type.
+        values: Box<TypeRef>,
+    },
+    /// Exactly one literal value (`const`, or a one-value `enum`).
+    Literal {
+        /// The value.
+        value: Value,
+    },
+    /// The value may also be null.
+    Nullable {
+        /// The non-null type.
+        inner: Box<TypeRef>,
+    },
+}
+
+/// A field of a struct.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Field {
+    /// Name on the wire.
+    pub wire: String,
+    /// `snake_case` identifier.
+    pub snake: String,
+    /// `PascalCase` identifier.
+    pub pascal: String,
+    /// Type.
+    pub ty: TypeRef,
+    /// Must be present.
+    pub required: bool,
+    /// Description.
+    pub description: String,
+}
+
+/// One branch of a union.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Variant {
+    /// Identifier.
+    pub ident: String,
+    /// Its type.
+    pub ty: TypeRef,
+    /// The value of the union's tag property in this branch, when tagged.
+    pub tag_value: Option<Value>,
+}
+
+/// A named type.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum TypeDef {
+    /// An object with known fields.
+    Struct {
+        /// Name.
+        name: String,
+        /// Description.
+        description: String,
+        /// Fields in schema order.
+        fields: Vec<Field>,
+        /// Unknown members are rejected (`additionalProperties: false`).
+        closed: bool,
+    },
+    /// A closed set of strings.
+    StringEnum {
+        /// Name.
+        name: String,
+        /// Description.
+        description: String,
+        /// (identifier, wire value) pairs.
+        values: Vec<(String, String)>,
+    },
+    /// One of several shapes.
+    Union {
+        /// Name.
+        name: String,
+        /// Description.
+        description: String,
+        /// Property whose literal value tells the branches apart, if any.
+        tag: Option<String>,
+        /// Branches in schema order.
+        variants: Vec<Variant>,
+    },
+    /// Another name for a type (with the schema's constraints left to validation).
+    Alias {
+        /// Name.
+        name: String,
+        /// Description.
+        description: String,
+        /// What it names.
+        target: TypeRef,
+    },
+}
+
+impl TypeDef {
+    /// The type's name.
+    pub fn name(&self) -> &str {
+        match self {
+            TypeDef::Struct { name, .. }
+            | TypeDef::StringEnum { name, .. }
+            | TypeDef::Union { name, .. }
+            | TypeDef::Alias { name, .. } => name,
+        }
+    }
+}
+
+/// Every named type of a contract, in a stable order (dependencies need not come first).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TypeModel {
+    /// The types.
+    pub types: Vec<TypeDef>,
+}
+
+struct Walker<'a> {
+    defs: &'a IndexMap<String, Value>,
+    out: IndexMap<String, TypeDef>,
+}
+
+fn desc(s: &Value) -> String {
+    s.get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn def_ref(s: &Value) -> Option<&str> {
+    s.get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+}
+
+impl Walker<'_> {
+    fn named(&mut self, name: &str, s: &Value) {
+        if self.out.contains_key(name) {
+            return;
+        }
+        let d = desc(s);
+        // Reserve the name first so recursive schemas terminate.
+        self.out.insert(
+            name.to_string(),
+            TypeDef::Alias {
+                name: name.into(),
+                description: d.clone(),
+                target: TypeRef::Any,
+            },
+        );
+        let def = self.define(name, s, d);
+        self.out.insert(name.to_string(), def);
+    }
+
+    fn define(&mut self, name: &str, s: &Value, description: String) -> TypeDef {
+        if let Some(props) = s.get("properties").and_then(Value::as_object) {
+            let required: Vec<&str> = s
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let fields = props
+                .iter()
+                .map(|(wire, ps)| Field {
+                    wire: wire.clone(),
+                    snake: lower_snake(wire),
+                    pascal: pascal(wire),
+                    ty: self.reference(&format!("{name}{}", pascal(wire)), ps),
+                    required: required.contains(&wire.as_str()),
+                    description: desc(ps),
+                })
+                .collect();
+            let closed = s.get("additionalProperties") == Some(&Value::Bool(false));
+            return TypeDef::Struct {
+                name: name.into(),
+                description,
+                fields,
+                closed,
+            };
+        }
+        if let Some(values) = s.get("enum").and_then(Value::as_array) {
+            if values.len() > 1 && values.iter().all(Value::is_string) {
+                let wires: Vec<String> = values
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect();
+                let idents = dedupe(wires.iter().map(|w| pascal(w)).collect());
+                return TypeDef::StringEnum {
+                    name: name.into(),
+                    description,
+                    values: idents.into_iter().zip(wires).collect(),
+                };
+            }
+        }
+        if let Some(branches) = s
+            .get("oneOf")
+            .or_else(|| s.get("anyOf"))
+            .and_then(Value::as_array)
+        {
+            let tag = self.common_tag(branches);
+            let mut variants = Vec::new();
+            let idents = dedupe(
+                branches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| {
+                        def_ref(b)
+                            .map(str::to_string)
+                            .unwrap_or_else(|| format!("Variant{i}"))
+                    })
+                    .collect(),
+            );
+            for (i, (b, ident)) in branches.iter().zip(idents).enumerate() {
+                let tag_value = tag.as_ref().and_then(|t| self.literal_of(b, t));
+                variants.push(Variant {
+                    ty: self.reference(
+                        &format!(
+                            "{name}{}",
+                            if def_ref(b).is_some() {
+                                ident.clone()
+                            } else {
+                                format!("Variant{i}")
+                            }
+                        ),
+                        b,
+                    ),
+                    ident,
+                    tag_value,
+                });
+            }
+            return TypeDef::Union {
+                name: name.into(),
+                description,
+                tag,
+                variants,
+            };
+        }
+        TypeDef::Alias {
+            name: name.into(),
+            description,
+            target: self.reference(&format!("{name}Value"), &strip_meta(s)),
+        }
+    }
+
+    /// The literal value `branch` requires at property `tag`.
+    fn literal_of(&self, branch: &Value, tag: &str) -> Option<Value> {
+        let b = self.resolve(branch);
+        let p = b.get("properties")?.get(tag)?;
+        let p = self.resolve(p);
+        p.get("const").cloned().or_else(|| {
+            p.get("enum")
+                .and_then(Value::as_array)
+                .filter(|a| a.len() == 1)
+                .map(|a| a[0].clone())
+        })
+    }
+
+    fn resolve<'v>(&'v self, s: &'v Value) -> &'v Value {
+        let mut cur = s;
+        for _ in 0..8 {
+            match def_ref(cur).and_then(|n| self.defs.get(n)) {
+                Some(t) => cur = t,
+                None => break,
+            }
+        }
+        cur
+    }
+
+    /// A property every branch pins to a distinct literal, if there is one.
+    fn common_tag(&self, branches: &[Value]) -> Option<String> {
+        let first = self.resolve(branches.first()?);
+        let props = first.get("properties")?.as_object()?;
+        props
+            .keys()
+            .find(|k| {
+                let vals: Vec<Option<Value>> =
+                    branches.iter().map(|b| self.literal_of(b, k)).collect();
+                vals.iter().all(Option::is_some) && {
+                    let mut seen = Vec::new();
+                    vals.into_iter().flatten().all(|v| {
+                        let fresh = !seen.contains(&v);
+                        seen.push(v);
+                        fresh
+                    })
+                }
+            })
+            .cloned()
+    }
+
+    fn reference(&mut self, hint: &str, s: &Value) -> TypeRef {
+        if let Some(name) = def_ref(s) {
+            if let Some(target) = self.defs.get(name) {
+                let target = target.clone();
+                self.named(name, &target);
+            }
+            return TypeRef::Named {
+                name: name.to_string(),
+            };
+        }
+        if let Some(c) = s.get("const") {
+            return TypeRef::Literal { value: c.clone() };
+        }
+        if let Some(values) = s.get("enum").and_then(Value::as_array) {
+            if values.len() == 1 {
+                return TypeRef::Literal {
+                    value: values[0].clone(),
+                };
+            }
+            if values.iter().all(Value::is_string) {
+                self.named(hint, s);
+                return TypeRef::Named {
+                    name: hint.to_string(),
+                };
+            }
+            return TypeRef::Any;
+        }
+        if s.get("properties").is_some() || s.get("oneOf").is_some() || s.get("anyOf").is_some() {
+            self.named(hint, s);
+            return TypeRef::Named {
+                name: hint.to_string(),
+            };
+        }
+        match s.get("type") {
+            Some(Value::Array(ts)) => {
+                let non_null: Vec<&Value> =
+                    ts.iter().filter(|t| t.as_str() != Some("null")).collect();
+                if non_null.len() == 1 && non_null.len() < ts.len() {
+                    let mut inner = s.clone();
+                    if let Some(o) = inner.as_object_mut() {
+                        o.insert("type".into(), non_null[0].clone());
+                    }
+                    return TypeRef::Nullable {
+                        inner: Box::new(self.reference(hint, &inner)),
+                    };
+                }
+                TypeRef::Any
+            }
+            Some(Value::String(t)) => match t.as_str() {
+                "string" => TypeRef::String,
+                "integer" => TypeRef::Integer {
+                    min: s.get("minimum").and_then(Value::as_i64),
+                    max: s.get("maximum").and_then(Value::as_i64),
+                },
+                "number" => TypeRef::Number,
+                "boolean" => TypeRef::Boolean,
+                "null" => TypeRef::Null,
+                "array" => TypeRef::Array {
+                    items: Box::new(match s.get("items") {
+                        Some(i) => self.reference(&format!("{hint}Item"), i),
+                        None => TypeRef::Any,
+                    }),
+                },
+                "object" => TypeRef::Map {
+                    values: Box::new(match s.get("additionalProperties") {
+                        Some(a @ Value::Object(_)) => self.reference(&format!("{hint}Value"), a),
+                        _ => TypeRef::Any,
+                    }),
+                },
+                _ => TypeRef::Any,
+            },
+            _ => TypeRef::Any,
+        }
+    }
+}
+
+fn strip_meta(s: &Value) -> Value {
+    match s {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k != "description" && *k != "title")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn dedupe(names: Vec<String>) -> Vec<String> {
+    let mut seen: IndexMap<String, usize> = IndexMap::new();
+    names
+        .into_iter()
+        .map(|n| {
+            let c = seen.entry(n.clone()).or_insert(0);
+            *c += 1;
+            if *c == 1 { n } else { format!("{n}{c}") }
+        })
+        .collect()
+}
+
+impl TypeModel {
+    /// Walk every schema once.
+    pub fn build(schemas: &IndexMap<String, Value>) -> TypeModel {
+        let mut w = Walker {
+            defs: schemas,
+            out: IndexMap::new(),
+        };
+        for (name, s) in schemas {
+            w.named(name, s);
+        }
+        TypeModel {
+            types: w.out.into_values().collect(),
+        }
+    }
+
+    /// A type by name.
+    pub fn get(&self, name: &str) -> Option<&TypeDef> {
+        self.types.iter().find(|t| t.name() == name)
+    }
+}
