@@ -151,7 +151,9 @@ pub fn generate(
 ) -> Result<Vec<GeneratedFile>, GenError> {
     let hb = engine(lang, register);
     let templates = load(lang, embedded, dir)?;
-    let contexts: Vec<Value> = irs.iter().map(context).collect::<Result<_, _>>()?;
+    let mut contexts: Vec<Value> = irs.iter().map(context).collect::<Result<_, _>>()?;
+    // Whole-run files (indexes, package metadata) must not depend on argument order.
+    contexts.sort_by(|a, b| a["module"].as_str().cmp(&b["module"].as_str()));
     let mut files = Vec::new();
     let render = |name: &str, text: &str, ctx: &Value| -> Result<String, GenError> {
         hb.render_template(text, ctx)
