@@ -14,6 +14,7 @@ pub mod python;
 pub mod rust;
 pub mod sdk;
 pub mod types;
+pub mod vectors;
 
 pub use config::{Config, GeneratedFile, Lang, write_file_if_changed};
 pub use ir::{GenError, Ir};
@@ -62,6 +63,15 @@ pub enum Command {
         /// Do not write: exit 1 if any file in --out differs from what would be generated.
         #[arg(long)]
         check: bool,
+        /// Contract files.
+        #[arg(required = true, value_name = "CONTRACT")]
+        contracts: Vec<PathBuf>,
+    },
+    /// Write the cross-language test vectors (valid and labelled invalid messages) of contracts.
+    Vectors {
+        /// Output directory; each contract gets `<module>/valid.json` and `<module>/invalid.json`.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
         /// Contract files.
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<PathBuf>,
@@ -153,6 +163,45 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                     EXIT_OK
                 }
             }
+        }
+        Command::Vectors {
+            out: dir,
+            contracts,
+        } => {
+            let mut irs = Vec::new();
+            for path in contracts {
+                match contract::load(path)
+                    .map_err(GenError::from)
+                    .and_then(Ir::build)
+                {
+                    Ok(ir) => irs.push(ir),
+                    Err(e) => {
+                        let _ = writeln!(err, "contractgen: {e}");
+                        return match e {
+                            GenError::Load(contract::LoadError::Io { .. }) => EXIT_USAGE,
+                            _ => EXIT_CONTRACT,
+                        };
+                    }
+                }
+            }
+            for f in vectors::generate(&irs) {
+                let path = dir.join(&f.name);
+                match write_file_if_changed(&path, f.contents.as_bytes()) {
+                    Ok(changed) => {
+                        let _ = writeln!(
+                            out,
+                            "{} {}",
+                            if changed { "wrote" } else { "unchanged" },
+                            path.display()
+                        );
+                    }
+                    Err(e) => {
+                        let _ = writeln!(err, "contractgen: {e}");
+                        return EXIT_USAGE;
+                    }
+                }
+            }
+            EXIT_OK
         }
         Command::MetaSchema { out: file } => {
             let text = meta_schema_text();

@@ -283,6 +283,7 @@ pub fn render(ir: &Ir, source: &str) -> Result<String, GenError> {
         let _ = writeln!(s, "}}");
     }
     render_decode(&mut s);
+    render_named(&mut s, ir);
 
     let file = syn::parse_file(&s).map_err(|e| GenError::Unsupported {
         contract: c.name.clone(),
@@ -925,4 +926,21 @@ fn render_decode(s: &mut String) {
          let typed = ::serde_json::from_value(msg.value.clone())?;\n\
          Ok((msg, typed))\n}}"
     );
+}
+
+fn render_named(s: &mut String, ir: &Ir) {
+    let _ = writeln!(
+        s,
+        "/// Decode `value` as the `$defs` type named `type_name` and encode it back; `None` for an unknown name.\n\
+         /// Used by the cross-language vectors, which name types as the contract does.\n\
+         pub fn roundtrip_named(type_name: &str, value: ::serde_json::Value) -> Option<Result<::serde_json::Value, ::serde_json::Error>> {{\nSome(match type_name {{"
+    );
+    for name in ir.schemas.keys() {
+        let _ = writeln!(
+            s,
+            "{} => ::serde_json::from_value::<types::{name}>(value).and_then(|t| ::serde_json::to_value(t)),",
+            str_lit(name)
+        );
+    }
+    let _ = writeln!(s, "_ => return None,\n}}) }}");
 }

@@ -420,7 +420,17 @@ impl Decoder for Ndjson {
             None => {
                 self.scanned = 0;
                 self.units = 0;
-                let line = src.split_to(src.len());
+                let mut line = src.split_to(src.len());
+                if line.last() == Some(&b'\r') {
+                    line.truncate(line.len() - 1);
+                }
+                // `decode` allowed one unit of slack for a `\r` awaiting its `\n`: re-check.
+                if self.count_units(&line) > self.max {
+                    return Err(FrameError::LineTooLong {
+                        max: self.max,
+                        measure: self.measure_name(),
+                    });
+                }
                 Ok(Some(line.freeze()))
             }
         }
@@ -664,6 +674,19 @@ mod tests {
             c.line_units("😀".as_bytes()),
             "😀".encode_utf16().count() as u64
         );
+    }
+
+    #[test]
+    fn last_line_without_newline_respects_the_cap() {
+        let mut c = Ndjson::new(4, LineMeasure::Bytes);
+        let mut buf = BytesMut::from(&b"1234\r"[..]);
+        assert_eq!(
+            c.decode_eof(&mut buf).expect("fits").as_deref(),
+            Some(&b"1234"[..])
+        );
+        let mut c = Ndjson::new(4, LineMeasure::Bytes);
+        let mut buf = BytesMut::from(&b"12345"[..]);
+        assert!(c.decode_eof(&mut buf).is_err());
     }
 
     #[test]

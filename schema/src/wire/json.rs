@@ -115,12 +115,21 @@ pub enum JsonError {
 
 /// Parse one frame under `limits`.
 pub fn parse(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
-    if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+    const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+    if bytes.starts_with(&BOM) {
         if limits.strict {
             return Err(JsonError::Bom);
         }
-        return parse(&bytes[3..], limits);
+        // Lenient parsing forgives exactly one mark; offsets stay relative to the frame.
+        return parse_body(&bytes[3..], limits).map_err(|e| match e {
+            JsonError::InvalidUtf8 { offset } => JsonError::InvalidUtf8 { offset: offset + 3 },
+            other => other,
+        });
     }
+    parse_body(bytes, limits)
+}
+
+fn parse_body(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
     // serde_json rejects invalid UTF-8 and lone surrogates, but only as generic
     // syntax errors. Once a parse fails, look for them first so the error names
     // the rule; they take precedence over whatever else went wrong, wherever in
@@ -142,6 +151,7 @@ pub fn parse(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
         limits,
         items: 0,
         error: None,
+        big_float: false,
     };
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = match (ValueSeed {
@@ -160,10 +170,63 @@ pub fn parse(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
             column: e.column(),
         }));
     }
+    // An integer literal too large for 64 bits reaches the visitor as a float;
+    // only then is the text scanned to tell `18446744073709551616` from `1.8e19`.
+    if state.big_float
+        && let Some(literal) = oversized_integer_literal(bytes)
+    {
+        return Err(JsonError::UnsafeInteger { literal });
+    }
     if limits.object_only && !value.is_object() {
         return Err(JsonError::NotAnObject);
     }
     Ok(value)
+}
+
+/// The first integer literal (no `.`, `e`, `E`) outside strings whose magnitude exceeds 2^53 − 1.
+fn oversized_integer_literal(bytes: &[u8]) -> Option<String> {
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if b == b'-' || b.is_ascii_digit() {
+            let start = i;
+            while i < bytes.len()
+                && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+            {
+                i += 1;
+            }
+            let tok = &bytes[start..i];
+            if !tok.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+                let digits = tok.strip_prefix(b"-").unwrap_or(tok);
+                let too_big = digits.len() > 16
+                    || std::str::from_utf8(digits)
+                        .ok()
+                        .and_then(|d| d.parse::<u64>().ok())
+                        .is_some_and(|n| n > SAFE_INTEGER_MAX);
+                if too_big {
+                    return Some(String::from_utf8_lossy(tok).into_owned());
+                }
+            }
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 fn syntax(e: &serde_json::Error) -> JsonError {
@@ -232,6 +295,8 @@ struct State<'l> {
     items: usize,
     /// The rule that stopped the parse; serde's error only carries a message.
     error: Option<JsonError>,
+    /// A float of integral value beyond 2^53 was seen (strict only): maybe a huge integer literal.
+    big_float: bool,
 }
 
 impl State<'_> {
@@ -314,6 +379,9 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_, '_> {
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        if self.state.limits.strict && v.fract() == 0.0 && v.abs() > SAFE_INTEGER_MAX as f64 {
+            self.state.big_float = true;
+        }
         match Number::from_f64(v) {
             Some(n) => Ok(Value::Number(n)),
             None => Err(self.state.fail(JsonError::NonFinite)),
@@ -455,6 +523,41 @@ mod tests {
         assert!(matches!(err(br#"{"a":NaN}"#), JsonError::Syntax { .. }));
         assert!(matches!(err(br#"{} x"#), JsonError::TrailingBytes { .. }));
         assert_eq!(err(br#"[1]"#), JsonError::NotAnObject);
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_are_unsafe_but_big_floats_are_not() {
+        assert_eq!(
+            err(br#"{"a":18446744073709551616}"#),
+            JsonError::UnsafeInteger {
+                literal: "18446744073709551616".into()
+            }
+        );
+        assert!(matches!(
+            err(br#"{"s":"1e5","a":-9223372036854775809}"#),
+            JsonError::UnsafeInteger { .. }
+        ));
+        assert!(
+            parse(
+                br#"{"a":1.8446744073709552e19,"b":"99999999999999999999"}"#,
+                &STRICT
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn lenient_forgives_one_bom_only() {
+        let lenient = JsonLimits {
+            strict: false,
+            ..STRICT
+        };
+        assert!(parse(b"\xEF\xBB\xBF{}", &lenient).is_ok());
+        assert!(parse(b"\xEF\xBB\xBF\xEF\xBB\xBF{}", &lenient).is_err());
+        assert_eq!(
+            parse(b"\xEF\xBB\xBF{\"a\":\"\xff\"}", &lenient),
+            Err(JsonError::InvalidUtf8 { offset: 9 })
+        );
     }
 
     #[test]

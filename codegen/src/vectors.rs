@@ -1,0 +1,276 @@
+//! `contractgen vectors`: the test vectors every language's SDK must agree on.
+//!
+//! Valid vectors are the contract's examples, each with the type of its whole
+//! message and of its payload. Invalid vectors are derived from them by one
+//! targeted mutation each, labelled with the rejection it must cause (see
+//! `docs/vectors.md`). Everything is derived from the contract, so a contract
+//! edit changes the vectors with it.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::config::GeneratedFile;
+use crate::ir::Ir;
+use crate::types::{TypeDef, TypeModel, TypeRef};
+use contract::model::{Binding, Part};
+
+/// The labels of invalid vectors.
+pub const LABELS: &[&str] = &[
+    "parse",
+    "missing-field",
+    "wrong-type",
+    "unknown-field",
+    "bad-literal",
+    "bad-enum",
+    "out-of-range",
+];
+
+fn part_name(p: Part) -> &'static str {
+    match p {
+        Part::Call => "call",
+        Part::Result => "result",
+        Part::Error => "error",
+    }
+}
+
+/// Valid vectors of one contract.
+pub fn valid(ir: &Ir) -> Vec<Value> {
+    let mut out = Vec::new();
+    for m in &ir.methods {
+        let ch = ir.channels.iter().find(|c| c.key == m.channel);
+        let binding = ir
+            .contract
+            .channels
+            .get(&m.channel)
+            .and_then(|c| c.binding.clone());
+        for (i, ex) in ir.contract.methods[m.wire.as_str()]
+            .examples
+            .iter()
+            .enumerate()
+        {
+            let (payload, payload_type) = match (&binding, ex.part) {
+                (Some(Binding::Jsonrpc { .. }), Part::Call) => {
+                    (ex.message.get("params").cloned(), m.params.clone())
+                }
+                (Some(Binding::Jsonrpc { .. }), Part::Result) => {
+                    (ex.message.get("result").cloned(), m.result.clone())
+                }
+                (Some(Binding::Envelope { payload, .. }), Part::Call) => {
+                    (ex.message.pointer(payload).cloned(), m.params.clone())
+                }
+                (Some(Binding::Envelope { payload, .. }), Part::Result) => {
+                    (ex.message.pointer(payload).cloned(), m.result.clone())
+                }
+                (Some(Binding::Tagged { .. }), Part::Call) => {
+                    (Some(ex.message.clone()), m.params.clone())
+                }
+                _ => (None, None),
+            };
+            let (payload, payload_type) = match (payload, payload_type) {
+                (Some(p), Some(t)) => (p, Value::String(t)),
+                _ => (Value::Null, Value::Null),
+            };
+            out.push(json!({
+                "id": format!("{}/{}/{i}", m.wire, part_name(ex.part)),
+                "method": m.wire,
+                "part": part_name(ex.part),
+                "from": ex.from,
+                "channel": m.channel,
+                "messageType": ch.and_then(|c| c.message.clone()),
+                "message": ex.message,
+                "payloadType": payload_type,
+                "payload": payload,
+            }));
+        }
+    }
+    out
+}
+
+fn struct_of<'a>(model: &'a TypeModel, name: &str) -> Option<(&'a [crate::types::Field], bool)> {
+    match model.get(name)? {
+        TypeDef::Struct { fields, closed, .. } => Some((fields, *closed)),
+        TypeDef::Alias {
+            target: TypeRef::Named { name },
+            ..
+        } => struct_of(model, name),
+        _ => None,
+    }
+}
+
+fn is_string_enum(model: &TypeModel, t: &TypeRef) -> bool {
+    match t {
+        TypeRef::Named { name } => match model.get(name) {
+            Some(TypeDef::StringEnum { .. }) => true,
+            Some(TypeDef::Alias { target, .. }) => is_string_enum(model, target),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The JSON kind a TypeRef resolves to, for `wrong-type` mutations.
+fn scalar_kind(model: &TypeModel, t: &TypeRef) -> Option<&'static str> {
+    match t {
+        TypeRef::String => Some("string"),
+        TypeRef::Integer { .. } | TypeRef::Number => Some("number"),
+        TypeRef::Boolean => Some("boolean"),
+        TypeRef::Array { .. } => Some("array"),
+        TypeRef::Named { name } => match model.get(name)? {
+            TypeDef::Struct { .. } => Some("object"),
+            TypeDef::StringEnum { .. } => Some("string"),
+            TypeDef::Alias { target, .. } => scalar_kind(model, target),
+            TypeDef::Union { .. } => None,
+        },
+        _ => None,
+    }
+}
+
+fn int_bounds(model: &TypeModel, t: &TypeRef) -> Option<(Option<i64>, Option<i64>)> {
+    match t {
+        TypeRef::Integer { min, max } if min.is_some() || max.is_some() => Some((*min, *max)),
+        TypeRef::Named { name } => match model.get(name)? {
+            TypeDef::Alias { target, .. } => int_bounds(model, target),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Invalid vectors of one contract, derived from its valid ones.
+pub fn invalid(ir: &Ir, valid: &[Value]) -> Vec<Value> {
+    let model = TypeModel::build(&ir.schemas);
+    let mut out = Vec::new();
+    let mut seen: BTreeSet<(String, &'static str, String)> = BTreeSet::new();
+    let mut push =
+        |out: &mut Vec<Value>, ty: &str, label: &'static str, field: &str, text: String| {
+            if seen.insert((ty.to_string(), label, field.to_string())) {
+                out.push(json!({
+                    "id": format!("{ty}/{label}/{}", if field.is_empty() { "-" } else { field }),
+                    "type": ty,
+                    "text": text,
+                    "error": label,
+                }));
+            }
+        };
+    for v in valid {
+        if let Some(mt) = v["messageType"].as_str() {
+            let text = serde_json::to_string(&v["message"]).unwrap_or_default();
+            let cut = text.len() / 2;
+            let cut = (0..=cut)
+                .rev()
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
+            push(&mut out, mt, "parse", "", text[..cut].to_string());
+            if v["message"].get("jsonrpc").is_some() {
+                let mut m = v["message"].clone();
+                m["jsonrpc"] = json!("1.0");
+                push(
+                    &mut out,
+                    mt,
+                    "bad-literal",
+                    &format!("jsonrpc:{}", v["part"].as_str().unwrap_or("")),
+                    serde_json::to_string(&m).unwrap_or_default(),
+                );
+            }
+        }
+        let (Some(pt), Some(payload)) = (v["payloadType"].as_str(), v["payload"].as_object())
+        else {
+            continue;
+        };
+        let Some((fields, closed)) = struct_of(&model, pt) else {
+            continue;
+        };
+        let emit = |out: &mut Vec<Value>,
+                    push: &mut dyn FnMut(&mut Vec<Value>, &str, &'static str, &str, String),
+                    label: &'static str,
+                    field: &str,
+                    p: serde_json::Map<String, Value>| {
+            push(
+                out,
+                pt,
+                label,
+                field,
+                serde_json::to_string(&Value::Object(p)).unwrap_or_default(),
+            );
+        };
+        for f in fields {
+            let present = payload.contains_key(&f.wire);
+            if f.required && present {
+                let mut p = payload.clone();
+                p.remove(&f.wire);
+                emit(&mut out, &mut push, "missing-field", &f.wire, p);
+            }
+            if !present {
+                continue;
+            }
+            if let Some(kind) = scalar_kind(&model, &f.ty) {
+                let wrong = match kind {
+                    "string" => json!(12345),
+                    "number" => json!("not a number"),
+                    "boolean" => json!("yes"),
+                    "array" => json!({"not": "an array"}),
+                    _ => json!(7),
+                };
+                let mut p = payload.clone();
+                p.insert(f.wire.clone(), wrong);
+                emit(&mut out, &mut push, "wrong-type", &f.wire, p);
+            }
+            if let TypeRef::Literal { value } = &f.ty {
+                let other = match value {
+                    Value::String(s) => json!(format!("{s}-not")),
+                    Value::Number(n) => json!(n.as_i64().map(|i| i + 1).unwrap_or(-1)),
+                    Value::Bool(b) => json!(!b),
+                    _ => json!("other"),
+                };
+                let mut p = payload.clone();
+                p.insert(f.wire.clone(), other);
+                emit(&mut out, &mut push, "bad-literal", &f.wire, p);
+            }
+            if is_string_enum(&model, &f.ty) {
+                let mut p = payload.clone();
+                p.insert(f.wire.clone(), json!("__not_a_value__"));
+                emit(&mut out, &mut push, "bad-enum", &f.wire, p);
+            }
+            if let Some((min, max)) = int_bounds(&model, &f.ty) {
+                let bad = match (max, min) {
+                    (Some(hi), _) if hi < i64::MAX => hi + 1,
+                    (_, Some(lo)) if lo > i64::MIN => lo - 1,
+                    _ => continue,
+                };
+                let mut p = payload.clone();
+                p.insert(f.wire.clone(), json!(bad));
+                emit(&mut out, &mut push, "out-of-range", &f.wire, p);
+            }
+        }
+        if closed {
+            let mut p = payload.clone();
+            p.insert("__unknown__".into(), json!(1));
+            emit(&mut out, &mut push, "unknown-field", "__unknown__", p);
+        }
+    }
+    out
+}
+
+/// The vector files for `irs`: `<module>/valid.json` and `<module>/invalid.json`.
+pub fn generate(irs: &[Ir]) -> Vec<GeneratedFile> {
+    let mut files = Vec::new();
+    for ir in irs {
+        let v = valid(ir);
+        let inv = invalid(ir, &v);
+        let pretty = |x: &Vec<Value>| {
+            let mut s = serde_json::to_string_pretty(x).unwrap_or_default();
+            s.push('\n');
+            s
+        };
+        files.push(GeneratedFile {
+            name: format!("{}/valid.json", ir.module),
+            contents: pretty(&v),
+        });
+        files.push(GeneratedFile {
+            name: format!("{}/invalid.json", ir.module),
+            contents: pretty(&inv),
+        });
+    }
+    files
+}

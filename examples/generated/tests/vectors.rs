@@ -1,0 +1,138 @@
+//! The Rust side of the cross-language vectors (`contractgen vectors`): every
+//! valid vector decodes into its generated type and re-encodes to an equal
+//! JSON value; every invalid one is rejected, and the contract's schema
+//! rejects it for exactly the labelled reason. Python and C# load the same files.
+
+use std::path::PathBuf;
+
+use contract::check::rooted;
+use jsonschema::error::ValidationErrorKind;
+use serde_json::{Value, json};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_json(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, p)| y.get(k).is_some_and(|q| same_json(p, q)))
+        }
+        _ => a == b,
+    }
+}
+
+/// Generate the vectors into a temp dir exactly as the CLI does, and read them back.
+fn vectors(name: &str) -> (Vec<Value>, Vec<Value>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let contract = root().join("schema/contracts").join(format!("{name}.json"));
+    let args = [
+        "contractgen".to_string(),
+        "vectors".into(),
+        "--out".into(),
+        dir.path().display().to_string(),
+        contract.display().to_string(),
+    ];
+    let cli = <contractgen::Cli as clap::Parser>::try_parse_from(args).expect("args");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(
+        contractgen::run(&cli, &mut out, &mut err),
+        0,
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    let read = |f: &str| -> Vec<Value> {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name).join(f)).expect("file"))
+            .expect("json")
+    };
+    (read("valid.json"), read("invalid.json"))
+}
+
+fn label_of(kind: &ValidationErrorKind, out: &mut Vec<&'static str>) {
+    match kind {
+        ValidationErrorKind::Required { .. } => out.push("missing-field"),
+        ValidationErrorKind::Type { .. } => out.push("wrong-type"),
+        ValidationErrorKind::AdditionalProperties { .. }
+        | ValidationErrorKind::UnevaluatedProperties { .. } => out.push("unknown-field"),
+        ValidationErrorKind::Constant { .. } => out.push("bad-literal"),
+        ValidationErrorKind::Enum { options } => {
+            out.push(if options.as_array().is_some_and(|a| a.len() == 1) {
+                "bad-literal"
+            } else {
+                "bad-enum"
+            })
+        }
+        ValidationErrorKind::Minimum { .. }
+        | ValidationErrorKind::Maximum { .. }
+        | ValidationErrorKind::ExclusiveMinimum { .. }
+        | ValidationErrorKind::ExclusiveMaximum { .. } => out.push("out-of-range"),
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            for branch in context {
+                for e in branch {
+                    label_of(e.kind(), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+macro_rules! vector_suite {
+    ($test:ident, $m:ident, $name:literal) => {
+        #[test]
+        fn $test() {
+            use contract_generated::$m;
+            let (valid, invalid) = vectors($name);
+            assert!(!valid.is_empty() && !invalid.is_empty());
+            for v in &valid {
+                let id = v["id"].as_str().unwrap_or("?");
+                for (ty, val) in [(&v["messageType"], &v["message"]), (&v["payloadType"], &v["payload"])] {
+                    let Some(ty) = ty.as_str() else { continue };
+                    let back = $m::roundtrip_named(ty, val.clone()).unwrap_or_else(|| panic!("{id}: no type {ty}"));
+                    let back = back.unwrap_or_else(|e| panic!("{id}: {ty} rejects a valid vector: {e}"));
+                    assert!(same_json(&back, val), "{id}: {ty} re-encodes differently:\n{back}\n{val}");
+                }
+            }
+            let contract = $m::CONTRACT.wire().expect("contract").contract().clone();
+            let mut labels_seen = std::collections::BTreeSet::new();
+            for v in &invalid {
+                let id = v["id"].as_str().unwrap_or("?");
+                let ty = v["type"].as_str().expect("type");
+                let label = v["error"].as_str().expect("error");
+                let text = v["text"].as_str().expect("text");
+                labels_seen.insert(label.to_string());
+                let parsed: Result<Value, _> = serde_json::from_str(text);
+                if label == "parse" {
+                    assert!(parsed.is_err(), "{id}: parse vector parsed");
+                    continue;
+                }
+                let value = parsed.unwrap_or_else(|e| panic!("{id}: {e}"));
+                let schema = rooted(&contract, &json!({"$ref": format!("#/$defs/{ty}")}));
+                let validator = jsonschema::draft202012::new(&schema).expect("schema compiles");
+                let mut labels = Vec::new();
+                for e in validator.iter_errors(&value) {
+                    label_of(e.kind(), &mut labels);
+                }
+                assert!(labels.contains(&label), "{id}: schema gives {labels:?}, vector says {label}");
+                // The typed decode (typify + the generator's const handling) must refuse it too,
+                // except for the bounds typify does not check, which `decode` enforces via the schema.
+                if label != "out-of-range" {
+                    let typed = $m::roundtrip_named(ty, value.clone()).expect("type exists");
+                    assert!(typed.is_err(), "{id}: generated type {ty} accepted a {label} vector");
+                }
+            }
+            eprintln!("{}: {} valid, {} invalid vectors, labels {labels_seen:?}", $name, valid.len(), invalid.len());
+        }
+    };
+}
+
+vector_suite!(kernel_vectors, kernel, "kernel");
+vector_suite!(xsession_vectors, xsession, "xsession");
+vector_suite!(rukh_vectors, rukh, "rukh");
+vector_suite!(toolchannel_vectors, toolchannel, "toolchannel");
