@@ -219,19 +219,20 @@ impl Walker<'_> {
                 closed,
             };
         }
-        if let Some(values) = s.get("enum").and_then(Value::as_array) {
-            if values.len() > 1 && values.iter().all(Value::is_string) {
-                let wires: Vec<String> = values
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect();
-                let idents = dedupe(wires.iter().map(|w| pascal(w)).collect());
-                return TypeDef::StringEnum {
-                    name: name.into(),
-                    description,
-                    values: idents.into_iter().zip(wires).collect(),
-                };
-            }
+        if let Some(values) = s.get("enum").and_then(Value::as_array)
+            && values.len() > 1
+            && values.iter().all(Value::is_string)
+        {
+            let wires: Vec<String> = values
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            let idents = dedupe(wires.iter().map(|w| pascal(w)).collect());
+            return TypeDef::StringEnum {
+                name: name.into(),
+                description,
+                values: idents.into_iter().zip(wires).collect(),
+            };
         }
         if let Some(branches) = s
             .get("oneOf")

@@ -137,22 +137,47 @@ fn int_bounds(model: &TypeModel, t: &TypeRef) -> Option<(Option<i64>, Option<i64
     }
 }
 
+/// Collects invalid vectors, one per (type, label, field).
+struct Sink {
+    out: Vec<Value>,
+    seen: BTreeSet<(String, &'static str, String)>,
+}
+
+impl Sink {
+    fn add(&mut self, ty: &str, label: &'static str, field: &str, text: String) {
+        if self.seen.insert((ty.to_string(), label, field.to_string())) {
+            self.out.push(json!({
+                "id": format!("{ty}/{label}/{}", if field.is_empty() { "-" } else { field }),
+                "type": ty,
+                "text": text,
+                "error": label,
+            }));
+        }
+    }
+
+    fn add_payload(
+        &mut self,
+        ty: &str,
+        label: &'static str,
+        field: &str,
+        p: serde_json::Map<String, Value>,
+    ) {
+        self.add(
+            ty,
+            label,
+            field,
+            serde_json::to_string(&Value::Object(p)).unwrap_or_default(),
+        );
+    }
+}
+
 /// Invalid vectors of one contract, derived from its valid ones.
 pub fn invalid(ir: &Ir, valid: &[Value]) -> Vec<Value> {
     let model = TypeModel::build(&ir.schemas);
-    let mut out = Vec::new();
-    let mut seen: BTreeSet<(String, &'static str, String)> = BTreeSet::new();
-    let mut push =
-        |out: &mut Vec<Value>, ty: &str, label: &'static str, field: &str, text: String| {
-            if seen.insert((ty.to_string(), label, field.to_string())) {
-                out.push(json!({
-                    "id": format!("{ty}/{label}/{}", if field.is_empty() { "-" } else { field }),
-                    "type": ty,
-                    "text": text,
-                    "error": label,
-                }));
-            }
-        };
+    let mut sink = Sink {
+        out: Vec::new(),
+        seen: BTreeSet::new(),
+    };
     for v in valid {
         if let Some(mt) = v["messageType"].as_str() {
             let text = serde_json::to_string(&v["message"]).unwrap_or_default();
@@ -161,15 +186,15 @@ pub fn invalid(ir: &Ir, valid: &[Value]) -> Vec<Value> {
                 .rev()
                 .find(|i| text.is_char_boundary(*i))
                 .unwrap_or(0);
-            push(&mut out, mt, "parse", "", text[..cut].to_string());
+            sink.add(mt, "parse", "", text[..cut].to_string());
             if v["message"].get("jsonrpc").is_some() {
                 let mut m = v["message"].clone();
                 m["jsonrpc"] = json!("1.0");
-                push(
-                    &mut out,
+                let field = format!("jsonrpc:{}", v["part"].as_str().unwrap_or(""));
+                sink.add(
                     mt,
                     "bad-literal",
-                    &format!("jsonrpc:{}", v["part"].as_str().unwrap_or("")),
+                    &field,
                     serde_json::to_string(&m).unwrap_or_default(),
                 );
             }
@@ -181,29 +206,21 @@ pub fn invalid(ir: &Ir, valid: &[Value]) -> Vec<Value> {
         let Some((fields, closed)) = struct_of(&model, pt) else {
             continue;
         };
-        let emit = |out: &mut Vec<Value>,
-                    push: &mut dyn FnMut(&mut Vec<Value>, &str, &'static str, &str, String),
-                    label: &'static str,
-                    field: &str,
-                    p: serde_json::Map<String, Value>| {
-            push(
-                out,
-                pt,
-                label,
-                field,
-                serde_json::to_string(&Value::Object(p)).unwrap_or_default(),
-            );
-        };
         for f in fields {
             let present = payload.contains_key(&f.wire);
             if f.required && present {
                 let mut p = payload.clone();
                 p.remove(&f.wire);
-                emit(&mut out, &mut push, "missing-field", &f.wire, p);
+                sink.add_payload(pt, "missing-field", &f.wire, p);
             }
             if !present {
                 continue;
             }
+            let mut with = |label: &'static str, value: Value| {
+                let mut p = payload.clone();
+                p.insert(f.wire.clone(), value);
+                sink.add_payload(pt, label, &f.wire, p);
+            };
             if let Some(kind) = scalar_kind(&model, &f.ty) {
                 let wrong = match kind {
                     "string" => json!(12345),
@@ -212,9 +229,7 @@ pub fn invalid(ir: &Ir, valid: &[Value]) -> Vec<Value> {
                     "array" => json!({"not": "an array"}),
                     _ => json!(7),
                 };
-                let mut p = payload.clone();
-                p.insert(f.wire.clone(), wrong);
-                emit(&mut out, &mut push, "wrong-type", &f.wire, p);
+                with("wrong-type", wrong);
             }
             if let TypeRef::Literal { value } = &f.ty {
                 let other = match value {
@@ -223,33 +238,29 @@ pub fn invalid(ir: &Ir, valid: &[Value]) -> Vec<Value> {
                     Value::Bool(b) => json!(!b),
                     _ => json!("other"),
                 };
-                let mut p = payload.clone();
-                p.insert(f.wire.clone(), other);
-                emit(&mut out, &mut push, "bad-literal", &f.wire, p);
+                with("bad-literal", other);
             }
             if is_string_enum(&model, &f.ty) {
-                let mut p = payload.clone();
-                p.insert(f.wire.clone(), json!("__not_a_value__"));
-                emit(&mut out, &mut push, "bad-enum", &f.wire, p);
+                with("bad-enum", json!("__not_a_value__"));
             }
             if let Some((min, max)) = int_bounds(&model, &f.ty) {
                 let bad = match (max, min) {
-                    (Some(hi), _) if hi < i64::MAX => hi + 1,
-                    (_, Some(lo)) if lo > i64::MIN => lo - 1,
-                    _ => continue,
+                    (Some(hi), _) if hi < i64::MAX => Some(hi + 1),
+                    (_, Some(lo)) if lo > i64::MIN => Some(lo - 1),
+                    _ => None,
                 };
-                let mut p = payload.clone();
-                p.insert(f.wire.clone(), json!(bad));
-                emit(&mut out, &mut push, "out-of-range", &f.wire, p);
+                if let Some(bad) = bad {
+                    with("out-of-range", json!(bad));
+                }
             }
         }
         if closed {
             let mut p = payload.clone();
             p.insert("__unknown__".into(), json!(1));
-            emit(&mut out, &mut push, "unknown-field", "__unknown__", p);
+            sink.add_payload(pt, "unknown-field", "__unknown__", p);
         }
     }
-    out
+    sink.out
 }
 
 /// The vector files for `irs`: `<module>/valid.json` and `<module>/invalid.json`.
