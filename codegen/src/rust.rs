@@ -938,7 +938,7 @@ fn render_named(s: &mut String, ir: &Ir) {
     for name in ir.schemas.keys() {
         let _ = writeln!(
             s,
-            "{} => ::serde_json::from_value::<types::{name}>(value).and_then(|t| ::serde_json::to_value(t)),",
+            "{} => ::serde_json::from_value::<types::{name}>(value).and_then(::serde_json::to_value),",
             str_lit(name)
         );
     }
