@@ -1,0 +1,118 @@
+//! The live view: one line per message, pretty for people or JSON for jq.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::inspect::{Event, Verdict};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One coloured line per message.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Writes events to standard output, one line each, never interleaved.
+pub struct Logger {
+    format: Format,
+    color: bool,
+    out: Mutex<std::io::Stdout>,
+}
+
+impl Logger {
+    /// A logger in `format`; colour only when stdout is a terminal.
+    pub fn new(format: Format) -> Self {
+        let out = std::io::stdout();
+        Logger {
+            format,
+            color: out.is_terminal(),
+            out: Mutex::new(out),
+        }
+    }
+
+    fn now() -> f64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    }
+
+    fn line(&self, s: &str) {
+        if let Ok(mut o) = self.out.lock() {
+            let _ = writeln!(o, "{s}");
+            let _ = o.flush();
+        }
+    }
+
+    /// Log one inspection event.
+    pub fn event(&self, e: &Event) {
+        match self.format {
+            Format::Json => {
+                let mut v = serde_json::to_value(e).unwrap_or_default();
+                v["time"] = serde_json::json!(Self::now());
+                self.line(&v.to_string());
+            }
+            Format::Pretty => {
+                let (verdict, color) = match &e.verdict {
+                    Verdict::Ok => ("ok".to_string(), "32"),
+                    Verdict::Violation {
+                        class,
+                        code,
+                        reason,
+                        ..
+                    } => (
+                        format!(
+                            "VIOLATION {class} {} {reason}",
+                            code.as_ref().map(|c| c.to_string()).unwrap_or_default()
+                        ),
+                        "31",
+                    ),
+                    Verdict::Framing { reason } => (format!("FRAMING {reason}"), "31"),
+                };
+                let t = Self::now();
+                let secs = t as u64;
+                let line = format!(
+                    "{:02}:{:02}:{:02}.{:03} {} {}→{} {} {} {} {}B {} {} {}",
+                    (secs / 3600) % 24,
+                    (secs / 60) % 60,
+                    secs % 60,
+                    ((t.fract()) * 1000.0) as u32,
+                    e.route,
+                    e.from,
+                    e.to,
+                    e.kind
+                        .map(|k| format!("{k:?}").to_lowercase())
+                        .unwrap_or_else(|| "?".into()),
+                    e.method.as_deref().unwrap_or("-"),
+                    e.id.as_ref()
+                        .map(|i| i.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    e.size,
+                    e.latency
+                        .map(|l| format!("{:.3}ms", l.as_secs_f64() * 1000.0))
+                        .unwrap_or_else(|| "-".into()),
+                    e.trace.as_deref().unwrap_or("-"),
+                    verdict
+                );
+                if self.color {
+                    self.line(&format!("\x1b[{color}m{line}\x1b[0m"));
+                } else {
+                    self.line(&line);
+                }
+            }
+        }
+    }
+
+    /// Log a route-level problem (connect failure and the like).
+    pub fn note(&self, route: &str, msg: &str) {
+        match self.format {
+            Format::Json => self.line(
+                &serde_json::json!({"time": Self::now(), "route": route, "note": msg}).to_string(),
+            ),
+            Format::Pretty => self.line(&format!("{route}: {msg}")),
+        }
+    }
+}
