@@ -5,6 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export INSTA_UPDATE=no   # snapshots are compared, never rewritten, here
 
+# Third-party peers the tests talk to.
+need_apt=()
+command -v socat >/dev/null || need_apt+=(socat)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
 echo "== contracts: contractgen check on all four"
 cargo run --quiet --locked -p contractgen -- check schema/contracts/*.json
 

@@ -148,3 +148,40 @@ fn bad_endpoint_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad endpoint \"quic://x:1\""), "{err}");
 }
+
+/// socat as the real upstream: an echo server. The echoed request comes back
+/// from the extension side, so the live view must flag it as travelling the
+/// wrong way while the bytes still arrive intact (observe mode).
+#[tokio::test]
+async fn socat_echo_upstream_is_relayed_and_the_echo_is_flagged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = dir.path().join("p.sock");
+    let upstream = dir.path().join("echo.sock");
+    let mut socat = Command::new("socat")
+        .arg(format!("UNIX-LISTEN:{},fork", upstream.display()))
+        .arg("EXEC:cat")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("socat is installed (scripts/test.sh installs it)");
+    wait_for(&upstream).await;
+    let mut proxy = start_proxy("rukh", &listen, &upstream);
+    wait_for(&listen).await;
+
+    let mut c = UnixStream::connect(&listen).await.expect("connect");
+    let req = frame(r#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#);
+    c.write_all(&req).await.expect("send");
+    let mut back = vec![0u8; req.len()];
+    tokio::time::timeout(Duration::from_secs(10), c.read_exact(&mut back))
+        .await
+        .expect("echo in time")
+        .expect("echo");
+    assert_eq!(back, req, "socat echoed the exact bytes through the proxy");
+
+    let ev = read_events(&mut proxy, 2);
+    let _ = socat.kill();
+    let _ = socat.wait();
+    assert_eq!(ev[0]["verdict"]["verdict"], "ok", "{}", ev[0]);
+    assert_eq!(ev[1]["from"], "extension");
+    assert_eq!(ev[1]["verdict"]["class"], "wrong-direction", "{}", ev[1]);
+}
