@@ -124,7 +124,7 @@ fn words(s: &str) -> Vec<String> {
 }
 
 /// Make identifiers unique in order of appearance: the second `Ref` becomes `Ref2`.
-fn dedupe(names: Vec<String>) -> Vec<String> {
+pub(crate) fn dedupe(names: Vec<String>) -> Vec<String> {
     let mut seen: IndexMap<String, usize> = IndexMap::new();
     names
         .into_iter()

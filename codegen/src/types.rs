@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ir::{lower_snake, pascal};
+use crate::ir::{dedupe, lower_snake, pascal};
 
 /// A reference to a type.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -415,18 +415,6 @@ fn strip_meta(s: &Value) -> Value {
         ),
         other => other.clone(),
     }
-}
-
-fn dedupe(names: Vec<String>) -> Vec<String> {
-    let mut seen: IndexMap<String, usize> = IndexMap::new();
-    names
-        .into_iter()
-        .map(|n| {
-            let c = seen.entry(n.clone()).or_insert(0);
-            *c += 1;
-            if *c == 1 { n } else { format!("{n}{c}") }
-        })
-        .collect()
 }
 
 impl TypeModel {

@@ -233,11 +233,11 @@ impl Inspector {
         if let Some(m) = &msg {
             match m.kind {
                 Kind::Request => {
-                    if let (Some(id), Some(method)) = (&m.id, &m.method) {
-                        if self.pending.len() < self.pending_cap {
-                            self.pending
-                                .insert((dir, id.to_string()), (method.clone(), now));
-                        }
+                    if let (Some(id), Some(method)) = (&m.id, &m.method)
+                        && self.pending.len() < self.pending_cap
+                    {
+                        self.pending
+                            .insert((dir, id.to_string()), (method.clone(), now));
                     }
                 }
                 Kind::Response | Kind::Error => {

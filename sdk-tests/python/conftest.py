@@ -1,0 +1,44 @@
+"""Shared fixtures: the generated package is on PYTHONPATH; vectors are in $CONTRACT_VECTORS."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MODULES = ["kernel", "rukh", "toolchannel", "xsession"]
+
+
+def vectors_dir() -> Path:
+    d = os.environ.get("CONTRACT_VECTORS")
+    if not d:
+        pytest.skip("CONTRACT_VECTORS is not set (run sdk-tests/python/run.sh)")
+    return Path(d)
+
+
+def load(module: str, kind: str) -> list[dict[str, Any]]:
+    p = vectors_dir() / module / f"{kind}.json"
+    with p.open(encoding="utf-8") as f:
+        data: list[dict[str, Any]] = json.load(f)
+    return data
+
+
+def sdk(module: str) -> Any:
+    return importlib.import_module(f"contract_sdk.{module}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    for kind in ("valid", "invalid"):
+        arg = f"{kind}_vector"
+        if arg in metafunc.fixturenames:
+            params = []
+            ids = []
+            for m in MODULES:
+                for v in load(m, kind):
+                    params.append((m, v))
+                    ids.append(f"{m}:{v['id']}")
+            metafunc.parametrize(arg, params, ids=ids)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Python SDK tests. Usage: sdk-tests/python/run.sh PATH/TO/contractgen
+#
+# 1. creates .venv-py in the repo root if missing and installs msgspec, mypy and pytest;
+# 2. generates the contract_sdk package and the cross-language vectors into a temp dir;
+# 3. builds a wheel of the package (installability) and runs `mypy --strict` on it;
+# 4. runs pytest on sdk-tests/python/test_*.py against it;
+# 5. prints the import time of contract_sdk.kernel (best of 5; target < 30 ms, not asserted).
+set -euo pipefail
+
+BIN=${1:?usage: sdk-tests/python/run.sh PATH/TO/contractgen}
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VENV="$ROOT/.venv-py"
+PY="$VENV/bin/python"
+
+if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV"
+fi
+if ! "$PY" -c "import msgspec, mypy, pytest, setuptools, wheel" 2>/dev/null; then
+    "$PY" -m pip install -q --disable-pip-version-check msgspec mypy pytest setuptools wheel
+fi
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+PKG="$WORK/pkg"
+VECTORS="$WORK/vectors"
+
+"$BIN" generate --lang python --out "$PKG" "$ROOT"/schema/contracts/*.json >/dev/null
+"$BIN" vectors --out "$VECTORS" "$ROOT"/schema/contracts/*.json >/dev/null
+echo "generated $(ls "$PKG"/contract_sdk/*.py | wc -l) modules into $PKG; vectors in $VECTORS"
+
+"$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$WORK/wheel" "$PKG" >/dev/null
+echo "built $(basename "$WORK"/wheel/*.whl)"
+
+(cd "$PKG" && "$PY" -m mypy --strict --cache-dir "$WORK/mypy-cache" contract_sdk)
+
+PYTHONPATH="$PKG" CONTRACT_VECTORS="$VECTORS" CONTRACTS_DIR="$ROOT/schema/contracts" \
+    "$PY" -m pytest -q -p no:cacheprovider "$ROOT/sdk-tests/python"
+
+# Byte-compile as `pip install` does (PYTHONDONTWRITEBYTECODE may be set), so the timing
+# below measures importing, not compiling.
+"$PY" -m compileall -q "$PKG/contract_sdk"
+PYTHONPATH="$PKG" "$PY" - <<'PYEOF'
+import subprocess, sys
+
+def best(stmt: str) -> float:
+    code = f"import time; t = time.perf_counter(); {stmt}; print(time.perf_counter() - t)"
+    return min(float(subprocess.check_output([sys.executable, "-c", code])) for _ in range(5)) * 1000
+
+base = best("import msgspec")
+for m in ("kernel", "rukh", "toolchannel", "xsession"):
+    print(f"import contract_sdk.{m}: {best(f'import contract_sdk.{m}'):.1f} ms best of 5 "
+          f"(msgspec alone {base:.1f} ms; target < 30 ms)")
+PYEOF
