@@ -98,7 +98,7 @@ fn a_limit_edit_changes_the_constant_with_no_hand_edit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let edited = dir.path().join("toolchannel.json");
     std::fs::write(&edited, serde_json::to_string_pretty(&doc).expect("ser")).expect("write");
-    let files = generate(&[edited]);
+    let files = generate(std::slice::from_ref(&edited));
     let code = &files[0].contents;
     assert!(
         code.contains("pub const HANDSHAKE_SECONDS: Duration = Duration::from_secs(12);"),
@@ -108,6 +108,35 @@ fn a_limit_edit_changes_the_constant_with_no_hand_edit() {
     assert!(
         code.contains("pub const HOST_HANDSHAKE_SECONDS: Duration = Duration::from_secs(24);"),
         "derived constant"
+    );
+
+    // The same edit reaches the other SDKs and the docs, with no hand edit.
+    let target = |lang: contractgen::Lang| {
+        let mut cfg = Config::new();
+        cfg.lang(lang).contract(&edited);
+        cfg.generate()
+            .expect("generate")
+            .into_iter()
+            .map(|f| f.contents)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let py = target(contractgen::Lang::Python);
+    assert!(
+        py.contains("HANDSHAKE_SECONDS: Final[float] = 12.0")
+            && py.contains("HOST_HANDSHAKE_SECONDS: Final[float] = 24.0"),
+        "python constants"
+    );
+    let cs = target(contractgen::Lang::Csharp);
+    assert!(
+        cs.contains("HandshakeSeconds = TimeSpan.FromMilliseconds(12000);")
+            && cs.contains("HostHandshakeSeconds = TimeSpan.FromMilliseconds(24000);"),
+        "C# constants"
+    );
+    let md = target(contractgen::Lang::Docs);
+    assert!(
+        md.contains("| `handshakeSeconds` | 12 s |") && md.contains("2 × handshakeSeconds = 24 s"),
+        "docs table"
     );
 }
 
