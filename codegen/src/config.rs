@@ -105,39 +105,28 @@ impl Config {
                 .unwrap_or_default();
             irs.push((Ir::build(contract)?, source));
         }
-        match self.lang {
-            Lang::Rust => irs
-                .iter()
-                .map(|(ir, source)| {
-                    Ok(GeneratedFile {
-                        name: format!("{}.rs", ir.module),
-                        contents: crate::rust::render(ir, source)?,
+        let (name, templates, register): (
+            &str,
+            &[crate::sdk::Template],
+            fn(&mut handlebars::Handlebars<'static>),
+        ) = match self.lang {
+            Lang::Rust => {
+                return irs
+                    .iter()
+                    .map(|(ir, source)| {
+                        Ok(GeneratedFile {
+                            name: format!("{}.rs", ir.module),
+                            contents: crate::rust::render(ir, source)?,
+                        })
                     })
-                })
-                .collect(),
-            lang => {
-                let irs: Vec<Ir> = irs.into_iter().map(|(ir, _)| ir).collect();
-                let (name, templates, register): (
-                    &str,
-                    &[crate::sdk::Template],
-                    fn(&mut handlebars::Handlebars<'static>),
-                ) = match lang {
-                    Lang::Docs => ("docs", crate::docs::TEMPLATES, crate::docs::register),
-                    Lang::Python => ("python", crate::python::TEMPLATES, crate::python::register),
-                    Lang::Csharp => ("csharp", crate::csharp::TEMPLATES, crate::csharp::register),
-                    Lang::Rust => unreachable!("handled above"),
-                };
-                if templates.is_empty() && self.templates.is_none() {
-                    return Err(GenError::Template {
-                        template: name.into(),
-                        reason: format!(
-                            "the {name} target is not implemented yet (no built-in templates); pass --templates DIR"
-                        ),
-                    });
-                }
-                crate::sdk::generate(name, &irs, templates, register, self.templates.as_deref())
+                    .collect();
             }
-        }
+            Lang::Docs => ("docs", crate::docs::TEMPLATES, crate::docs::register),
+            Lang::Python => ("python", crate::python::TEMPLATES, crate::python::register),
+            Lang::Csharp => ("csharp", crate::csharp::TEMPLATES, crate::csharp::register),
+        };
+        let irs: Vec<Ir> = irs.into_iter().map(|(ir, _)| ir).collect();
+        crate::sdk::generate(name, &irs, templates, register, self.templates.as_deref())
     }
 
     /// Generate and write into the output directory (default `OUT_DIR`), touching only

@@ -247,3 +247,23 @@ fn docs_pages_carry_every_section() {
         assert!(page.contains(needle), "page lacks {needle:?}");
     }
 }
+
+#[test]
+fn templates_dir_overrides_the_built_in_templates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).expect("mkdir");
+    std::fs::write(
+        docs.join("{{module}}.txt.hbs"),
+        "custom page for {{name}}: {{len methods}} methods\n",
+    )
+    .expect("write");
+    let mut cfg = Config::new();
+    cfg.lang(contractgen::Lang::Docs)
+        .templates(dir.path())
+        .contract(contract_path("rukh"));
+    let files = cfg.generate().expect("generate");
+    assert_eq!(files.len(), 1, "only the user's templates are rendered");
+    assert_eq!(files[0].name, "rukh.txt");
+    assert_eq!(files[0].contents, "custom page for rukh: 7 methods\n");
+}
