@@ -28,10 +28,10 @@ echo "== generated docs are fresh"
 cargo run --quiet --locked -p contractgen -- generate --lang docs --check --out docs/protocols schema/contracts/*.json
 
 echo "== C# SDK: generated library compiled with mcs, run on .NET 8 against the shared vectors"
-sdk-tests/csharp/run.sh target/debug/contractgen
+sdk-tests/csharp/run.sh "${CARGO_TARGET_DIR:-target}/debug/contractgen"
 
 echo "== Python SDK: generated package, mypy --strict, pytest against the shared vectors"
-sdk-tests/python/run.sh target/debug/contractgen
+sdk-tests/python/run.sh "${CARGO_TARGET_DIR:-target}/debug/contractgen"
 
 echo "== cargo test (workspace)"
 cargo test --locked --workspace
