@@ -439,3 +439,17 @@ fn arb_json() -> impl Strategy<Value = Value> {
         ]
     })
 }
+
+#[test]
+fn violation_reasons_never_quote_the_value() {
+    let w = wire("rukh");
+    let frame = br#"{"jsonrpc":"2.0","method":"rukh.log","params":{"level":"SECRET-TOKEN-123","message":"m"}}"#;
+    let v = violation(&w, "ipc", "extension", frame);
+    assert_eq!(v.class, ViolationClass::InvalidParams);
+    assert!(!v.reason.contains("SECRET-TOKEN-123"), "{}", v.reason);
+    assert!(
+        v.reason.contains("/params/level"),
+        "the reason still says where: {}",
+        v.reason
+    );
+}

@@ -2,6 +2,9 @@
 //! direction and payload schema, or a [`Violation`] carrying the contract's own
 //! code and prescribed action.
 //!
+//! Reasons never quote the offending value (schema errors are rendered
+//! masked), so a token that fails its schema cannot leak into a log.
+//!
 //! [`Wire`] is compiled once per contract (schemas compiled, limits resolved)
 //! and is then read-only, so one instance serves every connection.
 // A violation is the cold path and carries the whole story of one bad
@@ -522,7 +525,7 @@ impl Wire {
                     let first = env
                         .iter_errors(&msg.value)
                         .next()
-                        .map(|e| format!("{}: {e}", e.instance_path()));
+                        .map(|e| format!("{}: {}", e.instance_path(), e.masked()));
                     let mut v = self.violation(
                         ViolationClass::Invalid,
                         if missing.is_empty() {
@@ -581,7 +584,7 @@ impl Wire {
                     let first = env
                         .iter_errors(&msg.value)
                         .next()
-                        .map(|e| format!("{}: {e}", e.instance_path()));
+                        .map(|e| format!("{}: {}", e.instance_path(), e.masked()));
                     let mut v = self.violation(
                         ViolationClass::Invalid,
                         format!("invalid frame: {}", first.unwrap_or_default()),
@@ -724,10 +727,9 @@ impl Wire {
                 {
                     let payload = lookup(&msg.value, payload_ptr).unwrap_or(&Value::Null);
                     if !v.is_valid(payload) {
-                        let first = v
-                            .iter_errors(payload)
-                            .next()
-                            .map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
+                        let first = v.iter_errors(payload).next().map(|e| {
+                            format!("{}{}: {}", payload_ptr, e.instance_path(), e.masked())
+                        });
                         let mut viol = self.violation(
                             ViolationClass::InvalidParams,
                             format!(
@@ -792,10 +794,9 @@ impl Wire {
                     };
                     if !ok {
                         let p = payload.cloned().unwrap_or(Value::Null);
-                        let first = v
-                            .iter_errors(&p)
-                            .next()
-                            .map(|e| format!("{}{}: {e}", payload_ptr, e.instance_path()));
+                        let first = v.iter_errors(&p).next().map(|e| {
+                            format!("{}{}: {}", payload_ptr, e.instance_path(), e.masked())
+                        });
                         let mut viol = self.violation(
                             ViolationClass::InvalidParams,
                             format!("{name}: {}", first.unwrap_or_default()),
