@@ -15,20 +15,89 @@ pub enum Format {
     Json,
 }
 
+/// One `--filter KEY=VALUE` condition on the live view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    key: FilterKey,
+    value: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FilterKey {
+    Method,
+    Kind,
+    Dir,
+    From,
+    Verdict,
+}
+
+impl std::str::FromStr for Filter {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| format!("filter {s:?} is not KEY=VALUE"))?;
+        let key = match k {
+            "method" => FilterKey::Method,
+            "kind" => FilterKey::Kind,
+            "dir" | "direction" => FilterKey::Dir,
+            "from" => FilterKey::From,
+            "verdict" => FilterKey::Verdict,
+            other => {
+                return Err(format!(
+                    "unknown filter key {other:?} (method, kind, dir, from, verdict)"
+                ));
+            }
+        };
+        Ok(Filter {
+            key,
+            value: v.to_string(),
+        })
+    }
+}
+
+impl Filter {
+    /// Whether `e` passes this condition. `verdict` matches `ok`, `violation`, `framing`
+    /// or a violation class such as `wrong-direction`.
+    pub fn matches(&self, e: &Event) -> bool {
+        match self.key {
+            FilterKey::Method => e.method.as_deref() == Some(self.value.as_str()),
+            FilterKey::Kind => e
+                .kind
+                .is_some_and(|k| format!("{k:?}").eq_ignore_ascii_case(&self.value)),
+            FilterKey::Dir => matches!(
+                (e.dir, self.value.as_str()),
+                (crate::inspect::Dir::Up, "up") | (crate::inspect::Dir::Down, "down")
+            ),
+            FilterKey::From => e.from == self.value,
+            FilterKey::Verdict => match &e.verdict {
+                Verdict::Ok => self.value == "ok",
+                Verdict::Violation { class, .. } => {
+                    self.value == "violation" || self.value == *class
+                }
+                Verdict::Framing { .. } => self.value == "framing",
+            },
+        }
+    }
+}
+
 /// Writes events to standard output, one line each, never interleaved.
 pub struct Logger {
     format: Format,
     color: bool,
+    filters: Vec<Filter>,
     out: Mutex<std::io::Stdout>,
 }
 
 impl Logger {
-    /// A logger in `format`; colour only when stdout is a terminal.
-    pub fn new(format: Format) -> Self {
+    /// A logger in `format` showing events that pass every filter; colour only on a terminal.
+    pub fn new(format: Format, filters: Vec<Filter>) -> Self {
         let out = std::io::stdout();
         Logger {
             format,
             color: out.is_terminal(),
+            filters,
             out: Mutex::new(out),
         }
     }
@@ -47,8 +116,11 @@ impl Logger {
         }
     }
 
-    /// Log one inspection event.
+    /// Log one inspection event (if it passes the filters).
     pub fn event(&self, e: &Event) {
+        if !self.filters.iter().all(|f| f.matches(e)) {
+            return;
+        }
         match self.format {
             Format::Json => {
                 let mut v = serde_json::to_value(e).unwrap_or_default();

@@ -44,6 +44,9 @@ enum Cmd {
         /// Live view format.
         #[arg(long, value_enum, default_value = "pretty")]
         log: Format,
+        /// Show only messages matching KEY=VALUE (method, kind, dir, from, verdict); repeatable, all must match.
+        #[arg(long, value_name = "KEY=VALUE")]
+        filter: Vec<contract_proxy::log::Filter>,
         /// Route name shown in the live view.
         #[arg(long, default_value = "main")]
         route: String,
@@ -68,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
             upstream,
             client,
             log,
+            filter,
             route,
         } => {
             let c = contract_proxy::contract_for(&contract)?;
@@ -118,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
                 server,
                 upstream,
             };
-            let log = Arc::new(Logger::new(log));
+            let log = Arc::new(Logger::new(log, filter));
             tokio::select! {
                 r = serve(listener, route, log) => r.context("listener failed")?,
                 _ = tokio::signal::ctrl_c() => eprintln!("contract-proxy: interrupted, stopping"),

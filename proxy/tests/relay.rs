@@ -21,8 +21,13 @@ impl Drop for Proxy {
 }
 
 fn start_proxy(contract: &str, listen: &Path, upstream: &Path) -> Proxy {
+    start_proxy_with(contract, listen, upstream, &[])
+}
+
+fn start_proxy_with(contract: &str, listen: &Path, upstream: &Path, extra: &[&str]) -> Proxy {
     let child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
         .args(["run", "--contract", contract, "--log", "json"])
+        .args(extra)
         .arg("--listen")
         .arg(format!("unix:{}", listen.display()))
         .arg("--upstream")
@@ -165,7 +170,13 @@ async fn socat_echo_upstream_is_relayed_and_the_echo_is_flagged() {
         .spawn()
         .expect("socat is installed (scripts/test.sh installs it)");
     wait_for(&upstream).await;
-    let mut proxy = start_proxy("rukh", &listen, &upstream);
+    // Only violations are shown: the clean request is filtered out of the view.
+    let mut proxy = start_proxy_with(
+        "rukh",
+        &listen,
+        &upstream,
+        &["--filter", "verdict=violation"],
+    );
     wait_for(&listen).await;
 
     let mut c = UnixStream::connect(&listen).await.expect("connect");
@@ -178,10 +189,49 @@ async fn socat_echo_upstream_is_relayed_and_the_echo_is_flagged() {
         .expect("echo");
     assert_eq!(back, req, "socat echoed the exact bytes through the proxy");
 
-    let ev = read_events(&mut proxy, 2);
+    let ev = read_events(&mut proxy, 1);
     let _ = socat.kill();
     let _ = socat.wait();
+    assert_eq!(
+        ev[0]["from"], "extension",
+        "the clean request was filtered out: {}",
+        ev[0]
+    );
+    assert_eq!(ev[0]["verdict"]["class"], "wrong-direction", "{}", ev[0]);
+}
+
+/// xsession's pattern: one NDJSON message per connection, ended by a
+/// half-close. The half-close must travel through the proxy so the inbox sees
+/// EOF, and the live view must show the frame decoded.
+#[tokio::test]
+async fn xsession_one_message_with_half_close_survives_the_proxy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = dir.path().join("inbox-proxy.sock");
+    let upstream = dir.path().join("inbox.sock");
+    let inbox = UnixListener::bind(&upstream).expect("bind inbox");
+    let mut proxy = start_proxy("xsession", &listen, &upstream);
+    wait_for(&listen).await;
+
+    let c = contract::builtin("xsession").expect("contract");
+    let line = serde_json::to_string(&c.methods["user"].examples[0].message).expect("ser") + "\n";
+    let reader = tokio::spawn(async move {
+        let (mut s, _) = inbox.accept().await.expect("accept");
+        let mut all = Vec::new();
+        // Reads to EOF: only returns if the sender's half-close came through.
+        s.read_to_end(&mut all).await.expect("read to eof");
+        all
+    });
+    let mut sender = UnixStream::connect(&listen).await.expect("connect");
+    sender.write_all(line.as_bytes()).await.expect("send");
+    sender.shutdown().await.expect("half-close");
+    let got = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("EOF in time")
+        .expect("reader");
+    assert_eq!(got, line.as_bytes());
+
+    let ev = read_events(&mut proxy, 1);
+    assert_eq!(ev[0]["method"], "user");
+    assert_eq!(ev[0]["from"], "sender");
     assert_eq!(ev[0]["verdict"]["verdict"], "ok", "{}", ev[0]);
-    assert_eq!(ev[1]["from"], "extension");
-    assert_eq!(ev[1]["verdict"]["class"], "wrong-direction", "{}", ev[1]);
 }
