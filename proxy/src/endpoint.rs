@@ -83,11 +83,15 @@ impl FromStr for Endpoint {
             return Ok(Endpoint::Unix(PathBuf::from(p)));
         }
         if let Some(a) = s.strip_prefix("tcp:") {
+            // A bare port means loopback: the proxy never listens on every interface unasked.
+            if a.parse::<u16>().is_ok() {
+                return Ok(Endpoint::Tcp(format!("127.0.0.1:{a}")));
+            }
             let ok = a
                 .rsplit_once(':')
                 .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
             if !ok {
-                return Err(bad("tcp: needs HOST:PORT"));
+                return Err(bad("tcp: needs PORT (loopback) or HOST:PORT"));
             }
             return Ok(Endpoint::Tcp(a.to_string()));
         }
@@ -106,6 +110,21 @@ pub enum Listener {
 }
 
 impl Listener {
+    /// Where it actually listens (the real port when 0 was asked for).
+    pub fn local(&self) -> String {
+        match self {
+            Listener::Unix(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| format!("unix:{}", p.display())))
+                .unwrap_or_else(|| "unix:?".into()),
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map(|a| format!("tcp:{a}"))
+                .unwrap_or_else(|_| "tcp:?".into()),
+        }
+    }
+
     /// Accept the next connection.
     pub async fn accept(&self) -> std::io::Result<BoxIo> {
         Ok(match self {
@@ -190,5 +209,49 @@ impl Endpoint {
                 "connect deadline passed",
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_endpoints() {
+        assert_eq!(
+            "tcp:9000".parse::<Endpoint>().ok(),
+            Some(Endpoint::Tcp("127.0.0.1:9000".into()))
+        );
+        assert_eq!(
+            "tcp:[::1]:9000".parse::<Endpoint>().ok(),
+            Some(Endpoint::Tcp("[::1]:9000".into()))
+        );
+        assert_eq!(
+            "unix:/run/x.sock".parse::<Endpoint>().ok(),
+            Some(Endpoint::Unix("/run/x.sock".into()))
+        );
+        for bad in ["tcp:", "tcp:host", "unix:", "ws://h/p", "nonsense"] {
+            assert!(bad.parse::<Endpoint>().is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unix_listener_refuses_a_symlink_and_sets_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("real");
+        std::fs::write(&target, b"").expect("write");
+        let link = dir.path().join("link.sock");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        assert!(
+            Endpoint::Unix(link).listen().await.is_err(),
+            "symlink refused"
+        );
+        let sock = dir.path().join("made/by/proxy/p.sock");
+        let _l = Endpoint::Unix(sock.clone()).listen().await.expect("listen");
+        let mode =
+            |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&sock), 0o600);
+        assert_eq!(mode(sock.parent().expect("dir")), 0o700);
     }
 }

@@ -111,7 +111,8 @@ async fn main() -> anyhow::Result<()> {
             let wire = Arc::new(contract::wire::Wire::new(Arc::new(c))?);
             let listener = listen.listen().await?;
             eprintln!(
-                "contract-proxy: {route}: {listen} → {upstream} ({} / {channel}, {client} connects)",
+                "contract-proxy: {route}: listening on {} → {upstream} ({} / {channel}, {client} connects)",
+                listener.local(),
                 wire.contract().name
             );
             let route = Route {

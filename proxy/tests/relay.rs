@@ -235,3 +235,62 @@ async fn xsession_one_message_with_half_close_survives_the_proxy() {
     assert_eq!(ev[0]["from"], "sender");
     assert_eq!(ev[0]["verdict"]["verdict"], "ok", "{}", ev[0]);
 }
+
+/// TCP on both sides, with the proxy on an ephemeral loopback port it reports.
+#[tokio::test]
+async fn tcp_listen_and_upstream() {
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let up_port = upstream.local_addr().expect("addr").port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
+        .args([
+            "run",
+            "--contract",
+            "rukh",
+            "--log",
+            "json",
+            "--listen",
+            "tcp:0",
+        ])
+        .arg("--upstream")
+        .arg(format!("tcp:127.0.0.1:{up_port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("proxy starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut proxy = Proxy(child);
+    let mut first = String::new();
+    BufReader::new(stderr)
+        .read_line(&mut first)
+        .expect("banner");
+    let listen = first
+        .split("listening on tcp:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("banner names the bound address")
+        .to_string();
+    assert!(
+        listen.starts_with("127.0.0.1:"),
+        "loopback by default: {listen}"
+    );
+
+    let server = tokio::spawn(async move {
+        let (mut s, _) = upstream.accept().await.expect("accept");
+        let mut buf = vec![0u8; 4];
+        s.read_exact(&mut buf).await.expect("len");
+        let mut body = vec![0u8; u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize];
+        s.read_exact(&mut body).await.expect("body");
+        body
+    });
+    let mut c = tokio::net::TcpStream::connect(&listen)
+        .await
+        .expect("connect");
+    let req = r#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#;
+    c.write_all(&frame(req)).await.expect("send");
+    assert_eq!(server.await.expect("server"), req.as_bytes());
+    let ev = read_events(&mut proxy, 1);
+    assert_eq!(ev[0]["method"], "rukh.close");
+    assert_eq!(ev[0]["verdict"]["verdict"], "ok");
+}
