@@ -214,17 +214,15 @@ impl Inspector {
             Dir::Down => Dir::Up,
         };
         // A reply's correlation id names a request that travelled the other way.
-        let reply_id = peek_reply_id(&self.wire, &self.channel, frame);
-        let answered = reply_id
-            .as_ref()
-            .and_then(|id| self.pending.get(&(reverse, id.clone())))
-            .map(|(m, t)| (m.clone(), *t));
-        let decoded = self.wire.decode(
-            &self.channel,
-            &from,
-            frame,
-            answered.as_ref().map(|(m, _)| m.as_str()),
-        );
+        let answered: std::cell::RefCell<Option<(String, Instant)>> = std::cell::RefCell::new(None);
+        let pending = &self.pending;
+        let decoded = self.wire.decode_with(&self.channel, &from, frame, &|id| {
+            let hit = pending.get(&(reverse, id.to_string())).cloned();
+            let method = hit.as_ref().map(|(m, _)| m.clone());
+            *answered.borrow_mut() = hit;
+            method
+        });
+        let answered = answered.into_inner();
         let (msg, verdict) = match decoded {
             Ok(m) => (Some(m), Verdict::Ok),
             Err(v) => (v.partial.clone().map(|b| *b), Verdict::of(&v)),
@@ -269,21 +267,6 @@ impl Inspector {
             verdict,
         }
     }
-}
-
-/// The id a reply answers, read without full classification.
-fn peek_reply_id(wire: &Wire, channel: &str, frame: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(frame).ok()?;
-    let binding = wire.contract().channels.get(channel)?.binding.as_ref()?;
-    let id = match binding {
-        contract::model::Binding::Jsonrpc { .. } if v.get("method").is_none() => v.get("id")?,
-        contract::model::Binding::Envelope {
-            correlation: Some(c),
-            ..
-        } => v.pointer(c)?,
-        _ => return None,
-    };
-    Some(id.to_string())
 }
 
 #[cfg(test)]

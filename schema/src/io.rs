@@ -136,10 +136,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
         let Some(frame) = self.frames.next().await.transpose()? else {
             return Ok(None);
         };
-        let answers = self.answered_method(&frame, &self.me);
+        let pending = &self.pending;
+        let me = &self.me;
         let msg = self
             .wire
-            .decode(&self.channel, &self.peer, &frame, answers.as_deref())?;
+            .decode_with(&self.channel, &self.peer, &frame, &|id| {
+                pending.peek(me, id)
+            })?;
         self.track(&msg, false);
         Ok(Some(msg))
     }
@@ -158,10 +161,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
     /// Validate `msg` as sent by this side and write it.
     pub async fn send<M: Serialize>(&mut self, msg: &M) -> Result<Message, IoError> {
         let bytes = serde_json::to_vec(msg)?;
-        let answers = self.answered_method(&bytes, &self.peer);
+        let pending = &self.pending;
+        let peer = &self.peer;
         let m = self
             .wire
-            .decode(&self.channel, &self.me, &bytes, answers.as_deref())?;
+            .decode_with(&self.channel, &self.me, &bytes, &|id| {
+                pending.peek(peer, id)
+            })?;
         self.frames.send(Bytes::from(bytes)).await?;
         self.track(&m, true);
         Ok(m)
@@ -171,30 +177,6 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
     pub async fn close(&mut self) -> Result<(), IoError> {
         SinkExt::<Bytes>::close(&mut self.frames).await?;
         Ok(())
-    }
-
-    /// For a reply, the method of the request it answers (without consuming it).
-    fn answered_method(&self, bytes: &[u8], requester: &str) -> Option<String> {
-        let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-        let pointer = match self
-            .wire
-            .contract()
-            .channels
-            .get(&self.channel)?
-            .binding
-            .as_ref()?
-        {
-            crate::model::Binding::Jsonrpc { .. } => "/id".to_string(),
-            crate::model::Binding::Envelope { correlation, .. } => correlation.clone()?,
-            crate::model::Binding::Tagged { .. } => return None,
-        };
-        let is_reply =
-            v.get("result").is_some() || v.get("error").is_some() || v.get("method").is_none();
-        if !is_reply {
-            return None;
-        }
-        let id = v.pointer(&pointer)?;
-        self.pending.peek(requester, id)
     }
 
     fn track(&mut self, m: &Message, outgoing: bool) {

@@ -427,6 +427,19 @@ impl Wire {
         bytes: &[u8],
         answers: Option<&str>,
     ) -> Result<Message, Violation> {
+        self.decode_with(channel, from, bytes, &|_| answers.map(str::to_string))
+    }
+
+    /// Like [`Wire::decode`], for callers that track requests: once the frame is
+    /// parsed, `answers` is asked for the method of the request a reply answers,
+    /// given the reply's correlation id. The frame is parsed only once.
+    pub fn decode_with(
+        &self,
+        channel: &str,
+        from: &str,
+        bytes: &[u8],
+        answers: &dyn Fn(&Value) -> Option<String>,
+    ) -> Result<Message, Violation> {
         let ch = self
             .channel_wire(channel)
             .map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
@@ -457,7 +470,20 @@ impl Wire {
                 ),
             ));
         }
-        self.classify_value(ch, from, value, answers)
+        // Only replies (no method) answer a request; their correlation id names it.
+        let reply_to = match (&ch.binding, method) {
+            (Some(Binding::Jsonrpc { .. }), None) => lookup(&value, "/id"),
+            (
+                Some(Binding::Envelope {
+                    correlation: Some(c),
+                    ..
+                }),
+                None,
+            ) => lookup(&value, c),
+            _ => None,
+        };
+        let answered = reply_to.and_then(answers);
+        self.classify_value(ch, from, value, answered.as_deref())
     }
 
     /// Classify an already-parsed value.
