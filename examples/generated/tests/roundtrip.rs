@@ -3,27 +3,14 @@
 //! and serializes back to an equal JSON value. Plus the typed errors the
 //! generator promises, and the gaps of typify it closes.
 
+mod common;
+use common::same_json;
+
 use contract::model::Part;
 use contract_generated::{kernel, rukh, toolchannel, xsession};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-
-/// JSON equality: numbers compare by value (`40` and `40.0` are one JSON number).
-fn same_json(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_json(p, q))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, p)| y.get(k).is_some_and(|q| same_json(p, q)))
-        }
-        _ => a == b,
-    }
-}
 
 fn roundtrip<T: DeserializeOwned + Serialize>(what: &str, v: &Value) {
     let typed: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}\n{v}"));

@@ -3,6 +3,9 @@
 //! JSON value; every invalid one is rejected, and the contract's schema
 //! rejects it for exactly the labelled reason. Python and C# load the same files.
 
+mod common;
+use common::same_json;
+
 use std::path::PathBuf;
 
 use contract::check::rooted;
@@ -11,21 +14,6 @@ use serde_json::{Value, json};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn same_json(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_json(p, q))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, p)| y.get(k).is_some_and(|q| same_json(p, q)))
-        }
-        _ => a == b,
-    }
 }
 
 /// Generate the vectors into a temp dir exactly as the CLI does, and read them back.
