@@ -209,6 +209,13 @@ fn lookup<'v>(value: &'v Value, ptr: &str) -> Option<&'v Value> {
         })
 }
 
+/// The first schema error of `value`, located under `prefix`, with the value masked.
+fn first_error(v: &jsonschema::Validator, value: &Value, prefix: &str) -> Option<String> {
+    v.iter_errors(value)
+        .next()
+        .map(|e| format!("{prefix}{}: {}", e.instance_path(), e.masked()))
+}
+
 /// Resolve `{"$ref": "#/$defs/X"}` chains to the schema they name.
 fn deref<'a>(c: &'a Contract, mut s: &'a Value) -> &'a Value {
     for _ in 0..16 {
@@ -548,10 +555,7 @@ impl Wire {
                         .filter(|f| msg.value.get(f.as_str()).is_none())
                         .cloned()
                         .collect();
-                    let first = env
-                        .iter_errors(&msg.value)
-                        .next()
-                        .map(|e| format!("{}: {}", e.instance_path(), e.masked()));
+                    let first = first_error(env, &msg.value, "");
                     let mut v = self.violation(
                         ViolationClass::Invalid,
                         if missing.is_empty() {
@@ -607,10 +611,7 @@ impl Wire {
                 if let Some(env) = &ch.envelope
                     && !env.is_valid(&msg.value)
                 {
-                    let first = env
-                        .iter_errors(&msg.value)
-                        .next()
-                        .map(|e| format!("{}: {}", e.instance_path(), e.masked()));
+                    let first = first_error(env, &msg.value, "");
                     let mut v = self.violation(
                         ViolationClass::Invalid,
                         format!("invalid frame: {}", first.unwrap_or_default()),
@@ -753,9 +754,7 @@ impl Wire {
                 {
                     let payload = lookup(&msg.value, payload_ptr).unwrap_or(&Value::Null);
                     if !v.is_valid(payload) {
-                        let first = v.iter_errors(payload).next().map(|e| {
-                            format!("{}{}: {}", payload_ptr, e.instance_path(), e.masked())
-                        });
+                        let first = first_error(v, payload, payload_ptr);
                         let mut viol = self.violation(
                             ViolationClass::InvalidParams,
                             format!(
@@ -820,9 +819,7 @@ impl Wire {
                     };
                     if !ok {
                         let p = payload.cloned().unwrap_or(Value::Null);
-                        let first = v.iter_errors(&p).next().map(|e| {
-                            format!("{}{}: {}", payload_ptr, e.instance_path(), e.masked())
-                        });
+                        let first = first_error(v, &p, payload_ptr);
                         let mut viol = self.violation(
                             ViolationClass::InvalidParams,
                             format!("{name}: {}", first.unwrap_or_default()),
