@@ -219,23 +219,7 @@ public static class Tests
         Expect(ok && f.ReadFrame(reader) == null, id + "/round-trip", "frames differ after a round trip");
 
         // A 0xFFFFFFFF prefix is refused before the payload buffer exists.
-        var huge = new byte[f.LengthBytes];
-        for (int i = 0; i < huge.Length; i++) huge[i] = 0xFF;
-        long before = GC.GetAllocatedBytesForCurrentThread();
-        try
-        {
-            f.ReadFrame(new MemoryStream(huge));
-            Fail(id + "/oversize-prefix", "accepted a 0xFF.. length");
-        }
-        catch (FrameTooLargeException)
-        {
-            long allocated = GC.GetAllocatedBytesForCurrentThread() - before;
-            Expect(allocated < 64 * 1024, id + "/oversize-prefix", "allocated " + allocated + " bytes before refusing");
-        }
-        catch (Exception e)
-        {
-            Fail(id + "/oversize-prefix", e.GetType().Name + ": " + e.Message);
-        }
+        ExpectOversizePrefixRefused(id, f.LengthBytes, delegate(Stream st) { f.ReadFrame(st); });
 
         // The cap itself: a frame of exactly the cap passes, one byte more is refused on both sides.
         var atCap = new byte[f.Cap];
@@ -312,18 +296,28 @@ public static class Tests
             n++;
         }
         Expect(ok && f.ReadFrame(reader) == null, id + "/round-trip", "binary frames differ after a round trip");
-        var huge = new byte[f.FieldBytes[0]];
+        ExpectOversizePrefixRefused(id, f.FieldBytes[0], delegate(Stream st) { f.ReadFrame(st); });
+    }
+
+    /// <summary>A length field of all 0xFF bytes is refused before a payload buffer is allocated.</summary>
+    static void ExpectOversizePrefixRefused(string id, int width, Action<Stream> read)
+    {
+        var huge = new byte[width];
         for (int i = 0; i < huge.Length; i++) huge[i] = 0xFF;
         long before = GC.GetAllocatedBytesForCurrentThread();
         try
         {
-            f.ReadFrame(new MemoryStream(huge));
+            read(new MemoryStream(huge));
             Fail(id + "/oversize-prefix", "accepted a 0xFF.. length");
         }
         catch (FrameTooLargeException)
         {
             long allocated = GC.GetAllocatedBytesForCurrentThread() - before;
             Expect(allocated < 64 * 1024, id + "/oversize-prefix", "allocated " + allocated + " bytes before refusing");
+        }
+        catch (Exception e)
+        {
+            Fail(id + "/oversize-prefix", e.GetType().Name + ": " + e.Message);
         }
     }
 
