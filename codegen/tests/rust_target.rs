@@ -157,40 +157,31 @@ fn generate_exit_codes() {
         "unknown language is a usage error"
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let missing = dir.path().join("missing.json");
-    let cli = parse(&[
-        "contractgen",
-        "generate",
-        "--lang",
-        "rust",
-        "--out",
-        &dir.path().display().to_string(),
-        &missing.display().to_string(),
-    ])
-    .expect("args");
-    let (mut out, mut err) = (Vec::new(), Vec::new());
+    // Exit code of `contractgen generate --lang rust --out DIR <contract>`.
+    let exit_for = |contract: &std::path::Path| {
+        let out_dir = dir.path().display().to_string();
+        let contract = contract.display().to_string();
+        let cli = parse(&[
+            "contractgen",
+            "generate",
+            "--lang",
+            "rust",
+            "--out",
+            &out_dir,
+            &contract,
+        ])
+        .expect("args");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        contractgen::run(&cli, &mut out, &mut err)
+    };
     assert_eq!(
-        contractgen::run(&cli, &mut out, &mut err),
+        exit_for(&dir.path().join("missing.json")),
         2,
         "missing file is an I/O (usage) error"
     );
     let broken = dir.path().join("broken.json");
     std::fs::write(&broken, "{\"name\": 1}").expect("write");
-    let cli = parse(&[
-        "contractgen",
-        "generate",
-        "--lang",
-        "rust",
-        "--out",
-        &dir.path().display().to_string(),
-        &broken.display().to_string(),
-    ])
-    .expect("args");
-    assert_eq!(
-        contractgen::run(&cli, &mut out, &mut err),
-        1,
-        "a contract error exits 1"
-    );
+    assert_eq!(exit_for(&broken), 1, "a contract error exits 1");
 }
 
 #[test]
