@@ -130,9 +130,11 @@ pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem
     };
     cx.refs();
     cx.schemas(&contract);
-    cx.names(&contract);
-    cx.codes(&contract);
-    cx.examples(&contract);
+    // The catalog and code tables, indexed once for every lint that looks codes up.
+    let idx = CodeIndex::new(&contract);
+    cx.names(&contract, &idx);
+    cx.codes(&contract, &idx);
+    cx.examples(&contract, &idx);
     cx.state_machines(&contract);
     cx.relations(&contract);
     (Some(contract), cx.problems)
@@ -261,7 +263,7 @@ impl Cx<'_> {
     }
 
     /// Names of parties, channels, capabilities, limits and tables resolve.
-    fn names(&mut self, c: &Contract) {
+    fn names(&mut self, c: &Contract, idx: &CodeIndex) {
         let limit = |n: &str| c.limits.contains_key(n);
         let mut limit_refs: Vec<(String, String)> = Vec::new();
         for (cname, ch) in &c.channels {
@@ -387,7 +389,7 @@ impl Cx<'_> {
         for (lname, l) in &c.limits {
             let base = join("/limits", [lname]);
             if let Some(a) = &l.action {
-                self.action_names(c, &join(&base, ["action"]), a);
+                self.action_names(c, idx, &join(&base, ["action"]), a);
             }
             if let Some(t) = &l.timer
                 && t != "both"
@@ -412,7 +414,7 @@ impl Cx<'_> {
             ("beforeHandshake", &v.before_handshake),
         ] {
             if let Some(a) = a {
-                self.action_names(c, &join("/violations", [k]), a);
+                self.action_names(c, idx, &join("/violations", [k]), a);
             }
         }
         if let Some(t) = &c.trace
@@ -435,7 +437,7 @@ impl Cx<'_> {
         }
     }
 
-    fn action_names(&mut self, c: &Contract, ptr: &str, a: &Action) {
+    fn action_names(&mut self, c: &Contract, idx: &CodeIndex, ptr: &str, a: &Action) {
         if let Some(l) = &a.count_toward
             && !c.limits.contains_key(l)
         {
@@ -445,23 +447,23 @@ impl Cx<'_> {
                 format!("limit {l:?} is not declared in `limits`"),
             );
         }
-        if let Some(code) = &a.code {
-            let idx = CodeIndex::new(c);
-            if !idx.is_error(code) && !idx.in_any_table(code) {
-                self.push(
-                    Lint::ErrorRef,
-                    join(ptr, ["code"]),
-                    format!(
-                        "code {} is neither in the error catalog nor in any code table",
-                        code_key(code)
-                    ),
-                );
-            }
+        if let Some(code) = &a.code
+            && !idx.is_error(code)
+            && !idx.in_any_table(code)
+        {
+            self.push(
+                Lint::ErrorRef,
+                join(ptr, ["code"]),
+                format!(
+                    "code {} is neither in the error catalog nor in any code table",
+                    code_key(code)
+                ),
+            );
         }
     }
 
     /// Codes are unique, and every code a method names exists.
-    fn codes(&mut self, c: &Contract) {
+    fn codes(&mut self, c: &Contract, idx: &CodeIndex) {
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         for (i, e) in c.errors.iter().enumerate() {
             if let Some(first) = seen.insert(code_key(&e.code), i) {
@@ -513,7 +515,6 @@ impl Cx<'_> {
                 }
             }
         }
-        let idx = CodeIndex::new(c);
         for (mname, m) in &c.methods {
             for (i, code) in m.errors.iter().enumerate() {
                 if !idx.is_error(code) {
@@ -528,12 +529,11 @@ impl Cx<'_> {
     }
 
     /// Every example validates against the schemas its binding implies.
-    fn examples(&mut self, c: &Contract) {
-        let idx = CodeIndex::new(c);
+    fn examples(&mut self, c: &Contract, idx: &CodeIndex) {
         for (mname, m) in &c.methods {
             for (i, ex) in m.examples.iter().enumerate() {
                 let ptr = join("/methods", [mname, "examples", &i.to_string(), "message"]);
-                for reason in example_faults(c, &idx, mname, m, ex) {
+                for reason in example_faults(c, idx, mname, m, ex) {
                     self.push(Lint::BadExample, ptr.clone(), reason);
                 }
             }
