@@ -6,6 +6,7 @@
 //! enforce mode, recording/replay, multi-route config.
 #![forbid(unsafe_code)]
 
+pub mod conn;
 pub mod endpoint;
 pub mod inspect;
 pub mod log;

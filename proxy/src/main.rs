@@ -109,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
             let listen: Endpoint = listen.parse()?;
             let upstream: Endpoint = upstream.parse()?;
             let wire = Arc::new(contract::wire::Wire::new(Arc::new(c))?);
-            let listener = listen.listen().await?;
+            let listener = listen.listen(&Default::default()).await?;
             eprintln!(
                 "contract-proxy: {route}: listening on {} → {upstream} ({} / {channel}, {client} connects)",
                 listener.local(),

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 
-use crate::endpoint::{BoxIo, Endpoint, Listener};
+use crate::conn::{BoxIo, Conn};
+use crate::endpoint::{Endpoint, Incoming, Listener, Options};
 use crate::inspect::{Dir, Inspector};
 use crate::log::Logger;
 use contract::wire::Wire;
@@ -37,7 +38,14 @@ pub struct Route {
 /// Accept connections until the listener fails, relaying each.
 pub async fn serve(listener: Listener, route: Route, log: Arc<Logger>) -> std::io::Result<()> {
     loop {
-        let conn = listener.accept().await?;
+        let Incoming::Conn {
+            conn: Conn::Stream(conn),
+            ..
+        } = listener.accept().await?
+        else {
+            log.note(&route.name, "only byte-stream listeners are relayed so far");
+            continue;
+        };
         let route = route.clone();
         let log = log.clone();
         tokio::spawn(async move {
@@ -50,7 +58,13 @@ pub async fn serve(listener: Listener, route: Route, log: Arc<Logger>) -> std::i
 
 /// Relay one accepted connection to a fresh upstream connection.
 pub async fn relay(client: BoxIo, route: &Route, log: &Arc<Logger>) -> Result<(), String> {
-    let upstream = route.upstream.connect().await.map_err(|e| e.to_string())?;
+    let upstream = match route.upstream.connect(&Options::default(), None).await {
+        Ok(c) => match c.conn {
+            Conn::Stream(s) => s,
+            Conn::Messages(_) => return Err("message upstreams are not relayed yet".into()),
+        },
+        Err(e) => return Err(e.to_string()),
+    };
     let inspector = Inspector::new(
         route.wire.clone(),
         &route.name,
