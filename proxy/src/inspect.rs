@@ -1,23 +1,25 @@
-//! Sans-IO inspection: bytes of one direction in, inspection events out.
+//! Sans-IO inspection: one frame in, one verdict and one decision out.
 //!
-//! An [`Inspector`] owns one connection's codecs (one per direction), the
-//! contract's compiled [`Wire`] and a table of requests in flight. The relay
-//! feeds it every chunk it forwards; it never does I/O and never blocks, so the
-//! relay decides what to do with what it reports.
+//! An [`Inspector`] holds one connection's state: the contract's compiled
+//! [`Wire`], the requests in flight (for latency and result checking), and the
+//! counters that contract limits count toward (toolchannel's bad frames). The
+//! relay hands it every frame it would forward; it never does I/O, so tests
+//! feed it frames and assert the exact sequence of events and actions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use contract::model::Kind;
-use contract::wire::{ChannelCodec, Violation, Wire};
+use bytes::Bytes;
+use contract::model::{ActionKind, Binding, Kind};
+use contract::wire::{BinaryFrame, FrameError, Violation, ViolationClass, Wire};
 use serde::Serialize;
-use serde_json::Value;
-use tokio_util::codec::Decoder;
+use serde_json::{Value, json};
 
-/// Which way bytes travel on a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+use crate::conn::CloseFrame;
+
+/// Which way a frame travels on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dir {
     /// From the connecting side to the upstream.
@@ -26,32 +28,69 @@ pub enum Dir {
     Down,
 }
 
-/// What the inspector says about one message.
+impl Dir {
+    /// The other direction.
+    pub fn reverse(self) -> Dir {
+        match self {
+            Dir::Up => Dir::Down,
+            Dir::Down => Dir::Up,
+        }
+    }
+}
+
+/// Observe flags violations and forwards everything; enforce refuses them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Forward everything, flag violations.
+    #[default]
+    Observe,
+    /// Refuse violating frames with the contract's own reply or close; never forward them.
+    Enforce,
+}
+
+/// What the inspector says about one frame.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
     /// Route name.
     pub route: String,
+    /// Connection number within the proxy run.
+    pub conn: u64,
+    /// The session this connection belongs to: the connection number of its
+    /// primary-channel connection (kernel: control and data share one).
+    pub session: u64,
+    /// The contract's channel.
+    pub channel: String,
     /// Direction.
     pub dir: Dir,
     /// Sending party.
     pub from: String,
     /// Receiving party.
     pub to: String,
-    /// Message kind (absent when the message could not be classified).
+    /// Message kind (absent when the frame could not be classified, and for data frames).
     pub kind: Option<Kind>,
     /// Method, if known.
     pub method: Option<String>,
     /// Message id or the id it answers.
     pub id: Option<Value>,
-    /// Frame size in bytes.
+    /// Data frames: stream id and sequence number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<(u64, u64)>,
+    /// Frame size in bytes (payload, without the framing).
     pub size: usize,
     /// Time since the request, for replies.
     #[serde(serialize_with = "ser_ms")]
     pub latency: Option<Duration>,
     /// Trace id, as carried.
     pub trace: Option<String>,
+    /// The error code an error reply carries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
     /// `ok`, or the violation.
     pub verdict: Verdict,
+    /// What enforce mode did about it (or, in observe mode, what it would have done).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
 }
 
 fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -61,7 +100,7 @@ fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
     }
 }
 
-/// The verdict on one message.
+/// The verdict on one frame.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "verdict", rename_all = "lowercase")]
 pub enum Verdict {
@@ -94,25 +133,65 @@ impl Verdict {
             reason: v.reason.clone(),
         }
     }
+
+    /// Whether the contract accepts the frame.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Verdict::Ok)
+    }
 }
 
-struct Side {
-    codec: ChannelCodec,
-    buf: BytesMut,
-    broken: bool,
+/// What the relay does with the frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Pass it on.
+    Forward,
+    /// Do not pass it on: answer the sender with `reply` (a frame payload), then close if asked.
+    Refuse {
+        /// The contract's error reply, sent back to the sender.
+        reply: Option<Bytes>,
+        /// Close the connection afterwards.
+        close: Option<Closing>,
+    },
+}
+
+/// How a connection is closed on the contract's word.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Closing {
+    /// With a close code (message transports carry it; byte streams just end).
+    Code(CloseFrame),
+    /// Without a word.
+    Drop,
+}
+
+/// The outcome of inspecting one frame.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// For the live view, log, recording and traces.
+    pub event: Event,
+    /// The decoded message, when it parsed.
+    pub message: Option<Value>,
+    /// What to do with the frame.
+    pub decision: Decision,
 }
 
 /// One connection's inspector.
 pub struct Inspector {
     wire: Arc<Wire>,
     route: String,
+    conn: u64,
+    session: u64,
     channel: String,
+    mode: Mode,
     /// Party sending `Up`, and party sending `Down`.
     parties: (String, String),
-    up: Side,
-    down: Side,
     pending: HashMap<(Dir, String), (String, Instant)>,
     pending_cap: usize,
+    /// Counts toward contract limits, per direction (a limit counts on the receiving side).
+    counts: HashMap<(Dir, String), u64>,
+    limits: HashMap<String, f64>,
+    /// Next sequence number expected per data stream and direction.
+    seqs: HashMap<(Dir, u64), u64>,
+    next_id: u64,
 }
 
 impl Inspector {
@@ -120,84 +199,36 @@ impl Inspector {
     pub fn new(
         wire: Arc<Wire>,
         route: &str,
+        conn: u64,
         channel: &str,
-        client: &str,
-        server: &str,
+        (client, server): (&str, &str),
+        mode: Mode,
     ) -> Result<Self, contract::wire::WireError> {
-        let codec = wire.codec(channel)?;
-        let side = |codec: ChannelCodec| Side {
-            codec,
-            buf: BytesMut::new(),
-            broken: false,
-        };
+        wire.channel_wire(channel)?;
+        let limits = contract::check::limit_values(wire.contract())
+            .into_iter()
+            .filter_map(|(k, v)| v.ok().map(|v| (k, v)))
+            .collect();
         Ok(Inspector {
             route: route.to_string(),
+            conn,
+            session: conn,
             channel: channel.to_string(),
+            mode,
             parties: (client.to_string(), server.to_string()),
-            up: side(codec.clone()),
-            down: side(codec),
             wire,
             pending: HashMap::new(),
             pending_cap: contract::io::DEFAULT_PENDING,
+            counts: HashMap::new(),
+            limits,
+            seqs: HashMap::new(),
+            next_id: 0,
         })
     }
 
-    /// Feed bytes that travelled `dir`; returns an event per complete message.
-    pub fn feed(&mut self, dir: Dir, bytes: &[u8], now: Instant) -> Vec<Event> {
-        let mut frames = Vec::new();
-        let side = match dir {
-            Dir::Up => &mut self.up,
-            Dir::Down => &mut self.down,
-        };
-        if side.broken {
-            return Vec::new();
-        }
-        side.buf.extend_from_slice(bytes);
-        let mut framing_error = None;
-        loop {
-            let next = match &mut side.codec {
-                ChannelCodec::LengthPrefixed(c) => c.decode(&mut side.buf),
-                ChannelCodec::Ndjson(c) => c.decode(&mut side.buf),
-                ChannelCodec::Message(c) => {
-                    // Message transports hand over whole messages.
-                    let msg = side.buf.split().freeze();
-                    if msg.is_empty() {
-                        Ok(None)
-                    } else {
-                        c.check(&msg).map(|()| Some(msg))
-                    }
-                }
-                ChannelCodec::Binary(_) => Ok(None),
-            };
-            match next {
-                Ok(Some(f)) => frames.push(f),
-                Ok(None) => break,
-                Err(e) => {
-                    side.broken = true;
-                    side.buf.clear();
-                    framing_error = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-        let mut events: Vec<Event> = frames.iter().map(|f| self.classify(dir, f, now)).collect();
-        if let Some(reason) = framing_error {
-            let (from, to) = self.ends(dir);
-            events.push(Event {
-                route: self.route.clone(),
-                dir,
-                from,
-                to,
-                kind: None,
-                method: None,
-                id: None,
-                size: 0,
-                latency: None,
-                trace: None,
-                verdict: Verdict::Framing { reason },
-            });
-        }
-        events
+    /// Mark this connection as part of session `session` (see [`Event::session`]).
+    pub fn set_session(&mut self, session: u64) {
+        self.session = session;
     }
 
     fn ends(&self, dir: Dir) -> (String, String) {
@@ -207,12 +238,106 @@ impl Inspector {
         }
     }
 
-    fn classify(&mut self, dir: Dir, frame: &[u8], now: Instant) -> Event {
+    fn blank(&self, dir: Dir, size: usize, verdict: Verdict) -> Event {
         let (from, to) = self.ends(dir);
-        let reverse = match dir {
-            Dir::Up => Dir::Down,
-            Dir::Down => Dir::Up,
+        Event {
+            route: self.route.clone(),
+            conn: self.conn,
+            session: self.session,
+            channel: self.channel.clone(),
+            dir,
+            from,
+            to,
+            kind: None,
+            method: None,
+            id: None,
+            stream: None,
+            size,
+            latency: None,
+            trace: None,
+            error: None,
+            verdict,
+            action: None,
+        }
+    }
+
+    /// The stream framing broke (oversize length, truncated frame, bad line): report it with
+    /// the contract's code for oversize frames where it has one. The relay decides whether
+    /// the rest of the stream can still pass (observe mode, same framing on both sides).
+    pub fn framing_error(&mut self, dir: Dir, err: &FrameError) -> Inspection {
+        let mut event = self.blank(
+            dir,
+            0,
+            Verdict::Framing {
+                reason: err.to_string(),
+            },
+        );
+        let mut decision = Decision::Forward;
+        if matches!(err, FrameError::Oversize { .. }) {
+            let v = self
+                .wire
+                .violation(ViolationClass::Oversize, err.to_string());
+            event.verdict = Verdict::of(&v);
+            decision = self.enforce(&v, None, &mut event);
+        } else if self.mode == Mode::Enforce {
+            decision = Decision::Refuse {
+                reply: None,
+                close: Some(Closing::Drop),
+            };
+            event.action = Some("dropped the connection: framing broken".into());
+        }
+        Inspection {
+            event,
+            message: None,
+            decision,
+        }
+    }
+
+    /// Inspect a binary message that arrived on a message transport whose contract carries text.
+    pub fn binary_message(&mut self, dir: Dir, size: usize) -> Inspection {
+        let v = self.wire.violation(
+            ViolationClass::Invalid,
+            "binary message where the contract carries text",
+        );
+        let mut event = self.blank(dir, size, Verdict::of(&v));
+        let decision = self.enforce(&v, None, &mut event);
+        Inspection {
+            event,
+            message: None,
+            decision,
+        }
+    }
+
+    /// Inspect one data-channel frame: stream and sequence are reported, a gap is flagged.
+    pub fn data_frame(&mut self, dir: Dir, frame: &BinaryFrame) -> Inspection {
+        let stream = frame.fields.first().copied().unwrap_or(0);
+        let seq = frame.fields.get(1).copied().unwrap_or(0);
+        let expected = self.seqs.entry((dir, stream)).or_insert(0);
+        let verdict = if seq == *expected {
+            Verdict::Ok
+        } else {
+            Verdict::Violation {
+                class: "sequence",
+                code: None,
+                seed: None,
+                reason: format!("stream {stream}: seq {seq}, expected {expected}"),
+            }
         };
+        *expected = seq.wrapping_add(1);
+        let mut event = self.blank(dir, frame.payload.len(), verdict);
+        event.stream = Some((stream, seq));
+        event.method = Some("data".into());
+        Inspection {
+            event,
+            message: None,
+            decision: Decision::Forward,
+        }
+    }
+
+    /// Inspect one JSON frame that travelled `dir`.
+    pub fn frame(&mut self, dir: Dir, frame: &[u8], now: Instant) -> Inspection {
+        let (from, _) = self.ends(dir);
+        let reverse = dir.reverse();
         // A reply's correlation id names a request that travelled the other way.
         let answered: std::cell::RefCell<Option<(String, Instant)>> = std::cell::RefCell::new(None);
         let pending = &self.pending;
@@ -223,11 +348,15 @@ impl Inspector {
             method
         });
         let answered = answered.into_inner();
-        let (msg, verdict) = match decoded {
-            Ok(m) => (Some(m), Verdict::Ok),
-            Err(v) => (v.partial.clone().map(|b| *b), Verdict::of(&v)),
+        let (msg, violation) = match decoded {
+            Ok(m) => (Some(m), None),
+            Err(v) => (v.partial.clone().map(|b| *b), Some(v)),
         };
-        let mut latency = None;
+        let mut event = self.blank(
+            dir,
+            frame.len(),
+            violation.as_ref().map(Verdict::of).unwrap_or(Verdict::Ok),
+        );
         if let Some(m) = &msg {
             match m.kind {
                 Kind::Request => {
@@ -242,30 +371,227 @@ impl Inspector {
                     if let Some(id) = &m.correlation
                         && let Some((_, t)) = self.pending.remove(&(reverse, id.to_string()))
                     {
-                        latency = Some(now.saturating_duration_since(t));
+                        event.latency = Some(now.saturating_duration_since(t));
                     }
                 }
                 _ => {}
             }
+            event.kind = Some(m.kind);
+            event.method = m.method.clone().or(answered.map(|(m, _)| m));
+            event.id = m.id.clone().or(m.correlation.clone());
+            event.trace = m.trace.clone();
+            if m.kind == Kind::Error {
+                event.error = self.error_code(&m.value);
+            }
         }
-        Event {
-            route: self.route.clone(),
-            dir,
-            from,
-            to,
-            kind: msg.as_ref().map(|m| m.kind),
-            method: msg
-                .as_ref()
-                .and_then(|m| m.method.clone())
-                .or(answered.map(|(m, _)| m)),
-            id: msg
-                .as_ref()
-                .and_then(|m| m.id.clone().or(m.correlation.clone())),
-            size: frame.len(),
-            latency,
-            trace: msg.as_ref().and_then(|m| m.trace.clone()),
-            verdict,
+        let decision = match &violation {
+            Some(v) => self.enforce(v, msg.as_ref(), &mut event),
+            None => Decision::Forward,
+        };
+        Inspection {
+            event,
+            message: msg.map(|m| m.value),
+            decision,
         }
+    }
+
+    fn error_code(&self, v: &Value) -> Option<Value> {
+        match self.binding() {
+            Some(Binding::Jsonrpc { .. }) => v.pointer("/error/code").cloned(),
+            Some(Binding::Envelope { payload, .. }) => {
+                v.pointer(&format!("{payload}/code")).cloned()
+            }
+            _ => None,
+        }
+    }
+
+    fn binding(&self) -> Option<&Binding> {
+        self.wire
+            .contract()
+            .channels
+            .get(&self.channel)
+            .and_then(|c| c.binding.as_ref())
+    }
+
+    /// Decide what enforce mode does about `v`; in observe mode say what it would do.
+    fn enforce(
+        &mut self,
+        v: &Violation,
+        msg: Option<&contract::wire::Message>,
+        event: &mut Event,
+    ) -> Decision {
+        let mut reply = None;
+        let mut close = None;
+        let mut said = Vec::new();
+        match v.action {
+            Some(ActionKind::ReplyError) => {
+                // Only a request can be answered; the contracts also answer unreadable frames (id null).
+                let answerable = msg.is_none_or(|m| m.kind == Kind::Request);
+                if answerable && let Some(code) = &v.code {
+                    reply = self.error_reply(code, &v.reason, msg, &v.details);
+                    said.push(format!("replied {code}"));
+                } else {
+                    said.push("discarded".into());
+                }
+            }
+            Some(ActionKind::Close) => {
+                let code = v
+                    .code
+                    .as_ref()
+                    .and_then(Value::as_u64)
+                    .and_then(|c| u16::try_from(c).ok());
+                close = Some(match code {
+                    Some(code) => Closing::Code(CloseFrame {
+                        code,
+                        reason: v.class.name().into(),
+                    }),
+                    None => Closing::Drop,
+                });
+                said.push(format!(
+                    "closed {}",
+                    code.map(|c| c.to_string()).unwrap_or_default()
+                ));
+            }
+            Some(ActionKind::DropConnection) | Some(ActionKind::Fail) => {
+                close = Some(Closing::Drop);
+                said.push("dropped the connection".into());
+            }
+            Some(ActionKind::Ignore) | None => said.push("discarded".into()),
+        }
+        if let Some(limit) = &v.count_toward {
+            let n = self.counts.entry((event.dir, limit.clone())).or_insert(0);
+            *n += 1;
+            let n = *n;
+            let max = self.limits.get(limit).copied();
+            said.push(format!(
+                "{limit} {n}/{}",
+                max.map(|m| m.to_string()).unwrap_or_else(|| "?".into())
+            ));
+            if let Some(max) = max
+                && n as f64 >= max
+                && let Some(action) = self
+                    .wire
+                    .contract()
+                    .limits
+                    .get(limit)
+                    .and_then(|l| l.action.clone())
+            {
+                let code = action
+                    .code
+                    .as_ref()
+                    .and_then(Value::as_u64)
+                    .and_then(|c| u16::try_from(c).ok());
+                close = Some(match code {
+                    Some(code) => Closing::Code(CloseFrame {
+                        code,
+                        reason: format!("{limit} reached"),
+                    }),
+                    None => Closing::Drop,
+                });
+                said.push(format!(
+                    "closed {}",
+                    code.map(|c| c.to_string()).unwrap_or_default()
+                ));
+            }
+        }
+        let text = said.join(", ");
+        match self.mode {
+            Mode::Observe => {
+                event.action = Some(format!("would have {text}"));
+                Decision::Forward
+            }
+            Mode::Enforce => {
+                event.action = Some(text);
+                Decision::Refuse { reply, close }
+            }
+        }
+    }
+
+    /// The contract's error reply to `msg` (or to an unreadable frame, with a null id).
+    fn error_reply(
+        &mut self,
+        code: &Value,
+        reason: &str,
+        msg: Option<&contract::wire::Message>,
+        details: &Value,
+    ) -> Option<Bytes> {
+        let id = msg.and_then(|m| m.id.clone());
+        let value = match self.binding()?.clone() {
+            Binding::Jsonrpc { .. } => {
+                let mut error = json!({"code": code, "message": reason});
+                if !details.is_null() {
+                    error["data"] = details.clone();
+                }
+                json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null), "error": error})
+            }
+            Binding::Envelope {
+                kind,
+                kinds,
+                id: id_ptr,
+                correlation,
+                trace,
+                version,
+                payload,
+                ..
+            } => {
+                let entry = self
+                    .wire
+                    .contract()
+                    .errors
+                    .iter()
+                    .find(|e| &e.code == code)
+                    .cloned();
+                let mut body = json!({"code": code, "message": reason});
+                if let Some(e) = entry {
+                    body["category"] = json!(e.category);
+                    body["retryable"] = json!(e.retryable);
+                }
+                if !details.is_null() {
+                    body["details"] = details.clone();
+                }
+                self.next_id += 1;
+                let error_kind = kinds
+                    .iter()
+                    .find(|(_, k)| **k == Kind::Error)
+                    .map(|(w, _)| w.clone())
+                    .unwrap_or_else(|| "error".into());
+                let mut out = json!({});
+                let mut put = |ptr: &str, v: Value| {
+                    if let Some(key) = ptr.strip_prefix('/') {
+                        out[key] = v;
+                    }
+                };
+                put(&kind, json!(error_kind));
+                if let Some(p) = &id_ptr {
+                    put(p, json!(format!("proxy-{}-{}", self.conn, self.next_id)));
+                }
+                if let (Some(c), Some(id)) = (&correlation, id) {
+                    put(c, id);
+                }
+                if let (Some(t), Some(tr)) = (&trace, msg.and_then(|m| m.trace.clone())) {
+                    put(t, json!(tr));
+                }
+                if let Some(vp) = &version {
+                    let v = msg
+                        .and_then(|m| m.value.pointer(vp).cloned())
+                        .unwrap_or(json!(1));
+                    put(vp, v);
+                }
+                put(
+                    "/timestamp",
+                    json!(
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_secs_f64())
+                            .unwrap_or(0.0)
+                    ),
+                );
+                put(&payload, body);
+                out
+            }
+            _ => return None,
+        };
+        Some(Bytes::from(value.to_string()))
     }
 }
 
@@ -273,50 +599,111 @@ impl Inspector {
 mod tests {
     use super::*;
 
-    fn framed(body: &str) -> Vec<u8> {
-        let mut out = (body.len() as u32).to_be_bytes().to_vec();
-        out.extend_from_slice(body.as_bytes());
-        out
+    fn inspector(name: &str, channel: &str, parties: (&str, &str), mode: Mode) -> Inspector {
+        let wire =
+            Arc::new(Wire::new(Arc::new(contract::builtin(name).expect("builtin"))).expect("wire"));
+        Inspector::new(wire, "r", 1, channel, parties, mode).expect("inspector")
     }
 
     #[test]
     fn request_then_response_gives_latency_and_method() {
-        let wire =
-            Arc::new(Wire::new(Arc::new(contract::builtin("rukh").expect("rukh"))).expect("wire"));
-        let mut ins = Inspector::new(wire, "r", "ipc", "core", "extension").expect("inspector");
+        let mut ins = inspector("rukh", "ipc", ("core", "extension"), Mode::Observe);
         let t0 = Instant::now();
-        let req = framed(r#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#);
-        // Split the frame to show reassembly.
-        assert!(ins.feed(Dir::Up, &req[..7], t0).is_empty());
-        let ev = ins.feed(Dir::Up, &req[7..], t0);
-        assert_eq!(ev.len(), 1);
-        assert_eq!(ev[0].method.as_deref(), Some("rukh.close"));
-        let resp = framed(r#"{"jsonrpc":"2.0","id":"c:1","result":{}}"#);
-        let ev = ins.feed(Dir::Down, &resp, t0 + Duration::from_millis(5));
-        assert_eq!(ev[0].kind, Some(Kind::Response));
-        assert_eq!(ev[0].method.as_deref(), Some("rukh.close"));
-        assert_eq!(ev[0].latency, Some(Duration::from_millis(5)));
+        let req = br#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#;
+        let i = ins.frame(Dir::Up, req, t0);
+        assert_eq!(i.event.method.as_deref(), Some("rukh.close"));
+        assert_eq!(i.decision, Decision::Forward);
+        let resp = br#"{"jsonrpc":"2.0","id":"c:1","result":{}}"#;
+        let i = ins.frame(Dir::Down, resp, t0 + Duration::from_millis(5));
+        assert_eq!(i.event.kind, Some(Kind::Response));
+        assert_eq!(i.event.method.as_deref(), Some("rukh.close"));
+        assert_eq!(i.event.latency, Some(Duration::from_millis(5)));
     }
 
     #[test]
-    fn violations_and_framing_errors_are_reported() {
-        let wire =
-            Arc::new(Wire::new(Arc::new(contract::builtin("rukh").expect("rukh"))).expect("wire"));
-        let mut ins = Inspector::new(wire, "r", "ipc", "core", "extension").expect("inspector");
-        let now = Instant::now();
-        let ev = ins.feed(
-            Dir::Up,
-            &framed(r#"{"jsonrpc":"2.0","id":"c:1","id":"c:2"}"#),
-            now,
-        );
+    fn observe_flags_and_forwards_enforce_replies_with_the_contract_code() {
+        let bad = br#"{"jsonrpc":"2.0","id":"c:1","id":"c:2"}"#;
+        let mut ins = inspector("rukh", "ipc", ("core", "extension"), Mode::Observe);
+        let i = ins.frame(Dir::Up, bad, Instant::now());
         assert!(
-            matches!(&ev[0].verdict, Verdict::Violation { class: "parse", code: Some(c), .. } if c == &serde_json::json!(-32700))
+            matches!(&i.event.verdict, Verdict::Violation { class: "parse", code: Some(c), .. } if c == &json!(-32700))
         );
-        let ev = ins.feed(Dir::Down, &[0xFF, 0xFF, 0xFF, 0xFF], now);
-        assert!(matches!(&ev[0].verdict, Verdict::Framing { .. }));
+        assert_eq!(i.decision, Decision::Forward);
         assert!(
-            ins.feed(Dir::Down, b"more", now).is_empty(),
-            "a broken direction stays silent"
+            i.event
+                .action
+                .as_deref()
+                .is_some_and(|a| a.starts_with("would have"))
         );
+
+        let mut ins = inspector("toolchannel", "ws", ("worker", "host"), Mode::Enforce);
+        let Decision::Refuse {
+            reply: Some(r),
+            close: None,
+        } = ins.frame(Dir::Up, b"{nope", Instant::now()).decision
+        else {
+            panic!("enforce refuses with a reply");
+        };
+        let r: Value = serde_json::from_slice(&r).expect("json");
+        assert_eq!(
+            r,
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":r["error"]["message"]}})
+        );
+    }
+
+    #[test]
+    fn ten_bad_frames_close_toolchannel_with_its_limit_code() {
+        let mut ins = inspector("toolchannel", "ws", ("worker", "host"), Mode::Enforce);
+        let max = contract::check::limit_values(ins.wire.contract())["badFramesMax"]
+            .clone()
+            .expect("limit") as usize;
+        for n in 1..=max {
+            let i = ins.frame(Dir::Up, b"[]", Instant::now());
+            let Decision::Refuse { reply, close } = i.decision else {
+                panic!("refused")
+            };
+            assert!(reply.is_some(), "every bad frame is answered");
+            if n < max {
+                assert_eq!(close, None, "frame {n}");
+            } else {
+                assert!(
+                    matches!(close, Some(Closing::Code(CloseFrame { code: 4006, .. }))),
+                    "{close:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_error_reply_is_a_valid_kernel_error() {
+        let mut ins = inspector("kernel", "control", ("core", "shell"), Mode::Enforce);
+        // A request for a method the contract does not know.
+        let req = br#"{"v":1,"type":"request","id":"c-1","timestamp":1.0,"trace_id":"t-1","method":"no.such","payload":{}}"#;
+        let i = ins.frame(Dir::Up, req, Instant::now());
+        let Decision::Refuse { reply: Some(r), .. } = i.decision else {
+            panic!("refused: {:?}", i.event)
+        };
+        let wire = ins.wire.clone();
+        let m = wire
+            .decode("control", "shell", &r, Some("no.such"))
+            .expect("the reply is valid kernel");
+        assert_eq!(m.kind, Kind::Error);
+        assert_eq!(m.correlation, Some(json!("c-1")));
+        assert_eq!(m.trace.as_deref(), Some("t-1"));
+        assert_eq!(m.value["payload"]["code"], json!("protocol.unknown_method"));
+    }
+
+    #[test]
+    fn data_frames_report_stream_and_flag_a_gap() {
+        let mut ins = inspector("kernel", "data", ("core", "shell"), Mode::Observe);
+        let f = |seq| BinaryFrame {
+            fields: vec![7, seq],
+            payload: Bytes::from_static(b"pcm"),
+        };
+        assert!(ins.data_frame(Dir::Down, &f(0)).event.verdict.is_ok());
+        assert!(ins.data_frame(Dir::Down, &f(1)).event.verdict.is_ok());
+        let gap = ins.data_frame(Dir::Down, &f(3)).event;
+        assert_eq!(gap.stream, Some((7, 3)));
+        assert!(!gap.verdict.is_ok());
     }
 }

@@ -1,11 +1,17 @@
 //! `contract-proxy`: a contract-aware man-in-the-middle proxy.
 //!
-//! PARTIAL (issue 6): unix and tcp endpoints, byte relay with end-to-end
-//! backpressure, and sans-IO inspection of every message against its contract
-//! with a pretty or JSON live view. Not yet: WebSocket, QUIC, exec/stdio/fd,
-//! enforce mode, recording/replay, multi-route config.
-#![forbid(unsafe_code)]
+//! Bytes come in through an endpoint (`endpoint::*`, one module per
+//! transport, boxed as `conn::Conn`), are cut into frames and judged by the
+//! sans-IO `inspect::Inspector`, and leave through the relay (`relay`) toward
+//! the other side, re-framed for its transport. `cli` and `config` turn the
+//! command line or a TOML file into routes.
+//!
+//! PARTIAL (issue 6): see the module docs of `endpoint::*` for transports still
+//! being built; recording, replay and traces are not wired yet.
+#![deny(unsafe_code)]
 
+pub mod cli;
+pub mod config;
 pub mod conn;
 pub mod endpoint;
 pub mod inspect;

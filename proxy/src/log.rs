@@ -29,6 +29,8 @@ enum FilterKey {
     Dir,
     From,
     Verdict,
+    Channel,
+    Route,
 }
 
 impl std::str::FromStr for Filter {
@@ -44,9 +46,11 @@ impl std::str::FromStr for Filter {
             "dir" | "direction" => FilterKey::Dir,
             "from" => FilterKey::From,
             "verdict" => FilterKey::Verdict,
+            "channel" => FilterKey::Channel,
+            "route" => FilterKey::Route,
             other => {
                 return Err(format!(
-                    "unknown filter key {other:?} (method, kind, dir, from, verdict)"
+                    "unknown filter key {other:?} (method, kind, dir, from, verdict, channel, route)"
                 ));
             }
         };
@@ -71,6 +75,8 @@ impl Filter {
                 (crate::inspect::Dir::Up, "up") | (crate::inspect::Dir::Down, "down")
             ),
             FilterKey::From => e.from == self.value,
+            FilterKey::Channel => e.channel == self.value,
+            FilterKey::Route => e.route == self.value,
             FilterKey::Verdict => match &e.verdict {
                 Verdict::Ok => self.value == "ok",
                 Verdict::Violation { class, .. } => {
@@ -146,19 +152,28 @@ impl Logger {
                 };
                 let t = Self::now();
                 let secs = t as u64;
-                let line = format!(
-                    "{:02}:{:02}:{:02}.{:03} {} {}→{} {} {} {} {}B {} {} {}",
+                let what = match (&e.stream, &e.method) {
+                    (Some((stream, seq)), _) => format!("stream={stream} seq={seq}"),
+                    (None, m) => m.as_deref().unwrap_or("-").to_string(),
+                };
+                let mut line = format!(
+                    "{:02}:{:02}:{:02}.{:03} {}#{} {}→{} {} {} {} {}B {} {} {}",
                     (secs / 3600) % 24,
                     (secs / 60) % 60,
                     secs % 60,
                     ((t.fract()) * 1000.0) as u32,
                     e.route,
+                    e.conn,
                     e.from,
                     e.to,
                     e.kind
                         .map(|k| format!("{k:?}").to_lowercase())
-                        .unwrap_or_else(|| "?".into()),
-                    e.method.as_deref().unwrap_or("-"),
+                        .unwrap_or_else(|| if e.stream.is_some() {
+                            "data".into()
+                        } else {
+                            "?".into()
+                        }),
+                    what,
                     e.id.as_ref()
                         .map(|i| i.to_string())
                         .unwrap_or_else(|| "-".into()),
@@ -169,6 +184,12 @@ impl Logger {
                     e.trace.as_deref().unwrap_or("-"),
                     verdict
                 );
+                if let Some(code) = &e.error {
+                    line.push_str(&format!(" error={code}"));
+                }
+                if let Some(a) = &e.action {
+                    line.push_str(&format!(" [{a}]"));
+                }
                 if self.color {
                     self.line(&format!("\x1b[{color}m{line}\x1b[0m"));
                 } else {

@@ -1,22 +1,36 @@
-//! The tokio layer: accept, connect upstream, pump bytes both ways through the inspector.
+//! The tokio layer: accept, connect upstream, and pump frames both ways
+//! through the inspector.
 //!
-//! Each direction reads into one fixed buffer and writes it out before reading
-//! again, so a slow receiver backpressures the sender with no queue in between.
-//! The inspector sees a copy of every chunk; in observe mode nothing is held back.
+//! Each direction reads what is available, cuts it into the contract's frames,
+//! asks the inspector about each, and writes the ones it may pass in one write
+//! before reading again: a slow receiver backpressures the sender with nothing
+//! queued in between but one read and the frame being assembled (bounded by the
+//! contract's frame cap). Frames are re-encoded for the far side's transport,
+//! which is how a length-prefixed or NDJSON stream bridges to WebSocket
+//! messages and back.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
+use contract::wire::{BinaryFrame, ChannelCodec, FrameError, Wire};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{Mutex, watch};
+use tokio_util::codec::{Decoder, Encoder};
 
-use crate::conn::{BoxIo, Conn};
-use crate::endpoint::{Endpoint, Incoming, Listener, Options};
-use crate::inspect::{Dir, Inspector};
+use crate::conn::{BoxIo, BoxMsg, CloseFrame, Conn, Hello, Msg};
+use crate::endpoint::{Connected, Endpoint, Incoming, Listener, Options};
+use crate::inspect::{Closing, Decision, Dir, Inspection, Inspector, Mode};
 use crate::log::Logger;
-use contract::wire::Wire;
 
 /// Bytes read per chunk in each direction.
 pub const CHUNK: usize = 64 * 1024;
+
+/// How long a stop waits for connections to close before it gives up on them.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 
 /// One route: a listener, an upstream, and how to inspect what passes.
 #[derive(Clone)]
@@ -33,77 +47,752 @@ pub struct Route {
     pub server: String,
     /// Where to connect.
     pub upstream: Endpoint,
+    /// Endpoint options (TLS, ALPN, subprotocols).
+    pub opts: Options,
+    /// Observe or enforce.
+    pub mode: Mode,
 }
 
-/// Accept connections until the listener fails, relaying each.
-pub async fn serve(listener: Listener, route: Route, log: Arc<Logger>) -> std::io::Result<()> {
-    loop {
-        let Incoming::Conn {
-            conn: Conn::Stream(conn),
-            ..
-        } = listener.accept().await?
-        else {
-            log.note(&route.name, "only byte-stream listeners are relayed so far");
-            continue;
-        };
-        let route = route.clone();
-        let log = log.clone();
-        tokio::spawn(async move {
-            if let Err(e) = relay(conn, &route, &log).await {
-                log.note(&route.name, &e);
-            }
-        });
+/// Where inspection results go: the live view and any other sink.
+pub trait Sink: Send + Sync {
+    /// One inspected frame on `route`; `raw` is the frame's payload as it travelled.
+    fn frame(&self, route: &Route, ins: &Inspection, raw: &[u8]);
+    /// A connection-level note (opened, closed, refused).
+    fn note(&self, route: &str, conn: u64, text: &str);
+}
+
+impl Sink for Logger {
+    fn frame(&self, _route: &Route, ins: &Inspection, _raw: &[u8]) {
+        self.event(&ins.event);
+    }
+    fn note(&self, route: &str, conn: u64, text: &str) {
+        Logger::note(self, route, &format!("#{conn} {text}"));
     }
 }
 
-/// Relay one accepted connection to a fresh upstream connection.
-pub async fn relay(client: BoxIo, route: &Route, log: &Arc<Logger>) -> Result<(), String> {
-    let upstream = match route.upstream.connect(&Options::default(), None).await {
-        Ok(c) => match c.conn {
-            Conn::Stream(s) => s,
-            Conn::Messages(_) => return Err("message upstreams are not relayed yet".into()),
-        },
-        Err(e) => return Err(e.to_string()),
+/// Counters over a whole proxy run.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Frames inspected.
+    pub frames: AtomicU64,
+    /// Frames that broke the contract.
+    pub violations: AtomicU64,
+    /// Frames refused under enforcement (not forwarded).
+    pub refused: AtomicU64,
+    /// Connections relayed.
+    pub connections: AtomicU64,
+}
+
+/// What every connection of a run shares.
+pub struct Shared {
+    /// Where events go.
+    pub sinks: Vec<Arc<dyn Sink>>,
+    /// Counters.
+    pub stats: Stats,
+    next_conn: AtomicU64,
+    /// Primary-channel connections still waiting for their paired channels: (contract, conn, channels paired).
+    sessions: std::sync::Mutex<Vec<(String, u64, Vec<String>)>>,
+    /// Flips to true when the proxy is asked to stop.
+    pub stop: watch::Receiver<bool>,
+}
+
+impl Shared {
+    /// Shared state with these sinks, stopping when `stop` turns true.
+    pub fn new(sinks: Vec<Arc<dyn Sink>>, stop: watch::Receiver<bool>) -> Arc<Self> {
+        Arc::new(Shared {
+            sinks,
+            stats: Stats::default(),
+            next_conn: AtomicU64::new(1),
+            sessions: std::sync::Mutex::new(Vec::new()),
+            stop,
+        })
+    }
+
+    /// The session a new connection joins. A connection on a contract's primary
+    /// channel (the first that carries JSON) opens one; a connection on another
+    /// channel joins the oldest open session not yet holding that channel, since
+    /// the kernel's core dials data right after control (K-1).
+    fn join_session(&self, route: &Route, conn: u64) -> u64 {
+        let c = route.wire.contract();
+        let primary = c
+            .channels
+            .iter()
+            .find(|(_, ch)| ch.binding.is_some())
+            .map(|(k, _)| k.as_str());
+        let Ok(mut sessions) = self.sessions.lock() else {
+            return conn;
+        };
+        if primary == Some(route.channel.as_str()) {
+            if c.channels.len() > 1 {
+                // Bounded: a session that never gets its partner is forgotten after 1024 newer ones.
+                if sessions.len() >= 1024 {
+                    sessions.remove(0);
+                }
+                sessions.push((c.name.clone(), conn, Vec::new()));
+            }
+            return conn;
+        }
+        match sessions
+            .iter_mut()
+            .find(|(name, _, paired)| *name == c.name && !paired.contains(&route.channel))
+        {
+            Some((_, session, paired)) => {
+                paired.push(route.channel.clone());
+                *session
+            }
+            None => conn,
+        }
+    }
+
+    fn leave_session(&self, conn: u64) {
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.retain(|(_, s, _)| *s != conn);
+        }
+    }
+
+    fn note(&self, route: &str, conn: u64, text: &str) {
+        for s in &self.sinks {
+            s.note(route, conn, text);
+        }
+    }
+
+    fn record(&self, route: &Route, ins: &Inspection, raw: &[u8]) {
+        self.stats.frames.fetch_add(1, Ordering::Relaxed);
+        if !ins.event.verdict.is_ok() {
+            self.stats.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        if matches!(ins.decision, Decision::Refuse { .. }) {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        for s in &self.sinks {
+            s.frame(route, ins, raw);
+        }
+    }
+}
+
+/// Resolves once the stop flag turns true (or its sender is gone).
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// How a route ended.
+#[derive(Debug, Default)]
+pub struct RouteEnd {
+    /// Exit status of the upstream child (exec, exec-fd), when the route had one connection.
+    #[cfg(unix)]
+    pub child: Option<std::process::ExitStatus>,
+}
+
+/// Accept connections until stopped, relaying each. A one-connection listener
+/// (stdio, fd:N) ends the route with its connection, reporting the child's exit.
+pub async fn serve(
+    listener: Listener,
+    route: Route,
+    shared: Arc<Shared>,
+) -> std::io::Result<RouteEnd> {
+    let mut stop = shared.stop.clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    let once = listener.is_once();
+    loop {
+        let incoming = tokio::select! {
+            r = listener.accept() => r,
+            () = stopped(&mut stop) => break,
+            Some(done) = tasks.join_next(), if once && !tasks.is_empty() => {
+                return Ok(done.unwrap_or_default());
+            }
+        };
+        let incoming = match incoming {
+            Ok(i) => i,
+            // One client's failed handshake or accept must not end the route.
+            Err(e) if !once => {
+                shared.note(&route.name, 0, &format!("accept failed: {e}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let route = route.clone();
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+            shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+            match handle(incoming, &route, &shared, conn, once).await {
+                Ok(end) => end,
+                Err(e) => {
+                    shared.note(&route.name, conn, &e);
+                    RouteEnd::default()
+                }
+            }
+        });
+    }
+    // Stopping: each connection closes itself on the stop signal; wait at most one deadline.
+    let _ = tokio::time::timeout(SHUTDOWN_DEADLINE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tasks.abort_all();
+    Ok(RouteEnd::default())
+}
+
+/// Connect upstream for one accepted client (answering a pending WebSocket
+/// handshake with the upstream's own answer), then relay.
+async fn handle(
+    incoming: Incoming,
+    route: &Route,
+    shared: &Arc<Shared>,
+    conn: u64,
+    once: bool,
+) -> Result<RouteEnd, String> {
+    let (client, upstream) = match incoming {
+        Incoming::Conn { conn: c, peer } => {
+            shared.note(&route.name, conn, &format!("connected from {peer}"));
+            let up = route
+                .upstream
+                .connect(&route.opts, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            (c, up)
+        }
+        Incoming::Ws(pending) => {
+            let hello: Hello = pending.hello().clone();
+            shared.note(
+                &route.name,
+                conn,
+                &format!(
+                    "websocket from {} path {} offering {:?}",
+                    pending.peer(),
+                    hello.path,
+                    hello.subprotocols
+                ),
+            );
+            let is_ws_upstream = matches!(route.upstream, Endpoint::Ws { .. });
+            if !is_ws_upstream {
+                // Bridging: the proxy answers the handshake itself, with the contract's subprotocols.
+                match crate::endpoint::ws::choose_subprotocol(
+                    &hello.subprotocols,
+                    &route.opts.subprotocols,
+                ) {
+                    Ok(sub) => {
+                        let up = route
+                            .upstream
+                            .connect(&route.opts, None)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        let c = pending
+                            .accept(sub.as_deref())
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        (Conn::Messages(c), up)
+                    }
+                    Err(refusal) => {
+                        let text = format!("refused the handshake: {refusal}");
+                        pending.refuse(&refusal).await.map_err(|e| e.to_string())?;
+                        return Err(text);
+                    }
+                }
+            } else {
+                match route.upstream.connect(&route.opts, Some(&hello)).await {
+                    Ok(up) => {
+                        let c = pending
+                            .accept(up.subprotocol.as_deref())
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        (Conn::Messages(c), up)
+                    }
+                    Err(crate::endpoint::EndpointError::Refused { refusal, .. }) => {
+                        let text = format!("upstream refused the handshake: {refusal}; passed on");
+                        pending.refuse(&refusal).await.map_err(|e| e.to_string())?;
+                        return Err(text);
+                    }
+                    Err(e) => {
+                        let refusal = crate::conn::HttpRefusal {
+                            status: 502,
+                            headers: Vec::new(),
+                            body: Bytes::new(),
+                        };
+                        let _ = pending.refuse(&refusal).await;
+                        return Err(e.to_string());
+                    }
+                }
+            }
+        }
     };
+    let Connected {
+        conn: up,
+        #[cfg(unix)]
+        child,
+        ..
+    } = upstream;
+    #[cfg(unix)]
+    let forwarding = child.as_ref().filter(|_| once).map(|c| c.forward_signals());
+    let relayed = relay(client, up, route, shared, conn).await;
+    #[allow(unused_mut)]
+    let mut end = RouteEnd::default();
+    #[cfg(unix)]
+    if let Some(mut child) = child {
+        // A stand-in (stdio, fd:N) lives exactly as long as its child, as the launcher expects;
+        // a child per connection gets one deadline to finish after its connection closed.
+        let status = if once {
+            child.wait().await.map(Some)
+        } else {
+            match tokio::time::timeout(SHUTDOWN_DEADLINE, child.wait()).await {
+                Ok(r) => r.map(Some),
+                Err(_) => {
+                    shared.note(
+                        &route.name,
+                        conn,
+                        "child still running after its connection closed: killed",
+                    );
+                    child.terminate(SHUTDOWN_DEADLINE).await.map(Some)
+                }
+            }
+        };
+        match status {
+            Ok(Some(st)) => {
+                shared.note(&route.name, conn, &format!("child exited: {st}"));
+                end.child = Some(st);
+            }
+            Ok(None) => {}
+            Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
+        }
+        if let Some(Ok(f)) = forwarding {
+            f.abort();
+        }
+    }
+    if let Err(e) = relayed {
+        shared.note(&route.name, conn, &e);
+    }
+    Ok(end)
+}
+
+enum Frame {
+    Json(Bytes),
+    Data(BinaryFrame),
+}
+
+enum Item {
+    Frame(Frame),
+    /// A binary message on a message transport.
+    BinaryMsg(Bytes),
+    /// The framing broke; `rest` is what was buffered, passed on raw in observe mode.
+    Broken(FrameError, Bytes),
+    /// A whole message over the channel's cap.
+    Oversize(FrameError, Bytes),
+    /// Bytes after a framing break, passed on raw.
+    Raw(Bytes),
+    /// The sender ended: EOF on a stream, or a close with its code.
+    End(Option<CloseFrame>),
+}
+
+enum FrameIn {
+    Stream {
+        rd: ReadHalf<BoxIo>,
+        codec: ChannelCodec,
+        buf: BytesMut,
+        raw: bool,
+    },
+    Msgs(SplitStream<BoxMsg>, u64),
+}
+
+impl FrameIn {
+    fn decode_one(
+        codec: &mut ChannelCodec,
+        buf: &mut BytesMut,
+        eof: bool,
+    ) -> Result<Option<Frame>, FrameError> {
+        Ok(match codec {
+            ChannelCodec::LengthPrefixed(c) => if eof {
+                c.decode_eof(buf)?
+            } else {
+                c.decode(buf)?
+            }
+            .map(Frame::Json),
+            ChannelCodec::Ndjson(c) => if eof {
+                c.decode_eof(buf)?
+            } else {
+                c.decode(buf)?
+            }
+            .map(Frame::Json),
+            ChannelCodec::Binary(c) => if eof {
+                c.decode_eof(buf)?
+            } else {
+                c.decode(buf)?
+            }
+            .map(Frame::Data),
+            // A message channel carried over a byte stream: one frame per line, the usual bridge.
+            ChannelCodec::Message(_) => {
+                return Err(FrameError::Unsupported(
+                    "a message channel needs a message transport on both sides or NDJSON".into(),
+                ));
+            }
+        })
+    }
+
+    /// Everything available now: at least one item, or an error.
+    async fn next_batch(&mut self, out: &mut Vec<Item>) -> std::io::Result<()> {
+        match self {
+            FrameIn::Stream {
+                rd,
+                codec,
+                buf,
+                raw,
+            } => loop {
+                if !*raw {
+                    loop {
+                        match Self::decode_one(codec, buf, false) {
+                            Ok(Some(f)) => out.push(Item::Frame(f)),
+                            Ok(None) => break,
+                            Err(e) => {
+                                *raw = true;
+                                out.push(Item::Broken(e, buf.split().freeze()));
+                                break;
+                            }
+                        }
+                    }
+                    if !out.is_empty() {
+                        return Ok(());
+                    }
+                }
+                buf.reserve(CHUNK);
+                let n = rd.read_buf(buf).await?;
+                if n == 0 {
+                    if !*raw {
+                        match Self::decode_one(codec, buf, true) {
+                            Ok(Some(f)) => out.push(Item::Frame(f)),
+                            Ok(None) => {}
+                            Err(e) => out.push(Item::Broken(e, buf.split().freeze())),
+                        }
+                    } else if !buf.is_empty() {
+                        out.push(Item::Raw(buf.split().freeze()));
+                    }
+                    out.push(Item::End(None));
+                    return Ok(());
+                }
+                if *raw {
+                    out.push(Item::Raw(buf.split().freeze()));
+                    return Ok(());
+                }
+            },
+            FrameIn::Msgs(s, cap) => {
+                match s.next().await {
+                    Some(Ok(Msg::Text(t))) if t.len() as u64 > *cap => out.push(Item::Oversize(
+                        FrameError::Oversize {
+                            len: t.len() as u64,
+                            max: *cap,
+                        },
+                        t,
+                    )),
+                    Some(Ok(Msg::Text(t))) => out.push(Item::Frame(Frame::Json(t))),
+                    Some(Ok(Msg::Binary(b))) => out.push(Item::BinaryMsg(b)),
+                    Some(Ok(Msg::Close(c))) => out.push(Item::End(c)),
+                    Some(Err(e)) => return Err(e),
+                    None => out.push(Item::End(None)),
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+enum FrameOut {
+    Stream {
+        wr: WriteHalf<BoxIo>,
+        codec: ChannelCodec,
+        out: BytesMut,
+    },
+    Msgs(SplitSink<BoxMsg, Msg>),
+}
+
+fn io_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+}
+
+impl FrameOut {
+    async fn push(&mut self, f: &Frame) -> std::io::Result<()> {
+        match (self, f) {
+            (FrameOut::Stream { codec, out, .. }, Frame::Json(b)) => match codec {
+                ChannelCodec::LengthPrefixed(c) => c.encode(b.as_ref(), out).map_err(io_err),
+                ChannelCodec::Ndjson(c) => c.encode(b.as_ref(), out).map_err(io_err),
+                _ => Err(io_err(
+                    "a JSON frame cannot be written on this channel's framing",
+                )),
+            },
+            (
+                FrameOut::Stream {
+                    codec: ChannelCodec::Binary(c),
+                    out,
+                    ..
+                },
+                Frame::Data(d),
+            ) => c.encode(d, out).map_err(io_err),
+            (FrameOut::Msgs(s), Frame::Json(b)) => s.feed(Msg::Text(b.clone())).await,
+            _ => Err(io_err("data frames cannot be bridged to this transport")),
+        }
+    }
+
+    async fn push_binary(&mut self, b: Bytes) -> std::io::Result<()> {
+        match self {
+            FrameOut::Msgs(s) => s.feed(Msg::Binary(b)).await,
+            FrameOut::Stream { .. } => {
+                Err(io_err("a binary message has no frame on a byte stream"))
+            }
+        }
+    }
+
+    async fn push_raw(&mut self, raw: &[u8]) -> std::io::Result<()> {
+        match self {
+            FrameOut::Stream { out, .. } => {
+                out.extend_from_slice(raw);
+                Ok(())
+            }
+            FrameOut::Msgs(_) => Err(io_err(
+                "unframed bytes cannot be bridged to a message transport",
+            )),
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            FrameOut::Stream { wr, out, .. } => {
+                if !out.is_empty() {
+                    wr.write_all(out).await?;
+                    out.clear();
+                }
+                wr.flush().await
+            }
+            FrameOut::Msgs(s) => s.flush().await,
+        }
+    }
+
+    /// End this side: half-close a stream, or send the close (code passed through).
+    async fn end(&mut self, close: Option<CloseFrame>) -> std::io::Result<()> {
+        let _ = self.flush().await;
+        match self {
+            FrameOut::Stream { wr, .. } => wr.shutdown().await,
+            FrameOut::Msgs(s) => {
+                let r = s.send(Msg::Close(close)).await;
+                let _ = s.close().await;
+                r
+            }
+        }
+    }
+}
+
+fn split(conn: Conn, codec: &ChannelCodec, cap: u64) -> (FrameIn, FrameOut) {
+    match conn {
+        Conn::Stream(io) => {
+            let (rd, wr) = tokio::io::split(io);
+            (
+                FrameIn::Stream {
+                    rd,
+                    codec: codec.clone(),
+                    buf: BytesMut::with_capacity(CHUNK),
+                    raw: false,
+                },
+                FrameOut::Stream {
+                    wr,
+                    codec: codec.clone(),
+                    out: BytesMut::with_capacity(CHUNK),
+                },
+            )
+        }
+        Conn::Messages(m) => {
+            let (tx, rx) = m.split();
+            (FrameIn::Msgs(rx, cap), FrameOut::Msgs(tx))
+        }
+    }
+}
+
+/// The codec for the byte-stream side of a channel. A message channel (one
+/// frame per WebSocket message) bridged to a byte stream uses NDJSON there.
+fn stream_codec(wire: &Wire, channel: &str) -> Result<ChannelCodec, String> {
+    let codec = wire.codec(channel).map_err(|e| e.to_string())?;
+    Ok(match codec {
+        ChannelCodec::Message(cap) => ChannelCodec::Ndjson(contract::wire::framing::Ndjson::new(
+            cap.max,
+            contract::model::LineMeasure::Bytes,
+        )),
+        other => other,
+    })
+}
+
+/// How one direction ended.
+enum PumpEnd {
+    /// The sender finished; its close (if any) was passed on.
+    Done,
+    /// The inspector closed the connection (enforce mode).
+    Closed(Closing),
+}
+
+struct Ends {
+    client: Arc<Mutex<FrameOut>>,
+    upstream: Arc<Mutex<FrameOut>>,
+}
+
+impl Ends {
+    fn toward(&self, dir: Dir) -> &Arc<Mutex<FrameOut>> {
+        match dir {
+            Dir::Up => &self.upstream,
+            Dir::Down => &self.client,
+        }
+    }
+}
+
+/// Relay one client connection and its upstream connection until both directions end.
+pub async fn relay(
+    client: Conn,
+    upstream: Conn,
+    route: &Route,
+    shared: &Arc<Shared>,
+    conn: u64,
+) -> Result<(), String> {
+    let codec = stream_codec(&route.wire, &route.channel)?;
     let inspector = Inspector::new(
         route.wire.clone(),
         &route.name,
+        conn,
         &route.channel,
-        &route.client,
-        &route.server,
+        (&route.client, &route.server),
+        route.mode,
     )
     .map_err(|e| e.to_string())?;
-    let inspector = Arc::new(Mutex::new(inspector));
-    let (cr, cw) = tokio::io::split(client);
-    let (ur, uw) = tokio::io::split(upstream);
-    let up = pump(cr, uw, Dir::Up, inspector.clone(), log.clone());
-    let down = pump(ur, cw, Dir::Down, inspector, log.clone());
-    let (a, b) = tokio::join!(up, down);
-    a.and(b).map_err(|e| e.to_string())
+    let session = shared.join_session(route, conn);
+    if session != conn {
+        shared.note(&route.name, conn, &format!("joins session #{session}"));
+    }
+    let mut inspector = inspector;
+    inspector.set_session(session);
+    let inspector = std::sync::Mutex::new(inspector);
+    let cap = match route.wire.codec(&route.channel) {
+        Ok(ChannelCodec::Message(c)) => c.max,
+        _ => contract::wire::framing::DEFAULT_CAP,
+    };
+    let (cin, cout) = split(client, &codec, cap);
+    let (uin, uout) = split(upstream, &codec, cap);
+    let ends = Ends {
+        client: Arc::new(Mutex::new(cout)),
+        upstream: Arc::new(Mutex::new(uout)),
+    };
+    let up = pump(Dir::Up, cin, &ends, &inspector, route, shared);
+    let down = pump(Dir::Down, uin, &ends, &inspector, route, shared);
+    tokio::pin!(up, down);
+    let mut stop = shared.stop.clone();
+    let closing = |c: Closing| async {
+        let frame = match c {
+            Closing::Code(f) => Some(f),
+            Closing::Drop => None,
+        };
+        let _ = ends.client.lock().await.end(frame.clone()).await;
+        let _ = ends.upstream.lock().await.end(frame).await;
+    };
+    let mut up_done = false;
+    let mut down_done = false;
+    let mut result = Ok(());
+    while !(up_done && down_done) {
+        tokio::select! {
+            r = &mut up, if !up_done => {
+                up_done = true;
+                match r {
+                    Ok(PumpEnd::Done) => {}
+                    Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
+                    Err(e) => { result = Err(format!("client side: {e}")); closing(Closing::Drop).await; break; }
+                }
+            }
+            r = &mut down, if !down_done => {
+                down_done = true;
+                match r {
+                    Ok(PumpEnd::Done) => {}
+                    Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
+                    Err(e) => { result = Err(format!("upstream side: {e}")); closing(Closing::Drop).await; break; }
+                }
+            }
+            () = stopped(&mut stop) => {
+                closing(Closing::Code(CloseFrame { code: 1001, reason: "proxy stopping".into() })).await;
+                break;
+            }
+        }
+    }
+    shared.leave_session(conn);
+    shared.note(&route.name, conn, "closed");
+    result
 }
 
 async fn pump(
-    mut from: ReadHalf<BoxIo>,
-    mut to: WriteHalf<BoxIo>,
     dir: Dir,
-    inspector: Arc<Mutex<Inspector>>,
-    log: Arc<Logger>,
-) -> std::io::Result<()> {
-    let mut buf = vec![0u8; CHUNK];
+    mut from: FrameIn,
+    ends: &Ends,
+    inspector: &std::sync::Mutex<Inspector>,
+    route: &Route,
+    shared: &Arc<Shared>,
+) -> std::io::Result<PumpEnd> {
+    let mut items = Vec::with_capacity(64);
+    let mut replies: Vec<Bytes> = Vec::new();
     loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            // Half-close travels through: xsession senders end their one message this way.
-            to.shutdown().await?;
-            return Ok(());
+        items.clear();
+        from.next_batch(&mut items).await?;
+        let now = Instant::now();
+        let mut to = ends.toward(dir).lock().await;
+        let mut close = None;
+        let mut ended = None;
+        for item in items.drain(..) {
+            let inspected = {
+                let Ok(mut i) = inspector.lock() else {
+                    return Err(io_err("inspector poisoned"));
+                };
+                match &item {
+                    Item::Frame(Frame::Json(b)) => Some((i.frame(dir, b, now), b.clone())),
+                    Item::Frame(Frame::Data(d)) => Some((i.data_frame(dir, d), d.payload.clone())),
+                    Item::BinaryMsg(b) => Some((i.binary_message(dir, b.len()), b.clone())),
+                    Item::Broken(e, rest) | Item::Oversize(e, rest) => {
+                        Some((i.framing_error(dir, e), rest.clone()))
+                    }
+                    Item::Raw(_) | Item::End(_) => None,
+                }
+            };
+            let Some((ins, raw)) = inspected else {
+                match item {
+                    Item::End(c) => ended = Some(c),
+                    Item::Raw(r) => to.push_raw(&r).await?,
+                    _ => {}
+                }
+                continue;
+            };
+            shared.record(route, &ins, &raw);
+            match ins.decision {
+                Decision::Forward => match item {
+                    Item::Frame(f) => to.push(&f).await?,
+                    Item::BinaryMsg(b) => to.push_binary(b).await?,
+                    Item::Oversize(_, t) => to.push(&Frame::Json(t)).await?,
+                    // Observe mode keeps the bytes flowing when both sides share the framing.
+                    Item::Broken(_, rest) if to.push_raw(&rest).await.is_err() => {
+                        close = Some(Closing::Drop);
+                        break;
+                    }
+                    _ => {}
+                },
+                Decision::Refuse { reply, close: c } => {
+                    replies.extend(reply);
+                    if c.is_some() {
+                        close = c;
+                        break;
+                    }
+                }
+            }
         }
-        let events = match inspector.lock() {
-            Ok(mut i) => i.feed(dir, &buf[..n], Instant::now()),
-            Err(_) => Vec::new(),
-        };
-        for e in &events {
-            log.event(e);
+        to.flush().await?;
+        drop(to);
+        if !replies.is_empty() {
+            let mut back = ends.toward(dir.reverse()).lock().await;
+            for r in replies.drain(..) {
+                back.push(&Frame::Json(r)).await?;
+            }
+            back.flush().await?;
         }
-        to.write_all(&buf[..n]).await?;
+        if let Some(c) = close {
+            return Ok(PumpEnd::Closed(c));
+        }
+        if let Some(c) = ended {
+            ends.toward(dir).lock().await.end(c).await.ok();
+            return Ok(PumpEnd::Done);
+        }
     }
 }

