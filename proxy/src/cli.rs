@@ -37,6 +37,59 @@ pub enum Cmd {
     Contracts,
     /// Relay one route (or the routes of --config), inspecting every message against the contract.
     Run(Box<RunArgs>),
+    /// Print a recording like the live view.
+    Show(ShowArgs),
+    /// Re-send one side of a recorded connection to an endpoint and report where the answers differ.
+    Replay(ReplayArgs),
+    /// Play a scripted kernel session between an in-process shell and core through the proxy.
+    Demo(crate::demo::DemoArgs),
+}
+
+/// `show` arguments.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The recording (from `run --record`).
+    pub file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "pretty")]
+    pub log: Format,
+    /// Show only frames matching KEY=VALUE (as for `run`).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub filter: Vec<Filter>,
+}
+
+/// `replay` arguments.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The recording (from `run --record`).
+    pub file: PathBuf,
+    /// Where to send: any upstream endpoint.
+    #[arg(long)]
+    pub to: String,
+    /// Whose frames to re-send: up (the connecting side, default) or down.
+    #[arg(long, value_enum, default_value = "up")]
+    pub side: crate::inspect::Dir,
+    /// Connection number to replay (default: the first with frames from that side).
+    #[arg(long)]
+    pub conn: Option<u64>,
+    /// Seconds to wait for each answer.
+    #[arg(long, default_value_t = 5.0)]
+    pub deadline: f64,
+    /// Also ignore this member name (anywhere) or JSON pointer when comparing; repeatable.
+    #[arg(long, value_name = "NAME|/POINTER")]
+    pub ignore: Vec<String>,
+    /// A secret to send in place of `[REDACTED]`: NAME=VALUE; repeatable.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub secret: Vec<String>,
+    /// The report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Pinned fingerprint or CA for a wss:// or quic:// target.
+    #[arg(long)]
+    pub pin: Option<String>,
+    /// CA bundle (PEM) for a wss:// or quic:// target.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `run` arguments.
@@ -93,6 +146,13 @@ pub struct RunArgs {
     /// CA bundle (PEM) to verify a wss:// or quic:// upstream with.
     #[arg(long)]
     pub ca: Option<PathBuf>,
+    /// Record every frame, raw and decoded, to this file (see docs/recording.md); it must not exist.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Export every relayed exchange as OpenTelemetry spans to this OTLP collector
+    /// (http://HOST:4317 gRPC, :4318 HTTP); OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME are honoured too.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
 }
 
 /// Why a command failed, and the exit code it maps to.
@@ -203,9 +263,55 @@ impl RunArgs {
 /// Run `contract-proxy run` until stopped (ctrl-c, SIGTERM) or, for a stand-in, until its child exits.
 pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
     let routes = args.routes()?;
-    let logger: Arc<dyn Sink> = Arc::new(Logger::new(args.log, args.filter.clone()));
+    // A stand-in's stdout is its program's output: the live view goes to stderr then.
+    let stand_in = routes.iter().any(|r| {
+        matches!(
+            r.listen,
+            crate::endpoint::Endpoint::Stdio | crate::endpoint::Endpoint::Fd(_)
+        )
+    });
+    let logger: Arc<dyn Sink> = if stand_in {
+        Arc::new(Logger::on_stderr(args.log, args.filter.clone()))
+    } else {
+        Arc::new(Logger::new(args.log, args.filter.clone()))
+    };
+    let recorder = match &args.record {
+        Some(path) => {
+            let c = routes[0].route.wire.contract();
+            let infos = routes
+                .iter()
+                .map(|r| crate::record::RouteInfo {
+                    name: r.route.name.clone(),
+                    listen: r.listen.to_string(),
+                    upstream: r.route.upstream.to_string(),
+                    channel: r.route.channel.clone(),
+                    client: r.route.client.clone(),
+                    server: r.route.server.clone(),
+                    contract: r.route.wire.contract().name.clone(),
+                    contract_version: r.route.wire.contract().version.clone(),
+                })
+                .collect();
+            Some(
+                crate::record::Recorder::create(path, crate::record::Header::new(c, infos))
+                    .map_err(|e| CliError::Usage(e.to_string()))?,
+            )
+        }
+        None => None,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let shared = Shared::new(vec![logger], stop_rx);
+    let tracer = match crate::trace::OtlpConfig::from_env(args.otlp.as_deref())
+        .map_err(|e| CliError::Usage(e.to_string()))?
+    {
+        Some(cfg) => {
+            Some(crate::trace::Tracer::new(&cfg).map_err(|e| CliError::Usage(e.to_string()))?)
+        }
+        None => None,
+    };
+    let mut sinks: Vec<Arc<dyn Sink>> = vec![logger];
+    if let Some(t) = &tracer {
+        sinks.push(Arc::new(t.clone()));
+    }
+    let shared = Shared::with_recorder(sinks, recorder.as_ref().map(|r| r.sink()), stop_rx);
     let mut listeners = Vec::new();
     for r in routes {
         let l = r
@@ -229,7 +335,6 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         listeners.push((l, r.route));
     }
     // A stand-in forwards termination signals to its child instead of stopping on them.
-    let stand_in = listeners.iter().any(|(l, _)| l.is_once());
     let mut set = tokio::task::JoinSet::new();
     for (l, route) in listeners {
         set.spawn(serve(l, route, shared.clone()));
@@ -271,6 +376,36 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
             _ = &mut stop_signal, if !*stop_tx.borrow() => {
                 eprintln!("contract-proxy: stopping");
                 let _ = stop_tx.send(true);
+            }
+        }
+    }
+    if let Some(t) = tracer {
+        // Shutdown exports what is queued, within its own deadline, and blocks: off the runtime.
+        match tokio::task::spawn_blocking(move || t.shutdown()).await {
+            Ok(Ok(st)) => eprintln!(
+                "contract-proxy: traces: {} spans exported, {} dropped",
+                st.exported, st.dropped
+            ),
+            Ok(Err(e)) => eprintln!("contract-proxy: traces: {e}"),
+            Err(e) => eprintln!("contract-proxy: traces: {e}"),
+        }
+    }
+    if let Some(r) = recorder {
+        match r.finish().await {
+            Ok(st) => eprintln!(
+                "contract-proxy: recording {}: {} records, {} bytes, {} secrets redacted, {} not written",
+                args.record
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                st.records,
+                st.bytes,
+                st.redacted,
+                shared.unrecorded.load(std::sync::atomic::Ordering::Relaxed)
+            ),
+            Err(e) => {
+                eprintln!("contract-proxy: recording: {e}");
+                outcome = Outcome::Code(1);
             }
         }
     }
@@ -319,5 +454,62 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             Ok(Outcome::Code(0))
         }
         Cmd::Run(args) => run(*args).await,
+        Cmd::Show(a) => {
+            let logger = Logger::new(a.log, a.filter);
+            let st = crate::record::show(&a.file, &logger)
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            eprintln!(
+                "contract-proxy: {} records: {} frames ({} violations), {} notes",
+                st.records, st.frames, st.violations, st.notes
+            );
+            Ok(Outcome::Code(0))
+        }
+        Cmd::Replay(a) => {
+            let to: crate::endpoint::Endpoint =
+                a.to.parse()
+                    .map_err(|e: crate::endpoint::EndpointError| CliError::Usage(e.to_string()))?;
+            let secrets = a
+                .secret
+                .iter()
+                .map(|s| {
+                    s.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .ok_or_else(|| CliError::Usage(format!("--secret {s:?} is not NAME=VALUE")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if !(a.deadline.is_finite() && a.deadline > 0.0) {
+                return Err(CliError::Usage(
+                    "--deadline must be a positive number of seconds".into(),
+                ));
+            }
+            let mut opts = crate::replay::ReplayOptions {
+                conn: a.conn,
+                deadline: std::time::Duration::from_secs_f64(a.deadline),
+                ignore: a.ignore,
+                secrets,
+                ..Default::default()
+            };
+            opts.endpoint.tls.pin = a.pin;
+            opts.endpoint.tls.ca = a.ca;
+            let report = crate::replay::replay(&a.file, &to, a.side, &opts)
+                .await
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            if a.json {
+                println!("{}", report.to_json());
+            } else {
+                println!("{report}");
+            }
+            Ok(Outcome::Code(if report.is_clean() { 0 } else { 1 }))
+        }
+        Cmd::Demo(args) => {
+            let summary = crate::demo::run(args)
+                .await
+                .map_err(|e| match e.exit_code() {
+                    2 => CliError::Usage(e.to_string()),
+                    _ => CliError::Failed(e.to_string()),
+                })?;
+            summary.print();
+            Ok(Outcome::Code(summary.exit_code()))
+        }
     }
 }

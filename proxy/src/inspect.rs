@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 use crate::conn::CloseFrame;
 
 /// Which way a frame travels on a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Dir {
     /// From the connecting side to the upstream.

@@ -13,10 +13,16 @@
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod demo;
 pub mod endpoint;
 pub mod inspect;
 pub mod log;
+pub mod policy;
+pub mod record;
+pub mod redact;
 pub mod relay;
+pub mod replay;
+pub mod trace;
 
 /// Resolve the contract a route names: a built-in name or a path.
 pub fn contract_for(name_or_path: &str) -> Result<contract::Contract, contract::LoadError> {

@@ -93,7 +93,7 @@ pub struct Logger {
     format: Format,
     color: bool,
     filters: Vec<Filter>,
-    out: Mutex<std::io::Stdout>,
+    out: Mutex<Box<dyn Write + Send>>,
 }
 
 impl Logger {
@@ -104,7 +104,18 @@ impl Logger {
             format,
             color: out.is_terminal(),
             filters,
-            out: Mutex::new(out),
+            out: Mutex::new(Box::new(out)),
+        }
+    }
+
+    /// The same on standard error: a stand-in's stdout belongs to the program it stands in for.
+    pub fn on_stderr(format: Format, filters: Vec<Filter>) -> Self {
+        let out = std::io::stderr();
+        Logger {
+            format,
+            color: out.is_terminal(),
+            filters,
+            out: Mutex::new(Box::new(out)),
         }
     }
 
@@ -122,15 +133,20 @@ impl Logger {
         }
     }
 
-    /// Log one inspection event (if it passes the filters).
+    /// Log one inspection event (if it passes the filters), stamped now.
     pub fn event(&self, e: &Event) {
+        self.event_at(e, Self::now());
+    }
+
+    /// Log one event stamped with `t` (seconds since the epoch), as `show` does for recordings.
+    pub fn event_at(&self, e: &Event, t: f64) {
         if !self.filters.iter().all(|f| f.matches(e)) {
             return;
         }
         match self.format {
             Format::Json => {
                 let mut v = serde_json::to_value(e).unwrap_or_default();
-                v["time"] = serde_json::json!(Self::now());
+                v["time"] = serde_json::json!(t);
                 self.line(&v.to_string());
             }
             Format::Pretty => {
@@ -150,7 +166,6 @@ impl Logger {
                     ),
                     Verdict::Framing { reason } => (format!("FRAMING {reason}"), "31"),
                 };
-                let t = Self::now();
                 let secs = t as u64;
                 let what = match (&e.stream, &e.method) {
                     (Some((stream, seq)), _) => format!("stream={stream} seq={seq}"),

@@ -29,6 +29,12 @@ use crate::log::Logger;
 /// Bytes read per chunk in each direction.
 pub const CHUNK: usize = 64 * 1024;
 
+/// How long a connection on a session's second channel waits for its primary connection.
+pub const SESSION_JOIN_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a stand-in's launcher connection may drain after its child exited.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(1);
+
 /// How long a stop waits for connections to close before it gives up on them.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -94,12 +100,27 @@ pub struct Shared {
     sessions: std::sync::Mutex<Vec<(String, u64, Vec<String>)>>,
     /// Flips to true when the proxy is asked to stop.
     pub stop: watch::Receiver<bool>,
+    /// The recording, written with backpressure: a slow disk slows the relay, nothing is dropped.
+    recorder: Option<crate::record::RecordSink>,
+    /// Records that could not be written (the recorder stopped); shown at the end.
+    pub unrecorded: AtomicU64,
 }
 
 impl Shared {
     /// Shared state with these sinks, stopping when `stop` turns true.
     pub fn new(sinks: Vec<Arc<dyn Sink>>, stop: watch::Receiver<bool>) -> Arc<Self> {
+        Self::with_recorder(sinks, None, stop)
+    }
+
+    /// Shared state that also records every frame and note to `recorder`.
+    pub fn with_recorder(
+        sinks: Vec<Arc<dyn Sink>>,
+        recorder: Option<crate::record::RecordSink>,
+        stop: watch::Receiver<bool>,
+    ) -> Arc<Self> {
         Arc::new(Shared {
+            recorder,
+            unrecorded: AtomicU64::new(0),
             sinks,
             stats: Stats::default(),
             next_conn: AtomicU64::new(1),
@@ -112,7 +133,19 @@ impl Shared {
     /// channel (the first that carries JSON) opens one; a connection on another
     /// channel joins the oldest open session not yet holding that channel, since
     /// the kernel's core dials data right after control (K-1).
-    fn join_session(&self, route: &Route, conn: u64) -> u64 {
+    async fn join_session(&self, route: &Route, conn: u64) -> u64 {
+        // The partner channel may be accepted a moment before its primary: wait briefly for it.
+        let deadline = Instant::now() + SESSION_JOIN_WAIT;
+        loop {
+            match self.try_join_session(route, conn) {
+                Some(s) => return s,
+                None if Instant::now() >= deadline => return conn,
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    fn try_join_session(&self, route: &Route, conn: u64) -> Option<u64> {
         let c = route.wire.contract();
         let primary = c
             .channels
@@ -120,7 +153,7 @@ impl Shared {
             .find(|(_, ch)| ch.binding.is_some())
             .map(|(k, _)| k.as_str());
         let Ok(mut sessions) = self.sessions.lock() else {
-            return conn;
+            return Some(conn);
         };
         if primary == Some(route.channel.as_str()) {
             if c.channels.len() > 1 {
@@ -130,18 +163,15 @@ impl Shared {
                 }
                 sessions.push((c.name.clone(), conn, Vec::new()));
             }
-            return conn;
+            return Some(conn);
         }
-        match sessions
+        sessions
             .iter_mut()
             .find(|(name, _, paired)| *name == c.name && !paired.contains(&route.channel))
-        {
-            Some((_, session, paired)) => {
+            .map(|(_, session, paired)| {
                 paired.push(route.channel.clone());
                 *session
-            }
-            None => conn,
-        }
+            })
     }
 
     fn leave_session(&self, conn: u64) {
@@ -153,6 +183,22 @@ impl Shared {
     fn note(&self, route: &str, conn: u64, text: &str) {
         for s in &self.sinks {
             s.note(route, conn, text);
+        }
+        if let Some(r) = &self.recorder
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let (r, rec) = (r.clone(), crate::record::Record::note(route, conn, text));
+            rt.spawn(async move { r.record(rec).await });
+        }
+    }
+
+    async fn write_record(&self, ins: &Inspection, raw: &[u8]) {
+        if let Some(r) = &self.recorder
+            && r.record(crate::record::Record::inspected(raw, ins))
+                .await
+                .is_err()
+        {
+            self.unrecorded.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -240,7 +286,8 @@ async fn handle(
     route: &Route,
     shared: &Arc<Shared>,
     conn: u64,
-    once: bool,
+    // Only process endpoints (unix) outlive their connection.
+    #[cfg_attr(not(unix), allow(unused_variables))] once: bool,
 ) -> Result<RouteEnd, String> {
     let (client, upstream) = match incoming {
         Incoming::Conn { conn: c, peer } => {
@@ -252,15 +299,19 @@ async fn handle(
                 .map_err(|e| e.to_string())?;
             (c, up)
         }
+        Incoming::Rejected { peer, why } => {
+            return Err(format!("turned away {peer}: {why}"));
+        }
         Incoming::Ws(pending) => {
             let hello: Hello = pending.hello().clone();
+            // The query string can carry credentials: only the path is shown.
+            let path = hello.path.split('?').next().unwrap_or_default();
             shared.note(
                 &route.name,
                 conn,
                 &format!(
-                    "websocket from {} path {} offering {:?}",
+                    "websocket from {} path {path} offering {:?}",
                     pending.peer(),
-                    hello.path,
                     hello.subprotocols
                 ),
             );
@@ -322,42 +373,73 @@ async fn handle(
         child,
         ..
     } = upstream;
-    #[cfg(unix)]
-    let forwarding = child.as_ref().filter(|_| once).map(|c| c.forward_signals());
-    let relayed = relay(client, up, route, shared, conn).await;
     #[allow(unused_mut)]
     let mut end = RouteEnd::default();
     #[cfg(unix)]
-    if let Some(mut child) = child {
-        // A stand-in (stdio, fd:N) lives exactly as long as its child, as the launcher expects;
-        // a child per connection gets one deadline to finish after its connection closed.
-        let status = if once {
-            child.wait().await.map(Some)
-        } else {
-            match tokio::time::timeout(SHUTDOWN_DEADLINE, child.wait()).await {
-                Ok(r) => r.map(Some),
+    let relayed = match child {
+        // A stand-in (stdio, fd:N) lives exactly as long as its child, as the launcher
+        // expects: when the child exits, what it wrote drains to the launcher within one
+        // deadline, and the route ends even if the launcher still holds its end open.
+        Some(mut child) if once => {
+            let forwarding = match child.forward_signals() {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    shared.note(
+                        &route.name,
+                        conn,
+                        &format!("cannot forward signals to the child: {e}"),
+                    );
+                    None
+                }
+            };
+            let relaying = relay(client, up, route, shared, conn);
+            tokio::pin!(relaying);
+            let (relayed, status) = tokio::select! {
+                r = &mut relaying => (r, child.wait().await),
+                st = child.wait() => {
+                    let r = match tokio::time::timeout(DRAIN_DEADLINE, &mut relaying).await {
+                        Ok(r) => r,
+                        Err(_) => Ok(()),
+                    };
+                    (r, st)
+                }
+            };
+            match status {
+                Ok(st) => {
+                    shared.note(&route.name, conn, &format!("child exited: {st}"));
+                    end.child = Some(st);
+                }
+                Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
+            }
+            if let Some(f) = forwarding {
+                f.abort();
+            }
+            relayed
+        }
+        // A child per connection gets one deadline to finish after its connection closed.
+        Some(mut child) => {
+            let relayed = relay(client, up, route, shared, conn).await;
+            let status = match tokio::time::timeout(SHUTDOWN_DEADLINE, child.wait()).await {
+                Ok(r) => r,
                 Err(_) => {
                     shared.note(
                         &route.name,
                         conn,
-                        "child still running after its connection closed: killed",
+                        "child still running after its connection closed: terminating it",
                     );
-                    child.terminate(SHUTDOWN_DEADLINE).await.map(Some)
+                    child.terminate(SHUTDOWN_DEADLINE).await
                 }
+            };
+            match status {
+                Ok(st) => shared.note(&route.name, conn, &format!("child exited: {st}")),
+                Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
             }
-        };
-        match status {
-            Ok(Some(st)) => {
-                shared.note(&route.name, conn, &format!("child exited: {st}"));
-                end.child = Some(st);
-            }
-            Ok(None) => {}
-            Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
+            relayed
         }
-        if let Some(Ok(f)) = forwarding {
-            f.abort();
-        }
-    }
+        None => relay(client, up, route, shared, conn).await,
+    };
+    #[cfg(not(unix))]
+    let relayed = relay(client, up, route, shared, conn).await;
     if let Err(e) = relayed {
         shared.note(&route.name, conn, &e);
     }
@@ -655,7 +737,7 @@ pub async fn relay(
         route.mode,
     )
     .map_err(|e| e.to_string())?;
-    let session = shared.join_session(route, conn);
+    let session = shared.join_session(route, conn).await;
     if session != conn {
         shared.note(&route.name, conn, &format!("joins session #{session}"));
     }
@@ -757,6 +839,7 @@ async fn pump(
                 continue;
             };
             shared.record(route, &ins, &raw);
+            shared.write_record(&ins, &raw).await;
             match ins.decision {
                 Decision::Forward => match item {
                     Item::Frame(f) => to.push(&f).await?,

@@ -247,6 +247,13 @@ pub enum Incoming {
     },
     /// A WebSocket client whose handshake is answered only once the upstream has answered.
     Ws(ws::PendingWs),
+    /// A client the listener itself turned away (bad upgrade request), for the log.
+    Rejected {
+        /// Who connected.
+        peer: String,
+        /// Why, and the status it got.
+        why: String,
+    },
 }
 
 /// An upstream connection.
@@ -315,7 +322,8 @@ impl Listener {
     /// The SHA-256 fingerprint of the certificate a TLS listener presents.
     pub fn fingerprint(&self) -> Option<String> {
         match self {
-            Listener::Quic(_l) => None, // RESTORE-FP
+            Listener::Quic(l) => Some(l.fingerprint().to_string()),
+            Listener::Ws(l) => l.fingerprint().map(str::to_string),
             _ => None,
         }
     }
@@ -343,7 +351,16 @@ impl Listener {
                     peer,
                 })
             }
-            Listener::Ws(l) => l.accept().await.map(Incoming::Ws),
+            Listener::Ws(l) => Ok(match l.accept_next().await? {
+                ws::Accepted::Pending(p) => Incoming::Ws(p),
+                ws::Accepted::Rejected(r) => Incoming::Rejected {
+                    why: match r.status {
+                        Some(s) => format!("answered {s}: {}", r.why),
+                        None => r.why,
+                    },
+                    peer: r.peer,
+                },
+            }),
             Listener::Quic(l) => {
                 let (io, peer) = l.accept().await?;
                 Ok(Incoming::Conn {

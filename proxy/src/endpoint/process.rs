@@ -8,9 +8,11 @@
 //! shape and nothing else beyond stdio, and the launcher sees the same exit
 //! status, including death by signal.
 //!
-//! Two operations have no safe form and live in one small function each:
-//! taking ownership of an inherited descriptor number ([`take_inherited`]) and
-//! resetting a signal to its default action ([`default_action`]).
+//! Three operations have no safe form and live in one small function each:
+//! taking ownership of an inherited descriptor number (`take_inherited`),
+//! resetting a signal to its default action (`default_action`) and marking
+//! every stray descriptor close-on-exec in a child before it execs
+//! (`only_stdio_and`).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -34,15 +36,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::conn::BoxIo;
-
-/// The signals a wrapper passes on to its child: the ones a launcher or a
-/// terminal uses to end a command.
-pub const FORWARDED: [Signal; 4] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-];
 
 /// How long [`ChildProc::wait`] sleeps between checks when no SIGCHLD arrives
 /// (a lost or coalesced SIGCHLD must not stall the wait).
@@ -151,7 +144,8 @@ impl ChildProc {
     }
 
     /// Forward SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to the proxy to the
-    /// child, for as long as the child lives.
+    /// child, for as long as the child lives: the signals a launcher or a
+    /// terminal uses to end a command.
     ///
     /// The handlers are installed before this returns, so from then on these
     /// signals no longer end the proxy by themselves: it ends when the child
@@ -424,6 +418,64 @@ fn command(argv: &[String]) -> io::Result<(Command, &str)> {
     Ok((cmd, prog))
 }
 
+/// Make every descriptor from 3 up, except `keep`, close-on-exec in the child
+/// just before it execs, so it gets only its stdio (and `keep`) whatever the
+/// proxy itself inherited from its launcher. Registered after any fd mapping,
+/// whose hook must have put `keep` in place first.
+#[allow(unsafe_code)]
+fn only_stdio_and(cmd: &mut Command, keep: Option<RawFd>) {
+    use nix::libc;
+    // SAFETY: sysconf is a plain query with no pointers, made here in the parent.
+    let open_max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+    // Only for the fallback loop: bounded so a huge limit cannot stall a spawn.
+    let top = u32::try_from(open_max)
+        .ok()
+        .filter(|n| *n > 0)
+        .unwrap_or(1024)
+        .min(1 << 20);
+    let ranges = match keep.and_then(|k| u32::try_from(k).ok()).filter(|k| *k >= 3) {
+        Some(k) => [(3, k - 1), (k + 1, u32::MAX)],
+        None => [(3, u32::MAX), (1, 0)],
+    };
+    let hook = move || {
+        for (first, last) in ranges {
+            if first > last {
+                continue;
+            }
+            #[cfg(target_os = "linux")]
+            {
+                // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
+                // descriptor numbers and touches no memory.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_close_range,
+                        first,
+                        last,
+                        libc::CLOSE_RANGE_CLOEXEC,
+                    )
+                };
+                if r == 0 {
+                    continue;
+                }
+            }
+            // Kernels without close_range (or its CLOEXEC flag), and other systems.
+            for fd in first..=last.min(top) {
+                let Ok(fd) = libc::c_int::try_from(fd) else {
+                    break;
+                };
+                // SAFETY: F_SETFD only sets the flags of a descriptor number; an
+                // unused number yields EBADF, which is fine.
+                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec, where only
+    // async-signal-safe work is allowed: it makes raw fcntl/close_range system
+    // calls on integers, with no allocation, locking or unwinding.
+    unsafe { cmd.pre_exec(hook) };
+}
+
 fn spawn_error(prog: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("cannot start {prog:?}: {e}"))
 }
@@ -465,12 +517,14 @@ impl AsyncWrite for ClosingStdin {
 }
 
 /// Start `argv` with its stdin/stdout as the connection; its stderr is the
-/// proxy's. Shutting the connection's write side down closes the child's stdin.
+/// proxy's, and it inherits no other descriptor. Shutting the connection's
+/// write side down closes the child's stdin.
 pub fn spawn_exec(argv: &[String]) -> io::Result<(BoxIo, ChildProc)> {
     let (mut cmd, prog) = command(argv)?;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    only_stdio_and(&mut cmd, None);
     let mut child = cmd.spawn().map_err(|e| spawn_error(prog, e))?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(io::Error::other(format!("{prog:?} started without pipes")));
@@ -481,8 +535,8 @@ pub fn spawn_exec(argv: &[String]) -> io::Result<(BoxIo, ChildProc)> {
 
 /// Start `argv` with one end of a fresh unix socketpair as its descriptor
 /// `fd`; the other end is the connection. The child inherits the proxy's
-/// stdin, stdout and stderr; every other descriptor the proxy opened is
-/// close-on-exec, and so is an `fd:N` it took over.
+/// stdin, stdout and stderr and nothing else: not an `fd:N` the proxy took
+/// over, nor anything else the proxy's launcher left open.
 pub fn spawn_exec_fd(fd: i32, argv: &[String]) -> io::Result<(BoxIo, ChildProc)> {
     if fd <= 2 {
         return Err(io::Error::new(
@@ -505,6 +559,7 @@ pub fn spawn_exec_fd(fd: i32, argv: &[String]) -> io::Result<(BoxIo, ChildProc)>
         child_fd: fd,
     }])
     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    only_stdio_and(&mut cmd, Some(fd));
     let spawned = cmd.spawn();
     // The command holds our copy of the child's end: close it now, so the
     // child's exit is seen as EOF on our end.

@@ -1,49 +1,346 @@
 //! `quic://HOST:PORT` through quinn: each relayed connection is one
 //! bidirectional stream; the ALPN names the contract and its major version.
 //!
-//! PLACEHOLDER (issue 6): not implemented yet; every call fails loudly.
+//! The listener presents `--cert/--key` or a fresh self-signed certificate (its
+//! SHA-256 is [`QuicListener::fingerprint`], for clients' `--pin`); a client
+//! offering another ALPN fails the handshake. Handshakes run in the background,
+//! so a slow or failing client never holds up the next one: [`QuicListener::accept`]
+//! only returns streams that are ready, and fails only when the endpoint is gone.
+//!
+//! A connection carries exactly one bidirectional stream, opened by the
+//! client. A QUIC stream becomes visible to the server with its first byte, so
+//! the client side must speak first (true of every contract relayed so far); a
+//! server-speaks-first protocol would wait at accept until the client writes.
+//!
+//! [`QuicStream`] holds its connection (and, client side, its endpoint) for as
+//! long as it lives, `shutdown` finishes the send stream (a half-close, as on
+//! TCP), and dropping it lingers in the background until the peer has
+//! acknowledged everything sent, so closing the connection loses no data.
 
 use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use super::{EndpointError, Options};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Mutex, Semaphore, mpsc};
+
+use super::tls::{self, TlsError};
+use super::{CONNECT_DEADLINE, EndpointError, Options};
 use crate::conn::BoxIo;
+
+/// How long a client has to finish its handshake and open its stream.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; further clients are refused until one ends.
+pub const MAX_PENDING: usize = 64;
+/// Ready streams waiting for `accept`.
+const READY_QUEUE: usize = 16;
+/// How long a dropped stream waits for the peer to acknowledge what was sent.
+pub const LINGER: Duration = Duration::from_secs(5);
+/// Keep-alives make an idle relayed session outlive quinn's idle timeout.
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+fn transport(streams: u8) -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    // Only the client opens a stream, and only one: the peer gets no credit for more.
+    t.max_concurrent_bidi_streams(streams.into())
+        .max_concurrent_uni_streams(0u8.into())
+        .keep_alive_interval(Some(KEEP_ALIVE));
+    Arc::new(t)
+}
+
+fn alpn(opts: &Options) -> Result<Vec<Vec<u8>>, TlsError> {
+    if opts.alpn.is_empty() {
+        return Err(TlsError::Quic(
+            "no ALPN protocol id (the contract name and major version, e.g. kernel/1)".into(),
+        ));
+    }
+    Ok(vec![opts.alpn.clone()])
+}
 
 /// A QUIC server endpoint.
 pub struct QuicListener {
-    _private: (),
-}
-
-fn unimplemented_quic(addr: &str) -> EndpointError {
-    EndpointError::Listen {
-        endpoint: format!("quic://{addr}"),
-        source: io::Error::new(
-            io::ErrorKind::Unsupported,
-            "QUIC is not implemented yet (issue 6)",
-        ),
-    }
+    endpoint: quinn::Endpoint,
+    local: SocketAddr,
+    fingerprint: String,
+    cert_pem: Option<String>,
+    ready: Mutex<mpsc::Receiver<(QuicStream, SocketAddr)>>,
+    failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl QuicListener {
-    /// Bind `addr` with TLS from `opts`.
-    pub fn bind(addr: &str, _opts: &Options) -> Result<Self, EndpointError> {
-        Err(unimplemented_quic(addr))
+    /// Bind `addr` with TLS from `opts` and start taking handshakes.
+    ///
+    /// Must run inside a tokio runtime. A host name is resolved here, blocking,
+    /// once at start-up; the first address it yields is bound.
+    pub fn bind(addr: &str, opts: &Options) -> Result<Self, EndpointError> {
+        let err = |source| EndpointError::Listen {
+            endpoint: format!("quic://{addr}"),
+            source,
+        };
+        let sock = match addr.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => addr.to_socket_addrs().map_err(err)?.next().ok_or_else(|| {
+                err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "host has no address",
+                ))
+            })?,
+        };
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| err(io::Error::other(format!("needs a tokio runtime: {e}"))))?;
+        let made = tls::server(&opts.tls, &alpn(opts)?)?;
+        let crypto =
+            QuicServerConfig::try_from(made.config).map_err(|e| TlsError::Quic(e.to_string()))?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(transport(1));
+        let endpoint = quinn::Endpoint::server(config, sock).map_err(err)?;
+        let local = endpoint.local_addr().map_err(err)?;
+        let (tx, rx) = mpsc::channel(READY_QUEUE);
+        let failed = Arc::new(AtomicU64::new(0));
+        let task = runtime.spawn(accept_loop(endpoint.clone(), tx, failed.clone()));
+        Ok(QuicListener {
+            endpoint,
+            local,
+            fingerprint: made.fingerprint,
+            cert_pem: made.cert_pem,
+            ready: Mutex::new(rx),
+            failed,
+            task,
+        })
     }
 
-    /// Where it listens.
+    /// Where it listens: `quic://IP:PORT`, with the real port when 0 was asked for.
     pub fn local(&self) -> String {
-        "quic://?".into()
+        format!("quic://{}", self.local)
+    }
+
+    /// The bound socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// SHA-256 of the certificate presented, uppercase hex with `:` (what clients `--pin`).
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// The generated certificate as PEM (None when it came from `--cert`), for
+    /// peers that trust a CA file rather than a fingerprint.
+    pub fn cert_pem(&self) -> Option<&str> {
+        self.cert_pem.as_deref()
+    }
+
+    /// Clients dropped so far: failed or timed-out handshakes, no stream within
+    /// [`HANDSHAKE_DEADLINE`], or refused because [`MAX_PENDING`] were in progress.
+    pub fn failed_handshakes(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
     }
 
     /// The next connection's first bidirectional stream, and the peer address.
+    ///
+    /// A client whose handshake fails is counted in [`Self::failed_handshakes`]
+    /// and skipped; this fails only when the endpoint has stopped.
     pub async fn accept(&self) -> io::Result<(BoxIo, String)> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "QUIC is not implemented yet",
-        ))
+        match self.ready.lock().await.recv().await {
+            Some((stream, peer)) => Ok((Box::new(stream), peer.to_string())),
+            None => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the QUIC endpoint has stopped",
+            )),
+        }
+    }
+}
+
+impl Drop for QuicListener {
+    fn drop(&mut self) {
+        self.task.abort();
+        // New clients are refused; streams already handed out keep their connections.
+        self.endpoint.set_server_config(None);
+    }
+}
+
+async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    ready: mpsc::Sender<(QuicStream, SocketAddr)>,
+    failed: Arc<AtomicU64>,
+) {
+    let pending = Arc::new(Semaphore::new(MAX_PENDING));
+    while let Some(incoming) = endpoint.accept().await {
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            incoming.refuse();
+            failed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let ready = ready.clone();
+        let failed = failed.clone();
+        tokio::spawn(async move {
+            // Held until the stream is queued, so waiting streams count as pending too.
+            let _permit = permit;
+            let peer = incoming.remote_address();
+            let first = async {
+                let conn = incoming.await?;
+                let (send, recv) = conn.accept_bi().await?;
+                Ok::<_, quinn::ConnectionError>(QuicStream::new(conn, send, recv, None))
+            };
+            match tokio::time::timeout(HANDSHAKE_DEADLINE, first).await {
+                // A send error means the listener is gone; the stream's drop closes it.
+                Ok(Ok(stream)) => drop(ready.send((stream, peer)).await),
+                _ => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
     }
 }
 
 /// Connect to `addr` and open one bidirectional stream.
-pub async fn connect(addr: &str, _opts: &Options) -> Result<BoxIo, EndpointError> {
-    Err(unimplemented_quic(addr))
+///
+/// The TLS server name is the host part as written: an IP literal is checked
+/// against the certificate's IP addresses (the self-signed one covers
+/// 127.0.0.1 and ::1), a name against its DNS names; with `--pin` only the
+/// fingerprint counts. Each resolved address is tried in turn.
+pub async fn connect(addr: &str, opts: &Options) -> Result<BoxIo, EndpointError> {
+    let err = |source| EndpointError::Connect {
+        endpoint: format!("quic://{addr}"),
+        source,
+    };
+    let host = addr
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| {
+            err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "needs HOST:PORT",
+            ))
+        })?;
+    let tls = tls::client(&opts.tls, &alpn(opts)?)?;
+    let crypto = QuicClientConfig::try_from(tls).map_err(|e| TlsError::Quic(e.to_string()))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(transport(0));
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr).await.map_err(err)?.collect();
+    let per_try = CONNECT_DEADLINE / u32::try_from(addrs.len().max(1)).unwrap_or(u32::MAX);
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "host has no address");
+    for to in addrs {
+        match tokio::time::timeout(per_try, open(to, host, config.clone())).await {
+            Ok(Ok(stream)) => return Ok(Box::new(stream)),
+            Ok(Err(e)) => last = e,
+            Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, "QUIC handshake timed out"),
+        }
+    }
+    Err(err(last))
+}
+
+async fn open(to: SocketAddr, host: &str, config: quinn::ClientConfig) -> io::Result<QuicStream> {
+    let bind: SocketAddr = if to.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let endpoint = quinn::Endpoint::client(bind)?;
+    let conn = endpoint
+        .connect_with(config, to, host)
+        .map_err(io::Error::other)?
+        .await
+        .map_err(io::Error::other)?;
+    let (send, recv) = conn.open_bi().await.map_err(io::Error::other)?;
+    Ok(QuicStream::new(conn, send, recv, Some(endpoint)))
+}
+
+/// One QUIC bidirectional stream as a byte stream, owning its connection.
+pub struct QuicStream {
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    conn: quinn::Connection,
+    /// A client's own endpoint, kept so its driver outlives the stream.
+    endpoint: Option<quinn::Endpoint>,
+    finished: bool,
+}
+
+impl QuicStream {
+    fn new(
+        conn: quinn::Connection,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        endpoint: Option<quinn::Endpoint>,
+    ) -> Self {
+        QuicStream {
+            send,
+            recv,
+            conn,
+            endpoint,
+            finished: false,
+        }
+    }
+
+    /// The connection under this stream.
+    pub fn connection(&self) -> &quinn::Connection {
+        &self.conn
+    }
+}
+
+impl AsyncRead for QuicStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().recv).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for QuicStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        AsyncWrite::poll_write(Pin::new(&mut self.get_mut().send), cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        AsyncWrite::poll_flush(Pin::new(&mut self.get_mut().send), cx)
+    }
+
+    /// Finishes the send stream: the peer reads EOF once it has everything.
+    /// Idempotent, as a second shutdown of a TCP socket is.
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.finished {
+            this.send.finish().map_err(io::Error::from)?;
+            this.finished = true;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for QuicStream {
+    fn drop(&mut self) {
+        // Like closing a TCP socket: what was written still arrives, then EOF.
+        // (Fails only if already finished or reset; nothing more to do then.)
+        if !self.finished {
+            let _ = self.send.finish();
+        }
+        // Without a runtime nothing can linger; dropping closes the connection at once.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let acked = self.send.stopped();
+        let conn = self.conn.clone();
+        let endpoint = self.endpoint.clone();
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(LINGER, acked).await;
+            conn.close(0u8.into(), b"done");
+            if let Some(endpoint) = endpoint {
+                // Lets the close frame go out before the client's socket goes away.
+                let _ = tokio::time::timeout(LINGER, endpoint.wait_idle()).await;
+            }
+        });
+    }
 }

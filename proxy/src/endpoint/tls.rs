@@ -259,10 +259,17 @@ fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
 }
 
 /// The presented certificate is not the pinned one.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[error("server certificate SHA-256 {got} does not match --pin")]
 struct PinMismatch {
     got: String,
+}
+
+// rustls shows a custom certificate error with `{:?}`; make that the readable text.
+impl std::fmt::Debug for PinMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// Accepts exactly the pinned end-entity certificate (and, with `--ca` as well,
@@ -374,7 +381,7 @@ mod tests {
             ca: Some("/nonexistent/ca.pem".into()),
             ..TlsOpts::default()
         };
-        let e = client(&opts, &[]).err().expect("refused").to_string();
+        let e = client(&opts, &[]).expect_err("refused").to_string();
         assert!(e.contains("/nonexistent/ca.pem"), "{e}");
     }
 }

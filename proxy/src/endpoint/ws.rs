@@ -161,6 +161,7 @@ pub struct WsListener {
     queue: Mutex<mpsc::Receiver<Accepted>>,
     local: String,
     fingerprint: Option<String>,
+    cert_pem: Option<String>,
     acceptor: tokio::task::AbortHandle,
 }
 
@@ -220,11 +221,15 @@ impl WsListener {
         settings: WsSettings,
     ) -> Result<Self, EndpointError> {
         let scheme = if tls { "wss" } else { "ws" };
-        let (acceptor, fingerprint) = if tls {
+        let (acceptor, fingerprint, cert_pem) = if tls {
             let st = super::tls::server(&opts.tls, &[b"http/1.1".to_vec()])?;
-            (Some(TlsAcceptor::from(st.config)), Some(st.fingerprint))
+            (
+                Some(TlsAcceptor::from(st.config)),
+                Some(st.fingerprint),
+                st.cert_pem,
+            )
         } else {
-            (None, None)
+            (None, None, None)
         };
         let listen_err = |source| EndpointError::Listen {
             endpoint: format!("{scheme}://{addr}{path}"),
@@ -245,6 +250,7 @@ impl WsListener {
             queue: Mutex::new(rx),
             local: format!("{scheme}://{bound}{path}"),
             fingerprint,
+            cert_pem,
             acceptor: task.abort_handle(),
         })
     }
@@ -257,6 +263,12 @@ impl WsListener {
     /// SHA-256 fingerprint of the certificate a `wss` listener presents.
     pub fn fingerprint(&self) -> Option<&str> {
         self.fingerprint.as_deref()
+    }
+
+    /// The PEM of the certificate a `wss` listener generated for itself (none
+    /// when `--cert` was given), for clients that trust it as their CA.
+    pub fn cert_pem(&self) -> Option<&str> {
+        self.cert_pem.as_deref()
     }
 
     /// The next well-formed upgrade request. Clients refused by the listener
@@ -859,6 +871,8 @@ struct WsMsg {
     /// transport without a close frame, which is how the far peer sees it too.
     abort: bool,
     abort_flushed: bool,
+    /// The transport has been shut down after the close handshake.
+    shut: bool,
 }
 
 impl WsMsg {
@@ -876,6 +890,7 @@ impl WsMsg {
             close_received: false,
             abort: false,
             abort_flushed: false,
+            shut: false,
         }
     }
 
@@ -951,8 +966,23 @@ impl Stream for WsMsg {
                 }
             }
             let msg = match futures_util::ready!(Pin::new(&mut this.ws).poll_next(cx)) {
-                None => return Poll::Ready(None),
+                None => {
+                    // The close handshake is complete. The server must end the TCP
+                    // connection first (RFC 6455 §7.1.1) and the client waits for it,
+                    // so end it now rather than when the relay drops both halves.
+                    if !this.shut {
+                        // The connection is over either way; a failed shutdown
+                        // (peer already gone) changes nothing for the relay.
+                        let _ = futures_util::ready!(Pin::new(this.ws.get_mut()).poll_shutdown(cx));
+                        this.shut = true;
+                    }
+                    return Poll::Ready(None);
+                }
                 Some(Ok(m)) => m,
+                // Once the peer's close frame is in, the conversation is over: a
+                // transport that then ends uncleanly (no TLS close_notify, a reset)
+                // loses nothing.
+                Some(Err(_)) if this.close_received => return Poll::Ready(None),
                 Some(Err(e)) => {
                     if matches!(e, tungstenite::Error::Capacity(_)) {
                         this.send_too_big(cx);
@@ -1076,7 +1106,14 @@ impl Sink<Msg> for WsMsg {
                 .start_send(Message::Close(Some(frame)))
                 .map_err(ws_io_error)?;
         }
-        Pin::new(&mut this.ws).poll_close(cx).map_err(ws_io_error)
+        match futures_util::ready!(Pin::new(&mut this.ws).poll_close(cx)) {
+            // Both closes have crossed already: nothing is left to do.
+            Ok(())
+            | Err(tungstenite::Error::AlreadyClosed | tungstenite::Error::ConnectionClosed) => {
+                Poll::Ready(Ok(()))
+            }
+            Err(e) => Poll::Ready(Err(ws_io_error(e))),
+        }
     }
 }
 
@@ -1187,6 +1224,6 @@ mod tests {
         assert_eq!(upstream_target("/up", None), "/up");
         let long = "é".repeat(100);
         let r = close_reason(&long);
-        assert!(r.len() <= MAX_CLOSE_REASON && r.len() % 2 == 0);
+        assert!(r.len() <= MAX_CLOSE_REASON && r.len().is_multiple_of(2));
     }
 }

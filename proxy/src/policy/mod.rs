@@ -1,0 +1,465 @@
+//! Sans-IO enforcement policies: the stateful rules of the four contracts.
+//!
+//! The wire layer judges one frame at a time; the rules here need memory across
+//! frames (request-ID counters, handshakes, deadlines) or across connections
+//! (xsession admission buckets, toolchannel redials, kernel stream credit).
+//! Like mitmproxy's sans-IO layers, a policy takes events in and gives
+//! [`Ruling`]s out: it never reads a clock (every `Instant` is passed in),
+//! never touches a socket, and never sleeps, so tests assert exact sequences.
+//!
+//! Every number comes from the contract ([`Limits`]); a rule whose limit the
+//! contract lacks is simply not applied. A ruling is what *enforce* mode does;
+//! in observe mode the relay reports it as "would have" and forwards anyway.
+//!
+//! How the relay drives a policy:
+//! - one [`Policy`] per connection from [`for_contract`]; [`Policy::on_open`]
+//!   when the connection is accepted, [`Policy::on_message`] for every frame the
+//!   wire layer decoded (and for unknown-method requests' partial message, so
+//!   toolchannel's `sampling/*` rule can override the generic -32004),
+//!   [`Policy::on_close`] when it ends;
+//! - a timer at [`Policy::next_deadline`], then [`Policy::on_tick`];
+//! - one [`SharedState`] per proxy run (keys carry the route), shared by all
+//!   connections: xsession admission, toolchannel redials, kernel credit gates.
+//!
+//! The generic per-route rate limits of the proxy's config live in
+//! [`ratelimit`]; they are not tied to a contract rule.
+
+pub mod kernel;
+pub mod ratelimit;
+pub mod rukh;
+pub mod toolchannel;
+pub mod xsession;
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use contract::Contract;
+use contract::check::to_base;
+use contract::wire::{Message, Wire};
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use serde_json::{Value, json};
+
+pub use kernel::{CreditGate, GateDecision, Held, Overrun};
+
+use crate::inspect::{Closing, Dir};
+
+/// What a policy knows about the frame it is shown.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    /// Route name.
+    pub route: &'a str,
+    /// Connection number within the proxy run.
+    pub conn: u64,
+    /// Session (see `inspect::Event::session`).
+    pub session: u64,
+    /// Direction of the frame.
+    pub dir: Dir,
+    /// Sending party (a contract party name).
+    pub from: &'a str,
+    /// Receiving party.
+    pub to: &'a str,
+    /// When the frame arrived.
+    pub now: Instant,
+}
+
+/// One decision of a policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ruling {
+    /// Stable rule id, e.g. `rukh.request-id.gap`.
+    pub rule: &'static str,
+    /// The seed section the rule comes from (as the contract cites it).
+    pub seed: String,
+    /// The contract's code for it: an error code, a close code or a drop reason.
+    pub code: Option<Value>,
+    /// One-line reason; never quotes message content.
+    pub reason: String,
+    /// What enforce mode does.
+    pub act: Act,
+}
+
+/// What enforce mode does about a ruling. Observe mode reports it and forwards.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Act {
+    /// The contract prescribes no action (or the proxy must not take the
+    /// endpoint's place): only report.
+    Flag,
+    /// Do not forward the frame; send `reply` back to its sender, then close if asked.
+    Refuse {
+        /// The message sent back to the sender instead of forwarding.
+        reply: Option<Value>,
+        /// Close this connection afterwards.
+        close: Option<Closing>,
+    },
+    /// Drop the frame and count it (only where the contract says so: rukh log
+    /// intake excess, late rukh responses, kernel credit overrun per K-10).
+    Discard,
+    /// Forward the frame, and also send this message back to its sender.
+    Also {
+        /// Message for the sender.
+        to_sender: Value,
+    },
+    /// xsession: drop the frame and report it to the sender's own inbox, as the
+    /// recipient would: dial `to_inbox` (the user frame's `from`), write `auth`
+    /// (when present) and `message` as two lines, half-close. `auth` carries the
+    /// sender's replyToken: never log it.
+    Notify {
+        /// The sender's inbox socket path.
+        to_inbox: String,
+        /// Auth line to write first.
+        auth: Option<Value>,
+        /// The delivery_status frame.
+        message: Value,
+    },
+    /// Forward the frame; close ANOTHER connection of the route (toolchannel:
+    /// a superseding redial closes the old socket with 4009).
+    CloseConn {
+        /// Connection to close.
+        conn: u64,
+        /// How.
+        close: Closing,
+    },
+    /// Kernel: held data frames now covered by credit; forward them, in order,
+    /// toward the stream's receiver (the party that granted the credit). Not a
+    /// violation; applied in both modes (the gate holds only in enforce mode).
+    Release {
+        /// The frames, in arrival order.
+        frames: Vec<Held>,
+    },
+}
+
+/// One connection's stateful rules.
+pub trait Policy: Send {
+    /// The connection was accepted on `route` (xsession: the connection cap;
+    /// toolchannel and xsession: deadlines armed from here).
+    fn on_open(&mut self, _route: &str, _now: Instant) -> Vec<Ruling> {
+        vec![]
+    }
+    /// A decoded frame of `size` bytes (payload, without the framing).
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling>;
+    /// The connection ended.
+    fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
+        vec![]
+    }
+    /// The earliest instant at which [`Policy::on_tick`] has something to say.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// Time passed: rulings for missed deadlines, each with the connection it concerns.
+    fn on_tick(&mut self, _now: Instant) -> Vec<(u64, Ruling)> {
+        vec![]
+    }
+}
+
+/// A policy for contracts without stateful rules.
+struct Noop;
+
+impl Policy for Noop {
+    fn on_message(&mut self, _: &Ctx, _: &Message, _: usize) -> Vec<Ruling> {
+        vec![]
+    }
+}
+
+/// The policy for one connection of a route speaking `wire`'s contract
+/// (chosen by contract name; an unknown contract gets a no-op policy).
+pub fn for_contract(
+    wire: &Arc<Wire>,
+    shared: &Arc<SharedState>,
+    conn: u64,
+    session: u64,
+) -> Box<dyn Policy> {
+    match wire.contract().name.as_str() {
+        "rukh" => Box::new(rukh::RukhPolicy::new(wire.clone())),
+        "toolchannel" => Box::new(toolchannel::ToolPolicy::new(
+            wire.clone(),
+            shared.clone(),
+            conn,
+        )),
+        "xsession" => Box::new(xsession::XsPolicy::new(
+            wire.clone(),
+            shared.clone(),
+            conn,
+            session,
+        )),
+        "kernel" => Box::new(kernel::KernelPolicy::new(
+            wire.clone(),
+            shared.clone(),
+            conn,
+            session,
+        )),
+        _ => Box::new(Noop),
+    }
+}
+
+/// State shared by every connection of a proxy run. Keys include the route,
+/// so one instance serves all routes.
+#[derive(Default)]
+pub struct SharedState {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    xsession: xsession::Shared,
+    toolchannel: toolchannel::Shared,
+    /// Kernel credit gates, by session.
+    gates: HashMap<u64, CreditGate>,
+}
+
+impl SharedState {
+    /// Fresh state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere must not take the proxy down with it; the state is
+        // only counters and tables, each valid after any single update.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Kernel, enforce mode: offer a data frame of `session` to its stream's
+    /// credit gate. A session without a gate (no stream.open seen) forwards.
+    pub fn offer(&self, session: u64, frame: Held) -> GateDecision {
+        let mut inner = self.lock();
+        match inner.gates.get_mut(&session) {
+            Some(g) => g.offer(frame),
+            None => GateDecision::Forward(frame),
+        }
+    }
+
+    /// Kernel, observe mode: spend credit for a forwarded data frame; a ruling
+    /// (act Flag) when it overran. Never holds.
+    pub fn account(&self, session: u64, stream: u64, payload_len: u64) -> Option<Ruling> {
+        let mut inner = self.lock();
+        inner
+            .gates
+            .get_mut(&session)
+            .and_then(|g| g.account(stream, payload_len))
+    }
+
+    /// Run `f` on `session`'s credit gate, creating it for `contract` if needed.
+    pub fn with_gate<R>(
+        &self,
+        session: u64,
+        contract: &Contract,
+        f: impl FnOnce(&mut CreditGate) -> R,
+    ) -> R {
+        let mut inner = self.lock();
+        let gate = inner
+            .gates
+            .entry(session)
+            .or_insert_with(|| CreditGate::new(contract, session));
+        f(gate)
+    }
+
+    /// Forget `session`'s gate (its control connection closed); held frames are dropped.
+    pub fn drop_gate(&self, session: u64) -> usize {
+        self.lock()
+            .gates
+            .remove(&session)
+            .map(|g| g.held_frames())
+            .unwrap_or(0)
+    }
+
+    /// Open xsession connections on `route`, for the live view.
+    pub fn xsession_open(&self, route: &str) -> usize {
+        self.lock().xsession.open(route)
+    }
+}
+
+/// A contract's limits, evaluated, in base units (bytes, seconds, counts).
+pub(crate) struct Limits {
+    values: HashMap<String, LimitInfo>,
+}
+
+struct LimitInfo {
+    /// Value in base units.
+    base: f64,
+    /// Rates: bucket size in base units, and the period `base` is allowed per.
+    burst: Option<f64>,
+    per_seconds: Option<f64>,
+    code: Option<Value>,
+    seed: String,
+}
+
+impl Limits {
+    pub(crate) fn new(contract: &Contract) -> Self {
+        let values = contract::check::limit_values(contract)
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let v = v.ok()?;
+                let l = contract.limits.get(&k)?;
+                let info = LimitInfo {
+                    base: to_base(l.unit, v).0,
+                    burst: l.burst.map(|b| to_base(l.unit, b as f64).0),
+                    per_seconds: l.per_seconds,
+                    code: l.action.as_ref().and_then(|a| a.code.clone()),
+                    seed: l.seed.clone(),
+                };
+                Some((k, info))
+            })
+            .collect();
+        Limits { values }
+    }
+
+    /// The limit in base units (bytes, seconds, or a plain count).
+    pub(crate) fn base(&self, name: &str) -> Option<f64> {
+        self.values.get(name).map(|l| l.base)
+    }
+
+    /// A count or size limit as an integer.
+    pub(crate) fn count(&self, name: &str) -> Option<u64> {
+        self.base(name)
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .map(|v| v as u64)
+    }
+
+    /// A deadline or interval.
+    pub(crate) fn secs(&self, name: &str) -> Option<Duration> {
+        Duration::try_from_secs_f64(self.base(name)?).ok()
+    }
+
+    /// A token-bucket rate: one token per returned period, `burst` tokens at most.
+    pub(crate) fn rate(&self, name: &str) -> Option<(Duration, NonZeroU32)> {
+        let l = self.values.get(name)?;
+        let (per, burst) = (l.per_seconds?, l.burst?);
+        if l.base.is_nan() || l.base <= 0.0 || !burst.is_finite() {
+            return None;
+        }
+        let period = Duration::try_from_secs_f64(per / l.base).ok()?;
+        let burst = NonZeroU32::new(u32::try_from(burst as u64).ok()?)?;
+        Some((period, burst))
+    }
+
+    /// The code of the limit's machine action.
+    pub(crate) fn action_code(&self, name: &str) -> Option<Value> {
+        self.values.get(name)?.code.clone()
+    }
+
+    /// The limit's seed section.
+    pub(crate) fn seed(&self, name: &str) -> String {
+        self.values
+            .get(name)
+            .map(|l| l.seed.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// The seed of an error catalog entry (`code`), or of a note, for a ruling.
+pub(crate) fn error_seed(c: &Contract, code: &Value) -> String {
+    c.errors
+        .iter()
+        .find(|e| &e.code == code)
+        .map(|e| e.seed.clone())
+        .unwrap_or_default()
+}
+
+/// The symbolic name of an error catalog entry (JSON-RPC contracts put it in `message`).
+pub(crate) fn error_name(c: &Contract, code: &Value) -> Option<String> {
+    c.errors
+        .iter()
+        .find(|e| &e.code == code)
+        .and_then(|e| e.name.clone())
+}
+
+/// A note's seed with its id, e.g. `Requests, responses and events (R-10)`.
+pub(crate) fn note_seed(c: &Contract, id: &str) -> String {
+    c.notes
+        .iter()
+        .find(|n| n.id == id)
+        .map(|n| format!("{} ({id})", n.seed))
+        .unwrap_or_else(|| id.to_string())
+}
+
+/// A JSON-RPC 2.0 error answering request `id` with a catalog `code`.
+pub(crate) fn jsonrpc_error(
+    c: &Contract,
+    id: Option<&Value>,
+    code: &Value,
+    detail: &str,
+    data: Option<Value>,
+) -> Value {
+    let message = error_name(c, code).unwrap_or_else(|| detail.to_string());
+    let mut error = json!({"code": code, "message": message});
+    if let Some(d) = data {
+        error["data"] = d;
+    }
+    json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error})
+}
+
+/// Truncate `s` to at most `max` bytes on a character boundary.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// A governor clock that reads the instant the caller passed in, so buckets
+/// follow the relay's (or a test's) timeline and nothing sleeps.
+#[derive(Debug, Clone, Default)]
+struct Passed(Arc<AtomicU64>);
+
+impl Clock for Passed {
+    type Instant = Nanos;
+    fn now(&self) -> Nanos {
+        Nanos::from(self.0.load(Ordering::Relaxed))
+    }
+}
+
+type Gcra = governor::RateLimiter<NotKeyed, InMemoryState, Passed, NoOpMiddleware<Nanos>>;
+
+/// A token bucket (governor's GCRA), full at creation, driven by passed-in instants.
+pub(crate) struct Bucket {
+    gcra: Gcra,
+    clock: Passed,
+    base: Instant,
+    last: Instant,
+    refill: Duration,
+}
+
+impl Bucket {
+    /// One token every `period`, at most `burst`, full at `now`.
+    pub(crate) fn new(period: Duration, burst: NonZeroU32, now: Instant) -> Option<Bucket> {
+        let quota = governor::Quota::with_period(period)?.allow_burst(burst);
+        let clock = Passed::default();
+        let gcra = governor::RateLimiter::direct_with_clock(quota, clock.clone());
+        Some(Bucket {
+            gcra,
+            clock,
+            base: now,
+            last: now,
+            refill: period.saturating_mul(burst.get()),
+        })
+    }
+
+    /// Take `n` tokens at `now`, all or none. An `n` above the burst never fits.
+    pub(crate) fn take(&mut self, n: u64, now: Instant) -> bool {
+        let since = now.saturating_duration_since(self.base);
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        self.clock.0.fetch_max(nanos, Ordering::Relaxed);
+        if now > self.last {
+            self.last = now;
+        }
+        let Some(n) = u32::try_from(n).ok().and_then(NonZeroU32::new) else {
+            return n == 0;
+        };
+        matches!(self.gcra.check_n(n), Ok(Ok(())))
+    }
+
+    /// Whether the bucket has refilled completely by `now` (so it can be forgotten:
+    /// a fresh bucket is the same thing).
+    pub(crate) fn is_full_at(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last) >= self.refill
+    }
+}

@@ -1,0 +1,587 @@
+//! rukh (ADR-0003 process IPC): session order, request IDs, pending caps, log intake.
+//!
+//! Rules, with the contract text they come from:
+//! - nothing but `rukh.initialize` and its response before the handshake is
+//!   confirmed (violations.beforeHandshake, -32001, fail; R-38: rukh.log too);
+//! - request IDs: the direction prefix of the sending party (`$defs`
+//!   `CoreRequestId` / `ExtensionRequestId`), a gapless counter from 1, no reuse
+//!   (R-10, -32000 `request_id_violation`, fail, no reply with that id);
+//! - a response to a future id or with the responder's own prefix (R-10,
+//!   `unknown_response_id` / `wrong_direction`), a second completion of
+//!   rukh.invoke (`duplicate_completion`), a repeated context field that differs
+//!   from the pinned one (R-15, `context_mismatch`): -32000, fail;
+//! - responses to methods with a `maxPayload` are capped too (R-4; the wire
+//!   layer caps the requests, which carry the method name);
+//! - one rukh.invoke per session (-32002); rukh.call / rukh.ui.event after the
+//!   completion or an accepted cancel (R-29, -32007); over pendingRequestsMax
+//!   operation/UI requests per direction (R-21, -32006): answered, not run;
+//! - an accepted cancel ends the core's waits: later responses to them are
+//!   discarded and counted (request machine `LateDiscarded`), and an invoke
+//!   result after it cannot decide the outcome (R-28: flagged);
+//! - rukh.log intake: logIntakeRecordsRate and logIntakeBytesRate token
+//!   buckets; the excess is discarded and counted, never an error.
+//!
+//! Not here: incompleteFrameSeconds (2 s from a frame's first byte) is a
+//! relay-level deadline on partial frames, which this layer never sees.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use contract::model::Kind;
+use contract::wire::{Message, Wire};
+use serde_json::{Value, json};
+
+use super::{Act, Bucket, Ctx, Limits, Policy, Ruling, error_seed, jsonrpc_error, note_seed};
+use crate::inspect::Closing;
+
+const INITIALIZE: &str = "rukh.initialize";
+const INVOKE: &str = "rukh.invoke";
+const CANCEL: &str = "rukh.cancel";
+const LOG: &str = "rukh.log";
+/// Requests that count toward pendingRequestsMax (its `from` text: operation and UI requests).
+const COUNTED: [&str; 2] = ["rukh.call", "rukh.ui.event"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Only rukh.initialize and its response.
+    Initializing,
+    /// The initialize request was answered with an error: the session is over.
+    Refused,
+    /// Handshake confirmed.
+    Running,
+}
+
+struct Pending {
+    method: String,
+    party: String,
+    counted: bool,
+}
+
+/// rukh's policy for one invocation's channel.
+pub struct RukhPolicy {
+    wire: Arc<Wire>,
+    limits: Limits,
+    phase: Phase,
+    /// Direction prefixes by party, from the contract's id definitions.
+    prefixes: HashMap<String, String>,
+    /// Next expected counter per requesting party.
+    next: HashMap<String, u64>,
+    pending: HashMap<String, Pending>,
+    counted: HashMap<String, u64>,
+    /// Core requests whose wait ended without a response (cancel).
+    ended: HashSet<String>,
+    init_id: Option<String>,
+    invoke_id: Option<String>,
+    invoke_answered: bool,
+    /// The completion arrived or a cancel was accepted: no new work.
+    closing: bool,
+    cancelled: bool,
+    /// sessionId / invocationId pinned by rukh.initialize.
+    context: Vec<(String, Value)>,
+    log_records: Option<Bucket>,
+    log_bytes: Option<Bucket>,
+}
+
+/// The prefix (`c:`) a `$defs` id pattern (`^c:[1-9][0-9]*$`) fixes.
+fn prefix_of(pattern: &str) -> Option<String> {
+    let rest = pattern.strip_prefix('^')?;
+    let colon = rest.find(':')?;
+    let p = &rest[..=colon];
+    p.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == ':')
+        .then(|| p.to_string())
+}
+
+impl RukhPolicy {
+    /// A fresh policy.
+    pub fn new(wire: Arc<Wire>) -> Self {
+        let c = wire.contract().clone();
+        let limits = Limits::new(&c);
+        let mut prefixes = HashMap::new();
+        for party in c.parties.keys() {
+            let mut name = party.clone();
+            if let Some(first) = name.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            if let Some(p) = c
+                .defs
+                .get(&format!("{name}RequestId"))
+                .and_then(|d| d.get("pattern"))
+                .and_then(Value::as_str)
+                .and_then(prefix_of)
+            {
+                prefixes.insert(party.clone(), p);
+            }
+        }
+        RukhPolicy {
+            wire,
+            limits,
+            phase: Phase::Initializing,
+            prefixes,
+            next: HashMap::new(),
+            pending: HashMap::new(),
+            counted: HashMap::new(),
+            ended: HashSet::new(),
+            init_id: None,
+            invoke_id: None,
+            invoke_answered: false,
+            closing: false,
+            cancelled: false,
+            context: Vec::new(),
+            log_records: None,
+            log_bytes: None,
+        }
+    }
+
+    fn c(&self) -> &contract::Contract {
+        self.wire.contract()
+    }
+
+    /// A -32000 protocol error that ends the invocation; `reply` answers a request first.
+    fn protocol_error(
+        &self,
+        rule: &'static str,
+        why: &str,
+        reason: String,
+        reply_to: Option<&Value>,
+    ) -> Ruling {
+        let code = self.code("protocol_error");
+        let reply = reply_to.map(|id| {
+            jsonrpc_error(
+                self.c(),
+                Some(id),
+                &code,
+                &reason,
+                Some(json!({"reason": why})),
+            )
+        });
+        Ruling {
+            rule,
+            seed: error_seed(self.c(), &code),
+            code: Some(code),
+            reason,
+            act: Act::Refuse {
+                reply,
+                close: Some(Closing::Drop),
+            },
+        }
+    }
+
+    /// The catalog code with symbolic `name`.
+    fn code(&self, name: &str) -> Value {
+        self.c()
+            .errors
+            .iter()
+            .find(|e| e.name.as_deref() == Some(name))
+            .map(|e| e.code.clone())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Answer a request with catalog error `name` instead of running it.
+    fn answered(
+        &self,
+        rule: &'static str,
+        name: &str,
+        id: Option<&Value>,
+        reason: String,
+        data: Option<Value>,
+    ) -> Ruling {
+        let code = self.code(name);
+        let reply = id.map(|id| jsonrpc_error(self.c(), Some(id), &code, &reason, data));
+        Ruling {
+            rule,
+            seed: error_seed(self.c(), &code),
+            code: Some(code),
+            reason,
+            act: Act::Refuse { reply, close: None },
+        }
+    }
+
+    /// Split `c:12` into its prefix and counter, if it has this shape.
+    fn parse_id(id: &Value) -> Option<(String, u64)> {
+        let s = id.as_str()?;
+        let colon = s.find(':')?;
+        let (p, n) = (&s[..=colon], &s[colon + 1..]);
+        if n.starts_with('0') || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some((p.to_string(), n.parse().ok()?))
+    }
+
+    fn on_request(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
+        let method = msg.method.clone().unwrap_or_default();
+        let Some(idv) = msg.id.as_ref() else {
+            return vec![];
+        };
+        let key = idv.to_string();
+        // 1. The counter, before anything else: a broken id is never acted on.
+        let want = self.prefixes.get(ctx.from).cloned();
+        let expected = self.next.get(ctx.from).copied().unwrap_or(1);
+        match Self::parse_id(idv) {
+            Some((p, n)) if want.as_deref().is_none_or(|w| w == p) => {
+                if n < expected {
+                    return vec![self.protocol_error(
+                        "rukh.request-id.reuse",
+                        "request_id_violation",
+                        format!(
+                            "{method} from {}: request id counter {n} repeats or decreases (next is {expected})",
+                            ctx.from
+                        ),
+                        None,
+                    )];
+                }
+                // After a gap the counter resyncs, so one gap is reported once.
+                self.next.insert(ctx.from.to_string(), n.saturating_add(1));
+                if n > expected {
+                    return vec![self.protocol_error(
+                        "rukh.request-id.gap",
+                        "request_id_violation",
+                        format!(
+                            "{method} from {}: request id counter {n} skips {expected}",
+                            ctx.from
+                        ),
+                        None,
+                    )];
+                }
+            }
+            _ => {
+                return vec![self.protocol_error(
+                    "rukh.request-id.prefix",
+                    "request_id_violation",
+                    format!(
+                        "{method} from {}: request id does not have the {}N form",
+                        ctx.from,
+                        want.unwrap_or_default()
+                    ),
+                    None,
+                )];
+            }
+        }
+        // 2. Session order.
+        if self.phase != Phase::Running {
+            if self.phase == Phase::Initializing && method == INITIALIZE && self.init_id.is_none() {
+                self.init_id = Some(key.clone());
+                self.pin_context(msg);
+                self.track(key, &method, ctx.from, false);
+                return vec![];
+            }
+            return vec![self.not_initialized(&method, Some(idv))];
+        }
+        if method == INITIALIZE {
+            return vec![self.protocol_error(
+                "rukh.session.state",
+                "state_violation",
+                "a second rukh.initialize after the handshake".into(),
+                Some(idv),
+            )];
+        }
+        if let Some(r) = self.context_mismatch(msg, &method) {
+            return vec![r];
+        }
+        if method == INVOKE {
+            if self.invoke_id.is_some() {
+                return vec![self.answered(
+                    "rukh.invoke.repeat",
+                    "already_invoked",
+                    Some(idv),
+                    "a second rukh.invoke in one session".into(),
+                    None,
+                )];
+            }
+            self.invoke_id = Some(key.clone());
+        }
+        let counted = COUNTED.contains(&method.as_str());
+        if counted && self.closing {
+            return vec![self.answered(
+                "rukh.session.closing",
+                "session_closing",
+                Some(idv),
+                format!("{method} after the completion or an accepted cancel"),
+                None,
+            )];
+        }
+        if counted {
+            let max = self.limits.count("pendingRequestsMax");
+            let n = self.counted.get(ctx.from).copied().unwrap_or(0);
+            if let Some(max) = max
+                && n >= max
+            {
+                let mut r = self.answered(
+                    "rukh.pending.limit",
+                    "limit_exceeded",
+                    Some(idv),
+                    format!(
+                        "{method} from {}: {n} operation/UI requests already pending (pendingRequestsMax {max})",
+                        ctx.from
+                    ),
+                    Some(json!({"limit": "pendingRequestsMax"})),
+                );
+                r.seed = self.limits.seed("pendingRequestsMax");
+                return vec![r];
+            }
+        }
+        if method == CANCEL && !self.cancelled {
+            self.cancelled = true;
+            self.closing = true;
+            // The core stops waiting for its own outstanding requests (request machine WaitEnded).
+            let core_ended: Vec<String> = self
+                .pending
+                .iter()
+                .filter(|(_, p)| p.counted && p.party == ctx.from)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in core_ended {
+                self.untrack(&k);
+                self.ended.insert(k);
+            }
+        }
+        self.track(key, &method, ctx.from, counted);
+        vec![]
+    }
+
+    fn not_initialized(&self, method: &str, id: Option<&Value>) -> Ruling {
+        let v = self.c().violations.before_handshake.clone();
+        let code = v
+            .as_ref()
+            .and_then(|a| a.code.clone())
+            .unwrap_or(Value::Null);
+        let reason = format!("{method} before the handshake was confirmed");
+        let reply = id.map(|id| jsonrpc_error(self.c(), Some(id), &code, &reason, None));
+        Ruling {
+            rule: "rukh.session.not-initialized",
+            seed: v.map(|a| a.seed).unwrap_or_default(),
+            code: Some(code),
+            reason,
+            act: Act::Refuse {
+                reply,
+                close: Some(Closing::Drop),
+            },
+        }
+    }
+
+    fn pin_context(&mut self, msg: &Message) {
+        for field in ["sessionId", "invocationId"] {
+            if let Some(v) = msg.value.pointer(&format!("/params/{field}")) {
+                self.context.push((field.to_string(), v.clone()));
+            }
+        }
+    }
+
+    fn context_mismatch(&self, msg: &Message, method: &str) -> Option<Ruling> {
+        for (field, pinned) in &self.context {
+            if let Some(v) = msg.value.pointer(&format!("/params/{field}"))
+                && v != pinned
+            {
+                let mut r = self.protocol_error(
+                    "rukh.context.mismatch",
+                    "context_mismatch",
+                    format!("{method}: params.{field} differs from the pinned context"),
+                    msg.id.as_ref(),
+                );
+                r.seed = note_seed(self.c(), "R-15");
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    fn track(&mut self, key: String, method: &str, party: &str, counted: bool) {
+        // Uncounted (lifecycle) requests are few by the session order; the cap keeps
+        // a misbehaving peer from growing the table anyway.
+        let cap = self.limits.count("pendingRequestsMax").unwrap_or(0) as usize;
+        if !counted && self.pending.len() >= cap.saturating_mul(2).max(1) {
+            return;
+        }
+        if counted {
+            *self.counted.entry(party.to_string()).or_insert(0) += 1;
+        }
+        self.pending.insert(
+            key,
+            Pending {
+                method: method.to_string(),
+                party: party.to_string(),
+                counted,
+            },
+        );
+    }
+
+    fn untrack(&mut self, key: &str) -> Option<Pending> {
+        let p = self.pending.remove(key)?;
+        if p.counted
+            && let Some(n) = self.counted.get_mut(&p.party)
+        {
+            *n = n.saturating_sub(1);
+        }
+        Some(p)
+    }
+
+    fn on_reply(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
+        let Some(idv) = msg.correlation.as_ref() else {
+            return vec![];
+        };
+        let key = idv.to_string();
+        if self.phase != Phase::Running && self.init_id.as_deref() != Some(key.as_str()) {
+            let what = format!("a reply to {key}");
+            return vec![self.not_initialized(&what, None)];
+        }
+        // The requester is the party this reply travels to.
+        let requester = ctx.to;
+        let own = self.prefixes.get(ctx.from).cloned();
+        let theirs = self.prefixes.get(requester).cloned();
+        let parsed = Self::parse_id(idv);
+        if let (Some((p, _)), Some(own)) = (&parsed, &own)
+            && p == own
+            && theirs.as_deref() != Some(own.as_str())
+        {
+            return vec![self.protocol_error(
+                "rukh.response.wrong-direction",
+                "wrong_direction",
+                format!("{} answered an id with its own prefix {own}", ctx.from),
+                None,
+            )];
+        }
+        let next = self.next.get(requester).copied().unwrap_or(1);
+        let future = match &parsed {
+            Some((p, n)) => theirs.as_deref().is_some_and(|t| t != p) || *n >= next,
+            None => true,
+        };
+        if self.invoke_answered && self.invoke_id.as_deref() == Some(key.as_str()) {
+            return vec![self.protocol_error(
+                "rukh.invoke.duplicate-completion",
+                "duplicate_completion",
+                "a second completion for rukh.invoke".into(),
+                None,
+            )];
+        }
+        if let Some(p) = self.untrack(&key) {
+            let mut out = Vec::new();
+            if let Some(cap) = self
+                .c()
+                .methods
+                .get(&p.method)
+                .and_then(|m| m.max_payload.as_deref())
+                .and_then(|l| self.limits.count(l))
+                && size as u64 > cap
+            {
+                let v = self.c().violations.oversize.clone();
+                let mut r = self.protocol_error(
+                    "rukh.frame.cap",
+                    "oversize_frame",
+                    format!(
+                        "response to {} of {size} bytes exceeds its {cap}-byte cap",
+                        p.method
+                    ),
+                    None,
+                );
+                r.seed = note_seed(self.c(), "R-4");
+                if let Some(v) = v {
+                    r.code = v.code;
+                }
+                return vec![r];
+            }
+            if self.init_id.as_deref() == Some(key.as_str()) {
+                self.phase = if msg.kind == Kind::Response {
+                    Phase::Running
+                } else {
+                    Phase::Refused
+                };
+            }
+            if self.invoke_id.as_deref() == Some(key.as_str()) {
+                self.invoke_answered = true;
+                self.closing = true;
+                if self.cancelled {
+                    out.push(Ruling {
+                        rule: "rukh.cancel.precedence",
+                        seed: note_seed(self.c(), "R-28"),
+                        code: None,
+                        reason: "rukh.invoke result after an accepted cancel: the outcome stays cancelled".into(),
+                        act: Act::Flag,
+                    });
+                }
+            }
+            return out;
+        }
+        if self.ended.remove(&key) {
+            return vec![self.late(format!(
+                "response to {key} after the wait ended (accepted cancel)"
+            ))];
+        }
+        if future {
+            return vec![self.protocol_error(
+                "rukh.response.unknown-id",
+                "unknown_response_id",
+                format!("response to {key}, which {requester} never issued"),
+                None,
+            )];
+        }
+        vec![self.late(format!("response to {key}, which is no longer pending"))]
+    }
+
+    fn late(&self, reason: String) -> Ruling {
+        Ruling {
+            rule: "rukh.response.late",
+            seed: note_seed(self.c(), "R-10"),
+            code: None,
+            reason,
+            act: Act::Discard,
+        }
+    }
+
+    fn on_notification(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
+        let method = msg.method.clone().unwrap_or_default();
+        if self.phase != Phase::Running {
+            return vec![self.not_initialized(&method, None)];
+        }
+        if method != LOG {
+            return vec![];
+        }
+        let now = ctx.now;
+        if self.log_records.is_none() {
+            self.log_records = self
+                .limits
+                .rate("logIntakeRecordsRate")
+                .and_then(|(p, b)| Bucket::new(p, b, now));
+            self.log_bytes = self
+                .limits
+                .rate("logIntakeBytesRate")
+                .and_then(|(p, b)| Bucket::new(p, b, now));
+        }
+        let records_ok = self.log_records.as_mut().is_none_or(|b| b.take(1, now));
+        let bytes_ok = records_ok
+            && self
+                .log_bytes
+                .as_mut()
+                .is_none_or(|b| b.take(size as u64, now));
+        if records_ok && bytes_ok {
+            return vec![];
+        }
+        let limit = if records_ok {
+            "logIntakeBytesRate"
+        } else {
+            "logIntakeRecordsRate"
+        };
+        vec![Ruling {
+            rule: "rukh.log.rate",
+            seed: self.limits.seed(limit),
+            code: self.limits.action_code(limit),
+            reason: format!("rukh.log record of {size} bytes over {limit}: dropped and counted"),
+            act: Act::Discard,
+        }]
+    }
+}
+
+impl Policy for RukhPolicy {
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
+        match msg.kind {
+            Kind::Request => self.on_request(ctx, msg),
+            Kind::Response | Kind::Error => self.on_reply(ctx, msg, size),
+            Kind::Notification | Kind::Event => self.on_notification(ctx, msg, size),
+        }
+    }
+
+    fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
+        self.pending.clear();
+        self.ended.clear();
+        vec![]
+    }
+}

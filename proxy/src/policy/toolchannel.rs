@@ -1,0 +1,428 @@
+//! toolchannel: refused reverse requests, the host's deadlines, one live socket per session.
+//!
+//! Rules, with the contract text they come from:
+//! - a request whose method starts with `sampling/` is answered -32003
+//!   SAMPLING_DISABLED, `elicitation/` and `roots/` -32004
+//!   CAPABILITY_NOT_NEGOTIATED, before dispatch (T-34; the ruling is the
+//!   session-audit record the contract asks for). The wire layer answers
+//!   unknown `sampling/…` names with the generic -32004, so the relay must show
+//!   this policy an unknown request's partial message too;
+//! - the host's deadlines (hostSession machine), flagged with the close code
+//!   the host should have used — the proxy reports, the host closes:
+//!   hostHandshakeSeconds from socket open to notifications/initialized
+//!   (4003), readySeconds from there to running = agentfy/ready seen and
+//!   tools/list answered (4003), hostHeartbeatSeconds (= grace + interval)
+//!   from running or the previous agentfy/heartbeat (4004, T-8),
+//!   releaseGraceSeconds from agentfy/release to its result (no code);
+//! - one live connection per session: the initialize RESULT's
+//!   `_meta.agentfy` {sessionId, instanceId, attempt} (the worker answers the
+//!   host's initialize). Same instanceId and a greater attempt supersedes the
+//!   old socket: the frame is forwarded and the old connection is closed 4009
+//!   ([`Act::CloseConn`]). Any other redial of a known session (another
+//!   instanceId, or an attempt not greater) is refused: close 4002.
+//!
+//! Ten bad frames → 4006 is the inspector's (badFramesMax); not repeated here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use contract::model::{CodeKind, Kind};
+use contract::wire::{Message, Wire};
+use serde_json::{Value, json};
+
+use super::{Act, Ctx, Limits, Policy, Ruling, SharedState, jsonrpc_error, note_seed, truncate};
+use crate::conn::CloseFrame;
+use crate::inspect::Closing;
+
+/// Method prefixes the host refuses before dispatch, and the catalog name of the answer (T-34).
+const REFUSED: [(&str, &str); 3] = [
+    ("sampling/", "SAMPLING_DISABLED"),
+    ("elicitation/", "CAPABILITY_NOT_NEGOTIATED"),
+    ("roots/", "CAPABILITY_NOT_NEGOTIATED"),
+];
+
+/// The live socket of each session, by (route, sessionId).
+#[derive(Default)]
+pub(crate) struct Shared {
+    live: HashMap<(String, String), Live>,
+}
+
+struct Live {
+    instance: String,
+    attempt: u64,
+    /// The serving connection; None once it closed (a redial may follow).
+    conn: Option<u64>,
+}
+
+#[derive(Default)]
+struct Deadlines {
+    handshake: Option<Instant>,
+    ready: Option<Instant>,
+    heartbeat: Option<Instant>,
+    release: Option<Instant>,
+}
+
+/// toolchannel's policy for one WebSocket connection.
+pub struct ToolPolicy {
+    wire: Arc<Wire>,
+    shared: Arc<SharedState>,
+    conn: u64,
+    limits: Limits,
+    /// (route, sessionId) once the initialize result named it.
+    key: Option<(String, String)>,
+    /// Host requests whose answer matters here, by id.
+    asked: HashMap<String, String>,
+    ready_seen: bool,
+    listed: bool,
+    released: bool,
+    due: Deadlines,
+}
+
+impl ToolPolicy {
+    /// A policy for connection `conn`.
+    pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64) -> Self {
+        let limits = Limits::new(wire.contract());
+        ToolPolicy {
+            wire,
+            shared,
+            conn,
+            limits,
+            key: None,
+            asked: HashMap::new(),
+            ready_seen: false,
+            listed: false,
+            released: false,
+            due: Deadlines::default(),
+        }
+    }
+
+    fn c(&self) -> &contract::Contract {
+        self.wire.contract()
+    }
+
+    /// The close code named `name` in the contract's close-code table.
+    fn close_code(&self, name: &str) -> Option<u16> {
+        self.c()
+            .codes
+            .values()
+            .filter(|t| t.kind == CodeKind::CloseCode)
+            .flat_map(|t| t.values.iter())
+            .find(|v| v.name.as_deref() == Some(name))
+            .and_then(|v| v.value.as_u64())
+            .and_then(|v| u16::try_from(v).ok())
+    }
+
+    fn closing(&self, name: &str, reason: String) -> (Option<Value>, Closing) {
+        let max = self.limits.count("closeReasonMaxBytes").unwrap_or(0) as usize;
+        match self.close_code(name) {
+            Some(code) => (
+                Some(json!(code)),
+                Closing::Code(CloseFrame {
+                    code,
+                    reason: truncate(&reason, max),
+                }),
+            ),
+            None => (None, Closing::Drop),
+        }
+    }
+
+    fn arm(&self, now: Instant, limit: &str) -> Option<Instant> {
+        self.limits.secs(limit).and_then(|d| now.checked_add(d))
+    }
+
+    fn refused_prefix(&self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
+        let method = msg.method.as_deref()?;
+        let (_, name) = REFUSED.iter().find(|(p, _)| method.starts_with(p))?;
+        let code = self
+            .c()
+            .errors
+            .iter()
+            .find(|e| e.name.as_deref() == Some(*name))?
+            .code
+            .clone();
+        let reason = format!(
+            "{method} from {} refused before dispatch (written to the session audit)",
+            ctx.from
+        );
+        let reply = jsonrpc_error(self.c(), msg.id.as_ref(), &code, &reason, None);
+        Some(Ruling {
+            rule: if *name == "SAMPLING_DISABLED" {
+                "toolchannel.sampling.refused"
+            } else {
+                "toolchannel.capability.refused"
+            },
+            seed: note_seed(self.c(), "T-34"),
+            code: Some(code),
+            reason,
+            act: Act::Refuse {
+                reply: Some(reply),
+                close: None,
+            },
+        })
+    }
+
+    /// The initialize result: one live connection per session.
+    fn identity(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
+        let meta = msg.value.pointer("/result/_meta/agentfy");
+        let get = |k: &str| meta.and_then(|m| m.get(k));
+        let (Some(session), Some(instance), Some(attempt)) = (
+            get("sessionId").and_then(Value::as_str),
+            get("instanceId").and_then(Value::as_str),
+            get("attempt").and_then(Value::as_u64),
+        ) else {
+            return vec![];
+        };
+        let key = (ctx.route.to_string(), session.to_string());
+        let mut inner = self.shared.lock();
+        let live = &mut inner.toolchannel.live;
+        let verdict = match live.get_mut(&key) {
+            None => {
+                live.insert(
+                    key.clone(),
+                    Live {
+                        instance: instance.to_string(),
+                        attempt,
+                        conn: Some(self.conn),
+                    },
+                );
+                Ok(None)
+            }
+            Some(l) if l.instance == instance && attempt > l.attempt => {
+                let old = l.conn.filter(|c| *c != self.conn);
+                l.attempt = attempt;
+                l.conn = Some(self.conn);
+                Ok(old.map(|o| (o, l.attempt)))
+            }
+            Some(l) => Err(if l.instance != instance {
+                "a different instanceId for a live session".to_string()
+            } else {
+                format!("attempt {attempt} is not greater than {}", l.attempt)
+            }),
+        };
+        drop(inner);
+        match verdict {
+            Ok(None) => {
+                self.key = Some(key);
+                vec![]
+            }
+            Ok(Some((old, attempt))) => {
+                self.key = Some(key);
+                let (code, close) = self.closing(
+                    "SUPERSEDED",
+                    format!("SUPERSEDED by connection {} (attempt {attempt})", self.conn),
+                );
+                vec![Ruling {
+                    rule: "toolchannel.supersede",
+                    seed: note_seed(self.c(), "T-49"),
+                    code,
+                    reason: format!(
+                        "redial of the same worker process (attempt {attempt}) supersedes connection {old}"
+                    ),
+                    act: Act::CloseConn { conn: old, close },
+                }]
+            }
+            Err(why) => {
+                let (code, close) = self.closing(
+                    "SESSION_REJECTED",
+                    format!("SESSION_REJECTED duplicate connection: {why}"),
+                );
+                vec![Ruling {
+                    rule: "toolchannel.duplicate-connection",
+                    seed: self
+                        .c()
+                        .codes
+                        .values()
+                        .find(|t| t.kind == CodeKind::CloseCode)
+                        .map(|t| t.seed.clone())
+                        .unwrap_or_default(),
+                    code,
+                    reason: format!("duplicate connection for a known session: {why}"),
+                    act: Act::Refuse {
+                        reply: None,
+                        close: Some(close),
+                    },
+                }]
+            }
+        }
+    }
+
+    fn maybe_running(&mut self, now: Instant) {
+        if self.ready_seen && self.listed && self.due.ready.is_some() {
+            self.due.ready = None;
+            self.due.heartbeat = self.arm(now, "hostHeartbeatSeconds");
+        }
+    }
+
+    /// Whether this connection still carries its session (not superseded).
+    fn is_live(&self) -> bool {
+        let Some(key) = &self.key else {
+            return true;
+        };
+        self.shared
+            .lock()
+            .toolchannel
+            .live
+            .get(key)
+            .is_none_or(|l| l.conn == Some(self.conn))
+    }
+
+    fn missed(&self, rule: &'static str, limit: &str, what: &str) -> Ruling {
+        let secs = self.limits.base(limit).unwrap_or_default();
+        Ruling {
+            rule,
+            seed: self.limits.seed(limit),
+            code: self.limits.action_code(limit),
+            reason: format!("{what} within {limit} ({secs} s)"),
+            act: Act::Flag,
+        }
+    }
+}
+
+impl Policy for ToolPolicy {
+    fn on_open(&mut self, _route: &str, now: Instant) -> Vec<Ruling> {
+        self.due.handshake = self.arm(now, "hostHandshakeSeconds");
+        vec![]
+    }
+
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
+        let now = ctx.now;
+        let method = msg.method.as_deref().unwrap_or("");
+        match msg.kind {
+            Kind::Request => {
+                if let Some(r) = self.refused_prefix(ctx, msg) {
+                    return vec![r];
+                }
+                match method {
+                    "initialize" | "tools/list" | "agentfy/release" => {
+                        if let Some(id) = &msg.id
+                            && self.asked.len() < contract::io::DEFAULT_PENDING
+                        {
+                            self.asked.insert(id.to_string(), method.to_string());
+                        }
+                        if method == "agentfy/release" {
+                            self.due.release = self.arm(now, "releaseGraceSeconds");
+                            self.due.heartbeat = None;
+                        }
+                    }
+                    "agentfy/heartbeat" if self.due.heartbeat.is_some() => {
+                        self.due.heartbeat = self.arm(now, "hostHeartbeatSeconds");
+                    }
+                    _ => {}
+                }
+                vec![]
+            }
+            Kind::Notification | Kind::Event => {
+                match method {
+                    "notifications/initialized" if self.due.handshake.is_some() => {
+                        self.due.handshake = None;
+                        self.due.ready = self.arm(now, "readySeconds");
+                    }
+                    "agentfy/ready" => {
+                        self.ready_seen = true;
+                        self.maybe_running(now);
+                    }
+                    _ => {}
+                }
+                vec![]
+            }
+            Kind::Response | Kind::Error => {
+                let Some(asked) = msg
+                    .correlation
+                    .as_ref()
+                    .and_then(|id| self.asked.remove(&id.to_string()))
+                else {
+                    return vec![];
+                };
+                let ok = msg.kind == Kind::Response;
+                match asked.as_str() {
+                    "initialize" if ok => self.identity(ctx, msg),
+                    "tools/list" if ok => {
+                        self.listed = true;
+                        self.maybe_running(now);
+                        vec![]
+                    }
+                    "agentfy/release" => {
+                        self.due.release = None;
+                        let accepted = msg.value.pointer("/result/accepted") != Some(&json!(false));
+                        if ok && accepted {
+                            self.released = true;
+                        } else {
+                            // T-12: declined, back to running.
+                            self.due.heartbeat = self.arm(now, "hostHeartbeatSeconds");
+                        }
+                        vec![]
+                    }
+                    _ => vec![],
+                }
+            }
+        }
+    }
+
+    fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
+        self.due = Deadlines::default();
+        if let Some(key) = self.key.take() {
+            let mut inner = self.shared.lock();
+            let live = &mut inner.toolchannel.live;
+            if live.get(&key).is_some_and(|l| l.conn == Some(self.conn)) {
+                if self.released {
+                    live.remove(&key);
+                } else if let Some(l) = live.get_mut(&key) {
+                    l.conn = None;
+                }
+            }
+        }
+        vec![]
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        [
+            self.due.handshake,
+            self.due.ready,
+            self.due.heartbeat,
+            self.due.release,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn on_tick(&mut self, now: Instant) -> Vec<(u64, Ruling)> {
+        if !self.is_live() {
+            // Superseded: the new socket re-arms its own timers.
+            self.due = Deadlines::default();
+            return vec![];
+        }
+        let mut out = Vec::new();
+        let fired = |d: &mut Option<Instant>| d.take_if(|t| *t <= now).is_some();
+        if fired(&mut self.due.handshake) {
+            out.push(self.missed(
+                "toolchannel.deadline.handshake",
+                "hostHandshakeSeconds",
+                "no notifications/initialized (handshake_timeout)",
+            ));
+        }
+        if fired(&mut self.due.ready) {
+            out.push(self.missed(
+                "toolchannel.deadline.ready",
+                "readySeconds",
+                "session not running: agentfy/ready or the tools/list answer missing (ready_timeout)",
+            ));
+        }
+        if fired(&mut self.due.heartbeat) {
+            out.push(self.missed(
+                "toolchannel.deadline.heartbeat",
+                "hostHeartbeatSeconds",
+                "no agentfy/heartbeat (heartbeat_timeout)",
+            ));
+        }
+        if fired(&mut self.due.release) {
+            out.push(self.missed(
+                "toolchannel.deadline.release",
+                "releaseGraceSeconds",
+                "no agentfy/release result (sandbox deleted anyway, outputsFlushed false)",
+            ));
+        }
+        out.into_iter().map(|r| (self.conn, r)).collect()
+    }
+}

@@ -1,0 +1,315 @@
+//! xsession (seed 001 §2, §6): admission, the connection cap and the line deadline.
+//!
+//! Rules, with the contract text they come from:
+//! - admission (§6 step 1): a user frame takes a token from its sender's
+//!   bucket (perSenderRate, keyed by the exact `from`, X-4) and then from the
+//!   all-senders bucket (globalRate); tokens are not returned. Then the
+//!   duplicate check: the same `message.content` from the same `from` to the
+//!   same session within duplicateWindow of an earlier ADMITTED message with
+//!   another msgId. Buckets and bodies belong to the recipient session
+//!   (`toSessionId`) behind the route's inbox. A dropped message is reported to
+//!   the sender's own inbox with a delivery_status `dropped` frame carrying the
+//!   limit's dropReason, as the recipient would ([`Act::Notify`]); without
+//!   `from` no status can be sent and the frame is just discarded.
+//!   Bodies are remembered by their SHA-256, never in clear.
+//! - maxConnections: a connection beyond the cap is dropped unread.
+//! - parseableLineDeadline: from accept, restarted by every decoded
+//!   line; garbage never reaches a policy, so it cannot extend the deadline.
+//!
+//! Not distinguishable here: own-process and controller connections are exempt
+//! from the duplicate check, but their tokens are opaque to the proxy, so every
+//! connection is judged as an ordinary peer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use contract::wire::{Message, Wire};
+use serde_json::{Value, json};
+
+use super::{Act, Bucket, Ctx, Limits, Policy, Ruling, SharedState};
+use crate::inspect::Closing;
+
+const USER: &str = "user";
+const AUTH: &str = "auth";
+const STATUS: &str = "delivery_status";
+
+/// Admission state of every route's recipient sessions, and open connections per route.
+#[derive(Default)]
+pub(crate) struct Shared {
+    open: HashMap<String, usize>,
+    sessions: HashMap<(String, String), Admission>,
+    last_sweep: Option<Instant>,
+}
+
+impl Shared {
+    pub(crate) fn open(&self, route: &str) -> usize {
+        self.open.get(route).copied().unwrap_or(0)
+    }
+}
+
+/// One recipient session's buckets and recent bodies.
+struct Admission {
+    senders: HashMap<String, Bucket>,
+    global: Option<Bucket>,
+    /// (from, SHA-256 of the body) → (arrival of the admitted message, its msgId).
+    bodies: HashMap<(String, [u8; 32]), (Instant, String)>,
+}
+
+/// xsession's policy for one inbox connection.
+pub struct XsPolicy {
+    wire: Arc<Wire>,
+    shared: Arc<SharedState>,
+    conn: u64,
+    limits: Limits,
+    route: Option<String>,
+    deadline: Option<Instant>,
+    next_id: u64,
+}
+
+impl XsPolicy {
+    /// A policy for connection `conn`.
+    pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64, _session: u64) -> Self {
+        let limits = Limits::new(wire.contract());
+        XsPolicy {
+            wire,
+            shared,
+            conn,
+            limits,
+            route: None,
+            deadline: None,
+            next_id: 0,
+        }
+    }
+
+    fn arm(&mut self, now: Instant) {
+        self.deadline = self
+            .limits
+            .secs("parseableLineDeadline")
+            .and_then(|d| now.checked_add(d));
+    }
+
+    /// The field values a method's frames carry to be recognised (`/type`, `/action`).
+    fn tagged(&self, method: &str) -> Value {
+        let mut out = json!({});
+        if let Some(m) = self.wire.contract().methods.get(method) {
+            for (ptr, v) in &m.matches {
+                if let Some(k) = ptr.strip_prefix('/') {
+                    out[k] = v.clone();
+                }
+            }
+        }
+        out
+    }
+
+    fn admit(&mut self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
+        let v = &msg.value;
+        let from = v
+            .get("from")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let session = v.get("toSessionId").and_then(Value::as_str).unwrap_or("");
+        let msg_id = msg.id.as_ref().and_then(Value::as_str).unwrap_or("");
+        let body = match v.pointer("/message/content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        let digest = ring::digest::digest(&ring::digest::SHA256, body.as_bytes());
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(digest.as_ref());
+        let now = ctx.now;
+        let window = self.limits.secs("duplicateWindow");
+        let per_sender = self.limits.rate("perSenderRate");
+        let global = self.limits.rate("globalRate");
+
+        let mut inner = self.shared.lock();
+        let xs = &mut inner.xsession;
+        sweep(xs, now, window);
+        let adm = xs
+            .sessions
+            .entry((ctx.route.to_string(), session.to_string()))
+            .or_insert_with(|| Admission {
+                senders: HashMap::new(),
+                global: global.and_then(|(p, b)| Bucket::new(p, b, now)),
+                bodies: HashMap::new(),
+            });
+        let sender = from.unwrap_or("").to_string();
+        let mut dropped = None;
+        if let Some((period, burst)) = per_sender
+            && !adm.senders.contains_key(&sender)
+            && let Some(fresh) = Bucket::new(period, burst, now)
+        {
+            adm.senders.insert(sender.clone(), fresh);
+        }
+        if adm
+            .senders
+            .get_mut(&sender)
+            .is_some_and(|b| !b.take(1, now))
+        {
+            dropped = Some("perSenderRate");
+        }
+        if dropped.is_none() && adm.global.as_mut().is_some_and(|b| !b.take(1, now)) {
+            dropped = Some("globalRate");
+        }
+        if dropped.is_none()
+            && let Some(window) = window
+        {
+            let key = (sender, hash);
+            match adm.bodies.get(&key) {
+                Some((t, id)) if now.saturating_duration_since(*t) < window => {
+                    if id != msg_id {
+                        dropped = Some("duplicateWindow");
+                    }
+                }
+                _ => {
+                    adm.bodies.insert(key, (now, msg_id.to_string()));
+                }
+            }
+        }
+        drop(inner);
+        let limit = dropped?;
+        Some(self.dropped(limit, from, msg))
+    }
+
+    /// The ruling for a message dropped by `limit`.
+    fn dropped(&mut self, limit: &str, from: Option<&str>, msg: &Message) -> Ruling {
+        let code = self.limits.action_code(limit);
+        let reason = format!("user message dropped at admission: {limit}");
+        let act = match from {
+            None => Act::Discard,
+            Some(inbox) => {
+                self.next_id += 1;
+                let v = &msg.value;
+                let version = v.get("msgV").cloned().unwrap_or(Value::Null);
+                let mut status = self.tagged(STATUS);
+                status["msgV"] = version.clone();
+                status["msgId"] = json!(format!("proxy-{}-{}", self.conn, self.next_id));
+                status["status"] = json!("dropped");
+                status["origMsgId"] = msg.id.clone().unwrap_or(Value::Null);
+                status["reason"] = json!(reason);
+                if let Some(c) = &code {
+                    status["dropReason"] = c.clone();
+                }
+                let auth = v.get("replyToken").and_then(Value::as_str).map(|token| {
+                    let mut a = self.tagged(AUTH);
+                    a["msgV"] = version;
+                    a["token"] = json!(token);
+                    a
+                });
+                Act::Notify {
+                    to_inbox: inbox.to_string(),
+                    auth,
+                    message: status,
+                }
+            }
+        };
+        Ruling {
+            rule: match limit {
+                "duplicateWindow" => "xsession.admission.duplicate",
+                _ => "xsession.admission.rate",
+            },
+            seed: self.limits.seed(limit),
+            code,
+            reason,
+            act,
+        }
+    }
+}
+
+/// Forget buckets that refilled and bodies past the window (a fresh entry is
+/// the same thing), at most once per window.
+fn sweep(xs: &mut Shared, now: Instant, window: Option<std::time::Duration>) {
+    let Some(window) = window else { return };
+    if xs
+        .last_sweep
+        .is_some_and(|t| now.saturating_duration_since(t) < window)
+    {
+        return;
+    }
+    xs.last_sweep = Some(now);
+    xs.sessions.retain(|_, a| {
+        a.senders.retain(|_, b| !b.is_full_at(now));
+        a.bodies
+            .retain(|_, (t, _)| now.saturating_duration_since(*t) < window);
+        !(a.senders.is_empty()
+            && a.bodies.is_empty()
+            && a.global.as_ref().is_none_or(|g| g.is_full_at(now)))
+    });
+}
+
+impl Policy for XsPolicy {
+    fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
+        let max = self.limits.count("maxConnections");
+        let mut inner = self.shared.lock();
+        let open = inner.xsession.open.entry(route.to_string()).or_insert(0);
+        if max.is_some_and(|m| *open as u64 >= m) {
+            let n = *open;
+            drop(inner);
+            return vec![Ruling {
+                rule: "xsession.connections.cap",
+                seed: self.limits.seed("maxConnections"),
+                code: self.limits.action_code("maxConnections"),
+                reason: format!("{n} connections already open (maxConnections): closed unread"),
+                act: Act::Refuse {
+                    reply: None,
+                    close: Some(Closing::Drop),
+                },
+            }];
+        }
+        *open += 1;
+        drop(inner);
+        self.route = Some(route.to_string());
+        self.arm(now);
+        vec![]
+    }
+
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
+        self.arm(ctx.now);
+        if msg.method.as_deref() != Some(USER) {
+            return vec![];
+        }
+        self.admit(ctx, msg).into_iter().collect()
+    }
+
+    fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
+        self.deadline = None;
+        if let Some(route) = self.route.take() {
+            let mut inner = self.shared.lock();
+            if let Some(n) = inner.xsession.open.get_mut(&route) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    inner.xsession.open.remove(&route);
+                }
+            }
+        }
+        vec![]
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    fn on_tick(&mut self, now: Instant) -> Vec<(u64, Ruling)> {
+        if self.deadline.take_if(|t| *t <= now).is_none() {
+            return vec![];
+        }
+        let limit = "parseableLineDeadline";
+        vec![(
+            self.conn,
+            Ruling {
+                rule: "xsession.line-deadline",
+                seed: self.limits.seed(limit),
+                code: self.limits.action_code(limit),
+                reason: format!(
+                    "no parseable line within {limit} ({} s): dropped silently",
+                    self.limits.base(limit).unwrap_or_default()
+                ),
+                act: Act::Refuse {
+                    reply: None,
+                    close: Some(Closing::Drop),
+                },
+            },
+        )]
+    }
+}

@@ -1,0 +1,1283 @@
+//! The stateful contract rules (`policy::*`), driven the way the relay drives
+//! them: frames decoded by the real wire layer from the contracts' own examples,
+//! instants passed in, exact rulings asserted. Each rule has a test that breaks
+//! it and sees the contract's response, and one that keeps it and sees nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use contract::model::Kind;
+use contract::wire::{Message, Wire};
+use contract_proxy::conn::CloseFrame;
+use contract_proxy::inspect::{Closing, Dir};
+use contract_proxy::policy::ratelimit::{RateLimitError, RateLimitSpec, RateLimiter};
+use contract_proxy::policy::{
+    self, Act, CreditGate, Ctx, GateDecision, Held, Policy, Ruling, SharedState,
+};
+use serde_json::{Value, json};
+
+fn wire(name: &str) -> Arc<Wire> {
+    Arc::new(Wire::new(Arc::new(contract::builtin(name).expect("contract"))).expect("wire"))
+}
+
+/// The `n`th example of `method` of the given part (call, result, error).
+fn ex(w: &Wire, method: &str, part: &str, n: usize) -> Value {
+    let m = &w.contract().methods[method];
+    let found: Vec<Value> = m
+        .examples
+        .iter()
+        .filter(|e| format!("{:?}", e.part).eq_ignore_ascii_case(part))
+        .map(|e| e.message.clone())
+        .collect();
+    found
+        .get(n)
+        .cloned()
+        .unwrap_or_else(|| panic!("{method} has no {part} example #{n}"))
+}
+
+fn limit(w: &Wire, name: &str) -> f64 {
+    contract::check::limit_values(w.contract())[name]
+        .clone()
+        .expect("limit")
+}
+
+fn secs(w: &Wire, name: &str) -> Duration {
+    let l = &w.contract().limits[name];
+    Duration::from_secs_f64(contract::check::to_base(l.unit, limit(w, name)).0)
+}
+
+/// A rate limit's refill period: one token per this long.
+fn period(w: &Wire, name: &str) -> Duration {
+    let l = &w.contract().limits[name];
+    Duration::from_secs_f64(l.per_seconds.expect("rate") / limit(w, name))
+}
+
+/// One side of a route: who sends, and which way that is.
+struct Side<'a> {
+    from: &'a str,
+    to: &'a str,
+    dir: Dir,
+}
+
+const CORE: Side = Side {
+    from: "core",
+    to: "extension",
+    dir: Dir::Up,
+};
+const EXT: Side = Side {
+    from: "extension",
+    to: "core",
+    dir: Dir::Down,
+};
+
+/// Decode `v` as `side.from` sent it on `channel` and show it to the policy.
+#[allow(clippy::too_many_arguments)]
+fn feed(
+    p: &mut dyn Policy,
+    w: &Wire,
+    channel: &str,
+    route: &str,
+    conn: u64,
+    side: &Side,
+    v: &Value,
+    answers: Option<&str>,
+    now: Instant,
+) -> Vec<Ruling> {
+    let bytes = serde_json::to_vec(v).expect("json");
+    let msg = w
+        .decode(channel, side.from, &bytes, answers)
+        .unwrap_or_else(|e| panic!("example does not decode: {}: {v}", e.reason));
+    p.on_message(&ctx(route, conn, side, now), &msg, bytes.len())
+}
+
+fn ctx<'a>(route: &'a str, conn: u64, side: &Side<'a>, now: Instant) -> Ctx<'a> {
+    Ctx {
+        route,
+        conn,
+        session: conn,
+        dir: side.dir,
+        from: side.from,
+        to: side.to,
+        now,
+    }
+}
+
+fn rules(rs: &[Ruling]) -> Vec<&'static str> {
+    rs.iter().map(|r| r.rule).collect()
+}
+
+// ---------------------------------------------------------------- rukh
+
+struct Rukh {
+    w: Arc<Wire>,
+    p: Box<dyn Policy>,
+    t: Instant,
+}
+
+impl Rukh {
+    fn new() -> Self {
+        let w = wire("rukh");
+        let p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+        Rukh {
+            w,
+            p,
+            t: Instant::now(),
+        }
+    }
+
+    fn send(&mut self, side: &Side, v: &Value, answers: Option<&str>) -> Vec<Ruling> {
+        let w = self.w.clone();
+        feed(&mut *self.p, &w, "ipc", "r", 1, side, v, answers, self.t)
+    }
+
+    fn ex(&self, method: &str, part: &str, n: usize) -> Value {
+        ex(&self.w, method, part, n)
+    }
+
+    /// A request example with its id replaced.
+    fn req(&self, method: &str, id: &str) -> Value {
+        let mut v = self.ex(method, "call", 0);
+        v["id"] = json!(id);
+        v
+    }
+
+    /// A result example answering `id`.
+    fn res(&self, method: &str, id: &str) -> Value {
+        let mut v = self.ex(method, "result", 0);
+        v["id"] = json!(id);
+        v
+    }
+
+    /// initialize + its result + invoke, all clean.
+    fn running(&mut self) {
+        let (i, r) = (
+            self.req("rukh.initialize", "c:1"),
+            self.res("rukh.initialize", "c:1"),
+        );
+        assert!(self.send(&CORE, &i, None).is_empty());
+        assert!(self.send(&EXT, &r, Some("rukh.initialize")).is_empty());
+        let inv = self.req("rukh.invoke", "c:2");
+        assert!(self.send(&CORE, &inv, None).is_empty());
+    }
+}
+
+fn is_fail(r: &Ruling, code: i64, reason: &str) -> bool {
+    r.code == Some(json!(code))
+        && matches!(&r.act, Act::Refuse { close: Some(Closing::Drop), reply } if reply.as_ref().is_none_or(|m| m["error"]["data"]["reason"] == json!(reason) || reason.is_empty()))
+}
+
+#[test]
+fn rukh_whole_session_in_order_is_clean() {
+    let mut s = Rukh::new();
+    s.running();
+    let call = s.req("rukh.call", "e:1");
+    assert!(s.send(&EXT, &call, None).is_empty());
+    let call_res = s.res("rukh.call", "e:1");
+    assert!(s.send(&CORE, &call_res, Some("rukh.call")).is_empty());
+    let log = s.ex("rukh.log", "call", 0);
+    assert!(s.send(&EXT, &log, None).is_empty());
+    let ui = s.req("rukh.ui.event", "c:3");
+    assert!(s.send(&CORE, &ui, None).is_empty());
+    let ui_res = s.res("rukh.ui.event", "c:3");
+    assert!(s.send(&EXT, &ui_res, Some("rukh.ui.event")).is_empty());
+    let done = s.res("rukh.invoke", "c:2");
+    assert!(s.send(&EXT, &done, Some("rukh.invoke")).is_empty());
+    let close = s.req("rukh.close", "c:4");
+    assert!(s.send(&CORE, &close, None).is_empty());
+    let ack = s.res("rukh.close", "c:4");
+    assert!(s.send(&EXT, &ack, Some("rukh.close")).is_empty());
+}
+
+#[test]
+fn rukh_nothing_before_initialize() {
+    let mut s = Rukh::new();
+    let log = s.ex("rukh.log", "call", 0);
+    let r = s.send(&EXT, &log, None);
+    assert_eq!(rules(&r), ["rukh.session.not-initialized"]);
+    assert_eq!(r[0].code, Some(json!(-32001)));
+    assert_eq!(
+        r[0].act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        },
+        "a notification is never answered"
+    );
+
+    let mut s = Rukh::new();
+    let call = s.req("rukh.call", "e:1");
+    let r = s.send(&EXT, &call, None);
+    assert_eq!(rules(&r), ["rukh.session.not-initialized"]);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: Some(Closing::Drop),
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    // The reply is a valid rukh error answering the request, from the core.
+    let bytes = serde_json::to_vec(reply).expect("json");
+    let m =
+        s.w.decode("ipc", "core", &bytes, Some("rukh.call"))
+            .expect("valid");
+    assert_eq!((m.kind, m.correlation), (Kind::Error, Some(json!("e:1"))));
+    assert_eq!(reply["error"]["code"], json!(-32001));
+
+    // The initialize exchange itself is allowed.
+    let mut s = Rukh::new();
+    s.running();
+}
+
+#[test]
+fn rukh_request_ids_must_be_gapless_unreused_and_prefixed() {
+    let mut s = Rukh::new();
+    s.running();
+    // c:3 is next; c:4 skips it.
+    let r = s.send(&CORE, &s.req("rukh.ui.event", "c:4"), None);
+    assert_eq!(rules(&r), ["rukh.request-id.gap"]);
+    assert!(is_fail(&r[0], -32000, ""), "{r:?}");
+    assert_eq!(
+        r[0].act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        },
+        "no response with a broken id"
+    );
+
+    let mut s = Rukh::new();
+    s.running();
+    let r = s.send(&CORE, &s.req("rukh.ui.event", "c:2"), None);
+    assert_eq!(rules(&r), ["rukh.request-id.reuse"]);
+
+    let mut s = Rukh::new();
+    s.running();
+    // The core using the extension's prefix.
+    let r = s.send(&CORE, &s.req("rukh.ui.event", "e:3"), None);
+    assert_eq!(rules(&r), ["rukh.request-id.prefix"]);
+
+    // The extension's counter is its own: e:1 then e:2 are fine, and c:3 still is.
+    let mut s = Rukh::new();
+    s.running();
+    assert!(s.send(&EXT, &s.req("rukh.call", "e:1"), None).is_empty());
+    assert!(s.send(&EXT, &s.req("rukh.call", "e:2"), None).is_empty());
+    assert!(
+        s.send(&CORE, &s.req("rukh.ui.event", "c:3"), None)
+            .is_empty()
+    );
+}
+
+#[test]
+fn rukh_responses_to_future_or_own_ids_are_protocol_errors() {
+    let mut s = Rukh::new();
+    s.running();
+    let r = s.send(&EXT, &s.res("rukh.ui.event", "c:9"), None);
+    assert_eq!(rules(&r), ["rukh.response.unknown-id"]);
+    assert!(is_fail(&r[0], -32000, ""));
+
+    let mut s = Rukh::new();
+    s.running();
+    let r = s.send(&EXT, &s.res("rukh.call", "e:1"), None);
+    assert_eq!(rules(&r), ["rukh.response.wrong-direction"]);
+}
+
+#[test]
+fn rukh_pending_requests_are_capped_per_direction() {
+    let mut s = Rukh::new();
+    s.running();
+    let max = limit(&s.w, "pendingRequestsMax") as u64;
+    for n in 1..=max {
+        let r = s.send(&EXT, &s.req("rukh.call", &format!("e:{n}")), None);
+        assert!(r.is_empty(), "call {n}: {r:?}");
+    }
+    let over = format!("e:{}", max + 1);
+    let r = s.send(&EXT, &s.req("rukh.call", &over), None);
+    assert_eq!(rules(&r), ["rukh.pending.limit"]);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: None,
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(reply["id"], json!(over));
+    assert_eq!(reply["error"]["code"], json!(-32006));
+    assert_eq!(reply["error"]["data"]["limit"], json!("pendingRequestsMax"));
+    // The core's own direction is not affected.
+    assert!(
+        s.send(&CORE, &s.req("rukh.ui.event", "c:3"), None)
+            .is_empty()
+    );
+    // One answer frees one slot (the refused id was consumed).
+    assert!(
+        s.send(&CORE, &s.res("rukh.call", "e:1"), Some("rukh.call"))
+            .is_empty()
+    );
+    let next = format!("e:{}", max + 2);
+    assert!(s.send(&EXT, &s.req("rukh.call", &next), None).is_empty());
+}
+
+#[test]
+fn rukh_log_intake_excess_is_discarded_and_counted() {
+    let mut s = Rukh::new();
+    s.running();
+    let log = s.ex("rukh.log", "call", 0);
+    let records = limit(&s.w, "logIntakeRecordsRate") as usize;
+    for n in 0..records {
+        assert!(s.send(&EXT, &log, None).is_empty(), "record {n}");
+    }
+    let r = s.send(&EXT, &log, None);
+    assert_eq!(rules(&r), ["rukh.log.rate"]);
+    assert_eq!(r[0].act, Act::Discard);
+    // One record's worth of time later, one more fits.
+    s.t += Duration::from_secs(1) / records as u32;
+    assert!(s.send(&EXT, &log, None).is_empty());
+    assert_eq!(rules(&s.send(&EXT, &log, None)), ["rukh.log.rate"]);
+
+    // The byte bucket: big records run out of bytes before records.
+    let mut s = Rukh::new();
+    s.running();
+    let mut big = s.ex("rukh.log", "call", 0);
+    big["params"]["message"] = json!("x".repeat(15_000));
+    let size = serde_json::to_vec(&big).expect("json").len();
+    let l = &s.w.contract().limits["logIntakeBytesRate"];
+    let bytes = contract::check::to_base(l.unit, limit(&s.w, "logIntakeBytesRate")).0 as usize;
+    let fit = bytes / size;
+    assert!(
+        fit < records,
+        "the byte bucket must be the one that runs out"
+    );
+    for n in 0..fit {
+        assert!(s.send(&EXT, &big, None).is_empty(), "record {n}");
+    }
+    let r = s.send(&EXT, &big, None);
+    assert_eq!(rules(&r), ["rukh.log.rate"]);
+    assert!(
+        r[0].reason.contains("logIntakeBytesRate"),
+        "{}",
+        r[0].reason
+    );
+}
+
+#[test]
+fn rukh_one_invoke_per_session() {
+    let mut s = Rukh::new();
+    s.running();
+    let r = s.send(&CORE, &s.req("rukh.invoke", "c:3"), None);
+    assert_eq!(rules(&r), ["rukh.invoke.repeat"]);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: None,
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(reply["error"]["code"], json!(-32002));
+}
+
+#[test]
+fn rukh_second_completion_is_a_protocol_error() {
+    let mut s = Rukh::new();
+    s.running();
+    let done = s.res("rukh.invoke", "c:2");
+    assert!(s.send(&EXT, &done, Some("rukh.invoke")).is_empty());
+    let r = s.send(&EXT, &done, Some("rukh.invoke"));
+    assert_eq!(rules(&r), ["rukh.invoke.duplicate-completion"]);
+    assert!(is_fail(&r[0], -32000, ""));
+}
+
+#[test]
+fn rukh_no_new_work_after_completion() {
+    let mut s = Rukh::new();
+    s.running();
+    let done = s.res("rukh.invoke", "c:2");
+    assert!(s.send(&EXT, &done, Some("rukh.invoke")).is_empty());
+    let r = s.send(&EXT, &s.req("rukh.call", "e:1"), None);
+    assert_eq!(rules(&r), ["rukh.session.closing"]);
+    assert_eq!(r[0].code, Some(json!(-32007)));
+}
+
+#[test]
+fn rukh_cancel_ends_waits_late_responses_are_discarded() {
+    let mut s = Rukh::new();
+    s.running();
+    assert!(
+        s.send(&CORE, &s.req("rukh.ui.event", "c:3"), None)
+            .is_empty()
+    );
+    assert!(s.send(&CORE, &s.req("rukh.cancel", "c:4"), None).is_empty());
+    let r = s.send(&EXT, &s.res("rukh.ui.event", "c:3"), Some("rukh.ui.event"));
+    assert_eq!(rules(&r), ["rukh.response.late"]);
+    assert_eq!(r[0].act, Act::Discard);
+    // The cancel's own ack is not late, and the invoke result after it cannot decide.
+    assert!(
+        s.send(&EXT, &s.res("rukh.cancel", "c:4"), Some("rukh.cancel"))
+            .is_empty()
+    );
+    let r = s.send(&EXT, &s.res("rukh.invoke", "c:2"), Some("rukh.invoke"));
+    assert_eq!(rules(&r), ["rukh.cancel.precedence"]);
+    assert_eq!(r[0].act, Act::Flag);
+
+    // Without a cancel, the same response is on time.
+    let mut s = Rukh::new();
+    s.running();
+    assert!(
+        s.send(&CORE, &s.req("rukh.ui.event", "c:3"), None)
+            .is_empty()
+    );
+    assert!(
+        s.send(&EXT, &s.res("rukh.ui.event", "c:3"), Some("rukh.ui.event"))
+            .is_empty()
+    );
+}
+
+#[test]
+fn rukh_lifecycle_responses_are_capped_like_their_requests() {
+    let mut s = Rukh::new();
+    let cap = {
+        let l = &s.w.contract().limits["lifecyclePayloadMax"];
+        contract::check::to_base(l.unit, limit(&s.w, "lifecyclePayloadMax")).0 as usize
+    };
+    assert!(
+        s.send(&CORE, &s.req("rukh.initialize", "c:1"), None)
+            .is_empty()
+    );
+    let res = s.res("rukh.initialize", "c:1");
+    let bytes = serde_json::to_vec(&res).expect("json");
+    let msg =
+        s.w.decode("ipc", "extension", &bytes, Some("rukh.initialize"))
+            .expect("valid");
+    // The same message, as if its frame were one byte over the cap.
+    let r = s.p.on_message(&ctx("r", 1, &EXT, s.t), &msg, cap + 1);
+    assert_eq!(rules(&r), ["rukh.frame.cap"]);
+    assert!(is_fail(&r[0], -32000, ""));
+
+    let mut s = Rukh::new();
+    assert!(
+        s.send(&CORE, &s.req("rukh.initialize", "c:1"), None)
+            .is_empty()
+    );
+    let r = s.p.on_message(&ctx("r", 1, &EXT, s.t), &msg, cap);
+    assert!(r.is_empty(), "{r:?}");
+}
+
+#[test]
+fn rukh_context_fields_must_match_the_pinned_session() {
+    let mut s = Rukh::new();
+    s.running();
+    let mut call = s.req("rukh.call", "e:1");
+    call["params"]["sessionId"] = json!("s-someone-else");
+    let r = s.send(&EXT, &call, None);
+    assert_eq!(rules(&r), ["rukh.context.mismatch"]);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: Some(Closing::Drop),
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(reply["error"]["data"]["reason"], json!("context_mismatch"));
+
+    let mut s = Rukh::new();
+    s.running();
+    let pinned = s.ex("rukh.initialize", "call", 0)["params"]["sessionId"].clone();
+    let mut call = s.req("rukh.call", "e:1");
+    call["params"]["sessionId"] = pinned;
+    assert!(s.send(&EXT, &call, None).is_empty());
+}
+
+// ---------------------------------------------------------------- toolchannel
+
+const WORKER: Side = Side {
+    from: "worker",
+    to: "host",
+    dir: Dir::Up,
+};
+const HOST: Side = Side {
+    from: "host",
+    to: "worker",
+    dir: Dir::Down,
+};
+
+struct Tool {
+    w: Arc<Wire>,
+    p: Box<dyn Policy>,
+    conn: u64,
+}
+
+impl Tool {
+    fn new(w: &Arc<Wire>, shared: &Arc<SharedState>, conn: u64, now: Instant) -> Self {
+        let mut p = policy::for_contract(w, shared, conn, conn);
+        assert!(p.on_open("t", now).is_empty());
+        Tool {
+            w: w.clone(),
+            p,
+            conn,
+        }
+    }
+
+    fn send(&mut self, side: &Side, v: &Value, answers: Option<&str>, now: Instant) -> Vec<Ruling> {
+        let w = self.w.clone();
+        feed(
+            &mut *self.p,
+            &w,
+            "ws",
+            "t",
+            self.conn,
+            side,
+            v,
+            answers,
+            now,
+        )
+    }
+
+    /// initialize and its result with this attempt/instance.
+    fn handshake(&mut self, instance: &str, attempt: u64, now: Instant) -> Vec<Ruling> {
+        let init = ex(&self.w, "initialize", "call", 0);
+        assert!(self.send(&HOST, &init, None, now).is_empty());
+        let mut res = ex(&self.w, "initialize", "result", 0);
+        res["result"]["_meta"]["agentfy"]["instanceId"] = json!(instance);
+        res["result"]["_meta"]["agentfy"]["attempt"] = json!(attempt);
+        self.send(&WORKER, &res, Some("initialize"), now)
+    }
+
+    /// initialized, ready, tools/list and its answer: the session is running.
+    fn reach_running(&mut self, now: Instant) {
+        let w = self.w.clone();
+        for (side, v, a) in [
+            (
+                &WORKER,
+                ex(&w, "notifications/initialized", "call", 0),
+                None,
+            ),
+            (&WORKER, ex(&w, "agentfy/ready", "call", 0), None),
+            (&HOST, ex(&w, "tools/list", "call", 0), None),
+            (
+                &WORKER,
+                ex(&w, "tools/list", "result", 0),
+                Some("tools/list"),
+            ),
+        ] {
+            let r = self.send(side, &v, a, now);
+            assert!(r.is_empty(), "{r:?}");
+        }
+    }
+}
+
+#[test]
+fn toolchannel_reverse_requests_are_refused_before_dispatch() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    for (method, code) in [
+        ("sampling/createMessage", -32003),
+        ("elicitation/create", -32004),
+        ("roots/list", -32004),
+    ] {
+        let mut t = Tool::new(&w, &shared, 1, t0);
+        let call = ex(&w, method, "call", 0);
+        let r = t.send(&WORKER, &call, None, t0);
+        assert_eq!(r.len(), 1, "{method}: {r:?}");
+        assert_eq!(r[0].code, Some(json!(code)), "{method}");
+        let Act::Refuse {
+            reply: Some(reply),
+            close: None,
+        } = &r[0].act
+        else {
+            panic!("{r:?}")
+        };
+        // The reply is exactly the contract's own example of the refusal.
+        assert_eq!(reply, &ex(&w, method, "error", 0), "{method}");
+    }
+    // Any other sampling/ name too: the wire layer calls it unknown, the policy
+    // sees the partial message and answers -32003 instead of the generic -32004.
+    let mut t = Tool::new(&w, &shared, 2, t0);
+    let bytes = br#"{"jsonrpc":"2.0","id":5,"method":"sampling/other","params":{}}"#;
+    let v = w
+        .decode("ws", "worker", bytes, None)
+        .expect_err("unknown method");
+    let partial: Message = *v.partial.expect("partial");
+    let r =
+        t.p.on_message(&ctx("t", 2, &WORKER, t0), &partial, bytes.len());
+    assert_eq!(rules(&r), ["toolchannel.sampling.refused"]);
+    assert_eq!(r[0].code, Some(json!(-32003)));
+    // An ordinary tool call passes.
+    let call = ex(&w, "tools/call", "call", 0);
+    assert!(t.send(&HOST, &call, None, t0).is_empty());
+}
+
+#[test]
+fn toolchannel_handshake_deadline_is_flagged() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let hs = secs(&w, "hostHandshakeSeconds");
+    let mut t = Tool::new(&w, &shared, 1, t0);
+    assert_eq!(t.p.next_deadline(), Some(t0 + hs));
+    assert!(t.p.on_tick(t0 + hs - Duration::from_millis(1)).is_empty());
+    let r = t.p.on_tick(t0 + hs);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].0, 1);
+    assert_eq!(r[0].1.rule, "toolchannel.deadline.handshake");
+    assert_eq!(r[0].1.code, Some(json!(4003)));
+    assert_eq!(r[0].1.act, Act::Flag);
+    assert!(t.p.on_tick(t0 + hs * 2).is_empty(), "flagged once");
+
+    // Kept: initialized in time moves the wait to readySeconds.
+    let mut t = Tool::new(&w, &shared, 2, t0);
+    assert!(t.handshake("inst_a", 0, t0).is_empty());
+    let t1 = t0 + Duration::from_secs(1);
+    let init = ex(&w, "notifications/initialized", "call", 0);
+    assert!(t.send(&WORKER, &init, None, t1).is_empty());
+    assert_eq!(t.p.next_deadline(), Some(t1 + secs(&w, "readySeconds")));
+    assert!(t.p.on_tick(t0 + hs).is_empty());
+}
+
+#[test]
+fn toolchannel_ready_deadline_is_flagged() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let mut t = Tool::new(&w, &shared, 1, t0);
+    assert!(t.handshake("inst_a", 0, t0).is_empty());
+    let init = ex(&w, "notifications/initialized", "call", 0);
+    assert!(t.send(&WORKER, &init, None, t0).is_empty());
+    // agentfy/ready arrives, but tools/list is never answered.
+    let ready = ex(&w, "agentfy/ready", "call", 0);
+    assert!(t.send(&WORKER, &ready, None, t0).is_empty());
+    let r = t.p.on_tick(t0 + secs(&w, "readySeconds"));
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].1.rule, "toolchannel.deadline.ready");
+    assert_eq!(r[0].1.code, Some(json!(4003)));
+}
+
+#[test]
+fn toolchannel_heartbeat_gap_is_flagged() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let gap = secs(&w, "hostHeartbeatSeconds");
+    assert_eq!(
+        gap,
+        secs(&w, "heartbeatGraceSeconds") + secs(&w, "heartbeatIntervalSeconds")
+    );
+    let mut t = Tool::new(&w, &shared, 1, t0);
+    assert!(t.handshake("inst_a", 0, t0).is_empty());
+    t.reach_running(t0);
+    assert_eq!(t.p.next_deadline(), Some(t0 + gap));
+    // Kept: a heartbeat every interval re-arms it.
+    let hb = ex(&w, "agentfy/heartbeat", "call", 0);
+    let every = secs(&w, "heartbeatIntervalSeconds");
+    let mut now = t0;
+    for _ in 0..5 {
+        now += every;
+        assert!(t.p.on_tick(now).is_empty());
+        assert!(t.send(&WORKER, &hb, None, now).is_empty());
+    }
+    assert_eq!(t.p.next_deadline(), Some(now + gap));
+    // Broken: silence for the whole gap.
+    assert!(t.p.on_tick(now + gap - Duration::from_millis(1)).is_empty());
+    let r = t.p.on_tick(now + gap);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].1.rule, "toolchannel.deadline.heartbeat");
+    assert_eq!(r[0].1.code, Some(json!(4004)));
+}
+
+#[test]
+fn toolchannel_release_grace_is_flagged() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let grace = secs(&w, "releaseGraceSeconds");
+    let mut t = Tool::new(&w, &shared, 1, t0);
+    assert!(t.handshake("inst_a", 0, t0).is_empty());
+    t.reach_running(t0);
+    let rel = ex(&w, "agentfy/release", "call", 0);
+    assert!(t.send(&HOST, &rel, None, t0).is_empty());
+    assert_eq!(t.p.next_deadline(), Some(t0 + grace));
+    let r = t.p.on_tick(t0 + grace);
+    assert_eq!(
+        rules(&r.iter().map(|x| x.1.clone()).collect::<Vec<_>>()),
+        ["toolchannel.deadline.release"]
+    );
+    assert_eq!(r[0].1.act, Act::Flag);
+
+    // Kept: the result arrives in time; nothing is due any more.
+    let shared = Arc::new(SharedState::new());
+    let mut t = Tool::new(&w, &shared, 2, t0);
+    assert!(t.handshake("inst_b", 0, t0).is_empty());
+    t.reach_running(t0);
+    assert!(t.send(&HOST, &rel, None, t0).is_empty());
+    let res = ex(&w, "agentfy/release", "result", 0);
+    assert!(
+        t.send(&WORKER, &res, Some("agentfy/release"), t0 + grace / 2)
+            .is_empty()
+    );
+    assert_eq!(t.p.next_deadline(), None);
+}
+
+#[test]
+fn toolchannel_redial_supersedes_or_is_refused() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let mut first = Tool::new(&w, &shared, 1, t0);
+    assert!(first.handshake("inst_5b0e7c1d", 0, t0).is_empty());
+    first.reach_running(t0);
+
+    // Same process, greater attempt: forwarded, and the old socket is closed 4009.
+    let mut second = Tool::new(&w, &shared, 2, t0);
+    let r = second.handshake("inst_5b0e7c1d", 1, t0);
+    assert_eq!(rules(&r), ["toolchannel.supersede"]);
+    let Act::CloseConn {
+        conn: 1,
+        close: Closing::Code(CloseFrame { code: 4009, reason }),
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    let max = limit(&w, "closeReasonMaxBytes") as usize;
+    assert!(reason.len() <= max);
+    // The superseded connection's timers no longer fire.
+    assert!(first.p.on_tick(t0 + Duration::from_secs(3600)).is_empty());
+
+    // The same attempt again, and another instance: refused 4002.
+    for (conn, instance, attempt) in [(3, "inst_5b0e7c1d", 1), (4, "inst_other", 2)] {
+        let mut t = Tool::new(&w, &shared, conn, t0);
+        let r = t.handshake(instance, attempt, t0);
+        assert_eq!(
+            rules(&r),
+            ["toolchannel.duplicate-connection"],
+            "{instance}/{attempt}"
+        );
+        assert!(matches!(
+            &r[0].act,
+            Act::Refuse {
+                reply: None,
+                close: Some(Closing::Code(CloseFrame { code: 4002, .. }))
+            }
+        ));
+    }
+    // Another session entirely is no redial.
+    let mut other = Tool::new(&w, &shared, 5, t0);
+    let init = ex(&w, "initialize", "call", 0);
+    assert!(other.send(&HOST, &init, None, t0).is_empty());
+    let mut res = ex(&w, "initialize", "result", 0);
+    res["result"]["_meta"]["agentfy"]["sessionId"] = json!("ars_another");
+    assert!(other.send(&WORKER, &res, Some("initialize"), t0).is_empty());
+}
+
+// ---------------------------------------------------------------- xsession
+
+const SENDER: Side = Side {
+    from: "sender",
+    to: "recipient",
+    dir: Dir::Up,
+};
+
+struct Inbox {
+    w: Arc<Wire>,
+    shared: Arc<SharedState>,
+    conn: u64,
+}
+
+impl Inbox {
+    fn new() -> Self {
+        Inbox {
+            w: wire("xsession"),
+            shared: Arc::new(SharedState::new()),
+            conn: 0,
+        }
+    }
+
+    /// A user frame from `from` (an inbox path) with body `body`.
+    fn user(&self, id: &str, from: Option<&str>, body: &str) -> Value {
+        let mut v = ex(&self.w, "user", "call", 0);
+        v["msgId"] = json!(id);
+        v["message"]["content"] = json!(body);
+        match from {
+            Some(f) => v["from"] = json!(f),
+            None => {
+                v.as_object_mut().expect("object").remove("from");
+            }
+        }
+        v
+    }
+
+    /// One connection carrying one frame, as xsession senders do.
+    fn deliver(&mut self, v: &Value, now: Instant) -> Vec<Ruling> {
+        self.conn += 1;
+        let mut p = policy::for_contract(&self.w, &self.shared, self.conn, self.conn);
+        assert!(p.on_open("x", now).is_empty());
+        let w = self.w.clone();
+        let r = feed(&mut *p, &w, "inbox", "x", self.conn, &SENDER, v, None, now);
+        p.on_close(&ctx("x", self.conn, &SENDER, now));
+        r
+    }
+}
+
+/// The dropped status must be what a recipient would send: a valid auth line and a
+/// valid delivery_status frame, to the sender's `from`.
+fn assert_dropped(w: &Wire, r: &[Ruling], inbox: &str, orig: &str, reason: &str) {
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].code, Some(json!(reason)));
+    let Act::Notify {
+        to_inbox,
+        auth,
+        message,
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(to_inbox, inbox);
+    let auth =
+        serde_json::to_vec(auth.as_ref().expect("the frame had a replyToken")).expect("json");
+    let a = w
+        .decode("inbox", "recipient", &auth, None)
+        .expect("auth line");
+    assert_eq!(a.method.as_deref(), Some("auth"));
+    let bytes = serde_json::to_vec(message).expect("json");
+    let m = w
+        .decode("inbox", "recipient", &bytes, None)
+        .expect("a valid delivery_status");
+    assert_eq!(m.method.as_deref(), Some("delivery_status"));
+    assert_eq!(m.correlation, Some(json!(orig)));
+    assert_eq!(message["status"], json!("dropped"));
+    assert_eq!(message["dropReason"], json!(reason));
+}
+
+#[test]
+fn xsession_per_sender_burst_then_one_per_period() {
+    let mut x = Inbox::new();
+    let every = period(&x.w, "perSenderRate");
+    let burst = x.w.contract().limits["perSenderRate"].burst.expect("burst");
+    let t0 = Instant::now();
+    let a = "/run/user/1000/qwen-socks/1.sock";
+    for n in 0..burst {
+        let r = x.deliver(&x.user(&format!("m{n}"), Some(a), &format!("body {n}")), t0);
+        assert!(r.is_empty(), "message {n}: {r:?}");
+    }
+    let r = x.deliver(&x.user("over", Some(a), "one too many"), t0);
+    assert_dropped(&x.w, &r, a, "over", "rate-limited");
+    assert_eq!(r[0].rule, "xsession.admission.rate");
+    // Another sender still has its own bucket.
+    let b = "/run/user/1000/qwen-socks/2.sock";
+    assert!(x.deliver(&x.user("b1", Some(b), "from b"), t0).is_empty());
+    // After one period, exactly one more.
+    let t1 = t0 + every;
+    assert!(
+        x.deliver(&x.user("later", Some(a), "later body"), t1)
+            .is_empty()
+    );
+    let r = x.deliver(&x.user("later2", Some(a), "later body 2"), t1);
+    assert_dropped(&x.w, &r, a, "later2", "rate-limited");
+}
+
+#[test]
+fn xsession_global_burst_then_one_per_second() {
+    let mut x = Inbox::new();
+    let burst = x.w.contract().limits["globalRate"].burst.expect("burst");
+    let t0 = Instant::now();
+    for n in 0..burst {
+        let from = format!("/tmp/s{n}.sock");
+        assert!(
+            x.deliver(&x.user(&format!("m{n}"), Some(&from), "hi"), t0)
+                .is_empty()
+        );
+    }
+    let r = x.deliver(&x.user("late", Some("/tmp/new.sock"), "hi"), t0);
+    assert_dropped(&x.w, &r, "/tmp/new.sock", "late", "rate-limited");
+    let t1 = t0 + period(&x.w, "globalRate");
+    assert!(
+        x.deliver(&x.user("next", Some("/tmp/new.sock"), "hi"), t1)
+            .is_empty()
+    );
+}
+
+#[test]
+fn xsession_same_body_within_the_window_is_a_duplicate() {
+    let mut x = Inbox::new();
+    let window = secs(&x.w, "duplicateWindow");
+    let t0 = Instant::now();
+    let a = "/tmp/a.sock";
+    assert!(
+        x.deliver(&x.user("m1", Some(a), "same body"), t0)
+            .is_empty()
+    );
+    // A resend of the same msgId is not a duplicate of itself (X-5).
+    assert!(
+        x.deliver(&x.user("m1", Some(a), "same body"), t0)
+            .is_empty()
+    );
+    // Another sender may say the same thing.
+    assert!(
+        x.deliver(&x.user("b1", Some("/tmp/b.sock"), "same body"), t0)
+            .is_empty()
+    );
+    let r = x.deliver(&x.user("m2", Some(a), "same body"), t0 + window / 2);
+    assert_dropped(&x.w, &r, a, "m2", "duplicate");
+    assert_eq!(r[0].rule, "xsession.admission.duplicate");
+    // The window runs from the first one's arrival.
+    assert!(
+        x.deliver(&x.user("m3", Some(a), "same body"), t0 + window)
+            .is_empty()
+    );
+}
+
+#[test]
+fn xsession_without_from_a_drop_is_only_discarded() {
+    let mut x = Inbox::new();
+    let t0 = Instant::now();
+    assert!(x.deliver(&x.user("m1", None, "anonymous"), t0).is_empty());
+    let r = x.deliver(&x.user("m2", None, "anonymous"), t0);
+    assert_eq!(rules(&r), ["xsession.admission.duplicate"]);
+    assert_eq!(r[0].act, Act::Discard);
+}
+
+#[test]
+fn xsession_connections_beyond_the_cap_are_dropped() {
+    let w = wire("xsession");
+    let shared = Arc::new(SharedState::new());
+    let max = limit(&w, "maxConnections") as u64;
+    let t0 = Instant::now();
+    let mut open: Vec<Box<dyn Policy>> = Vec::new();
+    for conn in 1..=max {
+        let mut p = policy::for_contract(&w, &shared, conn, conn);
+        assert!(p.on_open("x", t0).is_empty(), "connection {conn}");
+        open.push(p);
+    }
+    assert_eq!(shared.xsession_open("x"), max as usize);
+    let mut extra = policy::for_contract(&w, &shared, max + 1, max + 1);
+    let r = extra.on_open("x", t0);
+    assert_eq!(rules(&r), ["xsession.connections.cap"]);
+    assert_eq!(
+        r[0].act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    );
+    extra.on_close(&ctx("x", max + 1, &SENDER, t0));
+    assert_eq!(
+        shared.xsession_open("x"),
+        max as usize,
+        "a refused connection never counted"
+    );
+    // Another route has its own listener.
+    let mut other = policy::for_contract(&w, &shared, max + 2, max + 2);
+    assert!(other.on_open("y", t0).is_empty());
+    // One closes: room for one more.
+    let mut first = open.remove(0);
+    first.on_close(&ctx("x", 1, &SENDER, t0));
+    let mut again = policy::for_contract(&w, &shared, max + 3, max + 3);
+    assert!(again.on_open("x", t0).is_empty());
+}
+
+#[test]
+fn xsession_line_deadline_is_not_extended_by_garbage() {
+    let x = Inbox::new();
+    let d = secs(&x.w, "parseableLineDeadline");
+    let t0 = Instant::now();
+    let mut p = policy::for_contract(&x.w, &x.shared, 1, 1);
+    assert!(p.on_open("x", t0).is_empty());
+    assert_eq!(p.next_deadline(), Some(t0 + d));
+    // Garbage never decodes, so it never reaches the policy and the deadline stays.
+    assert!(x.w.decode("inbox", "sender", b"not json", None).is_err());
+    assert_eq!(p.next_deadline(), Some(t0 + d));
+    // A parseable line restarts it.
+    let t1 = t0 + d / 3;
+    let auth = ex(&x.w, "auth", "call", 0);
+    let w = x.w.clone();
+    assert!(feed(&mut *p, &w, "inbox", "x", 1, &SENDER, &auth, None, t1).is_empty());
+    assert_eq!(p.next_deadline(), Some(t1 + d));
+    assert!(p.on_tick(t0 + d).is_empty());
+    let r = p.on_tick(t1 + d);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].0, r[0].1.rule), (1, "xsession.line-deadline"));
+    assert_eq!(
+        r[0].1.act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    );
+    assert_eq!(p.next_deadline(), None);
+}
+
+// ---------------------------------------------------------------- kernel credit
+
+fn frame(stream: u64, seq: u64, payload: usize) -> Held {
+    // The encoded frame: length, stream_id, seq, payload (§2).
+    let mut b = Vec::with_capacity(16 + payload);
+    b.extend_from_slice(&((12 + payload) as u32).to_be_bytes());
+    b.extend_from_slice(&(stream as u32).to_be_bytes());
+    b.extend_from_slice(&seq.to_be_bytes());
+    b.resize(16 + payload, 0xab);
+    Held {
+        stream,
+        seq,
+        payload_len: payload as u64,
+        bytes: Bytes::from(b),
+    }
+}
+
+const KCORE: Side = Side {
+    from: "core",
+    to: "shell",
+    dir: Dir::Up,
+};
+const KSHELL: Side = Side {
+    from: "shell",
+    to: "core",
+    dir: Dir::Down,
+};
+
+#[test]
+fn kernel_no_data_before_credit_then_credit_releases_in_order() {
+    let w = wire("kernel");
+    assert_eq!(limit(&w, "initialCreditBytes"), 0.0);
+    let mut g = CreditGate::new(w.contract(), 1);
+    g.open(11, json!(1), json!("t-1"));
+    assert_eq!(g.offer(frame(11, 0, 100)), GateDecision::Hold);
+    assert_eq!(g.offer(frame(11, 1, 100)), GateDecision::Hold);
+    // Only payload bytes count: 150 covers the first (100), not the second.
+    assert_eq!(g.grant(11, 150), vec![frame(11, 0, 100)]);
+    // A frame that credit covers may not overtake a held one.
+    assert_eq!(g.offer(frame(11, 2, 10)), GateDecision::Hold);
+    assert_eq!(g.grant(11, 60), vec![frame(11, 1, 100), frame(11, 2, 10)]);
+    assert_eq!(g.credit(11), Some(0));
+    // Kept: data within credit goes straight through.
+    g.grant(11, 64);
+    assert_eq!(
+        g.offer(frame(11, 3, 64)),
+        GateDecision::Forward(frame(11, 3, 64))
+    );
+    // A stream the gate does not know is forwarded (K-3: the receiver discards it).
+    assert_eq!(
+        g.offer(frame(99, 0, 5)),
+        GateDecision::Forward(frame(99, 0, 5))
+    );
+}
+
+#[test]
+fn kernel_overrun_beyond_the_held_bound_is_credit_exceeded() {
+    let w = wire("kernel");
+    let max_payload = limit(&w, "dataPayloadMax") as usize;
+    let mut g = CreditGate::new(w.contract(), 7);
+    g.open(11, json!(1), json!("t-mic"));
+    g.open(12, json!(1), json!("t-tts"));
+    assert!(g.granted_by(11, "core"));
+    assert!(g.granted_by(12, "shell"));
+    g.grant(12, 1000);
+    // One maximal frame fits the held bound; the next does not.
+    assert_eq!(g.offer(frame(11, 0, max_payload)), GateDecision::Hold);
+    let GateDecision::Exceeded(o) = g.offer(frame(11, 1, 1)) else {
+        panic!("overrun")
+    };
+    assert_eq!(o.ruling.rule, "kernel.credit.exceeded");
+    assert_eq!(o.ruling.code, Some(json!("protocol.credit_exceeded")));
+    assert_eq!(o.ruling.act, Act::Discard);
+    assert_eq!(
+        (o.sender.as_deref(), o.receiver.as_deref()),
+        (Some("shell"), Some("core"))
+    );
+    assert_eq!(o.dropped_held, 1);
+    // What the relay sends: valid kernel messages, as the receiver (core) would.
+    let [error, close] = &o.to_sender[..] else {
+        panic!("{:?}", o.to_sender)
+    };
+    for (v, method) in [(error, None), (close, Some("stream.close"))] {
+        let bytes = serde_json::to_vec(v).expect("json");
+        let m = w
+            .decode("control", "core", &bytes, None)
+            .expect("valid kernel message");
+        assert_eq!(m.method.as_deref(), method);
+        assert_eq!(v["stream_id"], json!(11));
+        assert_eq!(v["trace_id"], json!("t-mic"));
+    }
+    assert_eq!(error["payload"]["code"], json!("protocol.credit_exceeded"));
+    let bytes = serde_json::to_vec(&o.to_receiver[0]).expect("json");
+    let m = w.decode("control", "shell", &bytes, None).expect("valid");
+    assert_eq!(m.method.as_deref(), Some("stream.close"));
+    // The other stream was never blocked, and the closed one now just forwards.
+    assert_eq!(
+        g.offer(frame(12, 0, 1000)),
+        GateDecision::Forward(frame(12, 0, 1000))
+    );
+    assert_eq!(
+        g.offer(frame(11, 2, 1)),
+        GateDecision::Forward(frame(11, 2, 1))
+    );
+}
+
+#[test]
+fn kernel_policy_feeds_the_gate_from_the_control_channel() {
+    let w = wire("kernel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let mut p = policy::for_contract(&w, &shared, 1, 1);
+    let open = ex(&w, "stream.open", "call", 0);
+    let stream = open["payload"]["stream_id"].as_u64().expect("id");
+    assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
+    // Data before any credit is held (enforce), then released by stream.credit.
+    assert_eq!(shared.offer(1, frame(stream, 0, 300)), GateDecision::Hold);
+    let mut credit = ex(&w, "stream.credit", "call", 0);
+    credit["stream_id"] = json!(stream);
+    credit["payload"]["bytes"] = json!(1000);
+    let r = feed(&mut *p, &w, "control", "k", 1, &KCORE, &credit, None, t0);
+    assert_eq!(rules(&r), ["kernel.credit.release"]);
+    assert_eq!(
+        r[0].act,
+        Act::Release {
+            frames: vec![frame(stream, 0, 300)]
+        }
+    );
+    assert_eq!(
+        shared.offer(1, frame(stream, 1, 700)),
+        GateDecision::Forward(frame(stream, 1, 700))
+    );
+    // Observe mode accounts without holding, and flags the overrun.
+    assert_eq!(shared.account(1, stream, 0), None);
+    let flag = shared.account(1, stream, 1).expect("overrun");
+    assert_eq!((flag.rule, flag.act), ("kernel.credit.exceeded", Act::Flag));
+    // Credit from the data's sender is not the receiver's grant.
+    let mut wrong = ex(&w, "stream.credit", "call", 1);
+    wrong["stream_id"] = json!(stream);
+    let r = feed(&mut *p, &w, "control", "k", 1, &KSHELL, &wrong, None, t0);
+    assert_eq!(rules(&r), ["kernel.credit.grantor"]);
+    // stream.close forgets it.
+    let mut close = ex(&w, "stream.close", "call", 0);
+    close["stream_id"] = json!(stream);
+    assert!(feed(&mut *p, &w, "control", "k", 1, &KSHELL, &close, None, t0).is_empty());
+    assert_eq!(
+        shared.offer(1, frame(stream, 2, 5)),
+        GateDecision::Forward(frame(stream, 2, 5))
+    );
+}
+
+// ---------------------------------------------------------------- generic rate limits
+
+fn spec(method: Option<&str>, per_second: f64, burst: u32) -> RateLimitSpec {
+    RateLimitSpec {
+        method: method.map(str::to_string),
+        per_second,
+        burst,
+    }
+}
+
+#[test]
+fn ratelimit_refuses_with_the_contract_code_when_it_has_one() {
+    let w = wire("rukh");
+    let mut rl = RateLimiter::new(&[spec(None, 2.0, 2)], w.contract()).expect("limiter");
+    let call = ex(&w, "rukh.call", "call", 0);
+    let msg = w
+        .decode(
+            "ipc",
+            "extension",
+            &serde_json::to_vec(&call).expect("json"),
+            None,
+        )
+        .expect("valid");
+    let t0 = Instant::now();
+    assert_eq!(rl.check_message(&msg, t0), None);
+    assert_eq!(rl.check_message(&msg, t0), None);
+    let r = rl.check_message(&msg, t0).expect("over");
+    assert_eq!(r.rule, "ratelimit.route");
+    assert_eq!(r.code, Some(json!(-32006)));
+    let Act::Refuse {
+        reply: Some(reply),
+        close: None,
+    } = &r.act
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(reply["id"], call["id"]);
+    let bytes = serde_json::to_vec(reply).expect("json");
+    assert_eq!(
+        w.decode("ipc", "core", &bytes, Some("rukh.call"))
+            .expect("valid")
+            .kind,
+        Kind::Error
+    );
+    // Half a second later (2 per second) one more.
+    assert_eq!(
+        rl.check_message(&msg, t0 + Duration::from_millis(500)),
+        None
+    );
+}
+
+#[test]
+fn ratelimit_only_flags_without_a_contract_code_and_counts_per_method() {
+    let w = wire("toolchannel");
+    let mut rl =
+        RateLimiter::new(&[spec(Some("tools/call"), 1.0, 1)], w.contract()).expect("limiter");
+    let t0 = Instant::now();
+    assert_eq!(rl.check(Some("tools/call"), t0), None);
+    // Other methods are not counted by a method bucket.
+    for _ in 0..10 {
+        assert_eq!(rl.check(Some("tools/list"), t0), None);
+    }
+    let r = rl.check(Some("tools/call"), t0).expect("over");
+    assert_eq!(
+        (r.rule, r.code, r.act),
+        ("ratelimit.method", None, Act::Flag)
+    );
+    assert_eq!(
+        rl.check(Some("tools/call"), t0 + Duration::from_secs(1)),
+        None
+    );
+}
+
+#[test]
+fn ratelimit_specs_are_checked() {
+    let s: RateLimitSpec =
+        toml::from_str("method = \"rukh.call\"\nper_second = 5.0\nburst = 10").expect("spec");
+    assert_eq!(s, spec(Some("rukh.call"), 5.0, 10));
+    assert!(toml::from_str::<RateLimitSpec>("per_second = 1.0\nburst = 1\nrate = 3").is_err());
+    let c = wire("rukh");
+    assert_eq!(
+        RateLimiter::new(&[spec(None, 0.0, 1)], c.contract()).err(),
+        Some(RateLimitError::PerSecond {
+            index: 1,
+            value: 0.0
+        })
+    );
+    assert_eq!(
+        RateLimiter::new(&[spec(None, 1.0, 1), spec(None, 1.0, 0)], c.contract()).err(),
+        Some(RateLimitError::Burst { index: 2 })
+    );
+    assert!(RateLimiter::new(&[spec(None, f64::NAN, 1)], c.contract()).is_err());
+}
+
+#[test]
+fn unknown_contracts_get_a_policy_that_says_nothing() {
+    let text = contract::BUILTIN
+        .iter()
+        .find(|(n, _)| *n == "kernel")
+        .expect("kernel")
+        .1;
+    let mut doc: Value = serde_json::from_str(text).expect("json");
+    doc["name"] = json!("elsewhere");
+    let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
+    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let shared = Arc::new(SharedState::new());
+    let mut p = policy::for_contract(&w, &shared, 1, 1);
+    let t0 = Instant::now();
+    assert!(p.on_open("k", t0).is_empty());
+    // Even a credit overrun setup says nothing: no kernel policy behind this name.
+    let open = ex(&w, "stream.open", "call", 0);
+    assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
+    assert_eq!(
+        shared.offer(1, frame(11, 0, 10)),
+        GateDecision::Forward(frame(11, 0, 10))
+    );
+    assert_eq!(p.next_deadline(), None);
+    assert!(p.on_tick(t0 + Duration::from_secs(3600)).is_empty());
+
+    // The kernel policy itself has nothing to say about hello.
+    let w = wire("kernel");
+    let mut p = policy::for_contract(&w, &shared, 1, 1);
+    let hello = ex(&w, "hello", "call", 0);
+    assert!(feed(&mut *p, &w, "control", "k", 1, &KSHELL, &hello, None, t0).is_empty());
+}
