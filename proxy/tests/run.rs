@@ -495,3 +495,149 @@ async fn a_missing_upstream_socket_is_reported_and_the_proxy_keeps_serving() {
     };
     assert!(note.contains("nobody-here.sock"), "{note}");
 }
+
+/// A rukh extension stand-in on a unix socket: answers every request with a
+/// result; `text` is what it puts in each result.
+fn answering_extension(l: UnixListener, text: &'static str) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                loop {
+                    let mut len = [0u8; 4];
+                    if s.read_exact(&mut len).await.is_err() {
+                        return;
+                    }
+                    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                    if s.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let req: Value = serde_json::from_slice(&body).expect("json");
+                    let reply =
+                        json!({"jsonrpc":"2.0","id":req["id"],"result":{"output":{"text":text}}});
+                    let bytes = serde_json::to_vec(&reply).expect("ser");
+                    if s.write_all(&frame(&bytes)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// `run --record`, then `show` prints the recording like the live view, and
+/// `replay` re-sends the client's side: the same extension gives a clean report
+/// (exit 0), a changed one is reported with the path that differs (exit 1).
+/// Multi-threaded: the extensions answer while the test blocks on the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_shows_and_replays() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listen = dir.path().join("p.sock");
+    let upstream = dir.path().join("ext.sock");
+    let recording = dir.path().join("session.cprec");
+    let _ext = answering_extension(UnixListener::bind(&upstream).expect("bind"), "same");
+    let mut p = proxy(&[
+        "--contract",
+        "rukh",
+        "--client",
+        "extension",
+        "--record",
+        recording.to_str().expect("utf-8"),
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&upstream),
+    ]);
+    wait_for(&listen).await;
+    let mut c = UnixStream::connect(&listen).await.expect("connect");
+    for id in 1..=2 {
+        let call = json!({"jsonrpc":"2.0","id":format!("e:{id}"),"method":"rukh.call","params":{"operation":"fs.read","version":"1","input":{"path":"README.md"},"timeoutMs":1000}});
+        c.write_all(&frame(&serde_json::to_vec(&call).expect("ser")))
+            .await
+            .expect("send");
+        let r: Value = serde_json::from_slice(&read_frame(&mut c).await).expect("json");
+        assert_eq!(r["result"]["output"]["text"], "same");
+    }
+    drop(c);
+    let _ = p.events(4);
+    // SIGTERM makes the proxy finish the recording before it exits.
+    let pid = p.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let start = std::time::Instant::now();
+    while p.child.try_wait().expect("wait").is_none() {
+        assert!(start.elapsed() < DEADLINE, "proxy still running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let bin = env!("CARGO_BIN_EXE_contract-proxy");
+    let out = Command::new(bin)
+        .args(["show", "--log", "json"])
+        .arg(&recording)
+        .output()
+        .expect("show");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("verdict").is_some())
+        .collect();
+    let methods: Vec<(&str, &str)> = shown
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap_or("?"),
+                v["method"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            ("request", "rukh.call"),
+            ("response", "rukh.call"),
+            ("request", "rukh.call"),
+            ("response", "rukh.call")
+        ]
+    );
+
+    let replay = |to: &Path| {
+        Command::new(bin)
+            .args(["replay", "--json", "--deadline", "5", "--to", &ep(to)])
+            .arg(&recording)
+            .output()
+            .expect("replay")
+    };
+    let out = replay(&upstream);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let changed = dir.path().join("changed.sock");
+    let _other = answering_extension(UnixListener::bind(&changed).expect("bind"), "different");
+    let out = replay(&changed);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a changed answer is a difference"
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("/result/output/text"),
+        "the report names the path: {report}"
+    );
+}
