@@ -228,6 +228,7 @@ impl RunArgs {
             client: self.client.clone(),
             mode: Some(self.mode),
             tls: tls.clone(),
+            ratelimit: Vec::new(),
         };
         let first = main.resolve(0, self.mode).map_err(usage)?;
         let mut out = vec![first];

@@ -78,6 +78,9 @@ pub struct RouteSpec {
     /// TLS for wss/quic.
     #[serde(default)]
     pub tls: TlsSpec,
+    /// Token-bucket rate limits, per route or per method (`[[route.ratelimit]]`).
+    #[serde(default)]
+    pub ratelimit: Vec<crate::policy::ratelimit::RateLimitSpec>,
 }
 
 /// TLS settings of a route.
@@ -197,7 +200,15 @@ impl RouteSpec {
             alpn: format!("{}/{major}", c.name).into_bytes(),
             subprotocols,
         };
-        let wire = Arc::new(contract::wire::Wire::new(Arc::new(c))?);
+        let c = Arc::new(c);
+        let ratelimit = if self.ratelimit.is_empty() {
+            None
+        } else {
+            let limiter = crate::policy::ratelimit::RateLimiter::new(&self.ratelimit, &c)
+                .map_err(|e| bad(e.to_string()))?;
+            Some(Arc::new(std::sync::Mutex::new(limiter)))
+        };
+        let wire = Arc::new(contract::wire::Wire::new(c)?);
         Ok(Resolved {
             route: Route {
                 name,
@@ -208,6 +219,7 @@ impl RouteSpec {
                 upstream,
                 opts,
                 mode: self.mode.unwrap_or(default_mode),
+                ratelimit,
             },
             listen,
         })

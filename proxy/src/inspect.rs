@@ -147,6 +147,11 @@ impl Verdict {
 pub enum Decision {
     /// Pass it on.
     Forward,
+    /// Pass it on, and also answer the sender with `reply`.
+    ForwardAnd {
+        /// Sent back to the sender.
+        reply: Bytes,
+    },
     /// Do not pass it on: answer the sender with `reply` (a frame payload), then close if asked.
     Refuse {
         /// The contract's error reply, sent back to the sender.
@@ -194,6 +199,10 @@ pub struct Inspector {
     /// Next sequence number expected per data stream and direction.
     seqs: HashMap<(Dir, u64), u64>,
     next_id: u64,
+    /// The contract's stateful rules for this connection (request ids, admission, refusals).
+    policy: Option<Box<dyn crate::policy::Policy>>,
+    /// Token buckets of the route's `[[route.ratelimit]]`.
+    ratelimit: Option<Arc<std::sync::Mutex<crate::policy::ratelimit::RateLimiter>>>,
 }
 
 impl Inspector {
@@ -225,6 +234,144 @@ impl Inspector {
             limits,
             seqs: HashMap::new(),
             next_id: 0,
+            policy: None,
+            ratelimit: None,
+        })
+    }
+
+    /// Judge decoded frames also by `policy` (the contract's stateful rules) and `ratelimit`.
+    pub fn with_rules(
+        mut self,
+        policy: Option<Box<dyn crate::policy::Policy>>,
+        ratelimit: Option<Arc<std::sync::Mutex<crate::policy::ratelimit::RateLimiter>>>,
+    ) -> Self {
+        self.policy = policy;
+        self.ratelimit = ratelimit;
+        self
+    }
+
+    /// Ask the policy and the rate limits about a decoded message.
+    fn rulings(
+        &mut self,
+        dir: Dir,
+        msg: &contract::wire::Message,
+        size: usize,
+        now: Instant,
+    ) -> Vec<crate::policy::Ruling> {
+        let (from, to) = self.ends(dir);
+        let mut out = Vec::new();
+        if let Some(p) = self.policy.as_mut() {
+            let ctx = crate::policy::Ctx {
+                route: &self.route,
+                conn: self.conn,
+                session: self.session,
+                dir,
+                from: &from,
+                to: &to,
+                now,
+            };
+            out.extend(p.on_message(&ctx, msg, size));
+        }
+        if let Some(r) = &self.ratelimit
+            && let Ok(mut r) = r.lock()
+        {
+            out.extend(r.check_message(msg, now));
+        }
+        out
+    }
+
+    /// Turn rulings into the event's verdict and action, and the decision.
+    fn apply(
+        &mut self,
+        rulings: Vec<crate::policy::Ruling>,
+        event: &mut Event,
+    ) -> Option<Decision> {
+        use crate::policy::Act;
+        let first = rulings.first()?;
+        if event.verdict.is_ok() {
+            event.verdict = Verdict::Violation {
+                class: first.rule,
+                code: first.code.clone(),
+                seed: Some(first.seed.clone()),
+                reason: first.reason.clone(),
+            };
+        }
+        let mut said = Vec::new();
+        let mut decision = Decision::Forward;
+        for r in rulings {
+            let text = match &r.act {
+                Act::Flag => format!("{}: flagged", r.rule),
+                Act::Refuse { reply, close } => {
+                    let mut t = format!("{}: refused", r.rule);
+                    if let Some(code) = reply.as_ref().and_then(|v| {
+                        v.pointer("/error/code")
+                            .or_else(|| v.pointer("/payload/code"))
+                            .cloned()
+                    }) {
+                        t.push_str(&format!(", replied {code}"));
+                    }
+                    match close {
+                        Some(Closing::Code(f)) => t.push_str(&format!(", closed {}", f.code)),
+                        Some(Closing::Drop) => t.push_str(", dropped the connection"),
+                        None => {}
+                    }
+                    if matches!(decision, Decision::Forward) {
+                        decision = Decision::Refuse {
+                            reply: reply.as_ref().map(|v| Bytes::from(v.to_string())),
+                            close: close.clone(),
+                        };
+                    }
+                    t
+                }
+                Act::Discard => {
+                    if matches!(decision, Decision::Forward) {
+                        decision = Decision::Refuse {
+                            reply: None,
+                            close: None,
+                        };
+                    }
+                    format!("{}: discarded", r.rule)
+                }
+                Act::Also { to_sender } => {
+                    if matches!(decision, Decision::Forward) {
+                        decision = Decision::ForwardAnd {
+                            reply: Bytes::from(to_sender.to_string()),
+                        };
+                    }
+                    format!("{}: forwarded and answered", r.rule)
+                }
+                // PLACEHOLDER (issue 7): the relay does not yet dial xsession inboxes, close
+                // other connections or release held kernel frames; these are reported only.
+                Act::Notify { .. } => format!(
+                    "{}: would notify the sender's inbox (not wired yet)",
+                    r.rule
+                ),
+                Act::CloseConn { conn, close } => format!(
+                    "{}: would close connection #{conn} {} (not wired yet)",
+                    r.rule,
+                    match close {
+                        Closing::Code(f) => f.code.to_string(),
+                        Closing::Drop => String::new(),
+                    }
+                ),
+                Act::Release { frames } => format!(
+                    "{}: {} held frames released (not wired yet)",
+                    r.rule,
+                    frames.len()
+                ),
+            };
+            said.push(text);
+        }
+        let text = said.join("; ");
+        Some(match self.mode {
+            Mode::Observe => {
+                event.action = Some(format!("would have: {text}"));
+                Decision::Forward
+            }
+            Mode::Enforce => {
+                event.action = Some(text);
+                decision
+            }
         })
     }
 
@@ -386,9 +533,21 @@ impl Inspector {
                 event.error = self.error_code(&m.value);
             }
         }
-        let decision = match &violation {
-            Some(v) => self.enforce(v, msg.as_ref(), &mut event),
-            None => Decision::Forward,
+        // The stateful rules see every message the wire layer accepted, and unknown requests
+        // (toolchannel answers sampling/* with its own code, not the generic one).
+        let rulings = match (&msg, &violation) {
+            (Some(m), None) => self.rulings(dir, m, frame.len(), now),
+            (Some(m), Some(v)) if v.class == ViolationClass::UnknownRequest => {
+                self.rulings(dir, m, frame.len(), now)
+            }
+            _ => Vec::new(),
+        };
+        let decision = match self.apply(rulings, &mut event) {
+            Some(d) => d,
+            None => match &violation {
+                Some(v) => self.enforce(v, msg.as_ref(), &mut event),
+                None => Decision::Forward,
+            },
         };
         Inspection {
             event,

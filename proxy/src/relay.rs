@@ -57,6 +57,8 @@ pub struct Route {
     pub opts: Options,
     /// Observe or enforce.
     pub mode: Mode,
+    /// Token buckets from the route's `[[route.ratelimit]]`, shared by its connections.
+    pub ratelimit: Option<Arc<std::sync::Mutex<crate::policy::ratelimit::RateLimiter>>>,
 }
 
 /// Where inspection results go: the live view and any other sink.
@@ -104,6 +106,8 @@ pub struct Shared {
     recorder: Option<crate::record::RecordSink>,
     /// Records that could not be written (the recorder stopped); shown at the end.
     pub unrecorded: AtomicU64,
+    /// Cross-connection state of the contracts' stateful rules.
+    pub policy: Arc<crate::policy::SharedState>,
 }
 
 impl Shared {
@@ -121,6 +125,7 @@ impl Shared {
         Arc::new(Shared {
             recorder,
             unrecorded: AtomicU64::new(0),
+            policy: Arc::new(crate::policy::SharedState::new()),
             sinks,
             stats: Stats::default(),
             next_conn: AtomicU64::new(1),
@@ -741,7 +746,8 @@ pub async fn relay(
     if session != conn {
         shared.note(&route.name, conn, &format!("joins session #{session}"));
     }
-    let mut inspector = inspector;
+    let policy = crate::policy::for_contract(&route.wire, &shared.policy, conn, session);
+    let mut inspector = inspector.with_rules(Some(policy), route.ratelimit.clone());
     inspector.set_session(session);
     let inspector = std::sync::Mutex::new(inspector);
     let cap = match route.wire.codec(&route.channel) {
@@ -841,6 +847,12 @@ async fn pump(
             shared.record(route, &ins, &raw);
             shared.write_record(&ins, &raw).await;
             match ins.decision {
+                Decision::ForwardAnd { reply } => {
+                    replies.push(reply);
+                    if let Item::Frame(f) = item {
+                        to.push(&f).await?;
+                    }
+                }
                 Decision::Forward => match item {
                     Item::Frame(f) => to.push(&f).await?,
                     Item::BinaryMsg(b) => to.push_binary(b).await?,

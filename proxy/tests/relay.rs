@@ -49,6 +49,20 @@ async fn wait_for(path: &Path) {
     panic!("{} never appeared", path.display());
 }
 
+/// rukh's first exchange, from the contract's own examples: nothing may come before it.
+fn rukh_initialize() -> (String, String) {
+    let c = contract::builtin("rukh").expect("rukh");
+    let ex = &c.methods["rukh.initialize"].examples;
+    let part = |p: contract::model::Part| {
+        let e = ex.iter().find(|e| e.part == p).expect("example");
+        serde_json::to_string(&e.message).expect("json")
+    };
+    (
+        part(contract::model::Part::Call),
+        part(contract::model::Part::Result),
+    )
+}
+
 fn frame(body: &str) -> Vec<u8> {
     let mut out = (body.len() as u32).to_be_bytes().to_vec();
     out.extend_from_slice(body.as_bytes());
@@ -95,7 +109,7 @@ async fn rukh_request_and_response_through_the_proxy() {
         s.read_exact(&mut len).await.expect("len");
         let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
         s.read_exact(&mut body).await.expect("body");
-        s.write_all(&frame(r#"{"jsonrpc":"2.0","id":"c:1","result":{}}"#))
+        s.write_all(&frame(&rukh_initialize().1))
             .await
             .expect("reply");
         body
@@ -104,13 +118,14 @@ async fn rukh_request_and_response_through_the_proxy() {
     let mut c = UnixStream::connect(&listen)
         .await
         .expect("connect to proxy");
-    let req = r#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#;
+    let (init, init_result) = rukh_initialize();
+    let req = init.as_str();
     c.write_all(&frame(req)).await.expect("send");
     let mut len = [0u8; 4];
     c.read_exact(&mut len).await.expect("reply len");
     let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
     c.read_exact(&mut body).await.expect("reply body");
-    assert_eq!(body, br#"{"jsonrpc":"2.0","id":"c:1","result":{}}"#);
+    assert_eq!(body, init_result.as_bytes());
     assert_eq!(
         server_task.await.expect("server"),
         req.as_bytes(),
@@ -125,12 +140,12 @@ async fn rukh_request_and_response_through_the_proxy() {
     .expect("send bad");
 
     let ev = read_events(&mut proxy, 3);
-    assert_eq!(ev[0]["method"], "rukh.close");
+    assert_eq!(ev[0]["method"], "rukh.initialize");
     assert_eq!(ev[0]["from"], "core");
     assert_eq!(ev[0]["verdict"]["verdict"], "ok", "{}", ev[0]);
     assert_eq!(ev[1]["kind"], "response");
     assert_eq!(
-        ev[1]["method"], "rukh.close",
+        ev[1]["method"], "rukh.initialize",
         "the response is matched to its request"
     );
     assert!(ev[1]["latency"].as_f64().is_some(), "latency shown");
@@ -184,7 +199,7 @@ async fn socat_echo_upstream_is_relayed_and_the_echo_is_flagged() {
     wait_for(&listen).await;
 
     let mut c = UnixStream::connect(&listen).await.expect("connect");
-    let req = frame(r#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#);
+    let req = frame(&rukh_initialize().0);
     c.write_all(&req).await.expect("send");
     let mut back = vec![0u8; req.len()];
     tokio::time::timeout(Duration::from_secs(10), c.read_exact(&mut back))
@@ -291,10 +306,10 @@ async fn tcp_listen_and_upstream() {
     let mut c = tokio::net::TcpStream::connect(&listen)
         .await
         .expect("connect");
-    let req = r#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#;
-    c.write_all(&frame(req)).await.expect("send");
+    let req = rukh_initialize().0;
+    c.write_all(&frame(&req)).await.expect("send");
     assert_eq!(server.await.expect("server"), req.as_bytes());
     let ev = read_events(&mut proxy, 1);
-    assert_eq!(ev[0]["method"], "rukh.close");
+    assert_eq!(ev[0]["method"], "rukh.initialize");
     assert_eq!(ev[0]["verdict"]["verdict"], "ok");
 }

@@ -96,6 +96,50 @@ fn ep(p: &Path) -> String {
     format!("unix:{}", p.display())
 }
 
+/// rukh's first exchange, from the contract's own examples.
+fn rukh_initialize() -> (Vec<u8>, Vec<u8>) {
+    let c = contract::builtin("rukh").expect("rukh");
+    let ex = &c.methods["rukh.initialize"].examples;
+    let part = |p: contract::model::Part| {
+        serde_json::to_vec(&ex.iter().find(|e| e.part == p).expect("example").message)
+            .expect("json")
+    };
+    (
+        part(contract::model::Part::Call),
+        part(contract::model::Part::Result),
+    )
+}
+
+/// A rukh extension that answers initialize with the contract's example and
+/// every later request with an empty result; returns every frame it got.
+fn extension(l: UnixListener) -> tokio::task::JoinHandle<Vec<Vec<u8>>> {
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut got = Vec::new();
+        loop {
+            let mut len = [0u8; 4];
+            if tokio::time::timeout(DEADLINE, s.read_exact(&mut len))
+                .await
+                .map(|r| r.is_err())
+                .unwrap_or(true)
+            {
+                return got;
+            }
+            let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+            s.read_exact(&mut body).await.expect("body");
+            let req: Value = serde_json::from_slice(&body).expect("json");
+            let reply = if req["method"] == "rukh.initialize" {
+                rukh_initialize().1
+            } else {
+                serde_json::to_vec(&json!({"jsonrpc":"2.0","id":req["id"],"result":{}}))
+                    .expect("ser")
+            };
+            got.push(body);
+            s.write_all(&frame(&reply)).await.expect("reply");
+        }
+    })
+}
+
 /// Enforce mode acts as rukh says: an unknown method is answered -32601 and
 /// the session goes on; a malformed frame ends the invocation. Neither frame
 /// reaches the extension.
@@ -104,7 +148,7 @@ async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
     let dir = tempfile::tempdir().expect("tempdir");
     let listen = dir.path().join("p.sock");
     let upstream = dir.path().join("ext.sock");
-    let ext = UnixListener::bind(&upstream).expect("bind");
+    let server = extension(UnixListener::bind(&upstream).expect("bind"));
     let p = proxy(&[
         "--contract",
         "rukh",
@@ -116,37 +160,26 @@ async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
         &ep(&upstream),
     ]);
     wait_for(&listen).await;
-    let server = tokio::spawn(async move {
-        let (mut s, _) = ext.accept().await.expect("accept");
-        let got = read_frame(&mut s).await;
-        s.write_all(&frame(br#"{"jsonrpc":"2.0","id":"c:2","result":{}}"#))
-            .await
-            .expect("reply");
-        // Then the proxy ends the invocation: EOF, with nothing more forwarded.
-        let mut rest = Vec::new();
-        tokio::time::timeout(DEADLINE, s.read_to_end(&mut rest))
-            .await
-            .expect("eof in time")
-            .expect("read");
-        (got, rest)
-    });
     let mut core = UnixStream::connect(&listen).await.expect("connect");
+    let (init, init_result) = rukh_initialize();
+    core.write_all(&frame(&init)).await.expect("initialize");
+    assert_eq!(read_frame(&mut core).await, init_result);
     core.write_all(&frame(
-        br#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.nosuch","params":{}}"#,
+        br#"{"jsonrpc":"2.0","id":"c:2","method":"rukh.nosuch","params":{}}"#,
     ))
     .await
     .expect("send unknown");
     let reply: Value = serde_json::from_slice(&read_frame(&mut core).await).expect("json");
     assert_eq!(reply["error"]["code"], json!(-32601), "{reply}");
-    assert_eq!(reply["id"], json!("c:1"), "{reply}");
-    let good = br#"{"jsonrpc":"2.0","id":"c:2","method":"rukh.close","params":{}}"#;
+    assert_eq!(reply["id"], json!("c:2"), "{reply}");
+    let good = br#"{"jsonrpc":"2.0","id":"c:3","method":"rukh.close","params":{}}"#;
     core.write_all(&frame(good)).await.expect("send good");
     assert_eq!(
         read_frame(&mut core).await,
-        br#"{"jsonrpc":"2.0","id":"c:2","result":{}}"#
+        br#"{"jsonrpc":"2.0","id":"c:3","result":{}}"#
     );
     core.write_all(&frame(
-        br#"{"jsonrpc":"2.0","id":"c:3","id":"c:3","method":"rukh.close"}"#,
+        br#"{"jsonrpc":"2.0","id":"c:4","id":"c:4","method":"rukh.close"}"#,
     ))
     .await
     .expect("send malformed");
@@ -159,20 +192,98 @@ async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
         rest.is_empty(),
         "no reply to a fatal frame, the connection ends"
     );
-    let (got, after) = server.await.expect("server");
+    let got = server.await.expect("server");
     assert_eq!(
         got,
-        good.to_vec(),
-        "only the valid request reached the extension"
+        vec![init, good.to_vec()],
+        "only valid requests reached the extension"
     );
-    assert!(after.is_empty());
-    let ev = p.events(4);
-    assert_eq!(ev[0]["verdict"]["class"], "unknown-request");
-    assert_eq!(ev[0]["action"], "replied -32601", "{}", ev[0]);
-    assert_eq!(ev[1]["verdict"]["verdict"], "ok");
-    assert_eq!(ev[2]["kind"], "response");
-    assert_eq!(ev[3]["verdict"]["class"], "parse");
-    assert_eq!(ev[3]["action"], "dropped the connection", "{}", ev[3]);
+    let ev = p.events(6);
+    assert_eq!(ev[2]["verdict"]["class"], "unknown-request", "{}", ev[2]);
+    assert_eq!(ev[2]["action"], "replied -32601", "{}", ev[2]);
+    assert_eq!(ev[3]["verdict"]["verdict"], "ok");
+    assert_eq!(ev[4]["kind"], "response");
+    assert_eq!(ev[5]["verdict"]["class"], "parse");
+    assert_eq!(ev[5]["action"], "dropped the connection", "{}", ev[5]);
+}
+
+/// rukh's request-id rules, inline: a request before initialize and an id that
+/// skips one are refused with the contract's codes; observe mode flags the same
+/// and forwards.
+#[tokio::test]
+async fn rukh_request_id_rules_are_enforced_inline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Enforce: the gap ends the invocation; the extension never sees the bad request.
+    let (listen, upstream) = (dir.path().join("e.sock"), dir.path().join("e-ext.sock"));
+    let server = extension(UnixListener::bind(&upstream).expect("bind"));
+    let p = proxy(&[
+        "--contract",
+        "rukh",
+        "--mode",
+        "enforce",
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&upstream),
+    ]);
+    wait_for(&listen).await;
+    let mut core = UnixStream::connect(&listen).await.expect("connect");
+    let (init, init_result) = rukh_initialize();
+    core.write_all(&frame(&init)).await.expect("initialize");
+    assert_eq!(read_frame(&mut core).await, init_result);
+    core.write_all(&frame(
+        br#"{"jsonrpc":"2.0","id":"c:3","method":"rukh.close","params":{}}"#,
+    ))
+    .await
+    .expect("send gap");
+    let mut rest = Vec::new();
+    tokio::time::timeout(DEADLINE, core.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+        .expect("read");
+    assert_eq!(
+        server.await.expect("server"),
+        vec![init.clone()],
+        "the gap was not forwarded"
+    );
+    let ev = p.events(3);
+    assert_eq!(
+        ev[2]["verdict"]["class"], "rukh.request-id.gap",
+        "{}",
+        ev[2]
+    );
+    assert_eq!(ev[2]["verdict"]["code"], json!(-32000), "{}", ev[2]);
+
+    // Observe: a request before initialize is flagged with -32001 and still forwarded.
+    let (listen, upstream) = (dir.path().join("o.sock"), dir.path().join("o-ext.sock"));
+    let server = extension(UnixListener::bind(&upstream).expect("bind"));
+    let p = proxy(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&upstream),
+    ]);
+    wait_for(&listen).await;
+    let mut core = UnixStream::connect(&listen).await.expect("connect");
+    let early = br#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#;
+    core.write_all(&frame(early)).await.expect("send early");
+    assert_eq!(
+        read_frame(&mut core).await,
+        br#"{"jsonrpc":"2.0","id":"c:1","result":{}}"#
+    );
+    drop(core);
+    assert_eq!(server.await.expect("server"), vec![early.to_vec()]);
+    let ev = p.events(1);
+    assert_eq!(ev[0]["verdict"]["code"], json!(-32001), "{}", ev[0]);
+    assert!(
+        ev[0]["action"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("would have")),
+        "{}",
+        ev[0]
+    );
 }
 
 /// The kernel's control and data channels through one proxy: the data
@@ -640,4 +751,45 @@ async fn a_recording_shows_and_replays() {
         report.contains("/result/output/text"),
         "the report names the path: {report}"
     );
+}
+
+/// A `[[route.ratelimit]]` token bucket from the TOML config: the third ping
+/// within the burst window is over the method's limit and is flagged (the
+/// kernel has no rate-limit error code, so the proxy only reports it) while
+/// the first two pass clean.
+#[tokio::test]
+async fn a_configured_rate_limit_flags_the_message_over_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (listen, upstream) = (dir.path().join("c.proxy"), dir.path().join("c.shell"));
+    let shell = UnixListener::bind(&upstream).expect("bind");
+    let config = dir.path().join("routes.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "mode = \"enforce\"\n\n[[route]]\ncontract = \"kernel\"\nlisten = \"{}\"\nupstream = \"{}\"\n\n[[route.ratelimit]]\nmethod = \"ping\"\nper_second = 0.01\nburst = 2\n",
+            ep(&listen),
+            ep(&upstream)
+        ),
+    )
+    .expect("config");
+    let p = proxy(&["--config", config.to_str().expect("utf-8")]);
+    wait_for(&listen).await;
+    let c = contract::builtin("kernel").expect("kernel");
+    let mut core = UnixStream::connect(&listen).await.expect("connect");
+    let (mut s, _) = shell.accept().await.expect("accept");
+    for n in 0..3 {
+        let mut ping = c.methods["ping"].examples[0].message.clone();
+        ping["id"] = json!(format!("c-{n}"));
+        let bytes = serde_json::to_vec(&ping).expect("ser");
+        core.write_all(&frame(&bytes)).await.expect("ping");
+        assert_eq!(
+            read_frame(&mut s).await,
+            bytes,
+            "flagged, not refused: the kernel has no rate code"
+        );
+    }
+    let ev = p.events(3);
+    assert_eq!(ev[0]["verdict"]["verdict"], "ok");
+    assert_eq!(ev[1]["verdict"]["verdict"], "ok");
+    assert_eq!(ev[2]["verdict"]["class"], "ratelimit.method", "{}", ev[2]);
 }
