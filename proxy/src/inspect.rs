@@ -250,6 +250,54 @@ impl Inspector {
         self
     }
 
+    /// When the policy next has something to say about time passing (a missed deadline).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.policy.as_ref().and_then(|p| p.next_deadline())
+    }
+
+    /// The connection opened: arms the policy's deadlines; an inspection per ruling
+    /// (xsession's connection cap refuses the connection).
+    pub fn open(&mut self, now: Instant) -> Vec<Inspection> {
+        let route = self.route.clone();
+        let Some(p) = self.policy.as_mut() else {
+            return Vec::new();
+        };
+        let rulings = p
+            .on_open(&route, now)
+            .into_iter()
+            .map(|r| (self.conn, r))
+            .collect();
+        self.connection_rulings(rulings, "(open)")
+    }
+
+    /// Time passed: an inspection per missed deadline (the contract's code, what enforce does).
+    pub fn tick(&mut self, now: Instant) -> Vec<Inspection> {
+        let Some(p) = self.policy.as_mut() else {
+            return Vec::new();
+        };
+        let rulings = p.on_tick(now);
+        self.connection_rulings(rulings, "(deadline)")
+    }
+
+    fn connection_rulings(
+        &mut self,
+        rulings: Vec<(u64, crate::policy::Ruling)>,
+        what: &str,
+    ) -> Vec<Inspection> {
+        let mut out = Vec::new();
+        for (_conn, r) in rulings {
+            let mut event = self.blank(Dir::Up, 0, Verdict::Ok);
+            event.method = Some(what.into());
+            let decision = self.apply(vec![r], &mut event).unwrap_or(Decision::Forward);
+            out.push(Inspection {
+                event,
+                message: None,
+                decision,
+            });
+        }
+        out
+    }
+
     /// Ask the policy and the rate limits about a decoded message.
     fn rulings(
         &mut self,
@@ -852,6 +900,37 @@ mod tests {
         assert_eq!(m.correlation, Some(json!("c-1")));
         assert_eq!(m.trace.as_deref(), Some("t-1"));
         assert_eq!(m.value["payload"]["code"], json!("protocol.unknown_method"));
+    }
+
+    #[test]
+    fn a_missed_handshake_deadline_is_reported_when_time_passes() {
+        let wire = Arc::new(
+            Wire::new(Arc::new(contract::builtin("toolchannel").expect("builtin"))).expect("wire"),
+        );
+        let shared = Arc::new(crate::policy::SharedState::new());
+        let policy = crate::policy::for_contract(&wire, &shared, 1, 1);
+        let mut ins = Inspector::new(wire, "r", 1, "ws", ("worker", "host"), Mode::Observe)
+            .expect("inspector")
+            .with_rules(Some(policy), None);
+        let t0 = Instant::now();
+        assert!(ins.open(t0).is_empty());
+        let due = ins
+            .next_deadline()
+            .expect("the handshake deadline is armed at open");
+        assert!(due > t0);
+        assert!(ins.tick(t0).is_empty(), "nothing before the deadline");
+        let late = ins.tick(due);
+        assert_eq!(late.len(), 1);
+        assert!(
+            matches!(&late[0].event.verdict, Verdict::Violation { code: Some(c), .. } if c == &json!(4003)),
+            "{:?}",
+            late[0].event
+        );
+        assert_eq!(
+            late[0].decision,
+            Decision::Forward,
+            "observe mode only reports"
+        );
     }
 
     #[test]

@@ -221,6 +221,14 @@ impl Shared {
     }
 }
 
+/// Resolves at `t`, or never.
+async fn at(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Resolves once the stop flag turns true (or its sender is gone).
 async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
@@ -775,8 +783,43 @@ pub async fn relay(
     let mut up_done = false;
     let mut down_done = false;
     let mut result = Ok(());
+    let opened = inspector
+        .lock()
+        .map(|mut i| i.open(Instant::now()))
+        .unwrap_or_default();
+    for ins in &opened {
+        shared.record(route, ins, &[]);
+        if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
+            closing(c.clone()).await;
+            up_done = true;
+            down_done = true;
+        }
+    }
+    // A deadline that fired and was not moved is not waited on again (no busy loop).
+    let mut fired: Option<Instant> = None;
     while !(up_done && down_done) {
+        let deadline = inspector
+            .lock()
+            .ok()
+            .and_then(|i| i.next_deadline())
+            .filter(|d| Some(*d) != fired);
         tokio::select! {
+            () = at(deadline) => {
+                // A missed deadline (toolchannel handshake, ready, heartbeat gap; xsession line).
+                fired = deadline;
+                let ticked = inspector.lock().map(|mut i| i.tick(Instant::now())).unwrap_or_default();
+                let mut close = None;
+                for ins in &ticked {
+                    shared.record(route, ins, &[]);
+                    if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
+                        close = Some(c.clone());
+                    }
+                }
+                if let Some(c) = close {
+                    closing(c).await;
+                    break;
+                }
+            }
             r = &mut up, if !up_done => {
                 up_done = true;
                 match r {
