@@ -1,0 +1,280 @@
+//! Bridging and plain peers through the proxy binary: a WebSocket client
+//! relayed to an NDJSON unix upstream and back, and a plain Python client
+//! speaking rukh's length-prefixed framing over unix and tcp.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixListener;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+struct Proxy {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `run` and return it with the address it reports listening on.
+fn proxy(args: &[&str]) -> (Proxy, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
+        .arg("run")
+        .args(["--log", "json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("proxy starts");
+    let mut banner = String::new();
+    BufReader::new(child.stderr.take().expect("stderr"))
+        .read_line(&mut banner)
+        .expect("banner");
+    let local = banner
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no listen address in {banner:?}"))
+        .to_string();
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (Proxy { child, lines }, local)
+}
+
+impl Proxy {
+    fn events(&self, n: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let line = self
+                .lines
+                .recv_timeout(DEADLINE)
+                .expect("an event line in time");
+            let v: Value = serde_json::from_str(&line).expect("json line");
+            if v.get("verdict").is_some() {
+                out.push(v);
+            }
+        }
+        out
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// toolchannel's WebSocket channel bridged to a unix socket: each text message
+/// becomes one NDJSON line upstream and each line comes back as one text message,
+/// with the contract's subprotocol negotiated by the proxy.
+#[tokio::test]
+async fn websocket_messages_bridge_to_ndjson_lines_and_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let upstream = dir.path().join("host.sock");
+    let host = UnixListener::bind(&upstream).expect("bind");
+    let port = free_port();
+    let (p, _) = proxy(&[
+        "--contract",
+        "toolchannel",
+        "--listen",
+        &format!("ws://127.0.0.1:{port}/worker"),
+        "--upstream",
+        &format!("unix:{}", upstream.display()),
+    ]);
+    let server = tokio::spawn(async move {
+        let (s, _) = host.accept().await.expect("accept");
+        let (r, mut w) = tokio::io::split(s);
+        let mut lines = tokio::io::BufReader::new(r).lines();
+        let line = lines.next_line().await.expect("read").expect("a line");
+        let req: Value = serde_json::from_str(&line).expect("json");
+        let reply = json!({"jsonrpc":"2.0","id":req["id"],"result":{"continue":true,"idleBudgetSeconds":90,"execBudgetSeconds":900}});
+        w.write_all(format!("{reply}\n").as_bytes())
+            .await
+            .expect("reply");
+        line
+    });
+    let mut req = format!("ws://127.0.0.1:{port}/worker")
+        .into_client_request()
+        .expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "agentfy.worker.v1".parse().expect("header"),
+    );
+    let (mut ws, resp) = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match tokio_tungstenite::connect_async(req.clone()).await {
+                Ok(c) => return c,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("proxy accepts in time");
+    assert_eq!(
+        resp.headers()
+            .get("Sec-WebSocket-Protocol")
+            .and_then(|v| v.to_str().ok()),
+        Some("agentfy.worker.v1"),
+        "the proxy negotiated the contract's subprotocol"
+    );
+    let heartbeat = json!({"jsonrpc":"2.0","id":42,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
+    ws.send(Message::text(heartbeat.clone()))
+        .await
+        .expect("send");
+    let back = tokio::time::timeout(DEADLINE, ws.next())
+        .await
+        .expect("reply in time")
+        .expect("open")
+        .expect("message");
+    let back: Value = serde_json::from_str(back.to_text().expect("text")).expect("json");
+    assert_eq!(back["result"]["continue"], json!(true));
+    assert_eq!(
+        server.await.expect("server"),
+        heartbeat,
+        "one message became one line, unchanged"
+    );
+    let ev = p.events(2);
+    assert_eq!(ev[0]["method"], "agentfy/heartbeat");
+    assert_eq!(ev[1]["kind"], "response");
+    assert!(ev.iter().all(|e| e["verdict"]["verdict"] == "ok"), "{ev:?}");
+}
+
+const PY_CLIENT: &str = r#"
+import json, socket, struct, sys
+kind, addr, body = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+if kind == "unix":
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(addr)
+else:
+    host, port = addr.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+s.settimeout(10)
+s.sendall(struct.pack(">I", len(body)) + body)
+n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+print(s.recv(n, socket.MSG_WAITALL).decode())
+"#;
+
+/// A rukh extension that answers initialize with the contract's example result.
+async fn answer_initialize<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+) -> Vec<u8> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.expect("len");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await.expect("body");
+    let (_, result) = rukh_initialize();
+    let mut out = (result.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(result.as_bytes());
+    s.write_all(&out).await.expect("reply");
+    body
+}
+
+fn rukh_initialize() -> (String, String) {
+    let c = contract::builtin("rukh").expect("rukh");
+    let ex = &c.methods["rukh.initialize"].examples;
+    let part = |p: contract::model::Part| {
+        serde_json::to_string(&ex.iter().find(|e| e.part == p).expect("example").message)
+            .expect("json")
+    };
+    (
+        part(contract::model::Part::Call),
+        part(contract::model::Part::Result),
+    )
+}
+
+fn python(kind: &str, addr: &str, body: &str) -> std::process::Child {
+    Command::new("python3")
+        .args(["-c", PY_CLIENT, kind, addr, body])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3")
+}
+
+async fn python_output(child: std::process::Child) -> String {
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("python ran");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A plain Python client (struct-packed length prefix, no SDK) through the
+/// proxy, over a unix socket and over tcp, to a real rukh extension stand-in.
+#[tokio::test]
+async fn a_plain_python_client_over_unix_and_tcp() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (init, result) = rukh_initialize();
+
+    let listen = dir.path().join("p.sock");
+    let upstream = dir.path().join("ext.sock");
+    let ext = UnixListener::bind(&upstream).expect("bind");
+    let (p, _) = proxy(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        &format!("unix:{}", listen.display()),
+        "--upstream",
+        &format!("unix:{}", upstream.display()),
+    ]);
+    let client = python("unix", listen.to_str().expect("utf-8"), &init);
+    let (s, _) = tokio::time::timeout(DEADLINE, ext.accept())
+        .await
+        .expect("in time")
+        .expect("accept");
+    assert_eq!(answer_initialize(s).await, init.as_bytes());
+    assert_eq!(python_output(client).await, result);
+    let ev = p.events(2);
+    assert_eq!(
+        (ev[0]["method"].as_str(), ev[1]["kind"].as_str()),
+        (Some("rukh.initialize"), Some("response"))
+    );
+
+    let ext = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let up = ext.local_addr().expect("addr");
+    let (p, local) = proxy(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        "tcp:0",
+        "--upstream",
+        &format!("tcp:{up}"),
+    ]);
+    let addr = local.strip_prefix("tcp:").expect("tcp banner").to_string();
+    let client = python("tcp", &addr, &init);
+    let (s, _) = tokio::time::timeout(DEADLINE, ext.accept())
+        .await
+        .expect("in time")
+        .expect("accept");
+    assert_eq!(answer_initialize(s).await, init.as_bytes());
+    assert_eq!(python_output(client).await, result);
+    let ev = p.events(2);
+    assert!(ev.iter().all(|e| e["verdict"]["verdict"] == "ok"), "{ev:?}");
+}
