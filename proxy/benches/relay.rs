@@ -378,7 +378,8 @@ async fn websocket(rounds: usize, iters: usize) {
     let (wp, pp) = (free(), free());
     let _w = Kill(
         Command::new(&ws)
-            .args(["-E", "--binary", "--exit-on-eof"])
+            // Text messages stay text (the contract carries JSON-RPC in text messages).
+            .args(["-t", "-E"])
             .arg(format!("ws-l:127.0.0.1:{wp}"))
             .arg(format!("ws://127.0.0.1:{echo_port}/"))
             .stdout(Stdio::null())
@@ -394,7 +395,7 @@ async fn websocket(rounds: usize, iters: usize) {
         "--upstream",
         &format!("ws://127.0.0.1:{echo_port}/"),
     ]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let mut conns = Vec::new();
     for port in [echo_port, wp, pp] {
         let mut req =

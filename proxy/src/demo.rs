@@ -1598,6 +1598,7 @@ fn fresh_dir() -> Result<PathBuf, DemoError> {
             std::process::id(),
             stamp
         ));
+        #[cfg_attr(not(unix), allow(unused_mut))]
         let mut b = std::fs::DirBuilder::new();
         #[cfg(unix)]
         {
