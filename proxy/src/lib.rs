@@ -6,8 +6,13 @@
 //! the other side, re-framed for its transport. `cli` and `config` turn the
 //! command line or a TOML file into routes.
 //!
-//! PARTIAL (issue 6): see the module docs of `endpoint::*` for transports still
-//! being built; recording, replay and traces are not wired yet.
+//! Every frame also reaches the sinks (`log` live view, `trace` OTLP spans) and
+//! the recording (`record`, read back by `show` and `replay`); `policy` holds the
+//! contracts' stateful rules the inspector applies.
+//!
+//! PARTIAL (issue 7): the relay reports but does not yet carry out three policy
+//! actions (notifying an xsession sender's inbox, closing a superseded
+//! toolchannel socket, holding kernel data until credit arrives).
 #![deny(unsafe_code)]
 
 pub mod cli;
