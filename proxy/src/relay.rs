@@ -98,6 +98,8 @@ pub struct Shared {
     /// Counters.
     pub stats: Stats,
     next_conn: AtomicU64,
+    /// Contracts whose primary channel some route of this run relays.
+    primaries: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Primary-channel connections still waiting for their paired channels: (contract, conn, channels paired).
     sessions: std::sync::Mutex<Vec<(String, u64, Vec<String>)>>,
     /// Flips to true when the proxy is asked to stop.
@@ -130,6 +132,7 @@ impl Shared {
             stats: Stats::default(),
             next_conn: AtomicU64::new(1),
             sessions: std::sync::Mutex::new(Vec::new()),
+            primaries: std::sync::Mutex::new(std::collections::HashSet::new()),
             stop,
         })
     }
@@ -139,7 +142,15 @@ impl Shared {
     /// channel joins the oldest open session not yet holding that channel, since
     /// the kernel's core dials data right after control (K-1).
     async fn join_session(&self, route: &Route, conn: u64) -> u64 {
-        // The partner channel may be accepted a moment before its primary: wait briefly for it.
+        // The partner channel may be accepted a moment before its primary: wait briefly for
+        // it, but only when this run relays that contract's primary channel at all.
+        let expects_primary = self
+            .primaries
+            .lock()
+            .is_ok_and(|p| p.contains(&route.wire.contract().name));
+        if !expects_primary {
+            return self.try_join_session(route, conn).unwrap_or(conn);
+        }
         let deadline = Instant::now() + SESSION_JOIN_WAIT;
         loop {
             match self.try_join_session(route, conn) {
@@ -252,6 +263,17 @@ pub async fn serve(
     let mut stop = shared.stop.clone();
     let mut tasks = tokio::task::JoinSet::new();
     let once = listener.is_once();
+    let c = route.wire.contract();
+    let primary = c
+        .channels
+        .iter()
+        .find(|(_, ch)| ch.binding.is_some())
+        .map(|(k, _)| k);
+    if primary == Some(&route.channel)
+        && let Ok(mut p) = shared.primaries.lock()
+    {
+        p.insert(c.name.clone());
+    }
     loop {
         let incoming = tokio::select! {
             r = listener.accept() => r,
