@@ -95,6 +95,40 @@ pub struct Event {
     pub action: Option<String>,
 }
 
+impl Event {
+    /// An event that says only where a frame went and how big it was: kind, method, id and
+    /// the rest are filled in by whoever decoded it; the verdict starts as `Ok`.
+    pub fn bare(
+        route: &str,
+        conn: u64,
+        session: u64,
+        channel: &str,
+        dir: Dir,
+        (from, to): (String, String),
+        size: usize,
+    ) -> Self {
+        Event {
+            route: route.to_string(),
+            conn,
+            session,
+            channel: channel.to_string(),
+            dir,
+            from,
+            to,
+            kind: None,
+            method: None,
+            id: None,
+            stream: None,
+            size,
+            latency: None,
+            trace: None,
+            error: None,
+            verdict: Verdict::Ok,
+            action: None,
+        }
+    }
+}
+
 fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
         Some(d) => s.serialize_f64(d.as_secs_f64() * 1000.0),
@@ -179,6 +213,21 @@ pub struct Inspection {
     pub message: Option<Value>,
     /// What to do with the frame.
     pub decision: Decision,
+}
+
+/// The close a contract code calls for: a close code when it is one (fits in u16),
+/// else dropping the connection; with the text the event's action shows.
+fn closing_with(code: Option<&Value>, reason: String) -> (Closing, String) {
+    match code
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+    {
+        Some(code) => (
+            Closing::Code(CloseFrame { code, reason }),
+            format!("closed {code}"),
+        ),
+        None => (Closing::Drop, "closed ".into()),
+    }
 }
 
 /// One connection's inspector.
@@ -436,26 +485,17 @@ impl Inspector {
     }
 
     fn blank(&self, dir: Dir, size: usize, verdict: Verdict) -> Event {
-        let (from, to) = self.ends(dir);
-        Event {
-            route: self.route.clone(),
-            conn: self.conn,
-            session: self.session,
-            channel: self.channel.clone(),
+        let mut e = Event::bare(
+            &self.route,
+            self.conn,
+            self.session,
+            &self.channel,
             dir,
-            from,
-            to,
-            kind: None,
-            method: None,
-            id: None,
-            stream: None,
+            self.ends(dir),
             size,
-            latency: None,
-            trace: None,
-            error: None,
-            verdict,
-            action: None,
-        }
+        );
+        e.verdict = verdict;
+        e
     }
 
     /// The stream framing broke (oversize length, truncated frame, bad line): report it with
@@ -644,22 +684,9 @@ impl Inspector {
                 }
             }
             Some(ActionKind::Close) => {
-                let code = v
-                    .code
-                    .as_ref()
-                    .and_then(Value::as_u64)
-                    .and_then(|c| u16::try_from(c).ok());
-                close = Some(match code {
-                    Some(code) => Closing::Code(CloseFrame {
-                        code,
-                        reason: v.class.name().into(),
-                    }),
-                    None => Closing::Drop,
-                });
-                said.push(format!(
-                    "closed {}",
-                    code.map(|c| c.to_string()).unwrap_or_default()
-                ));
+                let (c, text) = closing_with(v.code.as_ref(), v.class.name().into());
+                close = Some(c);
+                said.push(text);
             }
             Some(ActionKind::DropConnection) | Some(ActionKind::Fail) => {
                 close = Some(Closing::Drop);
@@ -685,22 +712,9 @@ impl Inspector {
                     .get(limit)
                     .and_then(|l| l.action.clone())
             {
-                let code = action
-                    .code
-                    .as_ref()
-                    .and_then(Value::as_u64)
-                    .and_then(|c| u16::try_from(c).ok());
-                close = Some(match code {
-                    Some(code) => Closing::Code(CloseFrame {
-                        code,
-                        reason: format!("{limit} reached"),
-                    }),
-                    None => Closing::Drop,
-                });
-                said.push(format!(
-                    "closed {}",
-                    code.map(|c| c.to_string()).unwrap_or_default()
-                ));
+                let (c, text) = closing_with(action.code.as_ref(), format!("{limit} reached"));
+                close = Some(c);
+                said.push(text);
             }
         }
         let text = said.join(", ");

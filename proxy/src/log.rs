@@ -99,18 +99,19 @@ pub struct Logger {
 impl Logger {
     /// A logger in `format` showing events that pass every filter; colour only on a terminal.
     pub fn new(format: Format, filters: Vec<Filter>) -> Self {
-        let out = std::io::stdout();
-        Logger {
-            format,
-            color: out.is_terminal(),
-            filters,
-            out: Mutex::new(Box::new(out)),
-        }
+        Self::writing_to(std::io::stdout(), format, filters)
     }
 
     /// The same on standard error: a stand-in's stdout belongs to the program it stands in for.
     pub fn on_stderr(format: Format, filters: Vec<Filter>) -> Self {
-        let out = std::io::stderr();
+        Self::writing_to(std::io::stderr(), format, filters)
+    }
+
+    fn writing_to(
+        out: impl Write + IsTerminal + Send + 'static,
+        format: Format,
+        filters: Vec<Filter>,
+    ) -> Self {
         Logger {
             format,
             color: out.is_terminal(),

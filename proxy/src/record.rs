@@ -838,25 +838,15 @@ fn bare_event(h: &Header, rec: &Record, dir: Dir) -> Event {
         Dir::Up => (client, server),
         Dir::Down => (server, client),
     };
-    Event {
-        route: rec.route.clone(),
-        conn: rec.conn,
-        session: rec.conn,
-        channel: rec.channel.clone(),
+    Event::bare(
+        &rec.route,
+        rec.conn,
+        rec.conn,
+        &rec.channel,
         dir,
-        from,
-        to,
-        kind: None,
-        method: None,
-        id: None,
-        stream: None,
-        size: rec.raw.len(),
-        latency: None,
-        trace: None,
-        error: None,
-        verdict: Verdict::Ok,
-        action: None,
-    }
+        (from, to),
+        rec.raw.len(),
+    )
 }
 
 /// The violation class names the inspector uses, as `'static` strings.
