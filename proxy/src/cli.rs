@@ -419,6 +419,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         s.violations.load(Relaxed),
         s.refused.load(Relaxed)
     );
+    eprintln!("contract-proxy: {}", s.enforcement_line());
     Ok(outcome)
 }
 

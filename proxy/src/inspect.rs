@@ -186,6 +186,9 @@ pub enum Decision {
         /// Sent back to the sender.
         reply: Bytes,
     },
+    /// Not now: a data frame beyond its stream's credit waits in the credit gate,
+    /// and is written once a grant covers it (enforce mode).
+    Hold,
     /// Do not pass it on: answer the sender with `reply` (a frame payload), then close if asked.
     Refuse {
         /// The contract's error reply, sent back to the sender.
@@ -204,6 +207,45 @@ pub enum Closing {
     Drop,
 }
 
+/// Something enforcement does beyond this frame's own fate: the relay carries it out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Data frames a grant released toward this frame's receiver: write them first, in order.
+    Write(Vec<crate::policy::Held>),
+    /// Send these messages, as the party that would have, on session `session`'s
+    /// primary connection, toward party `to` (kernel: a credit overrun's error and stream.close).
+    Send {
+        /// The session (its primary connection's number).
+        session: u64,
+        /// Receiving party.
+        to: String,
+        /// Frame payloads.
+        messages: Vec<Bytes>,
+    },
+    /// Frames released by credit wait for session `session`'s data connection to write them.
+    Wake {
+        /// The session.
+        session: u64,
+    },
+    /// Close another connection (toolchannel: a superseded socket gets 4009).
+    CloseConn {
+        /// Connection to close.
+        conn: u64,
+        /// How.
+        close: Closing,
+    },
+    /// xsession: deliver `message` to the sender's inbox as the recipient would (see
+    /// [`crate::policy::Act::Notify`]).
+    Notify {
+        /// Inbox socket path.
+        to_inbox: String,
+        /// Auth line (carries a secret: never logged).
+        auth: Option<Value>,
+        /// The delivery_status frame.
+        message: Value,
+    },
+}
+
 /// The outcome of inspecting one frame.
 #[derive(Debug, Clone)]
 pub struct Inspection {
@@ -213,6 +255,8 @@ pub struct Inspection {
     pub message: Option<Value>,
     /// What to do with the frame.
     pub decision: Decision,
+    /// What else enforcement does about it.
+    pub effects: Vec<Effect>,
 }
 
 /// The close a contract code calls for: a close code when it is one (fits in u16),
@@ -252,6 +296,8 @@ pub struct Inspector {
     policy: Option<Box<dyn crate::policy::Policy>>,
     /// Token buckets of the route's `[[route.ratelimit]]`.
     ratelimit: Option<Arc<std::sync::Mutex<crate::policy::ratelimit::RateLimiter>>>,
+    /// Effects of the frame being inspected, handed out with its [`Inspection`].
+    effects: Vec<Effect>,
 }
 
 impl Inspector {
@@ -285,6 +331,7 @@ impl Inspector {
             next_id: 0,
             policy: None,
             ratelimit: None,
+            effects: Vec::new(),
         })
     }
 
@@ -342,6 +389,7 @@ impl Inspector {
                 event,
                 message: None,
                 decision,
+                effects: std::mem::take(&mut self.effects),
             });
         }
         out
@@ -384,8 +432,13 @@ impl Inspector {
         event: &mut Event,
     ) -> Option<Decision> {
         use crate::policy::Act;
-        let first = rulings.first()?;
-        if event.verdict.is_ok() {
+        rulings.first()?;
+        // Releasing held frames is bookkeeping, not a broken rule.
+        if let Some(first) = rulings
+            .iter()
+            .find(|r| !matches!(r.act, Act::Release { .. }))
+            && event.verdict.is_ok()
+        {
             event.verdict = Verdict::Violation {
                 class: first.rule,
                 code: first.code.clone(),
@@ -437,25 +490,51 @@ impl Inspector {
                     }
                     format!("{}: forwarded and answered", r.rule)
                 }
-                // PLACEHOLDER (issue 7): the relay does not yet dial xsession inboxes, close
-                // other connections or release held kernel frames; these are reported only.
-                Act::Notify { .. } => format!(
-                    "{}: would notify the sender's inbox (not wired yet)",
-                    r.rule
-                ),
-                Act::CloseConn { conn, close } => format!(
-                    "{}: would close connection #{conn} {} (not wired yet)",
-                    r.rule,
-                    match close {
-                        Closing::Code(f) => f.code.to_string(),
-                        Closing::Drop => String::new(),
+                Act::Notify {
+                    to_inbox,
+                    auth,
+                    message,
+                } => {
+                    if matches!(decision, Decision::Forward) {
+                        decision = Decision::Refuse {
+                            reply: None,
+                            close: None,
+                        };
                     }
-                ),
-                Act::Release { frames } => format!(
-                    "{}: {} held frames released (not wired yet)",
-                    r.rule,
-                    frames.len()
-                ),
+                    if self.mode == Mode::Enforce {
+                        self.effects.push(Effect::Notify {
+                            to_inbox: to_inbox.clone(),
+                            auth: auth.clone(),
+                            message: message.clone(),
+                        });
+                    }
+                    let status = message
+                        .get("status")
+                        .and_then(Value::as_str)
+                        .unwrap_or("delivery_status");
+                    format!("{}: dropped, {status} sent to the sender's inbox", r.rule)
+                }
+                Act::CloseConn { conn, close } => {
+                    if self.mode == Mode::Enforce {
+                        self.effects.push(Effect::CloseConn {
+                            conn: *conn,
+                            close: close.clone(),
+                        });
+                    }
+                    match close {
+                        Closing::Code(f) => {
+                            format!("{}: closed connection #{conn} {}", r.rule, f.code)
+                        }
+                        Closing::Drop => format!("{}: dropped connection #{conn}", r.rule),
+                    }
+                }
+                Act::Release { frames } => {
+                    // Held frames exist only in enforce mode; releasing them is never a verdict.
+                    self.effects.push(Effect::Wake {
+                        session: self.session,
+                    });
+                    format!("{}: {} held frame(s) released", r.rule, frames.len())
+                }
             };
             said.push(text);
         }
@@ -527,6 +606,7 @@ impl Inspector {
             event,
             message: None,
             decision,
+            effects: std::mem::take(&mut self.effects),
         }
     }
 
@@ -542,11 +622,21 @@ impl Inspector {
             event,
             message: None,
             decision,
+            effects: std::mem::take(&mut self.effects),
         }
     }
 
-    /// Inspect one data-channel frame: stream and sequence are reported, a gap is flagged.
-    pub fn data_frame(&mut self, dir: Dir, frame: &BinaryFrame) -> Inspection {
+    /// Inspect one data-channel frame: stream and sequence are reported, a gap is
+    /// flagged, and the contract's credit rules (kernel) decide whether it may pass
+    /// now. `encoded` is the whole frame as it travels (what a held frame is written as).
+    pub fn data_frame(
+        &mut self,
+        dir: Dir,
+        frame: &BinaryFrame,
+        encoded: Bytes,
+        now: Instant,
+    ) -> Inspection {
+        use crate::policy::GateDecision;
         let stream = frame.fields.first().copied().unwrap_or(0);
         let seq = frame.fields.get(1).copied().unwrap_or(0);
         let expected = self.seqs.entry((dir, stream)).or_insert(0);
@@ -564,10 +654,111 @@ impl Inspector {
         let mut event = self.blank(dir, frame.payload.len(), verdict);
         event.stream = Some((stream, seq));
         event.method = Some("data".into());
+        let (from, to) = self.ends(dir);
+        let mut decision = Decision::Forward;
+        if let Some(p) = self.policy.as_mut() {
+            let ctx = crate::policy::Ctx {
+                route: &self.route,
+                conn: self.conn,
+                session: self.session,
+                dir,
+                from: &from,
+                to: &to,
+                now,
+            };
+            let held = crate::policy::Held {
+                stream,
+                seq,
+                payload_len: frame.payload.len() as u64,
+                bytes: encoded,
+            };
+            let r = p.on_data(&ctx, held, self.mode == Mode::Enforce);
+            if !r.ready.is_empty() {
+                self.effects.push(Effect::Write(r.ready));
+            }
+            let overrun = match r.decision {
+                GateDecision::Forward(_) => None,
+                GateDecision::Hold => {
+                    decision = Decision::Hold;
+                    event.action = Some(format!(
+                        "held: stream {stream} is beyond its credit; written when {to} grants more"
+                    ));
+                    None
+                }
+                GateDecision::Exceeded(o) => Some(o),
+            };
+            if let Some(d) = self.apply(r.ruling.into_iter().collect(), &mut event) {
+                decision = d;
+            }
+            if let Some(o) = overrun
+                && self.mode == Mode::Enforce
+            {
+                // K-10: the receiver's answer to an overrun, sent as the receiver would.
+                let encode = |v: &[Value]| -> Vec<Bytes> {
+                    v.iter().map(|m| Bytes::from(m.to_string())).collect()
+                };
+                for (party, msgs) in [(&from, &o.to_sender), (&to, &o.to_receiver)] {
+                    self.effects.push(Effect::Send {
+                        session: self.session,
+                        to: party.clone(),
+                        messages: encode(msgs),
+                    });
+                }
+                if let Some(a) = event.action.as_mut() {
+                    a.push_str(&format!(
+                        "; sent protocol.credit_exceeded and stream.close to {from}, stream.close to {to} (on {})",
+                        self.channel_of_primary()
+                    ));
+                    if o.dropped_held > 0 {
+                        a.push_str(&format!(", {} held frame(s) dropped", o.dropped_held));
+                    }
+                }
+            }
+        }
         Inspection {
             event,
             message: None,
-            decision: Decision::Forward,
+            decision,
+            effects: std::mem::take(&mut self.effects),
+        }
+    }
+
+    /// The contract's primary channel (the one carrying JSON), for messages about another channel.
+    fn channel_of_primary(&self) -> String {
+        self.wire
+            .contract()
+            .channels
+            .iter()
+            .find(|(_, c)| c.binding.is_some())
+            .map(|(k, _)| k.clone())
+            .unwrap_or_default()
+    }
+
+    /// How long one frame may stay incomplete (rukh's `incompleteFrameSeconds`).
+    pub fn incomplete_frame_limit(&self) -> Option<Duration> {
+        self.policy
+            .as_ref()
+            .and_then(|p| p.incomplete_frame())
+            .map(|(d, _)| d)
+    }
+
+    /// A frame travelling `dir` stayed incomplete past [`Inspector::incomplete_frame_limit`].
+    pub fn incomplete_frame(&mut self, dir: Dir) -> Inspection {
+        let mut event = self.blank(dir, 0, Verdict::Ok);
+        event.method = Some("(incomplete frame)".into());
+        let ruling = self
+            .policy
+            .as_ref()
+            .and_then(|p| p.incomplete_frame())
+            .map(|(_, r)| r);
+        let decision = self
+            .apply(ruling.into_iter().collect(), &mut event)
+            .unwrap_or(Decision::Forward);
+        Inspection {
+            event,
+            message: None,
+            decision,
+            effects: std::mem::take(&mut self.effects),
         }
     }
 
@@ -641,6 +832,7 @@ impl Inspector {
             event,
             message: msg.map(|m| m.value),
             decision,
+            effects: std::mem::take(&mut self.effects),
         }
     }
 
@@ -954,9 +1146,20 @@ mod tests {
             fields: vec![7, seq],
             payload: Bytes::from_static(b"pcm"),
         };
-        assert!(ins.data_frame(Dir::Down, &f(0)).event.verdict.is_ok());
-        assert!(ins.data_frame(Dir::Down, &f(1)).event.verdict.is_ok());
-        let gap = ins.data_frame(Dir::Down, &f(3)).event;
+        assert!(
+            ins.data_frame(Dir::Down, &f(0), Bytes::new(), Instant::now())
+                .event
+                .verdict
+                .is_ok()
+        );
+        let now = Instant::now();
+        assert!(
+            ins.data_frame(Dir::Down, &f(1), Bytes::new(), now)
+                .event
+                .verdict
+                .is_ok()
+        );
+        let gap = ins.data_frame(Dir::Down, &f(3), Bytes::new(), now).event;
         assert_eq!(gap.stream, Some((7, 3)));
         assert!(!gap.verdict.is_ok());
     }

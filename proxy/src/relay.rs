@@ -23,7 +23,7 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use crate::conn::{BoxIo, BoxMsg, CloseFrame, Conn, Hello, Msg};
 use crate::endpoint::{Connected, Endpoint, Incoming, Listener, Options};
-use crate::inspect::{Closing, Decision, Dir, Inspection, Inspector, Mode};
+use crate::inspect::{Closing, Decision, Dir, Effect, Inspection, Inspector, Mode};
 use crate::log::Logger;
 
 /// Bytes read per chunk in each direction.
@@ -89,6 +89,49 @@ pub struct Stats {
     pub refused: AtomicU64,
     /// Connections relayed.
     pub connections: AtomicU64,
+    /// Data frames held for credit (enforce mode), each written once a grant covered it.
+    pub held: AtomicU64,
+    /// Messages the proxy sent as a party would (kernel overrun: error and stream.close).
+    pub sent: AtomicU64,
+    /// Connections closed on another connection's word (toolchannel supersede).
+    pub closed: AtomicU64,
+    /// delivery_status frames delivered to senders' inboxes (xsession drops).
+    pub notified: AtomicU64,
+    /// delivery_status frames that could not be delivered (inbox gone or too slow).
+    pub notify_failed: AtomicU64,
+}
+
+impl Stats {
+    /// One line for the end of a run: what enforcement did besides refusing.
+    pub fn enforcement_line(&self) -> String {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "{} held for credit, {} sent on a party's behalf, {} connections closed, {} inbox notices ({} failed)",
+            n(&self.held),
+            n(&self.sent),
+            n(&self.closed),
+            n(&self.notified),
+            n(&self.notify_failed)
+        )
+    }
+}
+
+/// Orders for a connection from elsewhere in the run.
+enum Ctl {
+    /// Close it (another connection superseded it).
+    Close(Closing),
+    /// Frames released by credit wait in the session's outbox: write them.
+    Wake,
+    /// Send these messages toward party `to`.
+    Send { to: String, messages: Vec<Bytes> },
+}
+
+/// A live connection, as the rest of the run can reach it.
+struct ConnCtl {
+    session: u64,
+    /// It carries binary data frames (kernel data channel): released frames go here.
+    data: bool,
+    tx: tokio::sync::mpsc::UnboundedSender<Ctl>,
 }
 
 /// What every connection of a run shares.
@@ -110,6 +153,10 @@ pub struct Shared {
     pub unrecorded: AtomicU64,
     /// Cross-connection state of the contracts' stateful rules.
     pub policy: Arc<crate::policy::SharedState>,
+    /// Live connections, so one connection's rule can act on another. The order
+    /// channels are unbounded but carry little: one close, wakes, and a credit
+    /// overrun's few messages per stream.
+    conns: std::sync::Mutex<std::collections::HashMap<u64, ConnCtl>>,
 }
 
 impl Shared {
@@ -133,6 +180,7 @@ impl Shared {
             next_conn: AtomicU64::new(1),
             sessions: std::sync::Mutex::new(Vec::new()),
             primaries: std::sync::Mutex::new(std::collections::HashSet::new()),
+            conns: std::sync::Mutex::new(std::collections::HashMap::new()),
             stop,
         })
     }
@@ -196,6 +244,87 @@ impl Shared {
         }
     }
 
+    fn ctl(&self, conn: u64, order: Ctl) -> bool {
+        self.conns
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&conn).map(|c| c.tx.send(order).is_ok()))
+            .unwrap_or(false)
+    }
+
+    /// Carry out the effects that reach beyond the frame's own connection.
+    /// ([`Effect::Write`] is the pump's own business.)
+    fn carry_out(self: &Arc<Self>, route: &Route, conn: u64, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Write(_) => {}
+                Effect::Send {
+                    session,
+                    to,
+                    messages,
+                } => {
+                    let n = messages.len() as u64;
+                    if self.ctl(session, Ctl::Send { to, messages }) {
+                        self.stats.sent.fetch_add(n, Ordering::Relaxed);
+                    } else {
+                        self.note(
+                            &route.name,
+                            conn,
+                            &format!("session #{session}'s primary connection is gone: {n} message(s) not sent"),
+                        );
+                    }
+                }
+                Effect::Wake { session } => {
+                    let targets: Vec<_> = self
+                        .conns
+                        .lock()
+                        .map(|c| {
+                            c.values()
+                                .filter(|c| c.session == session && c.data)
+                                .map(|c| c.tx.clone())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for t in targets {
+                        let _ = t.send(Ctl::Wake);
+                    }
+                }
+                Effect::CloseConn { conn: other, close } => {
+                    if self.ctl(other, Ctl::Close(close)) {
+                        self.stats.closed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Effect::Notify {
+                    to_inbox,
+                    auth,
+                    message,
+                } => {
+                    let (shared, name) = (self.clone(), route.name.clone());
+                    tokio::spawn(async move {
+                        match notify(&to_inbox, auth.as_ref(), &message).await {
+                            Ok(()) => {
+                                shared.stats.notified.fetch_add(1, Ordering::Relaxed);
+                                shared.note(
+                                    &name,
+                                    conn,
+                                    &format!("delivery_status sent to {to_inbox}"),
+                                );
+                            }
+                            Err(e) => {
+                                shared.stats.notify_failed.fetch_add(1, Ordering::Relaxed);
+                                shared.note(
+                                    &name,
+                                    conn,
+                                    &format!("delivery_status to {to_inbox} not delivered: {e}"),
+                                );
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    }
+
     fn note(&self, route: &str, conn: u64, text: &str) {
         for s in &self.sinks {
             s.note(route, conn, text);
@@ -229,6 +358,42 @@ impl Shared {
         for s in &self.sinks {
             s.frame(route, ins, raw);
         }
+    }
+}
+
+/// How long delivering one delivery_status to a sender's inbox may take.
+pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Deliver an xsession notice to `inbox` as its recipient would: a new
+/// connection, the auth line (when there is one), the frame, half-close.
+async fn notify(
+    inbox: &str,
+    auth: Option<&serde_json::Value>,
+    message: &serde_json::Value,
+) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut lines = Vec::new();
+        for v in auth.into_iter().chain(std::iter::once(message)) {
+            serde_json::to_writer(&mut lines, v).map_err(io_err)?;
+            lines.push(b'\n');
+        }
+        let send = async {
+            let mut s = tokio::net::UnixStream::connect(inbox).await?;
+            s.write_all(&lines).await?;
+            s.shutdown().await
+        };
+        tokio::time::timeout(NOTIFY_DEADLINE, send)
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "inbox too slow"))?
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (inbox, auth, message);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "xsession inboxes are unix sockets",
+        ))
     }
 }
 
@@ -506,11 +671,25 @@ enum FrameIn {
         codec: ChannelCodec,
         buf: BytesMut,
         raw: bool,
+        /// When the first byte of the frame still incomplete in `buf` arrived.
+        partial: Option<Instant>,
     },
     Msgs(SplitStream<BoxMsg>, u64),
 }
 
 impl FrameIn {
+    /// When the frame being assembled started arriving (a byte stream with a partial frame).
+    fn partial_since(&self) -> Option<Instant> {
+        match self {
+            FrameIn::Stream {
+                partial,
+                raw: false,
+                ..
+            } => *partial,
+            _ => None,
+        }
+    }
+
     fn decode_one(
         codec: &mut ChannelCodec,
         buf: &mut BytesMut,
@@ -552,6 +731,7 @@ impl FrameIn {
                 codec,
                 buf,
                 raw,
+                partial,
             } => loop {
                 if !*raw {
                     loop {
@@ -565,6 +745,12 @@ impl FrameIn {
                             }
                         }
                     }
+                    // A frame that completed restarts the clock for the bytes after it.
+                    *partial = match (buf.is_empty(), out.is_empty()) {
+                        (true, _) => None,
+                        (false, false) => Some(Instant::now()),
+                        (false, true) => partial.or_else(|| Some(Instant::now())),
+                    };
                     if !out.is_empty() {
                         return Ok(());
                     }
@@ -704,6 +890,7 @@ fn split(conn: Conn, codec: &ChannelCodec, cap: u64) -> (FrameIn, FrameOut) {
                     codec: codec.clone(),
                     buf: BytesMut::with_capacity(CHUNK),
                     raw: false,
+                    partial: None,
                 },
                 FrameOut::Stream {
                     wr,
@@ -790,17 +977,52 @@ pub async fn relay(
         client: Arc::new(Mutex::new(cout)),
         upstream: Arc::new(Mutex::new(uout)),
     };
-    let up = pump(Dir::Up, cin, &ends, &inspector, route, shared);
-    let down = pump(Dir::Down, uin, &ends, &inspector, route, shared);
-    tokio::pin!(up, down);
+    let (ctl_tx, ctl_rx) = tokio::sync::mpsc::unbounded_channel();
+    if let Ok(mut conns) = shared.conns.lock() {
+        conns.insert(
+            conn,
+            ConnCtl {
+                session,
+                data: matches!(codec, ChannelCodec::Binary(_)),
+                tx: ctl_tx,
+            },
+        );
+    }
+    let up = pump(
+        Dir::Up,
+        cin,
+        &ends,
+        &inspector,
+        route,
+        shared,
+        codec.clone(),
+    );
+    let down = pump(
+        Dir::Down,
+        uin,
+        &ends,
+        &inspector,
+        route,
+        shared,
+        codec.clone(),
+    );
+    // Orders from other connections run beside the pumps, never inside a select arm:
+    // they take the same write locks the pumps hold while a write waits.
+    let orders = injector(ctl_rx, &ends, route, shared, (conn, session));
+    tokio::pin!(up, down, orders);
     let mut stop = shared.stop.clone();
     let closing = |c: Closing| async {
         let frame = match c {
             Closing::Code(f) => Some(f),
             Closing::Drop => None,
         };
-        let _ = ends.client.lock().await.end(frame.clone()).await;
-        let _ = ends.upstream.lock().await.end(frame).await;
+        // A pump stuck writing to a peer that stopped reading holds its end's lock:
+        // give up after the deadline (dropping the connection closes it anyway).
+        let _ = tokio::time::timeout(DRAIN_DEADLINE, async {
+            let _ = ends.client.lock().await.end(frame.clone()).await;
+            let _ = ends.upstream.lock().await.end(frame).await;
+        })
+        .await;
     };
     let mut up_done = false;
     let mut down_done = false;
@@ -858,15 +1080,90 @@ pub async fn relay(
                     Err(e) => { result = Err(format!("upstream side: {e}")); closing(Closing::Drop).await; break; }
                 }
             }
+            c = &mut orders => {
+                closing(c).await;
+                break;
+            }
             () = stopped(&mut stop) => {
                 closing(Closing::Code(CloseFrame { code: 1001, reason: "proxy stopping".into() })).await;
                 break;
             }
         }
     }
+    if let Ok(mut conns) = shared.conns.lock() {
+        conns.remove(&conn);
+    }
     shared.leave_session(conn);
     shared.note(&route.name, conn, "closed");
     result
+}
+
+/// Carry out other connections' orders on this one until one says to close it.
+async fn injector(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Ctl>,
+    ends: &Ends,
+    route: &Route,
+    shared: &Arc<Shared>,
+    (conn, session): (u64, u64),
+) -> Closing {
+    // The party each direction writes to.
+    let toward = |party: &str| {
+        if party == route.server {
+            Some(Dir::Up)
+        } else if party == route.client {
+            Some(Dir::Down)
+        } else {
+            None
+        }
+    };
+    while let Some(order) = rx.recv().await {
+        match order {
+            Ctl::Close(c) => return c,
+            Ctl::Wake => {
+                for (dir, party) in [(Dir::Up, &route.server), (Dir::Down, &route.client)] {
+                    // Taken under the write lock, so a frame the pump forwards next cannot overtake.
+                    let mut to = ends.toward(dir).lock().await;
+                    let frames = shared.policy.take_released(session, party);
+                    if frames.is_empty() {
+                        continue;
+                    }
+                    let mut r = Ok(());
+                    for f in &frames {
+                        r = r.and(to.push_raw(&f.bytes).await);
+                    }
+                    if let Err(e) = r.and(to.flush().await) {
+                        shared.note(
+                            &route.name,
+                            conn,
+                            &format!("released frames not written: {e}"),
+                        );
+                    }
+                }
+            }
+            Ctl::Send {
+                to: party,
+                messages,
+            } => {
+                let Some(dir) = toward(&party) else {
+                    continue;
+                };
+                let mut to = ends.toward(dir).lock().await;
+                let mut r = Ok(());
+                for m in &messages {
+                    r = r.and(to.push(&Frame::Json(m.clone())).await);
+                }
+                if let Err(e) = r.and(to.flush().await) {
+                    shared.note(
+                        &route.name,
+                        conn,
+                        &format!("messages to {party} not written: {e}"),
+                    );
+                }
+            }
+        }
+    }
+    // The sender lives in `Shared` until this connection ends: never reached while relaying.
+    std::future::pending().await
 }
 
 async fn pump(
@@ -876,12 +1173,42 @@ async fn pump(
     inspector: &std::sync::Mutex<Inspector>,
     route: &Route,
     shared: &Arc<Shared>,
+    mut codec: ChannelCodec,
 ) -> std::io::Result<PumpEnd> {
     let mut items = Vec::with_capacity(64);
     let mut replies: Vec<Bytes> = Vec::new();
+    let incomplete_limit = inspector
+        .lock()
+        .ok()
+        .and_then(|i| i.incomplete_frame_limit());
+    // The partial frame (by its start) whose deadline already fired: reported once.
+    let mut fired: Option<Instant> = None;
+    // Held data frames are written later, as they travelled: keep their encoding (enforce only).
+    let keep_encoded = route.mode == Mode::Enforce && matches!(codec, ChannelCodec::Binary(_));
     loop {
         items.clear();
-        from.next_batch(&mut items).await?;
+        let deadline = incomplete_limit
+            .zip(from.partial_since())
+            .filter(|(_, since)| Some(*since) != fired)
+            .map(|(limit, since)| since + limit);
+        tokio::select! {
+            r = from.next_batch(&mut items) => r?,
+            () = at(deadline) => {
+                fired = from.partial_since();
+                let ins = {
+                    let Ok(mut i) = inspector.lock() else {
+                        return Err(io_err("inspector poisoned"));
+                    };
+                    i.incomplete_frame(dir)
+                };
+                shared.record(route, &ins, &[]);
+                shared.write_record(&ins, &[]).await;
+                if let Decision::Refuse { close: Some(c), .. } = ins.decision {
+                    return Ok(PumpEnd::Closed(c));
+                }
+                continue;
+            }
+        }
         let now = Instant::now();
         let mut to = ends.toward(dir).lock().await;
         let mut close = None;
@@ -893,7 +1220,14 @@ async fn pump(
                 };
                 match &item {
                     Item::Frame(Frame::Json(b)) => Some((i.frame(dir, b, now), b.clone())),
-                    Item::Frame(Frame::Data(d)) => Some((i.data_frame(dir, d), d.payload.clone())),
+                    Item::Frame(Frame::Data(d)) => {
+                        let encoded = if keep_encoded {
+                            encode_data(&mut codec, d)?
+                        } else {
+                            Bytes::new()
+                        };
+                        Some((i.data_frame(dir, d, encoded, now), d.payload.clone()))
+                    }
                     Item::BinaryMsg(b) => Some((i.binary_message(dir, b.len()), b.clone())),
                     Item::Broken(e, rest) | Item::Oversize(e, rest) => {
                         Some((i.framing_error(dir, e), rest.clone()))
@@ -901,7 +1235,7 @@ async fn pump(
                     Item::Raw(_) | Item::End(_) => None,
                 }
             };
-            let Some((ins, raw)) = inspected else {
+            let Some((mut ins, raw)) = inspected else {
                 match item {
                     Item::End(c) => ended = Some(c),
                     Item::Raw(r) => to.push_raw(&r).await?,
@@ -911,6 +1245,18 @@ async fn pump(
             };
             shared.record(route, &ins, &raw);
             shared.write_record(&ins, &raw).await;
+            // Frames released by credit go out before this one.
+            for e in &ins.effects {
+                if let Effect::Write(frames) = e {
+                    for f in frames {
+                        to.push_raw(&f.bytes).await?;
+                    }
+                }
+            }
+            let effects = std::mem::take(&mut ins.effects);
+            if !effects.is_empty() {
+                shared.carry_out(route, ins.event.conn, effects);
+            }
             match ins.decision {
                 Decision::ForwardAnd { reply } => {
                     replies.push(reply);
@@ -929,6 +1275,9 @@ async fn pump(
                     }
                     _ => {}
                 },
+                Decision::Hold => {
+                    shared.stats.held.fetch_add(1, Ordering::Relaxed);
+                }
                 Decision::Refuse { reply, close: c } => {
                     replies.extend(reply);
                     if c.is_some() {
@@ -955,4 +1304,14 @@ async fn pump(
             return Ok(PumpEnd::Done);
         }
     }
+}
+
+/// A data frame encoded as it travels (length field included).
+fn encode_data(codec: &mut ChannelCodec, d: &BinaryFrame) -> std::io::Result<Bytes> {
+    let ChannelCodec::Binary(c) = codec else {
+        return Err(io_err("a data frame on a channel without binary framing"));
+    };
+    let mut out = BytesMut::with_capacity(d.payload.len() + 32);
+    c.encode(d, &mut out).map_err(io_err)?;
+    Ok(out.freeze())
 }

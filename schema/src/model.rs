@@ -378,6 +378,10 @@ pub struct Method {
     /// Limit (by name) capping this method's frames, tighter than the channel's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_payload: Option<String>,
+    /// What a frame over `maxPayload` gets when it is not the `oversize` violation's
+    /// action (rukh.log: the record is dropped and counted, `ignore`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_max_payload: Option<ActionKind>,
     /// Whole wire messages that show the method, each validated by `contractgen check`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<Example>,

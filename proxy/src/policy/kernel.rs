@@ -31,7 +31,7 @@ use contract::Contract;
 use contract::wire::{Message, Wire};
 use serde_json::{Value, json};
 
-use super::{Act, Ctx, Limits, Policy, Ruling, SharedState, error_seed, note_seed};
+use super::{Act, Ctx, DataRuling, Limits, Policy, Ruling, SharedState, error_seed, note_seed};
 
 /// One data frame, as the relay read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,7 +42,7 @@ pub struct Held {
     pub seq: u64,
     /// Payload bytes, which is what credit counts.
     pub payload_len: u64,
-    /// The whole encoded frame, forwarded as is.
+    /// The whole encoded frame (length field included), forwarded as is.
     pub bytes: Bytes,
 }
 
@@ -363,14 +363,8 @@ impl Policy for KernelPolicy {
                 else {
                     return vec![];
                 };
-                let (ok, frames) = self.shared.with_gate(self.session, &c, |g| {
-                    if g.granted_by(stream, ctx.from) {
-                        (true, g.grant(stream, bytes))
-                    } else {
-                        (false, vec![])
-                    }
-                });
-                if !ok {
+                let Some(frames) = self.shared.grant(self.session, &c, stream, bytes, ctx.from)
+                else {
                     return vec![Ruling {
                         rule: "kernel.credit.grantor",
                         seed: note_seed(&c, "K-10"),
@@ -381,7 +375,7 @@ impl Policy for KernelPolicy {
                         ),
                         act: Act::Flag,
                     }];
-                }
+                };
                 if frames.is_empty() {
                     return vec![];
                 }
@@ -415,6 +409,29 @@ impl Policy for KernelPolicy {
                 }]
             }
             _ => vec![],
+        }
+    }
+
+    fn on_data(&mut self, ctx: &Ctx, frame: Held, enforce: bool) -> DataRuling {
+        if enforce {
+            let (ready, decision) = self.shared.offer_in_order(self.session, ctx.to, frame);
+            let ruling = match &decision {
+                GateDecision::Exceeded(o) => Some(o.ruling.clone()),
+                _ => None,
+            };
+            return DataRuling {
+                ready,
+                decision,
+                ruling,
+            };
+        }
+        let ruling = self
+            .shared
+            .account(self.session, frame.stream, frame.payload_len);
+        DataRuling {
+            ready: Vec::new(),
+            decision: GateDecision::Forward(frame),
+            ruling,
         }
     }
 

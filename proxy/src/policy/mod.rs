@@ -146,6 +146,22 @@ pub trait Policy: Send {
     fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
         vec![]
     }
+    /// A data-channel frame travelling `ctx.dir` (kernel byte credit). With
+    /// `enforce` a frame beyond credit is held (or, past the held bound, an
+    /// overrun); otherwise it is only accounted. `ready` are frames released
+    /// earlier toward the same receiver, to be written before this one.
+    fn on_data(&mut self, _ctx: &Ctx, frame: Held, _enforce: bool) -> DataRuling {
+        DataRuling {
+            ready: Vec::new(),
+            decision: GateDecision::Forward(frame),
+            ruling: None,
+        }
+    }
+    /// How long one frame may stay incomplete once its first byte arrived
+    /// (rukh's `incompleteFrameSeconds`), and the ruling when it does.
+    fn incomplete_frame(&self) -> Option<(Duration, Ruling)> {
+        None
+    }
     /// The earliest instant at which [`Policy::on_tick`] has something to say.
     fn next_deadline(&self) -> Option<Instant> {
         None
@@ -154,6 +170,17 @@ pub trait Policy: Send {
     fn on_tick(&mut self, _now: Instant) -> Vec<(u64, Ruling)> {
         vec![]
     }
+}
+
+/// What a policy says about one data-channel frame (see [`Policy::on_data`]).
+#[derive(Debug)]
+pub struct DataRuling {
+    /// Frames released by credit since the last data frame, in order: written first.
+    pub ready: Vec<Held>,
+    /// What to do with this frame.
+    pub decision: GateDecision,
+    /// A ruling to report (observe: the overrun it would have refused).
+    pub ruling: Option<Ruling>,
 }
 
 /// A policy for contracts without stateful rules.
@@ -209,6 +236,9 @@ struct Inner {
     toolchannel: toolchannel::Shared,
     /// Kernel credit gates, by session.
     gates: HashMap<u64, CreditGate>,
+    /// Frames a stream.credit released, by session and receiving party, until
+    /// the session's data connection writes them (bounded by the gates' held bound).
+    released: HashMap<(u64, String), Vec<Held>>,
 }
 
 impl SharedState {
@@ -231,6 +261,59 @@ impl SharedState {
             Some(g) => g.offer(frame),
             None => GateDecision::Forward(frame),
         }
+    }
+
+    /// [`SharedState::offer`], after taking the frames already released toward
+    /// `to`, in one step: a frame credit covers never overtakes a released one.
+    pub fn offer_in_order(&self, session: u64, to: &str, frame: Held) -> (Vec<Held>, GateDecision) {
+        let mut inner = self.lock();
+        let ready = inner
+            .released
+            .remove(&(session, to.to_string()))
+            .unwrap_or_default();
+        let decision = match inner.gates.get_mut(&session) {
+            Some(g) => g.offer(frame),
+            None => GateDecision::Forward(frame),
+        };
+        (ready, decision)
+    }
+
+    /// stream.credit from `party` on `session`: add it and move the held frames it
+    /// now covers to the outbox toward `party` (copies returned for the report).
+    /// `None` when the other party is the stream's receiver (K-37).
+    pub fn grant(
+        &self,
+        session: u64,
+        contract: &Contract,
+        stream: u64,
+        bytes: u64,
+        party: &str,
+    ) -> Option<Vec<Held>> {
+        let mut inner = self.lock();
+        let gate = inner
+            .gates
+            .entry(session)
+            .or_insert_with(|| CreditGate::new(contract, session));
+        if !gate.granted_by(stream, party) {
+            return None;
+        }
+        let frames = gate.grant(stream, bytes);
+        if !frames.is_empty() {
+            inner
+                .released
+                .entry((session, party.to_string()))
+                .or_default()
+                .extend(frames.iter().cloned());
+        }
+        Some(frames)
+    }
+
+    /// The released frames waiting to be written toward `to` on `session`.
+    pub fn take_released(&self, session: u64, to: &str) -> Vec<Held> {
+        self.lock()
+            .released
+            .remove(&(session, to.to_string()))
+            .unwrap_or_default()
     }
 
     /// Kernel, observe mode: spend credit for a forwarded data frame; a ruling
@@ -260,11 +343,20 @@ impl SharedState {
 
     /// Forget `session`'s gate (its control connection closed); held frames are dropped.
     pub fn drop_gate(&self, session: u64) -> usize {
-        self.lock()
-            .gates
-            .remove(&session)
-            .map(|g| g.held_frames())
-            .unwrap_or(0)
+        let mut inner = self.lock();
+        let mut dropped = 0;
+        inner.released.retain(|(s, _), frames| {
+            if *s == session {
+                dropped += frames.len();
+            }
+            *s != session
+        });
+        dropped
+            + inner
+                .gates
+                .remove(&session)
+                .map(|g| g.held_frames())
+                .unwrap_or(0)
     }
 
     /// Open xsession connections on `route`, for the live view.

@@ -571,6 +571,27 @@ impl RukhPolicy {
 }
 
 impl Policy for RukhPolicy {
+    fn incomplete_frame(&self) -> Option<(std::time::Duration, Ruling)> {
+        let limit = "incompleteFrameSeconds";
+        let after = self.limits.secs(limit)?;
+        Some((
+            after,
+            Ruling {
+                rule: "rukh.frame.incomplete",
+                seed: self.limits.seed(limit),
+                code: self.limits.action_code(limit),
+                reason: format!(
+                    "a frame stayed incomplete {:.1} s after its first byte ({limit})",
+                    after.as_secs_f64()
+                ),
+                act: Act::Refuse {
+                    reply: None,
+                    close: Some(Closing::Drop),
+                },
+            },
+        ))
+    }
+
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
         match msg.kind {
             Kind::Request => self.on_request(ctx, msg),

@@ -137,6 +137,7 @@ struct MethodWire {
     params: Option<jsonschema::Validator>,
     result: Option<jsonschema::Validator>,
     max_payload: Option<u64>,
+    over_max_payload: Option<ActionKind>,
     matches: Vec<(String, Value)>,
 }
 
@@ -357,6 +358,7 @@ impl Wire {
                     params,
                     result,
                     max_payload,
+                    over_max_payload: m.over_max_payload,
                     matches: m
                         .matches
                         .iter()
@@ -464,18 +466,22 @@ impl Wire {
             }
             _ => None,
         };
-        if let Some((name, cap)) = method
+        if let Some((name, cap, over)) = method
             .and_then(|m| ch.methods.get_key_value(m))
-            .and_then(|(n, m)| m.max_payload.map(|c| (n, c)))
+            .and_then(|(n, m)| m.max_payload.map(|c| (n, c, m.over_max_payload)))
             && bytes.len() as u64 > cap
         {
-            return Err(self.violation(
+            let mut v = self.violation(
                 ViolationClass::Oversize,
                 format!(
                     "{name} frame of {} bytes exceeds its {cap}-byte cap",
                     bytes.len()
                 ),
-            ));
+            );
+            if over.is_some() {
+                v.action = over;
+            }
+            return Err(v);
         }
         // Only replies (no method) answer a request; their correlation id names it.
         let reply_to = match (&ch.binding, method) {
