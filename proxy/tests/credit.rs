@@ -337,4 +337,12 @@ async fn a_sender_ignoring_credit_gets_the_overrun_answer_and_other_streams_keep
     let action = overrun["action"].as_str().expect("action");
     assert!(action.contains("discarded"), "{action}");
     assert!(action.contains("1 held frame(s) dropped"), "{action}");
+
+    // Data still in flight for the closed stream passes and is flagged (K-38): the
+    // receiver discards it (K-3).
+    s.core_data.write_all(&data(12, 2, 8)).await.expect("late");
+    assert_eq!(read_data(&mut s.shell_data).await, (12, 2, 8));
+    let ev = s.proxy.events_until(|e| e["stream"] == json!([12, 2]));
+    let late = ev.last().expect("event");
+    assert_eq!(late["verdict"]["class"], "kernel.stream.unknown", "{late}");
 }

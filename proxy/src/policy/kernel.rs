@@ -241,6 +241,11 @@ impl CreditGate {
         self.streams.values().map(|s| s.queue.len()).sum()
     }
 
+    /// Whether `stream` is open (a stream.open was seen and no close or overrun since).
+    pub fn knows(&self, stream: u64) -> bool {
+        self.streams.contains_key(&stream)
+    }
+
     /// Unspent credit of a stream.
     pub fn credit(&self, stream: u64) -> Option<u64> {
         self.streams.get(&stream).map(|s| s.credit)
@@ -413,6 +418,24 @@ impl Policy for KernelPolicy {
     }
 
     fn on_data(&mut self, ctx: &Ctx, frame: Held, enforce: bool) -> DataRuling {
+        if !self.shared.knows_stream(self.session, frame.stream) {
+            // K-38: forwarded (the receiver discards it, K-3), and flagged.
+            let c = self.wire.contract();
+            return DataRuling {
+                ready: self.shared.take_released(self.session, ctx.to),
+                ruling: Some(Ruling {
+                    rule: "kernel.stream.unknown",
+                    seed: note_seed(c, "K-38"),
+                    code: None,
+                    reason: format!(
+                        "data for stream {}, which is not open (never opened, closed, or closed by an overrun)",
+                        frame.stream
+                    ),
+                    act: Act::Flag,
+                }),
+                decision: GateDecision::Forward(frame),
+            };
+        }
         if enforce {
             let (ready, decision) = self.shared.offer_in_order(self.session, ctx.to, frame);
             let ruling = match &decision {

@@ -308,6 +308,14 @@ impl SharedState {
         Some(frames)
     }
 
+    /// Whether kernel `session` has `stream` open.
+    pub fn knows_stream(&self, session: u64, stream: u64) -> bool {
+        self.lock()
+            .gates
+            .get(&session)
+            .is_some_and(|g| g.knows(stream))
+    }
+
     /// The released frames waiting to be written toward `to` on `session`.
     pub fn take_released(&self, session: u64, to: &str) -> Vec<Held> {
         self.lock()
