@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// Channel of the paired route (default: the contract's other channel).
     #[arg(long)]
     pub pair_channel: Option<String>,
+    /// The upstream demands the contract's auth line first (an xsession inbox whose
+    /// registry record has an ipcToken): any other first line breaks beforeHandshake.
+    #[arg(long)]
+    pub auth_required: bool,
     /// Observe (flag and forward) or enforce (refuse with the contract's own reply or close).
     #[arg(long, value_enum, default_value = "observe")]
     pub mode: Mode,
@@ -229,6 +233,7 @@ impl RunArgs {
             mode: Some(self.mode),
             tls: tls.clone(),
             ratelimit: Vec::new(),
+            auth_required: self.auth_required,
         };
         let first = main.resolve(0, self.mode).map_err(usage)?;
         let mut out = vec![first];

@@ -81,6 +81,10 @@ pub struct RouteSpec {
     /// Token-bucket rate limits, per route or per method (`[[route.ratelimit]]`).
     #[serde(default)]
     pub ratelimit: Vec<crate::policy::ratelimit::RateLimitSpec>,
+    /// The upstream demands the contract's auth line first (xsession: the inbox's
+    /// registry record has an ipcToken), so any other first line breaks beforeHandshake.
+    #[serde(default)]
+    pub auth_required: bool,
 }
 
 /// TLS settings of a route.
@@ -220,6 +224,9 @@ impl RouteSpec {
                 opts,
                 mode: self.mode.unwrap_or(default_mode),
                 ratelimit,
+                rules: crate::policy::RouteRules {
+                    auth_required: self.auth_required,
+                },
             },
             listen,
         })

@@ -425,6 +425,24 @@ impl Inspector {
         out
     }
 
+    /// Ask the policy about a frame the wire layer rejected before any rule saw it.
+    fn unread_rulings(&mut self, dir: Dir, now: Instant) -> Vec<crate::policy::Ruling> {
+        let (from, to) = self.ends(dir);
+        let Some(p) = self.policy.as_mut() else {
+            return Vec::new();
+        };
+        let ctx = crate::policy::Ctx {
+            route: &self.route,
+            conn: self.conn,
+            session: self.session,
+            dir,
+            from: &from,
+            to: &to,
+            now,
+        };
+        p.on_unreadable(&ctx)
+    }
+
     /// Turn rulings into the event's verdict and action, and the decision.
     fn apply(
         &mut self,
@@ -819,7 +837,7 @@ impl Inspector {
             (Some(m), Some(v)) if v.class == ViolationClass::UnknownRequest => {
                 self.rulings(dir, m, frame.len(), now)
             }
-            _ => Vec::new(),
+            _ => self.unread_rulings(dir, now),
         };
         let decision = match self.apply(rulings, &mut event) {
             Some(d) => d,

@@ -59,6 +59,8 @@ pub struct Route {
     pub mode: Mode,
     /// Token buckets from the route's `[[route.ratelimit]]`, shared by its connections.
     pub ratelimit: Option<Arc<std::sync::Mutex<crate::policy::ratelimit::RateLimiter>>>,
+    /// What the route says about its upstream beyond the contract.
+    pub rules: crate::policy::RouteRules,
 }
 
 /// Where inspection results go: the live view and any other sink.
@@ -963,7 +965,7 @@ pub async fn relay(
     if session != conn {
         shared.note(&route.name, conn, &format!("joins session #{session}"));
     }
-    let policy = crate::policy::for_contract(&route.wire, &shared.policy, conn, session);
+    let policy = crate::policy::for_route(&route.wire, &shared.policy, conn, session, route.rules);
     let mut inspector = inspector.with_rules(Some(policy), route.ratelimit.clone());
     inspector.set_session(session);
     let inspector = std::sync::Mutex::new(inspector);

@@ -602,7 +602,55 @@ fn toolchannel_reverse_requests_are_refused_before_dispatch() {
         t.p.on_message(&ctx("t", 2, &WORKER, t0), &partial, bytes.len());
     assert_eq!(rules(&r), ["toolchannel.sampling.refused"]);
     assert_eq!(r[0].code, Some(json!(-32003)));
-    // An ordinary tool call passes.
+    // An ordinary tool call passes once the session runs.
+    assert!(t.handshake("i-1", 0, t0).is_empty());
+    t.reach_running(t0);
+    let call = ex(&w, "tools/call", "call", 0);
+    assert!(t.send(&HOST, &call, None, t0).is_empty());
+}
+
+#[test]
+fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let code = w
+        .contract()
+        .violations
+        .before_handshake
+        .as_ref()
+        .and_then(|a| a.code.clone())
+        .expect("beforeHandshake has a code");
+    let mut t = Tool::new(&w, &shared, 1, t0);
+    assert!(t.handshake("i-1", 0, t0).is_empty());
+    // tools/list before notifications/initialized, tools/call before agentfy/ready.
+    for method in ["tools/list", "tools/call"] {
+        let call = ex(&w, method, "call", 0);
+        let r = t.send(&HOST, &call, None, t0);
+        assert_eq!(rules(&r), ["toolchannel.order"], "{method}");
+        assert_eq!(r[0].code, Some(code.clone()));
+        let Act::Refuse {
+            reply: Some(reply),
+            close: None,
+        } = &r[0].act
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(reply["id"], call["id"]);
+        assert_eq!(reply["error"]["code"], code);
+    }
+    // agentfy/ready before notifications/initialized: flagged, nothing to answer.
+    let r = t.send(&WORKER, &ex(&w, "agentfy/ready", "call", 0), None, t0);
+    assert_eq!(rules(&r), ["toolchannel.order"]);
+    assert_eq!(r[0].act, Act::Flag);
+    // In order, nothing is said.
+    let r = t.send(
+        &WORKER,
+        &ex(&w, "notifications/initialized", "call", 0),
+        None,
+        t0,
+    );
+    assert!(r.is_empty(), "{r:?}");
     let call = ex(&w, "tools/call", "call", 0);
     assert!(t.send(&HOST, &call, None, t0).is_empty());
 }
@@ -1003,6 +1051,45 @@ fn xsession_line_deadline_is_not_extended_by_garbage() {
         }
     );
     assert_eq!(p.next_deadline(), None);
+}
+
+#[test]
+fn xsession_an_inbox_with_a_token_demands_the_auth_line_first() {
+    let x = Inbox::new();
+    let t0 = Instant::now();
+    let w = x.w.clone();
+    let with_token = policy::RouteRules {
+        auth_required: true,
+    };
+    let user = x.user("m-1", Some("/tmp/s.sock"), "hi");
+    // A user frame first: beforeHandshake, the connection dropped without a word.
+    let mut p = policy::for_route(&w, &x.shared, 1, 1, with_token);
+    assert!(p.on_open("x", t0).is_empty());
+    let r = feed(&mut *p, &w, "inbox", "x", 1, &SENDER, &user, None, t0);
+    assert_eq!(rules(&r), ["xsession.auth.missing"]);
+    assert_eq!(
+        r[0].act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    );
+    // Garbage first is no auth line either.
+    let mut p = policy::for_route(&w, &x.shared, 2, 2, with_token);
+    assert!(p.on_open("x", t0).is_empty());
+    let r = p.on_unreadable(&ctx("x", 2, &SENDER, t0));
+    assert_eq!(rules(&r), ["xsession.auth.missing"]);
+    // The auth line first, then the frame: nothing to say.
+    let mut p = policy::for_route(&w, &x.shared, 3, 3, with_token);
+    assert!(p.on_open("x", t0).is_empty());
+    let auth = ex(&w, "auth", "call", 0);
+    assert!(feed(&mut *p, &w, "inbox", "x", 3, &SENDER, &auth, None, t0).is_empty());
+    assert!(feed(&mut *p, &w, "inbox", "x", 3, &SENDER, &user, None, t0).is_empty());
+    // Without a token (the default) an inbox takes frames without an auth line.
+    let mut p = policy::for_contract(&w, &x.shared, 4, 4);
+    assert!(p.on_open("x", t0).is_empty());
+    let other = x.user("m-2", Some("/tmp/s.sock"), "hello");
+    assert!(feed(&mut *p, &w, "inbox", "x", 4, &SENDER, &other, None, t0).is_empty());
 }
 
 // ---------------------------------------------------------------- kernel credit

@@ -142,6 +142,11 @@ pub trait Policy: Send {
     }
     /// A decoded frame of `size` bytes (payload, without the framing).
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling>;
+    /// A frame the wire layer rejected before any rule saw it (garbage, not an
+    /// object, an unknown frame type).
+    fn on_unreadable(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
+        vec![]
+    }
     /// The connection ended.
     fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
         vec![]
@@ -192,6 +197,14 @@ impl Policy for Noop {
     }
 }
 
+/// What a route tells its policies beyond the contract.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RouteRules {
+    /// The upstream demands the contract's auth line first (an xsession inbox whose
+    /// registry record has an ipcToken): anything else first breaks beforeHandshake.
+    pub auth_required: bool,
+}
+
 /// The policy for one connection of a route speaking `wire`'s contract
 /// (chosen by contract name; an unknown contract gets a no-op policy).
 pub fn for_contract(
@@ -200,6 +213,17 @@ pub fn for_contract(
     conn: u64,
     session: u64,
 ) -> Box<dyn Policy> {
+    for_route(wire, shared, conn, session, RouteRules::default())
+}
+
+/// [`for_contract`], with what the route says about its upstream.
+pub fn for_route(
+    wire: &Arc<Wire>,
+    shared: &Arc<SharedState>,
+    conn: u64,
+    session: u64,
+    rules: RouteRules,
+) -> Box<dyn Policy> {
     match wire.contract().name.as_str() {
         "rukh" => Box::new(rukh::RukhPolicy::new(wire.clone())),
         "toolchannel" => Box::new(toolchannel::ToolPolicy::new(
@@ -207,12 +231,10 @@ pub fn for_contract(
             shared.clone(),
             conn,
         )),
-        "xsession" => Box::new(xsession::XsPolicy::new(
-            wire.clone(),
-            shared.clone(),
-            conn,
-            session,
-        )),
+        "xsession" => Box::new(
+            xsession::XsPolicy::new(wire.clone(), shared.clone(), conn, session)
+                .auth_required(rules.auth_required),
+        ),
         "kernel" => Box::new(kernel::KernelPolicy::new(
             wire.clone(),
             shared.clone(),

@@ -21,6 +21,11 @@
 //!   ([`Act::CloseConn`]). Any other redial of a known session (another
 //!   instanceId, or an attempt not greater) is refused: close 4002.
 //!
+//! - handshake order (workerLifecycle, T-31): tools/list before the worker's
+//!   notifications/initialized, or tools/call before its agentfy/ready, is
+//!   answered with beforeHandshake's -32005 as the worker would; an
+//!   agentfy/ready before notifications/initialized is flagged.
+//!
 //! Ten bad frames → 4006 is the inspector's (badFramesMax); not repeated here.
 
 use std::collections::HashMap;
@@ -73,6 +78,8 @@ pub struct ToolPolicy {
     key: Option<(String, String)>,
     /// Host requests whose answer matters here, by id.
     asked: HashMap<String, String>,
+    /// The worker sent notifications/initialized on this socket.
+    initialized: bool,
     ready_seen: bool,
     listed: bool,
     released: bool,
@@ -90,6 +97,7 @@ impl ToolPolicy {
             limits,
             key: None,
             asked: HashMap::new(),
+            initialized: false,
             ready_seen: false,
             listed: false,
             released: false,
@@ -159,6 +167,53 @@ impl ToolPolicy {
                 reply: Some(reply),
                 close: None,
             },
+        })
+    }
+
+    /// Handshake order (workerLifecycle, T-31): a request the worker cannot take yet is
+    /// answered with beforeHandshake's code as the worker would; an early agentfy/ready
+    /// (a notification, nothing to answer) is flagged.
+    fn out_of_order(&self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
+        let method = msg.method.as_deref()?;
+        let early = match (msg.kind, method) {
+            (Kind::Request, "tools/list") if !self.initialized => {
+                "tools/list before the worker's notifications/initialized"
+            }
+            (Kind::Request, "tools/call") if !self.ready_seen => {
+                "tools/call before the worker's agentfy/ready"
+            }
+            (Kind::Notification | Kind::Event, "agentfy/ready") if !self.initialized => {
+                "agentfy/ready before notifications/initialized"
+            }
+            _ => return None,
+        };
+        let before = self.c().violations.before_handshake.as_ref();
+        let code = before.and_then(|a| a.code.clone());
+        let seed = note_seed(self.c(), "T-31");
+        let reason = format!("{early} (from {}): out of handshake order", ctx.from);
+        let act = match (msg.kind, &code) {
+            (Kind::Request, Some(code)) => Act::Refuse {
+                reply: Some(jsonrpc_error(
+                    self.c(),
+                    msg.id.as_ref(),
+                    code,
+                    &reason,
+                    None,
+                )),
+                close: None,
+            },
+            _ => Act::Flag,
+        };
+        Some(Ruling {
+            rule: "toolchannel.order",
+            seed,
+            code: if msg.kind == Kind::Request {
+                code
+            } else {
+                None
+            },
+            reason,
+            act,
         })
     }
 
@@ -293,6 +348,9 @@ impl Policy for ToolPolicy {
                 if let Some(r) = self.refused_prefix(ctx, msg) {
                     return vec![r];
                 }
+                if let Some(r) = self.out_of_order(ctx, msg) {
+                    return vec![r];
+                }
                 match method {
                     "initialize" | "tools/list" | "agentfy/release" => {
                         if let Some(id) = &msg.id
@@ -313,10 +371,13 @@ impl Policy for ToolPolicy {
                 vec![]
             }
             Kind::Notification | Kind::Event => {
+                let early = self.out_of_order(ctx, msg);
                 match method {
-                    "notifications/initialized" if self.due.handshake.is_some() => {
-                        self.due.handshake = None;
-                        self.due.ready = self.arm(now, "readySeconds");
+                    "notifications/initialized" => {
+                        self.initialized = true;
+                        if self.due.handshake.take().is_some() {
+                            self.due.ready = self.arm(now, "readySeconds");
+                        }
                     }
                     "agentfy/ready" => {
                         self.ready_seen = true;
@@ -324,7 +385,7 @@ impl Policy for ToolPolicy {
                     }
                     _ => {}
                 }
-                vec![]
+                early.into_iter().collect()
             }
             Kind::Response | Kind::Error => {
                 let Some(asked) = msg

@@ -65,6 +65,10 @@ pub struct XsPolicy {
     route: Option<String>,
     deadline: Option<Instant>,
     next_id: u64,
+    /// The inbox demands an auth line first (its record has an ipcToken).
+    auth_required: bool,
+    /// A first line was seen (read or not).
+    first_seen: bool,
 }
 
 impl XsPolicy {
@@ -79,7 +83,40 @@ impl XsPolicy {
             route: None,
             deadline: None,
             next_id: 0,
+            auth_required: false,
+            first_seen: false,
         }
+    }
+
+    /// Whether the inbox behind this connection demands an auth line first.
+    pub fn auth_required(mut self, yes: bool) -> Self {
+        self.auth_required = yes;
+        self
+    }
+
+    /// beforeHandshake: the first line of a connection to an inbox with an ipcToken
+    /// must be an auth line (`what` says what it was instead).
+    fn first_line(&mut self, what: Option<&str>) -> Option<Ruling> {
+        let first = !std::mem::replace(&mut self.first_seen, true);
+        if !first || !self.auth_required || what == Some(AUTH) {
+            return None;
+        }
+        let before = self.wire.contract().violations.before_handshake.as_ref();
+        let close = match before.map(|a| a.action) {
+            Some(contract::model::ActionKind::Ignore) | None => None,
+            Some(_) => Some(Closing::Drop),
+        };
+        Some(Ruling {
+            rule: "xsession.auth.missing",
+            seed: before.map(|a| a.seed.clone()).unwrap_or_default(),
+            code: before.and_then(|a| a.code.clone()),
+            reason: format!(
+                "the first line is {} where the inbox demands an auth line (beforeHandshake)",
+                what.map(|m| format!("a {m} frame"))
+                    .unwrap_or_else(|| "unreadable".into())
+            ),
+            act: Act::Refuse { reply: None, close },
+        })
     }
 
     fn arm(&mut self, now: Instant) {
@@ -265,11 +302,18 @@ impl Policy for XsPolicy {
     }
 
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
+        if let Some(r) = self.first_line(Some(msg.method.as_deref().unwrap_or("unknown"))) {
+            return vec![r];
+        }
         self.arm(ctx.now);
         if msg.method.as_deref() != Some(USER) {
             return vec![];
         }
         self.admit(ctx, msg).into_iter().collect()
+    }
+
+    fn on_unreadable(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
+        self.first_line(None).into_iter().collect()
     }
 
     fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
