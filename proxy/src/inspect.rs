@@ -366,6 +366,30 @@ impl Inspector {
         self.connection_rulings(rulings, "(open)")
     }
 
+    /// The connection ended: the policy forgets it (connection counts, live sockets,
+    /// held frames); an inspection per thing worth reporting (held frames dropped).
+    pub fn close(&mut self, now: Instant) -> Vec<Inspection> {
+        let (from, to) = self.ends(Dir::Up);
+        let Some(p) = self.policy.as_mut() else {
+            return Vec::new();
+        };
+        let ctx = crate::policy::Ctx {
+            route: &self.route,
+            conn: self.conn,
+            session: self.session,
+            dir: Dir::Up,
+            from: &from,
+            to: &to,
+            now,
+        };
+        let rulings = p
+            .on_close(&ctx)
+            .into_iter()
+            .map(|r| (self.conn, r))
+            .collect();
+        self.connection_rulings(rulings, "(close)")
+    }
+
     /// Time passed: an inspection per missed deadline (the contract's code, what enforce does).
     pub fn tick(&mut self, now: Instant) -> Vec<Inspection> {
         let Some(p) = self.policy.as_mut() else {
@@ -884,8 +908,10 @@ impl Inspector {
         let mut said = Vec::new();
         match v.action {
             Some(ActionKind::ReplyError) => {
-                // Only a request can be answered; the contracts also answer unreadable frames (id null).
-                let answerable = msg.is_none_or(|m| m.kind == Kind::Request);
+                // A request can be answered, and so can a frame whose kind cannot be known
+                // (unreadable, or not a message at all: answered with its id, else id null).
+                let answerable = matches!(v.class, ViolationClass::Parse | ViolationClass::Invalid)
+                    || msg.is_none_or(|m| m.kind == Kind::Request);
                 if answerable && let Some(code) = &v.code {
                     reply = self.error_reply(code, &v.reason, msg, &v.details);
                     said.push(format!("replied {code}"));

@@ -748,12 +748,15 @@ impl FrameIn {
                         }
                     }
                     // A frame that completed restarts the clock for the bytes after it.
+                    let began = partial.is_none();
                     *partial = match (buf.is_empty(), out.is_empty()) {
                         (true, _) => None,
                         (false, false) => Some(Instant::now()),
                         (false, true) => partial.or_else(|| Some(Instant::now())),
                     };
-                    if !out.is_empty() {
+                    // A frame that just began: back to the caller, empty-handed, so it
+                    // arms the frame's deadline before waiting for the rest.
+                    if !out.is_empty() || (began && partial.is_some()) {
                         return Ok(());
                     }
                 }
@@ -1091,6 +1094,13 @@ pub async fn relay(
                 break;
             }
         }
+    }
+    let closed = inspector
+        .lock()
+        .map(|mut i| i.close(Instant::now()))
+        .unwrap_or_default();
+    for ins in &closed {
+        shared.record(route, ins, &[]);
     }
     if let Ok(mut conns) = shared.conns.lock() {
         conns.remove(&conn);

@@ -651,7 +651,16 @@ fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
         t0,
     );
     assert!(r.is_empty(), "{r:?}");
+    // Ready, but tools/list not answered yet: still out of order.
     let call = ex(&w, "tools/call", "call", 0);
+    assert_eq!(
+        rules(&t.send(&HOST, &call, None, t0)),
+        ["toolchannel.order"]
+    );
+    let list = ex(&w, "tools/list", "call", 0);
+    assert!(t.send(&HOST, &list, None, t0).is_empty());
+    let listed = ex(&w, "tools/list", "result", 0);
+    assert!(t.send(&WORKER, &listed, Some("tools/list"), t0).is_empty());
     assert!(t.send(&HOST, &call, None, t0).is_empty());
 }
 

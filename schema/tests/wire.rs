@@ -139,9 +139,6 @@ fn rukh_strict_json_each_rule_has_its_own_error() {
         (br#"{"jsonrpc":"2.0"} {}"#.to_vec(), |e| {
             matches!(e, JsonError::TrailingBytes { .. })
         }),
-        (br#"["jsonrpc"]"#.to_vec(), |e| {
-            matches!(e, JsonError::NotAnObject)
-        }),
         (br#"{"jsonrpc":"2.0","#.to_vec(), |e| {
             matches!(e, JsonError::Syntax { .. })
         }),
@@ -162,6 +159,34 @@ fn rukh_strict_json_each_rule_has_its_own_error() {
             "rukh parse errors carry -32700"
         );
     }
+    // JSON that is not an object (a batch) parses: it is not a profile message (invalid).
+    let v = violation(&w, "ipc", "core", br#"["jsonrpc"]"#);
+    assert_eq!(v.class, ViolationClass::Invalid);
+    assert_eq!(v.code, Some(json!(-32600)));
+    assert!(matches!(v.json, Some(JsonError::NotAnObject)), "{v:?}");
+}
+
+#[test]
+fn toolchannel_json_caps_are_invalid_requests_not_parse_errors() {
+    // toolchannel's maxJsonDepth/maxJsonItems say -32600 (T-18), rukh's say parse_error.
+    let w = wire("toolchannel");
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"a":{}1{}}}}}"#,
+        "[".repeat(80),
+        "]".repeat(80)
+    );
+    let v = violation(&w, "ws", "host", deep.as_bytes());
+    assert_eq!(
+        (v.class, v.code.clone()),
+        (ViolationClass::Invalid, Some(json!(-32600)))
+    );
+    assert!(matches!(v.json, Some(JsonError::TooDeep { .. })), "{v:?}");
+    assert_eq!(v.count_toward.as_deref(), Some("badFramesMax"));
+    let v = violation(&w, "ws", "host", b"[1,2]");
+    assert_eq!(
+        (v.class, v.code.clone()),
+        (ViolationClass::Invalid, Some(json!(-32600)))
+    );
 }
 
 #[test]

@@ -22,8 +22,9 @@
 //!   instanceId, or an attempt not greater) is refused: close 4002.
 //!
 //! - handshake order (workerLifecycle, T-31): tools/list before the worker's
-//!   notifications/initialized, or tools/call before its agentfy/ready, is
-//!   answered with beforeHandshake's -32005 as the worker would; an
+//!   notifications/initialized, or tools/call before its agentfy/ready and its
+//!   tools/list answer, is answered with beforeHandshake's -32005 as the worker
+//!   would; an
 //!   agentfy/ready before notifications/initialized is flagged.
 //!
 //! Ten bad frames → 4006 is the inspector's (badFramesMax); not repeated here.
@@ -181,6 +182,10 @@ impl ToolPolicy {
             }
             (Kind::Request, "tools/call") if !self.ready_seen => {
                 "tools/call before the worker's agentfy/ready"
+            }
+            // The worker serves once it answered tools/list (workerLifecycle: serving).
+            (Kind::Request, "tools/call") if !self.listed => {
+                "tools/call before the worker answered tools/list"
             }
             (Kind::Notification | Kind::Event, "agentfy/ready") if !self.initialized => {
                 "agentfy/ready before notifications/initialized"

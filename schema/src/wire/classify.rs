@@ -424,6 +424,36 @@ impl Wire {
         }
     }
 
+    /// The class of a strict-JSON failure. JSON that is not an object is valid
+    /// JSON but not a message: `invalid`. A depth or item cap is whichever of
+    /// `parse` and `invalid` its limit's action code names (rukh: parse_error,
+    /// toolchannel: -32600); `parse` when the limit says nothing.
+    fn json_error_class(&self, channel: &str, e: &JsonError) -> ViolationClass {
+        let rules = self
+            .contract
+            .channels
+            .get(channel)
+            .and_then(|c| c.json.as_ref());
+        let limit = match e {
+            JsonError::NotAnObject => return ViolationClass::Invalid,
+            JsonError::TooDeep { .. } => rules.and_then(|r| r.max_depth.as_ref()),
+            JsonError::TooManyItems { .. } => rules.and_then(|r| r.max_items.as_ref()),
+            _ => None,
+        };
+        let code = limit
+            .and_then(|l| self.contract.limits.get(l))
+            .and_then(|l| l.action.as_ref())
+            .and_then(|a| a.code.as_ref());
+        let v = &self.contract.violations;
+        let is =
+            |a: &Option<Action>| code.is_some() && a.as_ref().and_then(|a| a.code.as_ref()) == code;
+        if is(&v.invalid) && !is(&v.parse) {
+            ViolationClass::Invalid
+        } else {
+            ViolationClass::Parse
+        }
+    }
+
     /// Parse and classify one frame's bytes that `from` sent on `channel`.
     ///
     /// `answers` is the method of the request a response answers, when the
@@ -454,7 +484,8 @@ impl Wire {
             .map_err(|e| self.violation(ViolationClass::Invalid, e.to_string()))?;
         let limits = ch.json.unwrap_or_default();
         let value = json::parse(bytes, &limits).map_err(|e| {
-            let mut v = self.violation(ViolationClass::Parse, e.to_string());
+            let class = self.json_error_class(channel, &e);
+            let mut v = self.violation(class, e.to_string());
             v.json = Some(e);
             v
         })?;
