@@ -43,6 +43,11 @@ pub enum Cmd {
     Replay(ReplayArgs),
     /// Play a scripted kernel session between an in-process shell and core through the proxy.
     Demo(crate::demo::DemoArgs),
+    /// Play one party of a contract against a real implementation of the other and run the seed's checks.
+    Conformance(crate::conformance::ConformanceArgs),
+    /// Reference peers for testing the conformance suite (kernel-core, kernel-shell).
+    #[command(hide = true)]
+    Peer(crate::conformance::peers::PeerArgs),
 }
 
 /// `show` arguments.
@@ -507,6 +512,22 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
                 println!("{report}");
             }
             Ok(Outcome::Code(if report.is_clean() { 0 } else { 1 }))
+        }
+        Cmd::Conformance(args) => {
+            use crate::conformance::ConformanceError;
+            let report = crate::conformance::run(args).await.map_err(|e| match e {
+                ConformanceError::Usage(s) => CliError::Usage(s),
+                ConformanceError::Failed(s) => CliError::Failed(s),
+            })?;
+            Ok(Outcome::Code(report.exit_code()))
+        }
+        Cmd::Peer(args) => {
+            use crate::conformance::peers::PeerError;
+            match crate::conformance::peers::run(args).await {
+                Ok(code) => Ok(Outcome::Code(code)),
+                Err(PeerError::Usage(s)) => Err(CliError::Usage(s)),
+                Err(PeerError::Failed(s)) => Err(CliError::Failed(s)),
+            }
         }
         Cmd::Demo(args) => {
             let summary = crate::demo::run(args)

@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod conformance;
 pub mod conn;
 pub mod demo;
 pub mod endpoint;

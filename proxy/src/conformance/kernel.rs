@@ -1,0 +1,2402 @@
+//! The kernel suite: the seed's §15 checks (3a and 1–12) and the §13 heartbeat
+//! rules, played as the shell against a real core (`--play shell`) or as the
+//! core against a real shell (`--play core`).
+//!
+//! A black-box shell can only make a core act through commands, so the suite
+//! drives the core with `command.handle` texts every reference core understands
+//! (documented in docs/conformance.md): `conformance:speak SECONDS`,
+//! `conformance:stream`, `conformance:task SECONDS` and `conformance:power-off`.
+//! A core that ignores them makes the checks that need them skip, with the reason.
+//! Playing the core, the suite answers whatever the shell's own script sends and
+//! provokes the rest itself (streams, permission asks, unknown methods, silence).
+//!
+//! One rule, one failing check: every check validates what it waits for; a
+//! message without `trace_id` is reported by kernel.15.12 only (the other checks
+//! note it), and credit is judged by kernel.15.5 only.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use contract::model::Kind;
+use contract::wire::{BinaryFrame, Message, Violation};
+use serde_json::{Value, json};
+
+use super::{Body, BodyFuture, Check, Ctx, Failure, Got, Incoming, Peer, Verdict};
+
+/// Capabilities the suite declares when it plays the shell (all the seed's).
+const SHELL_CAPS: [&str; 4] = [
+    "audio.input",
+    "audio.output",
+    "permissions",
+    "window.actions",
+];
+/// Capabilities the suite declares when it plays the core (4.0: no actuation).
+const CORE_CAPS: [&str; 5] = ["stt", "tts", "reminders", "llm", "plugins"];
+/// The only protocol version the contract describes.
+const VERSION: u64 = 1;
+/// Credit granted per step in the credit check.
+const CREDIT_STEP: u64 = 4096;
+/// How long the credit check waits for data beyond what it granted.
+const OVERRUN_WINDOW: Duration = Duration::from_millis(400);
+/// §13: silence after which a side pings, and pings missed before the peer is dead.
+const SILENCE: Duration = Duration::from_secs(5);
+const MISSED_DEAD: u32 = 3;
+/// Slack allowed around the heartbeat's timers (scheduling, a loaded machine).
+const HEARTBEAT_SLACK: Duration = Duration::from_millis(2500);
+
+macro_rules! bodies {
+    ($($name:ident => $f:ident),* $(,)?) => {
+        $(fn $name(cx: &mut Ctx) -> BodyFuture<'_> { Box::pin($f(cx)) })*
+    };
+}
+
+bodies! {
+    s_3a => shell_3a, c_3a => core_3a,
+    s_1 => shell_1, c_1 => core_1,
+    s_2 => shell_2, c_2 => core_2,
+    s_3 => shell_3, c_3 => core_3,
+    s_4 => shell_4, c_4 => core_4,
+    s_5 => shell_5, c_5 => core_5,
+    s_6 => shell_6, c_6 => core_6,
+    s_7 => shell_7, c_7 => core_7,
+    s_8 => shell_8,
+    s_9 => shell_9, c_9 => core_9,
+    s_10 => shell_10,
+    s_11 => shell_11, c_11 => core_11,
+    s_12 => shell_12, c_12 => core_12,
+    s_hb => heartbeat, c_hb => heartbeat,
+}
+
+/// The suite for `role` (`shell` or `core`), in the seed's order; `None` for another role.
+pub fn checks(role: &str) -> Option<Vec<Check>> {
+    let shell = match role {
+        "shell" => true,
+        "core" => false,
+        _ => return None,
+    };
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        Body,
+        Result<Body, &'static str>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "kernel.15.3a",
+            "a shell offering [1, 2] works with a core offering [1], on version 1",
+            "§4, §15 item 3a (ADR 0004, K-7)",
+            s_3a,
+            Ok(c_3a),
+        ),
+        (
+            "kernel.15.1",
+            "every message carries the full envelope; a missing field is protocol.invalid_envelope with details.fields",
+            "§3, §5, §15 item 1 (K-4)",
+            s_1,
+            Ok(c_1),
+        ),
+        (
+            "kernel.15.2",
+            "unknown method → protocol.unknown_method; unknown event → silently ignored",
+            "§3, §15 item 2",
+            s_2,
+            Ok(c_2),
+        ),
+        (
+            "kernel.15.3",
+            "incompatible protocol version → a clear protocol.incompatible, not a disconnect",
+            "§4, §15 item 3 (4.0-D03, K-16)",
+            s_3,
+            Ok(c_3),
+        ),
+        (
+            "kernel.15.4",
+            "a capability not declared in the handshake is never called",
+            "§4, §15 item 4 (K-14, K-17)",
+            s_4,
+            Ok(c_4),
+        ),
+        (
+            "kernel.15.5",
+            "the data sender never exceeds granted credit (initial credit 0)",
+            "§8, §15 item 5 (4.0-D08, K-10)",
+            s_5,
+            Ok(c_5),
+        ),
+        (
+            "kernel.15.6",
+            "a PCM stream does not degrade control-channel latency",
+            "§2, §15 item 6 (4.0-D07, 4.0-F02)",
+            s_6,
+            Ok(c_6),
+        ),
+        (
+            "kernel.15.7",
+            "a long task emits progress, a partial result and exactly one final event",
+            "§9, §15 item 7 (4.0-D09, K-26)",
+            s_7,
+            Ok(c_7),
+        ),
+        (
+            "kernel.15.8",
+            "cancel: receipt first, then task.cancelled; a finished task answers done and emits no cancelled",
+            "§9, §15 item 8 (K-28)",
+            s_8,
+            Err(
+                "the core answers task.cancel; the shell only asks (run --play shell against a core)",
+            ),
+        ),
+        (
+            "kernel.15.9",
+            "a dangerous action without a valid confirmation is rejected; confirmation_id never travels",
+            "§11, §15 item 9 (4.0-C05, K-18)",
+            s_9,
+            Ok(c_9),
+        ),
+        (
+            "kernel.15.10",
+            "an expired confirmation is rejected (late yes grants nothing)",
+            "§11, §15 item 10 (K-19)",
+            s_10,
+            Err(
+                "the core enforces ttl and expiry (K-19); nothing the shell sends can make an expired confirmation valid",
+            ),
+        ),
+        (
+            "kernel.15.11",
+            "after a crash: restart and a new handshake; nothing of the old session survives",
+            "§13, §15 item 11 (4.0-F12, K-20)",
+            s_11,
+            Ok(c_11),
+        ),
+        (
+            "kernel.15.12",
+            "trace_id is present throughout the chain from request to final event",
+            "§14, §15 item 12 (K-31)",
+            s_12,
+            Ok(c_12),
+        ),
+        (
+            "kernel.13.heartbeat",
+            "ping after > 5 s of silence; 3 unanswered pings → the peer is dead and the channel closes",
+            "§13 (K-13, K-32)",
+            s_hb,
+            Ok(c_hb),
+        ),
+    ];
+    Some(
+        rows.into_iter()
+            .map(|(id, title, seed, s, c)| Check {
+                id,
+                title,
+                seed,
+                body: if shell { Ok(s) } else { c },
+            })
+            .collect(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// One session, as the suite plays it.
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as f64 / 1000.0)
+        .unwrap_or(0.0)
+}
+
+fn nonce() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id())
+}
+
+fn vtext(v: &Violation) -> String {
+    let code = v
+        .code
+        .as_ref()
+        .and_then(Value::as_str)
+        .map(|c| format!("{c}, "))
+        .unwrap_or_default();
+    format!("{code}{}: {}", v.class.name(), v.reason)
+}
+
+/// Whether a rejected message is rejected only for lacking `trace_id` (kernel.15.12's rule).
+fn only_trace_missing(v: &Violation) -> bool {
+    v.details
+        .get("fields")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.len() == 1 && f[0] == "trace_id")
+}
+
+fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+    v.pointer(ptr).and_then(Value::as_str)
+}
+
+struct Sess {
+    p: Peer,
+    /// The suite plays the shell.
+    shell: bool,
+    other: String,
+    v: u64,
+    traces: u64,
+    tag: u64,
+    wait: Duration,
+    /// Capabilities the implementation declared in the handshake.
+    other_caps: Vec<String>,
+    /// Whether pings are answered.
+    pong: bool,
+    /// How a background permission.request is answered (playing the shell).
+    grant: bool,
+    granted: HashMap<u64, u64>,
+    received: HashMap<u64, u64>,
+    frames: HashMap<u64, u64>,
+    /// Credit the implementation granted us, per stream (playing the core).
+    allowance: HashMap<u64, u64>,
+    /// The first credit overrun seen, with its frame.
+    over: Option<Failure>,
+    /// Streams the implementation opened: id → kind.
+    opened: HashMap<u64, String>,
+    closed: HashSet<u64>,
+    /// When the suite last sent anything.
+    last_sent: Instant,
+    notes: Vec<String>,
+}
+
+impl Sess {
+    fn new(p: Peer, cx: &Ctx) -> Self {
+        Sess {
+            p,
+            shell: cx.role == "shell",
+            other: cx.other.clone(),
+            v: VERSION,
+            traces: 0,
+            tag: nonce() & 0xffff_ffff,
+            wait: cx.opts.deadline,
+            other_caps: Vec::new(),
+            pong: true,
+            grant: false,
+            granted: HashMap::new(),
+            received: HashMap::new(),
+            frames: HashMap::new(),
+            allowance: HashMap::new(),
+            over: None,
+            opened: HashMap::new(),
+            closed: HashSet::new(),
+            last_sent: Instant::now(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn soon(&self) -> Instant {
+        Instant::now() + self.wait
+    }
+
+    fn trace(&mut self) -> String {
+        self.traces += 1;
+        format!("t-conf-{:08x}-{}", self.tag, self.traces)
+    }
+
+    fn bad(&self, g: &Got, why: impl Into<String>) -> Failure {
+        Failure::new(why).with(format!("control frame from the {}", self.other), &g.raw)
+    }
+
+    fn env(&mut self, kind: &str, method: Option<&str>, trace: &str, payload: Value) -> Value {
+        let id = self.p.id();
+        let mut m = json!({
+            "v": self.v, "type": kind, "id": id,
+            "timestamp": now_secs(), "trace_id": trace, "payload": payload,
+        });
+        if let (Some(method), Some(o)) = (method, m.as_object_mut()) {
+            o.insert("method".into(), json!(method));
+        }
+        m
+    }
+
+    async fn send(&mut self, m: &Value) -> Result<Message, Failure> {
+        let r = self.p.send(m).await;
+        self.last_sent = Instant::now();
+        r
+    }
+
+    async fn send_raw(&mut self, b: &[u8]) -> Result<(), Failure> {
+        let r = self.p.send_raw(b).await;
+        self.last_sent = Instant::now();
+        r
+    }
+
+    async fn request(
+        &mut self,
+        method: &str,
+        trace: &str,
+        payload: Value,
+    ) -> Result<Message, Failure> {
+        let m = self.env("request", Some(method), trace, payload);
+        self.send(&m).await
+    }
+
+    async fn event(
+        &mut self,
+        method: &str,
+        trace: &str,
+        payload: Value,
+        stream: Option<u64>,
+    ) -> Result<Message, Failure> {
+        let mut m = self.env("event", Some(method), trace, payload);
+        if let (Some(s), Some(o)) = (stream, m.as_object_mut()) {
+            o.insert("stream_id".into(), json!(s));
+        }
+        self.send(&m).await
+    }
+
+    fn trace_of(&mut self, m: &Message) -> String {
+        match &m.trace {
+            Some(t) => t.clone(),
+            None => self.trace(),
+        }
+    }
+
+    async fn reply(&mut self, to: &Message, payload: Value) -> Result<(), Failure> {
+        let t = self.trace_of(to);
+        let mut m = self.env("response", None, &t, payload);
+        if let (Some(id), Some(o)) = (&to.id, m.as_object_mut()) {
+            o.insert("correlation_id".into(), id.clone());
+        }
+        self.send(&m).await.map(drop)
+    }
+
+    async fn reply_error(
+        &mut self,
+        id: Option<Value>,
+        trace: &str,
+        code: &str,
+        retryable: bool,
+        message: &str,
+        details: Value,
+    ) -> Result<(), Failure> {
+        let mut body = json!({"code": code, "category": code.split('.').next().unwrap_or("protocol"), "retryable": retryable, "message": message});
+        if details.is_object()
+            && let Some(o) = body.as_object_mut()
+        {
+            o.insert("details".into(), details);
+        }
+        let mut m = self.env("error", None, trace, body);
+        if let (Some(id), Some(o)) = (id, m.as_object_mut()) {
+            o.insert("correlation_id".into(), id);
+        }
+        self.send(&m).await.map(drop)
+    }
+
+    async fn grant_credit(&mut self, stream: u64, bytes: u64, trace: &str) -> Result<(), Failure> {
+        *self.granted.entry(stream).or_default() += bytes;
+        self.event(
+            "stream.credit",
+            trace,
+            json!({"bytes": bytes}),
+            Some(stream),
+        )
+        .await
+        .map(drop)
+    }
+
+    fn account(&mut self, frame: &BinaryFrame, raw: &Bytes) {
+        let stream = frame.fields.first().copied().unwrap_or(0);
+        let seq = frame.fields.get(1).copied().unwrap_or(0);
+        let n = frame.payload.len() as u64;
+        let got = {
+            let r = self.received.entry(stream).or_default();
+            *r += n;
+            *r
+        };
+        *self.frames.entry(stream).or_default() += 1;
+        let granted = self.granted.get(&stream).copied().unwrap_or(0);
+        if got > granted && self.over.is_none() {
+            let before = if granted == 0 {
+                " (before any stream.credit: initial credit is 0)"
+            } else {
+                ""
+            };
+            self.over = Some(
+                Failure::new(format!(
+                    "stream {stream}: {got} payload bytes received, only {granted} granted{before}; frame seq {seq} carried {n} bytes"
+                ))
+                .with(format!("data frame stream {stream} seq {seq}"), raw),
+            );
+        }
+    }
+
+    /// Answer what the implementation sends that the check is not waiting for, as a
+    /// plain conforming peer would, so its own script goes on.
+    async fn background(&mut self, g: &Got) -> Result<(), Failure> {
+        let m = match &g.msg {
+            Ok(m) => m.clone(),
+            Err(v) => {
+                let is_request = g.at_ptr("/type").and_then(Value::as_str) == Some("request");
+                if is_request && let Some(id) = g.at_ptr("/id").cloned() {
+                    let code = v
+                        .code
+                        .as_ref()
+                        .and_then(Value::as_str)
+                        .unwrap_or("protocol.invalid_envelope")
+                        .to_string();
+                    let t = g
+                        .at_ptr("/trace_id")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                    let t = t.unwrap_or_else(|| self.trace());
+                    let details = if v.details.is_object() {
+                        v.details.clone()
+                    } else {
+                        json!({})
+                    };
+                    self.reply_error(
+                        Some(id),
+                        &t,
+                        &code,
+                        false,
+                        "the message breaks the contract",
+                        details,
+                    )
+                    .await?;
+                }
+                return Ok(());
+            }
+        };
+        let method = m.method.clone().unwrap_or_default();
+        match m.kind {
+            Kind::Event => match method.as_str() {
+                "ping" if self.pong => {
+                    let t = self.trace_of(&m);
+                    let mut pong = self.env("event", Some("pong"), &t, json!({}));
+                    if let (Some(id), Some(o)) = (&m.id, pong.as_object_mut()) {
+                        o.insert("correlation_id".into(), id.clone());
+                    }
+                    self.send(&pong).await?;
+                }
+                "stream.open" => {
+                    if let (Some(id), Some(kind)) = (
+                        m.value
+                            .pointer("/payload/stream_id")
+                            .and_then(Value::as_u64),
+                        str_at(&m.value, "/payload/kind"),
+                    ) {
+                        self.opened.insert(id, kind.to_string());
+                    }
+                }
+                "stream.close" => {
+                    if let Some(id) = m.value.get("stream_id").and_then(Value::as_u64) {
+                        self.closed.insert(id);
+                    }
+                }
+                "stream.credit" => {
+                    if let (Some(id), Some(b)) = (
+                        m.value.get("stream_id").and_then(Value::as_u64),
+                        m.value.pointer("/payload/bytes").and_then(Value::as_u64),
+                    ) {
+                        *self.allowance.entry(id).or_default() += b;
+                    }
+                }
+                _ => {}
+            },
+            Kind::Request => {
+                let payload = match (self.shell, method.as_str()) {
+                    (true, "permission.request") => {
+                        let rid = m
+                            .value
+                            .pointer("/payload/request_id")
+                            .cloned()
+                            .unwrap_or(json!("?"));
+                        if self.grant {
+                            Some(json!({"request_id": rid, "granted": true, "scope": "once"}))
+                        } else {
+                            Some(json!({"request_id": rid, "granted": false}))
+                        }
+                    }
+                    (true, "programs.index") => Some(json!({"programs": []})),
+                    (false, "command.handle") => Some(json!({"text": "ok"})),
+                    (false, "task.cancel") => Some(json!({"accepted": false, "status": "unknown"})),
+                    (false, "settings.describe") => Some(json!({"settings": {}})),
+                    _ => None,
+                };
+                match payload {
+                    Some(p) => self.reply(&m, p).await?,
+                    None => {
+                        let t = self.trace_of(&m);
+                        self.reply_error(
+                            m.id.clone(),
+                            &t,
+                            "protocol.unknown_method",
+                            false,
+                            "unknown method",
+                            json!({"method": method}),
+                        )
+                        .await?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Pump both channels until `want` takes something, the control channel ends or `until`.
+    async fn pump(
+        &mut self,
+        until: Instant,
+        want: &mut (dyn FnMut(&Incoming) -> bool + Send),
+    ) -> Result<Incoming, Failure> {
+        loop {
+            let inc = self.p.next(until).await;
+            match &inc {
+                Incoming::Control(g) => {
+                    if want(&inc) {
+                        return Ok(inc);
+                    }
+                    let g = g.clone();
+                    self.background(&g).await?;
+                }
+                Incoming::Data { frame, raw, .. } => {
+                    let (f, r) = (frame.clone(), raw.clone());
+                    self.account(&f, &r);
+                    if want(&inc) {
+                        return Ok(inc);
+                    }
+                }
+                Incoming::DataEnd(why) => {
+                    if want(&inc) {
+                        return Ok(inc);
+                    }
+                    self.notes.push(format!("the data channel ended: {why}"));
+                }
+                Incoming::ControlEnd(_) | Incoming::Timeout => return Ok(inc),
+            }
+        }
+    }
+
+    /// The next control message matching `pred`; a timeout or the channel's end fails.
+    async fn wait_for(
+        &mut self,
+        what: &str,
+        until: Instant,
+        pred: impl Fn(&Got) -> bool + Send + Sync,
+    ) -> Result<Got, Failure> {
+        let start = Instant::now();
+        match self
+            .pump(until, &mut |i| matches!(i, Incoming::Control(g) if pred(g)))
+            .await?
+        {
+            Incoming::Control(g) => Ok(*g),
+            Incoming::ControlEnd(why) => Err(Failure::new(format!(
+                "the {} ended the control channel ({why}) while the suite waited for {what}",
+                self.other
+            ))),
+            _ => Err(Failure::new(format!(
+                "waited {:.1} s for {what} from the {}",
+                start.elapsed().as_secs_f64(),
+                self.other
+            ))),
+        }
+    }
+
+    /// The reply (response or error) to `req`.
+    async fn reply_to(&mut self, req: &Message, what: &str) -> Result<Got, Failure> {
+        let id = req.id.clone();
+        let until = self.soon();
+        self.wait_for(what, until, move |g| {
+            g.at_ptr("/correlation_id") == id.as_ref()
+                && matches!(
+                    g.at_ptr("/type").and_then(Value::as_str),
+                    Some("response" | "error")
+                )
+        })
+        .await
+    }
+
+    /// A valid reply to `req`; a rejected one fails with its bytes.
+    async fn valid_reply(&mut self, req: &Message, what: &str) -> Result<(Got, Message), Failure> {
+        let g = self.reply_to(req, what).await?;
+        match &g.msg {
+            Ok(m) => {
+                let m = m.clone();
+                Ok((g, m))
+            }
+            Err(v) => Err(self.bad(&g, format!("the {what} breaks the contract: {}", vtext(v)))),
+        }
+    }
+
+    /// Let `dur` pass, answering whatever comes; the end reason if the control channel ends.
+    async fn idle(&mut self, dur: Duration) -> Result<Option<String>, Failure> {
+        let until = Instant::now() + dur;
+        loop {
+            match self.pump(until, &mut |_| false).await? {
+                Incoming::ControlEnd(why) => return Ok(Some(why)),
+                Incoming::Timeout => return Ok(None),
+                _ => {}
+            }
+        }
+    }
+
+    fn caps_value(caps: &[&str]) -> Value {
+        json!(caps)
+    }
+
+    /// Playing the shell: send hello and return the core's reply as it came.
+    async fn hello(&mut self, versions: &[u64], caps: &[&str]) -> Result<(Message, Got), Failure> {
+        let t = self.trace();
+        self.v = VERSION;
+        let req = self
+            .request("hello", &t, json!({"protocol_versions": versions, "shell_version": "4.0.0-conformance", "capabilities": Self::caps_value(caps), "locale": "ru"}))
+            .await?;
+        let g = self.reply_to(&req, "the hello reply").await?;
+        Ok((req, g))
+    }
+
+    /// Playing the shell: a successful handshake offering `[1]`.
+    async fn handshake(&mut self, caps: &[&str]) -> Result<Message, Failure> {
+        let (_, g) = self.hello(&[VERSION], caps).await?;
+        let m = match &g.msg {
+            Ok(m) if m.kind == Kind::Response => m.clone(),
+            Ok(_) => return Err(self.bad(&g, "the core refused a hello offering version 1")),
+            Err(v) => {
+                return Err(self.bad(
+                    &g,
+                    format!("the hello reply breaks the contract: {}", vtext(v)),
+                ));
+            }
+        };
+        self.v = m
+            .value
+            .pointer("/payload/protocol_version")
+            .and_then(Value::as_u64)
+            .unwrap_or(VERSION);
+        self.other_caps = caps_of(&m.value);
+        Ok(m)
+    }
+
+    /// Playing the core: the shell's first message, which must be hello.
+    async fn await_hello(&mut self) -> Result<Message, Failure> {
+        let until = self.soon();
+        let g = self.wait_for("hello", until, |_| true).await?;
+        match &g.msg {
+            Ok(m) if m.kind == Kind::Request && m.method.as_deref() == Some("hello") => {
+                Ok(m.clone())
+            }
+            Ok(_) => Err(self.bad(&g, "the shell's first message is not hello (§4)")),
+            Err(v) => Err(self.bad(
+                &g,
+                format!("the shell's hello breaks the contract: {}", vtext(v)),
+            )),
+        }
+    }
+
+    /// Playing the core: answer `hello` offering `[1]`; the negotiated version, or `None` after
+    /// answering protocol.incompatible.
+    async fn answer_hello(
+        &mut self,
+        hello: &Message,
+        caps: &[&str],
+    ) -> Result<Option<u64>, Failure> {
+        self.v = VERSION;
+        let offered = versions_of(&hello.value, "/payload/protocol_versions");
+        self.other_caps = caps_of(&hello.value);
+        if !offered.contains(&VERSION) {
+            let t = self.trace_of(hello);
+            self.reply_error(
+                hello.id.clone(),
+                &t,
+                "protocol.incompatible",
+                false,
+                &format!(
+                    "The shell implements protocol versions {offered:?}, this core only version 1."
+                ),
+                json!({"shell_versions": offered, "core_versions": [VERSION]}),
+            )
+            .await?;
+            return Ok(None);
+        }
+        let sid = format!("conf-{:08x}", self.tag);
+        self.reply(hello, json!({"protocol_versions": [VERSION], "protocol_version": VERSION, "core_version": "4.0.0-conformance", "capabilities": Self::caps_value(caps), "session_id": sid})).await?;
+        Ok(Some(VERSION))
+    }
+
+    /// Playing the core: a successful handshake.
+    async fn handshake_core(&mut self, caps: &[&str]) -> Result<Message, Failure> {
+        let hello = self.await_hello().await?;
+        match self.answer_hello(&hello, caps).await? {
+            Some(_) => Ok(hello),
+            None => Err(Failure::new(format!(
+                "the shell's hello does not offer version 1: {:?}",
+                versions_of(&hello.value, "/payload/protocol_versions")
+            ))),
+        }
+    }
+
+    /// One ping → pong round trip; the time it took.
+    async fn ping(&mut self) -> Result<Duration, Failure> {
+        let t = self.trace();
+        let start = Instant::now();
+        let ping = self.event("ping", &t, json!({}), None).await?;
+        let id = ping.id.clone();
+        let until = self.soon();
+        self.wait_for("the pong", until, move |g| {
+            g.method() == Some("pong") && g.at_ptr("/correlation_id") == id.as_ref()
+        })
+        .await?;
+        Ok(start.elapsed())
+    }
+
+    /// Messages of the session log from index `from` on that the contract rejects,
+    /// apart from a lone missing trace_id (kernel.15.12's).
+    fn rejected_since(&mut self, from: usize) -> Option<Failure> {
+        let mut first = None;
+        for g in self.p.log.iter().skip(from) {
+            if let Err(v) = &g.msg {
+                if only_trace_missing(v) {
+                    self.notes.push(format!(
+                        "a message without trace_id (reported by kernel.15.12): {}",
+                        String::from_utf8_lossy(&g.raw[g.raw.len().min(4)..])
+                    ));
+                    continue;
+                }
+                if first.is_none() {
+                    first = Some(
+                        Failure::new(format!(
+                            "the {} sent a message the contract rejects: {}",
+                            self.other,
+                            vtext(v)
+                        ))
+                        .with(format!("control frame from the {}", self.other), &g.raw),
+                    );
+                }
+            }
+        }
+        first
+    }
+}
+
+fn caps_of(v: &Value) -> Vec<String> {
+    v.pointer("/payload/capabilities")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn versions_of(v: &Value, ptr: &str) -> Vec<u64> {
+    v.pointer(ptr)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+async fn open(cx: &mut Ctx) -> Result<Sess, Failure> {
+    let p = cx.open().await?;
+    Ok(Sess::new(p, cx))
+}
+
+fn pass(s: impl Into<String>) -> Result<Verdict, Failure> {
+    Ok(Verdict::Pass(s.into()))
+}
+
+fn skip(s: impl Into<String>) -> Result<Verdict, Failure> {
+    Ok(Verdict::Skip(s.into()))
+}
+
+/// Send `conformance:<what>` as a typed command; the request.
+async fn command(s: &mut Sess, text: &str, trace: &str) -> Result<Message, Failure> {
+    s.request(
+        "command.handle",
+        trace,
+        json!({"text": text, "source": "typed"}),
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3a. Version overlap.
+
+async fn shell_3a(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    let (_, g) = s.hello(&[1, 2], &SHELL_CAPS).await?;
+    let m = match &g.msg {
+        Ok(m) if m.kind == Kind::Response => m.clone(),
+        Ok(_) => return Err(s.bad(&g, "the core refused a hello offering [1, 2]")),
+        Err(v) => {
+            return Err(s.bad(
+                &g,
+                format!("the hello reply breaks the contract: {}", vtext(v)),
+            ));
+        }
+    };
+    let core = versions_of(&m.value, "/payload/protocol_versions");
+    let chosen = m
+        .value
+        .pointer("/payload/protocol_version")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let expect = core.iter().copied().filter(|v| [1, 2].contains(v)).max();
+    if Some(chosen) != expect || m.value.get("v") != Some(&json!(1)) {
+        return Err(s.bad(&g, format!("shell [1, 2], core {core:?}: expected protocol_version {expect:?} in a v 1 response, got {chosen}")));
+    }
+    s.v = chosen;
+    let mark = s.p.log.len();
+    s.ping().await?;
+    let t = s.trace();
+    let req = command(&mut s, "hello", &t).await?;
+    s.valid_reply(&req, "the command.handle reply").await?;
+    for g in s.p.log.iter().skip(mark) {
+        if g.at_ptr("/v").and_then(Value::as_u64) != Some(chosen) {
+            return Err(s.bad(
+                g,
+                format!(
+                    "a message after the handshake carries v {:?}, not the negotiated {chosen}",
+                    g.at_ptr("/v")
+                ),
+            ));
+        }
+    }
+    pass(format!(
+        "core offered {core:?}; negotiated {chosen}; pong and command reply carried v {chosen}"
+    ))
+}
+
+async fn core_3a(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    let hello = s.await_hello().await?;
+    let offered = versions_of(&hello.value, "/payload/protocol_versions");
+    if s.answer_hello(&hello, &CORE_CAPS).await?.is_none() {
+        return Err(Failure::new(format!(
+            "the shell offered {offered:?}, without version 1: it cannot work with a version-1 core"
+        )));
+    }
+    let mark = s.p.log.len();
+    s.ping().await?;
+    s.idle(Duration::from_secs(2)).await?;
+    let n = s.p.log.len() - mark;
+    for g in s.p.log.iter().skip(mark) {
+        if g.at_ptr("/v").and_then(Value::as_u64) != Some(VERSION) {
+            return Err(s.bad(
+                g,
+                format!(
+                    "a shell message after the handshake carries v {:?}, not 1",
+                    g.at_ptr("/v")
+                ),
+            ));
+        }
+    }
+    pass(format!(
+        "shell offered {offered:?}; worked on version 1; {n} later messages all carried v 1"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Envelope.
+
+fn missing_fields_request(id: &str, method: &str, payload: Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({"v": VERSION, "type": "request", "id": id, "method": method, "payload": payload}),
+    )
+    .unwrap_or_default()
+}
+
+async fn envelope_probe(s: &mut Sess, method: &str, payload: Value) -> Result<String, Failure> {
+    let id = s.p.id();
+    let bytes = missing_fields_request(&id, method, payload);
+    s.send_raw(&bytes).await?;
+    let until = s.soon();
+    let idv = json!(id);
+    let g = s
+        .wait_for(
+            "the reply to a request without timestamp and trace_id",
+            until,
+            |g| g.at_ptr("/correlation_id") == Some(&idv),
+        )
+        .await
+        .map_err(|f| f.with("the request the suite sent", &s.p.framed(&bytes)))?;
+    let code = g
+        .at_ptr("/payload/code")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let fields: Vec<&str> = g
+        .at_ptr("/payload/details/fields")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if g.at_ptr("/type").and_then(Value::as_str) != Some("error")
+        || code != "protocol.invalid_envelope"
+    {
+        return Err(s.bad(&g, format!("a request without timestamp and trace_id was answered {code:?}, not error protocol.invalid_envelope")));
+    }
+    if !(fields.contains(&"timestamp") && fields.contains(&"trace_id")) {
+        return Err(s.bad(&g, format!("protocol.invalid_envelope lists details.fields {fields:?}, not timestamp and trace_id")));
+    }
+    if let Err(v) = &g.msg {
+        return Err(s.bad(
+            &g,
+            format!("the error reply itself breaks the contract: {}", vtext(v)),
+        ));
+    }
+    Ok(format!(
+        "protocol.invalid_envelope with details.fields {fields:?}"
+    ))
+}
+
+async fn shell_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    let got = envelope_probe(
+        &mut s,
+        "command.handle",
+        json!({"text": "hello", "source": "typed"}),
+    )
+    .await?;
+    s.ping().await?;
+    if let Some(f) = s.rejected_since(0) {
+        return Err(f);
+    }
+    pass(format!(
+        "{} core messages, all with the full envelope; {got}",
+        s.p.log.len()
+    ))
+}
+
+async fn core_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    let got = envelope_probe(&mut s, "programs.index", json!({})).await?;
+    s.idle(Duration::from_secs(1)).await?;
+    if let Some(f) = s.rejected_since(0) {
+        return Err(f);
+    }
+    let notes = std::mem::take(&mut s.notes);
+    cx.notes.extend(notes);
+    pass(format!(
+        "{} shell messages, all with the full envelope; {got}",
+        s.p.log.len()
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Unknown method vs unknown event.
+
+async fn unknowns(s: &mut Sess) -> Result<Verdict, Failure> {
+    let t = s.trace();
+    // Unknown on purpose: sent without the suite's own validation.
+    let req = s.env("request", Some("conformance.no_such_method"), &t, json!({}));
+    s.send_raw(&serde_json::to_vec(&req).unwrap_or_default())
+        .await?;
+    let req = Message {
+        kind: Kind::Request,
+        method: None,
+        id: req.get("id").cloned(),
+        correlation: None,
+        trace: Some(t.clone()),
+        value: req,
+    };
+    let g = s.reply_to(&req, "the reply to an unknown method").await?;
+    let code = g
+        .at_ptr("/payload/code")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if g.at_ptr("/type").and_then(Value::as_str) != Some("error")
+        || code != "protocol.unknown_method"
+    {
+        return Err(s.bad(
+            &g,
+            format!("an unknown method was answered {code:?}, not error protocol.unknown_method"),
+        ));
+    }
+    let ev = s.env("event", Some("conformance.no_such_event"), &t, json!({}));
+    s.send_raw(&serde_json::to_vec(&ev).unwrap_or_default())
+        .await?;
+    let ev_id = ev.get("id").cloned();
+    let mark = s.p.log.len();
+    s.ping().await?;
+    for g in s.p.log.iter().skip(mark) {
+        let is_reply = g.at_ptr("/correlation_id") == ev_id.as_ref();
+        let is_error = g.at_ptr("/type").and_then(Value::as_str) == Some("error");
+        if is_reply || is_error {
+            return Err(s.bad(
+                g,
+                "an unknown event was answered; it must be ignored silently",
+            ));
+        }
+    }
+    pass(
+        "unknown request → protocol.unknown_method; unknown event ignored (the next message was the pong)",
+    )
+}
+
+async fn shell_2(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    unknowns(&mut s).await
+}
+
+async fn core_2(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    unknowns(&mut s).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Incompatible version.
+
+async fn shell_3(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    let (_, g) = s.hello(&[999], &SHELL_CAPS).await?;
+    let code = g
+        .at_ptr("/payload/code")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if g.at_ptr("/type").and_then(Value::as_str) != Some("error") || code != "protocol.incompatible"
+    {
+        return Err(s.bad(
+            &g,
+            format!(
+                "hello offering only [999] was answered {code:?}, not error protocol.incompatible"
+            ),
+        ));
+    }
+    if let Err(v) = &g.msg {
+        return Err(s.bad(
+            &g,
+            format!(
+                "the protocol.incompatible error breaks the contract: {}",
+                vtext(v)
+            ),
+        ));
+    }
+    let text = g
+        .at_ptr("/payload/message")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    if text.is_empty() {
+        return Err(s.bad(
+            &g,
+            "protocol.incompatible carries no message text (4.0-D03: say exactly what is wrong)",
+        ));
+    }
+    if let Some(why) = s.idle(Duration::from_millis(500)).await? {
+        return Err(Failure::new(format!("the core disconnected after protocol.incompatible ({why}); the seed forbids a mysterious disconnect")).with("its error", &g.raw));
+    }
+    let t = s.trace();
+    let req = command(&mut s, "hello", &t).await?;
+    let g2 = s
+        .reply_to(&req, "the reply to a command after protocol.incompatible")
+        .await?;
+    let code2 = g2
+        .at_ptr("/payload/code")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if code2 != "protocol.not_ready" {
+        return Err(s.bad(&g2, format!("after protocol.incompatible a command was answered {code2:?}, not protocol.not_ready (K-16)")));
+    }
+    pass(format!(
+        "protocol.incompatible: {text:?}; the channel stayed open and answered protocol.not_ready"
+    ))
+}
+
+async fn core_3(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    let hello = s.await_hello().await?;
+    let offered = versions_of(&hello.value, "/payload/protocol_versions");
+    let ours = offered.iter().copied().max().unwrap_or(VERSION) + 1;
+    let t = s.trace_of(&hello);
+    s.reply_error(
+        hello.id.clone(),
+        &t,
+        "protocol.incompatible",
+        false,
+        &format!("Оболочка поддерживает версии {offered:?}, ядро — только версию {ours}."),
+        json!({"shell_versions": offered, "core_versions": [ours]}),
+    )
+    .await?;
+    let mark = s.p.log.len();
+    let ended = s.idle(Duration::from_secs(2)).await?;
+    for g in s.p.log.iter().skip(mark) {
+        if g.method() != Some("hello") {
+            return Err(s.bad(g, "after protocol.incompatible the shell went on as if connected (only a new hello or closing the channel is right)"));
+        }
+    }
+    let how = match ended {
+        Some(_) => "closed the channel",
+        None => "stayed quiet",
+    };
+    pass(format!(
+        "the shell offered {offered:?}, got protocol.incompatible (core [{ours}]) and {how}"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Undeclared capabilities.
+
+/// The capability `g` uses that its sender's peer (or its sender) did not declare, if any.
+fn undeclared(
+    wire: &contract::wire::Wire,
+    g: &Got,
+    shell_caps: &[String],
+    core_caps: &[String],
+) -> Option<String> {
+    let c = wire.contract();
+    let method = g.method()?;
+    let mut needs: Vec<String> = Vec::new();
+    if let Some(cap) = c.methods.get(method).and_then(|m| m.capability.clone()) {
+        needs.push(cap);
+    }
+    if method == "stream.open" {
+        match g.at_ptr("/payload/kind").and_then(Value::as_str) {
+            Some("audio.input") => needs.extend(["audio.input".to_string(), "stt".to_string()]),
+            Some("audio.output") => needs.extend(["audio.output".to_string(), "tts".to_string()]),
+            Some("screen.frame") => needs.push("actuation".to_string()),
+            _ => {}
+        }
+    }
+    for cap in needs {
+        let by = c
+            .capabilities
+            .get(&cap)
+            .map(|k| k.declared_by.as_str())
+            .unwrap_or("");
+        let declared = if by == "shell" { shell_caps } else { core_caps };
+        if !declared.contains(&cap) {
+            return Some(format!(
+                "{method} needs capability {cap} (declared by the {by}), which was not declared"
+            ));
+        }
+    }
+    None
+}
+
+async fn shell_4(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    let hello = s.handshake(&[]).await?;
+    let core_caps = caps_of(&hello.value);
+    let mut n = 0;
+    for text in [
+        "conformance:speak 1",
+        "conformance:power-off",
+        "conformance:stream",
+    ] {
+        let t = s.trace();
+        let req = command(&mut s, text, &t).await?;
+        s.reply_to(&req, &format!("the reply to {text:?}")).await?;
+        n += 1;
+    }
+    s.idle(Duration::from_millis(800)).await?;
+    for g in &s.p.log {
+        if let Some(why) = undeclared(&cx.wire, g, &[], &core_caps) {
+            return Err(s.bad(g, format!("with a shell declaring no capabilities: {why}")));
+        }
+    }
+    pass(format!(
+        "shell declared no capabilities; {n} commands (speak, power-off, stream); the core's {} messages used none it lacked",
+        s.p.log.len()
+    ))
+}
+
+async fn core_4(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    let hello = s.handshake_core(&[]).await?;
+    let shell_caps = caps_of(&hello.value);
+    s.ping().await?;
+    s.idle(Duration::from_secs(2)).await?;
+    for g in &s.p.log {
+        if let Some(why) = undeclared(&cx.wire, g, &shell_caps, &[]) {
+            return Err(s.bad(g, format!("with a core declaring no capabilities: {why}")));
+        }
+    }
+    pass(format!(
+        "core declared no capabilities; the shell's {} messages used none it lacked",
+        s.p.log.len()
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Credit.
+
+/// Playing the receiver of `stream`: check credit 0 holds, then grant step by step.
+async fn credit_rounds(
+    s: &mut Sess,
+    stream: u64,
+    trace: &str,
+    rounds: u32,
+) -> Result<(u64, u64), Failure> {
+    s.idle(OVERRUN_WINDOW).await?;
+    if let Some(f) = s.over.take() {
+        return Err(f);
+    }
+    for _ in 0..rounds {
+        s.grant_credit(stream, CREDIT_STEP, trace).await?;
+        let until = s.soon();
+        // Take data until what was granted has arrived, then watch a while for more.
+        loop {
+            let granted = s.granted.get(&stream).copied().unwrap_or(0);
+            let got = s.received.get(&stream).copied().unwrap_or(0);
+            if got >= granted || s.closed.contains(&stream) {
+                break;
+            }
+            match s
+                .pump(until, &mut |i| matches!(i, Incoming::Data { .. }))
+                .await?
+            {
+                Incoming::Timeout => break,
+                Incoming::ControlEnd(why) => {
+                    return Err(Failure::new(format!("the control channel ended: {why}")));
+                }
+                _ => {}
+            }
+            if let Some(f) = s.over.take() {
+                return Err(f);
+            }
+        }
+        s.idle(OVERRUN_WINDOW).await?;
+        if let Some(f) = s.over.take() {
+            return Err(f);
+        }
+        if s.closed.contains(&stream) {
+            break;
+        }
+    }
+    Ok((
+        s.received.get(&stream).copied().unwrap_or(0),
+        s.granted.get(&stream).copied().unwrap_or(0),
+    ))
+}
+
+async fn shell_5(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    if !s.p.has_data() {
+        return Err(Failure::new(
+            "the core never connected the data channel (K-1)",
+        ));
+    }
+    let t = s.trace();
+    let req = command(&mut s, "conformance:speak 1", &t).await?;
+    let until = s.soon();
+    let open = s.wait_for("stream.open audio.output", until, |g| {
+        g.is(Kind::Event, "stream.open")
+            && g.at_ptr("/payload/kind").and_then(Value::as_str) == Some("audio.output")
+    });
+    let g = match open.await {
+        Ok(g) => g,
+        Err(_) => {
+            return skip(format!(
+                "the core opened no audio.output stream for {:?} (see docs/conformance.md)",
+                "conformance:speak 1"
+            ));
+        }
+    };
+    let stream = g
+        .at_ptr("/payload/stream_id")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let (got, granted) = credit_rounds(&mut s, stream, &t, 8).await?;
+    let _ = req;
+    if got == 0 {
+        return skip(format!(
+            "the core sent no audio on stream {stream} even with {granted} bytes of credit"
+        ));
+    }
+    pass(format!(
+        "stream {stream}: nothing before the first credit; {got} bytes in {} frames, never beyond the {granted} granted",
+        s.frames.get(&stream).copied().unwrap_or(0)
+    ))
+}
+
+async fn core_5(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    if !s.other_caps.iter().any(|c| c == "audio.input") {
+        return skip("the shell did not declare audio.input: it sends no microphone stream");
+    }
+    if !s.p.has_data() {
+        return Err(Failure::new("no data channel with the shell"));
+    }
+    let t = s.trace();
+    let stream = 11;
+    s.event("stream.open", &t, json!({"kind": "audio.input", "stream_id": stream, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None).await?;
+    let (got, granted) = credit_rounds(&mut s, stream, &t, 4).await?;
+    s.event("stream.close", &t, json!({}), Some(stream)).await?;
+    if got == 0 {
+        return skip(format!(
+            "the shell sent no microphone audio on stream {stream} with {granted} bytes of credit"
+        ));
+    }
+    pass(format!(
+        "stream {stream}: nothing before the first credit; {got} bytes, never beyond the {granted} granted"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Control latency under PCM load.
+
+fn judge_latency(base: &[Duration], loaded: &[Duration]) -> Result<String, String> {
+    let max = |v: &[Duration]| v.iter().copied().max().unwrap_or_default();
+    let allowed = max(base) * 5 + Duration::from_millis(250);
+    let worst = max(loaded);
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let text = format!(
+        "ping round trips: idle max {:.1} ms, under load max {:.1} ms over {} pings (allowed {:.1} ms)",
+        ms(max(base)),
+        ms(worst),
+        loaded.len(),
+        ms(allowed)
+    );
+    if worst > allowed { Err(text) } else { Ok(text) }
+}
+
+async fn shell_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    let mut base = Vec::new();
+    for _ in 0..5 {
+        base.push(s.ping().await?);
+    }
+    let t = s.trace();
+    command(&mut s, "conformance:speak 30", &t).await?;
+    let until = s.soon();
+    let g = match s
+        .wait_for("stream.open audio.output", until, |g| {
+            g.is(Kind::Event, "stream.open")
+                && g.at_ptr("/payload/kind").and_then(Value::as_str) == Some("audio.output")
+        })
+        .await
+    {
+        Ok(g) => g,
+        Err(_) => {
+            return skip(
+                "the core opened no audio.output stream for \"conformance:speak 30\" (see docs/conformance.md)",
+            );
+        }
+    };
+    let stream = g
+        .at_ptr("/payload/stream_id")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    // Enough credit for the whole utterance: the core is never held back by credit.
+    s.grant_credit(stream, 4 << 20, &t).await?;
+    let mut loaded = Vec::new();
+    // Phase 1: the suite does not read the data channel, so the core's data writes back up.
+    s.p.pause_data = true;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        loaded.push(s.ping().await?);
+    }
+    // Phase 2: read the data as it flows and keep pinging.
+    s.p.pause_data = false;
+    let frames_before = s.frames.get(&stream).copied().unwrap_or(0);
+    for _ in 0..10 {
+        loaded.push(s.ping().await?);
+        s.idle(Duration::from_millis(30)).await?;
+    }
+    let frames = s.frames.get(&stream).copied().unwrap_or(0);
+    if frames == 0 {
+        return skip(format!(
+            "no audio arrived on stream {stream}: there was no load to measure"
+        ));
+    }
+    let _ = frames_before;
+    match judge_latency(&base, &loaded) {
+        Ok(text) => pass(format!("{text}; {frames} audio frames on stream {stream}")),
+        Err(text) => Err(Failure::new(format!(
+            "control latency degraded under PCM load: {text}"
+        ))),
+    }
+}
+
+async fn core_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    if !s.other_caps.iter().any(|c| c == "audio.output") {
+        return skip("the shell did not declare audio.output: it plays no synthesis stream");
+    }
+    if !s.p.has_data() {
+        return Err(Failure::new("no data channel with the shell"));
+    }
+    let mut base = Vec::new();
+    for _ in 0..5 {
+        base.push(s.ping().await?);
+    }
+    let t = s.trace();
+    let stream = 12;
+    s.event("stream.open", &t, json!({"kind": "audio.output", "stream_id": stream, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None).await?;
+    let frame = 2048usize;
+    let mut seq = 0u64;
+    let mut sent = 0u64;
+    let mut loaded = Vec::new();
+    let end = Instant::now() + Duration::from_millis(1500);
+    let mut next_ping = Instant::now();
+    while Instant::now() < end {
+        let allow = s.allowance.get(&stream).copied().unwrap_or(0);
+        if allow >= frame as u64 {
+            s.p.send_data(vec![stream, seq], Bytes::from(vec![0u8; frame]), s.wait)
+                .await?;
+            s.allowance.insert(stream, allow - frame as u64);
+            seq += 1;
+            sent += frame as u64;
+        }
+        if Instant::now() >= next_ping {
+            loaded.push(s.ping().await?);
+            next_ping = Instant::now() + Duration::from_millis(100);
+        }
+        let wait = if s.allowance.get(&stream).copied().unwrap_or(0) >= frame as u64 {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(20)
+        };
+        s.idle(wait).await?;
+    }
+    s.event("stream.close", &t, json!({}), Some(stream)).await?;
+    if sent == 0 {
+        return Err(Failure::new(format!(
+            "the shell granted no credit on audio.output stream {stream} in 1.5 s (it must grant as it plays, §8)"
+        )));
+    }
+    match judge_latency(&base, &loaded) {
+        Ok(text) => pass(format!("{text}; {sent} bytes of PCM sent in {seq} frames")),
+        Err(text) => Err(Failure::new(format!(
+            "control latency degraded under PCM load: {text}"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Long task.
+
+const FINALS: [&str; 3] = ["task.done", "task.failed", "task.cancelled"];
+
+fn task_event_for<'a>(g: &'a Got, task: &str) -> Option<&'a str> {
+    let m = g.method()?;
+    (m.starts_with("task.") && g.at_ptr("/payload/task_id").and_then(Value::as_str) == Some(task))
+        .then_some(m)
+}
+
+/// Start `conformance:task N`; the task id, or a skip verdict.
+async fn start_task(
+    s: &mut Sess,
+    secs: u64,
+    trace: &str,
+) -> Result<Result<String, Verdict>, Failure> {
+    let text = format!("conformance:task {secs}");
+    let req = command(s, &text, trace).await?;
+    let (g, m) = s.valid_reply(&req, "the reply to a task command").await?;
+    match m.value.pointer("/payload/task_id").and_then(Value::as_str) {
+        Some(t) => Ok(Ok(t.to_string())),
+        None => {
+            let _ = g;
+            Ok(Err(Verdict::Skip(format!(
+                "the core started no task for {text:?} (see docs/conformance.md)"
+            ))))
+        }
+    }
+}
+
+async fn shell_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    let secs = cx.opts.task_seconds;
+    let t = s.trace();
+    let start = Instant::now();
+    let task = match start_task(&mut s, secs, &t).await? {
+        Ok(task) => task,
+        Err(v) => return Ok(v),
+    };
+    let mark = s.p.log.len();
+    let until = Instant::now() + Duration::from_secs(secs) + s.wait;
+    let tk = task.clone();
+    let fin = s
+        .wait_for(
+            &format!("the final event of {task} ({secs} s task)"),
+            until,
+            move |g| task_event_for(g, &tk).is_some_and(|m| FINALS.contains(&m)),
+        )
+        .await?;
+    let took = start.elapsed();
+    s.idle(Duration::from_secs(2)).await?;
+    let (mut progress, mut partial, mut finals) = (0, 0, 0);
+    let mut after_final = None;
+    for g in s.p.log.iter().skip(mark) {
+        match task_event_for(g, &task) {
+            Some("task.progress") => progress += 1,
+            Some("task.partial") => partial += 1,
+            Some(m) if FINALS.contains(&m) => finals += 1,
+            _ => continue,
+        }
+        if finals > 0 && after_final.is_none() && g.raw != fin.raw {
+            after_final = Some(g.clone());
+        }
+    }
+    if let Some(g) = after_final {
+        return Err(s.bad(
+            &g,
+            format!(
+                "{task} sent an event after its final {}",
+                fin.method().unwrap_or("?")
+            ),
+        ));
+    }
+    if finals != 1 {
+        return Err(s.bad(
+            &fin,
+            format!("{task} ended with {finals} final events, not exactly one"),
+        ));
+    }
+    if progress == 0 || partial == 0 {
+        return Err(s.bad(&fin, format!("{task} sent {progress} task.progress and {partial} task.partial before its end; the seed wants progress and a partial result")));
+    }
+    pass(format!(
+        "{task}: {progress} progress, {partial} partial, one {} after {:.1} s, nothing after it",
+        fin.method().unwrap_or("?"),
+        took.as_secs_f64()
+    ))
+}
+
+async fn core_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    let until = s.soon();
+    let g = match s
+        .wait_for("a command.handle from the shell's script", until, |g| {
+            g.is(Kind::Request, "command.handle")
+        })
+        .await
+    {
+        Ok(g) => g,
+        Err(_) => return skip("the shell sent no command.handle to answer with a long task"),
+    };
+    let Some(cmd) = g.ok().cloned() else {
+        return Err(s.bad(&g, "the command breaks the contract"));
+    };
+    let secs = cx.opts.task_seconds;
+    let task = format!("task-conf-{:x}", s.tag);
+    let t = s.trace_of(&cmd);
+    s.reply(&cmd, json!({"task_id": task})).await?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        let fraction = (start.elapsed().as_secs_f64() / secs as f64).min(1.0);
+        s.event(
+            "task.progress",
+            &t,
+            json!({"task_id": task, "fraction": fraction, "message": "working"}),
+            None,
+        )
+        .await?;
+        if n == secs / 2 {
+            s.event(
+                "task.partial",
+                &t,
+                json!({"task_id": task, "data": {"step": n}}),
+                None,
+            )
+            .await?;
+        }
+        n += 1;
+        if let Some(why) = s.idle(Duration::from_secs(1)).await? {
+            return Err(Failure::new(format!(
+                "the shell closed the control channel {:.1} s into a {secs} s task: {why}",
+                start.elapsed().as_secs_f64()
+            )));
+        }
+    }
+    s.event(
+        "task.done",
+        &t,
+        json!({"task_id": task, "result": "done"}),
+        None,
+    )
+    .await?;
+    let rtt = s.ping().await?;
+    if let Some(g) = s.p.log.iter().find(|g| g.is(Kind::Request, "task.cancel")) {
+        s.notes.push(format!(
+            "the shell cancelled: {}",
+            String::from_utf8_lossy(&g.raw)
+        ));
+    }
+    pass(format!(
+        "the shell followed {task} for {secs} s ({n} progress events, one task.done) and still answered a ping in {:.1} ms",
+        rtt.as_secs_f64() * 1000.0
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Cancel ordering.
+
+async fn cancel(s: &mut Sess, task: &str, trace: &str) -> Result<(Got, Message), Failure> {
+    let req = s
+        .request("task.cancel", trace, json!({"task_id": task}))
+        .await?;
+    s.valid_reply(&req, "the task.cancel receipt").await
+}
+
+async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    // A running task: receipt {accepted: true, status: running} first, then task.cancelled.
+    let t = s.trace();
+    let task = match start_task(&mut s, 30, &t).await? {
+        Ok(task) => task,
+        Err(v) => return Ok(v),
+    };
+    let until = s.soon();
+    let tk = task.clone();
+    s.wait_for(&format!("a task.progress of {task}"), until, move |g| {
+        task_event_for(g, &tk) == Some("task.progress")
+    })
+    .await?;
+    let mark = s.p.log.len();
+    let (rg, receipt) = cancel(&mut s, &task, &t).await?;
+    let pos_receipt = s.p.log.len();
+    if receipt.value.pointer("/payload/accepted") != Some(&json!(true))
+        || str_at(&receipt.value, "/payload/status") != Some("running")
+    {
+        return Err(s.bad(
+            &rg,
+            "cancelling a running task: the receipt is not {accepted: true, status: running}",
+        ));
+    }
+    for g in s.p.log[mark..pos_receipt].iter() {
+        if task_event_for(g, &task).is_some_and(|m| FINALS.contains(&m)) {
+            return Err(s.bad(
+                g,
+                format!("{task} reported its end before the task.cancel receipt"),
+            ));
+        }
+    }
+    let until = s.soon();
+    let tk = task.clone();
+    let fin = s
+        .wait_for(&format!("task.cancelled for {task}"), until, move |g| {
+            task_event_for(g, &tk).is_some_and(|m| FINALS.contains(&m))
+        })
+        .await?;
+    if fin.method() != Some("task.cancelled") {
+        return Err(s.bad(
+            &fin,
+            format!(
+                "after an accepted cancel {task} ended with {}",
+                fin.method().unwrap_or("?")
+            ),
+        ));
+    }
+    s.idle(Duration::from_secs(1)).await?;
+    let finals = s.p.log[mark..]
+        .iter()
+        .filter(|g| task_event_for(g, &task).is_some_and(|m| FINALS.contains(&m)))
+        .count();
+    if finals != 1 {
+        return Err(s.bad(
+            &fin,
+            format!("{task} sent {finals} final events after the cancel"),
+        ));
+    }
+    // A finished task: {accepted: false, status: done}, no task.cancelled.
+    let t2 = s.trace();
+    let done = match start_task(&mut s, 1, &t2).await? {
+        Ok(task) => task,
+        Err(v) => return Ok(v),
+    };
+    let until = Instant::now() + Duration::from_secs(1) + s.wait;
+    let dk = done.clone();
+    let fin2 = s
+        .wait_for(&format!("task.done of {done}"), until, move |g| {
+            task_event_for(g, &dk).is_some_and(|m| FINALS.contains(&m))
+        })
+        .await?;
+    if fin2.method() != Some("task.done") {
+        return Err(s.bad(
+            &fin2,
+            format!("a 1 s task ended with {}", fin2.method().unwrap_or("?")),
+        ));
+    }
+    let mark2 = s.p.log.len();
+    let (rg2, r2) = cancel(&mut s, &done, &t2).await?;
+    if r2.value.pointer("/payload/accepted") != Some(&json!(false))
+        || str_at(&r2.value, "/payload/status") != Some("done")
+    {
+        return Err(s.bad(
+            &rg2,
+            "cancelling a finished task: the receipt is not {accepted: false, status: done}",
+        ));
+    }
+    s.idle(Duration::from_secs(1)).await?;
+    if let Some(g) = s.p.log[mark2..]
+        .iter()
+        .find(|g| task_event_for(g, &done) == Some("task.cancelled"))
+    {
+        return Err(s.bad(
+            g,
+            format!("{done} had finished, yet a task.cancelled followed the cancel"),
+        ));
+    }
+    // An unknown task (implied check 21).
+    let (rg3, r3) = cancel(&mut s, "task-conformance-unknown", &t2).await?;
+    if r3.value.pointer("/payload/accepted") != Some(&json!(false))
+        || str_at(&r3.value, "/payload/status") != Some("unknown")
+    {
+        return Err(s.bad(
+            &rg3,
+            "cancelling an unknown task: the receipt is not {accepted: false, status: unknown}",
+        ));
+    }
+    pass(format!(
+        "{task}: receipt running, then one task.cancelled; {done}: done, receipt done, no cancelled; unknown task: unknown"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9, 10. Confirmations.
+
+fn has_key(v: &Value, key: &str) -> bool {
+    match v {
+        Value::Object(o) => o.contains_key(key) || o.values().any(|x| has_key(x, key)),
+        Value::Array(a) => a.iter().any(|x| has_key(x, key)),
+        _ => false,
+    }
+}
+
+/// `conformance:power-off`: what came first, a permission.request or the command's reply.
+async fn power_off(s: &mut Sess, trace: &str) -> Result<(Message, Got), Failure> {
+    let req = command(s, "conformance:power-off", trace).await?;
+    let id = req.id.clone();
+    let until = s.soon();
+    let g = s
+        .wait_for(
+            "a permission.request or the reply to conformance:power-off",
+            until,
+            move |g| {
+                g.method() == Some("permission.request")
+                    || g.at_ptr("/correlation_id") == id.as_ref()
+            },
+        )
+        .await?;
+    Ok((req, g))
+}
+
+fn is_rejection(g: &Got) -> Result<String, String> {
+    let ty = g.at_ptr("/type").and_then(Value::as_str).unwrap_or("");
+    let code = g
+        .at_ptr("/payload/code")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if ty != "error" {
+        return Err(format!("a {ty} (the action went ahead)"));
+    }
+    if !(code.starts_with("confirmation.") || code.starts_with("permission.")) {
+        return Err(format!(
+            "error {code:?}, not a confirmation.* or permission.* code"
+        ));
+    }
+    if g.at_ptr("/payload/retryable") != Some(&json!(false)) {
+        return Err(format!(
+            "error {code} marked retryable (the same call fails again)"
+        ));
+    }
+    Ok(code.to_string())
+}
+
+async fn answer_permission(s: &mut Sess, ask: &Got, granted: bool) -> Result<(), Failure> {
+    let Some(m) = ask.ok().cloned() else {
+        return Err(s.bad(ask, "the permission.request breaks the contract"));
+    };
+    let rid = m
+        .value
+        .pointer("/payload/request_id")
+        .cloned()
+        .unwrap_or(json!("?"));
+    let p = if granted {
+        json!({"request_id": rid, "granted": true, "scope": "once"})
+    } else {
+        json!({"request_id": rid, "granted": false})
+    };
+    s.reply(&m, p).await
+}
+
+async fn shell_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    // Without the permissions capability the core cannot ask, so it must refuse outright.
+    let mut s = open(cx).await?;
+    s.handshake(&["audio.input", "audio.output"]).await?;
+    let t = s.trace();
+    let (_, g) = power_off(&mut s, &t).await?;
+    if g.method() == Some("permission.request") {
+        return Err(s.bad(
+            &g,
+            "the shell did not declare permissions, yet the core asked it (capability rule)",
+        ));
+    }
+    let refused0 = is_rejection(&g).map_err(|why| {
+        s.bad(
+            &g,
+            format!("power-off without any way to confirm was answered with {why}"),
+        )
+    })?;
+    drop(s);
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    // Denied: rejected.
+    let t = s.trace();
+    let (req, ask) = power_off(&mut s, &t).await?;
+    if ask.method() != Some("permission.request") {
+        return match is_rejection(&ask) {
+            Ok(code) => skip(format!(
+                "the core refused conformance:power-off with {code} without asking; the grant path is untested"
+            )),
+            Err(why) => Err(s.bad(
+                &ask,
+                format!("the dangerous action ran without a confirmation: {why}"),
+            )),
+        };
+    }
+    if let Some(v) = ask.value()
+        && has_key(v, "confirmation_id")
+    {
+        return Err(s.bad(
+            &ask,
+            "permission.request carries confirmation_id, which never travels (§11)",
+        ));
+    }
+    answer_permission(&mut s, &ask, false).await?;
+    let g = s.reply_to(&req, "the reply to a denied power-off").await?;
+    let refused = is_rejection(&g).map_err(|why| {
+        s.bad(
+            &g,
+            format!("after the user said no, power-off was answered with {why}"),
+        )
+    })?;
+    // Granted once: runs once; the next identical call needs a new confirmation.
+    let t = s.trace();
+    let (req, ask) = power_off(&mut s, &t).await?;
+    if ask.method() != Some("permission.request") {
+        return Err(s.bad(&ask, "the second power-off did not ask for permission"));
+    }
+    answer_permission(&mut s, &ask, true).await?;
+    let (g, _) = s
+        .valid_reply(&req, "the reply to a granted power-off")
+        .await?;
+    if g.at_ptr("/type").and_then(Value::as_str) != Some("response") {
+        return Err(s.bad(&g, "granted once, power-off still failed"));
+    }
+    let t = s.trace();
+    let (req, ask) = power_off(&mut s, &t).await?;
+    if ask.method() != Some("permission.request") {
+        return Err(s.bad(&ask, "a once-granted confirmation was used again: the third power-off ran without asking (single use, §11)"));
+    }
+    answer_permission(&mut s, &ask, false).await?;
+    let g = s.reply_to(&req, "the reply to the third power-off").await?;
+    is_rejection(&g).map_err(|why| {
+        s.bad(
+            &g,
+            format!("denied again, power-off was answered with {why}"),
+        )
+    })?;
+    for g in &s.p.log {
+        if g.value().is_some_and(|v| has_key(v, "confirmation_id")) {
+            return Err(s.bad(
+                g,
+                "a message carries confirmation_id, which never travels (§11)",
+            ));
+        }
+    }
+    pass(format!(
+        "no permissions capability → {refused0}; denied → {refused}; granted once → ran once, the next call asked again"
+    ))
+}
+
+async fn core_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    if !s.other_caps.iter().any(|c| c == "permissions") {
+        return skip("the shell did not declare permissions: the core may not ask it");
+    }
+    let t = s.trace();
+    let rid = format!("ask-conf-{:x}", s.tag);
+    let req = s.request("permission.request", &t, json!({"request_id": rid, "permission": "system.power", "action": "shutdown", "reason": "conformance check", "preview": "Компьютер будет выключен немедленно.", "ttl": 30})).await?;
+    let (g, m) = s
+        .valid_reply(&req, "the answer to permission.request")
+        .await?;
+    if m.kind != Kind::Response {
+        return Err(s.bad(&g, "the shell answered permission.request with an error"));
+    }
+    if str_at(&m.value, "/payload/request_id") != Some(rid.as_str()) {
+        return Err(s.bad(
+            &g,
+            format!("the answer does not echo request_id {rid:?} (K-18)"),
+        ));
+    }
+    s.idle(Duration::from_millis(500)).await?;
+    for g in &s.p.log {
+        if g.value().is_some_and(|v| has_key(v, "confirmation_id")) {
+            return Err(s.bad(g, "the shell sent confirmation_id: only the core issues confirmations, and they never travel (§11)"));
+        }
+    }
+    let granted = m.value.pointer("/payload/granted") == Some(&json!(true));
+    pass(format!(
+        "the shell answered {rid} granted={granted}, echoing request_id; no confirmation_id on the wire"
+    ))
+}
+
+async fn shell_10(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    let t = s.trace();
+    let (req, ask) = power_off(&mut s, &t).await?;
+    if ask.method() != Some("permission.request") {
+        return match is_rejection(&ask) {
+            Ok(code) => skip(format!(
+                "the core refused conformance:power-off with {code} without asking; expiry is untested"
+            )),
+            Err(why) => Err(s.bad(
+                &ask,
+                format!("the dangerous action ran without a confirmation: {why}"),
+            )),
+        };
+    }
+    let ttl = ask
+        .at_ptr("/payload/ttl")
+        .and_then(Value::as_u64)
+        .unwrap_or(60);
+    let need = Duration::from_secs(ttl + 1) + s.wait;
+    if need + Duration::from_secs(5) > cx.opts.check_deadline {
+        return skip(format!(
+            "permission ttl is {ttl} s, longer than --check-deadline allows to wait out (start the core with a shorter ttl or raise --check-deadline)"
+        ));
+    }
+    // Wait the window out (answering nothing), then say yes too late.
+    let id = req.id.clone();
+    let until = Instant::now() + Duration::from_secs(ttl) + Duration::from_millis(1200);
+    let early = s.pump(until, &mut |i| matches!(i, Incoming::Control(g) if g.at_ptr("/correlation_id") == id.as_ref())).await?;
+    let reply = match early {
+        Incoming::Control(g) => *g,
+        _ => {
+            answer_permission(&mut s, &ask, true).await?;
+            s.reply_to(&req, "the reply to power-off after a late yes")
+                .await?
+        }
+    };
+    let code = is_rejection(&reply).map_err(|why| {
+        s.bad(
+            &reply,
+            format!("a yes after ttl {ttl} s expired was answered with {why} (default deny)"),
+        )
+    })?;
+    pass(format!(
+        "ttl {ttl} s ran out, a late yes granted nothing: {code}, retryable false"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. Crash and restart.
+
+async fn shell_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    let first = s.handshake(&SHELL_CAPS).await?;
+    let sid1 = str_at(&first.value, "/payload/session_id")
+        .unwrap_or("")
+        .to_string();
+    let t = s.trace();
+    let task = match start_task(&mut s, 30, &t).await? {
+        Ok(task) => task,
+        Err(v) => return Ok(v),
+    };
+    // The shell "crashes": both channels vanish at once.
+    s.p.drop_channels();
+    drop(s);
+    let mut exited = String::from("core process not watched (external target)");
+    if cx.launches() {
+        match cx.child_exit(cx.opts.deadline).await {
+            Some(Some(code)) => {
+                exited = format!("the core exited ({code}) when the shell vanished")
+            }
+            Some(None) => {
+                return Err(Failure::new(format!(
+                    "the core was still running {:?} after the shell vanished (§13: the core exits)",
+                    cx.opts.deadline
+                )));
+            }
+            None => {}
+        }
+    }
+    let mut s = open(cx).await?;
+    let t = s.trace();
+    let req = command(&mut s, "hello", &t).await?;
+    let g = s
+        .reply_to(
+            &req,
+            "the reply to a command before hello in the new session",
+        )
+        .await?;
+    if g.at_ptr("/payload/code").and_then(Value::as_str) != Some("protocol.not_ready") {
+        return Err(s.bad(&g, "a new session answered a command before hello: state was restored, not rebuilt by a new handshake"));
+    }
+    let second = s.handshake(&SHELL_CAPS).await?;
+    let sid2 = str_at(&second.value, "/payload/session_id")
+        .unwrap_or("")
+        .to_string();
+    if sid1 == sid2 {
+        s.notes.push(format!(
+            "both handshakes returned session_id {sid1:?} (K-20: new on every handshake)"
+        ));
+    }
+    let mark = s.p.log.len();
+    let (rg, r) = cancel(&mut s, &task, &t).await?;
+    if str_at(&r.value, "/payload/status") != Some("unknown")
+        || r.value.pointer("/payload/accepted") != Some(&json!(false))
+    {
+        return Err(s.bad(
+            &rg,
+            format!(
+                "{task} of the crashed session survived the restart (tasks are forgotten, §13)"
+            ),
+        ));
+    }
+    s.idle(Duration::from_secs(1)).await?;
+    if let Some(g) = s.p.log[mark..]
+        .iter()
+        .find(|g| g.method() == Some("task.cancelled"))
+    {
+        return Err(s.bad(
+            g,
+            "a task.cancelled was sent for a task forgotten on the crash",
+        ));
+    }
+    let notes = std::mem::take(&mut s.notes);
+    cx.notes.extend(notes);
+    pass(format!(
+        "{exited}; the new session required hello (protocol.not_ready before it), session {sid1:?} → {sid2:?}; {task} is unknown"
+    ))
+}
+
+async fn core_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    s.idle(Duration::from_millis(300)).await?;
+    // The core "crashes": both channels vanish.
+    s.p.drop_channels();
+    drop(s);
+    let Some(p) = cx.reopen().await? else {
+        return skip(
+            "a pipe target cannot be reached twice; use exec:CMD with {control}/{data} or socket endpoints",
+        );
+    };
+    let mut s = Sess::new(p, cx);
+    let hello = s.await_hello().await?;
+    s.answer_hello(&hello, &CORE_CAPS).await?;
+    s.ping().await?;
+    pass(
+        "after the core vanished the shell took a new core connection and repeated the handshake (hello first)",
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12. trace_id.
+
+fn check_trace(
+    s: &Sess,
+    from: usize,
+    pred: impl Fn(&Got) -> bool,
+    trace: &str,
+    what: &str,
+) -> Result<usize, Failure> {
+    let mut n = 0;
+    for g in s.p.log.iter().skip(from).filter(|g| pred(g)) {
+        n += 1;
+        let t = g.at_ptr("/trace_id").and_then(Value::as_str);
+        if t != Some(trace) {
+            return Err(s.bad(
+                g,
+                format!("{what}: trace_id {t:?}, not the action's {trace:?}"),
+            ));
+        }
+    }
+    Ok(n)
+}
+
+fn missing_trace(s: &Sess) -> Option<Failure> {
+    s.p.log
+        .iter()
+        .find(|g| {
+            g.at_ptr("/trace_id")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        })
+        .map(|g| {
+            s.bad(
+                g,
+                format!("a message from the {} has no trace_id (§14, K-31)", s.other),
+            )
+        })
+}
+
+async fn shell_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    let mut detail = Vec::new();
+    // A task: reply and every task event carry the command's trace.
+    let t = s.trace();
+    let mark = s.p.log.len();
+    if let Ok(task) = start_task(&mut s, 1, &t).await? {
+        let until = Instant::now() + Duration::from_secs(1) + s.wait;
+        let tk = task.clone();
+        s.wait_for(&format!("the final event of {task}"), until, move |g| {
+            task_event_for(g, &tk).is_some_and(|m| FINALS.contains(&m))
+        })
+        .await?;
+        let tk = task.clone();
+        let n = check_trace(
+            &s,
+            mark,
+            |g| {
+                task_event_for(g, &tk).is_some()
+                    || g.at_ptr("/type").and_then(Value::as_str) == Some("response")
+            },
+            &t,
+            "a message of the task",
+        )?;
+        detail.push(format!("task: {n} messages"));
+    }
+    // A text stream: reply, chunks and end carry the command's trace.
+    let t = s.trace();
+    let mark = s.p.log.len();
+    let req = command(&mut s, "conformance:stream", &t).await?;
+    let (_, m) = s
+        .valid_reply(&req, "the reply to conformance:stream")
+        .await?;
+    if let Some(stream) = m
+        .value
+        .pointer("/payload/stream_id")
+        .and_then(Value::as_u64)
+    {
+        let until = s.soon();
+        s.wait_for("stream.end", until, move |g| {
+            g.method() == Some("stream.end")
+                && g.at_ptr("/stream_id").and_then(Value::as_u64) == Some(stream)
+        })
+        .await?;
+        let n = check_trace(
+            &s,
+            mark,
+            |g| {
+                g.at_ptr("/stream_id").and_then(Value::as_u64) == Some(stream)
+                    || g.at_ptr("/correlation_id") == req.id.as_ref()
+            },
+            &t,
+            "a message of the text stream",
+        )?;
+        detail.push(format!("stream: {n} messages"));
+    }
+    // A permission ask: the request and the final reply carry the command's trace.
+    s.grant = false;
+    let t = s.trace();
+    let mark = s.p.log.len();
+    let (req, first) = power_off(&mut s, &t).await?;
+    if first.method() == Some("permission.request") {
+        answer_permission(&mut s, &first, false).await?;
+        s.reply_to(&req, "the reply to power-off").await?;
+    }
+    let n = check_trace(
+        &s,
+        mark,
+        |g| {
+            g.method() == Some("permission.request")
+                || g.at_ptr("/correlation_id") == req.id.as_ref()
+        },
+        &t,
+        "a message of the power-off action",
+    )?;
+    detail.push(format!("power-off: {n} messages"));
+    if let Some(f) = missing_trace(&s) {
+        return Err(f);
+    }
+    pass(format!(
+        "every message carried a trace_id; the action's own trace throughout ({})",
+        detail.join(", ")
+    ))
+}
+
+async fn core_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    s.idle(Duration::from_secs(2)).await?;
+    let mut detail = vec![];
+    let t = s.trace();
+    let req = s.request("programs.index", &t, json!({})).await?;
+    let (g, _) = s.valid_reply(&req, "the answer to programs.index").await?;
+    if g.at_ptr("/trace_id").and_then(Value::as_str) != Some(t.as_str()) {
+        return Err(s.bad(
+            &g,
+            format!("the answer to programs.index does not carry the request's trace_id {t:?}"),
+        ));
+    }
+    detail.push("programs.index answer kept the trace".to_string());
+    if s.other_caps.iter().any(|c| c == "permissions") {
+        let t = s.trace();
+        let req = s.request("permission.request", &t, json!({"request_id": format!("ask-t-{:x}", s.tag), "permission": "system.power", "action": "shutdown", "reason": "conformance check", "preview": "Компьютер будет выключен.", "ttl": 30})).await?;
+        let (g, _) = s
+            .valid_reply(&req, "the answer to permission.request")
+            .await?;
+        if g.at_ptr("/trace_id").and_then(Value::as_str) != Some(t.as_str()) {
+            return Err(s.bad(
+                &g,
+                format!(
+                    "the answer to permission.request does not carry the request's trace_id {t:?}"
+                ),
+            ));
+        }
+        detail.push("permission answer kept the trace".to_string());
+    }
+    if let Some(f) = missing_trace(&s) {
+        return Err(f);
+    }
+    pass(format!(
+        "all {} shell messages carried a trace_id; {}",
+        s.p.log.len(),
+        detail.join("; ")
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// §13 heartbeat.
+
+async fn heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = open(cx).await?;
+    if s.shell {
+        s.handshake(&SHELL_CAPS).await?;
+    } else {
+        s.handshake_core(&CORE_CAPS).await?;
+    }
+    // Let the script settle, answering it, then fall silent: no pongs, no answers.
+    s.idle(Duration::from_millis(1500)).await?;
+    s.pong = false;
+    let mut pings: Vec<(Instant, Got)> = Vec::new();
+    let dead_by = SILENCE * (MISSED_DEAD + 1) + HEARTBEAT_SLACK * 2;
+    let ended;
+    loop {
+        let base = s.last_sent;
+        let until = base + dead_by;
+        // Requests still arriving get no answer: the suite is a hung peer now.
+        match s.p.next(until).await {
+            Incoming::Control(g) => {
+                if g.method() == Some("ping") {
+                    pings.push((g.at, *g));
+                }
+            }
+            Incoming::Data { frame, raw, .. } => s.account(&frame, &raw),
+            Incoming::DataEnd(_) => {}
+            Incoming::ControlEnd(why) => {
+                ended = Some((Instant::now(), why));
+                break;
+            }
+            Incoming::Timeout => {
+                ended = None;
+                break;
+            }
+        }
+    }
+    let silent_from = s.last_sent;
+    let Some((end_at, why)) = ended else {
+        return Err(Failure::new(format!(
+            "{} pings in {:.1} s of silence, and the {} never declared the suite dead (closing the channel)",
+            pings.len(),
+            dead_by.as_secs_f64(),
+            s.other
+        )));
+    };
+    let Some((first_at, first)) = pings.first() else {
+        return Err(Failure::new(format!(
+            "the {} closed the channel after {:.1} s of silence without pinging first ({why})",
+            s.other,
+            end_at.duration_since(silent_from).as_secs_f64()
+        )));
+    };
+    let first_after = first_at.duration_since(silent_from);
+    if first_after + Duration::from_millis(300) < SILENCE {
+        return Err(s.bad(
+            first,
+            format!(
+                "the first ping came {:.2} s into the silence, before the 5 s the seed allows",
+                first_after.as_secs_f64()
+            ),
+        ));
+    }
+    if first_after > SILENCE + HEARTBEAT_SLACK {
+        return Err(s.bad(
+            first,
+            format!(
+                "the first ping came only {:.2} s into the silence (due after 5 s)",
+                first_after.as_secs_f64()
+            ),
+        ));
+    }
+    for w in pings.windows(2) {
+        let gap = w[1].0.duration_since(w[0].0);
+        if gap + Duration::from_millis(300) < SILENCE {
+            return Err(s.bad(
+                &w[1].1,
+                format!(
+                    "pings {:.2} s apart: each unanswered ping gets a full 5 s (K-13)",
+                    gap.as_secs_f64()
+                ),
+            ));
+        }
+    }
+    let dead_after = end_at.duration_since(silent_from);
+    if (pings.len() as u32) < MISSED_DEAD {
+        return Err(Failure::new(format!(
+            "the {} gave up after {} unanswered pings ({:.1} s); the seed waits for {MISSED_DEAD}",
+            s.other,
+            pings.len(),
+            dead_after.as_secs_f64()
+        )));
+    }
+    pass(format!(
+        "first ping {:.2} s into the silence, {} pings, channel closed {:.1} s in ({why})",
+        first_after.as_secs_f64(),
+        pings.len(),
+        dead_after.as_secs_f64()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_roles_list_every_check() {
+        for role in ["shell", "core"] {
+            let c = checks(role).expect("role");
+            let ids: Vec<_> = c.iter().map(|c| c.id).collect();
+            assert_eq!(ids.len(), 14, "{ids:?}");
+            assert_eq!(ids[0], "kernel.15.3a");
+            assert!(ids.contains(&"kernel.15.12") && ids.contains(&"kernel.13.heartbeat"));
+        }
+        assert!(checks("proxy").is_none());
+        assert!(
+            checks("core")
+                .expect("core")
+                .iter()
+                .filter(|c| c.body.is_err())
+                .count()
+                == 2
+        );
+    }
+
+    #[test]
+    fn latency_judgement() {
+        let ms = Duration::from_millis;
+        assert!(judge_latency(&[ms(1), ms(2)], &[ms(3), ms(200)]).is_ok());
+        assert!(judge_latency(&[ms(1), ms(2)], &[ms(3), ms(900)]).is_err());
+    }
+}

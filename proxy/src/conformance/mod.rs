@@ -1,0 +1,266 @@
+//! `contract-proxy conformance`: play one party of a contract against a real
+//! implementation of the other party and run every check derivable from the seed.
+//!
+//! The framework is contract-agnostic: a [`Check`] has an id (`kernel.15.3a`),
+//! a title, the seed section it comes from and a body that plays the role over
+//! the real wire through a [`Peer`] (frames encoded and decoded with the
+//! contract's own codecs, every message validated with [`contract::wire::Wire`],
+//! every wait bounded). A body ends in pass or skip, or in a [`Failure`] that
+//! carries the exact bytes that showed it. Each check gets a fresh session (a
+//! fresh process when the target is launched), opened by [`Ctx::open`] from the
+//! target the command line names (see [`session`] and docs/conformance.md).
+//!
+//! The checks themselves live per contract: [`kernel`] (the only contract with a
+//! suite so far). [`peers`] holds small Rust reference peers (hidden `peer`
+//! subcommand) so the suite can be tested against real processes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use contract::wire::Wire;
+
+pub mod kernel;
+pub mod peers;
+pub mod report;
+pub mod session;
+
+pub use report::{CheckResult, Evidence, Failure, Outcome, Report, Verdict};
+pub use session::{Ctx, Got, Incoming, Peer, SocketKind, Target};
+
+/// A boxed check body: plays the role on the context's sessions.
+pub type BodyFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Verdict, Failure>> + Send + 'a>>;
+
+/// A check's body.
+pub type Body = for<'a> fn(&'a mut Ctx) -> BodyFuture<'a>;
+
+/// One check of a suite, for one role.
+#[derive(Clone)]
+pub struct Check {
+    /// Stable id, `<contract>.<seed section>.<item>` (e.g. `kernel.15.5`).
+    pub id: &'static str,
+    /// What it checks, in one line.
+    pub title: &'static str,
+    /// The seed section (and contract notes) it comes from.
+    pub seed: &'static str,
+    /// The body, or why the check does not apply to the role played.
+    pub body: Result<Body, &'static str>,
+}
+
+impl std::fmt::Debug for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Check")
+            .field("id", &self.id)
+            .field("applies", &self.body.is_ok())
+            .finish()
+    }
+}
+
+/// `contract-proxy conformance` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConformanceArgs {
+    /// Contract: a built-in name (kernel) or a path to a contract file.
+    #[arg(long)]
+    pub contract: String,
+    /// The party the suite plays (kernel: shell or core); the target is the other party.
+    #[arg(long, value_name = "ROLE")]
+    pub play: String,
+    /// The implementation under test. exec:CMD with {control}/{data} placeholders: launched
+    /// afresh per check and given the endpoints to use; exec:CMD or exec-fd:N:CMD without
+    /// placeholders: the control channel is its stdio or fd N; unix:, tcp:, ws://, quic://: dialed
+    /// when the suite plays the connecting party, else listened on (the implementation dials in).
+    #[arg(long, value_name = "ENDPOINT")]
+    pub target: String,
+    /// Endpoint of the contract's second channel (kernel: data), dialed or listened on like --target.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub target_data: Option<String>,
+    /// Write a JUnit XML report here (one testsuite per contract and role, one testcase per check).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Run only these checks (ids as listed by --list); repeatable or comma-separated.
+    #[arg(long, value_name = "CHECK_ID", value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Length of the long-task check's task (the seed's stub runs 60 s).
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    pub task_seconds: u64,
+    /// Seconds any single wait may take (a reply, a connection, a frame).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub deadline: f64,
+    /// Seconds one whole check may take (default: 60 + 2 × --task-seconds).
+    #[arg(long, value_name = "SECS")]
+    pub check_deadline: Option<f64>,
+    /// Socket kind for the endpoints handed to a launched target.
+    #[arg(long, value_enum, default_value = "unix")]
+    pub sockets: SocketKind,
+    /// Count skipped checks as failures.
+    #[arg(long)]
+    pub strict: bool,
+    /// List the checks for the contract and role, then exit.
+    #[arg(long)]
+    pub list: bool,
+}
+
+/// Why the suite could not run (checks that fail are in the report instead).
+#[derive(Debug, thiserror::Error)]
+pub enum ConformanceError {
+    /// Bad usage: unknown contract, role or check id, bad endpoint, bad number.
+    #[error("{0}")]
+    Usage(String),
+    /// Something outside the checks broke (the JUnit file could not be written).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Options every check sees.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    /// Longest single wait.
+    pub deadline: Duration,
+    /// Longest whole check.
+    pub check_deadline: Duration,
+    /// Long-task length.
+    pub task_seconds: u64,
+}
+
+/// The suite for `contract` played as `role`, in order.
+pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError> {
+    match contract {
+        "kernel" => kernel::checks(role).ok_or_else(|| {
+            ConformanceError::Usage(format!(
+                "--play {role:?}: the kernel suite plays shell or core"
+            ))
+        }),
+        other => Err(ConformanceError::Usage(format!(
+            "no conformance suite for contract {other:?} yet (available: kernel)"
+        ))),
+    }
+}
+
+fn positive(secs: f64, what: &str) -> Result<Duration, ConformanceError> {
+    if secs.is_finite() && secs > 0.0 && secs < 86_400.0 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(ConformanceError::Usage(format!(
+            "{what} must be a positive number of seconds"
+        )))
+    }
+}
+
+/// Run the suite the arguments name and return its report (printed as it goes).
+pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
+    let contract = contract::resolve(&args.contract)
+        .map_err(|e| ConformanceError::Usage(format!("--contract: {e}")))?;
+    let name = contract.name.clone();
+    let checks = suite(&name, &args.play)?;
+    for id in &args.only {
+        if !checks.iter().any(|c| c.id == id) {
+            return Err(ConformanceError::Usage(format!(
+                "--only {id:?}: no such check (see --list)"
+            )));
+        }
+    }
+    let checks: Vec<Check> = checks
+        .into_iter()
+        .filter(|c| args.only.is_empty() || args.only.iter().any(|o| o == c.id))
+        .collect();
+    if args.list {
+        for c in &checks {
+            let applies = match c.body {
+                Ok(_) => String::new(),
+                Err(why) => format!("  (not applicable: {why})"),
+            };
+            println!("{}  {}  [{}]{applies}", c.id, c.title, c.seed);
+        }
+        return Ok(Report::new(&name, &args.play, &args.target));
+    }
+    if args.task_seconds == 0 || args.task_seconds > 3600 {
+        return Err(ConformanceError::Usage(
+            "--task-seconds must be between 1 and 3600".into(),
+        ));
+    }
+    let deadline = positive(args.deadline, "--deadline")?;
+    let check_deadline = match args.check_deadline {
+        Some(s) => positive(s, "--check-deadline")?,
+        None => Duration::from_secs(60 + 2 * args.task_seconds),
+    };
+    let other = contract
+        .parties
+        .keys()
+        .find(|p| **p != args.play)
+        .cloned()
+        .ok_or_else(|| ConformanceError::Usage("the contract has one party".into()))?;
+    let wire = Arc::new(
+        Wire::new(Arc::new(contract)).map_err(|e| ConformanceError::Usage(e.to_string()))?,
+    );
+    let target = Target::from_args(
+        &wire,
+        &args.play,
+        &args.target,
+        args.target_data.as_deref(),
+        args.sockets,
+    )
+    .await
+    .map_err(ConformanceError::Usage)?;
+    let target = Arc::new(target);
+    let opts = Opts {
+        deadline,
+        check_deadline,
+        task_seconds: args.task_seconds,
+    };
+    let mut report = Report::new(&name, &args.play, &args.target);
+    report.strict = args.strict;
+    eprintln!(
+        "contract-proxy: conformance {name}: playing {} against {} at {} ({} checks)",
+        args.play,
+        other,
+        args.target,
+        checks.len()
+    );
+    for c in &checks {
+        let start = Instant::now();
+        let outcome = match c.body {
+            Err(why) => Outcome::Skip(format!("not applicable to the {}: {why}", args.play)),
+            Ok(body) => {
+                let mut cx = Ctx::new(
+                    wire.clone(),
+                    &args.play,
+                    &other,
+                    opts.clone(),
+                    target.clone(),
+                );
+                let ran = tokio::time::timeout(opts.check_deadline, body(&mut cx)).await;
+                cx.finish().await;
+                let mut outcome = match ran {
+                    Ok(Ok(Verdict::Pass(d))) => Outcome::Pass(d),
+                    Ok(Ok(Verdict::Skip(d))) => Outcome::Skip(d),
+                    Ok(Err(f)) => Outcome::Fail(f),
+                    Err(_) => Outcome::Fail(Failure::new(format!(
+                        "the check did not finish within {:?} (--check-deadline)",
+                        opts.check_deadline
+                    ))),
+                };
+                if let Outcome::Fail(f) = &mut outcome {
+                    f.notes.append(&mut cx.notes);
+                }
+                outcome
+            }
+        };
+        let r = CheckResult {
+            id: c.id.to_string(),
+            title: c.title.to_string(),
+            seed: c.seed.to_string(),
+            outcome,
+            elapsed: start.elapsed(),
+        };
+        println!("{r}");
+        report.results.push(r);
+    }
+    println!("{}", report.summary());
+    if let Some(path) = &args.junit {
+        report
+            .write_junit(path)
+            .map_err(|e| ConformanceError::Failed(format!("--junit {}: {e}", path.display())))?;
+    }
+    Ok(report)
+}

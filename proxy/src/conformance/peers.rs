@@ -1,0 +1,1127 @@
+//! Rust reference peers of the kernel contract, for testing the conformance
+//! suite against real processes: `contract-proxy peer kernel-core` (dials the
+//! shell's control and data endpoints, K-1) and `contract-proxy peer
+//! kernel-shell` (listens on both and takes one core session after another, as
+//! a shell that restarts its core would). Hidden from `--help`.
+//!
+//! They speak the contract through the wire layer (`contract::wire::Wire`
+//! validates what they send and receive), keep control and data on separate
+//! writer tasks (a blocked data write never holds up a control message,
+//! 4.0-D07), run the §13 heartbeat, and understand the suite's
+//! `conformance:*` commands (docs/conformance.md). Each takes one `--break`:
+//! the core's `credit` ignores the credit after the first grant; the shell's
+//! `trace-id` sends the third request of its script without `trace_id`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use contract::io::JsonCodec;
+use contract::model::{ActionKind, Kind};
+use contract::wire::framing::BinaryCodec;
+use contract::wire::{BinaryFrame, ChannelCodec, Correlator, Message, ViolationClass, Wire};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::ReadHalf;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::conn::{BoxIo, Conn};
+use crate::endpoint::{Endpoint, Incoming, Listener, Options};
+
+/// §13: silence before a ping, and pings missed before the peer is dead.
+const SILENCE: Duration = Duration::from_secs(5);
+const MISSED_DEAD: u32 = 3;
+/// How long a connect or accept of the data channel may take.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// Control messages queued for the writer; a full queue is reported, never silent.
+const OUT_QUEUE: usize = 4096;
+/// Data frames queued for the writer (small: credit, not the queue, bounds what is in flight).
+const DATA_QUEUE: usize = 8;
+/// Payload bytes per audio frame.
+const AUDIO_FRAME: usize = 1024;
+/// Bytes per second of 16 kHz mono pcm_s16le.
+const PCM_RATE: u64 = 32_000;
+
+/// `contract-proxy peer` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PeerArgs {
+    /// Which peer.
+    #[command(subcommand)]
+    pub which: PeerCmd,
+}
+
+/// The reference peers.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum PeerCmd {
+    /// A kernel core: dials the shell's control and data endpoints.
+    KernelCore(CoreArgs),
+    /// A kernel shell: listens on control and data and takes core sessions one after another.
+    KernelShell(ShellArgs),
+}
+
+/// `peer kernel-core` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CoreArgs {
+    /// The shell's control endpoint (unix:PATH, tcp:HOST:PORT).
+    #[arg(long)]
+    pub control: String,
+    /// The shell's data endpoint.
+    #[arg(long)]
+    pub data: String,
+    /// Permission ttl in seconds put in permission.request.
+    #[arg(long, default_value_t = 60)]
+    pub ttl: u64,
+    /// Break one rule on purpose.
+    #[arg(long = "break", value_enum)]
+    pub break_rule: Option<CoreBreak>,
+}
+
+/// Rules the core can break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CoreBreak {
+    /// After the first stream.credit, send all audio regardless of credit.
+    Credit,
+}
+
+/// `peer kernel-shell` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShellArgs {
+    /// Control endpoint to listen on.
+    #[arg(long)]
+    pub control: String,
+    /// Data endpoint to listen on.
+    #[arg(long)]
+    pub data: String,
+    /// Protocol versions to offer, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub versions: Vec<u64>,
+    /// Exit after this many core sessions (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub sessions: u64,
+    /// Seconds to wait for a core to connect before giving up.
+    #[arg(long, default_value_t = 120)]
+    pub accept_timeout: u64,
+    /// Break one rule on purpose.
+    #[arg(long = "break", value_enum)]
+    pub break_rule: Option<ShellBreak>,
+}
+
+/// Rules the shell can break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShellBreak {
+    /// The third request of the script goes out without trace_id.
+    TraceId,
+}
+
+/// Why a peer stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// Bad arguments (endpoint).
+    #[error("{0}")]
+    Usage(String),
+    /// A transport or protocol failure.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Run a peer; its exit code.
+pub async fn run(args: PeerArgs) -> Result<i32, PeerError> {
+    let wire = kernel_wire()?;
+    match args.which {
+        PeerCmd::KernelCore(a) => core(wire, a).await,
+        PeerCmd::KernelShell(a) => shell(wire, a).await,
+    }
+}
+
+fn kernel_wire() -> Result<Arc<Wire>, PeerError> {
+    let c = contract::resolve("kernel").map_err(|e| PeerError::Failed(e.to_string()))?;
+    Wire::new(Arc::new(c))
+        .map(Arc::new)
+        .map_err(|e| PeerError::Failed(e.to_string()))
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as f64 / 1000.0)
+        .unwrap_or(0.0)
+}
+
+fn stream_of(c: Conn) -> Result<BoxIo, PeerError> {
+    match c {
+        Conn::Stream(io) => Ok(io),
+        Conn::Messages(_) => Err(PeerError::Usage(
+            "the reference peers speak over byte streams (unix:, tcp:, quic://)".into(),
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The link: framed halves and writer tasks.
+
+/// The sending side shared by a peer's tasks: message ids, the version, the queues.
+#[derive(Clone)]
+struct Out {
+    me: &'static str,
+    prefix: &'static str,
+    wire: Arc<Wire>,
+    ids: Arc<AtomicU64>,
+    v: Arc<AtomicU64>,
+    tx: mpsc::Sender<Bytes>,
+    data: Option<mpsc::Sender<BinaryFrame>>,
+}
+
+impl Out {
+    fn id(&self) -> String {
+        format!(
+            "{}-{:04}",
+            self.prefix,
+            self.ids.fetch_add(1, Ordering::Relaxed) + 1
+        )
+    }
+
+    fn msg(&self, kind: &str, method: Option<&str>, trace: &str, payload: Value) -> Value {
+        let mut m = json!({"v": self.v.load(Ordering::Relaxed), "type": kind, "id": self.id(), "timestamp": now_secs(), "trace_id": trace, "payload": payload});
+        if let (Some(method), Some(o)) = (method, m.as_object_mut()) {
+            o.insert("method".into(), json!(method));
+        }
+        m
+    }
+
+    fn push(&self, m: &Value, check: bool) {
+        let Ok(bytes) = serde_json::to_vec(m) else {
+            return;
+        };
+        if check && let Err(v) = self.wire.decode("control", self.me, &bytes, None) {
+            eprintln!(
+                "{}: not sending a message the contract rejects ({}): {}",
+                self.me,
+                v.class.name(),
+                v.reason
+            );
+            return;
+        }
+        if let Err(e) = self.tx.try_send(Bytes::from(bytes)) {
+            eprintln!("{}: control queue: {e}; a message was not sent", self.me);
+        }
+    }
+
+    fn send(&self, m: &Value) {
+        self.push(m, true);
+    }
+
+    fn event(&self, method: &str, trace: &str, payload: Value, stream: Option<u64>) {
+        let mut m = self.msg("event", Some(method), trace, payload);
+        if let (Some(s), Some(o)) = (stream, m.as_object_mut()) {
+            o.insert("stream_id".into(), json!(s));
+        }
+        self.send(&m);
+    }
+
+    fn request(&self, method: &str, trace: &str, payload: Value) -> Value {
+        let m = self.msg("request", Some(method), trace, payload);
+        self.send(&m);
+        m
+    }
+
+    fn reply(&self, to: &Value, payload: Value) {
+        let t = to
+            .get("trace_id")
+            .and_then(Value::as_str)
+            .unwrap_or("t-none")
+            .to_string();
+        let mut m = self.msg("response", None, &t, payload);
+        if let (Some(id), Some(o)) = (to.get("id"), m.as_object_mut()) {
+            o.insert("correlation_id".into(), id.clone());
+        }
+        self.push(&m, false);
+    }
+
+    fn error(
+        &self,
+        to: Option<&Value>,
+        trace: Option<&str>,
+        code: &str,
+        retryable: bool,
+        message: &str,
+        details: Value,
+    ) {
+        let trace = trace
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("t-{}", self.id()));
+        let category = self
+            .wire
+            .contract()
+            .errors
+            .iter()
+            .find(|e| e.code == code)
+            .map(|e| e.category.clone())
+            .unwrap_or_else(|| "protocol".into());
+        let mut body =
+            json!({"code": code, "category": category, "retryable": retryable, "message": message});
+        if details.is_object()
+            && let Some(o) = body.as_object_mut()
+        {
+            o.insert("details".into(), details);
+        }
+        let mut m = self.msg("error", None, &trace, body);
+        if let (Some(id), Some(o)) = (to, m.as_object_mut()) {
+            o.insert("correlation_id".into(), id.clone());
+        }
+        self.send(&m);
+    }
+}
+
+struct Link {
+    out: Out,
+    control: FramedRead<ReadHalf<BoxIo>, JsonCodec>,
+    data: Option<FramedRead<ReadHalf<BoxIo>, BinaryCodec>>,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Link {
+    fn new(
+        wire: &Arc<Wire>,
+        me: &'static str,
+        control: BoxIo,
+        data: Option<BoxIo>,
+    ) -> Result<Self, PeerError> {
+        let codec = JsonCodec::for_channel(wire, "control")
+            .map_err(|e| PeerError::Failed(e.to_string()))?;
+        let dcodec = match wire.codec("data") {
+            Ok(ChannelCodec::Binary(c)) => c,
+            _ => {
+                return Err(PeerError::Failed(
+                    "the kernel data channel is not binary".into(),
+                ));
+            }
+        };
+        let (r, w) = tokio::io::split(control);
+        let (tx, mut rx) = mpsc::channel::<Bytes>(OUT_QUEUE);
+        let mut fw = FramedWrite::new(w, codec.clone());
+        let mut writers = vec![tokio::spawn(async move {
+            while let Some(b) = rx.recv().await {
+                if fw.send(b).await.is_err() {
+                    break;
+                }
+            }
+        })];
+        let (data_tx, data_rd) = match data {
+            Some(d) => {
+                let (dr, dw) = tokio::io::split(d);
+                let (dtx, mut drx) = mpsc::channel::<BinaryFrame>(DATA_QUEUE);
+                let mut dfw = FramedWrite::new(dw, dcodec.clone());
+                writers.push(tokio::spawn(async move {
+                    while let Some(f) = drx.recv().await {
+                        if dfw.send(&f).await.is_err() {
+                            break;
+                        }
+                    }
+                }));
+                (Some(dtx), Some(FramedRead::new(dr, dcodec)))
+            }
+            None => (None, None),
+        };
+        Ok(Link {
+            out: Out {
+                me,
+                prefix: if me == "core" { "c" } else { "s" },
+                wire: wire.clone(),
+                ids: Arc::new(AtomicU64::new(0)),
+                v: Arc::new(AtomicU64::new(1)),
+                tx,
+                data: data_tx,
+            },
+            control: FramedRead::new(r, codec),
+            data: data_rd,
+            writers,
+        })
+    }
+
+    fn abort(&self) {
+        for w in &self.writers {
+            w.abort();
+        }
+    }
+}
+
+/// The §13 silence counter: any message resets it; pings after 5 s, dead after 3 misses.
+struct Liveness {
+    last_rx: Instant,
+    pings: u32,
+}
+
+enum Beat {
+    Nothing,
+    Ping,
+    Dead,
+}
+
+impl Liveness {
+    fn new() -> Self {
+        Liveness {
+            last_rx: Instant::now(),
+            pings: 0,
+        }
+    }
+
+    fn heard(&mut self) {
+        self.last_rx = Instant::now();
+        self.pings = 0;
+    }
+
+    fn tick(&mut self) -> Beat {
+        let silent = self.last_rx.elapsed();
+        if silent >= SILENCE * (MISSED_DEAD + 1) && self.pings >= MISSED_DEAD {
+            return Beat::Dead;
+        }
+        if self.pings < MISSED_DEAD && silent >= SILENCE * (self.pings + 1) {
+            self.pings += 1;
+            return Beat::Ping;
+        }
+        Beat::Nothing
+    }
+}
+
+/// A stream's credit, shared between the reader (grants) and the sender task.
+struct Credit {
+    avail: Mutex<u64>,
+    granted_once: std::sync::atomic::AtomicBool,
+    closed: std::sync::atomic::AtomicBool,
+    notify: Notify,
+}
+
+impl Credit {
+    fn new() -> Arc<Self> {
+        Arc::new(Credit {
+            avail: Mutex::new(0),
+            granted_once: std::sync::atomic::AtomicBool::new(false),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            notify: Notify::new(),
+        })
+    }
+
+    fn add(&self, n: u64) {
+        let mut a = self.avail.lock().unwrap_or_else(PoisonError::into_inner);
+        *a = a.saturating_add(n);
+        self.granted_once.store(true, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+
+    /// Take up to `want` bytes of credit, waiting for some (at most `wait`); 0 when none came.
+    async fn take(&self, want: u64, wait: Duration, ignore_credit: bool) -> u64 {
+        let until = Instant::now() + wait;
+        loop {
+            if self.closed.load(Ordering::Relaxed) {
+                return 0;
+            }
+            if ignore_credit && self.granted_once.load(Ordering::Relaxed) {
+                return want;
+            }
+            {
+                let mut a = self.avail.lock().unwrap_or_else(PoisonError::into_inner);
+                if *a > 0 {
+                    let n = want.min(*a);
+                    *a -= n;
+                    return n;
+                }
+            }
+            if tokio::time::timeout_at(until.into(), self.notify.notified())
+                .await
+                .is_err()
+            {
+                return 0;
+            }
+        }
+    }
+}
+
+/// Send `total` bytes of a 440 Hz tone on `stream`, within credit (unless `ignore_credit`).
+async fn send_pcm(
+    out: Out,
+    stream: u64,
+    total: u64,
+    credit: Arc<Credit>,
+    ignore_credit: bool,
+    trace: String,
+    close_after: bool,
+) {
+    let Some(data) = out.data.clone() else { return };
+    let mut sent = 0u64;
+    let mut seq = 0u64;
+    while sent < total {
+        let want = (total - sent).min(AUDIO_FRAME as u64);
+        let n = credit
+            .take(want, Duration::from_secs(60), ignore_credit)
+            .await;
+        if n == 0 {
+            break;
+        }
+        let payload: Vec<u8> = (0..n)
+            .map(|i| (((sent + i) as f64 * 0.0863).sin() * 100.0) as i8 as u8)
+            .collect();
+        if data
+            .send(BinaryFrame {
+                fields: vec![stream, seq],
+                payload: Bytes::from(payload),
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+        seq += 1;
+        sent += n;
+    }
+    if close_after && !credit.closed.load(Ordering::Relaxed) {
+        out.event("stream.close", &trace, json!({}), Some(stream));
+    }
+}
+
+fn decode(
+    wire: &Wire,
+    from: &str,
+    bytes: &[u8],
+    pending: &Correlator,
+    me: &str,
+) -> Result<Message, Box<contract::wire::Violation>> {
+    wire.decode_with("control", from, bytes, &|id| pending.peek(me, id))
+        .map_err(Box::new)
+}
+
+fn track(pending: &mut Correlator, m: &Message, sender: &str, other: &str) {
+    match m.kind {
+        Kind::Request => {
+            if let (Some(id), Some(method)) = (&m.id, &m.method) {
+                let _ = pending.open(sender, id, method);
+            }
+        }
+        Kind::Response | Kind::Error => {
+            if let Some(id) = &m.correlation {
+                let _ = pending.close(other, id);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Answer a message the contract rejects as K-15 says: requests get the violation's code,
+/// events are ignored. `not_ready` answers everything but hello before the handshake.
+fn answer_violation(out: &Out, v: &contract::wire::Violation, raw: &[u8], not_ready: bool) {
+    let partial = v
+        .partial
+        .as_ref()
+        .map(|p| p.value.clone())
+        .or_else(|| serde_json::from_slice::<Value>(raw).ok())
+        .unwrap_or(Value::Null);
+    let id = partial.get("id").cloned();
+    let trace = partial.get("trace_id").and_then(Value::as_str);
+    let is_event = partial.get("type").and_then(Value::as_str) == Some("event");
+    let method = partial.get("method").and_then(Value::as_str).unwrap_or("");
+    if not_ready
+        && method != "hello"
+        && !matches!(v.class, ViolationClass::Parse | ViolationClass::Invalid)
+    {
+        out.error(
+            id.as_ref(),
+            trace,
+            "protocol.not_ready",
+            true,
+            "Рукопожатие ещё не выполнено.",
+            json!({"method": method}),
+        );
+        return;
+    }
+    if is_event
+        && matches!(
+            v.class,
+            ViolationClass::InvalidParams
+                | ViolationClass::WrongDirection
+                | ViolationClass::UnknownNotification
+        )
+    {
+        return;
+    }
+    if v.action != Some(ActionKind::ReplyError) {
+        return;
+    }
+    let code = v
+        .code
+        .as_ref()
+        .and_then(Value::as_str)
+        .unwrap_or("protocol.invalid_envelope");
+    let details = if v.details.is_object() {
+        v.details.clone()
+    } else {
+        json!({})
+    };
+    out.error(
+        id.as_ref(),
+        trace,
+        code,
+        code == "protocol.not_ready",
+        &v.reason,
+        details,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The core.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskState {
+    Running,
+    Cancelling,
+    Done,
+    Cancelled,
+}
+
+struct Ask {
+    request_id: String,
+    command: Value,
+    fingerprint: String,
+}
+
+/// A confirmation the core issued to itself after a yes (§11): never on the wire.
+struct Confirmation {
+    fingerprint: String,
+    expires: Instant,
+    used: bool,
+}
+
+enum Internal {
+    AskExpired(String),
+}
+
+async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
+    let parse = |s: &str| {
+        s.parse::<Endpoint>()
+            .map_err(|e| PeerError::Usage(e.to_string()))
+    };
+    let (ce, de) = (parse(&a.control)?, parse(&a.data)?);
+    let opts = Options::default();
+    let control = ce
+        .connect(&opts, None)
+        .await
+        .map_err(|e| PeerError::Failed(e.to_string()))?;
+    let data = de
+        .connect(&opts, None)
+        .await
+        .map_err(|e| PeerError::Failed(e.to_string()))?;
+    let mut link = Link::new(
+        &wire,
+        "core",
+        stream_of(control.conn)?,
+        Some(stream_of(data.conn)?),
+    )?;
+    let out = link.out.clone();
+    let ignore_credit = a.break_rule == Some(CoreBreak::Credit);
+    let mut pending = Correlator::new(contract::io::DEFAULT_PENDING);
+    let mut ready = false;
+    let mut shell_caps: Vec<String> = Vec::new();
+    let mut live = Liveness::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let (itx, mut irx) = mpsc::channel::<Internal>(64);
+    let tasks: Arc<Mutex<HashMap<String, TaskState>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut credits: HashMap<u64, Arc<Credit>> = HashMap::new();
+    let mut asks: HashMap<String, Ask> = HashMap::new();
+    let mut confirmations: HashMap<String, Confirmation> = HashMap::new();
+    let mut next_stream = 7u64;
+    let mut next_task = 0u64;
+    let mut next_ask = 0u64;
+    let session = format!(
+        "{:08x}",
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    let code = loop {
+        tokio::select! {
+            f = link.control.next() => {
+                let bytes = match f {
+                    None => break 0,
+                    Some(Err(e)) => { eprintln!("core: control framing: {e}"); break 1; }
+                    Some(Ok(b)) => b,
+                };
+                live.heard();
+                let m = match decode(&wire, "shell", &bytes, &pending, "core") {
+                    Ok(m) => m,
+                    Err(v) => { answer_violation(&out, &v, &bytes, !ready); continue; }
+                };
+                track(&mut pending, &m, "shell", "core");
+                let method = m.method.clone().unwrap_or_default();
+                let trace = m.trace.clone().unwrap_or_else(|| "t-none".into());
+                if !ready {
+                    if m.kind == Kind::Request && method == "hello" {
+                        let offered: Vec<u64> = m.value.pointer("/payload/protocol_versions").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default();
+                        if offered.contains(&1) {
+                            shell_caps = m.value.pointer("/payload/capabilities").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+                            out.reply(&m.value, json!({"protocol_versions": [1], "protocol_version": 1, "core_version": "4.0.0-rust", "capabilities": ["stt", "tts", "reminders", "llm", "plugins"], "session_id": session}));
+                            ready = true;
+                        } else {
+                            out.error(m.id.as_ref(), Some(&trace), "protocol.incompatible", false, &format!("Оболочка поддерживает версии протокола {offered:?}, ядро — только версию 1. Обновите оболочку или ядро."), json!({"shell_versions": offered, "core_versions": [1]}));
+                        }
+                    } else if m.kind != Kind::Response && m.kind != Kind::Error {
+                        out.error(m.id.as_ref(), Some(&trace), "protocol.not_ready", true, "Рукопожатие ещё не выполнено.", json!({"method": method}));
+                    }
+                    continue;
+                }
+                if m.value.get("v").and_then(Value::as_u64) != Some(1) {
+                    out.error(m.id.as_ref(), Some(&trace), "protocol.invalid_envelope", false, "v is not the negotiated version", json!({"fields": ["v"]}));
+                    continue;
+                }
+                match (m.kind, method.as_str()) {
+                    (Kind::Request, "hello") => out.error(m.id.as_ref(), Some(&trace), "protocol.unknown_method", false, "the handshake is done", json!({"method": "hello"})),
+                    (Kind::Request, "command.handle") => {
+                        let text = m.value.pointer("/payload/text").and_then(Value::as_str).unwrap_or("").to_string();
+                        let mut words = text.split_whitespace();
+                        let verb = words.next().unwrap_or("");
+                        let n: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(1).clamp(1, 3600);
+                        match verb {
+                            "conformance:speak" => {
+                                out.reply(&m.value, json!({"text": "Говорю."}));
+                                if shell_caps.iter().any(|c| c == "audio.output") {
+                                    let s = next_stream; next_stream += 1;
+                                    out.event("stream.open", &trace, json!({"kind": "audio.output", "stream_id": s, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None);
+                                    let c = Credit::new();
+                                    credits.insert(s, c.clone());
+                                    tokio::spawn(send_pcm(out.clone(), s, n * PCM_RATE, c, ignore_credit, trace.clone(), true));
+                                }
+                            }
+                            "conformance:stream" => {
+                                let s = next_stream; next_stream += 1;
+                                out.reply(&m.value, json!({"stream_id": s}));
+                                for piece in ["Столица Австралии — ", "Канберра", "."] {
+                                    out.event("stream.chunk", &trace, json!({"text": piece}), Some(s));
+                                }
+                                out.event("stream.end", &trace, json!({"reason": "done"}), Some(s));
+                            }
+                            "conformance:task" => {
+                                next_task += 1;
+                                let id = format!("task-{next_task}");
+                                out.reply(&m.value, json!({"task_id": id}));
+                                tasks.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), TaskState::Running);
+                                tokio::spawn(run_task(out.clone(), tasks.clone(), id, n, trace.clone()));
+                            }
+                            "conformance:power-off" => {
+                                let fingerprint = "power_action:shutdown".to_string();
+                                if !shell_caps.iter().any(|c| c == "permissions") {
+                                    // Nobody can confirm: the tool refuses without a confirmation.
+                                    if let Err((code, msg)) = power_action(&mut confirmations, &fingerprint, None) {
+                                        out.error(m.id.as_ref(), Some(&trace), code, false, msg, json!({"tool": "power_action"}));
+                                    }
+                                    continue;
+                                }
+                                next_ask += 1;
+                                let request_id = format!("ask-{next_ask:04}");
+                                let req = out.request("permission.request", &trace, json!({"request_id": request_id, "permission": "system.power", "action": "shutdown", "reason": "Пользователь сказал «выключи компьютер»", "preview": "Компьютер будет выключен немедленно.", "ttl": a.ttl}));
+                                if let (Some(id), Some(method)) = (req.get("id"), req.get("method").and_then(Value::as_str)) {
+                                    let _ = pending.open("core", id, method);
+                                }
+                                let env_id = req.get("id").and_then(Value::as_str).unwrap_or("").to_string();
+                                asks.insert(env_id.clone(), Ask { request_id, command: m.value.clone(), fingerprint });
+                                let itx = itx.clone();
+                                let ttl = Duration::from_secs(a.ttl);
+                                tokio::spawn(async move {
+                                    tokio::time::sleep(ttl).await;
+                                    let _ = itx.send(Internal::AskExpired(env_id)).await;
+                                });
+                            }
+                            _ => out.reply(&m.value, json!({"text": format!("Вы сказали: {text}")})),
+                        }
+                    }
+                    (Kind::Request, "task.cancel") => {
+                        let id = m.value.pointer("/payload/task_id").and_then(Value::as_str).unwrap_or("");
+                        let mut t = tasks.lock().unwrap_or_else(PoisonError::into_inner);
+                        // The receipt is queued before the runner can see Cancelling: receipt first (§9).
+                        match t.get(id).copied() {
+                            Some(TaskState::Running) => {
+                                out.reply(&m.value, json!({"accepted": true, "status": "running"}));
+                                t.insert(id.to_string(), TaskState::Cancelling);
+                            }
+                            Some(TaskState::Done) => out.reply(&m.value, json!({"accepted": false, "status": "done"})),
+                            Some(TaskState::Cancelled | TaskState::Cancelling) => out.reply(&m.value, json!({"accepted": false, "status": "cancelled"})),
+                            None => out.reply(&m.value, json!({"accepted": false, "status": "unknown"})),
+                        }
+                    }
+                    (Kind::Request, "settings.describe") => out.reply(&m.value, json!({"settings": {"voice.enabled": true}})),
+                    (Kind::Request, _) => out.error(m.id.as_ref(), Some(&trace), "protocol.unknown_method", false, "unknown method", json!({"method": method})),
+                    (Kind::Response | Kind::Error, _) => {
+                        let corr = m.correlation.as_ref().and_then(Value::as_str).unwrap_or("").to_string();
+                        let Some(ask) = asks.remove(&corr) else { continue };
+                        let ct = ask.command.get("trace_id").and_then(Value::as_str).map(str::to_string);
+                        let granted = m.kind == Kind::Response
+                            && m.value.pointer("/payload/granted") == Some(&json!(true))
+                            && m.value.pointer("/payload/request_id").and_then(Value::as_str) == Some(ask.request_id.as_str());
+                        if !granted {
+                            out.error(ask.command.get("id"), ct.as_deref(), "permission.denied", false, "Пользователь не разрешил выключение.", json!({"permission": "system.power"}));
+                            continue;
+                        }
+                        // Yes: the core issues itself a single-use confirmation and calls the tool with it.
+                        let cid = format!("conf-{}", out.id());
+                        confirmations.insert(cid.clone(), Confirmation { fingerprint: ask.fingerprint.clone(), expires: Instant::now() + Duration::from_secs(a.ttl), used: false });
+                        match power_action(&mut confirmations, &ask.fingerprint, Some(&cid)) {
+                            Ok(()) => out.reply(&ask.command, json!({"text": "Выключаю компьютер."})),
+                            Err((code, msg)) => out.error(ask.command.get("id"), ct.as_deref(), code, false, msg, json!({"tool": "power_action"})),
+                        }
+                    }
+                    (Kind::Event, "ping") => {
+                        let mut pong = out.msg("event", Some("pong"), &trace, json!({}));
+                        if let (Some(id), Some(o)) = (&m.id, pong.as_object_mut()) { o.insert("correlation_id".into(), id.clone()); }
+                        out.send(&pong);
+                    }
+                    (Kind::Event, "stream.credit") => {
+                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
+                        let b = m.value.pointer("/payload/bytes").and_then(Value::as_u64).unwrap_or(0);
+                        if let Some(c) = credits.get(&s) { c.add(b); }
+                    }
+                    (Kind::Event, "stream.close") => {
+                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
+                        if let Some(c) = credits.remove(&s) { c.close(); }
+                    }
+                    _ => {}
+                }
+            }
+            d = async { match link.data.as_mut() { Some(d) => d.next().await, None => std::future::pending().await } } => {
+                match d {
+                    None | Some(Err(_)) => { link.data = None; }
+                    Some(Ok(f)) => {
+                        // Microphone audio: "processed" at once, so its credit is given back (K-10).
+                        let s = f.fields.first().copied().unwrap_or(0);
+                        out.event("stream.credit", "t-mic", json!({"bytes": f.payload.len().max(1)}), Some(s));
+                    }
+                }
+            }
+            Some(Internal::AskExpired(env_id)) = irx.recv() => {
+                if let Some(ask) = asks.remove(&env_id) {
+                    let ct = ask.command.get("trace_id").and_then(Value::as_str).map(str::to_string);
+                    out.error(ask.command.get("id"), ct.as_deref(), "permission.expired", false, "Время на ответ истекло: выключение отменено.", json!({"permission": "system.power"}));
+                }
+            }
+            _ = tick.tick() => {
+                if !ready { continue; }
+                match live.tick() {
+                    Beat::Nothing => {}
+                    Beat::Ping => out.event("ping", &format!("t-ping-{}", out.id()), json!({}), None),
+                    Beat::Dead => { eprintln!("core: the shell missed {MISSED_DEAD} pings: it is dead, exiting"); break 1; }
+                }
+            }
+        }
+    };
+    for c in credits.values() {
+        c.close();
+    }
+    link.abort();
+    Ok(code)
+}
+
+/// The dangerous tool: runs only with a valid, unexpired, unused confirmation for these arguments.
+fn power_action(
+    confirmations: &mut HashMap<String, Confirmation>,
+    fingerprint: &str,
+    id: Option<&str>,
+) -> Result<(), (&'static str, &'static str)> {
+    let Some(id) = id else {
+        return Err((
+            "confirmation.required",
+            "Для выключения компьютера нужно подтверждение.",
+        ));
+    };
+    let Some(c) = confirmations.get_mut(id) else {
+        return Err(("confirmation.required", "Подтверждение не найдено."));
+    };
+    if c.fingerprint != fingerprint {
+        return Err((
+            "confirmation.required",
+            "Подтверждение выдано для другого вызова.",
+        ));
+    }
+    if c.used || Instant::now() > c.expires {
+        return Err((
+            "confirmation.expired",
+            "Подтверждение истекло или уже использовано.",
+        ));
+    }
+    c.used = true;
+    Ok(())
+}
+
+async fn run_task(
+    out: Out,
+    tasks: Arc<Mutex<HashMap<String, TaskState>>>,
+    id: String,
+    secs: u64,
+    trace: String,
+) {
+    let start = Instant::now();
+    let total = Duration::from_secs(secs);
+    let mut partial_sent = false;
+    let mut next_progress = Instant::now();
+    loop {
+        {
+            let mut t = tasks.lock().unwrap_or_else(PoisonError::into_inner);
+            match t.get(&id).copied() {
+                Some(TaskState::Cancelling) => {
+                    out.event("task.cancelled", &trace, json!({"task_id": id}), None);
+                    t.insert(id.clone(), TaskState::Cancelled);
+                    return;
+                }
+                Some(TaskState::Running) => {}
+                _ => return,
+            }
+            if start.elapsed() >= total {
+                out.event(
+                    "task.done",
+                    &trace,
+                    json!({"task_id": id, "result": "Готово."}),
+                    None,
+                );
+                t.insert(id.clone(), TaskState::Done);
+                return;
+            }
+            if Instant::now() >= next_progress {
+                let fraction = (start.elapsed().as_secs_f64() / secs as f64).min(1.0);
+                out.event(
+                    "task.progress",
+                    &trace,
+                    json!({"task_id": id, "fraction": fraction, "message": "Работаю"}),
+                    None,
+                );
+                next_progress = Instant::now() + Duration::from_millis(500);
+            }
+            if !partial_sent && start.elapsed() * 2 >= total.min(Duration::from_secs(1)) {
+                out.event(
+                    "task.partial",
+                    &trace,
+                    json!({"task_id": id, "data": {"half": true}}),
+                    None,
+                );
+                partial_sent = true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shell.
+
+async fn accept(l: &Listener, wait: Duration) -> Result<Option<BoxIo>, PeerError> {
+    match tokio::time::timeout(wait, l.accept()).await {
+        Err(_) => Ok(None),
+        Ok(Err(e)) => Err(PeerError::Failed(format!("accept: {e}"))),
+        Ok(Ok(Incoming::Conn { conn, .. })) => stream_of(conn).map(Some),
+        Ok(Ok(_)) => Err(PeerError::Usage(
+            "the reference shell listens on byte-stream endpoints only".into(),
+        )),
+    }
+}
+
+async fn shell(wire: Arc<Wire>, a: ShellArgs) -> Result<i32, PeerError> {
+    let parse = |s: &str| {
+        s.parse::<Endpoint>()
+            .map_err(|e| PeerError::Usage(e.to_string()))
+    };
+    let opts = Options::default();
+    let lc = parse(&a.control)?
+        .listen(&opts)
+        .await
+        .map_err(|e| PeerError::Usage(e.to_string()))?;
+    let ld = parse(&a.data)?
+        .listen(&opts)
+        .await
+        .map_err(|e| PeerError::Usage(e.to_string()))?;
+    eprintln!("shell: listening on {} and {}", lc.local(), ld.local());
+    let mut sessions = 0u64;
+    loop {
+        let Some(control) = accept(&lc, Duration::from_secs(a.accept_timeout)).await? else {
+            eprintln!("shell: no core connected within {} s", a.accept_timeout);
+            return Ok(if sessions > 0 { 0 } else { 1 });
+        };
+        let data = accept(&ld, CONNECT_WAIT).await?;
+        if data.is_none() {
+            eprintln!("shell: the core connected no data channel within {CONNECT_WAIT:?}");
+        }
+        sessions += 1;
+        let end = shell_session(&wire, &a, control, data).await;
+        eprintln!("shell: session {sessions} ended: {end}; waiting for the core to restart");
+        if a.sessions != 0 && sessions >= a.sessions {
+            return Ok(0);
+        }
+    }
+}
+
+async fn shell_session(
+    wire: &Arc<Wire>,
+    a: &ShellArgs,
+    control: BoxIo,
+    data: Option<BoxIo>,
+) -> String {
+    let mut link = match Link::new(wire, "shell", control, data) {
+        Ok(l) => l,
+        Err(e) => return e.to_string(),
+    };
+    let out = link.out.clone();
+    let mut pending = Correlator::new(contract::io::DEFAULT_PENDING);
+    let mut traces = 0u64;
+    let mut trace = || {
+        traces += 1;
+        format!("t-shell-{traces}")
+    };
+    let hello = out.request("hello", &trace(), json!({"protocol_versions": a.versions, "shell_version": "4.0.0-rust", "capabilities": ["audio.input", "audio.output", "permissions", "window.actions"], "locale": "ru"}));
+    if let (Some(id), Some(m)) = (hello.get("id"), hello.get("method").and_then(Value::as_str)) {
+        let _ = pending.open("shell", id, m);
+    }
+    let hello_deadline = Instant::now() + CONNECT_WAIT;
+    let mut ready = false;
+    let mut script: Vec<(&str, Value)> = vec![
+        (
+            "command.handle",
+            json!({"text": "привет", "source": "typed"}),
+        ),
+        ("settings.describe", json!({})),
+        (
+            "command.handle",
+            json!({"text": "который час", "source": "voice"}),
+        ),
+        (
+            "command.handle",
+            json!({"text": "спасибо", "source": "typed"}),
+        ),
+    ];
+    script.reverse();
+    let mut sent_script = 0usize;
+    let mut live = Liveness::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut mic: HashMap<u64, Arc<Credit>> = HashMap::new();
+    let mut playing: HashSet<u64> = HashSet::new();
+    let end = loop {
+        tokio::select! {
+            f = link.control.next() => {
+                let bytes = match f {
+                    None => break "the core closed the control channel".to_string(),
+                    Some(Err(e)) => break format!("control framing: {e}"),
+                    Some(Ok(b)) => b,
+                };
+                live.heard();
+                let m = match decode(wire, "core", &bytes, &pending, "shell") {
+                    Ok(m) => m,
+                    Err(v) => { answer_violation(&out, &v, &bytes, !ready); continue; }
+                };
+                track(&mut pending, &m, "core", "shell");
+                let method = m.method.clone().unwrap_or_default();
+                if !ready {
+                    if m.correlation.as_ref() == hello.get("id") {
+                        match m.kind {
+                            Kind::Response => {
+                                let v = m.value.pointer("/payload/protocol_version").and_then(Value::as_u64).unwrap_or(1);
+                                out.v.store(v, Ordering::Relaxed);
+                                ready = true;
+                            }
+                            _ => {
+                                let text = m.value.pointer("/payload/message").and_then(Value::as_str).unwrap_or("");
+                                eprintln!("shell: the core refused the handshake: {text}");
+                                break "handshake refused".to_string();
+                            }
+                        }
+                    }
+                    continue;
+                }
+                match (m.kind, method.as_str()) {
+                    (Kind::Request, "permission.request") => {
+                        let rid = m.value.pointer("/payload/request_id").cloned().unwrap_or(json!("?"));
+                        out.reply(&m.value, json!({"request_id": rid, "granted": true, "scope": "once"}));
+                    }
+                    (Kind::Request, "programs.index") => out.reply(&m.value, json!({"programs": [{"name": "Telegram", "path": "/usr/bin/telegram-desktop", "aliases": ["телеграм"]}]})),
+                    (Kind::Request, _) => out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.unknown_method", false, "unknown method", json!({"method": method})),
+                    (Kind::Event, "ping") => {
+                        let t = m.trace.clone().unwrap_or_else(&mut trace);
+                        let mut pong = out.msg("event", Some("pong"), &t, json!({}));
+                        if let (Some(id), Some(o)) = (&m.id, pong.as_object_mut()) { o.insert("correlation_id".into(), id.clone()); }
+                        out.send(&pong);
+                    }
+                    (Kind::Event, "stream.open") => {
+                        let s = m.value.pointer("/payload/stream_id").and_then(Value::as_u64).unwrap_or(0);
+                        let t = m.trace.clone().unwrap_or_else(&mut trace);
+                        match m.value.pointer("/payload/kind").and_then(Value::as_str) {
+                            Some("audio.output") => {
+                                playing.insert(s);
+                                out.event("stream.credit", &t, json!({"bytes": 16384}), Some(s));
+                            }
+                            Some("audio.input") => {
+                                let c = Credit::new();
+                                mic.insert(s, c.clone());
+                                tokio::spawn(send_pcm(out.clone(), s, 30 * PCM_RATE, c, false, t, false));
+                            }
+                            _ => {}
+                        }
+                    }
+                    (Kind::Event, "stream.credit") => {
+                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
+                        let b = m.value.pointer("/payload/bytes").and_then(Value::as_u64).unwrap_or(0);
+                        if let Some(c) = mic.get(&s) { c.add(b); }
+                    }
+                    (Kind::Event, "stream.close") => {
+                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
+                        if let Some(c) = mic.remove(&s) { c.close(); }
+                        playing.remove(&s);
+                    }
+                    _ => {}
+                }
+            }
+            d = async { match link.data.as_mut() { Some(d) => d.next().await, None => std::future::pending().await } } => {
+                match d {
+                    None | Some(Err(_)) => { link.data = None; }
+                    Some(Ok(f)) => {
+                        // Played: the bytes are processed, so their credit is granted back (K-10).
+                        let s = f.fields.first().copied().unwrap_or(0);
+                        if playing.contains(&s) && !f.payload.is_empty() {
+                            out.event("stream.credit", "t-play", json!({"bytes": f.payload.len()}), Some(s));
+                        }
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                if !ready {
+                    if Instant::now() > hello_deadline { break "no hello reply within 10 s".to_string(); }
+                    continue;
+                }
+                if let Some((method, payload)) = script.pop() {
+                    sent_script += 1;
+                    let t = trace();
+                    let mut msg = out.msg("request", Some(method), &t, payload);
+                    if sent_script == 3 && a.break_rule == Some(ShellBreak::TraceId) {
+                        if let Some(o) = msg.as_object_mut() { o.remove("trace_id"); }
+                        out.push(&msg, false);
+                    } else {
+                        out.send(&msg);
+                    }
+                    if let (Some(id), Some(o)) = (msg.get("id"), msg.get("method").and_then(Value::as_str)) {
+                        let _ = pending.open("shell", id, o);
+                    }
+                }
+                match live.tick() {
+                    Beat::Nothing => {}
+                    Beat::Ping => out.event("ping", &trace(), json!({}), None),
+                    Beat::Dead => break format!("the core missed {MISSED_DEAD} pings: dead"),
+                }
+            }
+        }
+    };
+    for c in mic.values() {
+        c.close();
+    }
+    // Let queued messages go out, then drop the session (the core sees the channels end).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    link.abort();
+    end
+}

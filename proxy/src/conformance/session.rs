@@ -1,0 +1,970 @@
+//! Sessions with the implementation under test: how the target is reached
+//! ([`Target`]), the per-check context that opens fresh sessions and cleans up
+//! after them ([`Ctx`]), and the suite's own end of a session ([`Peer`]).
+//!
+//! Who listens follows the contract: the party named by the first channel's
+//! `connects` dials, the other party listens (kernel: the core dials both of
+//! the shell's channels, K-1). A launched target (`exec:CMD` with `{control}`
+//! and `{data}` placeholders) is started afresh for every session and handed
+//! fresh endpoints, in a private directory, to listen on or dial.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use contract::io::JsonCodec;
+use contract::model::Kind;
+use contract::wire::framing::BinaryCodec;
+use contract::wire::{BinaryFrame, ChannelCodec, Correlator, Message, Violation, Wire};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::codec::{Decoder, Encoder, Framed};
+
+use super::{Failure, Opts};
+use crate::conn::{BoxIo, BoxMsg, Conn, Msg};
+use crate::endpoint::{Endpoint, Incoming as Accepted, Listener, Options};
+
+#[cfg(unix)]
+use crate::endpoint::process::{ChildProc, spawn_exec};
+
+/// How long a launched child gets to exit after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+/// Pause between dial attempts while a launched implementation is still binding.
+const DIAL_RETRY: Duration = Duration::from_millis(50);
+/// Messages a session keeps for post-hoc checks; more are counted, not kept.
+const LOG_MAX: usize = 10_000;
+
+/// Socket kind for the endpoints handed to a launched target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SocketKind {
+    /// Unix sockets in a private directory.
+    Unix,
+    /// TCP on loopback.
+    Tcp,
+}
+
+/// Where the implementation under test is, as the command line named it.
+pub enum Target {
+    /// `exec:CMD` with `{control}`/`{data}` placeholders: started per session.
+    Launch {
+        /// The command, placeholders unreplaced.
+        argv: Vec<String>,
+        /// Whether the suite listens (the implementation dials in).
+        suite_listens: bool,
+        /// Socket kind of the handed endpoints.
+        sockets: SocketKind,
+    },
+    /// `exec:`/`exec-fd:` without placeholders: the control channel is the child's stdio or fd.
+    Pipe(Endpoint),
+    /// The implementation listens here; the suite dials per session.
+    Dial {
+        /// Control channel endpoint.
+        control: Endpoint,
+        /// Second channel endpoint.
+        data: Option<Endpoint>,
+    },
+    /// The suite listens here; the implementation dials in per session.
+    Accept {
+        /// Control channel listener.
+        control: Arc<Listener>,
+        /// Second channel listener.
+        data: Option<Arc<Listener>>,
+    },
+}
+
+/// The channels a session uses: the first JSON channel, then the binary one if any.
+fn channels(wire: &Wire) -> (String, Option<String>) {
+    let c = wire.contract();
+    let control = c
+        .channels
+        .iter()
+        .find(|(_, ch)| ch.binding.is_some())
+        .or_else(|| c.channels.first())
+        .map(|(n, _)| n.clone())
+        .unwrap_or_default();
+    let data = c
+        .channels
+        .iter()
+        .find(|(n, _)| **n != control)
+        .map(|(n, _)| n.clone());
+    (control, data)
+}
+
+/// Endpoint options for the contract (the QUIC ALPN is `<contract>/<major>`).
+fn endpoint_options(wire: &Wire) -> Options {
+    let c = wire.contract();
+    let major = c.version.split('.').next().unwrap_or("0");
+    Options {
+        alpn: format!("{}/{major}", c.name).into_bytes(),
+        ..Options::default()
+    }
+}
+
+const PLACEHOLDERS: [&str; 2] = ["{control}", "{data}"];
+
+impl Target {
+    /// Resolve `--target`/`--target-data` for a suite playing `play`.
+    pub async fn from_args(
+        wire: &Wire,
+        play: &str,
+        target: &str,
+        target_data: Option<&str>,
+        sockets: SocketKind,
+    ) -> Result<Self, String> {
+        let (control_ch, _) = channels(wire);
+        let connects = wire
+            .contract()
+            .channels
+            .get(&control_ch)
+            .and_then(|c| c.connects.clone());
+        let suite_dials = connects.as_deref().is_none_or(|p| p == play);
+        let parse = |s: &str, flag: &str| -> Result<Endpoint, String> {
+            s.parse::<Endpoint>().map_err(|e| format!("{flag}: {e}"))
+        };
+        let ep = parse(target, "--target")?;
+        let data = target_data.map(|d| parse(d, "--target-data")).transpose()?;
+        match ep {
+            Endpoint::Exec(argv) if argv.iter().any(|a| PLACEHOLDERS.iter().any(|p| a.contains(p))) => {
+                if data.is_some() {
+                    return Err("--target-data goes with a dialed or listened target; a launched target gets {data}".into());
+                }
+                Ok(Target::Launch {
+                    argv,
+                    suite_listens: !suite_dials,
+                    sockets,
+                })
+            }
+            Endpoint::ExecFd { ref argv, .. }
+                if argv.iter().any(|a| PLACEHOLDERS.iter().any(|p| a.contains(p))) =>
+            {
+                Err("placeholders go with exec:CMD; exec-fd:N:CMD carries the control channel on fd N".into())
+            }
+            Endpoint::Exec(_) | Endpoint::ExecFd { .. } => {
+                if data.is_some() {
+                    return Err("--target-data cannot go with a pipe target: use exec:CMD with {control} and {data}".into());
+                }
+                Ok(Target::Pipe(ep))
+            }
+            Endpoint::Stdio | Endpoint::Fd(_) => Err(
+                "--target stdio/fd:N is not supported: the suite needs a fresh session per check".into(),
+            ),
+            _ if suite_dials => Ok(Target::Dial { control: ep, data }),
+            _ => {
+                let opts = endpoint_options(wire);
+                let control = ep.listen(&opts).await.map_err(|e| e.to_string())?;
+                let data = match data {
+                    Some(d) => Some(Arc::new(d.listen(&opts).await.map_err(|e| e.to_string())?)),
+                    None => None,
+                };
+                eprintln!(
+                    "contract-proxy: conformance: waiting for the implementation to dial {}{}",
+                    control.local(),
+                    data.as_ref()
+                        .map(|d| format!(" and {}", d.local()))
+                        .unwrap_or_default()
+                );
+                Ok(Target::Accept {
+                    control: Arc::new(control),
+                    data,
+                })
+            }
+        }
+    }
+}
+
+/// How the current session was reached, to reach the same implementation again.
+enum Link {
+    Dial(Endpoint, Option<Endpoint>),
+    Accept(Arc<Listener>, Option<Arc<Listener>>),
+    Pipe,
+}
+
+/// What one check works with: the contract, the options, fresh sessions.
+pub struct Ctx {
+    /// The compiled contract.
+    pub wire: Arc<Wire>,
+    /// The party the suite plays.
+    pub role: String,
+    /// The party under test.
+    pub other: String,
+    /// Options.
+    pub opts: Opts,
+    target: Arc<Target>,
+    #[cfg(unix)]
+    children: Vec<ChildProc>,
+    dirs: Vec<PathBuf>,
+    last: Option<Link>,
+    /// Context for a failure report (child exits, dropped log entries).
+    pub notes: Vec<String>,
+}
+
+/// A private directory for one session's sockets.
+fn fresh_dir() -> Result<PathBuf, Failure> {
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    for attempt in 0..16u32 {
+        let dir = std::env::temp_dir().join(format!(
+            "contract-conformance-{}-{stamp:x}-{attempt}",
+            std::process::id()
+        ));
+        let mut b = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        match b.create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(Failure::new(format!(
+                    "cannot create a socket directory: {e}"
+                )));
+            }
+        }
+    }
+    Err(Failure::new("cannot create a fresh socket directory"))
+}
+
+/// A loopback port nobody listens on right now (the implementation binds it next).
+async fn free_port() -> Result<u16, Failure> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))
+}
+
+async fn accept_one(l: &Listener, what: &str, wait: Duration) -> Result<Conn, Failure> {
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, l.accept()).await {
+            Err(_) => {
+                return Err(Failure::new(format!(
+                    "the implementation did not connect the {what} channel to {} within {wait:?}",
+                    l.local()
+                )));
+            }
+            Ok(Err(e)) => return Err(Failure::new(format!("accepting the {what} channel: {e}"))),
+            Ok(Ok(Accepted::Conn { conn, .. })) => return Ok(conn),
+            Ok(Ok(Accepted::Ws(p))) => {
+                let m = tokio::time::timeout(left, p.accept(None))
+                    .await
+                    .map_err(|_| Failure::new(format!("the {what} WebSocket handshake timed out")))?
+                    .map_err(|e| Failure::new(format!("the {what} WebSocket handshake: {e}")))?;
+                return Ok(Conn::Messages(m));
+            }
+            Ok(Ok(Accepted::Rejected { .. })) => continue,
+        }
+    }
+}
+
+async fn dial_retrying(
+    ep: &Endpoint,
+    opts: &Options,
+    what: &str,
+    wait: Duration,
+) -> Result<Conn, Failure> {
+    let until = Instant::now() + wait;
+    loop {
+        match ep.connect(opts, None).await {
+            Ok(c) => return Ok(c.conn),
+            Err(e) if Instant::now() >= until => {
+                return Err(Failure::new(format!(
+                    "cannot connect the {what} channel to {ep} within {wait:?}: {e}"
+                )));
+            }
+            Err(_) => tokio::time::sleep(DIAL_RETRY).await,
+        }
+    }
+}
+
+impl Ctx {
+    /// A context for one check.
+    pub fn new(wire: Arc<Wire>, role: &str, other: &str, opts: Opts, target: Arc<Target>) -> Self {
+        Ctx {
+            wire,
+            role: role.to_string(),
+            other: other.to_string(),
+            opts,
+            target,
+            #[cfg(unix)]
+            children: Vec::new(),
+            dirs: Vec::new(),
+            last: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// A deadline `self.opts.deadline` from now.
+    pub fn soon(&self) -> Instant {
+        Instant::now() + self.opts.deadline
+    }
+
+    fn peer(&self, control: Conn, data: Option<Conn>) -> Result<Peer, Failure> {
+        Peer::new(&self.wire, &self.role, &self.other, control, data)
+    }
+
+    /// Open a fresh session with the implementation (launching it if the target says so).
+    pub async fn open(&mut self) -> Result<Peer, Failure> {
+        let wait = self.opts.deadline;
+        let opts = endpoint_options(&self.wire);
+        let target = self.target.clone();
+        match &*target {
+            Target::Dial { control, data } => {
+                let c = dial_retrying(control, &opts, "control", wait).await?;
+                let d = match data {
+                    Some(d) => Some(dial_retrying(d, &opts, "data", wait).await?),
+                    None => None,
+                };
+                self.last = Some(Link::Dial(control.clone(), data.clone()));
+                self.peer(c, d)
+            }
+            Target::Accept { control, data } => {
+                let c = accept_one(control, "control", wait).await?;
+                let d = match data {
+                    Some(d) => Some(accept_one(d, "data", wait).await?),
+                    None => None,
+                };
+                self.last = Some(Link::Accept(control.clone(), data.clone()));
+                self.peer(c, d)
+            }
+            Target::Pipe(ep) => {
+                let connected = ep
+                    .connect(&opts, None)
+                    .await
+                    .map_err(|e| Failure::new(format!("cannot start {ep}: {e}")))?;
+                #[cfg(unix)]
+                if let Some(child) = connected.child {
+                    self.children.push(child);
+                }
+                self.last = Some(Link::Pipe);
+                self.peer(connected.conn, None)
+            }
+            Target::Launch {
+                argv,
+                suite_listens,
+                sockets,
+            } => self.launch(argv, *suite_listens, *sockets, &opts).await,
+        }
+    }
+
+    #[cfg(unix)]
+    async fn launch(
+        &mut self,
+        argv: &[String],
+        suite_listens: bool,
+        sockets: SocketKind,
+        opts: &Options,
+    ) -> Result<Peer, Failure> {
+        let wait = self.opts.deadline;
+        let (control, data) = match sockets {
+            SocketKind::Unix => {
+                let dir = fresh_dir()?;
+                self.dirs.push(dir.clone());
+                (
+                    Endpoint::Unix(dir.join("control.sock")),
+                    Endpoint::Unix(dir.join("data.sock")),
+                )
+            }
+            SocketKind::Tcp if !suite_listens => (
+                Endpoint::Tcp(format!("127.0.0.1:{}", free_port().await?)),
+                Endpoint::Tcp(format!("127.0.0.1:{}", free_port().await?)),
+            ),
+            SocketKind::Tcp => (
+                Endpoint::Tcp("127.0.0.1:0".into()),
+                Endpoint::Tcp("127.0.0.1:0".into()),
+            ),
+        };
+        let listeners = if suite_listens {
+            let bind = |e: &Endpoint| {
+                let e = e.clone();
+                let opts = opts.clone();
+                async move {
+                    e.listen(&opts).await.map(Arc::new).map_err(|e| {
+                        Failure::new(format!("cannot listen for the implementation: {e}"))
+                    })
+                }
+            };
+            Some((bind(&control).await?, bind(&data).await?))
+        } else {
+            None
+        };
+        // A TCP listener on port 0 tells its real port only once bound.
+        let shown = |l: Option<&Arc<Listener>>, e: &Endpoint| -> String {
+            l.map(|l| l.local()).unwrap_or_else(|| e.to_string())
+        };
+        let c_text = shown(listeners.as_ref().map(|l| &l.0), &control);
+        let d_text = shown(listeners.as_ref().map(|l| &l.1), &data);
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| a.replace("{control}", &c_text).replace("{data}", &d_text))
+            .collect();
+        let (io, child) = spawn_exec(&argv)
+            .map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
+        drain(io);
+        self.children.push(child);
+        let (c, d) = match &listeners {
+            Some((lc, ld)) => {
+                let c = accept_one(lc, "control", wait).await?;
+                let d = accept_one(ld, "data", wait).await?;
+                self.last = Some(Link::Accept(lc.clone(), Some(ld.clone())));
+                (c, d)
+            }
+            None => {
+                let c: Endpoint = c_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
+                let d: Endpoint = d_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
+                let cc = dial_retrying(&c, opts, "control", wait).await?;
+                let dd = dial_retrying(&d, opts, "data", wait).await?;
+                self.last = Some(Link::Dial(c, Some(d)));
+                (cc, dd)
+            }
+        };
+        self.peer(c, Some(d))
+    }
+
+    #[cfg(not(unix))]
+    async fn launch(
+        &mut self,
+        _argv: &[String],
+        _suite_listens: bool,
+        _sockets: SocketKind,
+        _opts: &Options,
+    ) -> Result<Peer, Failure> {
+        Err(Failure::new("launching a target needs a unix platform"))
+    }
+
+    /// A new session with the same implementation (same process, same endpoints), as after
+    /// a reconnect; `None` when the target cannot be reached twice (a pipe).
+    pub async fn reopen(&mut self) -> Result<Option<Peer>, Failure> {
+        let wait = self.opts.deadline;
+        let opts = endpoint_options(&self.wire);
+        match self.last.take() {
+            None => Ok(None),
+            Some(Link::Pipe) => {
+                self.last = Some(Link::Pipe);
+                Ok(None)
+            }
+            Some(Link::Dial(c, d)) => {
+                let cc = dial_retrying(&c, &opts, "control", wait).await?;
+                let dd = match &d {
+                    Some(d) => Some(dial_retrying(d, &opts, "data", wait).await?),
+                    None => None,
+                };
+                self.last = Some(Link::Dial(c, d));
+                self.peer(cc, dd).map(Some)
+            }
+            Some(Link::Accept(c, d)) => {
+                let cc = accept_one(&c, "control", wait).await?;
+                let dd = match &d {
+                    Some(d) => Some(accept_one(d, "data", wait).await?),
+                    None => None,
+                };
+                self.last = Some(Link::Accept(c, d));
+                self.peer(cc, dd).map(Some)
+            }
+        }
+    }
+
+    /// Whether sessions are launched processes (whose exit the suite can watch).
+    pub fn launches(&self) -> bool {
+        matches!(&*self.target, Target::Launch { .. } | Target::Pipe(_))
+    }
+
+    /// Wait up to `limit` for the most recently launched process to exit: `None` without
+    /// one, `Some(None)` if it is still running, else its exit code (128 + signal).
+    pub async fn child_exit(&mut self, limit: Duration) -> Option<Option<i32>> {
+        #[cfg(unix)]
+        {
+            let child = self.children.last_mut()?;
+            match child.wait_timeout(limit).await {
+                Ok(Some(st)) => Some(Some(crate::endpoint::process::status_code(st))),
+                Ok(None) => Some(None),
+                Err(e) => {
+                    self.notes.push(format!("waiting for the target: {e}"));
+                    Some(None)
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = limit;
+            None
+        }
+    }
+
+    /// End every launched process and remove the socket directories.
+    pub async fn finish(&mut self) {
+        #[cfg(unix)]
+        for mut child in self.children.drain(..) {
+            match child.wait_timeout(Duration::ZERO).await {
+                Ok(Some(st)) => {
+                    let code = crate::endpoint::process::status_code(st);
+                    if code != 0 {
+                        self.notes
+                            .push(format!("the target ({}) exited with {code}", child.name()));
+                    }
+                }
+                _ => {
+                    if let Err(e) = child.terminate(TERM_GRACE).await {
+                        self.notes.push(format!("could not end the target: {e}"));
+                    }
+                }
+            }
+        }
+        for d in self.dirs.drain(..) {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Read and discard a launched child's stdout, so its writes never block.
+fn drain(mut io: BoxIo) {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 8192];
+        while let Ok(n) = io.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+}
+
+enum ControlIo {
+    Stream(Framed<BoxIo, JsonCodec>),
+    Msg(BoxMsg),
+}
+
+enum DataIo {
+    Stream(Framed<BoxIo, BinaryCodec>),
+    Msg(BoxMsg, BinaryCodec),
+}
+
+/// One control frame received.
+#[derive(Debug, Clone)]
+pub struct Got {
+    /// The frame as it crossed the wire (length prefix included on byte streams).
+    pub raw: Bytes,
+    /// The message, or the contract's verdict on it.
+    pub msg: Result<Message, Box<Violation>>,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+impl Got {
+    /// The decoded message's value, or what could be parsed of a rejected one.
+    pub fn value(&self) -> Option<&Value> {
+        match &self.msg {
+            Ok(m) => Some(&m.value),
+            Err(v) => v.partial.as_ref().map(|p| &p.value),
+        }
+    }
+
+    /// The method, if readable.
+    pub fn method(&self) -> Option<&str> {
+        self.value()
+            .and_then(|v| v.get("method"))
+            .and_then(Value::as_str)
+    }
+
+    /// The message, when the contract accepts it.
+    pub fn ok(&self) -> Option<&Message> {
+        self.msg.as_ref().ok()
+    }
+
+    /// Whether this is a valid `kind` message of `method`.
+    pub fn is(&self, kind: Kind, method: &str) -> bool {
+        self.ok()
+            .is_some_and(|m| m.kind == kind && m.method.as_deref() == Some(method))
+    }
+
+    /// A member by JSON pointer.
+    pub fn at_ptr(&self, ptr: &str) -> Option<&Value> {
+        self.value().and_then(|v| v.pointer(ptr))
+    }
+}
+
+/// What [`Peer::next`] yields.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A control frame.
+    Control(Box<Got>),
+    /// A data frame, with its exact bytes.
+    Data {
+        /// Decoded header and payload.
+        frame: BinaryFrame,
+        /// The frame as on the wire.
+        raw: Bytes,
+        /// When it arrived.
+        at: Instant,
+    },
+    /// The control channel ended (EOF or error, with the reason).
+    ControlEnd(String),
+    /// The data channel ended.
+    DataEnd(String),
+    /// Nothing arrived before the deadline.
+    Timeout,
+}
+
+/// The suite's end of one session: both channels, validating every message.
+pub struct Peer {
+    /// The party the suite plays.
+    pub me: String,
+    /// The party under test.
+    pub other: String,
+    wire: Arc<Wire>,
+    control_ch: String,
+    control: Option<ControlIo>,
+    data: Option<DataIo>,
+    json_codec: Option<JsonCodec>,
+    data_codec: Option<BinaryCodec>,
+    pending: Correlator,
+    next_id: u64,
+    prefix: String,
+    /// Every control frame received, in order (bounded).
+    pub log: Vec<Got>,
+    /// Frames received beyond the log's bound.
+    pub unlogged: u64,
+    /// While set, [`Peer::next`] leaves the data channel unread (a consumer that stalls).
+    pub pause_data: bool,
+}
+
+impl Peer {
+    fn new(
+        wire: &Arc<Wire>,
+        me: &str,
+        other: &str,
+        control: Conn,
+        data: Option<Conn>,
+    ) -> Result<Self, Failure> {
+        let (control_ch, data_ch) = channels(wire);
+        let json_codec = JsonCodec::for_channel(wire, &control_ch).ok();
+        let data_codec = match data_ch.as_deref().map(|d| wire.codec(d)) {
+            Some(Ok(ChannelCodec::Binary(c))) => Some(c),
+            _ => None,
+        };
+        let control = match control {
+            Conn::Stream(io) => {
+                let codec = json_codec.clone().ok_or_else(|| {
+                    Failure::new(format!("channel {control_ch} has no stream framing"))
+                })?;
+                ControlIo::Stream(Framed::new(io, codec))
+            }
+            Conn::Messages(m) => ControlIo::Msg(m),
+        };
+        let data = match (data, &data_codec) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(Failure::new("the second channel is not binary-framed"));
+            }
+            (Some(Conn::Stream(io)), Some(c)) => Some(DataIo::Stream(Framed::new(io, c.clone()))),
+            (Some(Conn::Messages(m)), Some(c)) => Some(DataIo::Msg(m, c.clone())),
+        };
+        Ok(Peer {
+            me: me.to_string(),
+            other: other.to_string(),
+            wire: wire.clone(),
+            control_ch,
+            control: Some(control),
+            data,
+            json_codec,
+            data_codec,
+            pending: Correlator::new(contract::io::DEFAULT_PENDING),
+            next_id: 0,
+            prefix: me.chars().next().unwrap_or('x').to_string(),
+            log: Vec::new(),
+            unlogged: 0,
+            pause_data: false,
+        })
+    }
+
+    /// Whether the session has a data channel.
+    pub fn has_data(&self) -> bool {
+        self.data.is_some()
+    }
+
+    /// A fresh message id (`s-0001` when playing the shell, K-5).
+    pub fn id(&mut self) -> String {
+        self.next_id += 1;
+        format!("{}-{:04}", self.prefix, self.next_id)
+    }
+
+    /// The bytes `payload` takes on the control channel (prefix included on byte streams).
+    pub fn framed(&self, payload: &[u8]) -> Bytes {
+        match (&self.control, &self.json_codec) {
+            (Some(ControlIo::Stream(_)), Some(c)) => {
+                let mut buf = BytesMut::new();
+                match c.clone().encode(Bytes::copy_from_slice(payload), &mut buf) {
+                    Ok(()) => buf.freeze(),
+                    Err(_) => Bytes::copy_from_slice(payload),
+                }
+            }
+            _ => Bytes::copy_from_slice(payload),
+        }
+    }
+
+    fn track(&mut self, m: &Message, outgoing: bool) {
+        let (sender, other) = if outgoing {
+            (self.me.clone(), self.other.clone())
+        } else {
+            (self.other.clone(), self.me.clone())
+        };
+        match m.kind {
+            Kind::Request => {
+                if let (Some(id), Some(method)) = (&m.id, &m.method) {
+                    let _ = self.pending.open(&sender, id, method);
+                }
+            }
+            Kind::Response | Kind::Error => {
+                if let Some(id) = &m.correlation {
+                    let _ = self.pending.close(&other, id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Validate `msg` as the suite's party's message and send it.
+    pub async fn send(&mut self, msg: &Value) -> Result<Message, Failure> {
+        let bytes = serde_json::to_vec(msg).map_err(|e| Failure::new(e.to_string()))?;
+        let m = {
+            let pending = &self.pending;
+            let other = self.other.clone();
+            self.wire
+                .decode_with(&self.control_ch, &self.me, &bytes, &|id| pending.peek(&other, id))
+                .map_err(|v| {
+                    Failure::new(format!(
+                        "suite bug: the {} it plays would send a message the contract rejects ({}): {}",
+                        self.me,
+                        v.class.name(),
+                        v.reason
+                    ))
+                    .with("the message", &bytes)
+                })?
+        };
+        self.send_raw(&bytes).await?;
+        self.track(&m, true);
+        Ok(m)
+    }
+
+    /// Send bytes as one control frame, unvalidated (for checks that send bad messages).
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        let wait = Duration::from_secs(10);
+        let b = Bytes::copy_from_slice(bytes);
+        let r = match self.control.as_mut() {
+            None => return Err(Failure::new("the control channel is closed")),
+            Some(ControlIo::Stream(f)) => tokio::time::timeout(wait, f.send(b))
+                .await
+                .map(|r| r.map_err(|e| e.to_string())),
+            Some(ControlIo::Msg(m)) => tokio::time::timeout(wait, m.send(Msg::Text(b)))
+                .await
+                .map(|r| r.map_err(|e| e.to_string())),
+        };
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Failure::new(format!("the suite could not send: {e}"))),
+            Err(_) => Err(Failure::new(format!(
+                "the suite could not send a control frame within {wait:?} (the implementation does not read)"
+            ))),
+        }
+    }
+
+    /// The exact bytes of a data frame.
+    pub fn data_bytes(&self, frame: &BinaryFrame) -> Bytes {
+        let mut buf = BytesMut::new();
+        match self
+            .data_codec
+            .clone()
+            .map(|mut c| c.encode(frame, &mut buf))
+        {
+            Some(Ok(())) => buf.freeze(),
+            _ => frame.payload.clone(),
+        }
+    }
+
+    /// Send one data frame.
+    pub async fn send_data(
+        &mut self,
+        fields: Vec<u64>,
+        payload: Bytes,
+        wait: Duration,
+    ) -> Result<(), Failure> {
+        let frame = BinaryFrame { fields, payload };
+        let raw = self.data_bytes(&frame);
+        let r = match self.data.as_mut() {
+            None => return Err(Failure::new("no data channel")),
+            Some(DataIo::Stream(f)) => tokio::time::timeout(wait, f.send(&frame))
+                .await
+                .map(|r| r.map_err(|e| e.to_string())),
+            Some(DataIo::Msg(m, _)) => tokio::time::timeout(wait, m.send(Msg::Binary(raw)))
+                .await
+                .map(|r| r.map_err(|e| e.to_string())),
+        };
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Failure::new(format!(
+                "the suite could not send a data frame: {e}"
+            ))),
+            Err(_) => Err(Failure::new(format!(
+                "the suite could not send a data frame within {wait:?}"
+            ))),
+        }
+    }
+
+    fn decode(&mut self, payload: Bytes) -> Got {
+        let raw = self.framed(&payload);
+        let msg = {
+            let pending = &self.pending;
+            let me = self.me.clone();
+            self.wire
+                .decode_with(&self.control_ch, &self.other, &payload, &|id| {
+                    pending.peek(&me, id)
+                })
+        };
+        let msg = match msg {
+            Ok(m) => {
+                self.track(&m, false);
+                Ok(m)
+            }
+            Err(v) => Err(Box::new(v)),
+        };
+        let got = Got {
+            raw,
+            msg,
+            at: Instant::now(),
+        };
+        if self.log.len() < LOG_MAX {
+            self.log.push(got.clone());
+        } else {
+            self.unlogged += 1;
+        }
+        got
+    }
+
+    /// The next thing to arrive on either channel, or [`Incoming::Timeout`] at `until`.
+    pub async fn next(&mut self, until: Instant) -> Incoming {
+        enum Raw {
+            C(Option<Result<Bytes, String>>),
+            D(Option<Result<(BinaryFrame, Bytes), String>>),
+            T,
+        }
+        let got = {
+            let control = &mut self.control;
+            let data = &mut self.data;
+            let data_codec = &self.data_codec;
+            let read_data = data.is_some() && !self.pause_data;
+            tokio::select! {
+                c = recv_control(control), if control.is_some() => Raw::C(c),
+                d = recv_data(data, data_codec), if read_data => Raw::D(d),
+                () = tokio::time::sleep_until(until.into()) => Raw::T,
+            }
+        };
+        match got {
+            Raw::T => Incoming::Timeout,
+            Raw::C(None) => {
+                self.control = None;
+                Incoming::ControlEnd("end of stream".into())
+            }
+            Raw::C(Some(Err(e))) => {
+                self.control = None;
+                Incoming::ControlEnd(e)
+            }
+            Raw::C(Some(Ok(b))) => Incoming::Control(Box::new(self.decode(b))),
+            Raw::D(None) => {
+                self.data = None;
+                Incoming::DataEnd("end of stream".into())
+            }
+            Raw::D(Some(Err(e))) => {
+                self.data = None;
+                Incoming::DataEnd(e)
+            }
+            Raw::D(Some(Ok((frame, raw)))) => Incoming::Data {
+                frame,
+                raw,
+                at: Instant::now(),
+            },
+        }
+    }
+
+    /// Whether the control channel is still open (no end seen).
+    pub fn control_open(&self) -> bool {
+        self.control.is_some()
+    }
+
+    /// Close both channels abruptly (a crash, as the other side sees it).
+    pub fn drop_channels(&mut self) {
+        self.control = None;
+        self.data = None;
+    }
+
+    /// Half-close both channels in order (data, then control): an orderly end.
+    pub async fn shutdown(&mut self) {
+        let wait = Duration::from_secs(2);
+        match self.data.as_mut() {
+            Some(DataIo::Stream(f)) => {
+                let _ = tokio::time::timeout(wait, f.get_mut().shutdown()).await;
+            }
+            Some(DataIo::Msg(m, _)) => {
+                let _ = tokio::time::timeout(wait, m.close()).await;
+            }
+            None => {}
+        }
+        match self.control.as_mut() {
+            Some(ControlIo::Stream(f)) => {
+                let _ = tokio::time::timeout(wait, f.get_mut().shutdown()).await;
+            }
+            Some(ControlIo::Msg(m)) => {
+                let _ = tokio::time::timeout(wait, m.close()).await;
+            }
+            None => {}
+        }
+    }
+}
+
+async fn recv_control(c: &mut Option<ControlIo>) -> Option<Result<Bytes, String>> {
+    match c.as_mut()? {
+        ControlIo::Stream(f) => f.next().await.map(|r| r.map_err(|e| e.to_string())),
+        ControlIo::Msg(m) => match m.next().await {
+            None | Some(Ok(Msg::Close(_))) => None,
+            Some(Err(e)) => Some(Err(e.to_string())),
+            Some(Ok(Msg::Text(b) | Msg::Binary(b))) => Some(Ok(b)),
+        },
+    }
+}
+
+async fn recv_data(
+    d: &mut Option<DataIo>,
+    codec: &Option<BinaryCodec>,
+) -> Option<Result<(BinaryFrame, Bytes), String>> {
+    let reencode = |f: &BinaryFrame| -> Bytes {
+        let mut buf = BytesMut::new();
+        match codec.clone().map(|mut c| c.encode(f, &mut buf)) {
+            Some(Ok(())) => buf.freeze(),
+            _ => f.payload.clone(),
+        }
+    };
+    match d.as_mut()? {
+        DataIo::Stream(f) => f.next().await.map(|r| {
+            r.map(|frame| {
+                let raw = reencode(&frame);
+                (frame, raw)
+            })
+            .map_err(|e| e.to_string())
+        }),
+        DataIo::Msg(m, c) => match m.next().await {
+            None | Some(Ok(Msg::Close(_))) => None,
+            Some(Err(e)) => Some(Err(e.to_string())),
+            Some(Ok(Msg::Text(b) | Msg::Binary(b))) => {
+                let mut buf = BytesMut::from(&b[..]);
+                Some(match c.decode(&mut buf) {
+                    Ok(Some(frame)) if buf.is_empty() => Ok((frame, b)),
+                    Ok(_) => Err("a data message is not exactly one frame".into()),
+                    Err(e) => Err(e.to_string()),
+                })
+            }
+        },
+    }
+}

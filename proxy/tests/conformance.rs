@@ -1,0 +1,476 @@
+//! `contract-proxy conformance` against real processes: the Rust reference
+//! peers (`contract-proxy peer kernel-core|kernel-shell`) launched per check,
+//! dialed or dialing in, correct and with one rule broken on purpose; the exit
+//! codes, the per-check lines and the JUnit file.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
+/// A whole suite run (the heartbeat check alone takes ~20 s).
+const RUN_DEADLINE: Duration = Duration::from_secs(240);
+/// Every kernel check id, in the suite's order.
+const IDS: [&str; 14] = [
+    "kernel.15.3a",
+    "kernel.15.1",
+    "kernel.15.2",
+    "kernel.15.3",
+    "kernel.15.4",
+    "kernel.15.5",
+    "kernel.15.6",
+    "kernel.15.7",
+    "kernel.15.8",
+    "kernel.15.9",
+    "kernel.15.10",
+    "kernel.15.11",
+    "kernel.15.12",
+    "kernel.13.heartbeat",
+];
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// `(tag, id)` of every per-check line.
+    fn lines(&self) -> Vec<(String, String)> {
+        self.stdout
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let tag = w.next()?;
+                ["PASS", "FAIL", "SKIP"]
+                    .contains(&tag)
+                    .then(|| (tag.to_string(), w.next().unwrap_or("").to_string()))
+            })
+            .collect()
+    }
+
+    fn with(&self, tag: &str) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|(t, _)| t == tag)
+            .map(|(_, id)| id)
+            .collect()
+    }
+}
+
+/// Wait for `child` at most `limit`, killing it after; stdout and stderr read on threads.
+fn finish(mut child: Child, limit: Duration) -> Run {
+    let mut out = child.stdout.take().expect("stdout piped");
+    let mut err = child.stderr.take().expect("stderr piped");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st.code().unwrap_or(-1);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Run {
+        code,
+        stdout: t_out.join().expect("stdout thread"),
+        stderr: t_err.join().expect("stderr thread"),
+    }
+}
+
+fn suite(args: &[&str]) -> Run {
+    let child = Command::new(BIN)
+        .arg("conformance")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start contract-proxy");
+    finish(child, RUN_DEADLINE)
+}
+
+fn core_target(extra: &str) -> String {
+    format!("exec:{BIN} peer kernel-core --control {{control}} --data {{data}} --ttl 2 {extra}")
+}
+
+fn shell_target(extra: &str) -> String {
+    format!("exec:{BIN} peer kernel-shell --control {{control}} --data {{data}} {extra}")
+}
+
+fn show(r: &Run) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+        r.code, r.stdout, r.stderr
+    )
+}
+
+fn junit_ids(path: &Path) -> (quick_junit::Report, Vec<String>) {
+    let xml = std::fs::read_to_string(path).expect("junit written");
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("well-formed JUnit XML");
+    let ids = report
+        .test_suites
+        .iter()
+        .flat_map(|s| s.test_cases.iter())
+        .map(|c| c.name.as_str().split(':').next().unwrap_or("").to_string())
+        .collect();
+    (report, ids)
+}
+
+fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join(name);
+    (dir, p)
+}
+
+#[test]
+fn suite_as_shell_passes_against_the_rust_core_and_writes_junit() {
+    let (_dir, junit) = tmp("kernel-shell.xml");
+    let target = core_target("");
+    let r = suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "shell",
+        "--target",
+        &target,
+        "--task-seconds",
+        "3",
+        "--deadline",
+        "5",
+        "--junit",
+        junit.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(r.code, 0, "{}", show(&r));
+    let ids: Vec<String> = r.lines().into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids, IDS, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(&r));
+    assert_eq!(
+        r.with("SKIP"),
+        Vec::<String>::new(),
+        "the Rust core supports every trigger: {}",
+        show(&r)
+    );
+    assert!(
+        r.stdout
+            .contains("14 checks: 14 passed, 0 failed, 0 skipped"),
+        "{}",
+        show(&r)
+    );
+    let (report, jids) = junit_ids(&junit);
+    assert_eq!(jids, IDS);
+    assert_eq!((report.tests, report.failures, report.errors), (14, 0, 0));
+    assert_eq!(report.test_suites[0].name.as_str(), "kernel.shell");
+}
+
+#[test]
+fn a_core_that_exceeds_credit_fails_exactly_the_credit_check() {
+    let (_dir, junit) = tmp("broken.xml");
+    let target = core_target("--break credit");
+    let r = suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "shell",
+        "--target",
+        &target,
+        "--task-seconds",
+        "3",
+        "--deadline",
+        "5",
+        "--junit",
+        junit.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), ["kernel.15.5"], "{}", show(&r));
+    assert_eq!(r.lines().len(), 14, "{}", show(&r));
+    // The evidence is the offending data frame: its header names the stream.
+    let fail = r
+        .stdout
+        .split("FAIL kernel.15.5")
+        .nth(1)
+        .expect("failure block");
+    assert!(fail.contains("only 4096 granted"), "{fail}");
+    assert!(fail.contains("hex:  0000040c 00000007"), "{fail}");
+    let (report, jids) = junit_ids(&junit);
+    assert_eq!(jids, IDS);
+    assert_eq!(report.failures, 1);
+    let case = report.test_suites[0]
+        .test_cases
+        .iter()
+        .find(|c| c.name.as_str().starts_with("kernel.15.5:"))
+        .expect("credit case");
+    match &case.status {
+        quick_junit::TestCaseStatus::NonSuccess {
+            message,
+            description,
+            ..
+        } => {
+            assert!(
+                message
+                    .as_ref()
+                    .is_some_and(|m| m.as_str().contains("granted"))
+            );
+            assert!(
+                description
+                    .as_ref()
+                    .is_some_and(|d| d.as_str().contains("hex:"))
+            );
+        }
+        other => panic!("kernel.15.5 is not a failure in JUnit: {other:?}"),
+    }
+}
+
+#[test]
+fn suite_as_core_passes_against_the_rust_shell() {
+    let (_dir, junit) = tmp("kernel-core.xml");
+    let target = shell_target("");
+    let r = suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "core",
+        "--target",
+        &target,
+        "--task-seconds",
+        "3",
+        "--deadline",
+        "5",
+        "--junit",
+        junit.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(r.code, 0, "{}", show(&r));
+    assert_eq!(r.lines().len(), 14, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(&r));
+    // Cancel ordering and expiry bind the core only: skipped with the reason.
+    assert_eq!(
+        r.with("SKIP"),
+        ["kernel.15.8", "kernel.15.10"],
+        "{}",
+        show(&r)
+    );
+    assert!(
+        r.stdout.contains("not applicable to the core"),
+        "{}",
+        show(&r)
+    );
+    let (report, jids) = junit_ids(&junit);
+    assert_eq!(jids, IDS);
+    assert_eq!((report.tests, report.failures), (14, 0));
+    assert_eq!(report.test_suites[0].name.as_str(), "kernel.core");
+}
+
+#[test]
+fn a_shell_that_drops_trace_id_fails_the_trace_check() {
+    let target = shell_target("--break trace-id");
+    let r = suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "core",
+        "--target",
+        &target,
+        "--task-seconds",
+        "3",
+        "--deadline",
+        "5",
+    ]);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), ["kernel.15.12"], "{}", show(&r));
+    let fail = r
+        .stdout
+        .split("FAIL kernel.15.12")
+        .nth(1)
+        .expect("failure block");
+    assert!(fail.contains("has no trace_id"), "{fail}");
+    assert!(
+        fail.contains("\"method\":\"command.handle\""),
+        "the evidence is the request itself: {fail}"
+    );
+}
+
+#[test]
+fn dials_a_running_shell_and_reconnects_to_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = format!("unix:{}", dir.path().join("c.sock").display());
+    let d = format!("unix:{}", dir.path().join("d.sock").display());
+    let mut shell = Command::new(BIN)
+        .args([
+            "peer",
+            "kernel-shell",
+            "--control",
+            &c,
+            "--data",
+            &d,
+            "--accept-timeout",
+            "60",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the shell");
+    let r = suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "core",
+        "--target",
+        &c,
+        "--target-data",
+        &d,
+        "--only",
+        "kernel.15.3a,kernel.15.2,kernel.15.11",
+        "--deadline",
+        "5",
+    ]);
+    let _ = shell.kill();
+    let _ = shell.wait();
+    assert_eq!(r.code, 0, "{}", show(&r));
+    assert_eq!(
+        r.with("PASS"),
+        ["kernel.15.3a", "kernel.15.2", "kernel.15.11"],
+        "{}",
+        show(&r)
+    );
+}
+
+#[test]
+fn listens_for_a_core_started_elsewhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cp = dir.path().join("c.sock");
+    let c = format!("unix:{}", cp.display());
+    let d = format!("unix:{}", dir.path().join("d.sock").display());
+    let child = Command::new(BIN)
+        .args([
+            "conformance",
+            "--contract",
+            "kernel",
+            "--play",
+            "shell",
+            "--target",
+            &c,
+            "--target-data",
+            &d,
+            "--only",
+            "kernel.15.2",
+            "--deadline",
+            "10",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the suite");
+    let start = Instant::now();
+    while !cp.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the suite never listened on {c}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut core = Command::new(BIN)
+        .args(["peer", "kernel-core", "--control", &c, "--data", &d])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the core");
+    let r = finish(child, Duration::from_secs(60));
+    let _ = core.kill();
+    let _ = core.wait();
+    assert_eq!(r.code, 0, "{}", show(&r));
+    assert_eq!(r.with("PASS"), ["kernel.15.2"], "{}", show(&r));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let target = core_target("");
+    for (args, says) in [
+        (
+            vec![
+                "--contract",
+                "kernel",
+                "--play",
+                "proxy",
+                "--target",
+                target.as_str(),
+            ],
+            "plays shell or core",
+        ),
+        (
+            vec![
+                "--contract",
+                "kernel",
+                "--play",
+                "shell",
+                "--target",
+                target.as_str(),
+                "--only",
+                "kernel.99",
+            ],
+            "no such check",
+        ),
+        (
+            vec![
+                "--contract",
+                "kernel",
+                "--play",
+                "shell",
+                "--target",
+                "nonsense",
+            ],
+            "bad endpoint",
+        ),
+        (
+            vec![
+                "--contract",
+                "nope",
+                "--play",
+                "shell",
+                "--target",
+                target.as_str(),
+            ],
+            "--contract",
+        ),
+        (
+            vec![
+                "--contract",
+                "xsession",
+                "--play",
+                "sender",
+                "--target",
+                target.as_str(),
+            ],
+            "no conformance suite",
+        ),
+    ] {
+        let r = suite(&args);
+        assert_eq!(r.code, 2, "{args:?}: {}", show(&r));
+        assert!(r.stderr.contains(says), "{args:?}: {}", show(&r));
+    }
+    let r = suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "core",
+        "--target",
+        "unix:/nonexistent/x",
+        "--list",
+    ]);
+    assert_eq!(r.code, 0, "{}", show(&r));
+    assert_eq!(r.stdout.lines().count(), 14, "{}", show(&r));
+}
