@@ -45,3 +45,10 @@ sdk-tests/python/run.sh "${CARGO_TARGET_DIR:-target}/debug/contractgen"
 
 echo "== cargo test (workspace)"
 cargo test --locked --workspace
+
+echo "== reference peers: each pair directly and through the proxy; every --break flag caught"
+examples/kernel/run.sh
+examples/rukh/run.sh
+examples/toolchannel/host/run.sh
+.venv-peers/bin/python examples/toolchannel/test_worker.py
+examples/xsession/run.sh
