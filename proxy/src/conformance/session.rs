@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use contract::io::JsonCodec;
@@ -19,7 +19,7 @@ use contract::wire::framing::BinaryCodec;
 use contract::wire::{BinaryFrame, ChannelCodec, Correlator, Message, Violation, Wire};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio_util::codec::{Decoder, Encoder, Framed};
 
 use super::{Failure, Opts};
@@ -30,6 +30,7 @@ use crate::endpoint::{Endpoint, Incoming as Accepted, Listener, Options};
 use crate::endpoint::process::{ChildProc, spawn_exec};
 
 /// How long a launched child gets to exit after SIGTERM before SIGKILL.
+#[cfg(unix)]
 const TERM_GRACE: Duration = Duration::from_secs(2);
 /// Pause between dial attempts while a launched implementation is still binding.
 const DIAL_RETRY: Duration = Duration::from_millis(50);
@@ -201,9 +202,10 @@ pub struct Ctx {
 }
 
 /// A private directory for one session's sockets.
+#[cfg(unix)]
 fn fresh_dir() -> Result<PathBuf, Failure> {
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     for attempt in 0..16u32 {
@@ -212,7 +214,6 @@ fn fresh_dir() -> Result<PathBuf, Failure> {
             std::process::id()
         ));
         let mut b = std::fs::DirBuilder::new();
-        #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
         match b.create(&dir) {
             Ok(()) => return Ok(dir),
@@ -228,6 +229,7 @@ fn fresh_dir() -> Result<PathBuf, Failure> {
 }
 
 /// A loopback port nobody listens on right now (the implementation binds it next).
+#[cfg(unix)]
 async fn free_port() -> Result<u16, Failure> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -522,10 +524,11 @@ impl Ctx {
 }
 
 /// Read and discard a launched child's stdout, so its writes never block.
+#[cfg(unix)]
 fn drain(mut io: BoxIo) {
     tokio::spawn(async move {
         let mut buf = vec![0u8; 8192];
-        while let Ok(n) = io.read(&mut buf).await {
+        while let Ok(n) = tokio::io::AsyncReadExt::read(&mut io, &mut buf).await {
             if n == 0 {
                 break;
             }
