@@ -7,7 +7,11 @@ skills through `command.handle` (see README.md for the phrase table). Every
 message, frame, error code, limit and state machine comes from the generated
 SDK; nothing here spells a wire struct or a frame layout by hand.
 
-usage: core.py --control EP --data EP [--session ID] [--break credit] [--sdk DIR]
+It also understands the conformance suite's triggers (docs/conformance.md):
+`conformance:speak N`, `conformance:stream`, `conformance:task N` and
+`conformance:power-off`, so `contract-proxy conformance --play shell` can drive it.
+
+usage: core.py --control EP --data EP [--session ID] [--ttl S] [--break credit] [--sdk DIR]
   EP is unix:PATH or tcp:HOST:PORT. Exit: 0 when the shell closed the channel,
   1 on a connect/IO failure, 3 when the shell was declared dead (§13).
 """
@@ -45,6 +49,12 @@ SPEECH_BYTES = 48000
 SPEECH_FRAME_MAX = 4096
 SHORT_TASK_STEPS = 3
 STEP_SECONDS = 0.2
+# Bytes per second of 16 kHz mono pcm_s16le (conformance:speak N sends N seconds of it).
+PCM_BYTES_PER_SECOND = SPEECH_RATE * 2
+# Longest N a conformance trigger accepts: a typo must not start an hour-long stream.
+TRIGGER_MAX_SECONDS = 600
+# The one dangerous tool and the arguments its confirmation is bound to (§11, 4.0-C05).
+POWER_FINGERPRINT = "power_action:shutdown"
 CONNECT_DEADLINE = 15.0
 CREDIT_WAIT_DEADLINE = 30.0
 # stream.close travels on the control channel, the frames on the data channel: nothing orders
@@ -113,6 +123,16 @@ class Task:
         self.state = new
 
 
+class Confirmation:
+    """A single-use confirmation the core issues itself after a yes (§11). It never leaves
+    the core: only its effect (the tool runs once) is visible on the wire."""
+
+    def __init__(self, fingerprint: str, ttl: float) -> None:
+        self.fingerprint = fingerprint
+        self.expires = time.monotonic() + ttl
+        self.used = False
+
+
 class Core:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -135,6 +155,7 @@ class Core:
         self.cw: Any = None
         self.dw: Any = None
         self.background: set[asyncio.Task[Any]] = set()
+        self.confirmations: dict[str, Confirmation] = {}
 
     # --- sending -----------------------------------------------------------------
 
@@ -391,7 +412,9 @@ class Core:
         if p is None:
             return
         text = p.text.lower()
-        if any(w in text for w in ("запусти", "launch")):
+        if text.startswith("conformance:"):
+            await self.conformance(msg, text)
+        elif any(w in text for w in ("запусти", "launch")):
             self.spawn(self.launch(msg, p.text))
         elif any(w in text for w in ("столица", "расскажи", "stream")):
             await self.text_stream(msg)
@@ -405,6 +428,26 @@ class Core:
             await self.start_task(msg, steps=SHORT_TASK_STEPS)
         else:
             await self.respond(msg, k.CommandHandleResult(text=f"Не знаю, как выполнить «{p.text}»."))
+
+    async def conformance(self, msg: Any, text: str) -> None:
+        """The conformance suite's triggers (docs/conformance.md). N is in seconds."""
+        words = text.split()
+        verb = words[0]
+        try:
+            n = int(words[1]) if len(words) > 1 else 1
+        except ValueError:
+            n = 1
+        n = max(1, min(n, TRIGGER_MAX_SECONDS))
+        if verb == "conformance:speak":
+            await self.speak(msg, n * PCM_BYTES_PER_SECOND)
+        elif verb == "conformance:stream":
+            await self.text_stream(msg)
+        elif verb == "conformance:task":
+            await self.start_task(msg, steps=max(1, round(n / STEP_SECONDS)))
+        elif verb == "conformance:power-off":
+            self.spawn(self.power(msg))
+        else:
+            await self.respond(msg, k.CommandHandleResult(text=f"Не знаю триггера «{verb}»."))
 
     async def launch(self, msg: Any, text: str) -> None:
         """Plain answer after asking the shell for its program index (a core→shell request)."""
@@ -449,7 +492,7 @@ class Core:
 
         self.text_streams[sid] = self.spawn(run())
 
-    async def speak(self, msg: Any) -> None:
+    async def speak(self, msg: Any, nbytes: int = SPEECH_BYTES) -> None:
         if "audio.output" not in self.shell_caps:
             await self.respond(msg, k.CommandHandleResult(text="Оболочка не умеет воспроизводить звук."))
             return
@@ -460,7 +503,7 @@ class Core:
             kind=k.StreamKind.AUDIO_OUTPUT, stream_id=sid,
             format=k.StreamFormat(encoding=k.AudioEncoding.PCM_S16LE.value, rate=SPEECH_RATE, channels=1)))
         await self.respond(msg, k.CommandHandleResult(text="Привет!"))
-        self.spawn(self.send_speech(s))
+        self.spawn(self.send_speech(s, nbytes))
 
     def close_stream(self, sid: int) -> None:
         s = self.streams.pop(sid, None)
@@ -469,8 +512,10 @@ class Core:
             s.changed.set()
             s.granted_once.set()
 
-    async def send_speech(self, s: Stream) -> None:
-        data = bytes(speech_byte(i) for i in range(SPEECH_BYTES))
+    async def send_speech(self, s: Stream, nbytes: int) -> None:
+        # speech_byte has period 256: build one period and repeat it.
+        period = bytes(speech_byte(i) for i in range(256))
+        data = (period * (nbytes // 256 + 1))[:nbytes]
         sent, seq = 0, 0
         try:
             # Initial credit is 0: nothing may flow before the first stream.credit (§8).
@@ -503,14 +548,18 @@ class Core:
             await self.event("stream.close", s.trace, stream_id=s.sid)
 
     async def power(self, msg: Any) -> None:
-        """permission.request, then the answer; confirmation_id stays inside the core (§11)."""
+        """The dangerous action (system.power / shutdown). The core asks the shell with
+        permission.request, and only after a yes within ttl issues itself a single-use
+        confirmation and calls the tool with it; confirmation_id never travels (§11)."""
         if "permissions" not in self.shell_caps:
-            await self.error(k.ErrorCode.PERMISSION_DENIED, "Оболочка не умеет спрашивать разрешения.",
-                             trace=msg.trace_id, correlation=msg.id)
+            # Nobody can confirm: the tool refuses a call without a confirmation (K-17, K-18).
+            code, text = self.power_action(None)
+            await self.error(code, text, trace=msg.trace_id, correlation=msg.id)
             return
-        ttl = int(k.PERMISSION_TTL_DEFAULT_SECONDS)
+        ttl = self.args.ttl
         ask = f"ask-{uuid.uuid4().hex[:6]}"
         state = k.PERMISSION_REQUEST_STATE_INITIAL
+        # An answer after ttl finds no pending future and is dropped: a late yes grants nothing (K-19).
         reply = await self.request("permission.request", msg.trace_id, k.PermissionRequestParams(
             request_id=ask, permission=k.PermissionName.SYSTEM_POWER.value, action="shutdown",
             reason="Пользователь сказал «выключи компьютер»",
@@ -534,14 +583,35 @@ class Core:
             new = k.PermissionRequestState.DENIED
         k.check_permission_request_transition(state, new)
         if new == k.PermissionRequestState.EXPIRED:
-            await self.error(k.ErrorCode.PERMISSION_EXPIRED, "Время на ответ истекло.",
+            await self.error(k.ErrorCode.PERMISSION_EXPIRED, "Время на ответ истекло: выключение отменено.",
                              trace=msg.trace_id, correlation=msg.id)
-        elif not granted:
+            return
+        if not granted:
             await self.error(k.ErrorCode.PERMISSION_DENIED, "Пользователь не разрешил выключение.",
                              trace=msg.trace_id, correlation=msg.id)
-        else:
-            k.check_permission_request_transition(new, k.PermissionRequestState.CONSUMED)
-            await self.respond(msg, k.CommandHandleResult(text="Выключение разрешено (демо: компьютер не выключается)."))
+            return
+        cid = f"conf-{uuid.uuid4().hex}"
+        self.confirmations[cid] = Confirmation(POWER_FINGERPRINT, ttl)
+        failure = self.power_action(cid)
+        if failure is not None:
+            await self.error(failure[0], failure[1], trace=msg.trace_id, correlation=msg.id)
+            return
+        k.check_permission_request_transition(new, k.PermissionRequestState.CONSUMED)
+        await self.respond(msg, k.CommandHandleResult(text="Выключение разрешено (демо: компьютер не выключается)."))
+
+    def power_action(self, confirmation_id: Optional[str]) -> Optional[tuple[Any, str]]:
+        """The tool behind the action: runs (returns None) only with a valid, unexpired, unused
+        confirmation issued for these arguments; else the error to answer with."""
+        if confirmation_id is None:
+            return k.ErrorCode.CONFIRMATION_REQUIRED, "Для выключения компьютера нужно подтверждение пользователя."
+        c = self.confirmations.get(confirmation_id)
+        if c is None or c.fingerprint != POWER_FINGERPRINT:
+            return k.ErrorCode.CONFIRMATION_REQUIRED, "Подтверждение не выдано для этого вызова."
+        if c.used or time.monotonic() > c.expires:
+            return k.ErrorCode.CONFIRMATION_EXPIRED, "Подтверждение истекло или уже использовано."
+        c.used = True
+        log(f"power_action(shutdown) ran with {confirmation_id[:9]}… (demo: nothing is switched off)")
+        return None
 
     async def start_task(self, msg: Any, steps: Optional[int]) -> None:
         t = Task(f"task-{next(self.next_task)}", msg.trace_id)
@@ -652,11 +722,17 @@ def main() -> int:
     ap.add_argument("--sdk", default=os.environ.get("KERNEL_PY_SDK", str(DEFAULT_SDK)),
                     help="directory holding the generated contract_sdk package")
     ap.add_argument("--connect-timeout", type=float, default=CONNECT_DEADLINE)
+    ap.add_argument("--ttl", type=int, default=None,
+                    help="permission.request ttl in seconds (default: the contract's 60; tests use 2)")
     args = ap.parse_args()
     sys.path.insert(0, args.sdk)
     import msgspec as _msgspec
     from contract_sdk import kernel as _k
     k, msgspec = _k, _msgspec
+    if args.ttl is None:
+        args.ttl = int(k.PERMISSION_TTL_DEFAULT_SECONDS)
+    if args.ttl < 1:
+        ap.error("--ttl must be at least 1 second (the contract's minimum)")
     try:
         return asyncio.run(Core(args).run())
     except ConnectionError as e:

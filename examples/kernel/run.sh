@@ -9,6 +9,12 @@
 #   5. core --break credit, directly                          -> the shell must catch it (exit 1)
 #   6. core --break credit, through the proxy                 -> violations > 0 (kernel.credit.exceeded)
 #   7. shell --break trace-id, through the proxy              -> violations > 0 (missing trace_id)
+#   8. contract-proxy conformance --play shell against the core (--ttl 2)      -> exit 0, no skip
+#   9. the same against core --break credit                    -> exit 1, only kernel.15.5 fails
+#  10. contract-proxy conformance --play core against the shell (--core none)  -> exit 0,
+#      skipped only the two checks that do not apply to a shell (15.8, 15.10)
+#  11. the same against shell --break trace-id                 -> exit 1, only kernel.15.12 fails
+#      (8-11 write --junit; the JUnit file must list every check the suite lists)
 #
 # usage: examples/kernel/run.sh [--build-only]
 # env:   CONTRACTGEN, PROXY, PY (default: the workspace's own builds and .venv-peers, see
@@ -219,6 +225,76 @@ echo "   $(cat "$d/summary")"
 violations_seen trace-proxied
 grep -h 'BREAK trace-id' "$work/trace-proxied.out" | sed 's/^/   /' || true
 result $([ "$v" -gt 0 ] && echo 1 || echo 0) "trace-proxied: proxy counted $v violations (want > 0)"
+
+# ---------------------------------------------------------------- 8.-11. conformance suite
+# The suite launches the target afresh for every check and fills in {control}/{data}. The shell
+# is the .NET app: its runtime root goes to the suite's environment, which the child inherits.
+conformance() { # name, role, expected rc, expected failed ids (comma list), expected skipped ids, target
+    local name="$1" role="$2" want_rc="$3" want_failed="$4" want_skipped="$5" target="$6"
+    local d="$work/$name" rc=0
+    mkdir -p "$d"
+    "$proxy" conformance --contract kernel --play "$role" --list --target exec:true >"$d/list" \
+        || die "$name: conformance --list failed"
+    timeout 900 env DOTNET_ROOT="$rt" DOTNET_CLI_TELEMETRY_OPTOUT=1 \
+        "$proxy" conformance --contract kernel --play "$role" --target "$target" \
+        --task-seconds 2 --junit "$d/junit.xml" >"$d/out" 2>"$d/err" || rc=$?
+    grep -E '^(PASS|FAIL|SKIP) ' "$d/out" | sed 's/^/   /' || true
+    echo "   $(tail -n1 "$d/out")"
+    result $([ "$rc" = "$want_rc" ] && echo 1 || echo 0) "$name: conformance exit $rc (want $want_rc)"
+    local verdict
+    verdict=$("$py" - "$d/list" "$d/junit.xml" "$want_failed" "$want_skipped" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+listed = [line.split()[0] for line in open(sys.argv[1], encoding="utf-8") if line.strip()]
+want_failed = {x for x in sys.argv[3].split(",") if x}
+want_skipped = {x for x in sys.argv[4].split(",") if x}
+try:
+    root = ET.parse(sys.argv[2]).getroot()
+except (OSError, ET.ParseError) as e:
+    print(f"no readable JUnit file: {e}")
+    sys.exit(0)
+ids, failed, skipped = [], set(), set()
+for tc in root.iter("testcase"):
+    cid = next((p.get("value") for p in tc.iter("property") if p.get("name") == "id"), None)
+    ids.append(cid)
+    if tc.find("failure") is not None or tc.find("error") is not None:
+        failed.add(cid)
+    if tc.find("skipped") is not None:
+        skipped.add(cid)
+problems = []
+if not listed or ids != listed:
+    problems.append(f"JUnit lists {ids}, the suite lists {listed}")
+if failed != want_failed:
+    problems.append(f"failed {sorted(failed)}, want {sorted(want_failed)}")
+if skipped != want_skipped:
+    problems.append(f"skipped {sorted(skipped)}, want {sorted(want_skipped)}")
+print("; ".join(problems) if problems else "ok")
+EOF
+)
+    local detail=""
+    [ "$verdict" = ok ] || detail=" ($verdict)"
+    result $([ "$verdict" = ok ] && echo 1 || echo 0) "$name: JUnit lists all $(wc -l <"$d/list") checks; failed/skipped as expected$detail"
+    if [ "$rc" != "$want_rc" ] || [ "$verdict" != ok ]; then
+        grep -A8 -E '^FAIL ' "$d/out" | head -n 40 >&2 || true
+        tail -n 20 "$d/err" >&2 || true
+    fi
+}
+
+not_for_shells="kernel.15.8,kernel.15.10"
+py_core="exec:$py $here/core.py --sdk $sdk_py --control {control} --data {data} --ttl 2"
+cs_shell="exec:$rt/dotnet $build/Shell.dll --control {control} --data {data} --core none"
+
+say "(f) conformance --play shell against the Python core: every check passes"
+conformance suite-core shell 0 "" "" "$py_core"
+
+say "(g) conformance --play shell against core --break credit: exactly kernel.15.5 fails"
+conformance suite-core-credit shell 1 "kernel.15.5" "" "$py_core --break credit"
+
+say "(h) conformance --play core against the C# shell (--core none): every applicable check passes"
+conformance suite-shell core 0 "" "$not_for_shells" "$cs_shell"
+
+say "(i) conformance --play core against shell --break trace-id: exactly kernel.15.12 fails"
+conformance suite-shell-trace core 1 "kernel.15.12" "$not_for_shells" "$cs_shell --break trace-id"
 
 echo
 if [ "$failures" = 0 ]; then echo "kernel pair: all runs as expected"; else echo "kernel pair: $failures run check(s) failed"; fi

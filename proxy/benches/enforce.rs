@@ -2,13 +2,17 @@
 //!
 //! 1. Kernel control round trip (ping → pong) through an enforcing proxy while a
 //!    4 KiB-frame data stream saturates the paired data channel, against the same
-//!    round trip with the data channel idle. Seed 000 4.0-D07: PCM must not
-//!    degrade control latency. Target p99 ratio ≤ 1.5.
+//!    round trip with the data channel idle; then with the stream paced
+//!    (ENFORCE_BENCH_PACE_MIBS, 64 MiB/s: 2000× a 16 kHz PCM stream). The direct
+//!    connection (socket pairs, no proxy) runs the same, as the machine's own
+//!    baseline. Seed 000 4.0-D07: PCM must not degrade control latency. Target
+//!    p99 ratio ≤ 1.5.
 //! 2. Peak RSS (VmHWM) of an enforcing proxy while a core that ignores credit
 //!    pushes 1 GiB of data frames, beside socat's peak relaying the same bytes.
 //!    Target ≤ 64 MiB.
-//! 3. Control round trip with tracing on (OTLP gRPC to an in-process receiver,
-//!    the official TraceService) against tracing off. Target p50 ratio ≤ 1.2.
+//! 3. Request → response round trip (settings.describe: one span per request,
+//!    one trace per trace_id) with tracing on (OTLP gRPC to an in-process
+//!    receiver, the official TraceService) against tracing off. Target ≤ 1.2.
 //!
 //! Loaded and idle rounds (and traced and untraced ones) alternate so machine
 //! drift hits both alike. Peers use blocking sockets on their own threads, so the
@@ -121,7 +125,8 @@ fn peak_rss_kib(pid: u32) -> u64 {
 /// A kernel session through a proxy started with `extra` args: the core's two
 /// sockets (client side) and the shell's two accepted sockets.
 struct Session {
-    proxy: Kill,
+    /// None for the direct baseline (the peers' sockets paired with each other).
+    proxy: Option<Kill>,
     core_control: UnixStream,
     core_data: UnixStream,
     shell_control: UnixStream,
@@ -129,6 +134,10 @@ struct Session {
 }
 
 fn session(dir: &Path, tag: &str, extra: &[&str]) -> Session {
+    session_with(dir, tag, extra, Stdio::null())
+}
+
+fn session_with(dir: &Path, tag: &str, extra: &[&str], stderr: Stdio) -> Session {
     let p = |n: &str| dir.join(format!("{tag}-{n}"));
     let (lc, ld, uc, ud) = (p("c.p"), p("d.p"), p("c.s"), p("d.s"));
     let shell_control = UnixListener::bind(&uc).expect("bind");
@@ -153,7 +162,7 @@ fn session(dir: &Path, tag: &str, extra: &[&str]) -> Session {
         Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
             .args(&args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("proxy starts"),
     );
@@ -168,7 +177,7 @@ fn session(dir: &Path, tag: &str, extra: &[&str]) -> Session {
         s.set_write_timeout(Some(DEADLINE)).expect("timeout");
     }
     Session {
-        proxy,
+        proxy: Some(proxy),
         core_control,
         core_data,
         shell_control,
@@ -176,46 +185,87 @@ fn session(dir: &Path, tag: &str, extra: &[&str]) -> Session {
     }
 }
 
-/// The core answers every ping with a pong, until the socket closes.
+/// The same four sockets without a proxy: control and data each a socket pair.
+fn direct() -> Session {
+    let (core_control, shell_control) = UnixStream::pair().expect("pair");
+    let (core_data, shell_data) = UnixStream::pair().expect("pair");
+    for s in [&core_control, &core_data, &shell_control, &shell_data] {
+        s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        s.set_write_timeout(Some(DEADLINE)).expect("timeout");
+    }
+    Session {
+        proxy: None,
+        core_control,
+        core_data,
+        shell_control,
+        shell_data,
+    }
+}
+
+/// The core answers every ping with a pong and every settings.describe with its
+/// result, until the socket closes.
 fn pong_server(mut s: UnixStream) {
     let pong = example("pong");
+    let c = contract::builtin("kernel").expect("kernel");
+    let described = c.methods["settings.describe"]
+        .examples
+        .iter()
+        .find(|e| e.part == contract::model::Part::Result)
+        .expect("a settings.describe result example")
+        .message
+        .clone();
     std::thread::spawn(move || {
-        while let Ok(ping) = read_control(&mut s) {
-            if ping["method"] != "ping" {
-                continue;
-            }
-            let mut p = pong.clone();
-            p["correlation_id"] = ping["id"].clone();
-            p["trace_id"] = ping["trace_id"].clone();
-            if s.write_all(&control(&p)).is_err() {
+        while let Ok(m) = read_control(&mut s) {
+            let mut answer = match m["method"].as_str() {
+                Some("ping") => pong.clone(),
+                Some("settings.describe") => described.clone(),
+                _ => continue,
+            };
+            answer["correlation_id"] = m["id"].clone();
+            answer["trace_id"] = m["trace_id"].clone();
+            if s.write_all(&control(&answer)).is_err() {
                 return;
             }
         }
     });
 }
 
-/// `iters` ping → pong round trips from the shell's side; the RTTs.
-fn round_trips(s: &mut UnixStream, iters: usize, from: &mut u64) -> Vec<Duration> {
-    let ping = example("ping");
+/// `iters` round trips of `method` (ping → pong, or a request → its response)
+/// from the shell's side, each with its own id and trace id; the RTTs.
+fn round_trips_of(method: &str, s: &mut UnixStream, iters: usize, from: &mut u64) -> Vec<Duration> {
+    let c = contract::builtin("kernel").expect("kernel");
+    let call = c.methods[method].examples[0].message.clone();
     let mut out = Vec::with_capacity(iters);
     for _ in 0..iters {
         *from += 1;
-        let mut p = ping.clone();
+        let mut p = call.clone();
         p["id"] = json!(format!("s-{from}"));
         p["trace_id"] = json!(format!("t-{from}"));
         let bytes = control(&p);
         let t = Instant::now();
-        s.write_all(&bytes).expect("ping");
-        let got = read_control(s).expect("pong in time");
+        s.write_all(&bytes).expect("send");
+        let got = read_control(s).expect("answer in time");
         out.push(t.elapsed());
-        assert_eq!(got["correlation_id"], p["id"], "pong answers the ping");
+        assert_eq!(got["correlation_id"], p["id"], "the answer correlates");
     }
     out
 }
 
-/// 1. Control RTT with the data channel saturated vs idle.
-fn control_under_load(dir: &Path, rounds: usize, iters: usize) {
-    let mut s = session(dir, "load", &["--mode", "enforce"]);
+/// Ping → pong round trips (§13 heartbeats).
+fn round_trips(s: &mut UnixStream, iters: usize, from: &mut u64) -> Vec<Duration> {
+    round_trips_of("ping", s, iters, from)
+}
+
+/// Control RTTs with the data channel idle and loaded, and the MiB moved meanwhile.
+struct Load {
+    idle: (Duration, Duration),
+    busy: (Duration, Duration),
+    moved_mib: u64,
+}
+
+/// Benchmark 1: control RTT with the data channel loaded vs idle, as fast as the
+/// receiver takes it (`pace` None: saturated) or at `pace` MiB/s.
+fn control_under_load(mut s: Session, rounds: usize, iters: usize, pace: Option<u64>) -> Load {
     // Stream 12 (audio.output): the core sends, the shell grants.
     let mut open = example("stream.open");
     open["payload"]["stream_id"] = json!(12);
@@ -272,8 +322,10 @@ fn control_under_load(dir: &Path, rounds: usize, iters: usize) {
         let mut tx = s.core_data.try_clone().expect("clone");
         std::thread::spawn(move || {
             let mut seq = 0u64;
+            let mut since: Option<(Instant, u64)> = None;
             while !done.load(Ordering::Relaxed) {
                 if !loaded.load(Ordering::Relaxed) {
+                    since = None;
                     std::thread::sleep(Duration::from_millis(1));
                     continue;
                 }
@@ -281,6 +333,15 @@ fn control_under_load(dir: &Path, rounds: usize, iters: usize) {
                 seq += 16;
                 if tx.write_all(&batch).is_err() {
                     return;
+                }
+                if let Some(mibs) = pace {
+                    // Keep to the pace: sleep until the bytes sent so far are due.
+                    let (t0, sent) = since.get_or_insert((Instant::now(), 0));
+                    *sent += batch.len() as u64;
+                    let due = Duration::from_secs_f64(*sent as f64 / (mibs << 20) as f64);
+                    if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
                 }
             }
         });
@@ -309,25 +370,55 @@ fn control_under_load(dir: &Path, rounds: usize, iters: usize) {
     }
     loaded.store(false, Ordering::Relaxed);
     done.store(true, Ordering::Relaxed);
-    let (i50, i99) = (pct(&mut idle, 0.5), pct(&mut idle, 0.99));
-    let (b50, b99) = (pct(&mut busy, 0.5), pct(&mut busy, 0.99));
-    println!(
-        "control RTT, data idle      p50 {:.1} µs  p99 {:.1} µs",
-        us(i50),
-        us(i99)
-    );
-    println!(
-        "control RTT, data saturated p50 {:.1} µs  p99 {:.1} µs  ({} MiB of 4 KiB frames moved meanwhile)",
-        us(b50),
-        us(b99),
-        moved >> 20
-    );
-    println!(
-        "→ saturated/idle ratio p50 {:.2}  p99 {:.2} (target p99 ≤ 1.5)",
-        us(b50) / us(i50),
-        us(b99) / us(i99)
-    );
+    let load = Load {
+        idle: (pct(&mut idle, 0.5), pct(&mut idle, 0.99)),
+        busy: (pct(&mut busy, 0.5), pct(&mut busy, 0.99)),
+        moved_mib: moved >> 20,
+    };
     drop(s.proxy);
+    load
+}
+
+/// Benchmark 1, both ways: direct (the machine's own degradation) and through an enforcing
+/// proxy; saturated, then paced.
+fn control_latency(dir: &Path, rounds: usize, iters: usize, pace: u64) {
+    let mut ratios = Vec::new();
+    for (load, pace) in [("saturated", None), ("paced", Some(pace))] {
+        let what = match pace {
+            Some(p) => format!("data paced at {p} MiB/s"),
+            None => "data saturated".to_string(),
+        };
+        let direct = control_under_load(direct(), rounds, iters, pace);
+        let tag = format!("load-{load}");
+        let proxied = control_under_load(
+            session(dir, &tag, &["--mode", "enforce"]),
+            rounds,
+            iters,
+            pace,
+        );
+        for (name, l) in [("direct", &direct), ("proxy ", &proxied)] {
+            println!(
+                "{name} control RTT p50/p99 µs: data idle {:.1}/{:.1}, {what} {:.1}/{:.1} ({} MiB moved) → ratio p50 {:.2} p99 {:.2}",
+                us(l.idle.0),
+                us(l.idle.1),
+                us(l.busy.0),
+                us(l.busy.1),
+                l.moved_mib,
+                us(l.busy.0) / us(l.idle.0),
+                us(l.busy.1) / us(l.idle.1)
+            );
+        }
+        ratios.push((
+            what,
+            us(proxied.busy.1) / us(proxied.idle.1),
+            us(direct.busy.1) / us(direct.idle.1),
+        ));
+    }
+    for (what, proxy, direct) in ratios {
+        println!(
+            "→ {what}: proxy loaded/idle p99 ratio {proxy:.2} (target ≤ 1.5); direct baseline {direct:.2}"
+        );
+    }
 }
 
 /// 2. Peak RSS of the proxy, and of socat, relaying a credit-ignoring 1 GiB.
@@ -359,7 +450,7 @@ fn rss_under_flood(dir: &Path, mib: usize) {
 
     // The proxy, enforcing: stream 12 opened, no credit ever granted.
     let s = session(dir, "flood", &["--mode", "enforce"]);
-    let pid = s.proxy.0.id();
+    let pid = s.proxy.as_ref().map(|p| p.0.id()).unwrap_or_default();
     let idle_rss = peak_rss_kib(pid);
     let mut open = example("stream.open");
     open["payload"]["stream_id"] = json!(12);
@@ -459,7 +550,7 @@ impl TraceService for Collector {
     }
 }
 
-/// 3. Control RTT with tracing on vs off.
+/// 3. Request RTT with tracing on vs off.
 fn tracing_cost(dir: &Path, rounds: usize, iters: usize) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -480,33 +571,50 @@ fn tracing_cost(dir: &Path, rounds: usize, iters: usize) {
         format!("http://{addr}")
     });
     let mut off = session(dir, "off", &[]);
-    let mut on = session(dir, "on", &["--otlp", &url]);
+    let err_path = dir.join("traced.err");
+    let err = std::fs::File::create(&err_path).expect("stderr file");
+    let mut on = session_with(dir, "on", &["--otlp", &url], Stdio::from(err));
     pong_server(off.core_control.try_clone().expect("clone"));
     pong_server(on.core_control.try_clone().expect("clone"));
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let mut id = 0;
+    // A request and its response make one span each, in a trace of its own.
+    let describe =
+        |s: &mut UnixStream, id: &mut u64| round_trips_of("settings.describe", s, iters, id);
     for _ in 0..rounds {
-        a.extend(round_trips(&mut off.shell_control, iters, &mut id));
-        b.extend(round_trips(&mut on.shell_control, iters, &mut id));
+        a.extend(describe(&mut off.shell_control, &mut id));
+        b.extend(describe(&mut on.shell_control, &mut id));
     }
     // A stop (SIGTERM) flushes the exporter; then count what the receiver got.
-    let pid = nix::unistd::Pid::from_raw(on.proxy.0.id() as i32);
+    let pid =
+        nix::unistd::Pid::from_raw(on.proxy.as_ref().map(|p| p.0.id()).unwrap_or_default() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let until = Instant::now() + DEADLINE;
-    while on.proxy.0.try_wait().ok().flatten().is_none() && Instant::now() < until {
+    while on
+        .proxy
+        .as_mut()
+        .is_some_and(|p| p.0.try_wait().ok().flatten().is_none())
+        && Instant::now() < until
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     drop(on.proxy);
     drop(off.proxy);
+    let said = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let traces = said
+        .lines()
+        .find(|l| l.contains("traces:"))
+        .unwrap_or("(no trace summary from the proxy)")
+        .to_string();
     let (a50, a99) = (pct(&mut a, 0.5), pct(&mut a, 0.99));
     let (b50, b99) = (pct(&mut b, 0.5), pct(&mut b, 0.99));
     println!(
-        "control RTT, tracing off p50 {:.1} µs  p99 {:.1} µs",
+        "request RTT, tracing off p50 {:.1} µs  p99 {:.1} µs",
         us(a50),
         us(a99)
     );
     println!(
-        "control RTT, tracing on  p50 {:.1} µs  p99 {:.1} µs  ({} spans exported to the receiver)",
+        "request RTT, tracing on  p50 {:.1} µs  p99 {:.1} µs  ({} spans reached the receiver; {traces})",
         us(b50),
         us(b99),
         spans.0.load(Ordering::Relaxed)
@@ -529,7 +637,8 @@ fn main() {
     println!(
         "enforcement benchmark: {rounds} rounds × {iters} round trips per case (release build of contract-proxy)"
     );
-    control_under_load(dir.path(), rounds, iters);
+    let pace = env_num("ENFORCE_BENCH_PACE_MIBS", 64) as u64;
+    control_latency(dir.path(), rounds, iters, pace);
     rss_under_flood(dir.path(), mib);
     tracing_cost(dir.path(), rounds, iters);
 }

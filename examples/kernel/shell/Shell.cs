@@ -6,14 +6,20 @@
 // a credit-controlled audio stream on the data channel, a permission request (denied,
 // then granted), long tasks (done, unknown, cancelled) and heartbeat ping/pong (§13).
 // It checks every answer against the contract and exits 0 only if all checks passed.
+// With --core none it launches no core: it takes core sessions one after another (a
+// conformance target for `contract-proxy conformance --play core`), runs a short script in
+// each and serves whatever the core sends (pings, credit, audio in and out, permission
+// asks, programs.index, unknown or malformed requests) until the core goes away.
 // All messages, payloads, framing, limits and codes come from the generated SDK.
 // C# 7.3 syntax (Mono mcs), run on the .NET 8 runtime (see run.sh).
 //
 // usage: Shell.dll --control EP --data EP --core "CMD ARGS" [--core-control EP] [--core-data EP]
 //                  [--session ID] [--break trace-id]
+//        Shell.dll --control EP --data EP --core none [--accept-timeout S] [--sessions N] [--break trace-id]
 //   EP is unix:PATH or tcp:HOST:PORT. The core is started as
 //   /bin/sh -c 'exec CMD ARGS --control <core-control> --data <core-data> --session <id>'.
-// Exit: 0 all checks passed, 1 a check failed, 2 bad usage or setup failure.
+// Exit: 0 all checks passed (--core none: at least one session was served), 1 a check failed,
+// 2 bad usage or setup failure (--core none: no core connected within --accept-timeout).
 using System;
 using System.Collections.Concurrent;
 using System.Collections.Generic;
@@ -23,6 +29,7 @@ using System.Net;
 using System.Net.Sockets;
 using System.Text;
 using System.Text.Json;
+using System.Text.Json.Serialization;
 using System.Threading;
 using Contract.Sdk;
 using Contract.Sdk.Kernel;
@@ -53,6 +60,15 @@ namespace KernelShell
         public bool PatternOk = true;
     }
 
+    /// <summary>Send side of one microphone (audio.input) stream the core asked for: the credit it granted.</summary>
+    sealed class MicTx
+    {
+        public long Id;
+        public long Credit;
+        public bool Closed;
+        public readonly object Lock = new object();
+    }
+
     sealed class Shell
     {
         // The core's scripted answers (examples/kernel/core.py); the reference pair checks them word for word.
@@ -63,6 +79,15 @@ namespace KernelShell
         static readonly TimeSpan StepDeadline = TimeSpan.FromSeconds(20);
 
         string controlEp, dataEp, coreCmd, coreControlEp, coreDataEp, session, breakRule;
+        // --core none: no core is launched; sessions are taken one after another and served.
+        bool serving;
+        double acceptTimeoutSeconds = 60;
+        int maxSessions;
+        // Seconds of synthetic microphone audio a served session sends per audio.input stream.
+        const long MicSeconds = 30;
+        const int MicFrameBytes = 1024;
+        readonly object dataWriteLock = new object();
+        readonly Dictionary<long, MicTx> mics = new Dictionary<long, MicTx>();
         Socket controlListener, dataListener;
         Socket controlSock, dataSock;
         Stream control, data;
@@ -100,7 +125,7 @@ namespace KernelShell
             try
             {
                 if (!s.Parse(args)) return 2;
-                return s.Run();
+                return s.serving ? s.ServeSessions() : s.Run();
             }
             catch (SetupException e)
             {
@@ -130,6 +155,20 @@ namespace KernelShell
                     case "--core-data": coreDataEp = v; i++; break;
                     case "--session": session = v; i++; break;
                     case "--break": breakRule = v; i++; break;
+                    case "--accept-timeout":
+                        if (v == null || !double.TryParse(v, System.Globalization.NumberStyles.Float, System.Globalization.CultureInfo.InvariantCulture, out acceptTimeoutSeconds) || acceptTimeoutSeconds <= 0)
+                        {
+                            Console.Error.WriteLine("shell: --accept-timeout wants a positive number of seconds");
+                            return false;
+                        }
+                        i++; break;
+                    case "--sessions":
+                        if (v == null || !int.TryParse(v, out maxSessions) || maxSessions < 0)
+                        {
+                            Console.Error.WriteLine("shell: --sessions wants a count (0 = no limit)");
+                            return false;
+                        }
+                        i++; break;
                     default:
                         Console.Error.WriteLine("shell: unknown argument " + a);
                         return false;
@@ -137,9 +176,10 @@ namespace KernelShell
             }
             if (controlEp == null || dataEp == null || coreCmd == null)
             {
-                Console.Error.WriteLine("usage: Shell.dll --control EP --data EP --core \"CMD ARGS\" [--core-control EP] [--core-data EP] [--session ID] [--break trace-id]");
+                Console.Error.WriteLine("usage: Shell.dll --control EP --data EP --core \"CMD ARGS\"|none [--core-control EP] [--core-data EP] [--session ID] [--accept-timeout S] [--sessions N] [--break trace-id]");
                 return false;
             }
+            serving = coreCmd == "none";
             if (breakRule != null && breakRule != "trace-id")
             {
                 Console.Error.WriteLine("shell: unknown --break rule " + breakRule + " (known: trace-id)");
@@ -334,6 +374,63 @@ namespace KernelShell
             Send(e, typeof(ErrorMessage), false);
         }
 
+        /// <summary>An error answering the core's request <paramref name="correlation"/>.</summary>
+        void ErrorReply(Codes.ErrorCode code, string text, string trace, string correlation, ErrorDetails details)
+        {
+            var body = new ErrorBody();
+            body.Code = code.ToWire();
+            ErrorCategory cat;
+            WireNames.TryParse(code.Category(), out cat);
+            body.Category = cat;
+            body.Retryable = code.IsRetryable();
+            body.Message = text;
+            if (details != null) body.Details = details;
+            var e = new ErrorMessage();
+            e.V = version; e.Id = NewId(); e.Timestamp = Now(); e.TraceId = trace; e.CorrelationId = correlation; e.Payload = body;
+            Send(e, typeof(ErrorMessage), false);
+        }
+
+        /// <summary>
+        /// For a control frame the SDK refused: its type, id and trace_id (when readable) and the
+        /// envelope members at fault: every required member (per the SDK type's [JsonRequired]
+        /// properties) that is absent, else the member the decoder named.
+        /// </summary>
+        static List<string> EnvelopeFault(byte[] frame, ContractException e, out string type, out string id, out string trace)
+        {
+            type = null; id = null; trace = null;
+            var fields = new List<string>();
+            JsonElement root;
+            try
+            {
+                using (var doc = JsonDocument.Parse(frame)) root = doc.RootElement.Clone();
+            }
+            catch (JsonException)
+            {
+                return fields;
+            }
+            if (root.ValueKind != JsonValueKind.Object) return fields;
+            JsonElement x;
+            if (root.TryGetProperty("type", out x) && x.ValueKind == JsonValueKind.String) type = x.GetString();
+            if (root.TryGetProperty("id", out x) && x.ValueKind == JsonValueKind.String) id = x.GetString();
+            if (root.TryGetProperty("trace_id", out x) && x.ValueKind == JsonValueKind.String) trace = x.GetString();
+            System.Type t = type == "request" ? typeof(RequestMessage) : type == "response" ? typeof(ResponseMessage)
+                   : type == "event" ? typeof(EventMessage) : type == "error" ? typeof(ErrorMessage) : null;
+            if (t == null) { fields.Add("type"); return fields; }
+            foreach (var p in t.GetProperties())
+            {
+                if (!p.IsDefined(typeof(JsonRequiredAttribute), false)) continue;
+                var name = (JsonPropertyNameAttribute)Attribute.GetCustomAttribute(p, typeof(JsonPropertyNameAttribute));
+                if (name != null && !root.TryGetProperty(name.Name, out x)) fields.Add(name.Name);
+            }
+            if (fields.Count == 0)
+            {
+                // The SDK's messages quote the member: "'v' = 0 is outside 1..", "'trace_id': must not be null".
+                int a = e.Message.IndexOf('\''), b = a >= 0 ? e.Message.IndexOf('\'', a + 1) : -1;
+                if (b > a + 1) fields.Add(e.Message.Substring(a + 1, b - a - 1));
+            }
+            return fields;
+        }
+
         static string Describe(Message m)
         {
             var rq = m as RequestMessage;
@@ -395,7 +492,19 @@ namespace KernelShell
                     }
                     catch (ContractException e)
                     {
-                        Check(false, "core sent a control frame the contract refuses (" + e.Label + "): " + Encoding.UTF8.GetString(frame));
+                        string what = "core sent a control frame the contract refuses (" + e.Label + "): " + Encoding.UTF8.GetString(frame);
+                        // Serving, the peer is under test: its faults are answered, not counted.
+                        if (serving) Say("shell: " + what); else Check(false, what);
+                        string type, rid, rtrace;
+                        var fields = EnvelopeFault(frame, e, out type, out rid, out rtrace);
+                        // A request gets protocol.invalid_envelope naming the fields (K-4); other kinds are only logged.
+                        if (type == "request" && rid != null)
+                        {
+                            var d = new ErrorDetails();
+                            d.Fields = fields;
+                            ErrorReply(Codes.ErrorCode.ProtocolInvalidEnvelope, "Неверный конверт сообщения: " + e.Message,
+                                       rtrace ?? NewTrace("invalid"), rid, d);
+                        }
                         continue;
                     }
                     string id = Id(m);
@@ -541,7 +650,8 @@ namespace KernelShell
                 }
                 if (it.Closed != null)
                 {
-                    Check(false, it.Closed == "dead" ? "core declared dead after " + Limits.MissedPingsDead + " missed pings (§13)" : "core closed the " + it.Closed + " channel mid-script");
+                    string what = it.Closed == "dead" ? "core declared dead after " + Limits.MissedPingsDead + " missed pings (§13)" : "core closed the " + it.Closed + " channel mid-script";
+                    if (serving) Say("shell: " + what); else Check(false, what);
                     inbox.Add(it); // keep later waits from blocking until their deadlines
                     return null;
                 }
@@ -674,6 +784,273 @@ namespace KernelShell
             return failed == 0 ? 0 : 1;
         }
 
+        // ------------------------------------------------------------------ --core none: serving sessions
+
+        /// <summary>
+        /// Listen once, then take core sessions one after another (a shell whose core restarts):
+        /// each gets a fresh session object, a hello, a short script and service until the core
+        /// goes away. Ends when no core connects within --accept-timeout, or after --sessions.
+        /// </summary>
+        int ServeSessions()
+        {
+            controlListener = Listen(controlEp);
+            dataListener = Listen(dataEp);
+            Say("shell: serving: listening on control " + controlEp + ", data " + dataEp + " (no core launched)");
+            int sessions = 0;
+            try
+            {
+                while (maxSessions == 0 || sessions < maxSessions)
+                {
+                    Socket cs, ds;
+                    try
+                    {
+                        // The core dials control, then data (K-1).
+                        cs = Accept(controlListener, TimeSpan.FromSeconds(acceptTimeoutSeconds), "control");
+                    }
+                    catch (SetupException e)
+                    {
+                        Say("shell: " + e.Message + "; " + sessions + " session(s) served");
+                        return sessions > 0 ? 0 : 2;
+                    }
+                    try
+                    {
+                        ds = Accept(dataListener, TimeSpan.FromSeconds(10), "data");
+                    }
+                    catch (SetupException e)
+                    {
+                        Say("shell: " + e.Message + "; dropping that session");
+                        try { cs.Dispose(); } catch (Exception) { }
+                        continue;
+                    }
+                    sessions++;
+                    var one = new Shell();
+                    one.controlEp = controlEp; one.dataEp = dataEp; one.coreCmd = coreCmd; one.serving = true;
+                    one.breakRule = breakRule; one.session = session + "-" + sessions;
+                    string end = one.Serve(cs, ds);
+                    Say("shell: session " + sessions + " ended: " + end);
+                }
+                return 0;
+            }
+            finally
+            {
+                Cleanup();
+            }
+        }
+
+        /// <summary>One served session on accepted sockets; why it ended.</summary>
+        string Serve(Socket cs, Socket ds)
+        {
+            controlSock = cs; control = new NetworkStream(cs, true);
+            dataSock = ds; data = new NetworkStream(ds, true);
+            StartThread(ControlReader, "control-reader");
+            StartThread(DataReader, "data-reader");
+            StartThread(Liveness, "liveness");
+            string end;
+            try
+            {
+                end = Hello() ? ServeLoop() : "no handshake";
+            }
+            catch (Exception e)
+            {
+                // A write to a vanished core: the session is over, the shell stays up for the next one.
+                end = "I/O: " + e.Message;
+            }
+            coreDead = true; // stops the liveness thread
+            lock (mics)
+            {
+                foreach (var mic in mics.Values) lock (mic.Lock) { mic.Closed = true; Monitor.PulseAll(mic.Lock); }
+            }
+            try { controlSock.Shutdown(SocketShutdown.Both); } catch (Exception) { }
+            try { dataSock.Shutdown(SocketShutdown.Both); } catch (Exception) { }
+            try { control.Dispose(); } catch (Exception) { }
+            try { data.Dispose(); } catch (Exception) { }
+            return end;
+        }
+
+        /// <summary>
+        /// The served session's own script, one request every 50 ms after hello (its answers are
+        /// only logged), while everything the core sends is served. The second request (the third
+        /// of the session, counting hello) is the one --break trace-id sends without trace_id.
+        /// </summary>
+        string ServeLoop()
+        {
+            var script = new List<KeyValuePair<string, Dictionary<string, JsonElement>>>();
+            foreach (var c in new[] { new[] { "Какая столица Австралии? Расскажи.", "typed" }, new[] { "запусти телеграм", "voice" } })
+            {
+                var p = new CommandHandleParams();
+                p.Text = c[0];
+                p.Source = c[1] == "voice" ? CommandSource.Voice : CommandSource.Typed;
+                script.Add(new KeyValuePair<string, Dictionary<string, JsonElement>>(Methods.CommandHandle, ToPayload(p)));
+            }
+            script.Add(new KeyValuePair<string, Dictionary<string, JsonElement>>(Methods.SettingsDescribe, Empty()));
+            int sent = 0;
+            var nextAt = DateTime.UtcNow;
+            while (true)
+            {
+                if (sent < script.Count && DateTime.UtcNow >= nextAt)
+                {
+                    bool drop = breakRule == "trace-id" && sent == 1;
+                    var rq = Request(script[sent].Key, NewTrace("serve"), script[sent].Value, drop);
+                    Say("shell: -> " + Describe(rq) + (drop ? " (--break trace-id: WITHOUT trace_id)" : ""));
+                    sent++;
+                    nextAt = DateTime.UtcNow + TimeSpan.FromMilliseconds(50);
+                }
+                Item it;
+                if (!inbox.TryTake(out it, 50)) continue;
+                if (it.Frame != null) { Consume(it.Frame); continue; }
+                if (it.Closed == "data")
+                {
+                    // A data-channel break closes every stream (§8); control goes on.
+                    Say("shell: the core's data channel ended");
+                    lock (streams) foreach (var st in streams.Values) st.Closed = true;
+                    continue;
+                }
+                if (it.Closed != null) return it.Closed == "dead" ? "the core missed " + Limits.MissedPingsDead + " pings: dead (§13)" : "the core closed the " + it.Closed + " channel";
+                if (Generic(it.Msg)) continue;
+                ServeMessage(it.Msg);
+            }
+        }
+
+        /// <summary>What a served session does with a core message no script step waits for.</summary>
+        void ServeMessage(Message m)
+        {
+            var rq = m as RequestMessage;
+            var ev = m as EventMessage;
+            if (rq != null && rq.Method == Methods.PermissionRequest)
+            {
+                PermissionRequestParams ask;
+                try
+                {
+                    ask = FromPayload<PermissionRequestParams>(rq.Payload);
+                }
+                catch (ContractException e)
+                {
+                    var d = new ErrorDetails();
+                    d.Fields = new List<string> { "payload" };
+                    ErrorReply(Codes.ErrorCode.ProtocolInvalidPayload, "permission.request: " + e.Message, rq.TraceId, rq.Id, d);
+                    return;
+                }
+                // Nobody sits at a served shell to say yes: the dialog is shown (logged) and answered no.
+                Say("shell: [dialog] " + ask.Permission + "/" + ask.Action + ": " + ask.Preview + " (ttl " + ask.Ttl + " s) -> no (no user at a served shell)");
+                var ans = new PermissionResult();
+                ans.RequestId = ask.RequestId;
+                ans.Granted = false;
+                Respond(rq, ToPayload(ans));
+                return;
+            }
+            if (rq != null)
+            {
+                // Unknown here, wrong direction, or one this shell does not serve.
+                var d = new ErrorDetails();
+                d.Method = rq.Method;
+                ErrorReply(Codes.ErrorCode.ProtocolUnknownMethod, "Метод " + rq.Method + " оболочка не поддерживает.", rq.TraceId, rq.Id, d);
+                return;
+            }
+            if (ev != null && ev.Method == Methods.StreamOpen)
+            {
+                StreamOpenParams op;
+                try
+                {
+                    op = FromPayload<StreamOpenParams>(ev.Payload);
+                }
+                catch (ContractException e)
+                {
+                    Say("shell: ignored an invalid stream.open: " + e.Message); // invalid event: ignore and log (K-15)
+                    return;
+                }
+                if (op.Kind == StreamKind.AudioOutput)
+                {
+                    var st = new StreamRx();
+                    st.Id = op.StreamId;
+                    st.Trace = ev.TraceId;
+                    st.Granted = Limits.InitialCreditBytes;
+                    lock (streams) streams[st.Id] = st;
+                    Say("shell: <- stream.open audio.output " + st.Id + "; -> stream.credit " + InitialGrant);
+                    Grant(st, InitialGrant);
+                }
+                else if (op.Kind == StreamKind.AudioInput)
+                {
+                    var mic = new MicTx();
+                    mic.Id = op.StreamId;
+                    mic.Credit = Limits.InitialCreditBytes; // nothing flows before the first stream.credit (§8)
+                    lock (mics) mics[mic.Id] = mic;
+                    Say("shell: <- stream.open audio.input " + mic.Id + ": microphone on, waiting for credit");
+                    var t = new Thread(() => SendMic(mic));
+                    t.IsBackground = true;
+                    t.Name = "mic-" + mic.Id;
+                    t.Start();
+                }
+                return;
+            }
+            if (ev != null && ev.Method == Methods.StreamCredit && ev.StreamId.HasValue)
+            {
+                MicTx mic;
+                lock (mics) mics.TryGetValue(ev.StreamId.Value, out mic);
+                if (mic == null) return;
+                try
+                {
+                    var c = FromPayload<StreamCreditParams>(ev.Payload);
+                    lock (mic.Lock) { mic.Credit += c.Bytes; Monitor.PulseAll(mic.Lock); } // additive (K-10)
+                }
+                catch (ContractException e)
+                {
+                    Say("shell: ignored an invalid stream.credit: " + e.Message);
+                }
+                return;
+            }
+            if (ev != null && ev.Method == Methods.StreamClose && ev.StreamId.HasValue)
+            {
+                MicTx mic;
+                lock (mics) mics.TryGetValue(ev.StreamId.Value, out mic);
+                if (mic != null) lock (mic.Lock) { mic.Closed = true; Monitor.PulseAll(mic.Lock); }
+                StreamRx st;
+                lock (streams)
+                {
+                    if (streams.TryGetValue(ev.StreamId.Value, out st)) { st.PeerClosed = true; st.Closed = true; }
+                }
+                Say("shell: <- stream.close " + ev.StreamId.Value);
+                return;
+            }
+            // Answers to the script, task and text-stream events, unknown events: logged only.
+            Say("shell: <- " + Describe(m) + " trace=" + Trace(m));
+        }
+
+        /// <summary>Synthetic microphone audio for one audio.input stream, never beyond the core's credit (§8).</summary>
+        void SendMic(MicTx mic)
+        {
+            long total = MicSeconds * 16000 * 2, sent = 0;
+            ulong seq = 0;
+            try
+            {
+                while (sent < total)
+                {
+                    int n;
+                    lock (mic.Lock)
+                    {
+                        // Bounded waits: the session's end (coreDead) also stops the microphone.
+                        while (mic.Credit <= 0 && !mic.Closed && !coreDead) Monitor.Wait(mic.Lock, 200);
+                        if (mic.Closed || coreDead) break;
+                        n = (int)Math.Min(Math.Min(MicFrameBytes, mic.Credit), total - sent);
+                        mic.Credit -= n;
+                    }
+                    var payload = new byte[n];
+                    for (int i = 0; i < n; i++) payload[i] = (byte)(((sent + i) * 7 + 3) & 0xFF);
+                    lock (dataWriteLock)
+                    {
+                        dataFraming.WriteFrame(data, new ulong[] { (ulong)mic.Id, seq }, payload);
+                        data.Flush();
+                    }
+                    seq++;
+                    sent += n;
+                }
+            }
+            catch (Exception e)
+            {
+                if (!(e is ObjectDisposedException)) Say("shell: microphone stream " + mic.Id + ": " + e.Message);
+            }
+            Say("shell: microphone stream " + mic.Id + ": sent " + sent + " bytes in " + seq + " frames");
+        }
+
         static void StartThread(ThreadStart body, string name)
         {
             var t = new Thread(body);
@@ -689,7 +1066,9 @@ namespace KernelShell
             // [1, 2]: a shell keeps the previous version one release (ADR 0004); the core picks the highest common (§15 3a).
             p.ProtocolVersions = new List<long> { 1, 2 };
             p.ShellVersion = "4.0.0-ref";
-            p.Capabilities = new List<string> { "audio.output", "permissions" };
+            // Serving, the shell also sends microphone audio when the core opens an audio.input stream.
+            p.Capabilities = serving ? new List<string> { "audio.input", "audio.output", "permissions" }
+                                     : new List<string> { "audio.output", "permissions" };
             p.Locale = "ru";
             string trace = NewTrace("hello");
             var req = Request(Methods.Hello, trace, ToPayload(p));
@@ -699,14 +1078,16 @@ namespace KernelShell
                 var m = Next(deadline);
                 if (m == null)
                 {
-                    Check(false, "hello: no answer within 10 s");
+                    if (serving) Say("shell: hello: no answer within 10 s"); else Check(false, "hello: no answer within 10 s");
                     return false;
                 }
                 var r = m as ResponseMessage;
                 var er = m as ErrorMessage;
                 if (er != null && er.CorrelationId == req.Id)
                 {
-                    Check(false, "hello refused: " + er.Payload.Code + ": " + er.Payload.Message);
+                    // Serving, a refusal (protocol.incompatible) ends the session: the shell closes rather than go on (K-16).
+                    if (serving) Say("shell: hello refused: " + er.Payload.Code + ": " + er.Payload.Message);
+                    else Check(false, "hello refused: " + er.Payload.Code + ": " + er.Payload.Message);
                     return false;
                 }
                 if (r == null || r.CorrelationId != req.Id)
@@ -723,7 +1104,7 @@ namespace KernelShell
                 Check(best > 0 && res.ProtocolVersion == best, "hello: protocol_version " + res.ProtocolVersion + " is the highest common of shell [1, 2] and core [" + string.Join(", ", res.ProtocolVersions) + "]");
                 coreCaps = res.Capabilities;
                 Check(!coreCaps.Contains("actuation"), "hello: a 4.0 core does not declare actuation (§12)");
-                Check(coreCaps.Contains("llm") && coreCaps.Contains("tts"), "hello: core declares llm and tts, which the script uses (got " + string.Join(", ", coreCaps) + ")");
+                if (!serving) Check(coreCaps.Contains("llm") && coreCaps.Contains("tts"), "hello: core declares llm and tts, which the script uses (got " + string.Join(", ", coreCaps) + ")");
                 Check(!string.IsNullOrEmpty(res.SessionId), "hello: session_id " + res.SessionId);
                 version = res.ProtocolVersion;
                 ready = true;
