@@ -19,7 +19,8 @@
 //! peer side never queues behind itself.
 //!
 //! `cargo bench -p contract-proxy --bench enforce` (ENFORCE_BENCH_ROUNDS,
-//! ENFORCE_BENCH_ITERS, ENFORCE_BENCH_FLOOD_MIB to change the sample sizes).
+//! ENFORCE_BENCH_ITERS, ENFORCE_BENCH_FLOOD_MIB to change the sample sizes;
+//! ENFORCE_BENCH_ONLY=1,3 to run some of them).
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -638,7 +639,16 @@ fn main() {
         "enforcement benchmark: {rounds} rounds × {iters} round trips per case (release build of contract-proxy)"
     );
     let pace = env_num("ENFORCE_BENCH_PACE_MIBS", 64) as u64;
-    control_latency(dir.path(), rounds, iters, pace);
-    rss_under_flood(dir.path(), mib);
-    tracing_cost(dir.path(), rounds, iters);
+    // ENFORCE_BENCH_ONLY=1,3 runs only those benchmarks.
+    let only = std::env::var("ENFORCE_BENCH_ONLY").unwrap_or_default();
+    let run = |n: &str| only.is_empty() || only.split(',').any(|o| o.trim() == n);
+    if run("1") {
+        control_latency(dir.path(), rounds, iters, pace);
+    }
+    if run("2") {
+        rss_under_flood(dir.path(), mib);
+    }
+    if run("3") {
+        tracing_cost(dir.path(), rounds, iters);
+    }
 }

@@ -70,7 +70,8 @@ pub struct ConformanceArgs {
     /// afresh per check and given the endpoints to use; exec:CMD or exec-fd:N:CMD without
     /// placeholders: the control channel is its stdio or fd N; unix:, tcp:, ws://, quic://: dialed
     /// when the suite plays the connecting party, else listened on (the implementation dials in).
-    #[arg(long, value_name = "ENDPOINT")]
+    /// Required, except with --list.
+    #[arg(long, value_name = "ENDPOINT", default_value = "")]
     pub target: String,
     /// Endpoint of the contract's second channel (kernel: data), dialed or listened on like --target.
     #[arg(long, value_name = "ENDPOINT")]
@@ -137,6 +138,12 @@ pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError>
     }
 }
 
+/// One line on stdout; a reader that went away (`| head`) is not an error of the suite.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
 fn positive(secs: f64, what: &str) -> Result<Duration, ConformanceError> {
     if secs.is_finite() && secs > 0.0 && secs < 86_400.0 {
         Ok(Duration::from_secs_f64(secs))
@@ -170,9 +177,14 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
                 Ok(_) => String::new(),
                 Err(why) => format!("  (not applicable: {why})"),
             };
-            println!("{}  {}  [{}]{applies}", c.id, c.title, c.seed);
+            say(format_args!("{}  {}  [{}]{applies}", c.id, c.title, c.seed));
         }
         return Ok(Report::new(&name, &args.play, &args.target));
+    }
+    if args.target.is_empty() {
+        return Err(ConformanceError::Usage(
+            "--target ENDPOINT is required (the implementation under test)".into(),
+        ));
     }
     if args.task_seconds == 0 || args.task_seconds > 3600 {
         return Err(ConformanceError::Usage(
@@ -253,10 +265,10 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
             outcome,
             elapsed: start.elapsed(),
         };
-        println!("{r}");
+        say(format_args!("{r}"));
         report.results.push(r);
     }
-    println!("{}", report.summary());
+    say(format_args!("{}", report.summary()));
     if let Some(path) = &args.junit {
         report
             .write_junit(path)
