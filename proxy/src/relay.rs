@@ -993,24 +993,16 @@ pub async fn relay(
             },
         );
     }
-    let up = pump(
-        Dir::Up,
-        cin,
-        &ends,
-        &inspector,
+    let (rec, recording) = recorder(route, shared);
+    let pumping = Pumping {
+        ends: &ends,
+        inspector: &inspector,
         route,
         shared,
-        codec.clone(),
-    );
-    let down = pump(
-        Dir::Down,
-        uin,
-        &ends,
-        &inspector,
-        route,
-        shared,
-        codec.clone(),
-    );
+        rec: &rec,
+    };
+    let up = pump(Dir::Up, cin, codec.clone(), pumping);
+    let down = pump(Dir::Down, uin, codec.clone(), pumping);
     // Orders from other connections run beside the pumps, never inside a select arm:
     // they take the same write locks the pumps hold while a write waits.
     let orders = injector(ctl_rx, &ends, route, shared, (conn, session));
@@ -1036,10 +1028,14 @@ pub async fn relay(
         .lock()
         .map(|mut i| i.open(Instant::now()))
         .unwrap_or_default();
-    for ins in &opened {
-        shared.record(route, ins, &[]);
-        if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
-            closing(c.clone()).await;
+    for ins in opened {
+        let refused = match &ins.decision {
+            Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
+            _ => None,
+        };
+        let _ = rec.send(Some((ins, Bytes::new()))).await;
+        if let Some(c) = refused {
+            closing(c).await;
             up_done = true;
             down_done = true;
         }
@@ -1058,11 +1054,11 @@ pub async fn relay(
                 fired = deadline;
                 let ticked = inspector.lock().map(|mut i| i.tick(Instant::now())).unwrap_or_default();
                 let mut close = None;
-                for ins in &ticked {
-                    shared.record(route, ins, &[]);
+                for ins in ticked {
                     if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
                         close = Some(c.clone());
                     }
+                    let _ = rec.send(Some((ins, Bytes::new()))).await;
                 }
                 if let Some(c) = close {
                     closing(c).await;
@@ -1099,8 +1095,16 @@ pub async fn relay(
         .lock()
         .map(|mut i| i.close(Instant::now()))
         .unwrap_or_default();
-    for ins in &closed {
-        shared.record(route, ins, &[]);
+    for ins in closed {
+        let _ = rec.send(Some((ins, Bytes::new()))).await;
+    }
+    // Everything inspected reaches the sinks before the connection is reported closed.
+    let _ = rec.send(None).await;
+    if tokio::time::timeout(SHUTDOWN_DEADLINE, recording)
+        .await
+        .is_err()
+    {
+        shared.note(&route.name, conn, "the recorder did not finish in time");
     }
     if let Ok(mut conns) = shared.conns.lock() {
         conns.remove(&conn);
@@ -1108,6 +1112,30 @@ pub async fn relay(
     shared.leave_session(conn);
     shared.note(&route.name, conn, "closed");
     result
+}
+
+/// Inspected frames on their way to the sinks and the recording; `None` ends the queue.
+type Rec = tokio::sync::mpsc::Sender<Option<(Inspection, Bytes)>>;
+
+/// Frames a connection's sinks may lag behind its relay. Small, since each entry
+/// holds its frame: the bound is on memory as much as on lag.
+const RECORD_QUEUE: usize = 16;
+
+/// The connection's recorder: the live view, traces and the recording see each
+/// frame in the order it was inspected, on a task of their own, so their work is
+/// not on the frame's way to its receiver. A frame is queued before it is
+/// written, so a reply can never be shown before its request. A full queue
+/// slows the relay; nothing is dropped.
+fn recorder(route: &Route, shared: &Arc<Shared>) -> (Rec, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<(Inspection, Bytes)>>(RECORD_QUEUE);
+    let (route, shared) = (route.clone(), shared.clone());
+    let task = tokio::spawn(async move {
+        while let Some(Some((ins, raw))) = rx.recv().await {
+            shared.record(&route, &ins, &raw);
+            shared.write_record(&ins, &raw).await;
+        }
+    });
+    (tx, task)
 }
 
 /// Carry out other connections' orders on this one until one says to close it.
@@ -1178,15 +1206,29 @@ async fn injector(
     std::future::pending().await
 }
 
+/// What both pumps of a connection share.
+#[derive(Clone, Copy)]
+struct Pumping<'a> {
+    ends: &'a Ends,
+    inspector: &'a std::sync::Mutex<Inspector>,
+    route: &'a Route,
+    shared: &'a Arc<Shared>,
+    rec: &'a Rec,
+}
+
 async fn pump(
     dir: Dir,
     mut from: FrameIn,
-    ends: &Ends,
-    inspector: &std::sync::Mutex<Inspector>,
-    route: &Route,
-    shared: &Arc<Shared>,
     mut codec: ChannelCodec,
+    p: Pumping<'_>,
 ) -> std::io::Result<PumpEnd> {
+    let Pumping {
+        ends,
+        inspector,
+        route,
+        shared,
+        rec,
+    } = p;
     let mut items = Vec::with_capacity(64);
     let mut replies: Vec<Bytes> = Vec::new();
     let incomplete_limit = inspector
@@ -1213,9 +1255,12 @@ async fn pump(
                     };
                     i.incomplete_frame(dir)
                 };
-                shared.record(route, &ins, &[]);
-                shared.write_record(&ins, &[]).await;
-                if let Decision::Refuse { close: Some(c), .. } = ins.decision {
+                let close = match &ins.decision {
+                    Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
+                    _ => None,
+                };
+                let _ = rec.send(Some((ins, Bytes::new()))).await;
+                if let Some(c) = close {
                     return Ok(PumpEnd::Closed(c));
                 }
                 continue;
@@ -1255,21 +1300,22 @@ async fn pump(
                 }
                 continue;
             };
-            shared.record(route, &ins, &raw);
-            shared.write_record(&ins, &raw).await;
+            let effects = std::mem::take(&mut ins.effects);
+            let decision = ins.decision.clone();
+            let conn = ins.event.conn;
+            let _ = rec.send(Some((ins, raw))).await;
             // Frames released by credit go out before this one.
-            for e in &ins.effects {
+            for e in &effects {
                 if let Effect::Write(frames) = e {
                     for f in frames {
                         to.push_raw(&f.bytes).await?;
                     }
                 }
             }
-            let effects = std::mem::take(&mut ins.effects);
             if !effects.is_empty() {
-                shared.carry_out(route, ins.event.conn, effects);
+                shared.carry_out(route, conn, effects);
             }
-            match ins.decision {
+            match decision {
                 Decision::ForwardAnd { reply } => {
                     replies.push(reply);
                     if let Item::Frame(f) = item {
