@@ -24,6 +24,7 @@ pub mod kernel;
 pub mod peers;
 pub mod report;
 pub mod session;
+pub mod xsession;
 
 pub use report::{CheckResult, Evidence, Failure, Outcome, Report, Verdict};
 pub use session::{Ctx, Got, Incoming, Peer, SocketKind, Target};
@@ -132,8 +133,13 @@ pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError>
                 "--play {role:?}: the kernel suite plays shell or core"
             ))
         }),
+        "xsession" => xsession::checks(role).ok_or_else(|| {
+            ConformanceError::Usage(format!(
+                "--play {role:?}: the xsession suite plays sender or recipient"
+            ))
+        }),
         other => Err(ConformanceError::Usage(format!(
-            "no conformance suite for contract {other:?} yet (available: kernel)"
+            "no conformance suite for contract {other:?} yet (available: kernel, xsession)"
         ))),
     }
 }

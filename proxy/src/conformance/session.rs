@@ -471,6 +471,47 @@ impl Ctx {
         }
     }
 
+    /// The target as the command line named it, for suites with their own launch
+    /// conventions (xsession: `exec:CMD` with `{registry}`, `{socket}`… placeholders).
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// A fresh private (0700) directory, removed when the check ends.
+    pub fn private_dir(&mut self) -> Result<PathBuf, Failure> {
+        let dir = fresh_dir()?;
+        self.dirs.push(dir.clone());
+        Ok(dir)
+    }
+
+    /// Start `argv` as given (stdin/stdout piped and returned, stderr the suite's), to be
+    /// ended when the check ends like every launched target; also returns its pid.
+    #[cfg(unix)]
+    pub fn spawn(&mut self, argv: &[String]) -> Result<(BoxIo, u32), Failure> {
+        let (io, child) =
+            spawn_exec(argv).map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
+        let pid = child.pid();
+        self.children.push(child);
+        Ok((io, pid))
+    }
+
+    /// End the most recently launched process now (SIGTERM, then SIGKILL after `grace`) and
+    /// return its exit code (128 + signal); `None` without one or when it cannot be ended.
+    #[cfg(unix)]
+    pub async fn terminate_last(&mut self, grace: Duration) -> Option<i32> {
+        let child = self.children.last_mut()?;
+        if let Ok(Some(st)) = child.wait_timeout(Duration::ZERO).await {
+            return Some(crate::endpoint::process::status_code(st));
+        }
+        match child.terminate(grace).await {
+            Ok(st) => Some(crate::endpoint::process::status_code(st)),
+            Err(e) => {
+                self.notes.push(format!("could not end the target: {e}"));
+                None
+            }
+        }
+    }
+
     /// Whether sessions are launched processes (whose exit the suite can watch).
     pub fn launches(&self) -> bool {
         matches!(&*self.target, Target::Launch { .. } | Target::Pipe(_))

@@ -1,0 +1,278 @@
+//! `contract-proxy conformance --contract xsession` against the real Python
+//! reference session (examples/xsession/session.py, on the SDK that contractgen
+//! generates): playing the sender against an honest recipient, playing the
+//! recipient against an honest sender, and against a sender run with
+//! `--break no-auth`, which must fail exactly `xsession.3.auth`; plus the JUnit
+//! file, the check list and the usage errors.
+//!
+//! Needs the peers' Python (`PY`, default `<repo>/.venv-peers/bin/python`, see
+//! scripts/peers-venv.sh) and contractgen (`CONTRACTGEN`, default next to the
+//! contract-proxy binary: `cargo build -p contractgen`).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+/// A whole suite run: the parse-deadline check alone waits 30 s.
+const RUN_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Check ids of the suite, in order, and whether each applies playing the sender / the recipient.
+const IDS: [(&str, bool, bool); 23] = [
+    ("xsession.1.record", true, false),
+    ("xsession.1.symlink", true, false),
+    ("xsession.1.removed", true, false),
+    ("xsession.1.freshness", false, true),
+    ("xsession.1.cleanup", false, true),
+    ("xsession.1.misaddressed", true, false),
+    ("xsession.2.socket", true, false),
+    ("xsession.2.one-way", true, true),
+    ("xsession.2.line-max", true, true),
+    ("xsession.2.line-deadline", true, false),
+    ("xsession.2.max-connections", true, false),
+    ("xsession.3.auth", true, true),
+    ("xsession.4.user-frame", false, true),
+    ("xsession.5.transitions", true, true),
+    ("xsession.6.per-sender-rate", true, true),
+    ("xsession.6.global-rate", true, false),
+    ("xsession.6.duplicate", true, false),
+    ("xsession.7.unknown", true, false),
+    ("xsession.6.policy", false, false),
+    ("xsession.6.hold-capacity", false, false),
+    ("xsession.6.input-queue", false, false),
+    ("xsession.6.exemptions", false, false),
+    ("xsession.6.presentation", false, false),
+];
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn with(&self, tag: &str) -> Vec<String> {
+        self.stdout
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next()? == tag).then(|| w.next().unwrap_or("").to_string())
+            })
+            .collect()
+    }
+}
+
+fn show(r: &Run) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}\n--- stderr (last 4000 bytes)\n{}",
+        r.code,
+        r.stdout,
+        &r.stderr[r.stderr.len().saturating_sub(4000)..]
+    )
+}
+
+fn finish(mut child: Child, limit: Duration) -> Run {
+    let mut out = child.stdout.take().expect("stdout piped");
+    let mut err = child.stderr.take().expect("stderr piped");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let start = Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st.code().unwrap_or(-1);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Run {
+        code,
+        stdout: t_out.join().expect("stdout thread"),
+        stderr: t_err.join().expect("stderr thread"),
+    }
+}
+
+fn python() -> String {
+    let p = std::env::var("PY").unwrap_or_else(|_| format!("{ROOT}/.venv-peers/bin/python"));
+    assert!(
+        Path::new(&p).exists(),
+        "{p} is missing: run scripts/peers-venv.sh (or set PY to the peers' python)"
+    );
+    p
+}
+
+/// The generated Python SDK for xsession (once per test binary).
+fn sdk() -> &'static Path {
+    static SDK: OnceLock<PathBuf> = OnceLock::new();
+    SDK.get_or_init(|| {
+        let gen_bin = std::env::var("CONTRACTGEN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| {
+                Path::new(BIN)
+                    .parent()
+                    .expect("binary directory")
+                    .join("contractgen")
+            });
+        assert!(
+            gen_bin.exists(),
+            "{} is missing: cargo build -p contractgen (or set CONTRACTGEN)",
+            gen_bin.display()
+        );
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("xsession-sdk-{}", std::process::id()));
+        let st = Command::new(&gen_bin)
+            .args(["generate", "--lang", "python", "--out"])
+            .arg(&out)
+            .arg(format!("{ROOT}/schema/contracts/xsession.json"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("run contractgen");
+        assert!(st.success(), "contractgen generate failed: {st}");
+        out
+    })
+}
+
+/// The launch command of the reference session; `role_args` says what it does.
+fn target(role_args: &str) -> String {
+    format!(
+        "exec:env PYTHONPATH={} {} {ROOT}/examples/xsession/session.py --registry {{registry}} --name {{name}} --socket {{socket}} {role_args}",
+        sdk().display(),
+        python()
+    )
+}
+
+const RECIPIENT: &str = "--serve --timeout 120";
+const SENDER: &str =
+    "--send-to {peer} --text conformance --count {count} --timeout 20 --summary {summary}";
+
+fn suite(args: &[&str]) -> Run {
+    let child = Command::new(BIN)
+        .arg("conformance")
+        .args(["--contract", "xsession"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start contract-proxy");
+    finish(child, RUN_DEADLINE)
+}
+
+/// Every applicable check passes; the rest skip as not applicable.
+fn assert_all_pass(r: &Run, sender: bool) {
+    assert_eq!(r.code, 0, "{}", show(r));
+    assert!(r.with("FAIL").is_empty(), "{}", show(r));
+    let passed = r.with("PASS");
+    let skipped = r.with("SKIP");
+    for (id, s, rc) in IDS {
+        let applies = if sender { s } else { rc };
+        if applies {
+            assert!(
+                passed.iter().any(|p| p == id),
+                "{id} did not pass\n{}",
+                show(r)
+            );
+        } else {
+            assert!(
+                skipped.iter().any(|p| p == id),
+                "{id} did not skip\n{}",
+                show(r)
+            );
+        }
+    }
+}
+
+#[test]
+fn playing_the_sender_an_honest_recipient_passes_every_check() {
+    let junit = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("xsession-sender-{}.xml", std::process::id()));
+    let r = suite(&[
+        "--play",
+        "sender",
+        "--target",
+        &target(RECIPIENT),
+        "--junit",
+        junit.to_str().expect("utf-8 path"),
+    ]);
+    assert_all_pass(&r, true);
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert!(xml.starts_with("<?xml"), "{xml}");
+    assert!(xml.contains("<testsuite name=\"xsession.sender\""), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), IDS.len(), "{xml}");
+    assert!(!xml.contains("<failure"), "{xml}");
+    assert!(xml.trim_end().ends_with("</testsuites>"), "{xml}");
+}
+
+#[test]
+fn playing_the_recipient_an_honest_sender_passes_every_check() {
+    let r = suite(&["--play", "recipient", "--target", &target(SENDER)]);
+    assert_all_pass(&r, false);
+}
+
+#[test]
+fn a_sender_without_the_auth_line_fails_exactly_the_auth_check() {
+    let junit = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("xsession-noauth-{}.xml", std::process::id()));
+    let r = suite(&[
+        "--play",
+        "recipient",
+        "--target",
+        &target(&format!("{SENDER} --break no-auth")),
+        "--junit",
+        junit.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(
+        r.with("FAIL"),
+        vec!["xsession.3.auth".to_string()],
+        "{}",
+        show(&r)
+    );
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
+    assert!(xml.contains("xsession.3.auth"), "{xml}");
+    // The evidence is the frame that came first, as it crossed the wire.
+    assert!(r.stdout.contains("\"type\":\"user\""), "{}", show(&r));
+}
+
+#[test]
+fn the_list_names_every_check_and_bad_usage_exits_2() {
+    let r = suite(&[
+        "--play",
+        "sender",
+        "--target",
+        "exec:true {registry}",
+        "--list",
+    ]);
+    assert_eq!(r.code, 0, "{}", show(&r));
+    for (id, _, _) in IDS {
+        assert!(r.stdout.contains(id), "{id} not listed\n{}", show(&r));
+    }
+    let r = suite(&["--play", "core", "--target", "exec:true {registry}"]);
+    assert_eq!(r.code, 2, "{}", show(&r));
+    // A target the suite cannot launch with its placeholders fails every check that runs.
+    let r = suite(&[
+        "--play",
+        "sender",
+        "--target",
+        "unix:/nonexistent/inbox.sock",
+        "--only",
+        "xsession.3.auth",
+    ]);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert!(r.stdout.contains("{registry}"), "{}", show(&r));
+}
