@@ -10,8 +10,7 @@
 //! fresh process when the target is launched), opened by [`Ctx::open`] from the
 //! target the command line names (see [`session`] and docs/conformance.md).
 //!
-//! The checks themselves live per contract: [`kernel`] (the only contract with a
-//! suite so far). [`peers`] holds small Rust reference peers (hidden `peer`
+//! The checks themselves live per contract: [`kernel`] and [`toolchannel`]. [`peers`] holds small Rust reference peers (hidden `peer`
 //! subcommand) so the suite can be tested against real processes.
 
 use std::path::PathBuf;
@@ -24,6 +23,7 @@ pub mod kernel;
 pub mod peers;
 pub mod report;
 pub mod session;
+pub mod toolchannel;
 pub mod xsession;
 
 pub use report::{CheckResult, Evidence, Failure, Outcome, Report, Verdict};
@@ -71,7 +71,8 @@ pub struct ConformanceArgs {
     /// afresh per check and given the endpoints to use; exec:CMD or exec-fd:N:CMD without
     /// placeholders: the control channel is its stdio or fd N; unix:, tcp:, ws://, quic://: dialed
     /// when the suite plays the connecting party, else listened on (the implementation dials in).
-    /// Required, except with --list.
+    /// exec:CMD with other {name} placeholders is launched by the contract's suite itself
+    /// (toolchannel: {url}, {listen}, {port}, {token}, {session}). Required, except with --list.
     #[arg(long, value_name = "ENDPOINT", default_value = "")]
     pub target: String,
     /// Endpoint of the contract's second channel (kernel: data), dialed or listened on like --target.
@@ -101,6 +102,10 @@ pub struct ConformanceArgs {
     /// List the checks for the contract and role, then exit.
     #[arg(long)]
     pub list: bool,
+    /// A value the contract's suite needs for a target it does not launch (toolchannel:
+    /// `token=…` and `session=…` of a host it dials or a worker that dials it); repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub param: Vec<String>,
 }
 
 /// Why the suite could not run (checks that fail are in the report instead).
@@ -123,6 +128,19 @@ pub struct Opts {
     pub check_deadline: Duration,
     /// Long-task length.
     pub task_seconds: u64,
+    /// `--param KEY=VALUE` pairs, in order.
+    pub params: Vec<(String, String)>,
+}
+
+impl Opts {
+    /// The last `--param` value given for `key`.
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// The suite for `contract` played as `role`, in order.
@@ -133,13 +151,18 @@ pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError>
                 "--play {role:?}: the kernel suite plays shell or core"
             ))
         }),
+        "toolchannel" => toolchannel::checks(role).ok_or_else(|| {
+            ConformanceError::Usage(format!(
+                "--play {role:?}: the toolchannel suite plays host or worker"
+            ))
+        }),
         "xsession" => xsession::checks(role).ok_or_else(|| {
             ConformanceError::Usage(format!(
                 "--play {role:?}: the xsession suite plays sender or recipient"
             ))
         }),
         other => Err(ConformanceError::Usage(format!(
-            "no conformance suite for contract {other:?} yet (available: kernel, xsession)"
+            "no conformance suite for contract {other:?} yet (available: kernel, toolchannel, xsession)"
         ))),
     }
 }
@@ -221,10 +244,18 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     .await
     .map_err(ConformanceError::Usage)?;
     let target = Arc::new(target);
+    let mut params = Vec::new();
+    for p in &args.param {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| ConformanceError::Usage(format!("--param {p:?}: expected KEY=VALUE")))?;
+        params.push((k.to_string(), v.to_string()));
+    }
     let opts = Opts {
         deadline,
         check_deadline,
         task_seconds: args.task_seconds,
+        params,
     };
     let mut report = Report::new(&name, &args.play, &args.target);
     report.strict = args.strict;

@@ -66,6 +66,13 @@ pub enum Target {
         /// Second channel endpoint.
         data: Option<Endpoint>,
     },
+    /// `exec:CMD` with placeholders of the contract's own suite (any `{name}` but
+    /// `{control}`/`{data}`, e.g. toolchannel's `{url}`, `{token}`): the suite fills them in
+    /// and starts the command itself, per session, with [`Ctx::spawn`].
+    Template {
+        /// The command, placeholders unreplaced.
+        argv: Vec<String>,
+    },
     /// The suite listens here; the implementation dials in per session.
     Accept {
         /// Control channel listener.
@@ -105,6 +112,21 @@ fn endpoint_options(wire: &Wire) -> Options {
 
 const PLACEHOLDERS: [&str; 2] = ["{control}", "{data}"];
 
+/// Whether `argv` holds a `{name}` placeholder (lower-case letters and `_`) other than
+/// [`PLACEHOLDERS`]: a command the contract's suite launches itself ([`Target::Template`]).
+pub fn has_template_placeholder(argv: &[String]) -> bool {
+    argv.iter().any(|a| {
+        a.split('{').skip(1).any(|rest| {
+            rest.split_once('}').is_some_and(|(name, _)| {
+                !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                    && name != "control"
+                    && name != "data"
+            })
+        })
+    })
+}
+
 impl Target {
     /// Resolve `--target`/`--target-data` for a suite playing `play`.
     pub async fn from_args(
@@ -136,6 +158,12 @@ impl Target {
                     suite_listens: !suite_dials,
                     sockets,
                 })
+            }
+            Endpoint::Exec(argv) if has_template_placeholder(&argv) => {
+                if data.is_some() {
+                    return Err("--target-data cannot go with a launched target".into());
+                }
+                Ok(Target::Template { argv })
             }
             Endpoint::ExecFd { ref argv, .. }
                 if argv.iter().any(|a| PLACEHOLDERS.iter().any(|p| a.contains(p))) =>
@@ -351,7 +379,33 @@ impl Ctx {
                 suite_listens,
                 sockets,
             } => self.launch(argv, *suite_listens, *sockets, &opts).await,
+            Target::Template { .. } => Err(Failure::new(
+                "this target's placeholders belong to the contract's suite, which launches it itself",
+            )),
         }
+    }
+
+    /// The target the command line named.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Start `argv` (placeholders already filled in) as the implementation of this session:
+    /// stdout drained, stderr the suite's; ended by [`Ctx::finish`], watched by
+    /// [`Ctx::child_exit`].
+    #[cfg(unix)]
+    pub fn spawn(&mut self, argv: &[String]) -> Result<(), Failure> {
+        let (io, child) =
+            spawn_exec(argv).map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
+        drain(io);
+        self.children.push(child);
+        Ok(())
+    }
+
+    /// Launching needs a unix platform.
+    #[cfg(not(unix))]
+    pub fn spawn(&mut self, _argv: &[String]) -> Result<(), Failure> {
+        Err(Failure::new("launching a target needs a unix platform"))
     }
 
     #[cfg(unix)]
@@ -471,12 +525,6 @@ impl Ctx {
         }
     }
 
-    /// The target as the command line named it, for suites with their own launch
-    /// conventions (xsession: `exec:CMD` with `{registry}`, `{socket}`… placeholders).
-    pub fn target(&self) -> &Target {
-        &self.target
-    }
-
     /// A fresh private (0700) directory, removed when the check ends.
     pub fn private_dir(&mut self) -> Result<PathBuf, Failure> {
         let dir = fresh_dir()?;
@@ -487,7 +535,7 @@ impl Ctx {
     /// Start `argv` as given (stdin/stdout piped and returned, stderr the suite's), to be
     /// ended when the check ends like every launched target; also returns its pid.
     #[cfg(unix)]
-    pub fn spawn(&mut self, argv: &[String]) -> Result<(BoxIo, u32), Failure> {
+    pub fn spawn_io(&mut self, argv: &[String]) -> Result<(BoxIo, u32), Failure> {
         let (io, child) =
             spawn_exec(argv).map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
         let pid = child.pid();
@@ -514,7 +562,10 @@ impl Ctx {
 
     /// Whether sessions are launched processes (whose exit the suite can watch).
     pub fn launches(&self) -> bool {
-        matches!(&*self.target, Target::Launch { .. } | Target::Pipe(_))
+        matches!(
+            &*self.target,
+            Target::Launch { .. } | Target::Pipe(_) | Target::Template { .. }
+        )
     }
 
     /// Wait up to `limit` for the most recently launched process to exit: `None` without

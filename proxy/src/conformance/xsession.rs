@@ -829,7 +829,7 @@ mod imp {
                     .replace("{summary}", &summary)
             })
             .collect();
-        let (mut io, pid) = cx.spawn(&argv)?;
+        let (mut io, pid) = cx.spawn_io(&argv)?;
         // Its stdout is not part of the protocol: read and discard it so writes never block.
         tokio::spawn(async move {
             let mut buf = vec![0u8; 8192];

@@ -1,0 +1,3041 @@
+//! The toolchannel suite (seed 004 «Канал инструментов», digest P4, contract
+//! `schema/contracts/toolchannel.json`): the lifecycle checks the seed implies
+//! (digest P4.8), played as the host against a real worker (`--play host`) or as
+//! the worker against a real host (`--play worker`), over the real WebSocket.
+//!
+//! Who dials follows the contract (`connects: worker`). Playing the host, the
+//! suite listens and a launched worker (`exec:CMD … {url} {token} {session} …`)
+//! dials it with its Bearer token; playing the worker, the suite dials a launched
+//! host (`exec:CMD … {listen} {token} {session} …`) with the token. Each check
+//! starts the implementation afresh with a fresh token and session id, so checks
+//! never see each other's sessions. A target the suite does not launch
+//! (`ws://…`) needs `--param token=… --param session=…`; the checks that judge a
+//! process's exit code then note that it cannot be seen.
+//!
+//! One rule, one failing check: every check tolerates what another check judges
+//! (the handshake order is judged by `toolchannel.handshake.order` only, the
+//! reverse-capability refusals by `toolchannel.reverse.sampling` only), and
+//! whatever the implementation sends that a check is not waiting for is answered
+//! as a plain conforming peer would (heartbeats, tool calls, unknown requests).
+//! Codes, close codes, exit codes, limits and version names come from the
+//! contract; the only numbers of the suite's own are its short test profile
+//! (budgets sent in `initialize`, never above the contract's defaults) and the
+//! slack it allows around timers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use contract::model::Kind;
+use contract::wire::Wire;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+
+use super::session::Target;
+use super::{Body, BodyFuture, Check, Ctx, Failure, Got, Verdict};
+use crate::conn::{BoxMsg, CloseFrame, Hello, HttpRefusal, Msg};
+use crate::endpoint::ws::{ConnectError, WsListener, WsSettings, connect_with};
+use crate::endpoint::{Endpoint, Incoming, Listener, Options};
+
+/// The request path of the WebSocket the suite serves or dials for a launched target.
+const PATH: &str = "/worker";
+/// The suite's own short profile, sent as budgets when it plays the host: each value is
+/// lowered to the contract's default if that is smaller (budgets may only be lowered).
+/// Short so that heartbeats, the ready acknowledgement and redials happen within seconds.
+const SHORT_PROFILE: [(&str, f64); 7] = [
+    ("handshakeSeconds", 5.0),
+    ("readySeconds", 10.0),
+    ("readyAckSeconds", 5.0),
+    ("heartbeatIntervalSeconds", 1.0),
+    ("heartbeatGraceSeconds", 3.0),
+    ("releaseGraceSeconds", 5.0),
+    ("reconnectWindowSeconds", 20.0),
+];
+/// Slack allowed after a timer (scheduling, a loaded machine, a Python start-up).
+const SLACK: Duration = Duration::from_millis(2500);
+/// How much earlier than its budget a timer may fire (clock granularity of the peers).
+const EARLY: Duration = Duration::from_millis(400);
+/// How long the suite watches for something that must not happen before it acts.
+const QUIET: Duration = Duration::from_millis(700);
+/// How long the suite holds a host's `tools/call` in the release check.
+const HOLD: Duration = Duration::from_millis(1200);
+/// How often the suite heartbeats while it waits for a host to release (faster than the
+/// interval: a host that releases after N heartbeats gets there quickly).
+const RELEASE_BEAT: Duration = Duration::from_millis(150);
+/// An MCP protocol version the suite offers or answers as one the other side cannot speak
+/// (an older published MCP version; replaced if the contract ever lists it).
+const FOREIGN_MCP: [&str; 2] = ["2024-11-05", "2099-12-31"];
+/// The name and tag the suite announces.
+const SUITE_TAG: &str = "contract-proxy-conformance";
+
+macro_rules! bodies {
+    ($($name:ident => $f:ident),* $(,)?) => {
+        $(fn $name(cx: &mut Ctx) -> BodyFuture<'_> { Box::pin($f(cx)) })*
+    };
+}
+
+bodies! {
+    h_401 => host_401, w_401 => worker_401,
+    h_426 => host_426, w_426 => worker_426,
+    h_order => host_order, w_order => worker_order,
+    h_init => host_init, w_init => worker_init,
+    h_mismatch => host_mismatch, w_mismatch => worker_mismatch,
+    h_supersede => host_supersede, w_supersede => worker_supersede,
+    w_refuse => worker_refuse,
+    h_reverse => host_reverse, w_reverse => worker_reverse,
+    h_mcp => host_mcp, w_mcp => worker_mcp,
+    h_channel => host_channel, w_channel => worker_channel,
+    h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
+    h_lost => host_lost, w_lost => worker_lost,
+    h_frames => host_frames, w_frames => worker_frames,
+    h_unknown => host_unknown, w_unknown => worker_unknown,
+    h_notrunning => host_notrunning,
+    h_closes => host_closes,
+    h_handshake => host_handshake, w_handshake => worker_handshake,
+    h_release => host_release, w_release => worker_release,
+}
+
+/// The suite for `role` (`host` or `worker`); `None` for another role.
+pub fn checks(role: &str) -> Option<Vec<Check>> {
+    let host = match role {
+        "host" => true,
+        "worker" => false,
+        _ => return None,
+    };
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        Result<Body, &'static str>,
+        Result<Body, &'static str>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "toolchannel.upgrade.401",
+            "the upgrade carries Authorization: Bearer; without a valid token → HTTP 401 and no JSON-RPC (a worker then exits 77)",
+            "Connection shape; 1. initialize (authentication); P4.8 #1 (T-10)",
+            Ok(h_401),
+            Ok(w_401),
+        ),
+        (
+            "toolchannel.upgrade.426",
+            "an unsupported channel major → HTTP 426 listing the host's majors in Sec-WebSocket-Protocol; the worker exits 78",
+            "Version rule (channel major); P4.8 #2 (T-45)",
+            Ok(h_426),
+            Ok(w_426),
+        ),
+        (
+            "toolchannel.handshake.order",
+            "initialize → result → notifications/initialized → agentfy/ready → tools/list, in this order",
+            "Connection shape steps 2–5; 1. initialize; 2. agentfy/ready; P4.8 #7 (T-1, T-2)",
+            Ok(h_order),
+            Ok(w_order),
+        ),
+        (
+            "toolchannel.handshake.initialize",
+            "initialize first, capabilities {}, _meta.agentfy {sessionId = token sub, channelVersion, profile, budgets without dialSeconds}; the result carries protocolVersion and the worker's own sessionId, channelVersion, instanceId, attempt 0",
+            "1. initialize (request and result); Identity; P4.8 #4, #5 (T-3, T-15, T-44)",
+            Ok(h_init),
+            Ok(w_init),
+        ),
+        (
+            "toolchannel.session.mismatch",
+            "result sessionId ≠ token sub → -32002 SESSION_MISMATCH, close 4002, no tools/list; the worker exits 77",
+            "Identity; Error codes; P4.8 #6 (T-3, T-4, T-16)",
+            Ok(h_mismatch),
+            Ok(w_mismatch),
+        ),
+        (
+            "toolchannel.redial.supersede",
+            "a redial of the same process (same instanceId, attempt + 1) supersedes the live socket: old one closed 4009, tools/list re-run",
+            "One live connection; Losing the connection; P4.8 #21, #22 (T-19, T-49)",
+            Ok(h_supersede),
+            Ok(w_supersede),
+        ),
+        (
+            "toolchannel.redial.refuse",
+            "a redial with the same instanceId and an attempt not greater, or another instanceId → close 4002; the live socket stays",
+            "One live connection; P4.8 #21 (T-63)",
+            Err(
+                "the host keeps the redial table; the worker's half (same instanceId, attempt + 1) is toolchannel.redial.supersede",
+            ),
+            Ok(w_refuse),
+        ),
+        (
+            "toolchannel.reverse.sampling",
+            "sampling/* requests → -32003 SAMPLING_DISABLED; elicitation/*, roots/* → -32004; a worker never emits them",
+            "sampling is disabled — and exactly where; Error codes; P4.8 #24 (T-34)",
+            Ok(h_reverse),
+            Ok(w_reverse),
+        ),
+        (
+            "toolchannel.version.mcp",
+            "an MCP protocolVersion the host cannot speak → close 4001 carrying both values (no silent downgrade); the worker exits 78",
+            "Version rule (MCP protocol version); P4.8 #22 (T-16, T-53)",
+            Ok(h_mcp),
+            Ok(w_mcp),
+        ),
+        (
+            "toolchannel.version.channel",
+            "every heartbeat carries the effective channelVersion min(host, worker); a wrong one → -32001 and close 4001 carrying both values",
+            "Version rule (channel minor); 3. agentfy/heartbeat; P4.8 #17 (T-4, T-16)",
+            Ok(h_channel),
+            Ok(w_channel),
+        ),
+        (
+            "toolchannel.heartbeat",
+            "agentfy/heartbeat every heartbeatIntervalSeconds from serving; answered with continue, idleBudgetSeconds, execBudgetSeconds (never raised); continue: false → close 4005, exit 0",
+            "3. agentfy/heartbeat; P4.8 #12, #16 (T-8, T-11, T-17)",
+            Ok(h_heartbeat),
+            Ok(w_heartbeat),
+        ),
+        (
+            "toolchannel.heartbeat.lost",
+            "host: no heartbeat within heartbeatGraceSeconds + heartbeatIntervalSeconds → close 4004; worker: an unanswered heartbeat → socket abandoned after heartbeatGraceSeconds, redial with attempt + 1",
+            "Deadlines and exit codes; Losing the connection; P4.8 #13, #14 (T-8, T-33)",
+            Ok(h_lost),
+            Ok(w_lost),
+        ),
+        (
+            "toolchannel.frames.bad",
+            "each bad frame → -32700 (not JSON) / -32600 (not JSON-RPC, binary, batch) with id null; the badFramesMax-th → close 4006 (worker exits 78)",
+            "Framing; P4.8 #23 (T-9, T-47, T-50)",
+            Ok(h_frames),
+            Ok(w_frames),
+        ),
+        (
+            "toolchannel.unknown",
+            "an unknown request → -32004 (not -32601); an unknown notification → ignored, unanswered",
+            "Error codes; Version rule (tolerance) (T-14, T-29, T-61)",
+            Ok(h_unknown),
+            Ok(w_unknown),
+        ),
+        (
+            "toolchannel.call.not-running",
+            "tools/call before the session serves (before tools/list acknowledged ready) → -32005 SESSION_NOT_RUNNING",
+            "Error codes (-32005); P4.8 #20 (T-31)",
+            Ok(h_notrunning),
+            Err("the worker gates tools/call; a host never receives one"),
+        ),
+        (
+            "toolchannel.close.exit",
+            "received close codes decide the worker's exit: 4001 → 78, 4003 → 78, 4004 → 75 (closeCodes maps workerExit)",
+            "Losing the connection (close table); Exit codes; P4.8 #22 (T-20, T-23)",
+            Ok(h_closes),
+            Err(
+                "the host sends these close codes; the worker's reaction is judged playing the host",
+            ),
+        ),
+        (
+            "toolchannel.deadline.handshake",
+            "host: no notifications/initialized within 2 × handshakeSeconds → close 4003 handshake_timeout; worker: no initialize within handshakeSeconds → socket abandoned, redial with attempt + 1",
+            "Deadlines and exit codes; P4.8 #8, #9 (T-6, T-33)",
+            Ok(h_handshake),
+            Ok(w_handshake),
+        ),
+        (
+            "toolchannel.release",
+            "agentfy/release (never during a tools/call unless deadline/failed) → the release report {accepted, outputsFlushed, outputs}, then close 4005 and exit 0",
+            "4. agentfy/release; P4.8 #18, #19 (T-5, T-12, T-52)",
+            Ok(h_release),
+            Ok(w_release),
+        ),
+    ];
+    Some(
+        rows.into_iter()
+            .map(|(id, title, seed, h, w)| Check {
+                id,
+                title,
+                seed,
+                body: if host { h } else { w },
+            })
+            .collect(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the contract says, by name.
+
+/// The contract's values the suite uses, looked up by name once per check.
+struct K {
+    wire: Arc<Wire>,
+    channel: String,
+    /// Channel majors (WebSocket subprotocols), first = the one spoken.
+    majors: Vec<String>,
+    /// MCP protocol versions.
+    mcp: Vec<String>,
+    /// Channel minors listed by the contract.
+    minors: Vec<String>,
+    limits: HashMap<String, f64>,
+    budget_keys: Vec<String>,
+    errors: HashMap<String, i64>,
+    close: HashMap<String, u16>,
+    close_exit: HashMap<u16, i32>,
+    http: HashMap<String, u16>,
+    http_exit: HashMap<u16, i32>,
+}
+
+fn version_values(c: &contract::model::Contract, name: &str) -> Vec<String> {
+    c.versions
+        .iter()
+        .find(|v| v.name == name)
+        .map(|v| {
+            v.values
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `name → value` and `value → maps.workerExit` of one code table.
+fn code_table(
+    c: &contract::model::Contract,
+    table: &str,
+) -> (HashMap<String, u16>, HashMap<u16, i32>) {
+    let mut by_name = HashMap::new();
+    let mut exit = HashMap::new();
+    if let Some(t) = c.codes.get(table) {
+        for v in &t.values {
+            let Some(n) = v.value.as_u64().and_then(|n| u16::try_from(n).ok()) else {
+                continue;
+            };
+            if let Some(name) = &v.name {
+                by_name.insert(name.clone(), n);
+            }
+            if let Some(e) = v
+                .maps
+                .get("workerExit")
+                .and_then(Value::as_i64)
+                .and_then(|e| i32::try_from(e).ok())
+            {
+                exit.insert(n, e);
+            }
+        }
+    }
+    (by_name, exit)
+}
+
+impl K {
+    fn new(cx: &Ctx) -> Result<Arc<K>, Failure> {
+        let c = cx.wire.contract();
+        let channel = c
+            .channels
+            .keys()
+            .next()
+            .cloned()
+            .ok_or_else(|| Failure::new("the contract has no channel"))?;
+        let limits = contract::check::limit_values(c)
+            .into_iter()
+            .filter_map(|(k, v)| v.ok().map(|v| (k, v)))
+            .collect();
+        let budget_keys = c
+            .defs
+            .get("Budgets")
+            .and_then(|b| b.get("properties"))
+            .and_then(Value::as_object)
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        let errors = c
+            .errors
+            .iter()
+            .filter_map(|e| Some((e.name.clone()?, e.code.as_i64()?)))
+            .collect();
+        let (close, close_exit) = code_table(c, "closeCodes");
+        let (http, http_exit) = code_table(c, "httpStatus");
+        let k = K {
+            wire: cx.wire.clone(),
+            channel,
+            majors: version_values(c, "channelMajor"),
+            mcp: version_values(c, "mcpProtocolVersion"),
+            minors: version_values(c, "channelVersion"),
+            limits,
+            budget_keys,
+            errors,
+            close,
+            close_exit,
+            http,
+            http_exit,
+        };
+        if k.majors.is_empty() || k.mcp.is_empty() || k.minors.is_empty() {
+            return Err(Failure::new(
+                "the contract lists no channelMajor, mcpProtocolVersion or channelVersion values",
+            ));
+        }
+        Ok(Arc::new(k))
+    }
+
+    fn err(&self, name: &str) -> Result<i64, Failure> {
+        self.errors
+            .get(name)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("the contract has no error {name}")))
+    }
+
+    fn close(&self, name: &str) -> Result<u16, Failure> {
+        self.close
+            .get(name)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("the contract has no close code {name}")))
+    }
+
+    fn http(&self, name: &str) -> Result<u16, Failure> {
+        self.http
+            .get(name)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("the contract has no HTTP status {name}")))
+    }
+
+    fn limit(&self, name: &str) -> Result<f64, Failure> {
+        self.limits
+            .get(name)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("the contract has no limit {name}")))
+    }
+
+    fn secs(&self, name: &str) -> Result<Duration, Failure> {
+        secs(self.limit(name)?)
+    }
+
+    /// The exit a worker owes after receiving close `code`.
+    fn exit_after_close(&self, code: u16) -> Result<i32, Failure> {
+        self.close_exit
+            .get(&code)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("closeCodes {code} maps no workerExit")))
+    }
+
+    fn exit_after_http(&self, status: u16) -> Result<i32, Failure> {
+        self.http_exit
+            .get(&status)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("httpStatus {status} maps no workerExit")))
+    }
+
+    /// A close reason of at most `closeReasonMaxBytes` (values truncated, never dropped, T-16).
+    fn reason(&self, text: String) -> String {
+        let max = self
+            .limit("closeReasonMaxBytes")
+            .map(|m| m as usize)
+            .unwrap_or(usize::MAX);
+        let mut r = text;
+        while r.len() > max {
+            r.pop();
+        }
+        r
+    }
+
+    /// The channel major after the spoken one (`agentfy.worker.v1` → `agentfy.worker.v2`).
+    fn foreign_major(&self) -> String {
+        let m = &self.majors[0];
+        let digits = m.len() - m.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (stem, n) = m.split_at(m.len() - digits);
+        let next = n.parse::<u64>().map(|n| n + 1).unwrap_or(2);
+        let mut out = format!("{stem}{next}");
+        if self.majors.contains(&out) {
+            out = format!("{m}.conformance");
+        }
+        out
+    }
+
+    fn foreign_mcp(&self) -> String {
+        FOREIGN_MCP
+            .iter()
+            .find(|v| !self.mcp.iter().any(|m| m == *v))
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "0000-00-00".into())
+    }
+
+    /// The lowest channel minor of the spoken major (`1.0.0`): no worker is below it.
+    fn lowest_minor(&self) -> String {
+        let major = semver(&self.minors[0]).map(|v| v.0).unwrap_or(1);
+        format!("{major}.0.0")
+    }
+
+    fn highest_minor(&self) -> String {
+        self.minors
+            .iter()
+            .max_by_key(|v| semver(v))
+            .cloned()
+            .unwrap_or_else(|| self.minors[0].clone())
+    }
+
+    /// The budgets the suite sends when it plays the host.
+    fn short_budgets(&self) -> Result<serde_json::Map<String, Value>, Failure> {
+        let mut out = serde_json::Map::new();
+        for key in &self.budget_keys {
+            let contract = self.limit(key)?;
+            let mine = SHORT_PROFILE
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| *v)
+                .unwrap_or(contract);
+            out.insert(key.clone(), json!(mine.min(contract).max(1.0) as u64));
+        }
+        Ok(out)
+    }
+}
+
+fn secs(v: f64) -> Result<Duration, Failure> {
+    if v.is_finite() && (0.0..1e9).contains(&v) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(Failure::new(format!("not a duration: {v}")))
+    }
+}
+
+fn semver(v: &str) -> Option<(u64, u64, u64)> {
+    let core = v.split(['-', '+']).next()?;
+    let mut it = core.split('.').map(|p| p.parse::<u64>().ok());
+    Some((it.next()??, it.next()??, it.next()??))
+}
+
+fn nonce() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ (u64::from(std::process::id()) << 32)
+}
+
+fn fresh(tag: &str) -> String {
+    format!("conf-{tag}-{:012x}", nonce() & 0xffff_ffff_ffff)
+}
+
+fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+    v.pointer(ptr).and_then(Value::as_str)
+}
+
+fn code_of(g: &Got) -> Option<i64> {
+    g.at_ptr("/error/code").and_then(Value::as_i64)
+}
+
+/// Whether `g` answers the request `id` (a result or an error).
+fn answers(g: &Got, id: &Value) -> bool {
+    g.value().is_some_and(|v| {
+        v.get("method").is_none()
+            && v.get("id") == Some(id)
+            && (v.get("result").is_some() || v.get("error").is_some())
+    })
+}
+
+fn is_request(g: &Got, method: &str) -> bool {
+    g.ok()
+        .is_some_and(|m| m.kind == Kind::Request && m.method.as_deref() == Some(method))
+}
+
+fn is_notification(g: &Got, method: &str) -> bool {
+    g.value().is_some_and(|v| {
+        v.get("id").is_none() && v.get("method").and_then(Value::as_str) == Some(method)
+    })
+}
+
+fn evidence(f: Failure, who: &str, g: &Got) -> Failure {
+    f.with(format!("frame from the {who}"), &g.raw)
+}
+
+fn closed(what: &str, code: Option<u16>, reason: &str) -> Failure {
+    let c = code
+        .map(|c| c.to_string())
+        .unwrap_or_else(|| "no close frame".into());
+    Failure::new(format!(
+        "the connection ended ({c}) while waiting for {what}"
+    ))
+    .with("close reason", reason.as_bytes())
+}
+
+// ---------------------------------------------------------------------------------------------
+// One WebSocket connection, every message validated against the contract.
+
+enum Ev {
+    Frame(Box<Got>),
+    End(Option<u16>, String),
+    Timeout,
+}
+
+struct Chan {
+    k: Arc<K>,
+    me: String,
+    other: String,
+    io: Option<BoxMsg>,
+    /// Requests the suite sent: id → method (picks the result schema of the answer).
+    mine: HashMap<String, String>,
+    /// Requests the implementation sent: id → method.
+    theirs: HashMap<String, String>,
+    next_id: i64,
+    ended: Option<(Option<u16>, String)>,
+    /// Every frame received, in order.
+    log: Vec<Got>,
+}
+
+fn key(id: &Value) -> String {
+    id.to_string()
+}
+
+impl Chan {
+    fn new(k: &Arc<K>, me: &str, other: &str, io: BoxMsg) -> Self {
+        Chan {
+            k: k.clone(),
+            me: me.to_string(),
+            other: other.to_string(),
+            io: Some(io),
+            mine: HashMap::new(),
+            theirs: HashMap::new(),
+            next_id: 0,
+            ended: None,
+            log: Vec::new(),
+        }
+    }
+
+    async fn put(&mut self, m: Msg) -> Result<(), Failure> {
+        let wait = Duration::from_secs(10);
+        let Some(io) = self.io.as_mut() else {
+            return Err(Failure::new("the connection is closed"));
+        };
+        match tokio::time::timeout(wait, io.send(m)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Failure::new(format!("the suite could not send: {e}"))),
+            Err(_) => Err(Failure::new(format!(
+                "the suite could not send within {wait:?} (the {} does not read)",
+                self.other
+            ))),
+        }
+    }
+
+    /// Validate `msg` as the suite's party's message and send it.
+    async fn send(&mut self, msg: &Value) -> Result<(), Failure> {
+        let bytes = serde_json::to_vec(msg).map_err(|e| Failure::new(e.to_string()))?;
+        let m = {
+            let theirs = &self.theirs;
+            self.k
+                .wire
+                .decode_with(&self.k.channel, &self.me, &bytes, &|id| {
+                    theirs.get(&key(id)).cloned()
+                })
+                .map_err(|v| {
+                    Failure::new(format!(
+                        "suite bug: the {} it plays would send a message the contract rejects ({}): {}",
+                        self.me,
+                        v.class.name(),
+                        v.reason
+                    ))
+                    .with("the message", &bytes)
+                })?
+        };
+        self.put(Msg::Text(Bytes::from(bytes))).await?;
+        match m.kind {
+            Kind::Request => {
+                if let (Some(id), Some(method)) = (&m.id, &m.method) {
+                    self.mine.insert(key(id), method.clone());
+                }
+            }
+            Kind::Response | Kind::Error => {
+                if let Some(id) = m.value.get("id") {
+                    self.theirs.remove(&key(id));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Send bytes as one text message, unvalidated (probes that break the contract).
+    async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.put(Msg::Text(Bytes::copy_from_slice(bytes))).await
+    }
+
+    async fn send_binary(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.put(Msg::Binary(Bytes::copy_from_slice(bytes))).await
+    }
+
+    fn id(&mut self) -> Value {
+        self.next_id += 1;
+        json!(self.next_id)
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Result<Value, Failure> {
+        let id = self.id();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await?;
+        Ok(id)
+    }
+
+    /// A request the contract forbids the suite's party to send (a probe), sent as is.
+    async fn request_raw(&mut self, method: &str, params: Value) -> Result<Value, Failure> {
+        let id = self.id();
+        let m = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(m.to_string().as_bytes()).await?;
+        self.mine.insert(key(&id), method.to_string());
+        Ok(id)
+    }
+
+    async fn notify(&mut self, method: &str, params: Option<Value>) -> Result<(), Failure> {
+        let mut m = json!({"jsonrpc": "2.0", "method": method});
+        if let (Some(p), Some(o)) = (params, m.as_object_mut()) {
+            o.insert("params".into(), p);
+        }
+        self.send(&m).await
+    }
+
+    async fn reply(&mut self, id: &Value, result: Value) -> Result<(), Failure> {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            .await
+    }
+
+    async fn reply_raw(&mut self, id: &Value, result: Value) -> Result<(), Failure> {
+        self.theirs.remove(&key(id));
+        let m = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        self.send_raw(m.to_string().as_bytes()).await
+    }
+
+    async fn error(&mut self, id: &Value, code: i64, message: &str) -> Result<(), Failure> {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
+            .await
+    }
+
+    /// Close with `code` and `reason`, then stop reading.
+    async fn close(&mut self, code: u16, reason: &str) {
+        let reason = self.k.reason(reason.to_string());
+        if let Some(mut io) = self.io.take() {
+            let wait = Duration::from_secs(2);
+            let _ = tokio::time::timeout(wait, async {
+                let _ = io
+                    .send(Msg::Close(Some(CloseFrame {
+                        code,
+                        reason: reason.clone(),
+                    })))
+                    .await;
+                // The closing handshake: read (and drop) until the peer's close. Dropping the
+                // socket with its frames unread would reset the connection, and a reset can
+                // destroy the close frame before the peer reads its code.
+                while let Some(Ok(m)) = io.next().await {
+                    if matches!(m, Msg::Close(_)) {
+                        break;
+                    }
+                }
+                let _ = io.close().await;
+            })
+            .await;
+        }
+        self.ended = Some((Some(code), format!("closed by the suite: {reason}")));
+    }
+
+    fn decode(&mut self, payload: Bytes) -> Got {
+        let msg = {
+            let mine = &self.mine;
+            self.k
+                .wire
+                .decode_with(&self.k.channel, &self.other, &payload, &|id| {
+                    mine.get(&key(id)).cloned()
+                })
+        };
+        if let Ok(m) = &msg
+            && m.kind == Kind::Request
+            && let (Some(id), Some(method)) = (&m.id, &m.method)
+        {
+            self.theirs.insert(key(id), method.clone());
+        }
+        let got = Got {
+            raw: payload,
+            msg: msg.map_err(Box::new),
+            at: Instant::now(),
+        };
+        self.log.push(got.clone());
+        got
+    }
+
+    async fn next(&mut self, until: Instant) -> Ev {
+        if let Some((c, r)) = &self.ended {
+            return Ev::End(*c, r.clone());
+        }
+        let Some(io) = self.io.as_mut() else {
+            return Ev::End(None, "closed".into());
+        };
+        let got = tokio::time::timeout_at(until.into(), io.next()).await;
+        let end = |s: &mut Self, code: Option<u16>, reason: String| {
+            s.io = None;
+            s.ended = Some((code, reason.clone()));
+            Ev::End(code, reason)
+        };
+        match got {
+            Err(_) => Ev::Timeout,
+            Ok(None) => end(self, None, "end of stream".into()),
+            Ok(Some(Err(e))) => end(self, None, e.to_string()),
+            Ok(Some(Ok(Msg::Close(f)))) => match f {
+                Some(f) => end(self, Some(f.code), f.reason),
+                None => end(self, None, "close frame without a code".into()),
+            },
+            Ok(Some(Ok(Msg::Text(b) | Msg::Binary(b)))) => Ev::Frame(Box::new(self.decode(b))),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reaching the implementation.
+
+/// Where a worker under test dials the suite (the suite plays the host).
+struct Dock {
+    l: Arc<Listener>,
+    token: String,
+    /// The SESSION_ID the worker was given.
+    session: String,
+    launched: bool,
+}
+
+/// Where the suite dials a host under test (the suite plays the worker).
+struct Berth {
+    addr: String,
+    path: String,
+    token: String,
+    /// The token's sub: the session id the host believes.
+    session: String,
+}
+
+fn fill(argv: &[String], subs: &[(&str, String)]) -> Vec<String> {
+    argv.iter()
+        .map(|a| {
+            let mut a = a.clone();
+            for (k, v) in subs {
+                a = a.replace(&format!("{{{k}}}"), v);
+            }
+            a
+        })
+        .collect()
+}
+
+/// Token and session of a target the suite does not launch (`--param`).
+fn given(cx: &Ctx) -> Result<(String, String), Failure> {
+    match (cx.opts.param("token"), cx.opts.param("session")) {
+        (Some(t), Some(s)) => Ok((t.to_string(), s.to_string())),
+        _ => Err(Failure::new(
+            "a target the suite does not launch needs --param token=TOKEN --param session=SESSION_ID",
+        )),
+    }
+}
+
+/// Listen, and start the worker (or wait for one) that dials the suite.
+async fn worker_dock(cx: &mut Ctx) -> Result<Dock, Failure> {
+    let target = match cx.target() {
+        Target::Template { argv } => Ok(argv.clone()),
+        Target::Accept { control, .. } => Err(control.clone()),
+        _ => {
+            return Err(Failure::new(
+                "--play host needs --target exec:CMD with {url} (and {token}, {session}) or a ws://HOST:PORT/PATH to listen on",
+            ));
+        }
+    };
+    match target {
+        Ok(argv) => {
+            let l = WsListener::bind("127.0.0.1:0", PATH, false, &Options::default())
+                .await
+                .map_err(|e| Failure::new(format!("cannot listen for the worker: {e}")))?;
+            let url = l.local();
+            let listen = url
+                .trim_start_matches("ws://")
+                .trim_end_matches(PATH)
+                .to_string();
+            let port = listen.rsplit(':').next().unwrap_or("").to_string();
+            let (token, session) = (fresh("token"), fresh("session"));
+            cx.spawn(&fill(
+                &argv,
+                &[
+                    ("url", url),
+                    ("listen", listen),
+                    ("port", port),
+                    ("token", token.clone()),
+                    ("session", session.clone()),
+                ],
+            ))?;
+            Ok(Dock {
+                l: Arc::new(Listener::Ws(l)),
+                token,
+                session,
+                launched: true,
+            })
+        }
+        Err(l) => {
+            let (token, session) = given(cx)?;
+            Ok(Dock {
+                l,
+                token,
+                session,
+                launched: false,
+            })
+        }
+    }
+}
+
+/// Start the host (or name the one that listens) the suite dials.
+async fn host_berth(cx: &mut Ctx) -> Result<Berth, Failure> {
+    let target = match cx.target() {
+        Target::Template { argv } => Ok(argv.clone()),
+        Target::Dial {
+            control:
+                Endpoint::Ws {
+                    tls: false,
+                    addr,
+                    path,
+                },
+            ..
+        } => Err((addr.clone(), path.clone())),
+        _ => {
+            return Err(Failure::new(
+                "--play worker needs --target exec:CMD with {listen} or {url} (and {token}, {session}) or a ws://HOST:PORT/PATH to dial",
+            ));
+        }
+    };
+    match target {
+        Ok(argv) => {
+            let port = {
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))?;
+                l.local_addr()
+                    .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))?
+                    .port()
+            };
+            let addr = format!("127.0.0.1:{port}");
+            let (token, session) = (fresh("token"), fresh("session"));
+            cx.spawn(&fill(
+                &argv,
+                &[
+                    ("url", format!("ws://{addr}{PATH}")),
+                    ("listen", addr.clone()),
+                    ("port", port.to_string()),
+                    ("token", token.clone()),
+                    ("session", session.clone()),
+                ],
+            ))?;
+            Ok(Berth {
+                addr,
+                path: PATH.to_string(),
+                token,
+                session,
+            })
+        }
+        Err((addr, path)) => {
+            let (token, session) = given(cx)?;
+            Ok(Berth {
+                addr,
+                path,
+                token,
+                session,
+            })
+        }
+    }
+}
+
+/// The next WebSocket upgrade request the worker sends, unanswered.
+async fn next_dial(dock: &Dock, wait: Duration) -> Result<crate::endpoint::ws::PendingWs, Failure> {
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, dock.l.accept()).await {
+            Err(_) => {
+                return Err(Failure::new(format!(
+                    "the worker did not dial {} within {wait:?}",
+                    dock.l.local()
+                )));
+            }
+            Ok(Err(e)) => return Err(Failure::new(format!("accepting the worker: {e}"))),
+            Ok(Ok(Incoming::Ws(p))) => return Ok(p),
+            Ok(Ok(Incoming::Rejected { .. })) => continue,
+            Ok(Ok(Incoming::Conn { .. })) => {
+                return Err(Failure::new("the worker's connection is not a WebSocket"));
+            }
+        }
+    }
+}
+
+/// Answer a dial with 101 and the spoken major.
+async fn admit(k: &Arc<K>, p: crate::endpoint::ws::PendingWs) -> Result<BoxMsg, Failure> {
+    p.accept(Some(&k.majors[0]))
+        .await
+        .map_err(|e| Failure::new(format!("completing the worker's upgrade: {e}")))
+}
+
+fn refusal(status: u16, headers: Vec<(String, String)>, body: &str) -> HttpRefusal {
+    let mut h = vec![(
+        "Content-Type".to_string(),
+        "text/plain; charset=utf-8".to_string(),
+    )];
+    h.extend(headers);
+    HttpRefusal {
+        status,
+        headers: h,
+        body: Bytes::from(format!("{body}\n")),
+    }
+}
+
+/// Dial the host; `Ok(Err(refusal))` when it answers the upgrade with an HTTP status.
+async fn dial(
+    b: &Berth,
+    authorization: Option<String>,
+    subprotocols: Vec<String>,
+    wait: Duration,
+) -> Result<Result<BoxMsg, HttpRefusal>, Failure> {
+    let hello = Hello {
+        path: b.path.clone(),
+        subprotocols,
+        authorization,
+    };
+    let until = Instant::now() + wait;
+    loop {
+        match connect_with(
+            &b.addr,
+            &b.path,
+            false,
+            &Options::default(),
+            Some(&hello),
+            WsSettings::default(),
+        )
+        .await
+        {
+            Ok((io, _chosen)) => return Ok(Ok(io)),
+            Err(ConnectError::Refused(r)) => return Ok(Err(r)),
+            // A launched host may still be binding its port.
+            Err(ConnectError::Io(e)) if Instant::now() < until => {
+                if Instant::now() + Duration::from_millis(50) >= until {
+                    return Err(Failure::new(format!(
+                        "cannot dial the host at ws://{}{}: {e}",
+                        b.addr, b.path
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                return Err(Failure::new(format!(
+                    "cannot dial the host at ws://{}{} within {wait:?}: {e}",
+                    b.addr, b.path
+                )));
+            }
+        }
+    }
+}
+
+/// What the launched process's exit shows; a target the suite did not launch cannot show it.
+async fn expect_exit(cx: &mut Ctx, want: i32, after: &str) -> Result<String, Failure> {
+    let wait = cx.opts.deadline;
+    match cx.child_exit(wait).await {
+        None => Ok(format!(
+            "exit after {after} not observable (target not launched)"
+        )),
+        Some(None) => Err(Failure::new(format!(
+            "the worker was still running {wait:?} after {after} (it must exit {want})"
+        ))),
+        Some(Some(code)) if code == want => Ok(format!("exited {code} after {after}")),
+        Some(Some(code)) => Err(Failure::new(format!(
+            "the worker exited {code} after {after}; the contract says {want}"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A session, as the suite plays it.
+
+struct Sess {
+    ch: Chan,
+    k: Arc<K>,
+    /// The suite plays the host.
+    host: bool,
+    /// The token's sub (the session id the host believes).
+    sid: String,
+    wait: Duration,
+    /// Budgets: those sent (playing the host) or received (playing the worker).
+    budgets: serde_json::Map<String, Value>,
+    /// Playing the worker: its identity and versions.
+    own_sid: String,
+    instance: String,
+    attempt: u64,
+    minor: String,
+    effective: Option<String>,
+    hb_every: Option<Duration>,
+    hb_next: Option<Instant>,
+    hb_answers: Vec<Got>,
+    hold_calls: bool,
+    held: Vec<(Value, Instant)>,
+    release: Option<Got>,
+    /// The check waits for the release (no note when it comes).
+    expect_release: bool,
+    running_at: Option<Instant>,
+    started: Instant,
+    /// Playing the host: the worker's heartbeats, reverse requests and answers.
+    answer_hb: bool,
+    beats: Vec<Got>,
+    reverse: Vec<Got>,
+    init_id: Option<Value>,
+    result: Option<Got>,
+    ready: Option<Got>,
+    tools: Vec<String>,
+    notes: Vec<String>,
+}
+
+impl Sess {
+    fn new(k: &Arc<K>, host: bool, io: BoxMsg, sid: &str, wait: Duration) -> Self {
+        let (me, other) = if host {
+            ("host", "worker")
+        } else {
+            ("worker", "host")
+        };
+        Sess {
+            ch: Chan::new(k, me, other, io),
+            k: k.clone(),
+            host,
+            sid: sid.to_string(),
+            wait,
+            budgets: serde_json::Map::new(),
+            own_sid: sid.to_string(),
+            instance: fresh("instance"),
+            attempt: 0,
+            minor: k.minors[0].clone(),
+            effective: None,
+            hb_every: None,
+            hb_next: None,
+            hb_answers: Vec::new(),
+            hold_calls: false,
+            held: Vec::new(),
+            release: None,
+            expect_release: false,
+            running_at: None,
+            started: Instant::now(),
+            answer_hb: true,
+            beats: Vec::new(),
+            reverse: Vec::new(),
+            init_id: None,
+            result: None,
+            ready: None,
+            tools: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn soon(&self) -> Instant {
+        Instant::now() + self.wait
+    }
+
+    fn other(&self) -> &'static str {
+        if self.host { "worker" } else { "host" }
+    }
+
+    fn bad(&self, g: &Got, why: impl Into<String>) -> Failure {
+        evidence(Failure::new(why), self.other(), g)
+    }
+
+    fn budget(&self, name: &str) -> Result<f64, Failure> {
+        self.budgets
+            .get(name)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| Failure::new(format!("no budget {name} in initialize")))
+    }
+
+    /// Send a heartbeat when one is due (playing the worker).
+    async fn tick(&mut self) -> Result<(), Failure> {
+        if let (Some(every), Some(due)) = (self.hb_every, self.hb_next)
+            && Instant::now() >= due
+        {
+            self.hb_next = Some(Instant::now() + every);
+            let p = self.heartbeat_params(None);
+            self.ch.request("agentfy/heartbeat", p).await?;
+        }
+        Ok(())
+    }
+
+    fn heartbeat_params(&self, version: Option<&str>) -> Value {
+        json!({
+            "sessionId": self.own_sid,
+            "idleSeconds": 0,
+            "execSeconds": self.started.elapsed().as_secs(),
+            "activeToolCalls": self.held.len(),
+            "workspaceBytes": 0,
+            "channelVersion": version.map(str::to_string).or_else(|| self.effective.clone()).unwrap_or_else(|| self.minor.clone()),
+        })
+    }
+
+    fn stop(&self, until: Instant) -> Instant {
+        match self.hb_next {
+            Some(d) if d < until && self.hb_every.is_some() => d,
+            _ => until,
+        }
+    }
+
+    /// Answer what the implementation sends that the check is not waiting for.
+    async fn background(&mut self, g: &Got) -> Result<(), Failure> {
+        let v = match g.value() {
+            Some(v) => v.clone(),
+            None => return Ok(()),
+        };
+        let method = v
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let id = v.get("id").cloned();
+        if method.is_empty() {
+            // An answer to one of ours: keep heartbeat answers for the checks.
+            if let Some(id) = &id
+                && self.ch.mine.get(&key(id)).map(String::as_str) == Some("agentfy/heartbeat")
+            {
+                self.hb_answers.push(g.clone());
+            }
+            return Ok(());
+        }
+        let Some(id) = id else {
+            return Ok(()); // notifications are logged (Chan::log), never answered
+        };
+        if self.host {
+            match method.as_str() {
+                "agentfy/heartbeat" if g.ok().is_some() => {
+                    self.beats.push(g.clone());
+                    if self.answer_hb {
+                        let r = json!({"continue": true,
+                            "idleBudgetSeconds": self.budgets.get("idleSeconds").cloned().unwrap_or(json!(1)),
+                            "execBudgetSeconds": self.budgets.get("maxExecSeconds").cloned().unwrap_or(json!(1))});
+                        self.ch.reply(&id, r).await?;
+                    }
+                }
+                m if m.starts_with("sampling/") => {
+                    self.reverse.push(g.clone());
+                    let code = self.k.err("SAMPLING_DISABLED")?;
+                    self.ch.error(&id, code, "SAMPLING_DISABLED").await?;
+                }
+                m => {
+                    if m.starts_with("elicitation/") || m.starts_with("roots/") {
+                        self.reverse.push(g.clone());
+                    }
+                    let code = self.k.err("CAPABILITY_NOT_NEGOTIATED")?;
+                    self.ch
+                        .error(&id, code, "CAPABILITY_NOT_NEGOTIATED")
+                        .await?;
+                }
+            }
+            return Ok(());
+        }
+        match method.as_str() {
+            "tools/list" => {
+                self.ch.reply(&id, json!({"tools": [echo_tool()]})).await?;
+                self.running();
+            }
+            "tools/call" if self.hold_calls => self.held.push((id, Instant::now())),
+            "tools/call" => self.ch.reply(&id, echo_result()).await?,
+            "agentfy/release" => {
+                self.release = Some(g.clone());
+                self.ch
+                    .reply(
+                        &id,
+                        json!({"accepted": true, "outputsFlushed": true, "outputs": []}),
+                    )
+                    .await?;
+                let code = self.k.close("RELEASED")?;
+                self.ch.close(code, &format!("{code} released")).await;
+                if !self.expect_release {
+                    self.notes
+                        .push("the host released the session during the check".into());
+                }
+            }
+            _ => {
+                let code = self.k.err("CAPABILITY_NOT_NEGOTIATED")?;
+                self.ch
+                    .error(&id, code, "CAPABILITY_NOT_NEGOTIATED")
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn running(&mut self) {
+        if self.running_at.is_none() {
+            self.running_at = Some(Instant::now());
+            if let Some(every) = self.hb_every {
+                self.hb_next = Some(Instant::now() + every);
+            }
+        }
+    }
+
+    /// Read until `pick` takes a frame; everything else is answered in the background.
+    async fn until<T>(
+        &mut self,
+        what: &str,
+        until: Instant,
+        mut pick: impl FnMut(&Got) -> Option<T>,
+    ) -> Result<T, Failure> {
+        loop {
+            let stop = self.stop(until);
+            match self.ch.next(stop).await {
+                Ev::Frame(g) => {
+                    if let Some(t) = pick(&g) {
+                        return Ok(t);
+                    }
+                    self.background(&g).await?;
+                }
+                Ev::End(code, reason) => return Err(closed(what, code, &reason)),
+                Ev::Timeout => {
+                    if Instant::now() >= until {
+                        return Err(Failure::new(format!(
+                            "no {what} from the {} in time",
+                            self.other()
+                        )));
+                    }
+                    self.tick().await?;
+                }
+            }
+        }
+    }
+
+    /// The answer to request `id`.
+    async fn answer(&mut self, what: &str, id: &Value, until: Instant) -> Result<Got, Failure> {
+        let id = id.clone();
+        self.until(what, until, |g| answers(g, &id).then(|| g.clone()))
+            .await
+    }
+
+    /// Read for `dur`; the first frame `bad` flags is returned (after the background saw it).
+    async fn watch(
+        &mut self,
+        dur: Duration,
+        mut bad: impl FnMut(&Got) -> bool,
+    ) -> Result<Option<Got>, Failure> {
+        let until = Instant::now() + dur;
+        loop {
+            let stop = self.stop(until);
+            match self.ch.next(stop).await {
+                Ev::Frame(g) => {
+                    if bad(&g) {
+                        return Ok(Some(*g));
+                    }
+                    self.background(&g).await?;
+                }
+                Ev::End(code, reason) => {
+                    return Err(closed("nothing (a quiet watch)", code, &reason));
+                }
+                Ev::Timeout => {
+                    if Instant::now() >= until {
+                        return Ok(None);
+                    }
+                    self.tick().await?;
+                }
+            }
+        }
+    }
+
+    /// Read until the connection ends: its close code and reason.
+    async fn end(
+        &mut self,
+        what: &str,
+        until: Instant,
+    ) -> Result<(Option<u16>, String, Instant), Failure> {
+        loop {
+            let stop = self.stop(until);
+            match self.ch.next(stop).await {
+                // Best effort: the other side is closing, a reply may find the socket gone.
+                Ev::Frame(g) => {
+                    let _ = self.background(&g).await;
+                }
+                Ev::End(code, reason) => return Ok((code, reason, Instant::now())),
+                Ev::Timeout => {
+                    if Instant::now() >= until {
+                        return Err(Failure::new(format!(
+                            "the {} did not {what} in time",
+                            self.other()
+                        )));
+                    }
+                    let _ = self.tick().await;
+                }
+            }
+        }
+    }
+
+    // --- playing the host ---------------------------------------------------------------
+
+    fn init_params(&self, minor: &str, protocol: &str) -> Value {
+        json!({
+            "protocolVersion": protocol,
+            "clientInfo": {"name": "agentfy-worker-gateway", "version": SUITE_TAG},
+            "capabilities": {},
+            "_meta": {"agentfy": {
+                "sessionId": self.sid, "channelVersion": minor,
+                "profile": "light", "budgets": self.budgets,
+            }}
+        })
+    }
+
+    /// Send initialize and return its result (an error answer fails).
+    async fn initialize(&mut self, params: Value, raw: bool) -> Result<Got, Failure> {
+        let id = if raw {
+            self.ch.request_raw("initialize", params).await?
+        } else {
+            self.ch.request("initialize", params).await?
+        };
+        self.init_id = Some(id.clone());
+        let until = self.soon();
+        let g = self.answer("initialize result", &id, until).await?;
+        if g.at_ptr("/error").is_some() {
+            return Err(self.bad(&g, "the worker refused initialize"));
+        }
+        if let Err(v) = &g.msg {
+            return Err(self.bad(
+                &g,
+                format!("the initialize result breaks the contract: {}", v.reason),
+            ));
+        }
+        self.result = Some(g.clone());
+        Ok(g)
+    }
+
+    /// After the result: wait for notifications/initialized and agentfy/ready (in any
+    /// order; toolchannel.handshake.order judges it), then tools/list → serving.
+    async fn serve(&mut self) -> Result<(), Failure> {
+        let until = self.soon();
+        let (mut init, mut ready) = (false, false);
+        while !(init && ready) {
+            let g = self
+                .until("notifications/initialized and agentfy/ready", until, |g| {
+                    (is_notification(g, "notifications/initialized")
+                        || is_notification(g, "agentfy/ready"))
+                    .then(|| g.clone())
+                })
+                .await?;
+            if is_notification(&g, "agentfy/ready") {
+                ready = true;
+                self.ready = Some(g);
+            } else {
+                init = true;
+            }
+        }
+        let id = self.ch.request("tools/list", json!({})).await?;
+        let g = self.answer("tools/list result", &id, self.soon()).await?;
+        if g.at_ptr("/error").is_some() || g.msg.is_err() {
+            return Err(self.bad(&g, "tools/list was not answered with a valid result"));
+        }
+        self.tools = g
+            .at_ptr("/result/tools")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.running_at = Some(Instant::now());
+        Ok(())
+    }
+
+    fn result_meta(&self, field: &str) -> Option<Value> {
+        self.result
+            .as_ref()
+            .and_then(|g| g.at_ptr(&format!("/result/_meta/agentfy/{field}")))
+            .cloned()
+    }
+
+    // --- playing the worker -------------------------------------------------------------
+
+    /// Wait for initialize and answer it (the result edited by `edit`; `raw` skips the
+    /// suite's own validation, for probes); returns the initialize request.
+    async fn accept_initialize(
+        &mut self,
+        edit: impl FnOnce(&mut Value),
+        raw: bool,
+    ) -> Result<Got, Failure> {
+        let until = self.soon();
+        let g = self
+            .until("initialize", until, |g| {
+                is_request(g, "initialize").then(|| g.clone())
+            })
+            .await?;
+        let v = g.value().cloned().unwrap_or(Value::Null);
+        if let Some(b) = v
+            .pointer("/params/_meta/agentfy/budgets")
+            .and_then(Value::as_object)
+        {
+            self.budgets = b.clone();
+        }
+        let host_minor = str_at(&v, "/params/_meta/agentfy/channelVersion").unwrap_or("");
+        self.effective = Some(
+            if semver(host_minor).is_some_and(|h| semver(&self.minor).is_some_and(|w| h < w)) {
+                host_minor.to_string()
+            } else {
+                self.minor.clone()
+            },
+        );
+        let asked = str_at(&v, "/params/protocolVersion").unwrap_or("");
+        let protocol = if self.k.mcp.iter().any(|m| m == asked) {
+            asked.to_string()
+        } else {
+            self.k.mcp[0].clone()
+        };
+        let mut result = json!({
+            "protocolVersion": protocol,
+            "serverInfo": {"name": "agentfy-worker", "version": SUITE_TAG},
+            "capabilities": {"tools": {"listChanged": true}},
+            "_meta": {"agentfy": {
+                "sessionId": self.own_sid, "channelVersion": self.minor,
+                "instanceId": self.instance, "attempt": self.attempt,
+            }}
+        });
+        edit(&mut result);
+        let id = v.get("id").cloned().unwrap_or(Value::Null);
+        if raw {
+            self.ch.reply_raw(&id, result).await?;
+        } else {
+            self.ch.reply(&id, result).await?;
+        }
+        Ok(g)
+    }
+
+    async fn initialized(&mut self) -> Result<(), Failure> {
+        self.ch.notify("notifications/initialized", None).await
+    }
+
+    async fn ready(&mut self) -> Result<(), Failure> {
+        let p = json!({"sessionId": self.own_sid, "tools": ["echo"], "workspace": "/workspace", "bootMillis": 0});
+        self.ch.notify("agentfy/ready", Some(p)).await
+    }
+
+    /// Wait for tools/list and answer it: the session is running.
+    async fn listed(&mut self) -> Result<(), Failure> {
+        let until = self.soon();
+        let g = self
+            .until("tools/list", until, |g| {
+                is_request(g, "tools/list").then(|| g.clone())
+            })
+            .await?;
+        self.background(&g).await
+    }
+
+    /// Stop heartbeating and let what is in flight (the host's first tools/call) settle
+    /// before a probe the host answers by closing: a frame crossing a host's close and
+    /// exit resets the socket and destroys the close frame.
+    async fn settle(&mut self) -> Result<(), Failure> {
+        self.hb_every = None;
+        self.watch(QUIET, |_| false).await.map(drop)
+    }
+
+    /// The whole handshake, heartbeats on at the budget interval.
+    async fn up(&mut self) -> Result<(), Failure> {
+        self.accept_initialize(|_| {}, false).await?;
+        self.hb_every = Some(secs(self.budget("heartbeatIntervalSeconds")?)?);
+        self.initialized().await?;
+        self.ready().await?;
+        self.listed().await
+    }
+}
+
+fn echo_tool() -> Value {
+    json!({"name": "echo", "description": "Return the given text.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}})
+}
+
+fn echo_result() -> Value {
+    json!({"content": [{"type": "text", "text": "conformance"}]})
+}
+
+/// Playing the host: a launched (or dialing) worker, admitted, as a session.
+async fn host_session(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure> {
+    let dock = worker_dock(cx).await?;
+    let p = next_dial(&dock, cx.opts.deadline).await?;
+    let io = admit(k, p).await?;
+    let mut s = Sess::new(k, true, io, &dock.session, cx.opts.deadline);
+    s.budgets = k.short_budgets()?;
+    Ok((dock, s))
+}
+
+/// Playing the host: a session through to serving.
+async fn host_up(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure> {
+    let (dock, mut s) = host_session(cx, k).await?;
+    let p = s.init_params(&k.highest_minor(), &k.mcp[0]);
+    s.initialize(p, false).await?;
+    s.serve().await?;
+    Ok((dock, s))
+}
+
+/// Playing the worker: dial the host with the token and the spoken major.
+async fn worker_dial(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
+    match dial(
+        b,
+        Some(format!("Bearer {}", b.token)),
+        vec![k.majors[0].clone()],
+        cx.opts.deadline,
+    )
+    .await?
+    {
+        Ok(io) => Ok(Sess::new(k, false, io, &b.session, cx.opts.deadline)),
+        Err(r) => Err(
+            Failure::new(format!("the host refused a valid upgrade: {r}"))
+                .with("response body", &r.body),
+        ),
+    }
+}
+
+/// How a host ended a connection it had to refuse after the initialize result.
+struct Refused {
+    code: Option<u16>,
+    reason: String,
+    /// An error response with the code looked for arrived before the close.
+    error_frame: bool,
+}
+
+/// Playing the worker, after an initialize result the host must refuse: wait for its
+/// close. Nothing is sent at first (a host that closes and exits would reset a socket
+/// with unread frames, destroying its close frame); a host still silent after
+/// [`QUIET`] gets `notifications/initialized` and `agentfy/ready`, in case it decides
+/// later. A tools/list or tools/call means the host went on with the session.
+async fn refused(s: &mut Sess, what: &str, code: Option<i64>) -> Result<Refused, Failure> {
+    let mut error_frame = false;
+    let mut nudged = false;
+    let until = s.soon();
+    loop {
+        let stop = if nudged {
+            until
+        } else {
+            (Instant::now() + QUIET).min(until)
+        };
+        match s.ch.next(stop).await {
+            Ev::Frame(g) => {
+                if is_request(&g, "tools/list") || is_request(&g, "tools/call") {
+                    return Err(s.bad(&g, format!("the host went on with a session after {what}")));
+                }
+                if code.is_some() && code_of(&g) == code {
+                    error_frame = true;
+                }
+            }
+            Ev::Timeout if !nudged && Instant::now() < until => {
+                nudged = true;
+                // Best effort: the host may be closing meanwhile.
+                let _ = s.initialized().await;
+                let _ = s.ready().await;
+            }
+            Ev::Timeout => {
+                return Err(Failure::new(format!(
+                    "the host did not close within {:?} after {what}",
+                    s.wait
+                )));
+            }
+            Ev::End(c, reason) => {
+                return Ok(Refused {
+                    code: c,
+                    reason,
+                    error_frame,
+                });
+            }
+        }
+    }
+}
+
+fn pass(s: &Sess, what: String) -> Result<Verdict, Failure> {
+    if s.notes.is_empty() {
+        Ok(Verdict::Pass(what))
+    } else {
+        Ok(Verdict::Pass(format!(
+            "{what} (note: {})",
+            s.notes.join("; ")
+        )))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// upgrade: 401 and 426
+
+async fn host_401(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let dock = worker_dock(cx).await?;
+    let p = next_dial(&dock, cx.opts.deadline).await?;
+    let hello = p.hello().clone();
+    let want = format!("Bearer {}", dock.token);
+    if hello.authorization.as_deref() != Some(want.as_str()) {
+        return Err(Failure::new(
+            "the worker's upgrade does not carry Authorization: Bearer <its token>",
+        )
+        .with(
+            "its Authorization header",
+            hello.authorization.unwrap_or_default().as_bytes(),
+        ));
+    }
+    if !hello.subprotocols.iter().any(|p| *p == k.majors[0]) {
+        return Err(Failure::new(format!(
+            "the worker's upgrade does not offer Sec-WebSocket-Protocol {}",
+            k.majors[0]
+        ))
+        .with("its offer", hello.subprotocols.join(", ").as_bytes()));
+    }
+    let status = k.http("UNAUTHORIZED")?;
+    let r = refusal(status, Vec::new(), "invalid or missing Bearer token");
+    p.refuse(&r)
+        .await
+        .map_err(|e| Failure::new(format!("answering 401: {e}")))?;
+    let want = k.exit_after_http(status)?;
+    let seen = expect_exit(cx, want, &format!("HTTP {status}")).await?;
+    Ok(Verdict::Pass(format!(
+        "dialed with the Bearer token and {}; {seen}",
+        k.majors[0]
+    )))
+}
+
+async fn worker_401(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let status = k.http("UNAUTHORIZED")?;
+    let tries = [
+        ("without Authorization", None),
+        (
+            "with a wrong Bearer token",
+            Some(format!("Bearer {}", fresh("wrong"))),
+        ),
+    ];
+    for (what, auth) in tries {
+        match dial(&b, auth, vec![k.majors[0].clone()], cx.opts.deadline).await? {
+            Ok(mut io) => {
+                // What the host sent first shows it opened a session it must not have.
+                let first = tokio::time::timeout(Duration::from_millis(500), io.next()).await;
+                let mut f = Failure::new(format!(
+                    "the host accepted an upgrade {what} (101); it must answer HTTP {status}"
+                ));
+                if let Ok(Some(Ok(Msg::Text(t)))) = first {
+                    f = f.with("the host's first frame", &t);
+                }
+                return Err(f);
+            }
+            Err(r) if r.status == status => {}
+            Err(r) => {
+                return Err(Failure::new(format!(
+                    "an upgrade {what} got HTTP {}; the contract says {status}",
+                    r.status
+                ))
+                .with("response body", &r.body));
+            }
+        }
+    }
+    // The same host takes a valid upgrade: the refusals were about the token.
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.ch.close(1000, "conformance").await;
+    Ok(Verdict::Pass(format!(
+        "HTTP {status} without a token and with a wrong one; 101 with the right one"
+    )))
+}
+
+async fn host_426(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let dock = worker_dock(cx).await?;
+    let p = next_dial(&dock, cx.opts.deadline).await?;
+    let status = k.http("UPGRADE_REQUIRED")?;
+    let theirs = k.foreign_major();
+    let offered = p.hello().subprotocols.join(", ");
+    let r = refusal(
+        status,
+        vec![("Sec-WebSocket-Protocol".into(), theirs.clone())],
+        &format!("unsupported channel major [{offered}]; host speaks [{theirs}]"),
+    );
+    p.refuse(&r)
+        .await
+        .map_err(|e| Failure::new(format!("answering 426: {e}")))?;
+    let want = k.exit_after_http(status)?;
+    let seen = expect_exit(cx, want, &format!("HTTP {status} listing only {theirs}")).await?;
+    Ok(Verdict::Pass(seen))
+}
+
+async fn worker_426(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let status = k.http("UPGRADE_REQUIRED")?;
+    let foreign = k.foreign_major();
+    let auth = Some(format!("Bearer {}", b.token));
+    match dial(&b, auth, vec![foreign.clone()], cx.opts.deadline).await? {
+        Ok(_) => Err(Failure::new(format!(
+            "the host accepted subprotocol {foreign} (101); it must answer HTTP {status} listing its majors"
+        ))),
+        Err(r) if r.status != status => Err(Failure::new(format!(
+            "an upgrade offering only {foreign} got HTTP {}; the contract says {status}",
+            r.status
+        ))
+        .with("response body", &r.body)),
+        Err(r) => {
+            let listed: Vec<String> = r
+                .headers
+                .iter()
+                .filter(|(h, _)| h.eq_ignore_ascii_case("Sec-WebSocket-Protocol"))
+                .flat_map(|(_, v)| v.split(',').map(|p| p.trim().to_string()))
+                .collect();
+            if listed.iter().any(|p| *p == k.majors[0]) {
+                Ok(Verdict::Pass(format!(
+                    "HTTP {status} listing [{}]",
+                    listed.join(", ")
+                )))
+            } else {
+                Err(Failure::new(format!(
+                    "HTTP {status} does not list the host's majors ({}) in Sec-WebSocket-Protocol",
+                    k.majors[0]
+                ))
+                .with("its Sec-WebSocket-Protocol", listed.join(", ").as_bytes()))
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// handshake
+
+async fn host_order(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, s) = host_up(cx, &k).await?;
+    let init_id = s.init_id.clone().unwrap_or(Value::Null);
+    let pos = |f: &dyn Fn(&Got) -> bool| s.ch.log.iter().position(f);
+    let result = pos(&|g| answers(g, &init_id));
+    let initialized = pos(&|g| is_notification(g, "notifications/initialized"));
+    let ready = pos(&|g| is_notification(g, "agentfy/ready"));
+    let (Some(r), Some(i), Some(d)) = (result, initialized, ready) else {
+        return Err(Failure::new("the handshake frames were not all seen"));
+    };
+    let log = &s.ch.log;
+    if i < r {
+        return Err(evidence(
+            Failure::new("notifications/initialized came before the initialize result"),
+            "worker",
+            &log[i],
+        ));
+    }
+    if d < i {
+        return Err(evidence(
+            evidence(
+                Failure::new(
+                    "agentfy/ready came before notifications/initialized (the handshake completes at notifications/initialized; ready follows it)",
+                ),
+                "worker",
+                &log[d],
+            ),
+            "worker (then)",
+            &log[i],
+        ));
+    }
+    if let Some(early) = log[..r].iter().find(|g| g.method().is_some()) {
+        return Err(s.bad(
+            early,
+            "the worker sent a request or notification before its initialize result",
+        ));
+    }
+    let n = s.tools.len();
+    pass(
+        &s,
+        format!(
+            "result, notifications/initialized, agentfy/ready in order; tools/list answered ({n} tools)"
+        ),
+    )
+}
+
+async fn worker_order(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.accept_initialize(|_| {}, false).await?;
+    s.hb_every = Some(secs(s.budget("heartbeatIntervalSeconds")?)?);
+    let early = |g: &Got| is_request(g, "tools/list");
+    if let Some(g) = s.watch(QUIET, early).await? {
+        return Err(s.bad(&g, "tools/list before notifications/initialized (rule 14)"));
+    }
+    s.initialized().await?;
+    if let Some(g) = s.watch(QUIET, early).await? {
+        return Err(s.bad(
+            &g,
+            "tools/list before agentfy/ready (tools/list is the answer to ready)",
+        ));
+    }
+    s.ready().await?;
+    s.listed().await?;
+    pass(
+        &s,
+        format!(
+            "no tools/list in {QUIET:?} after the result nor after notifications/initialized; tools/list after agentfy/ready"
+        ),
+    )
+}
+
+async fn host_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (dock, s) = host_up(cx, &k).await?;
+    let Some(g) = s.result.clone() else {
+        return Err(Failure::new("no initialize result"));
+    };
+    let pv = g
+        .at_ptr("/result/protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !k.mcp.iter().any(|m| m == pv) {
+        return Err(s.bad(
+            &g,
+            format!("result protocolVersion {pv:?} is not one the contract lists"),
+        ));
+    }
+    let sid = s.result_meta("sessionId");
+    if dock.launched && sid.as_ref().and_then(Value::as_str) != Some(dock.session.as_str()) {
+        return Err(s.bad(
+            &g,
+            format!(
+                "result _meta.agentfy.sessionId is not the worker's own SESSION_ID {:?} (T-3)",
+                dock.session
+            ),
+        ));
+    }
+    let cv = s.result_meta("channelVersion");
+    let cv = cv.as_ref().and_then(Value::as_str).unwrap_or("");
+    let host_major = semver(&k.highest_minor()).map(|v| v.0);
+    if semver(cv).map(|v| v.0) != host_major {
+        return Err(s.bad(
+            &g,
+            format!("result channelVersion {cv:?} is not a semver of the channel major"),
+        ));
+    }
+    if s.result_meta("instanceId")
+        .as_ref()
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        return Err(s.bad(&g, "result _meta.agentfy.instanceId is missing or empty"));
+    }
+    let attempt = s.result_meta("attempt").and_then(|v| v.as_u64());
+    if attempt != Some(0) {
+        return Err(s.bad(
+            &g,
+            format!("attempt on the first dial is {attempt:?}, not 0"),
+        ));
+    }
+    if let Some(r) = s.ready.clone() {
+        let rs = r.at_ptr("/params/sessionId").and_then(Value::as_str);
+        if dock.launched && rs != Some(dock.session.as_str()) {
+            return Err(s.bad(
+                &r,
+                "agentfy/ready carries another sessionId than the worker's own",
+            ));
+        }
+    }
+    pass(
+        &s,
+        format!("protocolVersion {pv}, channelVersion {cv}, attempt 0, own sessionId"),
+    )
+}
+
+async fn worker_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    let g = s.accept_initialize(|_| {}, false).await?;
+    if let Some(first) = s.ch.log.first()
+        && !is_request(first, "initialize")
+    {
+        return Err(s.bad(first, "the host's first frame after 101 is not initialize"));
+    }
+    if let Err(v) = &g.msg {
+        return Err(s.bad(&g, format!("initialize breaks the contract: {}", v.reason)));
+    }
+    let caps = g.at_ptr("/params/capabilities");
+    if caps
+        .and_then(Value::as_object)
+        .is_none_or(|o| !o.is_empty())
+    {
+        return Err(s.bad(
+            &g,
+            "initialize capabilities are not {} (no sampling, elicitation, roots)",
+        ));
+    }
+    let sid = g
+        .at_ptr("/params/_meta/agentfy/sessionId")
+        .and_then(Value::as_str);
+    if sid != Some(b.session.as_str()) {
+        return Err(s.bad(
+            &g,
+            format!(
+                "initialize _meta.agentfy.sessionId is not the token's sub {:?}",
+                b.session
+            ),
+        ));
+    }
+    for field in ["channelVersion", "profile", "budgets"] {
+        if g.at_ptr(&format!("/params/_meta/agentfy/{field}"))
+            .is_none()
+        {
+            return Err(s.bad(&g, format!("initialize _meta.agentfy has no {field}")));
+        }
+    }
+    if g.at_ptr("/params/_meta/agentfy/budgets/dialSeconds")
+        .is_some()
+    {
+        return Err(s.bad(
+            &g,
+            "initialize budgets carry dialSeconds (deliberately absent)",
+        ));
+    }
+    s.hb_every = Some(secs(s.budget("heartbeatIntervalSeconds")?)?);
+    s.initialized().await?;
+    s.ready().await?;
+    s.listed().await?;
+    pass(
+        &s,
+        "initialize first, capabilities {}, sessionId = token sub, budgets without dialSeconds"
+            .into(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// identity and redials
+
+async fn host_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (dock, mut s) = host_session(cx, &k).await?;
+    // The suite's token sub differs from the SESSION_ID the worker was given.
+    s.sid = fresh("sub");
+    let p = s.init_params(&k.highest_minor(), &k.mcp[0]);
+    let g = s.initialize(p, false).await?;
+    let got = g
+        .at_ptr("/result/_meta/agentfy/sessionId")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if got == s.sid {
+        return Err(s.bad(&g, "the worker echoed the host's sessionId instead of returning its own SESSION_ID (T-3): the mismatch check becomes vacuous"));
+    }
+    if dock.launched && got != dock.session {
+        return Err(s.bad(
+            &g,
+            format!(
+                "the result sessionId is not the worker's SESSION_ID {:?}",
+                dock.session
+            ),
+        ));
+    }
+    let code = k.err("SESSION_MISMATCH")?;
+    let close = k.close("SESSION_REJECTED")?;
+    let reason = format!("{code} SESSION_MISMATCH expected={} got={got}", s.sid);
+    s.ch.close(close, &reason).await;
+    let want = k.exit_after_close(close)?;
+    let seen = expect_exit(cx, want, &format!("close {close} ({code})")).await?;
+    if dock.launched
+        && let Ok(Ok(Incoming::Ws(_))) = tokio::time::timeout(Duration::ZERO, dock.l.accept()).await
+    {
+        return Err(Failure::new(format!(
+            "the worker redialed after close {close}"
+        )));
+    }
+    pass(&s, format!("own sessionId returned; {seen}"))
+}
+
+async fn worker_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.own_sid = fresh("other-session");
+    s.accept_initialize(|_| {}, false).await?;
+    let code = k.err("SESSION_MISMATCH")?;
+    let want = k.close("SESSION_REJECTED")?;
+    let r = refused(
+        &mut s,
+        "a result whose sessionId is not the token's sub",
+        Some(code),
+    )
+    .await?;
+    if r.code != Some(want) {
+        return Err(closed(&format!("close {want}"), r.code, &r.reason).with(
+            "expected",
+            format!("close {want} carrying {code}").as_bytes(),
+        ));
+    }
+    if !r.error_frame && !r.reason.contains(&code.to_string()) {
+        return Err(Failure::new(format!(
+            "close {want} carries no {code} (neither an error frame nor the close reason, T-4)"
+        ))
+        .with("close reason", r.reason.as_bytes()));
+    }
+    pass(&s, format!("close {want} {:?}", r.reason))
+}
+
+async fn host_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (dock, mut a) = host_up(cx, &k).await?;
+    let inst = a.result_meta("instanceId");
+    let att = a
+        .result_meta("attempt")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let drain = k.close("DRAINING")?;
+    a.ch.close(drain, &format!("{drain} draining")).await;
+    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
+    let p = next_dial(&dock, wait).await?;
+    let io = admit(&k, p).await?;
+    let mut b = Sess::new(&k, true, io, &dock.session, cx.opts.deadline);
+    b.budgets = a.budgets.clone();
+    let params = b.init_params(&k.highest_minor(), &k.mcp[0]);
+    let g = b.initialize(params, false).await?;
+    let inst_b = b.result_meta("instanceId");
+    let att_b = b.result_meta("attempt").and_then(|v| v.as_u64());
+    if inst_b != inst {
+        return Err(b.bad(
+            &g,
+            format!("the redial carries instanceId {inst_b:?}, not the process's {inst:?}"),
+        ));
+    }
+    if att_b != Some(att + 1) {
+        return Err(b.bad(
+            &g,
+            format!("the redial carries attempt {att_b:?}, not {}", att + 1),
+        ));
+    }
+    b.serve().await?;
+    pass(
+        &b,
+        format!(
+            "after close {drain}: redial with the same instanceId, attempt {}, tools/list re-run",
+            att + 1
+        ),
+    )
+}
+
+async fn worker_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let berth = host_berth(cx).await?;
+    let mut a = worker_dial(cx, &k, &berth).await?;
+    a.up().await?;
+    let mut b = worker_dial(cx, &k, &berth).await?;
+    b.instance = a.instance.clone();
+    b.attempt = a.attempt + 1;
+    b.up().await?;
+    let want = k.close("SUPERSEDED")?;
+    let until = a.soon();
+    a.hb_every = None;
+    let (code, reason, _) = a.end("close the superseded socket", until).await?;
+    if code != Some(want) {
+        return Err(closed(
+            &format!("close {want} on the old socket"),
+            code,
+            &reason,
+        ));
+    }
+    // The new socket serves: a heartbeat on it is answered.
+    let p = b.heartbeat_params(None);
+    let id = b.ch.request("agentfy/heartbeat", p).await?;
+    let g = b
+        .answer("heartbeat result on the new socket", &id, b.soon())
+        .await?;
+    if g.at_ptr("/result").is_none() {
+        return Err(b.bad(&g, "the new socket's heartbeat was refused"));
+    }
+    pass(
+        &b,
+        format!("old socket closed {want}; tools/list re-run on the new one, which serves"),
+    )
+}
+
+async fn worker_refuse(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let berth = host_berth(cx).await?;
+    let mut a = worker_dial(cx, &k, &berth).await?;
+    a.up().await?;
+    let want = k.close("SESSION_REJECTED")?;
+    let tries = [
+        (
+            "the same instanceId and the same attempt",
+            a.instance.clone(),
+            a.attempt,
+        ),
+        ("another instanceId", fresh("instance"), a.attempt + 1),
+    ];
+    for (what, instance, attempt) in tries {
+        let mut c = worker_dial(cx, &k, &berth).await?;
+        c.instance = instance;
+        c.attempt = attempt;
+        c.accept_initialize(|_| {}, false).await?;
+        let r = refused(&mut c, &format!("a redial with {what}"), None).await?;
+        if r.code != Some(want) {
+            return Err(closed(
+                &format!("close {want} of a redial with {what}"),
+                r.code,
+                &r.reason,
+            ));
+        }
+        // The live socket stays: its heartbeat is answered.
+        let p = a.heartbeat_params(None);
+        let id = a.ch.request("agentfy/heartbeat", p).await?;
+        let g = a
+            .answer(
+                &format!("heartbeat on the live socket after a redial with {what}"),
+                &id,
+                a.soon(),
+            )
+            .await?;
+        if g.at_ptr("/result").is_none() {
+            return Err(a.bad(
+                &g,
+                "the live socket's heartbeat was refused after a refused redial",
+            ));
+        }
+    }
+    pass(
+        &a,
+        format!("both redials closed {want}; the live socket kept serving"),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// reverse capabilities, unknown methods, bad frames
+
+async fn host_reverse(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, mut s) = host_up(cx, &k).await?;
+    // Watch two heartbeat intervals of serving: the worker transport must not emit them.
+    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
+    s.watch(every * 2 + QUIET, |_| false).await?;
+    let seen = s.ch.log.iter().find(|g| {
+        g.method().is_some_and(|m| {
+            g.at_ptr("/id").is_some()
+                && (m.starts_with("sampling/")
+                    || m.starts_with("elicitation/")
+                    || m.starts_with("roots/"))
+        })
+    });
+    if let Some(g) = seen.cloned() {
+        return Err(s.bad(
+            &g,
+            "the worker sent a reverse-capability request (never declared)",
+        ));
+    }
+    pass(
+        &s,
+        format!(
+            "no sampling/, elicitation/ or roots/ request in {:?} of serving",
+            every * 2 + QUIET
+        ),
+    )
+}
+
+async fn worker_reverse(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.up().await?;
+    let probes = [
+        (
+            "sampling/createMessage",
+            json!({"messages": [{"role": "user", "content": {"type": "text", "text": "conformance"}}], "maxTokens": 1}),
+            k.err("SAMPLING_DISABLED")?,
+        ),
+        (
+            "elicitation/create",
+            json!({"message": "conformance", "requestedSchema": {"type": "object", "properties": {}}}),
+            k.err("CAPABILITY_NOT_NEGOTIATED")?,
+        ),
+        ("roots/list", json!({}), k.err("CAPABILITY_NOT_NEGOTIATED")?),
+    ];
+    let mut seen = Vec::new();
+    for (method, params, want) in probes {
+        let id = s.ch.request_raw(method, params).await?;
+        let g = s
+            .answer(&format!("the answer to {method}"), &id, s.soon())
+            .await?;
+        match code_of(&g) {
+            Some(c) if c == want => seen.push(format!("{method} → {c}")),
+            Some(c) => {
+                return Err(s.bad(
+                    &g,
+                    format!("{method} was refused with {c}; the contract says {want}"),
+                ));
+            }
+            None => {
+                return Err(s.bad(
+                    &g,
+                    format!("{method} was answered with a result; it must be refused with {want}"),
+                ));
+            }
+        }
+    }
+    pass(&s, seen.join(", "))
+}
+
+/// The bad frames sent, in order: (what, bytes, binary, expected error name).
+fn bad_frames(n: usize) -> Vec<(&'static str, Vec<u8>, bool, &'static str)> {
+    let kinds: [(&str, &[u8], bool, &str); 4] = [
+        ("not JSON", b"{conformance: not json", false, "PARSE_ERROR"),
+        (
+            "a JSON object that is not JSON-RPC",
+            br#"{"jsonrpc":"2.0","conformance":true}"#,
+            false,
+            "INVALID_REQUEST",
+        ),
+        (
+            "a binary message",
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            true,
+            "INVALID_REQUEST",
+        ),
+        (
+            "a batch",
+            br#"[{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
+            false,
+            "INVALID_REQUEST",
+        ),
+    ];
+    (0..n)
+        .map(|i| {
+            let (w, b, bin, e) = kinds[i % kinds.len()];
+            (w, b.to_vec(), bin, e)
+        })
+        .collect()
+}
+
+/// Send badFramesMax bad frames: each answered with its code and id null, then close 4006.
+async fn frames(s: &mut Sess) -> Result<String, Failure> {
+    let k = s.k.clone();
+    let max = k.limit("badFramesMax")? as usize;
+    let want_close = k.close("BAD_FRAMES")?;
+    let list = bad_frames(max);
+    for (i, (what, bytes, binary, err)) in list.into_iter().enumerate() {
+        if binary {
+            s.ch.send_binary(&bytes).await?;
+        } else {
+            s.ch.send_raw(&bytes).await?;
+        }
+        let want = k.err(err)?;
+        let until = s.soon();
+        let g = s
+            .until(
+                &format!("the error for bad frame {} ({what})", i + 1),
+                until,
+                |g| {
+                    g.value()
+                        .is_some_and(|v| {
+                            v.get("error").is_some() && v.get("id") == Some(&Value::Null)
+                        })
+                        .then(|| g.clone())
+                },
+            )
+            .await
+            .map_err(|f| f.with(format!("bad frame {} sent", i + 1), &bytes))?;
+        if code_of(&g) != Some(want) {
+            return Err(s.bad(
+                &g,
+                format!(
+                    "bad frame {} ({what}) got {:?}; the contract says {want}",
+                    i + 1,
+                    code_of(&g)
+                ),
+            ));
+        }
+    }
+    let until = s.soon();
+    let (code, reason, _) = s
+        .end(&format!("close {want_close} after {max} bad frames"), until)
+        .await?;
+    if code != Some(want_close) {
+        return Err(closed(
+            &format!("close {want_close} after {max} bad frames"),
+            code,
+            &reason,
+        ));
+    }
+    Ok(format!(
+        "{max} bad frames answered -32700/-32600 with id null, then close {want_close}"
+    ))
+}
+
+async fn host_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, mut s) = host_up(cx, &k).await?;
+    let what = frames(&mut s).await?;
+    let close = k.close("BAD_FRAMES")?;
+    let seen = expect_exit(
+        cx,
+        k.exit_after_close(close)?,
+        &format!("its close {close}"),
+    )
+    .await?;
+    pass(&s, format!("{what}; {seen}"))
+}
+
+async fn worker_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.up().await?;
+    s.settle().await?;
+    let what = frames(&mut s).await?;
+    pass(&s, what)
+}
+
+/// An unknown request → -32004; an unknown notification → no answer; `then` proves it.
+async fn unknown(s: &mut Sess, then: &str, params: Value) -> Result<String, Failure> {
+    let want = s.k.err("CAPABILITY_NOT_NEGOTIATED")?;
+    let id = s.ch.request_raw("done", json!({})).await?;
+    let g = s
+        .answer("the answer to the unknown request done", &id, s.soon())
+        .await?;
+    if code_of(&g) != Some(want) {
+        return Err(s.bad(
+            &g,
+            format!(
+                "the unknown request done got {:?}; the contract says {want} (T-14)",
+                code_of(&g)
+            ),
+        ));
+    }
+    s.ch.send_raw(br#"{"jsonrpc":"2.0","method":"notifications/conformance/unknown","params":{}}"#)
+        .await?;
+    let id = s.ch.request(then, params).await?;
+    let until = s.soon();
+    let g = s
+        .until(&format!("the answer to {then}"), until, |g| {
+            g.value()
+                .is_some_and(|v| {
+                    v.get("method").is_none()
+                        && (v.get("result").is_some() || v.get("error").is_some())
+                })
+                .then(|| g.clone())
+        })
+        .await?;
+    if !answers(&g, &id) {
+        return Err(s.bad(
+            &g,
+            "an unknown notification was answered (it must be ignored)",
+        ));
+    }
+    Ok(format!(
+        "done → {want}; the unknown notification unanswered; {then} answered next"
+    ))
+}
+
+async fn host_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, mut s) = host_up(cx, &k).await?;
+    let what = unknown(&mut s, "tools/list", json!({})).await?;
+    pass(&s, what)
+}
+
+async fn worker_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.up().await?;
+    let p = s.heartbeat_params(None);
+    let what = unknown(&mut s, "agentfy/heartbeat", p).await?;
+    pass(&s, what)
+}
+
+async fn host_notrunning(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, mut s) = host_session(cx, &k).await?;
+    let p = s.init_params(&k.highest_minor(), &k.mcp[0]);
+    s.initialize(p, false).await?;
+    let until = s.soon();
+    let ready = s
+        .until("agentfy/ready", until, |g| {
+            is_notification(g, "agentfy/ready").then(|| g.clone())
+        })
+        .await?;
+    let tool = ready
+        .at_ptr("/params/tools/0")
+        .and_then(Value::as_str)
+        .unwrap_or("echo")
+        .to_string();
+    let want = k.err("SESSION_NOT_RUNNING")?;
+    let id =
+        s.ch.request("tools/call", json!({"name": tool, "arguments": {}}))
+            .await?;
+    let g = s
+        .answer("the answer to tools/call before tools/list", &id, s.soon())
+        .await?;
+    if code_of(&g) != Some(want) {
+        return Err(s.bad(
+            &g,
+            format!(
+                "tools/call before the session serves got {:?}; the contract says {want}",
+                code_of(&g)
+            ),
+        ));
+    }
+    pass(
+        &s,
+        format!("tools/call {tool} after agentfy/ready but before tools/list → {want}"),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// versions
+
+async fn host_mcp(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, mut s) = host_session(cx, &k).await?;
+    let foreign = k.foreign_mcp();
+    let p = s.init_params(&k.highest_minor(), &foreign);
+    let g = s.initialize(p, true).await?;
+    let answered = g
+        .at_ptr("/result/protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if answered == foreign {
+        return Err(s.bad(&g, format!("the worker claims MCP {foreign}, a version the contract does not list (it answers with the nearest it supports)")));
+    }
+    let close = k.close("VERSION_UNSUPPORTED")?;
+    s.ch.close(
+        close,
+        &format!("{close} mcp host={foreign} worker={answered}"),
+    )
+    .await;
+    let seen = expect_exit(cx, k.exit_after_close(close)?, &format!("close {close}")).await?;
+    pass(&s, format!("answered {answered} to {foreign}; {seen}"))
+}
+
+async fn worker_mcp(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    let foreign = k.foreign_mcp();
+    let f2 = foreign.clone();
+    let g = s
+        .accept_initialize(move |r| r["protocolVersion"] = json!(f2), true)
+        .await?;
+    let host_v = g
+        .at_ptr("/params/protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let want = k.close("VERSION_UNSUPPORTED")?;
+    let r = refused(
+        &mut s,
+        &format!("MCP {foreign}, which it cannot speak (no silent downgrade)"),
+        None,
+    )
+    .await?;
+    if r.code != Some(want) {
+        return Err(closed(&format!("close {want}"), r.code, &r.reason));
+    }
+    if !(r.reason.contains(&foreign) && r.reason.contains(&host_v)) {
+        return Err(Failure::new(format!(
+            "close {want} does not carry both versions ({host_v}, {foreign})"
+        ))
+        .with("close reason", r.reason.as_bytes()));
+    }
+    pass(&s, format!("close {want} {:?}", r.reason))
+}
+
+async fn host_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, mut s) = host_session(cx, &k).await?;
+    let mine = k.lowest_minor();
+    let p = s.init_params(&mine, &k.mcp[0]);
+    s.initialize(p, false).await?;
+    s.serve().await?;
+    let theirs = s
+        .result_meta("channelVersion")
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let effective = match (semver(&mine), semver(&theirs)) {
+        (Some(a), Some(b)) if b < a => theirs.clone(),
+        _ => mine.clone(),
+    };
+    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
+    for n in 1..=2 {
+        let until = Instant::now() + every + SLACK;
+        let g = s
+            .until(&format!("heartbeat {n}"), until, |g| {
+                is_request(g, "agentfy/heartbeat").then(|| g.clone())
+            })
+            .await?;
+        let v = g
+            .at_ptr("/params/channelVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if v != effective {
+            return Err(s.bad(&g, format!("heartbeat channelVersion {v:?}; min(host {mine}, worker {theirs}) is {effective}")));
+        }
+        s.background(&g).await?;
+    }
+    pass(
+        &s,
+        format!("heartbeats carry {effective} = min(host {mine}, worker {theirs})"),
+    )
+}
+
+async fn worker_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.up().await?;
+    s.settle().await?;
+    let effective = s.effective.clone().unwrap_or_default();
+    let wrong = match semver(&effective) {
+        Some((a, b, c)) => format!("{a}.{b}.{}", c + 1),
+        None => k.highest_minor(),
+    };
+    s.hb_every = None;
+    let p = s.heartbeat_params(Some(&wrong));
+    let id = s.ch.request("agentfy/heartbeat", p).await?;
+    let g = s
+        .answer(
+            "the answer to a heartbeat with a wrong channelVersion",
+            &id,
+            s.soon(),
+        )
+        .await?;
+    let want = k.err("CHANNEL_VERSION_MISMATCH")?;
+    if code_of(&g) != Some(want) {
+        return Err(s.bad(&g, format!("a heartbeat with channelVersion {wrong} (effective {effective}) got {:?}; the contract says {want}", code_of(&g))));
+    }
+    let close = k.close("VERSION_UNSUPPORTED")?;
+    let (code, reason, _) = s.end(&format!("close {close}"), s.soon()).await?;
+    if code != Some(close) {
+        return Err(closed(
+            &format!("close {close} after {want}"),
+            code,
+            &reason,
+        ));
+    }
+    if !(reason.contains(&wrong) && reason.contains(&effective)) {
+        return Err(Failure::new(format!(
+            "close {close} does not carry both versions ({effective}, {wrong})"
+        ))
+        .with("close reason", reason.as_bytes()));
+    }
+    pass(&s, format!("{want}, then close {close} {reason:?}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// heartbeats and deadlines
+
+async fn host_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (dock, mut s) = host_up(cx, &k).await?;
+    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
+    let mut last = s.running_at.unwrap_or_else(Instant::now);
+    let mut beats = Vec::new();
+    for n in 1..=3 {
+        let until = last + every + SLACK;
+        let g = s
+            .until(&format!("heartbeat {n}"), until, |g| {
+                is_request(g, "agentfy/heartbeat").then(|| g.clone())
+            })
+            .await?;
+        let gap = g.at.duration_since(last);
+        if gap + EARLY < every {
+            return Err(s.bad(&g, format!("heartbeat {n} came {gap:?} after the previous one (or serving); the interval is {every:?}")));
+        }
+        let sid = g.at_ptr("/params/sessionId").and_then(Value::as_str);
+        if dock.launched && sid != Some(dock.session.as_str()) {
+            return Err(s.bad(
+                &g,
+                "the heartbeat carries another sessionId than the worker's",
+            ));
+        }
+        beats.push(format!("{:.1}s", gap.as_secs_f64()));
+        last = g.at;
+        let id = g.at_ptr("/id").cloned().unwrap_or(Value::Null);
+        let cont = n < 3;
+        let r = json!({"continue": cont,
+            "idleBudgetSeconds": s.budgets.get("idleSeconds").cloned().unwrap_or(json!(1)),
+            "execBudgetSeconds": s.budgets.get("maxExecSeconds").cloned().unwrap_or(json!(1))});
+        s.ch.reply(&id, r).await?;
+    }
+    let released = k.close("RELEASED")?;
+    let (code, reason, _) = s
+        .end(&format!("close {released} after continue: false"), s.soon())
+        .await?;
+    if code != Some(released) {
+        return Err(closed(
+            &format!("close {released} after continue: false"),
+            code,
+            &reason,
+        ));
+    }
+    let seen = expect_exit(
+        cx,
+        k.exit_after_close(released)?,
+        &format!("its close {released}"),
+    )
+    .await?;
+    pass(
+        &s,
+        format!(
+            "heartbeats after {}; continue: false → close {released}; {seen}",
+            beats.join(", ")
+        ),
+    )
+}
+
+async fn worker_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.up().await?;
+    let idle = s.budget("idleSeconds")?;
+    let exec = s.budget("maxExecSeconds")?;
+    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
+    let until = Instant::now() + every * 2 + SLACK;
+    while s.hb_answers.len() < 2 {
+        if Instant::now() >= until {
+            return Err(Failure::new(format!(
+                "{} of 2 heartbeats answered within {:?}",
+                s.hb_answers.len(),
+                every * 2 + SLACK
+            )));
+        }
+        s.watch(Duration::from_millis(200), |_| false).await?;
+    }
+    for g in s.hb_answers.clone() {
+        if g.at_ptr("/error").is_some() || g.msg.is_err() {
+            return Err(s.bad(&g, "a heartbeat was not answered with a valid result"));
+        }
+        let ib = g
+            .at_ptr("/result/idleBudgetSeconds")
+            .and_then(Value::as_f64)
+            .unwrap_or(f64::MAX);
+        let eb = g
+            .at_ptr("/result/execBudgetSeconds")
+            .and_then(Value::as_f64)
+            .unwrap_or(f64::MAX);
+        if ib > idle || eb > exec {
+            return Err(s.bad(&g, format!("the heartbeat answer raises a budget (idle {ib} > {idle} or exec {eb} > {exec}); budgets may only be lowered")));
+        }
+    }
+    pass(
+        &s,
+        format!("2 heartbeats answered with continue and budgets ≤ idle {idle}, exec {exec}"),
+    )
+}
+
+async fn host_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (dock, mut s) = host_up(cx, &k).await?;
+    let inst = s.result_meta("instanceId");
+    let att = s
+        .result_meta("attempt")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
+    let grace = secs(s.budget("heartbeatGraceSeconds")?)?;
+    s.answer_hb = false;
+    let until = Instant::now() + every + SLACK;
+    let first = s
+        .until("a heartbeat", until, |g| {
+            is_request(g, "agentfy/heartbeat").then(|| g.clone())
+        })
+        .await?;
+    s.beats.push(first.clone());
+    let until = first.at + grace + SLACK;
+    let (code, reason, at) = s
+        .end("abandon the socket after an unanswered heartbeat", until)
+        .await?;
+    let after = at.duration_since(first.at);
+    if after + EARLY < grace {
+        return Err(Failure::new(format!("the worker gave up {after:?} after an unanswered heartbeat; heartbeatGraceSeconds is {grace:?}"))
+            .with("close reason", reason.as_bytes()));
+    }
+    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
+    let p = next_dial(&dock, wait).await?;
+    let io = admit(&k, p).await?;
+    let mut b = Sess::new(&k, true, io, &dock.session, cx.opts.deadline);
+    b.budgets = s.budgets.clone();
+    let params = b.init_params(&k.highest_minor(), &k.mcp[0]);
+    let g = b.initialize(params, false).await?;
+    if b.result_meta("instanceId") != inst
+        || b.result_meta("attempt").and_then(|v| v.as_u64()) != Some(att + 1)
+    {
+        return Err(b.bad(
+            &g,
+            format!(
+                "the redial does not carry the same instanceId {inst:?} and attempt {}",
+                att + 1
+            ),
+        ));
+    }
+    let c = code
+        .map(|c| c.to_string())
+        .unwrap_or_else(|| "a dropped socket".into());
+    pass(
+        &b,
+        format!(
+            "socket abandoned ({c}) {:.1}s after an unanswered heartbeat; redial with attempt {}",
+            after.as_secs_f64(),
+            att + 1
+        ),
+    )
+}
+
+async fn worker_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.up().await?;
+    s.hb_every = None;
+    let window = secs(s.budget("heartbeatGraceSeconds")? + s.budget("heartbeatIntervalSeconds")?)?;
+    if window + SLACK >= cx.opts.check_deadline {
+        return Ok(Verdict::Skip(format!(
+            "the host's heartbeat wait ({window:?}) does not fit in --check-deadline; give the host shorter budgets"
+        )));
+    }
+    let from = s.running_at.unwrap_or_else(Instant::now);
+    let want = k.close("HEARTBEAT_LOST")?;
+    let (code, reason, at) = s
+        .end(
+            &format!("close {want} after silence"),
+            from + window + SLACK,
+        )
+        .await?;
+    let after = at.duration_since(from);
+    if code != Some(want) {
+        return Err(closed(&format!("close {want}"), code, &reason));
+    }
+    if after + EARLY < window {
+        return Err(Failure::new(format!(
+            "close {want} came {after:?} after the last sign of life; the host waits {window:?}"
+        )));
+    }
+    pass(
+        &s,
+        format!(
+            "close {want} {:.1}s into the silence (window {window:?})",
+            after.as_secs_f64()
+        ),
+    )
+}
+
+async fn host_closes(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    if !matches!(cx.target(), Target::Template { .. }) {
+        return Ok(Verdict::Skip(
+            "the worker's exit code is seen only when the suite launches it".into(),
+        ));
+    }
+    let mut seen = Vec::new();
+    for name in [
+        "VERSION_UNSUPPORTED",
+        "HANDSHAKE_DEADLINE",
+        "HEARTBEAT_LOST",
+    ] {
+        let code = k.close(name)?;
+        let want = k.exit_after_close(code)?;
+        let (_dock, mut s) = host_up(cx, &k).await?;
+        s.ch.close(code, &format!("{code} conformance")).await;
+        let r = expect_exit(cx, want, &format!("close {code}")).await?;
+        seen.push(format!("{code} → {r}"));
+    }
+    Ok(Verdict::Pass(seen.join("; ")))
+}
+
+async fn host_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (dock, mut s) = host_session(cx, &k).await?;
+    // Nothing is sent: the worker must give up on its own handshakeSeconds (environment).
+    let hs = k.secs("handshakeSeconds")?;
+    if hs + SLACK * 2 >= cx.opts.check_deadline {
+        return Ok(Verdict::Skip(format!(
+            "handshakeSeconds ({hs:?}) does not fit in --check-deadline"
+        )));
+    }
+    let opened = Instant::now();
+    let (code, reason, at) = s
+        .end("abandon a socket without initialize", opened + hs + SLACK)
+        .await?;
+    let after = at.duration_since(opened);
+    if after + EARLY < hs {
+        return Err(Failure::new(format!(
+            "the worker gave up {after:?} after socket open; handshakeSeconds is {hs:?}"
+        ))
+        .with("close reason", reason.as_bytes()));
+    }
+    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
+    let p = next_dial(&dock, wait).await?;
+    let io = admit(&k, p).await?;
+    let mut b = Sess::new(&k, true, io, &dock.session, cx.opts.deadline);
+    b.budgets = s.budgets.clone();
+    let params = b.init_params(&k.highest_minor(), &k.mcp[0]);
+    let g = b.initialize(params, false).await?;
+    let att = b.result_meta("attempt").and_then(|v| v.as_u64());
+    if att != Some(1) {
+        return Err(b.bad(
+            &g,
+            format!("the redial after a silent host carries attempt {att:?}, not 1"),
+        ));
+    }
+    let c = code
+        .map(|c| c.to_string())
+        .unwrap_or_else(|| "a dropped socket".into());
+    pass(
+        &b,
+        format!(
+            "socket abandoned ({c}) {:.1}s after open without initialize; redial with attempt 1",
+            after.as_secs_f64()
+        ),
+    )
+}
+
+async fn worker_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    let opened = Instant::now();
+    s.accept_initialize(|_| {}, false).await?;
+    // No notifications/initialized: the host waits 2 × handshakeSeconds from socket open.
+    let window = secs(2.0 * s.budget("handshakeSeconds")?)?;
+    if window + SLACK >= cx.opts.check_deadline {
+        return Ok(Verdict::Skip(format!(
+            "the host's handshake wait ({window:?}) does not fit in --check-deadline; give the host a shorter handshakeSeconds"
+        )));
+    }
+    let want = k.close("HANDSHAKE_DEADLINE")?;
+    let (code, reason, at) = s
+        .end(&format!("close {want}"), opened + window + SLACK)
+        .await?;
+    let after = at.duration_since(opened);
+    if code != Some(want) {
+        return Err(closed(&format!("close {want}"), code, &reason));
+    }
+    if after + EARLY < window {
+        return Err(Failure::new(format!(
+            "close {want} came {after:?} after socket open; the host waits {window:?}"
+        ))
+        .with("close reason", reason.as_bytes()));
+    }
+    if !reason.contains("handshake_timeout") {
+        return Err(Failure::new(format!(
+            "close {want} does not name handshake_timeout (T-6)"
+        ))
+        .with("close reason", reason.as_bytes()));
+    }
+    pass(
+        &s,
+        format!(
+            "close {want} {reason:?} {:.1}s after socket open",
+            after.as_secs_f64()
+        ),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// release
+
+async fn host_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let (_dock, mut s) = host_up(cx, &k).await?;
+    let grace = secs(s.budget("releaseGraceSeconds")?)?;
+    let params = json!({"sessionId": s.sid, "reason": "explicit", "graceSeconds": s.budgets.get("releaseGraceSeconds").cloned().unwrap_or(json!(1))});
+    let id = s.ch.request("agentfy/release", params).await?;
+    let g = s
+        .answer("the release report", &id, Instant::now() + grace + SLACK)
+        .await?;
+    if let Err(v) = &g.msg {
+        return Err(s.bad(
+            &g,
+            format!("the release report breaks the contract: {}", v.reason),
+        ));
+    }
+    if g.at_ptr("/error").is_some() {
+        return Err(s.bad(&g, "agentfy/release was refused"));
+    }
+    if g.at_ptr("/result/accepted") != Some(&json!(true)) {
+        return Err(s.bad(
+            &g,
+            "the release was not accepted although no tools/call was in flight",
+        ));
+    }
+    let flushed = g
+        .at_ptr("/result/outputsFlushed")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let outputs = g
+        .at_ptr("/result/outputs")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .unwrap_or(0);
+    let released = k.close("RELEASED")?;
+    let (code, reason, _) = s
+        .end(&format!("close {released} after the report"), s.soon())
+        .await?;
+    if code != Some(released) {
+        return Err(closed(
+            &format!("close {released} after the release report"),
+            code,
+            &reason,
+        ));
+    }
+    let seen = expect_exit(
+        cx,
+        k.exit_after_close(released)?,
+        &format!("its close {released}"),
+    )
+    .await?;
+    pass(
+        &s,
+        format!(
+            "report accepted, outputsFlushed {flushed}, {outputs} outputs; close {released}; {seen}"
+        ),
+    )
+}
+
+async fn worker_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let mut s = worker_dial(cx, &k, &b).await?;
+    s.hold_calls = true;
+    s.up().await?;
+    s.hb_every = Some(RELEASE_BEAT);
+    s.hb_next = Some(Instant::now());
+    let until = Instant::now() + cx.opts.check_deadline.mul_f64(0.8);
+    let mut calls = 0;
+    let rel = loop {
+        // Answer held calls after HOLD; a release (idle/explicit) meanwhile breaks the rule.
+        let due = s.held.first().map(|(_, at)| *at + HOLD);
+        let stop = due.unwrap_or(Instant::now() + RELEASE_BEAT).min(until);
+        let got = s
+            .until("agentfy/release", stop, |g| {
+                is_request(g, "agentfy/release").then(|| g.clone())
+            })
+            .await;
+        match got {
+            Ok(g) => break g,
+            Err(f) if s.ch.ended.is_some() || Instant::now() >= until => return Err(f),
+            Err(_) => {
+                if s.held
+                    .first()
+                    .is_some_and(|(_, at)| Instant::now() >= *at + HOLD)
+                {
+                    let (id, _) = s.held.remove(0);
+                    s.ch.reply(&id, echo_result()).await?;
+                    calls += 1;
+                }
+            }
+        }
+    };
+    let reason = rel
+        .at_ptr("/params/reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if !s.held.is_empty() && (reason == "idle" || reason == "explicit") {
+        return Err(s.bad(
+            &rel,
+            format!("agentfy/release (reason {reason}) while a tools/call is in flight"),
+        ));
+    }
+    if let Err(v) = &rel.msg {
+        return Err(s.bad(
+            &rel,
+            format!("agentfy/release breaks the contract: {}", v.reason),
+        ));
+    }
+    if rel.at_ptr("/params/sessionId").and_then(Value::as_str) != Some(b.session.as_str()) {
+        return Err(s.bad(
+            &rel,
+            "agentfy/release carries another sessionId than the token's sub",
+        ));
+    }
+    let grace = s.budgets.get("releaseGraceSeconds").cloned();
+    if rel.at_ptr("/params/graceSeconds").cloned() != grace {
+        return Err(s.bad(
+            &rel,
+            format!("graceSeconds is not releaseGraceSeconds {grace:?} (T-52)"),
+        ));
+    }
+    s.hb_every = None;
+    s.expect_release = true;
+    s.background(&rel).await?;
+    let closed_with = k.close("RELEASED")?;
+    pass(
+        &s,
+        format!(
+            "{calls} tools/call answered after {HOLD:?} with no release meanwhile; release reason {reason}; report sent, closed {closed_with}"
+        ),
+    )
+}

@@ -1,0 +1,362 @@
+//! `contract-proxy conformance --contract toolchannel` against the real reference
+//! peers: the Python worker (`examples/toolchannel/worker.py`, on the generated
+//! Python SDK) launched per check with `--play host`, and the Rust host
+//! (`toolchannel-host`) launched per check with `--play worker`; each honest, and
+//! each with its `--break` flag, which must fail exactly its check. The JUnit
+//! file is read back with quick-junit.
+//!
+//! Needs the peers' venv (`scripts/peers-venv.sh`; `PEERS_PYTHON` overrides the
+//! interpreter) and builds `contractgen` and `toolchannel-host` into the test's
+//! own target directory when they are missing.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+/// A whole suite run.
+const RUN_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Every check id, in the suite's order.
+const IDS: [&str; 18] = [
+    "toolchannel.upgrade.401",
+    "toolchannel.upgrade.426",
+    "toolchannel.handshake.order",
+    "toolchannel.handshake.initialize",
+    "toolchannel.session.mismatch",
+    "toolchannel.redial.supersede",
+    "toolchannel.redial.refuse",
+    "toolchannel.reverse.sampling",
+    "toolchannel.version.mcp",
+    "toolchannel.version.channel",
+    "toolchannel.heartbeat",
+    "toolchannel.heartbeat.lost",
+    "toolchannel.frames.bad",
+    "toolchannel.unknown",
+    "toolchannel.call.not-running",
+    "toolchannel.close.exit",
+    "toolchannel.deadline.handshake",
+    "toolchannel.release",
+];
+/// Checks that bind the other party only, per role (listed as SKIP "not applicable").
+const NOT_FOR_HOST: [&str; 1] = ["toolchannel.redial.refuse"];
+const NOT_FOR_WORKER: [&str; 2] = ["toolchannel.call.not-running", "toolchannel.close.exit"];
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn lines(&self) -> Vec<(String, String)> {
+        self.stdout
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let tag = w.next()?;
+                ["PASS", "FAIL", "SKIP"]
+                    .contains(&tag)
+                    .then(|| (tag.to_string(), w.next().unwrap_or("").to_string()))
+            })
+            .collect()
+    }
+
+    fn with(&self, tag: &str) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|(t, _)| t == tag)
+            .map(|(_, id)| id)
+            .collect()
+    }
+}
+
+fn show(r: &Run) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+        r.code, r.stdout, r.stderr
+    )
+}
+
+fn finish(mut child: Child, limit: Duration) -> Run {
+    let mut out = child.stdout.take().expect("stdout piped");
+    let mut err = child.stderr.take().expect("stderr piped");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st.code().unwrap_or(-1);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Run {
+        code,
+        stdout: t_out.join().expect("stdout thread"),
+        stderr: t_err.join().expect("stderr thread"),
+    }
+}
+
+/// The target directory the test binary was built into (`…/target/debug/contract-proxy`).
+fn bin_dir() -> PathBuf {
+    Path::new(BIN).parent().expect("bin dir").to_path_buf()
+}
+
+/// `contractgen` and `toolchannel-host`, built once if missing, and the Python SDK.
+struct Peers {
+    host: PathBuf,
+    python: PathBuf,
+    sdk: PathBuf,
+}
+
+fn peers() -> &'static Peers {
+    static PEERS: OnceLock<Peers> = OnceLock::new();
+    PEERS.get_or_init(|| {
+        let dir = bin_dir();
+        let host = dir.join("toolchannel-host");
+        let cgen = dir.join("contractgen");
+        if !host.exists() || !cgen.exists() {
+            let target = dir.parent().expect("target dir");
+            let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "-q", "-p", "toolchannel-host", "-p", "contractgen"])
+                .env("CARGO_TARGET_DIR", target)
+                .current_dir(ROOT)
+                .status()
+                .expect("run cargo build");
+            assert!(
+                st.success(),
+                "cargo build -p toolchannel-host -p contractgen failed"
+            );
+        }
+        let sdk = dir.join("conformance-toolchannel-sdk");
+        let _ = std::fs::remove_dir_all(&sdk);
+        let st = Command::new(&cgen)
+            .args(["generate", "--lang", "python", "--out"])
+            .arg(&sdk)
+            .arg(Path::new(ROOT).join("schema/contracts/toolchannel.json"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("run contractgen");
+        assert!(st.success(), "contractgen generate --lang python failed");
+        let python = std::env::var_os("PEERS_PYTHON")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(ROOT).join(".venv-peers/bin/python"));
+        assert!(
+            python.exists(),
+            "peer venv missing at {}: run scripts/peers-venv.sh (or set PEERS_PYTHON)",
+            python.display()
+        );
+        Peers { host, python, sdk }
+    })
+}
+
+fn suite(args: &[&str]) -> Run {
+    let p = peers();
+    let child = Command::new(BIN)
+        .arg("conformance")
+        .args(["--contract", "toolchannel"])
+        .args(args)
+        .env("PYTHONPATH", &p.sdk)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start contract-proxy");
+    finish(child, RUN_DEADLINE)
+}
+
+fn worker_target(ws: &Path, extra: &str) -> String {
+    let p = peers();
+    format!(
+        "exec:{} {ROOT}/examples/toolchannel/worker.py --url {{url}} --token {{token}} --session-id {{session}} --workspace {} {extra}",
+        p.python.display(),
+        ws.display()
+    )
+}
+
+fn host_target(extra: &str) -> String {
+    format!(
+        "exec:{} --listen {{listen}} --token {{token}} --session-id {{session}} --heartbeat-interval-seconds 1 --heartbeats 12 --handshake-seconds 2 --ready-seconds 6 --release-grace-seconds 5 --dial-seconds 60 {extra}",
+        peers().host.display()
+    )
+}
+
+fn junit(path: &Path) -> (quick_junit::Report, Vec<String>) {
+    let xml = std::fs::read_to_string(path).expect("junit written");
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("well-formed JUnit XML");
+    let ids = report
+        .test_suites
+        .iter()
+        .flat_map(|s| s.test_cases.iter())
+        .map(|c| c.name.as_str().split(':').next().unwrap_or("").to_string())
+        .collect();
+    (report, ids)
+}
+
+fn expect_skips(r: &Run, not_for: &[&str]) {
+    let mut skips = r.with("SKIP");
+    skips.sort();
+    let mut want: Vec<String> = not_for.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(
+        skips,
+        want,
+        "only the checks of the other party skip: {}",
+        show(r)
+    );
+}
+
+#[test]
+fn lists_the_checks_for_both_roles() {
+    for role in ["host", "worker"] {
+        let child = Command::new(BIN)
+            .args(["conformance", "--contract", "toolchannel", "--play", role])
+            .args(["--target", "ws://127.0.0.1:9/worker", "--list"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start");
+        let r = finish(child, Duration::from_secs(30));
+        assert_eq!(r.code, 0, "{}", show(&r));
+        let ids: Vec<&str> = r
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(ids, IDS, "{}", show(&r));
+    }
+}
+
+#[test]
+fn as_host_the_python_worker_passes_and_junit_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let xml = dir.path().join("host.xml");
+    let target = worker_target(&dir.path().join("ws"), "");
+    let r = suite(&[
+        "--play",
+        "host",
+        "--target",
+        &target,
+        "--junit",
+        xml.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(r.code, 0, "{}", show(&r));
+    let ids: Vec<String> = r.lines().into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids, IDS, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(&r));
+    expect_skips(&r, &NOT_FOR_HOST);
+    let (report, jids) = junit(&xml);
+    assert_eq!(jids, IDS);
+    assert_eq!((report.tests, report.failures, report.errors), (18, 0, 0));
+    assert_eq!(report.test_suites[0].name.as_str(), "toolchannel.host");
+}
+
+#[test]
+fn as_host_an_early_ready_worker_fails_exactly_the_order_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let xml = dir.path().join("host-break.xml");
+    let target = worker_target(&dir.path().join("ws"), "--break early-ready");
+    let r = suite(&[
+        "--play",
+        "host",
+        "--target",
+        &target,
+        "--junit",
+        xml.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(
+        r.with("FAIL"),
+        ["toolchannel.handshake.order"],
+        "{}",
+        show(&r)
+    );
+    let fail = r
+        .stdout
+        .split("FAIL toolchannel.handshake.order")
+        .nth(1)
+        .expect("failure block");
+    assert!(
+        fail.contains("agentfy/ready came before notifications/initialized"),
+        "{fail}"
+    );
+    assert!(fail.contains("\"method\":\"agentfy/ready\""), "{fail}");
+    let (report, jids) = junit(&xml);
+    assert_eq!(jids, IDS);
+    assert_eq!(report.failures, 1);
+}
+
+#[test]
+fn as_worker_the_rust_host_passes_and_junit_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let xml = dir.path().join("worker.xml");
+    let target = host_target("");
+    let r = suite(&[
+        "--play",
+        "worker",
+        "--target",
+        &target,
+        "--junit",
+        xml.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(r.code, 0, "{}", show(&r));
+    let ids: Vec<String> = r.lines().into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids, IDS, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(&r));
+    expect_skips(&r, &NOT_FOR_WORKER);
+    let (report, jids) = junit(&xml);
+    assert_eq!(jids, IDS);
+    assert_eq!((report.tests, report.failures, report.errors), (18, 0, 0));
+    assert_eq!(report.test_suites[0].name.as_str(), "toolchannel.worker");
+}
+
+#[test]
+fn as_worker_a_host_that_answers_sampling_fails_exactly_the_sampling_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let xml = dir.path().join("worker-break.xml");
+    let target = host_target("--break sampling-accept");
+    let r = suite(&[
+        "--play",
+        "worker",
+        "--target",
+        &target,
+        "--junit",
+        xml.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(
+        r.with("FAIL"),
+        ["toolchannel.reverse.sampling"],
+        "{}",
+        show(&r)
+    );
+    let fail = r
+        .stdout
+        .split("FAIL toolchannel.reverse.sampling")
+        .nth(1)
+        .expect("failure block");
+    assert!(
+        fail.contains("sampling/createMessage was answered with a result"),
+        "{fail}"
+    );
+    assert!(fail.contains("sampled anyway"), "{fail}");
+    let (report, jids) = junit(&xml);
+    assert_eq!(jids, IDS);
+    assert_eq!(report.failures, 1);
+}
