@@ -807,7 +807,10 @@ mod imp {
 
     fn launch(cx: &mut Ctx, v: &Vars<'_>) -> Result<Launched, Failure> {
         let argv = match cx.target() {
-            Target::Pipe(Endpoint::Exec(argv)) if argv.iter().any(|a| a.contains("{registry}")) => {
+            // `exec:` with placeholders other than {control}/{data} is a template target.
+            Target::Template { argv } | Target::Pipe(Endpoint::Exec(argv))
+                if argv.iter().any(|a| a.contains("{registry}")) =>
+            {
                 argv.clone()
             }
             _ => return Err(Failure::new(USAGE)),
