@@ -526,6 +526,7 @@ impl Ctx {
     }
 
     /// A fresh private (0700) directory, removed when the check ends.
+    #[cfg(unix)]
     pub fn private_dir(&mut self) -> Result<PathBuf, Failure> {
         let dir = fresh_dir()?;
         self.dirs.push(dir.clone());
