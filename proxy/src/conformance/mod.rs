@@ -23,6 +23,7 @@ use contract::wire::Wire;
 pub mod kernel;
 pub mod peers;
 pub mod report;
+pub mod rukh;
 pub mod session;
 
 pub use report::{CheckResult, Evidence, Failure, Outcome, Report, Verdict};
@@ -129,6 +130,11 @@ pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError>
         "kernel" => kernel::checks(role).ok_or_else(|| {
             ConformanceError::Usage(format!(
                 "--play {role:?}: the kernel suite plays shell or core"
+            ))
+        }),
+        "rukh" => rukh::checks(role).ok_or_else(|| {
+            ConformanceError::Usage(format!(
+                "--play {role:?}: the rukh suite plays core or extension"
             ))
         }),
         other => Err(ConformanceError::Usage(format!(
