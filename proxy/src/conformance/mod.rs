@@ -22,6 +22,7 @@ use contract::wire::Wire;
 pub mod kernel;
 pub mod peers;
 pub mod report;
+pub mod rukh;
 pub mod session;
 pub mod toolchannel;
 pub mod xsession;
@@ -151,6 +152,11 @@ pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError>
                 "--play {role:?}: the kernel suite plays shell or core"
             ))
         }),
+        "rukh" => rukh::checks(role).ok_or_else(|| {
+            ConformanceError::Usage(format!(
+                "--play {role:?}: the rukh suite plays core or extension"
+            ))
+        }),
         "toolchannel" => toolchannel::checks(role).ok_or_else(|| {
             ConformanceError::Usage(format!(
                 "--play {role:?}: the toolchannel suite plays host or worker"
@@ -162,7 +168,7 @@ pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError>
             ))
         }),
         other => Err(ConformanceError::Usage(format!(
-            "no conformance suite for contract {other:?} yet (available: kernel, toolchannel, xsession)"
+            "no conformance suite for contract {other:?} yet (available: kernel, rukh, toolchannel, xsession)"
         ))),
     }
 }

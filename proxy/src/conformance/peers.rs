@@ -60,6 +60,10 @@ pub enum PeerCmd {
     KernelCore(CoreArgs),
     /// A kernel shell: listens on control and data and takes core sessions one after another.
     KernelShell(ShellArgs),
+    /// The rukh suite's stand-in extension process: hands its inherited control end to the
+    /// suite over a private unix socket, then exits with the code the suite names.
+    #[cfg(unix)]
+    RukhLink(super::rukh::LinkArgs),
 }
 
 /// `peer kernel-core` arguments.
@@ -129,10 +133,11 @@ pub enum PeerError {
 
 /// Run a peer; its exit code.
 pub async fn run(args: PeerArgs) -> Result<i32, PeerError> {
-    let wire = kernel_wire()?;
     match args.which {
-        PeerCmd::KernelCore(a) => core(wire, a).await,
-        PeerCmd::KernelShell(a) => shell(wire, a).await,
+        PeerCmd::KernelCore(a) => core(kernel_wire()?, a).await,
+        PeerCmd::KernelShell(a) => shell(kernel_wire()?, a).await,
+        #[cfg(unix)]
+        PeerCmd::RukhLink(a) => super::rukh::link(a),
     }
 }
 

@@ -591,6 +591,55 @@ impl Ctx {
         }
     }
 
+    /// A session over a control connection the suite obtained itself (e.g. a descriptor a
+    /// launched implementation handed over), validated like any other.
+    pub fn peer_on(&self, control: Conn) -> Result<Peer, Failure> {
+        self.peer(control, None)
+    }
+
+    /// Launch `argv` as an implementation process of this check: its stdout is collected
+    /// (at most `keep` bytes, the rest drained) into the returned buffer, its stdin stays an
+    /// open pipe, its stderr is the suite's. [`Ctx::child_exit`] watches it,
+    /// [`Ctx::signal_child`] signals it and [`Ctx::finish`] ends it like a launched target.
+    #[cfg(unix)]
+    pub fn spawn_kept(
+        &mut self,
+        argv: &[String],
+        keep: usize,
+    ) -> Result<Arc<std::sync::Mutex<Vec<u8>>>, Failure> {
+        let (mut io, child) =
+            spawn_exec(argv).map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
+        self.children.push(child);
+        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = out.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            while let Ok(n) = tokio::io::AsyncReadExt::read(&mut io, &mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut o = sink
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let room = keep.saturating_sub(o.len()).min(n);
+                o.extend_from_slice(&buf[..room]);
+            }
+        });
+        Ok(out)
+    }
+
+    /// Send `sig` to the most recently launched process (a CLI's cancel: SIGINT, SIGTERM).
+    #[cfg(unix)]
+    pub fn signal_child(&self, sig: nix::sys::signal::Signal) -> Result<(), Failure> {
+        let child = self
+            .children
+            .last()
+            .ok_or_else(|| Failure::new("no launched process to signal"))?;
+        child
+            .signal(sig)
+            .map_err(|e| Failure::new(format!("cannot signal the target: {e}")))
+    }
+
     /// End every launched process and remove the socket directories.
     pub async fn finish(&mut self) {
         #[cfg(unix)]
@@ -864,6 +913,35 @@ impl Peer {
             Ok(Err(e)) => Err(Failure::new(format!("the suite could not send: {e}"))),
             Err(_) => Err(Failure::new(format!(
                 "the suite could not send a control frame within {wait:?} (the implementation does not read)"
+            ))),
+        }
+    }
+
+    /// Write `bytes` to the control stream exactly as given, with no framing (split frames,
+    /// bad length prefixes, stalled frames); byte-stream control channels only.
+    pub async fn write_bytes(&mut self, bytes: &[u8], wait: Duration) -> Result<(), Failure> {
+        let r = match self.control.as_mut() {
+            None => return Err(Failure::new("the control channel is closed")),
+            Some(ControlIo::Msg(_)) => {
+                return Err(Failure::new(
+                    "raw bytes need a byte-stream control channel, not a message transport",
+                ));
+            }
+            Some(ControlIo::Stream(f)) => {
+                let io = f.get_mut();
+                tokio::time::timeout(wait, async {
+                    io.write_all(bytes).await?;
+                    io.flush().await
+                })
+                .await
+            }
+        };
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Failure::new(format!("the suite could not write: {e}"))),
+            Err(_) => Err(Failure::new(format!(
+                "the suite could not write {} bytes within {wait:?} (the implementation does not read)",
+                bytes.len()
             ))),
         }
     }

@@ -1,0 +1,3496 @@
+//! The rukh suite (ADR-0003 process IPC, seed 003): strict JSON and framing,
+//! request IDs, the handshake, one invocation per session, cancellation, log
+//! intake, limits, the outcomes and the CLI exit codes, played as the core
+//! against a real extension (`--play core`) or as the extension against a real
+//! core (`--play extension`).
+//!
+//! **Playing the core**, the target is the extension, launched afresh for every
+//! session with the channel as an inherited socketpair end (`exec-fd:3:CMD`,
+//! the convention of the reference core and extensions) or as its stdio
+//! (`exec:CMD`). A black-box extension can only be steered through its invoke
+//! inputs, so the suite uses the reference extensions' conventions
+//! (docs/conformance.md): `{"exit": N}` completes `command_failed` with exit
+//! code N, `{"sleepMs": N}` keeps the command running that long.
+//!
+//! **Playing the extension**, the target is a core, and a core launches its
+//! extension itself: `--target 'exec:rukh-core … -- {extension}'`. Per check the
+//! suite listens on a private unix socket, launches the core with
+//! `{extension}` replaced by a hidden stand-in (`contract-proxy peer rukh-link`)
+//! and receives, over that socket, the very channel end the core passed the
+//! stand-in (`SCM_RIGHTS`); the stand-in closes its copy and later exits with the
+//! code the suite names, so the core sees a real extension process whose exit
+//! status the suite controls (the outcome checks need exactly that).
+//! `{deadline_ms}` in the command, if present, is replaced by the invocation
+//! deadline a check needs (short for the deadline check, long otherwise).
+//! Cancellation from the CLI is SIGINT (user_request) and SIGTERM
+//! (owner_shutdown), sent to the core process.
+//!
+//! One rule, one failing check: request-ID gaps of the implementation under test
+//! fail only `rukh.ids.own`, and a message before `rukh.initialize` only
+//! `rukh.handshake.before-initialize`; the other checks tolerate both, so that
+//! each reference peer's `--break` fails exactly its check.
+
+// The launchers (socketpairs, fd passing, signals) are unix-only; elsewhere the checks
+// report that they need a unix platform, and the helpers they would use go unused.
+#![cfg_attr(not(unix), allow(dead_code, unused_imports, unused_mut))]
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use contract::model::{Kind, Part};
+use serde_json::{Map, Value, json};
+
+use super::peers::PeerError;
+use super::{Body, BodyFuture, Check, Ctx, Failure, Got, Incoming, Peer, Verdict};
+
+/// Session identity the suite pins when it plays the core (correlation only, R-32).
+const SESSION_ID: &str = "s-conformance-0001";
+const INVOCATION_ID: &str = "inv-conformance-0001";
+/// A capability no extension supports, to provoke a refusal.
+const ALIEN_CAPABILITY: &str = "conformance-unsupported/1";
+/// The exit code the suite asks a command to fail with (any normal non-zero code).
+const PROBE_EXIT: i64 = 3;
+/// The reference extensions' invoke-input triggers (docs/conformance.md).
+const EXIT_INPUT: &str = "exit";
+const SLEEP_INPUT: &str = "sleepMs";
+/// How long a check watches for messages that must not come (a quiet period).
+const QUIET: Duration = Duration::from_millis(300);
+/// Scheduling slack added to the contract's deadlines (a loaded CI machine).
+const SLACK: Duration = Duration::from_millis(1500);
+/// The deadline-check invocation deadline, when the core command has `{deadline_ms}`.
+const SHORT_DEADLINE: Duration = Duration::from_millis(1500);
+/// Bytes of a launched core's stdout kept for failure reports.
+const STDOUT_KEEP: usize = 64 * 1024;
+/// Log records sent per flood burst and the pause between bursts.
+const FLOOD_BURST: u64 = 20;
+const FLOOD_PAUSE: Duration = Duration::from_millis(20);
+/// Exit code of the stand-in extension when the suite is gone without a word.
+const LINK_ORPHAN_EXIT: i32 = 1;
+/// Placeholders in a core's command line.
+const EXTENSION: &str = "{extension}";
+const DEADLINE_MS: &str = "{deadline_ms}";
+
+// ---------------------------------------------------------------------------
+// What the contract says: limits, codes, identifiers.
+
+/// Values the checks take from the contract (never written here).
+#[derive(Clone)]
+struct Spec {
+    /// Every limit in base units (bytes, seconds, counts).
+    base: HashMap<String, f64>,
+    /// Error codes by name.
+    errors: HashMap<String, i64>,
+    /// Codes a receiver may answer a rejected frame with (categories protocol and compatibility).
+    rejecting: BTreeSet<i64>,
+    /// CLI exit codes by outcome or cancel reason.
+    exits: HashMap<String, i64>,
+    /// The pinned protocol identifiers (first value of each `ProtocolVersions` enum).
+    protocol: Value,
+    /// The optional capability of command results.
+    command_result: Option<String>,
+    /// A contract example of the initialize params (the suite's template).
+    init_example: Value,
+}
+
+impl Spec {
+    fn new(cx: &Ctx) -> Result<Spec, Failure> {
+        let c = cx.wire.contract();
+        let mut base = HashMap::new();
+        for (k, v) in contract::check::limit_values(c) {
+            let v = v.map_err(|e| Failure::new(format!("contract limit {k}: {e}")))?;
+            if let Some(l) = c.limits.get(&k) {
+                base.insert(k, contract::check::to_base(l.unit, v).0);
+            }
+        }
+        let mut errors = HashMap::new();
+        let mut rejecting = BTreeSet::new();
+        for e in &c.errors {
+            let (Some(code), Some(name)) = (e.code.as_i64(), e.name.as_ref()) else {
+                continue;
+            };
+            errors.insert(name.clone(), code);
+            if e.category == "protocol" || e.category == "compatibility" {
+                rejecting.insert(code);
+            }
+        }
+        let mut exits = HashMap::new();
+        for table in c.codes.values() {
+            for v in &table.values {
+                if let (Some(name), Some(code)) = (
+                    v.value.as_str(),
+                    v.maps.get("cliExitCodes").and_then(Value::as_i64),
+                ) {
+                    exits.insert(name.to_string(), code);
+                }
+            }
+        }
+        let root = serde_json::to_value(c.as_ref()).map_err(|e| Failure::new(e.to_string()))?;
+        let mut protocol = Map::new();
+        if let Some(props) = root
+            .pointer("/$defs/ProtocolVersions/properties")
+            .and_then(Value::as_object)
+        {
+            for (k, p) in props {
+                if let Some(v) = p.pointer("/enum/0") {
+                    protocol.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let init_example = c
+            .methods
+            .get("rukh.initialize")
+            .and_then(|m| m.examples.iter().find(|e| e.part == Part::Call))
+            .and_then(|e| e.message.get("params").cloned())
+            .ok_or_else(|| Failure::new("the contract has no rukh.initialize call example"))?;
+        let command_result = c.capabilities.keys().next().cloned();
+        Ok(Spec {
+            base,
+            errors,
+            rejecting,
+            exits,
+            protocol: Value::Object(protocol),
+            command_result,
+            init_example,
+        })
+    }
+
+    fn num(&self, name: &str) -> Result<f64, Failure> {
+        self.base
+            .get(name)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("the contract has no limit {name}")))
+    }
+
+    fn count(&self, name: &str) -> Result<usize, Failure> {
+        Ok(self.num(name)?.max(0.0) as usize)
+    }
+
+    fn secs(&self, name: &str) -> Result<Duration, Failure> {
+        Duration::try_from_secs_f64(self.num(name)?)
+            .map_err(|e| Failure::new(format!("limit {name}: {e}")))
+    }
+
+    fn error(&self, name: &str) -> Result<i64, Failure> {
+        self.errors
+            .get(name)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("the contract has no error {name}")))
+    }
+
+    fn exit(&self, name: &str) -> Result<i64, Failure> {
+        self.exits
+            .get(name)
+            .copied()
+            .ok_or_else(|| Failure::new(format!("the contract maps no CLI exit code to {name}")))
+    }
+
+    /// The effective limits the suite pins (the base limits: nothing tightened).
+    fn session_limits(&self) -> Result<Value, Failure> {
+        let ms = |s: f64| (s * 1000.0).round() as u64;
+        Ok(json!({
+            "maxFramePayloadBytes": self.count("framePayloadMax")?,
+            "maxLifecyclePayloadBytes": self.count("lifecyclePayloadMax")?,
+            "maxDepth": self.count("jsonDepthMax")?,
+            "maxItems": self.count("jsonItemsMax")?,
+            "maxPendingRequests": self.count("pendingRequestsMax")?,
+            "sendQueueFrames": self.count("sendQueueFramesMax")?,
+            "sendQueueBytes": self.count("sendQueueBytesMax")?,
+            "logRecordsPerSecond": self.count("logIntakeRecordsRate")?,
+            "logBytesPerSecond": self.count("logIntakeBytesRate")?,
+            "frameTimeoutMs": ms(self.num("incompleteFrameSeconds")?),
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Frames and strict-JSON cases.
+
+/// Depth of a value, the top-level object being 1 (R-5).
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Object members plus array elements in a value.
+fn items(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => m.len() + m.values().map(items).sum::<usize>(),
+        Value::Array(a) => a.len() + a.iter().map(items).sum::<usize>(),
+        _ => 0,
+    }
+}
+
+fn to_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// `msg` with the member `key` of the object at `ptr` set to `value`.
+fn with(mut msg: Value, ptr: &str, key: &str, value: Value) -> Value {
+    if let Some(Value::Object(o)) = msg.pointer_mut(ptr) {
+        o.insert(key.to_string(), value);
+    }
+    msg
+}
+
+/// `msg` whose string at `ptr`/`key` is padded with `x` so the payload is exactly `size` bytes.
+fn sized(msg: &Value, ptr: &str, key: &str, size: usize) -> Result<Vec<u8>, Failure> {
+    let empty = to_bytes(&with(msg.clone(), ptr, key, json!("")));
+    let pad = size.checked_sub(empty.len()).ok_or_else(|| {
+        Failure::new(format!(
+            "suite bug: cannot size a frame to {size} bytes (it needs {})",
+            empty.len()
+        ))
+    })?;
+    Ok(to_bytes(&with(
+        msg.clone(),
+        ptr,
+        key,
+        json!("x".repeat(pad)),
+    )))
+}
+
+/// `msg` with a chain of objects under `ptr`/`key` so the whole message is `target` deep.
+fn deep(msg: &Value, ptr: &str, key: &str, target: usize) -> Value {
+    let base = depth(&with(msg.clone(), ptr, key, json!({})));
+    let mut v = json!({});
+    for _ in base..target {
+        v = json!({ "d": v });
+    }
+    with(msg.clone(), ptr, key, v)
+}
+
+/// `msg` with an array of distinct strings under `ptr`/`key` so the message has `target` items.
+fn wide(msg: &Value, ptr: &str, key: &str, target: usize) -> Value {
+    let base = items(&with(msg.clone(), ptr, key, json!([])));
+    let n = target.saturating_sub(base);
+    let arr: Vec<Value> = (0..n).map(|i| json!(format!("i{i}"))).collect();
+    with(msg.clone(), ptr, key, Value::Array(arr))
+}
+
+/// The frame of `payload`: 4-byte big-endian length, then the payload (P3.1).
+fn framed(payload: &[u8]) -> Vec<u8> {
+    let mut out = (payload.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Labelled bad payloads, and the labelled payload exactly at the limit (if the rule has one).
+type Variants = (Vec<(String, Vec<u8>)>, Option<(String, Vec<u8>)>);
+
+/// One strict-JSON rule: the bad frame, and the same message within the limit.
+#[derive(Clone, Copy, Debug)]
+enum JsonCase {
+    DuplicateKey,
+    Bom,
+    LoneSurrogate,
+    InvalidUtf8,
+    UnsafeInteger,
+    NonFinite,
+    Trailing,
+    Depth,
+    Items,
+    NonObject,
+}
+
+/// Where a carrier message keeps its open object and a padding array.
+struct Carrier {
+    msg: Value,
+    /// Pointer to an open object the receiver does not constrain (inputs, input).
+    open: &'static str,
+    /// Pointer and key of an array or string the receiver does not echo back.
+    pad: (&'static str, &'static str),
+}
+
+/// The bad variants of a carrier for `case` (each a complete payload), and an accepted
+/// variant exactly at the limit where the rule has one.
+fn json_case(sp: &Spec, case: JsonCase, c: &Carrier) -> Result<Variants, Failure> {
+    let plain = to_bytes(&c.msg);
+    let text = String::from_utf8_lossy(&plain).to_string();
+    // Insert raw JSON text as the member `k` of the open object (after its opening brace).
+    let open_key = c.open.rsplit('/').next().unwrap_or("");
+    let inject = |raw: &str| -> Vec<u8> {
+        let probe = with(c.msg.clone(), c.open, "k", json!(0));
+        let s = String::from_utf8_lossy(&to_bytes(&probe)).to_string();
+        s.replacen("\"k\":0", raw, 1).into_bytes()
+    };
+    let safe = sp.num("jsonSafeIntegerMax")? as i64;
+    Ok(match case {
+        JsonCase::DuplicateKey => {
+            let k = format!("\"{open_key}\":");
+            let dup = text.replacen(&k, &format!("{k}{{}},{k}"), 1);
+            (vec![("a duplicate key".into(), dup.into_bytes())], None)
+        }
+        JsonCase::Bom => {
+            let mut b = "\u{feff}".as_bytes().to_vec();
+            b.extend_from_slice(&plain);
+            (vec![("a byte-order mark".into(), b)], None)
+        }
+        JsonCase::LoneSurrogate => (
+            vec![(
+                "a lone surrogate escape".into(),
+                inject("\"k\":\"\\ud800\""),
+            )],
+            None,
+        ),
+        JsonCase::InvalidUtf8 => {
+            let mut b = inject("\"k\":\"\u{1}\"");
+            if let Some(p) = b.iter().position(|x| *x == 1) {
+                b[p] = 0xff;
+            }
+            (vec![("an invalid UTF-8 byte".into(), b)], None)
+        }
+        JsonCase::UnsafeInteger => (
+            vec![
+                (
+                    format!("the integer {}", safe as i128 + 1),
+                    inject(&format!("\"k\":{}", safe as i128 + 1)),
+                ),
+                (
+                    format!("the integer {}", -(safe as i128) - 1),
+                    inject(&format!("\"k\":{}", -(safe as i128) - 1)),
+                ),
+            ],
+            Some((
+                format!("the integers ±{safe}"),
+                inject(&format!("\"k\":{safe},\"m\":{}", -safe)),
+            )),
+        ),
+        JsonCase::NonFinite => (
+            vec![
+                ("the number 1e400 (infinite)".into(), inject("\"k\":1e400")),
+                ("the literal NaN".into(), inject("\"k\":NaN")),
+            ],
+            None,
+        ),
+        JsonCase::Trailing => {
+            let mut b = plain.clone();
+            b.extend_from_slice(b"{}");
+            (vec![("a second value after the object".into(), b)], None)
+        }
+        JsonCase::Depth => {
+            let max = sp.count("jsonDepthMax")?;
+            (
+                vec![(
+                    format!("depth {}", max + 1),
+                    to_bytes(&deep(&c.msg, c.open, "k", max + 1)),
+                )],
+                Some((
+                    format!("depth {max}"),
+                    to_bytes(&deep(&c.msg, c.open, "k", max)),
+                )),
+            )
+        }
+        JsonCase::Items => {
+            let max = sp.count("jsonItemsMax")?;
+            let (ptr, key) = c.pad;
+            (
+                vec![(
+                    format!("{} items", max + 1),
+                    to_bytes(&wide(&c.msg, ptr, key, max + 1)),
+                )],
+                Some((
+                    format!("{max} items"),
+                    to_bytes(&wide(&c.msg, ptr, key, max)),
+                )),
+            )
+        }
+        JsonCase::NonObject => {
+            let mut batch = b"[".to_vec();
+            batch.extend_from_slice(&plain);
+            batch.push(b']');
+            (
+                vec![
+                    ("a batch array".into(), batch),
+                    ("a bare string".into(), b"\"rukh\"".to_vec()),
+                ],
+                None,
+            )
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Reading.
+
+enum Ev {
+    Msg(Box<Got>),
+    End(String),
+    Timeout,
+}
+
+async fn next_ev(peer: &mut Peer, until: Instant) -> Ev {
+    loop {
+        match peer.next(until).await {
+            Incoming::Control(g) => return Ev::Msg(g),
+            Incoming::ControlEnd(e) => return Ev::End(e),
+            Incoming::Timeout => return Ev::Timeout,
+            // rukh has one channel; nothing arrives on another.
+            Incoming::Data { .. } | Incoming::DataEnd(_) => continue,
+        }
+    }
+}
+
+fn kind(g: &Got) -> Option<Kind> {
+    g.ok().map(|m| m.kind)
+}
+
+fn id_of(g: &Got) -> Option<String> {
+    g.value()
+        .and_then(|v| v.get("id"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// A one-line description of a frame, for notes and failures.
+fn show(g: &Got) -> String {
+    let what = match (&g.msg, g.method()) {
+        (Err(v), _) => format!(
+            "a frame the contract rejects ({}: {})",
+            v.class.name(),
+            v.reason
+        ),
+        (Ok(m), Some(method)) => format!("{:?} {method}", m.kind).to_lowercase(),
+        (Ok(m), None) => format!("{:?}", m.kind).to_lowercase(),
+    };
+    match id_of(g) {
+        Some(id) => format!("{what} (id {id})"),
+        None => what,
+    }
+}
+
+fn error_code(g: &Got) -> Option<i64> {
+    g.at_ptr("/error/code").and_then(Value::as_i64)
+}
+
+fn is_success(g: &Got) -> bool {
+    g.value().is_some_and(|v| v.get("result").is_some())
+}
+
+/// Counter of `prefix:N`.
+fn counter(id: &str, prefix: &str) -> Option<u64> {
+    id.strip_prefix(prefix)?.parse().ok()
+}
+
+/// Whether `ids` are `prefix:1, prefix:2, …` in order; else the first offender.
+fn gapless(ids: &[String], prefix: &str) -> Result<(), (usize, String)> {
+    for (i, id) in ids.iter().enumerate() {
+        if counter(id, prefix) != Some(i as u64 + 1) {
+            return Err((i, format!("{prefix}{}", i + 1)));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Playing the core: the extension is under test.
+
+/// How the suite, as core, answers the extension's `rukh.call`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CallPolicy {
+    /// `{"output": input}`.
+    Echo,
+    /// A typed operation error (an ordinary denial).
+    Deny,
+}
+
+struct CoreSide {
+    peer: Peer,
+    sp: Spec,
+    wait: Duration,
+    next: u64,
+    policy: CallPolicy,
+    /// Ids of the extension's requests, in arrival order.
+    ext_ids: Vec<String>,
+    /// Log records received.
+    logs: u64,
+    /// Frames of the extension the contract rejects.
+    invalid: Vec<Got>,
+}
+
+impl CoreSide {
+    async fn open(cx: &mut Ctx) -> Result<CoreSide, Failure> {
+        let sp = Spec::new(cx)?;
+        let peer = cx.open().await?;
+        Ok(CoreSide {
+            peer,
+            sp,
+            wait: cx.opts.deadline,
+            next: 1,
+            policy: CallPolicy::Echo,
+            ext_ids: Vec::new(),
+            logs: 0,
+            invalid: Vec::new(),
+        })
+    }
+
+    fn id(&mut self) -> String {
+        let id = format!("c:{}", self.next);
+        self.next += 1;
+        id
+    }
+
+    fn init_params(&self, caps: &[&str]) -> Result<Value, Failure> {
+        let mut p = self.sp.init_example.clone();
+        if let Value::Object(o) = &mut p {
+            o.insert("sessionId".into(), json!(SESSION_ID));
+            o.insert("invocationId".into(), json!(INVOCATION_ID));
+            o.insert("kind".into(), json!("execute"));
+            o.insert("protocol".into(), self.sp.protocol.clone());
+            o.insert("capabilities".into(), json!(caps));
+            o.insert("limits".into(), self.sp.session_limits()?);
+        }
+        Ok(p)
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> (String, Value) {
+        let id = self.id();
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        (id, msg)
+    }
+
+    /// The invoke message for execute with `inputs` (id not yet assigned: `c:0`).
+    fn invoke_msg(id: &str, inputs: Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": id, "method": "rukh.invoke",
+               "params": {"kind": "execute", "sessionId": SESSION_ID, "inputs": inputs, "explicit": []}})
+    }
+
+    async fn send(&mut self, method: &str, params: Value) -> Result<String, Failure> {
+        let (id, msg) = self.request(method, params);
+        self.peer.send(&msg).await?;
+        Ok(id)
+    }
+
+    /// Handle what the extension sends on its own: answer `rukh.call`, count logs.
+    async fn serve(&mut self, g: &Got) -> Result<(), Failure> {
+        let Some(m) = g.ok() else {
+            // An unknown request is answered like a conforming core would (R-20).
+            if let Err(v) = &g.msg
+                && v.class == contract::wire::ViolationClass::UnknownRequest
+                && let Some(id) = id_of(g)
+            {
+                self.ext_ids.push(id.clone());
+                let code = self.sp.error("method_not_found")?;
+                let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "method not found"}});
+                self.peer.send(&msg).await?;
+                return Ok(());
+            }
+            self.invalid.push(g.clone());
+            return Ok(());
+        };
+        match (m.kind, m.method.as_deref()) {
+            (Kind::Request, Some("rukh.call")) => {
+                let id = id_of(g).unwrap_or_default();
+                self.ext_ids.push(id.clone());
+                let msg = match self.policy {
+                    CallPolicy::Echo => {
+                        let input = m
+                            .value
+                            .pointer("/params/input")
+                            .cloned()
+                            .unwrap_or(json!({}));
+                        json!({"jsonrpc": "2.0", "id": id, "result": {"output": input}})
+                    }
+                    CallPolicy::Deny => {
+                        let code = self.sp.error("operation_error")?;
+                        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "operation denied",
+                            "data": {"operationError": {"type": "denied", "message": "denied by the conformance suite"}}}})
+                    }
+                };
+                self.peer.send(&msg).await?;
+            }
+            (Kind::Request, _) => {
+                if let Some(id) = id_of(g) {
+                    self.ext_ids.push(id);
+                }
+            }
+            (Kind::Notification | Kind::Event, Some("rukh.log")) => self.logs += 1,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Wait for the answer to `id`, serving the extension meanwhile.
+    async fn reply(&mut self, id: &str, what: &str, until: Instant) -> Result<Box<Got>, Failure> {
+        loop {
+            match next_ev(&mut self.peer, until).await {
+                Ev::Timeout => {
+                    return Err(Failure::new(format!(
+                        "no answer to {what} ({id}) within {:?}",
+                        self.wait
+                    )));
+                }
+                Ev::End(e) => {
+                    return Err(self.last(Failure::new(format!(
+                        "the extension ended the session before answering {what} ({id}): {e}"
+                    ))));
+                }
+                Ev::Msg(g) => {
+                    let answers = matches!(kind(&g), Some(Kind::Response | Kind::Error))
+                        && id_of(&g).as_deref() == Some(id);
+                    if answers {
+                        return Ok(g);
+                    }
+                    self.serve(&g).await?;
+                }
+            }
+        }
+    }
+
+    /// The last frame received, as evidence.
+    fn last(&self, f: Failure) -> Failure {
+        match self.peer.log.last() {
+            Some(g) => f.with(
+                format!("last frame from the extension: {}", show(g)),
+                &g.raw,
+            ),
+            None => f,
+        }
+    }
+
+    /// initialize → a success result that confirms the pinned session exactly.
+    async fn confirm(&mut self) -> Result<Box<Got>, Failure> {
+        let params = self.init_params(&[])?;
+        let id = self.send("rukh.initialize", params).await?;
+        let until = Instant::now() + self.wait;
+        let g = self.reply(&id, "rukh.initialize", until).await?;
+        if !is_success(&g) {
+            return Err(
+                Failure::new("the extension refused a compatible rukh.initialize")
+                    .with("its answer", &g.raw),
+            );
+        }
+        Ok(g)
+    }
+
+    /// Send an execute invoke and serve the extension until its completion.
+    async fn invoke(&mut self, inputs: Value, until: Instant) -> Result<Box<Got>, Failure> {
+        let id = self.id();
+        let msg = Self::invoke_msg(&id, inputs);
+        self.peer.send(&msg).await?;
+        self.reply(&id, "rukh.invoke", until).await
+    }
+
+    /// rukh.close → acknowledgement → end of the channel; how long the end took after the ack.
+    async fn close(&mut self) -> Result<Duration, Failure> {
+        let id = self.send("rukh.close", json!({})).await?;
+        let until = Instant::now() + self.wait;
+        let ack = self.reply(&id, "rukh.close", until).await?;
+        if !is_success(&ack) {
+            return Err(
+                Failure::new("rukh.close was not acknowledged").with("the answer", &ack.raw)
+            );
+        }
+        let acked = Instant::now();
+        let bound = self.sp.secs("voluntaryStopSeconds")? + SLACK;
+        match next_ev(&mut self.peer, acked + bound).await {
+            Ev::End(_) => Ok(acked.elapsed()),
+            Ev::Timeout => Err(Failure::new(format!(
+                "the extension did not close its end within {bound:?} of acknowledging rukh.close"
+            ))),
+            Ev::Msg(g) => Err(Failure::new(
+                "the extension sent a frame after acknowledging rukh.close",
+            )
+            .with(show(&g), &g.raw)),
+        }
+    }
+
+    /// After a bad frame: the extension must not act on it and must end the session.
+    async fn rejected(&mut self, offending: Option<&str>) -> Result<String, Failure> {
+        let start = Instant::now();
+        let until = start + self.wait;
+        let mut answer = String::new();
+        loop {
+            match next_ev(&mut self.peer, until).await {
+                Ev::End(_) => {
+                    return Ok(format!(
+                        "not acted on; session ended after {} ms{answer}",
+                        start.elapsed().as_millis()
+                    ));
+                }
+                Ev::Timeout => {
+                    return Err(Failure::new(format!(
+                        "the extension kept the session open {:?} after the bad frame: a protocol error ends the invocation (R-19)",
+                        self.wait
+                    )));
+                }
+                Ev::Msg(g) => {
+                    let k = kind(&g);
+                    if k == Some(Kind::Request) || is_success(&g) {
+                        return Err(Failure::new(format!(
+                            "the extension acted on the bad frame: it sent {}",
+                            show(&g)
+                        ))
+                        .with("that frame", &g.raw));
+                    }
+                    if let Some(code) = error_code(&g) {
+                        let to = id_of(&g);
+                        if !self.sp.rejecting.contains(&code) {
+                            return Err(Failure::new(format!(
+                                "the extension answered the bad frame with error {code}, not a protocol error code of the contract ({:?})",
+                                self.sp.rejecting
+                            ))
+                            .with("the answer", &g.raw));
+                        }
+                        if offending.is_some() && to.is_some() && to.as_deref() != offending {
+                            return Err(Failure::new(format!(
+                                "the extension's error answers {to:?}, not the offending request {offending:?}"
+                            ))
+                            .with("the answer", &g.raw));
+                        }
+                        answer = format!(" (answered with error {code})");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The extension's frames the contract rejects, as a failure.
+    fn invalid_failure(&self) -> Option<Failure> {
+        let g = self.invalid.first()?;
+        Some(
+            Failure::new(format!(
+                "the extension sent {} invalid frame(s); the first: {}",
+                self.invalid.len(),
+                show(g)
+            ))
+            .with("that frame", &g.raw),
+        )
+    }
+}
+
+/// A carrier for the core playing: an execute invoke.
+fn invoke_carrier(id: &str) -> Carrier {
+    Carrier {
+        msg: CoreSide::invoke_msg(id, json!({})),
+        open: "/params/inputs",
+        pad: ("/params", "explicit"),
+    }
+}
+
+/// Wait for the launched extension to exit; its code.
+async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
+    match cx.child_exit(limit).await {
+        Some(Some(code)) => Ok(code),
+        Some(None) => Err(Failure::new(format!(
+            "the extension process did not exit within {limit:?} after the session ended"
+        ))),
+        None => Err(Failure::new(
+            "the target is not a launched process: its exit cannot be judged (use exec-fd:N:CMD)",
+        )),
+    }
+}
+
+/// Open, confirm, then send `payload` as one frame in place of the invoke; judge the rejection.
+async fn core_reject_invoke(cx: &mut Ctx, payload: &[u8], what: &str) -> Result<String, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let id = s.id();
+    s.peer.send_raw(payload).await?;
+    s.rejected(Some(&id))
+        .await
+        .map(|d| format!("{what}: {d}"))
+        .map_err(|f| f.with(format!("the frame with {what}"), &framed(payload)))
+}
+
+/// A full session with an accepted invoke payload: completion, close, exit.
+async fn core_accept_invoke(cx: &mut Ctx, payload: &[u8], what: &str) -> Result<String, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let id = s.id();
+    s.peer.send_raw(payload).await?;
+    let until = Instant::now() + s.wait;
+    let g = s.reply(&id, "rukh.invoke", until).await.map_err(|f| {
+        f.with(
+            format!("the frame with {what}, within the limit"),
+            &framed(payload),
+        )
+    })?;
+    if !is_success(&g) {
+        return Err(Failure::new(format!(
+            "the extension refused an invoke with {what}, which is within the limit"
+        ))
+        .with("its answer", &g.raw)
+        .with("the frame", &framed(payload)));
+    }
+    s.close().await?;
+    Ok(format!("{what} accepted"))
+}
+
+async fn core_json(cx: &mut Ctx, case: JsonCase) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    // The invoke goes out as c:2, after initialize c:1.
+    let (bad, good) = json_case(&sp, case, &invoke_carrier("c:2"))?;
+    let mut seen = Vec::new();
+    if let Some((what, payload)) = good {
+        seen.push(core_accept_invoke(cx, &payload, &what).await?);
+    }
+    for (what, payload) in bad {
+        seen.push(core_reject_invoke(cx, &payload, &what).await?);
+    }
+    Ok(Verdict::Pass(seen.join("; ")))
+}
+
+async fn core_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let id = s.id();
+    s.peer.send(&CoreSide::invoke_msg(&id, json!({}))).await?;
+    let until = Instant::now() + s.wait;
+    loop {
+        match next_ev(&mut s.peer, until).await {
+            Ev::Msg(g) if g.is(Kind::Request, "rukh.call") => {
+                let call = id_of(&g).unwrap_or_default();
+                let code = s.sp.error("internal_error")?;
+                let both = json!({"jsonrpc": "2.0", "id": call, "result": {"output": {}},
+                                  "error": {"code": code, "message": "both"}});
+                let bytes = to_bytes(&both);
+                s.peer.send_raw(&bytes).await?;
+                return s
+                    .rejected(None)
+                    .await
+                    .map(Verdict::Pass)
+                    .map_err(|f| f.with("the response with result and error", &framed(&bytes)));
+            }
+            Ev::Msg(g) => {
+                if id_of(&g).as_deref() == Some(id.as_str()) {
+                    return Ok(Verdict::Skip(
+                        "the extension completed without a rukh.call to answer".into(),
+                    ));
+                }
+                s.serve(&g).await?;
+            }
+            Ev::End(e) => return Err(s.last(Failure::new(format!("the session ended: {e}")))),
+            Ev::Timeout => {
+                return Ok(Verdict::Skip(
+                    "the extension sent no rukh.call to answer".into(),
+                ));
+            }
+        }
+    }
+}
+
+async fn core_before_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    let id = s.id();
+    let msg = CoreSide::invoke_msg(&id, json!({}));
+    s.peer.send(&msg).await?;
+    let want = s.sp.error("not_initialized")?;
+    let d = s.rejected(Some(&id)).await?;
+    // A refusal, if any, carries the contract's code for it (R-38).
+    if let Some(code) = s.peer.log.iter().find_map(error_code)
+        && code != want
+    {
+        return Err(Failure::new(format!(
+            "rukh.invoke before rukh.initialize was refused with {code}, not not_initialized ({want})"
+        )));
+    }
+    Ok(Verdict::Pass(format!(
+        "rukh.invoke before rukh.initialize {d}"
+    )))
+}
+
+async fn core_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    let params = s.init_params(&[])?;
+    let id = s.send("rukh.initialize", params.clone()).await?;
+    let until = Instant::now() + s.wait;
+    let mut early = Vec::new();
+    let g = loop {
+        match next_ev(&mut s.peer, until).await {
+            Ev::Msg(g) => {
+                if id_of(&g).as_deref() == Some(id.as_str())
+                    && matches!(kind(&g), Some(Kind::Response | Kind::Error))
+                {
+                    break g;
+                }
+                early.push(g);
+            }
+            Ev::End(e) => return Err(s.last(Failure::new(format!("the session ended: {e}")))),
+            Ev::Timeout => {
+                return Err(Failure::new(format!(
+                    "no answer to rukh.initialize within {:?}",
+                    s.wait
+                )));
+            }
+        }
+    };
+    if let Some(e) = early.first() {
+        return Err(Failure::new(format!(
+            "the extension sent {} before the handshake was confirmed (only the initialize answer may travel)",
+            show(e)
+        ))
+        .with("that frame", &e.raw));
+    }
+    let Some(r) = g.value().and_then(|v| v.get("result")) else {
+        return Err(Failure::new("rukh.initialize was refused").with("the answer", &g.raw));
+    };
+    for (field, want) in [
+        ("sessionId", params.get("sessionId")),
+        ("contract", params.get("contract")),
+        ("protocol", params.get("protocol")),
+    ] {
+        if r.get(field) != want {
+            return Err(Failure::new(format!(
+                "the result does not echo the pinned {field} exactly (no downgrade, R-8)"
+            ))
+            .with("the answer", &g.raw));
+        }
+    }
+    let offered: BTreeSet<String> = BTreeSet::new();
+    let got: BTreeSet<String> = r
+        .get("capabilities")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    if got != offered {
+        return Err(Failure::new(format!(
+            "the result confirms capabilities {got:?}, not the offered set {offered:?}"
+        ))
+        .with("the answer", &g.raw));
+    }
+    if let Some(f) = s.invalid_failure() {
+        return Err(f);
+    }
+    Ok(Verdict::Pass(
+        "the result echoes session, contract, protocol and capabilities; nothing else came first"
+            .into(),
+    ))
+}
+
+async fn core_incompatible(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    let params = s.init_params(&[ALIEN_CAPABILITY])?;
+    let id = s.send("rukh.initialize", params).await?;
+    let until = Instant::now() + s.wait;
+    let g = s.reply(&id, "rukh.initialize", until).await?;
+    let want = s.sp.error("incompatible_session")?;
+    match error_code(&g) {
+        Some(c) if c == want => Ok(Verdict::Pass(format!(
+            "a mandatory capability it lacks is refused with {c}"
+        ))),
+        Some(c) => Err(Failure::new(format!(
+            "refused with {c}, not incompatible_session ({want})"
+        ))
+        .with("the answer", &g.raw)),
+        None => Err(Failure::new(format!(
+            "the extension confirmed a session with the mandatory capability {ALIEN_CAPABILITY} it cannot support"
+        ))
+        .with("the answer", &g.raw)),
+    }
+}
+
+async fn core_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let first = s.id();
+    s.peer
+        .send(&CoreSide::invoke_msg(&first, json!({})))
+        .await?;
+    let second = s.id();
+    s.peer
+        .send(&CoreSide::invoke_msg(&second, json!({})))
+        .await?;
+    let until = Instant::now() + s.wait;
+    let (mut done1, mut done2) = (None, None);
+    while done1.is_none() || done2.is_none() {
+        match next_ev(&mut s.peer, until).await {
+            Ev::Msg(g) => match id_of(&g) {
+                Some(i) if i == first && kind(&g) != Some(Kind::Request) => done1 = Some(g),
+                Some(i) if i == second && kind(&g) != Some(Kind::Request) => done2 = Some(g),
+                _ => s.serve(&g).await?,
+            },
+            Ev::End(e) => {
+                return Err(s.last(Failure::new(format!(
+                    "the session ended before both invokes were answered: {e}"
+                ))));
+            }
+            Ev::Timeout => {
+                return Err(Failure::new(format!(
+                    "no answer to both invokes within {:?} (first: {}, second: {})",
+                    s.wait,
+                    done1.is_some(),
+                    done2.is_some()
+                )));
+            }
+        }
+    }
+    let (Some(g1), Some(g2)) = (done1, done2) else {
+        return Err(Failure::new("suite bug: answers lost"));
+    };
+    if is_success(&g2) {
+        return Err(
+            Failure::new("the second rukh.invoke of the session was run")
+                .with("its answer", &g2.raw),
+        );
+    }
+    let want = s.sp.error("already_invoked")?;
+    if error_code(&g2) != Some(want) {
+        return Err(Failure::new(format!(
+            "the second rukh.invoke was refused with {:?}, not already_invoked ({want})",
+            error_code(&g2)
+        ))
+        .with("the answer", &g2.raw));
+    }
+    if !is_success(&g1) {
+        return Err(
+            Failure::new("the first rukh.invoke did not complete").with("its answer", &g1.raw)
+        );
+    }
+    s.close().await?;
+    Ok(Verdict::Pass(format!(
+        "second invoke refused with {want}; the first completed once"
+    )))
+}
+
+async fn core_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let id = s.id();
+    let msg = json!({"jsonrpc": "2.0", "id": id, "method": "rukh.invoke",
+                     "params": {"kind": "describe", "request": {}}});
+    s.peer.send(&msg).await?;
+    let d = s.rejected(Some(&id)).await?;
+    Ok(Verdict::Pass(format!(
+        "a describe invoke in a session pinned to execute {d}"
+    )))
+}
+
+async fn core_ids_own(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let until = Instant::now() + s.wait;
+    let g = s.invoke(json!({}), until).await?;
+    if !is_success(&g) {
+        return Err(Failure::new("the invocation did not complete").with("its answer", &g.raw));
+    }
+    s.close().await?;
+    if s.ext_ids.is_empty() {
+        return Ok(Verdict::Pass(
+            "the extension sent no request (nothing to number)".into(),
+        ));
+    }
+    match gapless(&s.ext_ids, "e:") {
+        Ok(()) => Ok(Verdict::Pass(format!(
+            "extension request ids {}",
+            s.ext_ids.join(", ")
+        ))),
+        Err((i, want)) => {
+            let id = &s.ext_ids[i];
+            let raw = s
+                .peer
+                .log
+                .iter()
+                .find(|g| kind(g) == Some(Kind::Request) && id_of(g).as_deref() == Some(id))
+                .map(|g| g.raw.to_vec())
+                .unwrap_or_default();
+            Err(Failure::new(format!(
+                "extension request {} has id {id}, expected {want}: ids are e:N, gapless and increasing from 1 (R-10)",
+                i + 1
+            ))
+            .with("that request", &raw))
+        }
+    }
+}
+
+/// Confirm (c:1), then send an invoke with `id` (a rule-breaking id): not run, session ends.
+async fn core_bad_id(cx: &mut Ctx, id: &str, what: &str) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let bytes = to_bytes(&CoreSide::invoke_msg(id, json!({})));
+    s.peer.send_raw(&bytes).await?;
+    s.rejected(Some(id))
+        .await
+        .map(|d| Verdict::Pass(format!("rukh.invoke with {what} id {id}: {d}")))
+        .map_err(|f| f.with("the invoke", &framed(&bytes)))
+}
+
+async fn core_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    core_bad_id(cx, "c:3", "a skipped").await
+}
+
+async fn core_ids_repeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    core_bad_id(cx, "c:1", "a repeated (and decreasing)").await
+}
+
+async fn core_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    core_bad_id(cx, "e:2", "the extension's direction prefix in an").await
+}
+
+async fn core_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let bytes = to_bytes(&json!({"jsonrpc": "2.0", "id": "e:99", "result": {"output": {}}}));
+    s.peer.send_raw(&bytes).await?;
+    s.rejected(None)
+        .await
+        .map(|d| Verdict::Pass(format!("a response to the never-issued e:99: {d}")))
+        .map_err(|f| f.with("the response", &framed(&bytes)))
+}
+
+async fn core_frame_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    let max = sp.count("framePayloadMax")?;
+    let carrier = CoreSide::invoke_msg("c:2", json!({}));
+    let carrier = with(carrier, "/params", "explicit", json!([""]));
+    // Pad the one explicit parameter id: it is not echoed back.
+    let good = {
+        let empty = to_bytes(&carrier).len();
+        let pad = max.saturating_sub(empty);
+        to_bytes(&with(
+            carrier.clone(),
+            "/params",
+            "explicit",
+            json!(["x".repeat(pad)]),
+        ))
+    };
+    let ok = core_accept_invoke(cx, &good, &format!("a {max}-byte frame")).await?;
+    // Over the cap: the length prefix alone must be refused (checked before allocating).
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let prefix = ((max + 1) as u32).to_be_bytes();
+    s.peer.write_bytes(&prefix, s.wait).await?;
+    // The payload follows; the extension may already have stopped reading.
+    let body = vec![b' '; max + 1];
+    let _ = s.peer.write_bytes(&body, Duration::from_millis(500)).await;
+    let d = s
+        .rejected(None)
+        .await
+        .map_err(|f| f.with("the length prefix", &prefix))?;
+    Ok(Verdict::Pass(format!(
+        "{ok}; a {}-byte length prefix: {d}",
+        max + 1
+    )))
+}
+
+async fn core_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    let max = sp.count("lifecyclePayloadMax")?;
+    let mut seen = Vec::new();
+    for (size, accept) in [(max, true), (max + 1, false)] {
+        let mut s = CoreSide::open(cx).await?;
+        let (id, msg) = s.request("rukh.initialize", s.init_params(&[])?);
+        let payload = sized(&msg, "/params", "command", size)?;
+        s.peer.send_raw(&payload).await?;
+        if accept {
+            let until = Instant::now() + s.wait;
+            let g = s
+                .reply(&id, "rukh.initialize", until)
+                .await
+                .map_err(|f| f.with("the initialize", &framed(&payload)))?;
+            if !is_success(&g) {
+                return Err(Failure::new(format!(
+                    "a {size}-byte rukh.initialize (at the lifecycle cap) was refused"
+                ))
+                .with("the answer", &g.raw));
+            }
+            seen.push(format!("{size}-byte initialize confirmed"));
+        } else {
+            let d = s.rejected(Some(&id)).await.map_err(|f| {
+                f.with("the initialize", &framed(&payload[..64.min(payload.len())]))
+            })?;
+            seen.push(format!("{size}-byte initialize {d}"));
+        }
+    }
+    Ok(Verdict::Pass(seen.join("; ")))
+}
+
+async fn core_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    let (id, msg) = s.request("rukh.initialize", s.init_params(&[])?);
+    // A command name with multi-byte UTF-8, sent one byte per write.
+    let msg = with(msg, "/params", "command", json!("démo ёж ✓"));
+    let bytes = framed(&to_bytes(&msg));
+    for b in &bytes {
+        s.peer.write_bytes(std::slice::from_ref(b), s.wait).await?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let until = Instant::now() + s.wait;
+    let g = s.reply(&id, "rukh.initialize", until).await?;
+    if !is_success(&g) {
+        return Err(
+            Failure::new("the byte-by-byte rukh.initialize was refused").with("the answer", &g.raw)
+        );
+    }
+    // Two frames in one write: a UI event and the invoke.
+    let (ui, ui_msg) = s.request(
+        "rukh.ui.event",
+        json!({"view": "conformance", "stateVersion": 0, "sequence": 1, "event": {"type": "noop"}}),
+    );
+    let inv = s.id();
+    let mut merged = framed(&to_bytes(&ui_msg));
+    merged.extend(framed(&to_bytes(&CoreSide::invoke_msg(&inv, json!({})))));
+    s.peer.write_bytes(&merged, s.wait).await?;
+    let until = Instant::now() + s.wait;
+    let a = s.reply(&ui, "rukh.ui.event", until).await?;
+    if !is_success(&a) {
+        return Err(
+            Failure::new("the first of two merged frames (rukh.ui.event) was refused")
+                .with("the answer", &a.raw),
+        );
+    }
+    let c = s.reply(&inv, "rukh.invoke", until).await?;
+    if !is_success(&c) {
+        return Err(
+            Failure::new("the second of two merged frames (rukh.invoke) did not complete")
+                .with("the answer", &c.raw),
+        );
+    }
+    s.close().await?;
+    Ok(Verdict::Pass(
+        "a frame sent byte by byte (UTF-8 split) and two frames in one write were parsed".into(),
+    ))
+}
+
+async fn core_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let limit = s.sp.secs("incompleteFrameSeconds")?;
+    // Idle is not an incomplete frame: wait past the frame deadline, then expect an answer.
+    tokio::time::sleep(limit + QUIET).await;
+    let ui = s
+        .send(
+            "rukh.ui.event",
+            json!({"view": "conformance", "stateVersion": 0, "sequence": 1, "event": {"type": "noop"}}),
+        )
+        .await?;
+    let until = Instant::now() + s.wait;
+    s.reply(&ui, "rukh.ui.event after an idle period", until)
+        .await?;
+    // Now begin a frame and stall.
+    let (_, msg) = s.request(
+        "rukh.ui.event",
+        json!({"view": "x", "stateVersion": 0, "sequence": 2}),
+    );
+    let bytes = framed(&to_bytes(&msg));
+    let part = &bytes[..bytes.len() / 2];
+    let start = Instant::now();
+    s.peer.write_bytes(part, s.wait).await?;
+    let bound = limit + SLACK;
+    loop {
+        match next_ev(&mut s.peer, start + bound).await {
+            Ev::End(_) => {
+                return Ok(Verdict::Pass(format!(
+                    "idle {:?} kept the session; a stalled frame ended it after {} ms",
+                    limit + QUIET,
+                    start.elapsed().as_millis()
+                )));
+            }
+            Ev::Timeout => {
+                return Err(Failure::new(format!(
+                    "a frame begun and stalled did not end the session within {bound:?} ({limit:?} from its first byte, P3.5)"
+                ))
+                .with("the partial frame", part));
+            }
+            Ev::Msg(g) => {
+                if kind(&g) == Some(Kind::Request) || is_success(&g) {
+                    return Err(Failure::new(format!(
+                        "the extension acted while a frame was incomplete: {}",
+                        show(&g)
+                    ))
+                    .with("that frame", &g.raw));
+                }
+            }
+        }
+    }
+}
+
+async fn core_denial(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.policy = CallPolicy::Deny;
+    s.confirm().await?;
+    let until = Instant::now() + s.wait;
+    let g = s.invoke(json!({}), until).await?;
+    if s.ext_ids.is_empty() {
+        return Ok(Verdict::Skip(
+            "the extension made no rukh.call to deny".into(),
+        ));
+    }
+    if !is_success(&g) {
+        return Err(Failure::new(
+            "after an ordinary denial the invocation did not complete normally (a denial keeps a healthy session, R-30)",
+        )
+        .with("the invoke answer", &g.raw));
+    }
+    s.close().await?;
+    Ok(Verdict::Pass(format!(
+        "{} rukh.call denied with a typed operation error; the invocation still completed",
+        s.ext_ids.len()
+    )))
+}
+
+async fn core_unknown_method(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let (id, msg) = s.request("conformance.unknown", json!({}));
+    s.peer.send_raw(&to_bytes(&msg)).await?;
+    let until = Instant::now() + s.wait;
+    let g = s.reply(&id, "an unknown method", until).await?;
+    let want = s.sp.error("method_not_found")?;
+    if error_code(&g) != Some(want) {
+        return Err(Failure::new(format!(
+            "an unknown method was answered with {:?}, not method_not_found ({want}) (R-20)",
+            error_code(&g)
+        ))
+        .with("the answer", &g.raw));
+    }
+    let note = json!({"jsonrpc": "2.0", "method": "conformance.unknown", "params": {}});
+    s.peer.send_raw(&to_bytes(&note)).await?;
+    let until = Instant::now() + s.wait;
+    let c = s.invoke(json!({}), until).await?;
+    if !is_success(&c) {
+        return Err(Failure::new(
+            "after an unknown method and notification the invocation did not complete",
+        )
+        .with("the answer", &c.raw));
+    }
+    s.close().await?;
+    Ok(Verdict::Pass(format!(
+        "unknown method answered {want}, unknown notification ignored, the session went on"
+    )))
+}
+
+async fn core_wrong_direction(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let (id, msg) = s.request(
+        "rukh.call",
+        json!({"operation": "conformance.probe", "version": "1", "input": {}}),
+    );
+    let bytes = to_bytes(&msg);
+    s.peer.send_raw(&bytes).await?;
+    s.rejected(Some(&id))
+        .await
+        .map(|d| Verdict::Pass(format!("rukh.call from the core: {d}")))
+        .map_err(|f| f.with("the request", &framed(&bytes)))
+}
+
+async fn core_cancel(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let long = (cx.opts.check_deadline.as_millis() as u64).saturating_mul(2);
+    let inv = s.id();
+    s.peer
+        .send(&CoreSide::invoke_msg(&inv, json!({ SLEEP_INPUT: long })))
+        .await?;
+    // Serve the extension until it falls quiet (its work is running).
+    let until = Instant::now() + s.wait;
+    loop {
+        match next_ev(&mut s.peer, (Instant::now() + QUIET).min(until)).await {
+            Ev::Msg(g) => {
+                if id_of(&g).as_deref() == Some(inv.as_str()) {
+                    return Ok(Verdict::Skip(format!(
+                        "the extension completed at once; it ignores the {{\"{SLEEP_INPUT}\": N}} trigger"
+                    )));
+                }
+                s.serve(&g).await?;
+            }
+            Ev::End(e) => return Err(s.last(Failure::new(format!("the session ended: {e}")))),
+            Ev::Timeout => break,
+        }
+    }
+    let reason = cx
+        .wire
+        .contract()
+        .codes
+        .get("cancelReasons")
+        .and_then(|t| t.values.first())
+        .map(|v| v.value.clone())
+        .ok_or_else(|| Failure::new("the contract has no cancel reasons"))?;
+    let cancel = s.send("rukh.cancel", json!({ "reason": reason })).await?;
+    let sent = Instant::now();
+    let bound = s.sp.secs("voluntaryStopSeconds")? + SLACK;
+    let mut acked = false;
+    loop {
+        match next_ev(&mut s.peer, sent + bound).await {
+            Ev::End(_) => break,
+            Ev::Timeout => {
+                return Err(Failure::new(format!(
+                    "the extension did not end the session within {bound:?} of rukh.cancel (voluntary stop, P3.5)"
+                )));
+            }
+            Ev::Msg(g) => {
+                if kind(&g) == Some(Kind::Request) {
+                    return Err(Failure::new(format!(
+                        "the extension started new work after rukh.cancel: {}",
+                        show(&g)
+                    ))
+                    .with("that frame", &g.raw));
+                }
+                if id_of(&g).as_deref() == Some(cancel.as_str()) {
+                    acked = true;
+                }
+            }
+        }
+    }
+    let left = (sent + bound).saturating_duration_since(Instant::now());
+    let code = ext_exit(cx, left.max(Duration::from_millis(100))).await?;
+    Ok(Verdict::Pass(format!(
+        "{}channel closed and process exited ({code}) {} ms after rukh.cancel",
+        if acked { "acknowledged; " } else { "" },
+        sent.elapsed().as_millis()
+    )))
+}
+
+async fn core_outcome(cx: &mut Ctx, fail: bool) -> Result<Verdict, Failure> {
+    let mut s = CoreSide::open(cx).await?;
+    s.confirm().await?;
+    let inputs = if fail {
+        json!({ EXIT_INPUT: PROBE_EXIT })
+    } else {
+        json!({})
+    };
+    let until = Instant::now() + s.wait;
+    let g = s.invoke(inputs, until).await?;
+    let status = g
+        .at_ptr("/result/status")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let reported = g.at_ptr("/result/exitCode").and_then(Value::as_i64);
+    let Some(status) = status else {
+        return Err(
+            Failure::new("rukh.invoke ended without a completion message")
+                .with("the answer", &g.raw),
+        );
+    };
+    if fail && status != "command_failed" {
+        return Ok(Verdict::Skip(format!(
+            "the extension completed {status}; it ignores the {{\"{EXIT_INPUT}\": N}} trigger"
+        )));
+    }
+    let took = s.close().await?;
+    let bound = s.sp.secs("voluntaryStopSeconds")? + SLACK;
+    let code = ext_exit(cx, bound.saturating_sub(took)).await?;
+    if let Some(f) = s.invalid_failure() {
+        return Err(f);
+    }
+    let ok = match status.as_str() {
+        "succeeded" => code == 0,
+        _ => code != 0 && reported.is_none_or(|r| r == i64::from(code)),
+    };
+    if !ok {
+        return Err(Failure::new(format!(
+            "completion {status} (exitCode {reported:?}) but the process exited {code}: success needs 0, command_failed a non-zero code equal to the reported one (P3.6 rule 15)"
+        ))
+        .with("the completion", &g.raw));
+    }
+    Ok(Verdict::Pass(format!(
+        "completion {status}{}; close acknowledged; process exited {code} ({} log records, {} calls)",
+        reported
+            .map(|r| format!(" (exitCode {r})"))
+            .unwrap_or_default(),
+        s.logs,
+        s.ext_ids.len()
+    )))
+}
+
+// ---------------------------------------------------------------------------
+// Playing the extension: the core is under test.
+
+/// A private directory removed when dropped.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn new() -> Result<PrivateDir, Failure> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        for attempt in 0..16u32 {
+            let dir = std::env::temp_dir().join(format!(
+                "contract-conformance-rukh-{}-{stamp:x}-{attempt}",
+                std::process::id()
+            ));
+            let mut b = std::fs::DirBuilder::new();
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+            match b.create(&dir) {
+                Ok(()) => return Ok(PrivateDir(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(Failure::new(format!(
+                        "cannot create a private directory: {e}"
+                    )));
+                }
+            }
+        }
+        Err(Failure::new("cannot create a fresh private directory"))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Single-quote `s` for a POSIX shell.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The core's command line from `--target`, if it is `exec:` with `{extension}`.
+fn core_argv(cx: &Ctx) -> Result<Vec<String>, Failure> {
+    let usage = || {
+        Failure::new(format!(
+            "playing the extension, --target must be exec:CORE-COMMAND with {EXTENSION} where the core takes its extension's command (see docs/conformance.md)"
+        ))
+    };
+    match cx.target() {
+        // `exec:` with a placeholder other than {control}/{data} is a template target.
+        super::Target::Template { argv }
+        | super::Target::Pipe(crate::endpoint::Endpoint::Exec(argv))
+            if argv.iter().any(|a| a.contains(EXTENSION)) =>
+        {
+            Ok(argv.clone())
+        }
+        _ => Err(usage()),
+    }
+}
+
+fn has_deadline_placeholder(cx: &Ctx) -> bool {
+    core_argv(cx).is_ok_and(|a| a.iter().any(|s| s.contains(DEADLINE_MS)))
+}
+
+/// The suite's end of a core session, with the stand-in extension process it talks through.
+#[cfg(unix)]
+struct ExtSide {
+    peer: Peer,
+    sp: Spec,
+    wait: Duration,
+    next: u64,
+    /// The stand-in's instruction socket.
+    link: Option<std::os::unix::net::UnixStream>,
+    stdout: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    _dir: PrivateDir,
+    /// Valid requests of the core, in arrival order (before they are handled).
+    core_reqs: Vec<Got>,
+    /// The initialize request, once seen.
+    init: Option<(String, Value)>,
+    /// The invoke request, once seen (even if it came before initialize).
+    invoke: Option<(String, Value)>,
+    /// The cancel request and when it came.
+    cancel: Option<(String, Value, Instant)>,
+    /// The close request.
+    close: Option<String>,
+}
+
+/// Launch the core for one session, with `deadline` as its invocation deadline if the
+/// command takes one, and take over the channel end it hands its extension.
+#[cfg(unix)]
+async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide, Failure> {
+    use tokio::net::UnixListener;
+    let sp = Spec::new(cx)?;
+    let wait = cx.opts.deadline;
+    let argv = core_argv(cx)?;
+    let dir = PrivateDir::new()?;
+    let sock = dir.0.join("link.sock");
+    let listener = UnixListener::bind(&sock)
+        .map_err(|e| Failure::new(format!("cannot listen on {}: {e}", sock.display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::new(format!("cannot find the contract-proxy binary: {e}")))?;
+    let link_words = [
+        exe.to_string_lossy().to_string(),
+        "peer".into(),
+        "rukh-link".into(),
+        "--socket".into(),
+        sock.to_string_lossy().to_string(),
+        "--wait".into(),
+        format!("{}", cx.opts.check_deadline.as_secs_f64()),
+    ];
+    let quoted = link_words
+        .iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let deadline_ms = deadline
+        .unwrap_or(cx.opts.check_deadline * 2)
+        .as_millis()
+        .to_string();
+    let mut full = Vec::new();
+    for a in &argv {
+        if a == EXTENSION {
+            full.extend(link_words.iter().cloned());
+        } else {
+            full.push(
+                a.replace(EXTENSION, &quoted)
+                    .replace(DEADLINE_MS, &deadline_ms),
+            );
+        }
+    }
+    let stdout = cx.spawn_kept(&full, STDOUT_KEEP)?;
+    let conn = match tokio::time::timeout(wait, listener.accept()).await {
+        Ok(Ok((conn, _))) => conn,
+        Ok(Err(e)) => {
+            return Err(Failure::new(format!(
+                "accepting the stand-in extension: {e}"
+            )));
+        }
+        Err(_) => {
+            let why = match cx.child_exit(Duration::ZERO).await {
+                Some(Some(code)) => format!("the core exited with {code} without launching it"),
+                _ => "the core is still running".into(),
+            };
+            return Err(Failure::new(format!(
+                "the core did not launch its extension within {wait:?} ({why})"
+            )));
+        }
+    };
+    let std_link = conn
+        .into_std()
+        .map_err(|e| Failure::new(format!("the stand-in's socket: {e}")))?;
+    let (std_link, fd) = tokio::task::spawn_blocking(move || {
+        let r = std_link
+            .set_nonblocking(false)
+            .and_then(|()| std_link.set_read_timeout(Some(wait)))
+            .and_then(|()| recv_fd(&std_link));
+        r.map(|fd| (std_link, fd))
+    })
+    .await
+    .map_err(|e| Failure::new(format!("receiving the channel end: {e}")))?
+    .map_err(|e| Failure::new(format!("receiving the channel end from the stand-in: {e}")))?;
+    let stream = std::os::unix::net::UnixStream::from(fd);
+    stream
+        .set_nonblocking(true)
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let stream =
+        tokio::net::UnixStream::from_std(stream).map_err(|e| Failure::new(e.to_string()))?;
+    let peer = cx.peer_on(crate::conn::Conn::Stream(Box::new(stream)))?;
+    Ok(ExtSide {
+        peer,
+        sp,
+        wait,
+        next: 1,
+        link: Some(std_link),
+        stdout,
+        _dir: dir,
+        core_reqs: Vec::new(),
+        init: None,
+        invoke: None,
+        cancel: None,
+        close: None,
+    })
+}
+
+/// Receive one descriptor passed with `SCM_RIGHTS`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn recv_fd(sock: &std::os::unix::net::UnixStream) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(space.as_mut_slice()),
+        MsgFlags::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    let mut raw = Vec::new();
+    for c in msg.cmsgs().map_err(std::io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            raw.extend(fds);
+        }
+    }
+    // SAFETY: SCM_RIGHTS installed each of these descriptors in this process just
+    // now; nothing else knows their numbers, so each OwnedFd is the only owner.
+    let mut owned: Vec<OwnedFd> = raw
+        .into_iter()
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
+    if owned.is_empty() {
+        return Err(std::io::Error::other(
+            "the stand-in sent no descriptor (is fd 3 open in the extension the core launched?)",
+        ));
+    }
+    let fd = owned.swap_remove(0);
+    // Not for any process the suite launches later.
+    nix::fcntl::fcntl(
+        &fd,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(std::io::Error::from)?;
+    Ok(fd)
+}
+
+#[cfg(unix)]
+impl ExtSide {
+    fn id(&mut self) -> String {
+        let id = format!("e:{}", self.next);
+        self.next += 1;
+        id
+    }
+
+    /// The next event; UI events are acknowledged and requests recorded on the way.
+    async fn recv(&mut self, until: Instant) -> Result<Ev, Failure> {
+        let ev = next_ev(&mut self.peer, until).await;
+        if let Ev::Msg(g) = &ev
+            && let Some(m) = g.ok()
+            && m.kind == Kind::Request
+        {
+            self.core_reqs.push((**g).clone());
+            let id = id_of(g).unwrap_or_default();
+            let params = m.value.get("params").cloned().unwrap_or(json!({}));
+            match m.method.as_deref() {
+                Some("rukh.initialize") => self.init = Some((id, params)),
+                // The first invoke is the invocation's (a second fails rukh.invoke.once).
+                Some("rukh.invoke") if self.invoke.is_none() => self.invoke = Some((id, params)),
+                Some("rukh.ui.event") => {
+                    let seq = params.get("sequence").cloned().unwrap_or(json!(1));
+                    let ack = json!({"jsonrpc": "2.0", "id": id, "result": {"sequence": seq}});
+                    self.peer.send(&ack).await?;
+                }
+                Some("rukh.cancel") => self.cancel = Some((id, params, Instant::now())),
+                Some("rukh.close") => self.close = Some(id),
+                _ => {}
+            }
+        }
+        Ok(ev)
+    }
+
+    /// Read until `done` holds; fail on the end of the channel or the deadline.
+    async fn until(&mut self, what: &str, done: impl Fn(&ExtSide) -> bool) -> Result<(), Failure> {
+        let until = Instant::now() + self.wait;
+        while !done(self) {
+            match self.recv(until).await? {
+                Ev::Msg(_) => {}
+                Ev::End(e) => {
+                    return Err(self.last(Failure::new(format!(
+                        "the core ended the session before {what}: {e}"
+                    ))));
+                }
+                Ev::Timeout => {
+                    return Err(Failure::new(format!(
+                        "the core sent no {what} within {:?}",
+                        self.wait
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn last(&self, f: Failure) -> Failure {
+        match self.peer.log.last() {
+            Some(g) => f.with(format!("last frame from the core: {}", show(g)), &g.raw),
+            None => f,
+        }
+    }
+
+    /// The exact echo of the pinned session (R-8).
+    fn echo(params: &Value) -> Value {
+        json!({
+            "sessionId": params.get("sessionId").cloned().unwrap_or(json!("")),
+            "contract": params.get("contract").cloned().unwrap_or(json!({})),
+            "protocol": params.get("protocol").cloned().unwrap_or(json!({})),
+            "capabilities": params.get("capabilities").cloned().unwrap_or(json!([])),
+            "adapter": {"name": "contract-proxy-conformance", "version": env!("CARGO_PKG_VERSION")},
+        })
+    }
+
+    async fn initialize(&mut self) -> Result<(String, Value), Failure> {
+        self.until("rukh.initialize", |s| s.init.is_some()).await?;
+        self.init
+            .clone()
+            .ok_or_else(|| Failure::new("suite bug: initialize lost"))
+    }
+
+    /// initialize → exact echo → the invoke (which a broken core may have sent first).
+    async fn ready(&mut self) -> Result<(String, Value), Failure> {
+        let (id, params) = self.initialize().await?;
+        let result = Self::echo(&params);
+        self.respond(&id, result).await?;
+        self.until("rukh.invoke", |s| s.invoke.is_some()).await?;
+        self.invoke
+            .clone()
+            .ok_or_else(|| Failure::new("suite bug: invoke lost"))
+    }
+
+    async fn respond(&mut self, id: &str, result: Value) -> Result<(), Failure> {
+        let msg = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        self.peer.send(&msg).await.map(drop)
+    }
+
+    async fn complete(&mut self, result: Value) -> Result<(), Failure> {
+        let id = self
+            .invoke
+            .as_ref()
+            .map(|i| i.0.clone())
+            .ok_or_else(|| Failure::new("suite bug: no invoke to complete"))?;
+        self.respond(&id, result).await
+    }
+
+    /// Wait for rukh.close, acknowledge it, then end: channel closed, stand-in exits `code`.
+    async fn closing(&mut self, code: i64) -> Result<(), Failure> {
+        let until = Instant::now() + self.wait;
+        while self.close.is_none() {
+            match self.recv(until).await? {
+                Ev::Msg(_) => {}
+                Ev::End(_) => break,
+                Ev::Timeout => {
+                    return Err(Failure::new(format!(
+                        "the core sent no rukh.close within {:?} of the completion",
+                        self.wait
+                    )));
+                }
+            }
+        }
+        if let Some(id) = self.close.clone() {
+            self.respond(&id, json!({})).await?;
+        }
+        self.release(code);
+        Ok(())
+    }
+
+    /// Close the suite's end and let the stand-in exit with `code`.
+    fn release(&mut self, code: i64) {
+        use std::io::Write;
+        self.peer.drop_channels();
+        if let Some(mut l) = self.link.take() {
+            let _ = l.set_write_timeout(Some(self.wait));
+            let _ = writeln!(l, "{code}");
+        }
+    }
+
+    /// The core's exit code (it must exit within the stop deadline and the wait).
+    async fn exit(&mut self, cx: &mut Ctx) -> Result<i32, Failure> {
+        let limit = self.sp.secs("stopDeadlineSeconds")? + self.wait;
+        match cx.child_exit(limit).await {
+            Some(Some(code)) => Ok(code),
+            _ => Err(Failure::new(format!(
+                "the core did not exit within {limit:?}"
+            ))),
+        }
+    }
+
+    fn stdout_text(&self) -> Vec<u8> {
+        self.stdout.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// Judge the core's exit code against `want`.
+    async fn expect_exit(
+        &mut self,
+        cx: &mut Ctx,
+        want: i64,
+        what: &str,
+    ) -> Result<String, Failure> {
+        let code = self.exit(cx).await?;
+        if i64::from(code) != want {
+            let mut f = Failure::new(format!("{what}: the core exited {code}, want {want}"));
+            let out = self.stdout_text();
+            if !out.is_empty() {
+                f = f.with("the core's stdout", &out);
+            }
+            if let Some(g) = self.peer.log.last() {
+                f = f.with(format!("last frame from the core: {}", show(g)), &g.raw);
+            }
+            return Err(f);
+        }
+        Ok(format!("{what}: exit {code}"))
+    }
+
+    /// A `rukh.call` message with `input`.
+    fn call_msg(&mut self, input: Value) -> (String, Value) {
+        let id = self.id();
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "rukh.call",
+                         "params": {"operation": "conformance.probe", "version": "1", "input": input}});
+        (id, msg)
+    }
+
+    /// Wait for the answer to our request `id`.
+    async fn answer(&mut self, id: &str) -> Result<Box<Got>, Failure> {
+        let until = Instant::now() + self.wait;
+        loop {
+            match self.recv(until).await? {
+                Ev::Msg(g) => {
+                    if matches!(kind(&g), Some(Kind::Response | Kind::Error))
+                        && id_of(&g).as_deref() == Some(id)
+                    {
+                        return Ok(g);
+                    }
+                }
+                Ev::End(e) => {
+                    return Err(self.last(Failure::new(format!(
+                        "the core ended the session before answering {id}: {e}"
+                    ))));
+                }
+                Ev::Timeout => {
+                    return Err(Failure::new(format!(
+                        "the core did not answer {id} within {:?}",
+                        self.wait
+                    )));
+                }
+            }
+        }
+    }
+
+    /// After a bad frame: the core must not answer it with a result, must end the
+    /// session and exit with the not-executed code.
+    async fn rejected(
+        &mut self,
+        cx: &mut Ctx,
+        offending: Option<&str>,
+        what: &str,
+    ) -> Result<String, Failure> {
+        let until = Instant::now() + self.wait;
+        let start = Instant::now();
+        loop {
+            match self.recv(until).await? {
+                Ev::Msg(g) => {
+                    let answers = offending.is_some() && id_of(&g).as_deref() == offending;
+                    if answers && is_success(&g) {
+                        return Err(Failure::new(format!(
+                            "the core acted on {what}: it answered with a result"
+                        ))
+                        .with("the answer", &g.raw));
+                    }
+                    // A rukh.close may cross a bad frame that follows a valid completion
+                    // (duplicate completion); it is not acknowledged, the exit code judges.
+                }
+                Ev::End(_) => break,
+                Ev::Timeout => {
+                    return Err(Failure::new(format!(
+                        "the core kept the session open {:?} after {what}: a protocol error ends the invocation (R-19)",
+                        self.wait
+                    )));
+                }
+            }
+        }
+        let took = start.elapsed();
+        self.release(0);
+        let want = self.sp.exit("execution_failed")?;
+        let e = self.expect_exit(cx, want, what).await?;
+        Ok(format!("{e} (session ended after {} ms)", took.as_millis()))
+    }
+}
+
+/// The result of a successful completion.
+fn succeeded() -> Value {
+    json!({"status": "succeeded"})
+}
+
+/// Launch, confirm, take the invoke; then `then` acts; `Ok` carries the pass detail.
+#[cfg(unix)]
+async fn ext_ready(cx: &mut Ctx) -> Result<ExtSide, Failure> {
+    let mut s = launch_core(cx, None).await?;
+    s.ready().await?;
+    Ok(s)
+}
+
+/// A full honest session; the completion and exit code given.
+#[cfg(unix)]
+async fn ext_session(cx: &mut Ctx, result: Value, code: i64) -> Result<i32, Failure> {
+    let mut s = ext_ready(cx).await?;
+    s.complete(result).await?;
+    s.closing(code).await?;
+    s.exit(cx).await
+}
+
+#[cfg(unix)]
+async fn ext_first(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = launch_core(cx, None).await?;
+    let until = Instant::now() + s.wait;
+    let first = match s.recv(until).await? {
+        Ev::Msg(g) => g,
+        Ev::End(e) => {
+            return Err(Failure::new(format!(
+                "the core ended the session at once: {e}"
+            )));
+        }
+        Ev::Timeout => return Err(Failure::new("the core sent nothing")),
+    };
+    if !first.is(Kind::Request, "rukh.initialize") {
+        return Err(Failure::new(format!(
+            "the core's first message is {}, not rukh.initialize: before the handshake is confirmed only rukh.initialize travels",
+            show(&first)
+        ))
+        .with("that frame", &first.raw));
+    }
+    // Hold the confirmation a moment: nothing else may come meanwhile.
+    let hold = Instant::now() + QUIET;
+    match s.recv(hold).await? {
+        Ev::Msg(g) => {
+            return Err(Failure::new(format!(
+                "the core sent {} before the handshake was confirmed",
+                show(&g)
+            ))
+            .with("that frame", &g.raw));
+        }
+        Ev::End(e) => return Err(Failure::new(format!("the core ended the session: {e}"))),
+        Ev::Timeout => {}
+    }
+    s.ready().await?;
+    s.complete(succeeded()).await?;
+    s.closing(0).await?;
+    let code = s.exit(cx).await?;
+    Ok(Verdict::Pass(format!(
+        "rukh.initialize first, nothing else before the confirmation; the session ran (exit {code})"
+    )))
+}
+
+#[cfg(unix)]
+async fn ext_early_request(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = launch_core(cx, None).await?;
+    s.initialize().await?;
+    let had_invoke = s.invoke.is_some();
+    let (id, msg) = s.call_msg(json!({}));
+    s.peer.send(&msg).await?;
+    let r = s
+        .rejected(
+            cx,
+            Some(&id),
+            "a rukh.call before the handshake was confirmed",
+        )
+        .await?;
+    if !had_invoke && s.invoke.is_some() {
+        return Err(Failure::new(
+            "the core sent rukh.invoke although the handshake was never confirmed",
+        ));
+    }
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = launch_core(cx, None).await?;
+    s.ready().await?;
+    let params = s
+        .init
+        .as_ref()
+        .map(|i| i.1.clone())
+        .ok_or_else(|| Failure::new("suite bug: initialize lost"))?;
+    let (inv_id, inv) = s
+        .invoke
+        .clone()
+        .ok_or_else(|| Failure::new("suite bug: invoke lost"))?;
+    let raw = s
+        .peer
+        .log
+        .iter()
+        .find(|g| id_of(g).as_deref() == Some(inv_id.as_str()))
+        .map(|g| g.raw.to_vec())
+        .unwrap_or_default();
+    for field in ["sessionId", "invocationId"] {
+        if let Some(v) = inv.get(field)
+            && Some(v) != params.get(field)
+        {
+            return Err(Failure::new(format!(
+                "rukh.invoke repeats {field} {v} but the session pinned {:?} (R-15)",
+                params.get(field)
+            ))
+            .with("the invoke", &raw));
+        }
+    }
+    let kind_pinned = params.get("kind");
+    if inv.get("kind") != kind_pinned {
+        return Err(Failure::new(format!(
+            "rukh.invoke is {:?} but the session pinned {kind_pinned:?} (one kind per session)",
+            inv.get("kind")
+        ))
+        .with("the invoke", &raw));
+    }
+    s.complete(succeeded()).await?;
+    s.closing(0).await?;
+    let code = s.exit(cx).await?;
+    Ok(Verdict::Pass(format!(
+        "initialize pins the session; after the exact echo the invoke is in the pinned context (exit {code})"
+    )))
+}
+
+#[cfg(unix)]
+async fn ext_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    s.complete(succeeded()).await?;
+    s.closing(0).await?;
+    let code = s.exit(cx).await?;
+    let invokes: Vec<&Got> = s
+        .core_reqs
+        .iter()
+        .filter(|g| g.is(Kind::Request, "rukh.invoke"))
+        .collect();
+    if let [_, second, ..] = invokes.as_slice() {
+        return Err(Failure::new(format!(
+            "the core sent {} rukh.invoke in one session (exactly one)",
+            invokes.len()
+        ))
+        .with("the second", &second.raw));
+    }
+    Ok(Verdict::Pass(format!(
+        "exactly one rukh.invoke in the session (exit {code})"
+    )))
+}
+
+#[cfg(unix)]
+async fn ext_refuse(cx: &mut Ctx, mismatch: bool) -> Result<Verdict, Failure> {
+    let mut s = launch_core(cx, None).await?;
+    let (id, params) = s.initialize().await?;
+    let had_invoke = s.invoke.is_some();
+    let what = if mismatch {
+        let other = format!(
+            "{}-other",
+            params
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .unwrap_or("s")
+        );
+        let r = with(ExtSide::echo(&params), "", "sessionId", json!(other));
+        s.respond(&id, r).await?;
+        "a confirmation of another session"
+    } else {
+        let code = s.sp.error("incompatible_session")?;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "capability not supported"}});
+        s.peer.send(&msg).await?;
+        "a refused rukh.initialize"
+    };
+    let r = s.rejected(cx, None, what).await?;
+    if !had_invoke && s.invoke.is_some() {
+        return Err(Failure::new(format!(
+            "the core sent rukh.invoke after {what}"
+        )));
+    }
+    Ok(Verdict::Pass(format!("no invoke; {r}")))
+}
+
+#[cfg(unix)]
+async fn ext_ids_own(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    s.complete(succeeded()).await?;
+    s.closing(0).await?;
+    s.exit(cx).await?;
+    let ids: Vec<String> = s.core_reqs.iter().filter_map(id_of).collect();
+    match gapless(&ids, "c:") {
+        Ok(()) => Ok(Verdict::Pass(format!(
+            "core request ids {}",
+            ids.join(", ")
+        ))),
+        Err((i, want)) => {
+            let got = ids.get(i).cloned().unwrap_or_default();
+            let raw = s
+                .core_reqs
+                .iter()
+                .find(|g| id_of(g).as_deref() == Some(got.as_str()))
+                .map(|g| g.raw.to_vec())
+                .unwrap_or_default();
+            Err(Failure::new(format!(
+                "core request {} has id {got}, expected {want}: ids are c:N, gapless and increasing from 1 (R-10)",
+                i + 1
+            ))
+            .with("that request", &raw))
+        }
+    }
+}
+
+/// After the invoke, send `frames` (raw payloads) and expect the core to fail the invocation.
+#[cfg(unix)]
+async fn ext_reject_after_invoke(
+    cx: &mut Ctx,
+    build: impl FnOnce(&mut ExtSide) -> (Option<String>, Vec<Vec<u8>>),
+    what: &str,
+) -> Result<String, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let (offending, frames) = build(&mut s);
+    for f in &frames {
+        s.peer.send_raw(f).await?;
+    }
+    s.rejected(cx, offending.as_deref(), what)
+        .await
+        .map_err(|e| {
+            frames.iter().fold(e, |e, f| {
+                e.with(
+                    format!("the frame with {what}"),
+                    &framed(&f[..f.len().min(256)]),
+                )
+            })
+        })
+}
+
+#[cfg(unix)]
+async fn ext_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let (a, msg) = s.call_msg(json!({}));
+    s.peer.send(&msg).await?;
+    s.answer(&a).await?;
+    s.next += 1;
+    let (b, msg) = s.call_msg(json!({}));
+    s.peer.send_raw(&to_bytes(&msg)).await?;
+    let r = s
+        .rejected(cx, Some(&b), &format!("rukh.call {b} after {a}"))
+        .await?;
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_ids_repeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let (a, msg) = s.call_msg(json!({}));
+    s.peer.send(&msg).await?;
+    s.answer(&a).await?;
+    s.peer.send_raw(&to_bytes(&msg)).await?;
+    let r = s
+        .rejected(cx, None, &format!("a second rukh.call {a}"))
+        .await?;
+    let answers = s
+        .peer
+        .log
+        .iter()
+        .filter(|g| {
+            matches!(kind(g), Some(Kind::Response | Kind::Error))
+                && id_of(g).as_deref() == Some(a.as_str())
+        })
+        .count();
+    if answers > 1 {
+        return Err(Failure::new(format!(
+            "the core answered {a} {answers} times"
+        )));
+    }
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let r = ext_reject_after_invoke(
+        cx,
+        |s| {
+            let (_, msg) = s.call_msg(json!({}));
+            let msg = with(msg, "", "id", json!("c:1"));
+            (Some("c:1".into()), vec![to_bytes(&msg)])
+        },
+        "a rukh.call with the core's prefix (id c:1)",
+    )
+    .await?;
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let r = ext_reject_after_invoke(
+        cx,
+        |_| {
+            (
+                None,
+                vec![to_bytes(
+                    &json!({"jsonrpc": "2.0", "id": "c:99", "result": {}}),
+                )],
+            )
+        },
+        "a response to the never-issued c:99",
+    )
+    .await?;
+    Ok(Verdict::Pass(r))
+}
+
+/// A carrier for the extension playing: a rukh.call with an open input.
+fn call_carrier(id: &str) -> Carrier {
+    Carrier {
+        msg: json!({"jsonrpc": "2.0", "id": id, "method": "rukh.call",
+                    "params": {"operation": "conformance.probe", "version": "1", "input": {}}}),
+        open: "/params/input",
+        pad: ("/params/input", "pad"),
+    }
+}
+
+/// An accepted rukh.call (any answer but a protocol error), then a normal end: exit 0.
+#[cfg(unix)]
+async fn ext_accept_call(
+    cx: &mut Ctx,
+    payload: &[u8],
+    id: &str,
+    what: &str,
+) -> Result<String, Failure> {
+    let mut s = ext_ready(cx).await?;
+    s.next += 1;
+    s.peer.send_raw(payload).await?;
+    let g = s.answer(id).await.map_err(|f| {
+        f.with(
+            format!("the rukh.call with {what}"),
+            &framed(&payload[..payload.len().min(256)]),
+        )
+    })?;
+    if let Some(code) = error_code(&g)
+        && s.sp.rejecting.contains(&code)
+        && Some(code) != s.sp.errors.get("operation_error").copied()
+    {
+        return Err(Failure::new(format!(
+            "the core refused a rukh.call with {what}, within the limit, with protocol error {code}"
+        ))
+        .with("its answer", &g.raw));
+    }
+    s.complete(succeeded()).await?;
+    s.closing(0).await?;
+    let want = s.sp.exit("succeeded")?;
+    s.expect_exit(cx, want, &format!("{what} accepted")).await
+}
+
+#[cfg(unix)]
+async fn ext_json(cx: &mut Ctx, case: JsonCase) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    let (bad, good) = json_case(&sp, case, &call_carrier("e:1"))?;
+    let mut seen = Vec::new();
+    if let Some((what, payload)) = good {
+        seen.push(ext_accept_call(cx, &payload, "e:1", &what).await?);
+    }
+    for (what, payload) in bad {
+        let r = ext_reject_after_invoke(
+            cx,
+            |s| {
+                s.next += 1;
+                (Some("e:1".into()), vec![payload.clone()])
+            },
+            &what,
+        )
+        .await?;
+        seen.push(r);
+    }
+    Ok(Verdict::Pass(seen.join("; ")))
+}
+
+#[cfg(unix)]
+async fn ext_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let code = Spec::new(cx)?.error("internal_error")?;
+    let r = ext_reject_after_invoke(
+        cx,
+        |s| {
+            let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+            let both = json!({"jsonrpc": "2.0", "id": id, "result": succeeded(),
+                              "error": {"code": code, "message": "both"}});
+            (None, vec![to_bytes(&both)])
+        },
+        "a completion with both result and error",
+    )
+    .await?;
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_frame_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    let max = sp.count("framePayloadMax")?;
+    let c = call_carrier("e:1");
+    let good = sized(&c.msg, "/params/input", "pad", max)?;
+    let ok = ext_accept_call(cx, &good, "e:1", &format!("a {max}-byte frame")).await?;
+    let mut s = ext_ready(cx).await?;
+    let prefix = ((max + 1) as u32).to_be_bytes();
+    s.peer.write_bytes(&prefix, s.wait).await?;
+    let body = vec![b' '; max + 1];
+    let _ = s.peer.write_bytes(&body, Duration::from_millis(500)).await;
+    let r = s
+        .rejected(cx, None, &format!("a {}-byte length prefix", max + 1))
+        .await
+        .map_err(|f| f.with("the length prefix", &prefix))?;
+    Ok(Verdict::Pass(format!("{ok}; {r}")))
+}
+
+#[cfg(unix)]
+async fn ext_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    let max = sp.count("lifecyclePayloadMax")?;
+    let mut seen = Vec::new();
+    for (size, accept) in [(max, true), (max + 1, false)] {
+        let mut s = launch_core(cx, None).await?;
+        let (id, params) = s.initialize().await?;
+        let had_invoke = s.invoke.is_some();
+        let msg = json!({"jsonrpc": "2.0", "id": id, "result": ExtSide::echo(&params)});
+        let payload = sized(&msg, "/result/adapter", "name", size)?;
+        s.peer.send_raw(&payload).await?;
+        let what = format!("a {size}-byte initialize result");
+        if accept {
+            s.until("rukh.invoke", |s| s.invoke.is_some())
+                .await
+                .map_err(|f| f.with("the result", &framed(&payload[..256.min(payload.len())])))?;
+            s.complete(succeeded()).await?;
+            s.closing(0).await?;
+            let want = s.sp.exit("succeeded")?;
+            seen.push(s.expect_exit(cx, want, &format!("{what} accepted")).await?);
+        } else {
+            let r = s.rejected(cx, None, &what).await?;
+            if !had_invoke && s.invoke.is_some() {
+                return Err(Failure::new(format!(
+                    "the core sent rukh.invoke after {what} (over the lifecycle cap)"
+                )));
+            }
+            seen.push(r);
+        }
+    }
+    Ok(Verdict::Pass(seen.join("; ")))
+}
+
+#[cfg(unix)]
+async fn ext_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let (a, msg) = s.call_msg(json!({"text": "démo ёж ✓"}));
+    let bytes = framed(&to_bytes(&msg));
+    for b in &bytes {
+        s.peer.write_bytes(std::slice::from_ref(b), s.wait).await?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let g = s.answer(&a).await?;
+    if g.at_ptr("/error/code").and_then(Value::as_i64) == s.sp.errors.get("parse_error").copied() {
+        return Err(
+            Failure::new("a rukh.call sent byte by byte was not parsed").with("the answer", &g.raw)
+        );
+    }
+    // A call and the completion in one write.
+    let (b, call) = s.call_msg(json!({}));
+    let inv = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+    let done = json!({"jsonrpc": "2.0", "id": inv, "result": succeeded()});
+    let mut merged = framed(&to_bytes(&call));
+    merged.extend(framed(&to_bytes(&done)));
+    s.peer.write_bytes(&merged, s.wait).await?;
+    s.answer(&b).await?;
+    s.closing(0).await?;
+    let want = s.sp.exit("succeeded")?;
+    let e = s.expect_exit(cx, want, "split and merged frames").await?;
+    Ok(Verdict::Pass(e))
+}
+
+#[cfg(unix)]
+async fn ext_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let limit = s.sp.secs("incompleteFrameSeconds")?;
+    // Idle is not an incomplete frame.
+    tokio::time::sleep(limit + QUIET).await;
+    let (a, msg) = s.call_msg(json!({}));
+    s.peer.send(&msg).await?;
+    s.answer(&a).await?;
+    let (_, msg) = s.call_msg(json!({}));
+    let bytes = framed(&to_bytes(&msg));
+    let part = bytes[..bytes.len() / 2].to_vec();
+    let start = Instant::now();
+    s.peer.write_bytes(&part, s.wait).await?;
+    let bound = limit + SLACK;
+    loop {
+        match s.recv(start + bound).await? {
+            Ev::Msg(_) => {}
+            Ev::End(_) => break,
+            Ev::Timeout => {
+                return Err(Failure::new(format!(
+                    "a frame begun and stalled did not end the session within {bound:?} ({limit:?} from its first byte, P3.5)"
+                ))
+                .with("the partial frame", &part));
+            }
+        }
+    }
+    let took = start.elapsed();
+    s.release(0);
+    let want = s.sp.exit("execution_failed")?;
+    let e = s.expect_exit(cx, want, "a stalled frame").await?;
+    Ok(Verdict::Pass(format!(
+        "idle {:?} kept the session; the stalled frame ended it after {} ms; {e}",
+        limit + QUIET,
+        took.as_millis()
+    )))
+}
+
+#[cfg(unix)]
+async fn ext_unknown_method(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let id = s.id();
+    let msg = json!({"jsonrpc": "2.0", "id": id, "method": "conformance.unknown", "params": {}});
+    s.peer.send_raw(&to_bytes(&msg)).await?;
+    let g = s.answer(&id).await?;
+    let want = s.sp.error("method_not_found")?;
+    if error_code(&g) != Some(want) {
+        return Err(Failure::new(format!(
+            "an unknown method was answered with {:?}, not method_not_found ({want}) (R-20)",
+            error_code(&g)
+        ))
+        .with("the answer", &g.raw));
+    }
+    let note = json!({"jsonrpc": "2.0", "method": "conformance.unknown", "params": {}});
+    s.peer.send_raw(&to_bytes(&note)).await?;
+    s.complete(succeeded()).await?;
+    s.closing(0).await?;
+    let ok = s.sp.exit("succeeded")?;
+    let e = s
+        .expect_exit(cx, ok, "after an unknown method and notification")
+        .await?;
+    Ok(Verdict::Pass(format!("answered {want}; {e}")))
+}
+
+#[cfg(unix)]
+async fn ext_wrong_direction(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let r = ext_reject_after_invoke(
+        cx,
+        |s| {
+            let id = s.id();
+            let msg = CoreSide::invoke_msg(&id, json!({}));
+            (Some(id), vec![to_bytes(&msg)])
+        },
+        "a rukh.invoke request from the extension",
+    )
+    .await?;
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_context(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let r = ext_reject_after_invoke(
+        cx,
+        |s| {
+            let (id, msg) = s.call_msg(json!({}));
+            let msg = with(msg, "/params", "sessionId", json!("s-not-this-session"));
+            (Some(id), vec![to_bytes(&msg)])
+        },
+        "a rukh.call repeating another sessionId",
+    )
+    .await?;
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_after_completion(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    s.complete(succeeded()).await?;
+    let (id, msg) = s.call_msg(json!({}));
+    s.peer.send(&msg).await?;
+    let g = s.answer(&id).await?;
+    if is_success(&g) {
+        return Err(Failure::new(
+            "the core ran a rukh.call that came after the completion message (no new work, R-29)",
+        )
+        .with("its answer", &g.raw));
+    }
+    let want = s.sp.error("session_closing")?;
+    if error_code(&g) != Some(want) {
+        return Err(Failure::new(format!(
+            "new work after the completion was refused with {:?}, not session_closing ({want})",
+            error_code(&g)
+        ))
+        .with("its answer", &g.raw));
+    }
+    s.closing(0).await?;
+    let ok = s.sp.exit("succeeded")?;
+    let e = s.expect_exit(cx, ok, "after the refused call").await?;
+    Ok(Verdict::Pass(format!("refused with {want}; {e}")))
+}
+
+#[cfg(unix)]
+async fn ext_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let r = ext_reject_after_invoke(
+        cx,
+        |s| {
+            let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+            let help = json!({"jsonrpc": "2.0", "id": id,
+                              "result": {"status": "succeeded", "help": {"summary": "describe data"}}});
+            (None, vec![to_bytes(&help)])
+        },
+        "a describe completion (help) in an execute session",
+    )
+    .await?;
+    Ok(Verdict::Pass(r))
+}
+
+/// Log records: a burst over the rate, a malformed one and one over the lifecycle cap.
+#[cfg(unix)]
+async fn ext_log_intake(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let rate = s.sp.count("logIntakeRecordsRate")? as u64;
+    let cap = s.sp.count("lifecyclePayloadMax")?;
+    let rec = json!({"jsonrpc": "2.0", "method": "rukh.log", "params": {"level": "info", "message": "conformance flood"}});
+    let n = rate * 3;
+    for _ in 0..n {
+        s.peer.send(&rec).await?;
+    }
+    let bad = json!({"jsonrpc": "2.0", "method": "rukh.log", "params": {"message": "no level"}});
+    s.peer.send_raw(&to_bytes(&bad)).await?;
+    let big = sized(&rec, "/params", "message", cap + 1)?;
+    s.peer.send_raw(&big).await?;
+    // The core still answers us and completes normally.
+    let (id, msg) = s.call_msg(json!({}));
+    s.peer.send(&msg).await?;
+    s.answer(&id).await?;
+    let answered_logs = s
+        .peer
+        .log
+        .iter()
+        .filter(|g| {
+            matches!(kind(g), Some(Kind::Response | Kind::Error))
+                && id_of(g).as_deref() != Some(id.as_str())
+        })
+        .count();
+    if answered_logs > 0 {
+        return Err(Failure::new(format!(
+            "the core answered {answered_logs} log notification(s): records are never answered"
+        )));
+    }
+    s.complete(succeeded()).await?;
+    s.closing(0).await?;
+    let ok = s.sp.exit("succeeded")?;
+    let e = s
+        .expect_exit(
+            cx,
+            ok,
+            &format!(
+                "{n} records at once, a malformed one and a {}-byte one",
+                cap + 1
+            ),
+        )
+        .await?;
+    Ok(Verdict::Pass(e))
+}
+
+/// Log records in a continuous stream until the core cancels.
+#[cfg(unix)]
+async fn ext_flood_until_cancel(
+    s: &mut ExtSide,
+    until: Instant,
+) -> Result<Option<Duration>, Failure> {
+    let rec = json!({"jsonrpc": "2.0", "method": "rukh.log", "params": {"level": "debug", "message": "conformance stream"}});
+    let start = Instant::now();
+    while s.cancel.is_none() {
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        for _ in 0..FLOOD_BURST {
+            s.peer.send(&rec).await?;
+        }
+        match s.recv((Instant::now() + FLOOD_PAUSE).min(until)).await? {
+            Ev::End(e) => {
+                return Err(s.last(Failure::new(format!("the core ended the session: {e}"))));
+            }
+            Ev::Msg(_) | Ev::Timeout => {}
+        }
+    }
+    Ok(Some(start.elapsed()))
+}
+
+#[cfg(unix)]
+async fn ext_cancel_flood(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let until = Instant::now() + s.wait;
+    // Stream for a moment, then the user cancels; keep streaming.
+    let pre = Instant::now() + QUIET;
+    ext_flood_until_cancel(&mut s, pre).await?;
+    cx.signal_child(nix::sys::signal::Signal::SIGINT)?;
+    let Some(_) = ext_flood_until_cancel(&mut s, until).await? else {
+        return Err(Failure::new(format!(
+            "no rukh.cancel within {:?} of SIGINT while logs streamed (lifecycle reserve, P3.7 item 7)",
+            s.wait
+        )));
+    };
+    let (id, _, _) = s
+        .cancel
+        .clone()
+        .ok_or_else(|| Failure::new("suite bug: cancel lost"))?;
+    s.respond(&id, json!({})).await?;
+    s.release(0);
+    let want = s.sp.exit("user_request")?;
+    let e = s
+        .expect_exit(cx, want, "cancelled under a log stream")
+        .await?;
+    Ok(Verdict::Pass(e))
+}
+
+/// Keep the invocation running until the core cancels; the cancel's reason.
+#[cfg(unix)]
+async fn ext_await_cancel(s: &mut ExtSide) -> Result<(String, String), Failure> {
+    s.until("rukh.cancel", |s| s.cancel.is_some()).await?;
+    let (id, params, _) = s
+        .cancel
+        .clone()
+        .ok_or_else(|| Failure::new("suite bug: cancel lost"))?;
+    let reason = params
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    Ok((id, reason))
+}
+
+#[cfg(unix)]
+async fn ext_exit_signal(
+    cx: &mut Ctx,
+    sig: nix::sys::signal::Signal,
+    reason: &str,
+) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    // The user interrupts a running command, not one still being set up.
+    tokio::time::sleep(QUIET).await;
+    cx.signal_child(sig)?;
+    let (id, got) = ext_await_cancel(&mut s).await?;
+    if got != reason {
+        return Err(Failure::new(format!(
+            "{sig} was announced with reason {got:?}, want {reason}"
+        ))
+        .with(
+            "the rukh.cancel",
+            &s.core_reqs
+                .last()
+                .map(|g| g.raw.to_vec())
+                .unwrap_or_default(),
+        ));
+    }
+    s.respond(&id, json!({})).await?;
+    s.release(0);
+    let want = s.sp.exit(reason)?;
+    let e = s
+        .expect_exit(cx, want, &format!("{sig} → rukh.cancel {reason}"))
+        .await?;
+    Ok(Verdict::Pass(e))
+}
+
+#[cfg(unix)]
+async fn ext_exit_user(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    ext_exit_signal(cx, nix::sys::signal::Signal::SIGINT, "user_request").await
+}
+
+#[cfg(unix)]
+async fn ext_exit_owner(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    ext_exit_signal(cx, nix::sys::signal::Signal::SIGTERM, "owner_shutdown").await
+}
+
+#[cfg(unix)]
+async fn ext_exit_deadline(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    if !has_deadline_placeholder(cx) {
+        return Ok(Verdict::Skip(format!(
+            "the core command has no {DEADLINE_MS} placeholder for its invocation deadline"
+        )));
+    }
+    let mut s = launch_core(cx, Some(SHORT_DEADLINE)).await?;
+    s.ready().await?;
+    let (_, got) = ext_await_cancel(&mut s).await?;
+    if got != "deadline_exceeded" {
+        return Err(Failure::new(format!(
+            "the invocation deadline was announced with reason {got:?}, want deadline_exceeded"
+        )));
+    }
+    // The extension ignores the cancel: the core must stop it within the single stop deadline.
+    let cancelled = Instant::now();
+    let want = s.sp.exit("deadline_exceeded")?;
+    let e = s
+        .expect_exit(cx, want, "invocation deadline, cancel ignored")
+        .await?;
+    let bound = s.sp.secs("stopDeadlineSeconds")? + SLACK;
+    if cancelled.elapsed() > bound {
+        return Err(Failure::new(format!(
+            "the core took {:?} to stop an extension that ignores rukh.cancel (stop deadline {bound:?})",
+            cancelled.elapsed()
+        )));
+    }
+    Ok(Verdict::Pass(format!(
+        "{e}, {} ms after the cancel it ignored",
+        cancelled.elapsed().as_millis()
+    )))
+}
+
+#[cfg(unix)]
+async fn ext_cancel_stop(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    tokio::time::sleep(QUIET).await;
+    cx.signal_child(nix::sys::signal::Signal::SIGINT)?;
+    ext_await_cancel(&mut s).await?;
+    // Ignore the cancel entirely: no ack, channel open, process alive.
+    let cancelled = Instant::now();
+    let want = s.sp.exit("user_request")?;
+    let e = s
+        .expect_exit(cx, want, "cancel ignored by the extension")
+        .await?;
+    let bound = s.sp.secs("stopDeadlineSeconds")? + SLACK;
+    if cancelled.elapsed() > bound {
+        return Err(Failure::new(format!(
+            "the core took {:?} to stop an extension that ignores rukh.cancel (stop deadline {bound:?})",
+            cancelled.elapsed()
+        )));
+    }
+    Ok(Verdict::Pass(format!(
+        "{e}, {} ms after the cancel it ignored",
+        cancelled.elapsed().as_millis()
+    )))
+}
+
+#[cfg(unix)]
+async fn ext_precedence(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    tokio::time::sleep(QUIET).await;
+    cx.signal_child(nix::sys::signal::Signal::SIGINT)?;
+    let (id, _) = ext_await_cancel(&mut s).await?;
+    // A late success after the accepted cancel: discarded, counted; cancelled stays.
+    s.complete(succeeded()).await?;
+    s.respond(&id, json!({})).await?;
+    s.release(0);
+    let want = s.sp.exit("user_request")?;
+    let e = s
+        .expect_exit(cx, want, "succeeded completion after the accepted cancel")
+        .await?;
+    Ok(Verdict::Pass(e))
+}
+
+#[cfg(unix)]
+async fn ext_outcome(cx: &mut Ctx, fail: bool) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    if !fail {
+        let code = ext_session(cx, succeeded(), 0).await?;
+        let want = sp.exit("succeeded")?;
+        if i64::from(code) != want {
+            return Err(Failure::new(format!(
+                "succeeded completion and exit 0: the core exited {code}, want {want}"
+            )));
+        }
+        return Ok(Verdict::Pass(format!("succeeded → exit {code}")));
+    }
+    // The command's own code, also one that equals a CLI code (one number never decides).
+    let own = [PROBE_EXIT, sp.exit("deadline_exceeded")?];
+    let mut seen = Vec::new();
+    for c in own {
+        let done =
+            json!({"status": "command_failed", "exitCode": c, "message": "conformance failure"});
+        let code = ext_session(cx, done, c).await?;
+        if i64::from(code) != c {
+            return Err(Failure::new(format!(
+                "command_failed with exitCode {c} and process exit {c}: the core exited {code}, want {c}"
+            )));
+        }
+        seen.push(format!("command_failed {c} → exit {code}"));
+    }
+    Ok(Verdict::Pass(seen.join("; ")))
+}
+
+#[cfg(unix)]
+async fn ext_exit_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let sp = Spec::new(cx)?;
+    let want = sp.exit("execution_failed")?;
+    let cases = [
+        (
+            json!({"status": "command_failed", "exitCode": PROBE_EXIT}),
+            PROBE_EXIT + 1,
+            format!(
+                "command_failed reporting {PROBE_EXIT} but exit {}",
+                PROBE_EXIT + 1
+            ),
+        ),
+        (
+            succeeded(),
+            PROBE_EXIT,
+            format!("succeeded but exit {PROBE_EXIT}"),
+        ),
+        (
+            json!({"status": "command_failed"}),
+            0,
+            "command_failed but exit 0".to_string(),
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (done, exit, what) in cases {
+        let code = ext_session(cx, done, exit).await?;
+        if i64::from(code) != want {
+            return Err(Failure::new(format!(
+                "{what}: the core exited {code}, want {want} (P3.6 rule 15)"
+            )));
+        }
+        seen.push(format!("{what} → {code}"));
+    }
+    Ok(Verdict::Pass(seen.join("; ")))
+}
+
+#[cfg(unix)]
+async fn ext_invoke_error(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+    let code = s.sp.error("internal_error")?;
+    let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "conformance failure"}});
+    s.peer.send(&msg).await?;
+    // The core may still close; acknowledge and end normally.
+    let _ = s.closing(0).await;
+    let want = s.sp.exit("execution_failed")?;
+    let e = s
+        .expect_exit(cx, want, "an error response to rukh.invoke")
+        .await?;
+    Ok(Verdict::Pass(e))
+}
+
+#[cfg(unix)]
+async fn ext_early_eof(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    s.release(0);
+    let want = s.sp.exit("execution_failed")?;
+    let e = s
+        .expect_exit(cx, want, "EOF before the completion, exit 0")
+        .await?;
+    Ok(Verdict::Pass(e))
+}
+
+#[cfg(unix)]
+async fn ext_duplicate_completion(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let r = ext_reject_after_invoke(
+        cx,
+        |s| {
+            let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+            let done = to_bytes(&json!({"jsonrpc": "2.0", "id": id, "result": succeeded()}));
+            (None, vec![done.clone(), done])
+        },
+        "two completion messages",
+    )
+    .await?;
+    Ok(Verdict::Pass(r))
+}
+
+#[cfg(unix)]
+async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let mut s = ext_ready(cx).await?;
+    let cap = s.sp.command_result.clone().unwrap_or_default();
+    let offered = s
+        .init
+        .as_ref()
+        .and_then(|i| i.1.get("capabilities"))
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|c| c.as_str() == Some(cap.as_str())));
+    if offered {
+        s.complete(succeeded()).await?;
+        s.closing(0).await?;
+        return Ok(Verdict::Skip(format!(
+            "the core selected {cap}; run the core without it to check the rule"
+        )));
+    }
+    let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+    let msg = json!({"jsonrpc": "2.0", "id": id, "result": {"status": "succeeded", "commandResult": {"n": 1}}});
+    s.peer.send(&msg).await?;
+    let r = s
+        .rejected(cx, None, &format!("commandResult without {cap}"))
+        .await?;
+    Ok(Verdict::Pass(r))
+}
+
+// ---------------------------------------------------------------------------
+// The stand-in extension (`contract-proxy peer rukh-link`).
+
+/// `peer rukh-link` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LinkArgs {
+    /// The suite's private unix socket.
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// The inherited control end (default: $RUKH_IPC_FD, else 3).
+    #[arg(long)]
+    pub fd: Option<i32>,
+    /// Longest wait for the suite's exit instruction, in seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub wait: f64,
+}
+
+/// Hand the inherited control end to the suite, close our copy, and exit with the code
+/// the suite writes back (a decimal line); `LINK_ORPHAN_EXIT` if the suite goes away.
+#[cfg(unix)]
+pub fn link(a: LinkArgs) -> Result<i32, PeerError> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    use std::io::BufRead;
+    use std::os::fd::AsRawFd;
+    let fd =
+        a.fd.or_else(|| {
+            std::env::var("RUKH_IPC_FD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(3);
+    if fd <= 2 {
+        return Err(PeerError::Usage(format!("--fd {fd} is a standard stream")));
+    }
+    let wait = Duration::try_from_secs_f64(a.wait)
+        .map_err(|e| PeerError::Usage(format!("--wait: {e}")))?;
+    let sock = std::os::unix::net::UnixStream::connect(&a.socket)
+        .map_err(|e| PeerError::Failed(format!("connecting {}: {e}", a.socket.display())))?;
+    let fds = [fd];
+    sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[std::io::IoSlice::new(b"F")],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(|e| PeerError::Failed(format!("passing fd {fd}: {e}")))?;
+    // The suite holds the end now; ours must not keep the channel open.
+    nix::unistd::close(fd).map_err(|e| PeerError::Failed(format!("closing fd {fd}: {e}")))?;
+    sock.set_read_timeout(Some(wait))
+        .map_err(|e| PeerError::Failed(e.to_string()))?;
+    let mut line = String::new();
+    match std::io::BufReader::new(&sock).read_line(&mut line) {
+        Ok(n) if n > 0 => line
+            .trim()
+            .parse()
+            .map_err(|e| PeerError::Failed(format!("bad exit instruction {line:?}: {e}"))),
+        _ => {
+            eprintln!(
+                "contract-proxy peer rukh-link: the suite went away; exiting {LINK_ORPHAN_EXIT}"
+            );
+            Ok(LINK_ORPHAN_EXIT)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The table.
+
+/// `fn name(cx) -> BodyFuture` for each `name => expression using cx`.
+macro_rules! bodies {
+    ($cx:ident; $($name:ident => $e:expr),* $(,)?) => {
+        $(fn $name($cx: &mut Ctx) -> BodyFuture<'_> { Box::pin($e) })*
+    };
+}
+
+bodies! { cx;
+    c_dup => core_json(cx, JsonCase::DuplicateKey),
+    c_bom => core_json(cx, JsonCase::Bom),
+    c_sur => core_json(cx, JsonCase::LoneSurrogate),
+    c_utf => core_json(cx, JsonCase::InvalidUtf8),
+    c_int => core_json(cx, JsonCase::UnsafeInteger),
+    c_nan => core_json(cx, JsonCase::NonFinite),
+    c_trail => core_json(cx, JsonCase::Trailing),
+    c_depth => core_json(cx, JsonCase::Depth),
+    c_items => core_json(cx, JsonCase::Items),
+    c_nonobj => core_json(cx, JsonCase::NonObject),
+    c_shape => core_response_shape(cx),
+    c_fsize => core_frame_size(cx),
+    c_lsize => core_lifecycle_size(cx),
+    c_split => core_split_merge(cx),
+    c_incomplete => core_incomplete(cx),
+    c_before => core_before_init(cx),
+    c_confirm => core_confirm(cx),
+    c_incompat => core_incompatible(cx),
+    c_once => core_once(cx),
+    c_kind => core_kind(cx),
+    c_ids_own => core_ids_own(cx),
+    c_ids_gap => core_ids_gap(cx),
+    c_ids_repeat => core_ids_repeat(cx),
+    c_ids_prefix => core_ids_prefix(cx),
+    c_ids_unknown => core_ids_unknown(cx),
+    c_denial => core_denial(cx),
+    c_unknown => core_unknown_method(cx),
+    c_wrongdir => core_wrong_direction(cx),
+    c_cancel => core_cancel(cx),
+    c_ok => core_outcome(cx, false),
+    c_failed => core_outcome(cx, true),
+}
+
+#[cfg(unix)]
+bodies! { cx;
+    e_dup => ext_json(cx, JsonCase::DuplicateKey),
+    e_bom => ext_json(cx, JsonCase::Bom),
+    e_sur => ext_json(cx, JsonCase::LoneSurrogate),
+    e_utf => ext_json(cx, JsonCase::InvalidUtf8),
+    e_int => ext_json(cx, JsonCase::UnsafeInteger),
+    e_nan => ext_json(cx, JsonCase::NonFinite),
+    e_trail => ext_json(cx, JsonCase::Trailing),
+    e_depth => ext_json(cx, JsonCase::Depth),
+    e_items => ext_json(cx, JsonCase::Items),
+    e_nonobj => ext_json(cx, JsonCase::NonObject),
+    e_shape => ext_response_shape(cx),
+    e_fsize => ext_frame_size(cx),
+    e_lsize => ext_lifecycle_size(cx),
+    e_split => ext_split_merge(cx),
+    e_incomplete => ext_incomplete(cx),
+    e_first => ext_first(cx),
+    e_confirm => ext_confirm(cx),
+    e_incompat => ext_refuse(cx, false),
+    e_mismatch => ext_refuse(cx, true),
+    e_early => ext_early_request(cx),
+    e_kind => ext_kind(cx),
+    e_once => ext_once(cx),
+    e_ids_own => ext_ids_own(cx),
+    e_ids_gap => ext_ids_gap(cx),
+    e_ids_repeat => ext_ids_repeat(cx),
+    e_ids_prefix => ext_ids_prefix(cx),
+    e_ids_unknown => ext_ids_unknown(cx),
+    e_unknown => ext_unknown_method(cx),
+    e_wrongdir => ext_wrong_direction(cx),
+    e_context => ext_context(cx),
+    e_after => ext_after_completion(cx),
+    e_log => ext_log_intake(cx),
+    e_flood => ext_cancel_flood(cx),
+    e_cancel => ext_cancel_stop(cx),
+    e_prec => ext_precedence(cx),
+    e_ok => ext_outcome(cx, false),
+    e_failed => ext_outcome(cx, true),
+    e_mismatch_exit => ext_exit_mismatch(cx),
+    e_invoke_err => ext_invoke_error(cx),
+    e_eof => ext_early_eof(cx),
+    e_dup_done => ext_duplicate_completion(cx),
+    e_cr => ext_command_result(cx),
+    e_user => ext_exit_user(cx),
+    e_owner => ext_exit_owner(cx),
+    e_deadline => ext_exit_deadline(cx),
+}
+
+/// A body playing the extension (descriptor passing needs unix).
+macro_rules! ext {
+    ($f:ident) => {{
+        #[cfg(unix)]
+        let b: Result<Body, &'static str> = Ok($f);
+        #[cfg(not(unix))]
+        let b: Result<Body, &'static str> =
+            Err("playing the extension needs descriptor passing (unix)");
+        b
+    }};
+}
+
+/// Why a check binds only the extension (run it playing the core).
+const ONLY_EXT: &str = "the rule binds the extension; run --play core against an extension";
+/// Why a check binds only the core (run it playing the extension).
+const ONLY_CORE: &str = "the rule binds the core; run --play extension against a core";
+
+/// id, title, seed section, body playing the core, body playing the extension.
+type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Result<Body, &'static str>,
+    Result<Body, &'static str>,
+);
+
+/// The suite for `role` (`core` or `extension`), in order; `None` for another role.
+pub fn checks(role: &str) -> Option<Vec<Check>> {
+    let core = match role {
+        "core" => true,
+        "extension" => false,
+        _ => return None,
+    };
+    let rows: Vec<Row> = vec![
+        (
+            "rukh.json.duplicate-key",
+            "a duplicate object key is rejected before any handler; the session ends",
+            "Frame format and value representation; P3.6 rule 3; P3.7 item 5 (R-19)",
+            Ok(c_dup),
+            ext!(e_dup),
+        ),
+        (
+            "rukh.json.bom",
+            "a byte-order mark is rejected",
+            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
+            Ok(c_bom),
+            ext!(e_bom),
+        ),
+        (
+            "rukh.json.lone-surrogate",
+            "a lone surrogate (not a Unicode scalar value) is rejected",
+            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
+            Ok(c_sur),
+            ext!(e_sur),
+        ),
+        (
+            "rukh.json.invalid-utf8",
+            "invalid UTF-8 is rejected",
+            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
+            Ok(c_utf),
+            ext!(e_utf),
+        ),
+        (
+            "rukh.json.unsafe-integer",
+            "integers ±(2^53−1) pass; one beyond either end is rejected",
+            "Frame format and value representation; P3.6 rule 3; P3.7 item 5 (jsonSafeIntegerMax, R-36)",
+            Ok(c_int),
+            ext!(e_int),
+        ),
+        (
+            "rukh.json.non-finite",
+            "non-finite numbers (1e400, NaN) are rejected",
+            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
+            Ok(c_nan),
+            ext!(e_nan),
+        ),
+        (
+            "rukh.json.trailing-bytes",
+            "bytes after the JSON object in a frame are rejected",
+            "Frame format and value representation; P3.6 rule 4",
+            Ok(c_trail),
+            ext!(e_trail),
+        ),
+        (
+            "rukh.json.depth",
+            "depth 32 passes, 33 is rejected (the top-level object is depth 1)",
+            "Load, log and UI events (limits); P3.7 item 5 (jsonDepthMax, R-5)",
+            Ok(c_depth),
+            ext!(e_depth),
+        ),
+        (
+            "rukh.json.items",
+            "4 096 fields plus elements pass, 4 097 are rejected",
+            "Load, log and UI events (limits); P3.7 item 5 (jsonItemsMax)",
+            Ok(c_items),
+            ext!(e_items),
+        ),
+        (
+            "rukh.json.non-object",
+            "a batch array or a bare value is rejected (one JSON object per frame)",
+            "Frame format and value representation; Requests, responses and events; P3.6 rule 4 (R-3)",
+            Ok(c_nonobj),
+            ext!(e_nonobj),
+        ),
+        (
+            "rukh.profile.response-shape",
+            "a response with both result and error is rejected",
+            "Requests, responses and events; P3.6 rule 6",
+            Ok(c_shape),
+            ext!(e_shape),
+        ),
+        (
+            "rukh.frame.size",
+            "a 1 MiB frame passes; a longer length prefix is rejected",
+            "Load, log and UI events (limits); P3.6 rule 1; P3.7 item 5 (framePayloadMax)",
+            Ok(c_fsize),
+            ext!(e_fsize),
+        ),
+        (
+            "rukh.frame.lifecycle-size",
+            "rukh.initialize (request or result) at 16 KiB passes, one byte more is rejected",
+            "Load, log and UI events (limits); P3.6 rule 1; P3.7 item 5 (lifecyclePayloadMax, R-4)",
+            Ok(c_lsize),
+            ext!(e_lsize),
+        ),
+        (
+            "rukh.frame.split-merge",
+            "a frame split byte by byte (UTF-8 split) and two frames in one write are parsed",
+            "Frame format and value representation; P3.7 item 4",
+            Ok(c_split),
+            ext!(e_split),
+        ),
+        (
+            "rukh.frame.incomplete",
+            "idle is allowed; a begun frame must complete within 2 s or the session ends",
+            "Load, log and UI events (limits); P3.6 rule 2; P3.7 item 8 (incompleteFrameSeconds)",
+            Ok(c_incomplete),
+            ext!(e_incomplete),
+        ),
+        (
+            "rukh.handshake.before-initialize",
+            "before the confirmation only rukh.initialize and its answer travel; nothing else reaches a handler",
+            "Session identity and handshake; P3.6 rule 8; P3.7 item 9 (R-38)",
+            Ok(c_before),
+            ext!(e_first),
+        ),
+        (
+            "rukh.handshake.confirm",
+            "the handshake confirms the pinned session exactly (no downgrade); the invoke stays in that context",
+            "Session identity and handshake; P3.2 (R-8, R-15)",
+            Ok(c_confirm),
+            ext!(e_confirm),
+        ),
+        (
+            "rukh.handshake.incompatible",
+            "an unsupported mandatory capability is refused (-32003) and prevents the invocation (125)",
+            "Session identity and handshake; P3.3 outcomes; P3.7 item 9 (R-8)",
+            Ok(c_incompat),
+            ext!(e_incompat),
+        ),
+        (
+            "rukh.handshake.mismatch",
+            "a confirmation of another session prevents the invocation (execution_failed, 125)",
+            "Session identity and handshake; Completion and transport errors; P3.7 item 9",
+            Err(ONLY_CORE),
+            ext!(e_mismatch),
+        ),
+        (
+            "rukh.handshake.early-request",
+            "a request from the extension before the confirmation never reaches a handler (125, no invoke)",
+            "Session identity and handshake; P3.6 rule 8; P3.7 item 9",
+            Err(
+                "playing the core, the suite sends nothing early; an extension's early messages fail rukh.handshake.confirm",
+            ),
+            ext!(e_early),
+        ),
+        (
+            "rukh.invoke.kind",
+            "execute cannot become describe (nor complete with describe's help)",
+            "Frame format and value representation; P3.6 rule 11 (R-13)",
+            Ok(c_kind),
+            ext!(e_kind),
+        ),
+        (
+            "rukh.invoke.once",
+            "one rukh.invoke per session; a second one is refused (-32002) and not run",
+            "Session identity and handshake; P3.6 rule 11",
+            Ok(c_once),
+            ext!(e_once),
+        ),
+        (
+            "rukh.ids.own",
+            "the implementation's request ids are its direction prefix and a gapless counter from 1",
+            "Requests, responses and events (request IDs); P3.6 rule 7 (R-10)",
+            Ok(c_ids_own),
+            ext!(e_ids_own),
+        ),
+        (
+            "rukh.ids.gap",
+            "a skipped request id is a protocol error: not performed, the session ends",
+            "Requests, responses and events (request IDs); P3.6 rule 7; P3.7 item 6",
+            Ok(c_ids_gap),
+            ext!(e_ids_gap),
+        ),
+        (
+            "rukh.ids.repeat",
+            "a repeated (or decreasing) request id is a protocol error: not performed, never answered twice",
+            "Requests, responses and events (request IDs); P3.6 rule 7; P3.7 item 6",
+            Ok(c_ids_repeat),
+            ext!(e_ids_repeat),
+        ),
+        (
+            "rukh.ids.wrong-prefix",
+            "a request id with the other direction's prefix is a protocol error",
+            "Requests, responses and events (request IDs); P3.6 rule 7",
+            Ok(c_ids_prefix),
+            ext!(e_ids_prefix),
+        ),
+        (
+            "rukh.ids.unknown-response",
+            "a response to a never-issued (future) id is a protocol error",
+            "Requests, responses and events (request IDs); P3.6 rule 7",
+            Ok(c_ids_unknown),
+            ext!(e_ids_unknown),
+        ),
+        (
+            "rukh.call.denial",
+            "an ordinary denial (typed operation error) keeps the session healthy",
+            "Requests, responses and events; P3.7 item 10 (R-30)",
+            Ok(c_denial),
+            Err(ONLY_EXT),
+        ),
+        (
+            "rukh.call.unknown-method",
+            "an unknown method is answered -32601 and the session goes on; an unknown notification is ignored",
+            "Requests, responses and events (R-20)",
+            Ok(c_unknown),
+            ext!(e_unknown),
+        ),
+        (
+            "rukh.call.wrong-direction",
+            "a method of the other direction is a protocol error",
+            "Requests, responses and events; P3.2 method table (R-19)",
+            Ok(c_wrongdir),
+            ext!(e_wrongdir),
+        ),
+        (
+            "rukh.call.context",
+            "a rukh.call repeating another session id is a protocol error (context mismatch)",
+            "Session identity and handshake; P3.6 rule 9 (R-15)",
+            Err(ONLY_CORE),
+            ext!(e_context),
+        ),
+        (
+            "rukh.call.after-completion",
+            "after the completion message no new work is accepted (-32007)",
+            "Completion and transport errors; P3.7 item 13 (R-29)",
+            Err(ONLY_CORE),
+            ext!(e_after),
+        ),
+        (
+            "rukh.log.intake",
+            "log floods, malformed and over-cap records are dropped and counted, never a command error",
+            "Load, log and UI events; P3.6 rule 12; P3.7 item 7 (R-16, R-26, R-41)",
+            Err(ONLY_CORE),
+            ext!(e_log),
+        ),
+        (
+            "rukh.log.cancel-under-flood",
+            "cancel goes through while the extension streams logs (lifecycle reserve)",
+            "Load, log and UI events; P3.7 item 7",
+            Err(ONLY_CORE),
+            ext!(e_flood),
+        ),
+        (
+            "rukh.cancel.stop",
+            "after rukh.cancel the extension stops within the voluntary stop; one that ignores it is stopped within the stop deadline",
+            "Completion and transport errors; P3.5 (voluntaryStopSeconds, stopDeadlineSeconds); P3.7 item 13",
+            Ok(c_cancel),
+            ext!(e_cancel),
+        ),
+        (
+            "rukh.cancel.precedence",
+            "a cancel accepted before the result wins over a late succeeded completion (discarded as late)",
+            "Completion and transport errors; P3.4 precedence 1, 2; P3.2 late responses",
+            Err(ONLY_CORE),
+            ext!(e_prec),
+        ),
+        (
+            "rukh.outcome.succeeded",
+            "succeeded completion, close acknowledged, process exit 0 → CLI exit 0",
+            "Completion and transport errors; P3.6 rule 15; P3.7 item 15",
+            Ok(c_ok),
+            ext!(e_ok),
+        ),
+        (
+            "rukh.outcome.command-failed",
+            "command_failed with the command's own exit code, which the CLI reports (even 124)",
+            "Completion and transport errors (CLI exit codes); P3.6 rule 15; P3.7 item 15 (R-14, R-24)",
+            Ok(c_failed),
+            ext!(e_failed),
+        ),
+        (
+            "rukh.outcome.exit-mismatch",
+            "a completion that contradicts the exit status is execution_failed (125)",
+            "Completion and transport errors; P3.6 rule 15 (R-14)",
+            Err(ONLY_CORE),
+            ext!(e_mismatch_exit),
+        ),
+        (
+            "rukh.outcome.invoke-error",
+            "an error response to rukh.invoke is execution_failed (125)",
+            "Completion and transport errors (R-11)",
+            Err(ONLY_CORE),
+            ext!(e_invoke_err),
+        ),
+        (
+            "rukh.outcome.early-eof",
+            "EOF before the completion is execution_failed (125), whatever the exit code",
+            "Completion and transport errors; P3.6 rule 14",
+            Err(ONLY_CORE),
+            ext!(e_eof),
+        ),
+        (
+            "rukh.outcome.duplicate-completion",
+            "a second completion message is a protocol error (125)",
+            "Requests, responses and events (request IDs); P3.7 item 11",
+            Err(ONLY_CORE),
+            ext!(e_dup_done),
+        ),
+        (
+            "rukh.outcome.command-result",
+            "commandResult without negotiated command-result/1 is invalid (125)",
+            "Command results and external adapters — 2026-09-24 (R-12)",
+            Err(ONLY_CORE),
+            ext!(e_cr),
+        ),
+        (
+            "rukh.exit.user-request",
+            "SIGINT → rukh.cancel user_request → CLI exit 130",
+            "Completion and transport errors (CLI exit codes); P3.7 item 15",
+            Err(ONLY_CORE),
+            ext!(e_user),
+        ),
+        (
+            "rukh.exit.owner-shutdown",
+            "SIGTERM → rukh.cancel owner_shutdown → CLI exit 130",
+            "Completion and transport errors (CLI exit codes); P3.7 item 15",
+            Err(ONLY_CORE),
+            ext!(e_owner),
+        ),
+        (
+            "rukh.exit.deadline",
+            "the invocation deadline → rukh.cancel deadline_exceeded → CLI exit 124, within the stop deadline",
+            "Completion and transport errors (CLI exit codes); P3.5; P3.7 item 15",
+            Err(ONLY_CORE),
+            ext!(e_deadline),
+        ),
+    ];
+    Some(
+        rows.into_iter()
+            .map(|(id, title, seed, c, e)| Check {
+                id,
+                title,
+                seed,
+                body: if core { c } else { e },
+            })
+            .collect(),
+    )
+}
