@@ -451,11 +451,11 @@ fn usage_errors_exit_2() {
                 "--contract",
                 "xsession",
                 "--play",
-                "sender",
+                "nobody",
                 "--target",
                 target.as_str(),
             ],
-            "no conformance suite",
+            "plays sender or recipient",
         ),
     ] {
         let r = suite(&args);
