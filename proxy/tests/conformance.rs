@@ -3,10 +3,12 @@
 //! dialed or dialing in, correct and with one rule broken on purpose; the exit
 //! codes, the per-check lines and the JUnit file.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{Run, finish, show};
 
 const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
 /// A whole suite run (the heartbeat check alone takes ~20 s).
@@ -29,69 +31,6 @@ const IDS: [&str; 14] = [
     "kernel.13.heartbeat",
 ];
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// `(tag, id)` of every per-check line.
-    fn lines(&self) -> Vec<(String, String)> {
-        self.stdout
-            .lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                let tag = w.next()?;
-                ["PASS", "FAIL", "SKIP"]
-                    .contains(&tag)
-                    .then(|| (tag.to_string(), w.next().unwrap_or("").to_string()))
-            })
-            .collect()
-    }
-
-    fn with(&self, tag: &str) -> Vec<String> {
-        self.lines()
-            .into_iter()
-            .filter(|(t, _)| t == tag)
-            .map(|(_, id)| id)
-            .collect()
-    }
-}
-
-/// Wait for `child` at most `limit`, killing it after; stdout and stderr read on threads.
-fn finish(mut child: Child, limit: Duration) -> Run {
-    let mut out = child.stdout.take().expect("stdout piped");
-    let mut err = child.stderr.take().expect("stderr piped");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break st.code().unwrap_or(-1);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the run did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Run {
-        code,
-        stdout: t_out.join().expect("stdout thread"),
-        stderr: t_err.join().expect("stderr thread"),
-    }
-}
-
 fn suite(args: &[&str]) -> Run {
     let child = Command::new(BIN)
         .arg("conformance")
@@ -110,13 +49,6 @@ fn core_target(extra: &str) -> String {
 
 fn shell_target(extra: &str) -> String {
     format!("exec:{BIN} peer kernel-shell --control {{control}} --data {{data}} {extra}")
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
 }
 
 fn junit_ids(path: &Path) -> (quick_junit::Report, Vec<String>) {

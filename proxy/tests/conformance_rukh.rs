@@ -8,11 +8,13 @@
 
 #![cfg(unix)]
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
+use common::{Run, finish, show};
 
 const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
 /// A whole suite run.
@@ -108,44 +110,8 @@ fn python_sdk() -> &'static PathBuf {
     })
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn lines(&self) -> Vec<(String, String)> {
-        self.stdout
-            .lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                let tag = w.next()?;
-                ["PASS", "FAIL", "SKIP"]
-                    .contains(&tag)
-                    .then(|| (tag.to_string(), w.next().unwrap_or("").to_string()))
-            })
-            .collect()
-    }
-
-    fn with(&self, tag: &str) -> Vec<String> {
-        self.lines()
-            .into_iter()
-            .filter(|(t, _)| t == tag)
-            .map(|(_, id)| id)
-            .collect()
-    }
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
-
 fn suite(args: &[&str]) -> Run {
-    let mut child: Child = Command::new(BIN)
+    let child: Child = Command::new(BIN)
         .arg("conformance")
         .args(args)
         .env("PYTHONPATH", python_sdk())
@@ -154,35 +120,7 @@ fn suite(args: &[&str]) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start contract-proxy");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break st.code().unwrap_or(-1);
-        }
-        if start.elapsed() > RUN_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the run did not finish within {RUN_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Run {
-        code,
-        stdout: t_out.join().expect("stdout thread"),
-        stderr: t_err.join().expect("stderr thread"),
-    }
+    finish(child, RUN_DEADLINE)
 }
 
 fn run_role(role: &str, target: &str, junit: &Path) -> Run {

@@ -9,11 +9,13 @@
 //! interpreter) and builds `contractgen` and `toolchannel-host` into the test's
 //! own target directory when they are missing.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
+use common::{Run, finish, show};
 
 const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -44,74 +46,6 @@ const IDS: [&str; 18] = [
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
 const NOT_FOR_HOST: [&str; 1] = ["toolchannel.redial.refuse"];
 const NOT_FOR_WORKER: [&str; 2] = ["toolchannel.call.not-running", "toolchannel.close.exit"];
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn lines(&self) -> Vec<(String, String)> {
-        self.stdout
-            .lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                let tag = w.next()?;
-                ["PASS", "FAIL", "SKIP"]
-                    .contains(&tag)
-                    .then(|| (tag.to_string(), w.next().unwrap_or("").to_string()))
-            })
-            .collect()
-    }
-
-    fn with(&self, tag: &str) -> Vec<String> {
-        self.lines()
-            .into_iter()
-            .filter(|(t, _)| t == tag)
-            .map(|(_, id)| id)
-            .collect()
-    }
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-        r.code, r.stdout, r.stderr
-    )
-}
-
-fn finish(mut child: Child, limit: Duration) -> Run {
-    let mut out = child.stdout.take().expect("stdout piped");
-    let mut err = child.stderr.take().expect("stderr piped");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break st.code().unwrap_or(-1);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the run did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Run {
-        code,
-        stdout: t_out.join().expect("stdout thread"),
-        stderr: t_err.join().expect("stderr thread"),
-    }
-}
 
 /// The target directory the test binary was built into (`…/target/debug/contract-proxy`).
 fn bin_dir() -> PathBuf {

@@ -9,11 +9,13 @@
 //! scripts/peers-venv.sh) and contractgen (`CONTRACTGEN`, default next to the
 //! contract-proxy binary: `cargo build -p contractgen`).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
+use common::{Run, finish, show};
 
 const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -46,65 +48,6 @@ const IDS: [(&str, bool, bool); 23] = [
     ("xsession.6.exemptions", false, false),
     ("xsession.6.presentation", false, false),
 ];
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn with(&self, tag: &str) -> Vec<String> {
-        self.stdout
-            .lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                (w.next()? == tag).then(|| w.next().unwrap_or("").to_string())
-            })
-            .collect()
-    }
-}
-
-fn show(r: &Run) -> String {
-    format!(
-        "exit {}\n--- stdout\n{}\n--- stderr (last 4000 bytes)\n{}",
-        r.code,
-        r.stdout,
-        &r.stderr[r.stderr.len().saturating_sub(4000)..]
-    )
-}
-
-fn finish(mut child: Child, limit: Duration) -> Run {
-    let mut out = child.stdout.take().expect("stdout piped");
-    let mut err = child.stderr.take().expect("stderr piped");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = err.read_to_end(&mut s);
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break st.code().unwrap_or(-1);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the run did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Run {
-        code,
-        stdout: t_out.join().expect("stdout thread"),
-        stderr: t_err.join().expect("stderr thread"),
-    }
-}
 
 fn python() -> String {
     let p = std::env::var("PY").unwrap_or_else(|_| format!("{ROOT}/.venv-peers/bin/python"));
