@@ -47,10 +47,18 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
                 .or_else(|| framing.get("maxFrame"))
                 .or_else(|| framing.get("maxMessage"))
                 .and_then(Value::as_str);
+            // The framing's deadline for one frame, from its first byte, in seconds.
+            let deadline = framing
+                .get("frameDeadline")
+                .and_then(Value::as_str)
+                .and_then(|n| ir.limits.iter().find(|l| l.key == n))
+                .map(|l| json!({"limit": l.key, "ident": l.ident, "seconds": l.base}))
+                .unwrap_or(Value::Null);
             json!({
                 "key": ch.key, "ident": ch.ident, "message": ch.message,
                 "description": model.description, "transports": model.transports,
                 "connects": model.connects, "framing": framing, "cap": cap(cap_name),
+                "frameDeadline": deadline,
                 "json": model.json, "binding": model.binding, "seed": model.seed,
             })
         })

@@ -433,36 +433,6 @@ fn rukh_cancel_ends_waits_late_responses_are_discarded() {
 }
 
 #[test]
-fn rukh_lifecycle_responses_are_capped_like_their_requests() {
-    let mut s = Rukh::new();
-    let cap = {
-        let l = &s.w.contract().limits["lifecyclePayloadMax"];
-        contract::check::to_base(l.unit, limit(&s.w, "lifecyclePayloadMax")).0 as usize
-    };
-    assert!(
-        s.send(&CORE, &s.req("rukh.initialize", "c:1"), None)
-            .is_empty()
-    );
-    let res = s.res("rukh.initialize", "c:1");
-    let bytes = serde_json::to_vec(&res).expect("json");
-    let msg =
-        s.w.decode("ipc", "extension", &bytes, Some("rukh.initialize"))
-            .expect("valid");
-    // The same message, as if its frame were one byte over the cap.
-    let r = s.p.on_message(&ctx("r", 1, &EXT, s.t), &msg, cap + 1);
-    assert_eq!(rules(&r), ["rukh.frame.cap"]);
-    assert!(is_fail(&r[0], -32000, ""));
-
-    let mut s = Rukh::new();
-    assert!(
-        s.send(&CORE, &s.req("rukh.initialize", "c:1"), None)
-            .is_empty()
-    );
-    let r = s.p.on_message(&ctx("r", 1, &EXT, s.t), &msg, cap);
-    assert!(r.is_empty(), "{r:?}");
-}
-
-#[test]
 fn rukh_context_fields_must_match_the_pinned_session() {
     let mut s = Rukh::new();
     s.running();

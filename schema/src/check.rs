@@ -278,9 +278,16 @@ impl Cx<'_> {
                 );
             }
             match &ch.framing {
-                Framing::LengthPrefixed { max_payload, .. } => {
+                Framing::LengthPrefixed {
+                    max_payload,
+                    frame_deadline,
+                    ..
+                } => {
                     if let Some(l) = max_payload {
                         limit_refs.push((join(&base, ["framing", "maxPayload"]), l.clone()));
+                    }
+                    if let Some(l) = frame_deadline {
+                        limit_refs.push((join(&base, ["framing", "frameDeadline"]), l.clone()));
                     }
                 }
                 Framing::Binary {

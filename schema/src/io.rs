@@ -8,12 +8,14 @@
 
 use std::sync::{Arc, OnceLock};
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::{Decoder, Encoder, Framed};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+use tokio_util::codec::{Decoder, Encoder};
 
 use crate::model::Kind;
 use crate::wire::framing::{LengthPrefixed, Ndjson};
@@ -99,8 +101,19 @@ impl JsonCodec {
 }
 
 /// One side of one channel: validated messages in and out.
+///
+/// Reads go through our own buffer rather than `Framed`, because the framing's
+/// `frameDeadline` runs from the first byte of a frame, which only the read loop
+/// sees arrive.
 pub struct Connection<T> {
-    frames: Framed<T, JsonCodec>,
+    io: T,
+    codec: JsonCodec,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    /// The framing's `frameDeadline` (limit name, value), if it has one.
+    deadline: Option<(String, Duration)>,
+    /// When the first byte of the frame still incomplete in `rbuf` was seen.
+    started: Option<Instant>,
     wire: Arc<Wire>,
     channel: String,
     me: String,
@@ -110,6 +123,9 @@ pub struct Connection<T> {
 
 /// Requests in flight a connection remembers per side before refusing more.
 pub const DEFAULT_PENDING: usize = 1024;
+
+/// Bytes asked of the transport per read; a frame's own length decides the rest.
+const READ_CHUNK: usize = 8 * 1024;
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
     /// Speak `channel` of `wire` as party `me` to party `peer` over `io`.
@@ -121,8 +137,16 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
         peer: &str,
     ) -> Result<Self, IoError> {
         let codec = JsonCodec::for_channel(&wire, channel)?;
+        let deadline = wire
+            .frame_deadline(channel)
+            .map(|(n, d)| (n.to_string(), d));
         Ok(Connection {
-            frames: Framed::new(io, codec),
+            io,
+            codec,
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            deadline,
+            started: None,
             wire,
             channel: channel.to_string(),
             me: me.to_string(),
@@ -131,9 +155,48 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
         })
     }
 
+    /// The next frame's bytes, or `None` at a clean end of stream.
+    ///
+    /// Cancel-safe: bytes read before a cancellation stay buffered, and the
+    /// frame's clock keeps running from its first byte.
+    async fn next_frame(&mut self) -> Result<Option<Bytes>, IoError> {
+        loop {
+            if let Some(frame) = self.codec.decode(&mut self.rbuf)? {
+                self.started = None;
+                return Ok(Some(frame));
+            }
+            if !self.rbuf.is_empty() && self.started.is_none() {
+                self.started = Some(Instant::now());
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            let read = self.io.read_buf(&mut self.rbuf);
+            let n = match (&self.deadline, self.started) {
+                (Some((limit, after)), Some(t0)) => {
+                    match tokio::time::timeout_at(t0 + *after, read).await {
+                        Ok(n) => n.map_err(FrameError::from)?,
+                        Err(_) => {
+                            return Err(FrameError::Incomplete {
+                                limit: limit.clone(),
+                                after: *after,
+                                buffered: self.rbuf.len(),
+                            }
+                            .into());
+                        }
+                    }
+                }
+                _ => read.await.map_err(FrameError::from)?,
+            };
+            if n == 0 {
+                return Ok(self.codec.decode_eof(&mut self.rbuf)?);
+            }
+        }
+    }
+
     /// The next validated message, or `None` at a clean end of stream.
     pub async fn recv(&mut self) -> Result<Option<Message>, IoError> {
-        let Some(frame) = self.frames.next().await.transpose()? else {
+        let Some(frame) = self.next_frame().await? else {
             return Ok(None);
         };
         let pending = &self.pending;
@@ -168,14 +231,20 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
             .decode_with(&self.channel, &self.me, &bytes, &|id| {
                 pending.peek(peer, id)
             })?;
-        self.frames.send(Bytes::from(bytes)).await?;
+        self.wbuf.clear();
+        self.codec.encode(Bytes::from(bytes), &mut self.wbuf)?;
+        self.io
+            .write_all(&self.wbuf)
+            .await
+            .map_err(FrameError::from)?;
+        self.io.flush().await.map_err(FrameError::from)?;
         self.track(&m, true);
         Ok(m)
     }
 
     /// Flush and shut down the write half.
     pub async fn close(&mut self) -> Result<(), IoError> {
-        SinkExt::<Bytes>::close(&mut self.frames).await?;
+        self.io.shutdown().await.map_err(FrameError::from)?;
         Ok(())
     }
 

@@ -151,6 +151,15 @@ pub enum Framing {
             skip_serializing_if = "Option::is_none"
         )]
         max_payload: Option<String>,
+        /// Limit (by name, a deadline): once a frame's first byte has arrived, the
+        /// whole frame must arrive within it. Progress does not reset it, so a peer
+        /// trickling one byte at a time cannot hold the reader forever.
+        #[serde(
+            rename = "frameDeadline",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        frame_deadline: Option<String>,
         /// Per-method tighter caps are declared on the method (`maxPayload`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         description: Option<String>,

@@ -95,6 +95,13 @@ fn violation(w: &Wire, channel: &str, from: &str, bytes: &[u8]) -> contract::wir
     }
 }
 
+fn violation_answering(w: &Wire, bytes: &[u8], method: &str) -> contract::wire::Violation {
+    match w.decode("ipc", "extension", bytes, Some(method)) {
+        Ok(m) => panic!("accepted a reply to {method}: {m:?}"),
+        Err(v) => v,
+    }
+}
+
 fn rukh_call(params: &str) -> Vec<u8> {
     format!(r#"{{"jsonrpc":"2.0","id":"c:1","method":"rukh.initialize","params":{params}}}"#)
         .into_bytes()
@@ -328,6 +335,65 @@ fn rukh_lifecycle_frames_have_the_tighter_cap() {
     let bytes = serde_json::to_vec(&msg).expect("ser");
     let v = violation(&w, "ipc", "extension", &bytes);
     assert_eq!(v.class, ViolationClass::Oversize, "{}", v.reason);
+}
+
+#[test]
+fn rukh_lifecycle_replies_are_capped_like_their_requests() {
+    let w = wire("rukh");
+    let cap =
+        contract::wire::framing::limit_bytes(w.contract(), "lifecyclePayloadMax").expect("cap");
+    // A refusal of rukh.initialize, its message padded to land exactly on the cap, then one over.
+    let reply = |len: u64| {
+        let mut m = json!({"jsonrpc":"2.0","id":"c:1","error":{"code":-32003,"message":""}});
+        let base = serde_json::to_vec(&m).expect("ser").len() as u64;
+        m["error"]["message"] = json!("x".repeat((len - base) as usize));
+        let bytes = serde_json::to_vec(&m).expect("ser");
+        assert_eq!(bytes.len() as u64, len);
+        bytes
+    };
+    let at = reply(cap);
+    let over = reply(cap + 1);
+    w.decode("ipc", "extension", &at, Some("rukh.initialize"))
+        .expect("a reply at the cap is fine");
+    let v = violation_answering(&w, &over, "rukh.initialize");
+    assert_eq!(v.class, ViolationClass::Oversize, "{}", v.reason);
+    let partial = v.partial.expect("the violation names what it read");
+    assert_eq!(partial.method.as_deref(), Some("rukh.initialize"));
+    assert_eq!(partial.correlation, Some(json!("c:1")));
+    assert_ne!(v.action, Some(contract::model::ActionKind::Ignore));
+    // rukh.invoke has no tighter cap: the same bytes answering it are fine.
+    w.decode("ipc", "extension", &over, Some("rukh.invoke"))
+        .expect("rukh.invoke replies use the frame cap");
+}
+
+#[test]
+fn an_oversize_rukh_log_names_its_method_and_is_ignored() {
+    let w = wire("rukh");
+    let msg = json!({"jsonrpc":"2.0","method":"rukh.log","params":{"level":"info","message":"x".repeat(17 * 1024)}});
+    let v = violation(
+        &w,
+        "ipc",
+        "extension",
+        &serde_json::to_vec(&msg).expect("ser"),
+    );
+    assert_eq!(v.class, ViolationClass::Oversize);
+    assert_eq!(v.action, Some(contract::model::ActionKind::Ignore));
+    let partial = v.partial.expect("partial");
+    assert_eq!(partial.method.as_deref(), Some("rukh.log"));
+    assert_eq!(partial.kind, Kind::Notification);
+}
+
+#[test]
+fn the_rukh_framing_names_its_incomplete_frame_deadline() {
+    let w = wire("rukh");
+    let (name, after) = w.frame_deadline("ipc").expect("rukh has one");
+    assert_eq!(name, "incompleteFrameSeconds");
+    let l = &w.contract().limits[name];
+    let v = contract::check::Evaluator::new(w.contract())
+        .limit_value(name)
+        .expect("value");
+    assert_eq!(after.as_secs_f64(), contract::check::to_base(l.unit, v).0);
+    assert!(wire("kernel").frame_deadline("control").is_none());
 }
 
 #[test]

@@ -10,8 +10,6 @@
 //!   `unknown_response_id` / `wrong_direction`), a second completion of
 //!   rukh.invoke (`duplicate_completion`), a repeated context field that differs
 //!   from the pinned one (R-15, `context_mismatch`): -32000, fail;
-//! - responses to methods with a `maxPayload` are capped too (R-4; the wire
-//!   layer caps the requests, which carry the method name);
 //! - one rukh.invoke per session (-32002); rukh.call / rukh.ui.event after the
 //!   completion or an accepted cancel (R-29, -32007); over pendingRequestsMax
 //!   operation/UI requests per direction (R-21, -32006): answered, not run;
@@ -21,8 +19,8 @@
 //! - rukh.log intake: logIntakeRecordsRate and logIntakeBytesRate token
 //!   buckets; the excess is discarded and counted, never an error.
 //!
-//! Not here: incompleteFrameSeconds (2 s from a frame's first byte) is a
-//! relay-level deadline on partial frames, which this layer never sees.
+//! Not here: the framing's `frameDeadline` (2 s from a frame's first byte) is
+//! armed by the relay, which sees partial frames; this layer words the ruling.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -52,7 +50,6 @@ enum Phase {
 }
 
 struct Pending {
-    method: String,
     party: String,
     counted: bool,
 }
@@ -262,7 +259,7 @@ impl RukhPolicy {
             if self.phase == Phase::Initializing && method == INITIALIZE && self.init_id.is_none() {
                 self.init_id = Some(key.clone());
                 self.pin_context(msg);
-                self.track(key, &method, ctx.from, false);
+                self.track(key, ctx.from, false);
                 return vec![];
             }
             return vec![self.not_initialized(&method, Some(idv))];
@@ -335,7 +332,7 @@ impl RukhPolicy {
                 self.ended.insert(k);
             }
         }
-        self.track(key, &method, ctx.from, counted);
+        self.track(key, ctx.from, counted);
         vec![]
     }
 
@@ -385,7 +382,7 @@ impl RukhPolicy {
         None
     }
 
-    fn track(&mut self, key: String, method: &str, party: &str, counted: bool) {
+    fn track(&mut self, key: String, party: &str, counted: bool) {
         // Uncounted (lifecycle) requests are few by the session order; the cap keeps
         // a misbehaving peer from growing the table anyway.
         let cap = self.limits.count("pendingRequestsMax").unwrap_or(0) as usize;
@@ -398,7 +395,6 @@ impl RukhPolicy {
         self.pending.insert(
             key,
             Pending {
-                method: method.to_string(),
                 party: party.to_string(),
                 counted,
             },
@@ -415,7 +411,7 @@ impl RukhPolicy {
         Some(p)
     }
 
-    fn on_reply(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
+    fn on_reply(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
         let Some(idv) = msg.correlation.as_ref() else {
             return vec![];
         };
@@ -453,32 +449,8 @@ impl RukhPolicy {
                 None,
             )];
         }
-        if let Some(p) = self.untrack(&key) {
+        if self.untrack(&key).is_some() {
             let mut out = Vec::new();
-            if let Some(cap) = self
-                .c()
-                .methods
-                .get(&p.method)
-                .and_then(|m| m.max_payload.as_deref())
-                .and_then(|l| self.limits.count(l))
-                && size as u64 > cap
-            {
-                let v = self.c().violations.oversize.clone();
-                let mut r = self.protocol_error(
-                    "rukh.frame.cap",
-                    "oversize_frame",
-                    format!(
-                        "response to {} of {size} bytes exceeds its {cap}-byte cap",
-                        p.method
-                    ),
-                    None,
-                );
-                r.seed = note_seed(self.c(), "R-4");
-                if let Some(v) = v {
-                    r.code = v.code;
-                }
-                return vec![r];
-            }
             if self.init_id.as_deref() == Some(key.as_str()) {
                 self.phase = if msg.kind == Kind::Response {
                     Phase::Running
@@ -572,8 +544,12 @@ impl RukhPolicy {
 
 impl Policy for RukhPolicy {
     fn incomplete_frame(&self) -> Option<(std::time::Duration, Ruling)> {
-        let limit = "incompleteFrameSeconds";
-        let after = self.limits.secs(limit)?;
+        // The framing names its deadline; this policy only words the ruling.
+        let (limit, after) = self
+            .c()
+            .channels
+            .keys()
+            .find_map(|ch| self.wire.frame_deadline(ch))?;
         Some((
             after,
             Ruling {
@@ -595,7 +571,7 @@ impl Policy for RukhPolicy {
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
         match msg.kind {
             Kind::Request => self.on_request(ctx, msg),
-            Kind::Response | Kind::Error => self.on_reply(ctx, msg, size),
+            Kind::Response | Kind::Error => self.on_reply(ctx, msg),
             Kind::Notification | Kind::Event => self.on_notification(ctx, msg, size),
         }
     }

@@ -152,6 +152,8 @@ pub struct ChannelWire {
     /// Required envelope fields per wire kind value, for `details.fields`.
     required_by_kind: HashMap<String, Vec<String>>,
     methods: HashMap<String, MethodWire>,
+    /// The framing's `frameDeadline`: its limit name and value.
+    frame_deadline: Option<(String, std::time::Duration)>,
     /// Tagged bindings: methods in contract order, tried first to last.
     tagged_order: Vec<String>,
 }
@@ -367,8 +369,19 @@ impl Wire {
                 },
             );
         }
+        let frame_deadline = match &ch.framing {
+            crate::model::Framing::LengthPrefixed {
+                frame_deadline: Some(n),
+                ..
+            } => Some((
+                n.clone(),
+                crate::wire::framing::limit_duration(c, n).map_err(framing_err)?,
+            )),
+            _ => None,
+        };
         Ok(ChannelWire {
             name: cname.to_string(),
+            frame_deadline,
             codec,
             json,
             binding: ch.binding.clone(),
@@ -392,6 +405,15 @@ impl Wire {
                 contract: self.contract.name.clone(),
                 channel: channel.to_string(),
             })
+    }
+
+    /// How long one frame on `channel` may stay incomplete once its first byte
+    /// arrived (the framing's `frameDeadline`), with the limit's name.
+    pub fn frame_deadline(&self, channel: &str) -> Option<(&str, std::time::Duration)> {
+        self.channels
+            .get(channel)
+            .and_then(|c| c.frame_deadline.as_ref())
+            .map(|(n, d)| (n.as_str(), *d))
     }
 
     /// A fresh codec for `channel` (codecs carry per-stream state).
@@ -497,21 +519,7 @@ impl Wire {
             }
             _ => None,
         };
-        if let Some((name, cap, over)) = method
-            .and_then(|m| ch.methods.get_key_value(m))
-            .and_then(|(n, m)| m.max_payload.map(|c| (n, c, m.over_max_payload)))
-            && bytes.len() as u64 > cap
-        {
-            let mut v = self.violation(
-                ViolationClass::Oversize,
-                format!(
-                    "{name} frame of {} bytes exceeds its {cap}-byte cap",
-                    bytes.len()
-                ),
-            );
-            if over.is_some() {
-                v.action = over;
-            }
+        if let Some(v) = method.and_then(|m| self.over_method_cap(ch, m, bytes.len(), None)) {
             return Err(v);
         }
         // Only replies (no method) answer a request; their correlation id names it.
@@ -527,7 +535,52 @@ impl Wire {
             _ => None,
         };
         let answered = reply_to.and_then(answers);
+        // A method's cap holds for the replies to it too (rukh R-4: the lifecycle
+        // requests and their responses), once the reply is known to answer it.
+        if let Some(v) = answered
+            .as_deref()
+            .and_then(|m| self.over_method_cap(ch, m, bytes.len(), reply_to))
+        {
+            return Err(v);
+        }
         self.classify_value(ch, from, value, answered.as_deref())
+    }
+
+    /// The violation for a frame of `len` bytes of `method` (a reply to it when
+    /// `reply_to` is its correlation id) over the method's `maxPayload`. It names
+    /// the method in `partial`, so a receiver can apply `overMaxPayload`.
+    fn over_method_cap(
+        &self,
+        ch: &ChannelWire,
+        method: &str,
+        len: usize,
+        reply_to: Option<&Value>,
+    ) -> Option<Violation> {
+        let (name, m) = ch.methods.get_key_value(method)?;
+        let cap = m.max_payload?;
+        if len as u64 <= cap {
+            return None;
+        }
+        let what = if reply_to.is_some() { "reply to " } else { "" };
+        let mut v = self.violation(
+            ViolationClass::Oversize,
+            format!("{what}{name} frame of {len} bytes exceeds its {cap}-byte cap"),
+        );
+        if reply_to.is_none() && m.over_max_payload.is_some() {
+            v.action = m.over_max_payload;
+        }
+        v.partial = Some(Box::new(Message {
+            kind: match reply_to {
+                Some(_) => Kind::Response,
+                None => m.kind,
+            },
+            method: Some(name.clone()),
+            id: None,
+            correlation: reply_to.cloned(),
+            trace: None,
+            value: Value::Null,
+        }));
+        Some(v)
     }
 
     /// Classify an already-parsed value.

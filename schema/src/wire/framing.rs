@@ -45,6 +45,17 @@ pub enum FrameError {
         /// Bytes of the partial frame.
         buffered: usize,
     },
+    /// A frame's first byte arrived, and the rest did not within the framing's
+    /// `frameDeadline` (only through the tokio layer, which owns the clock).
+    #[error("a frame stayed incomplete {:.1} s after its first byte ({limit}, {buffered} bytes buffered)", .after.as_secs_f64())]
+    Incomplete {
+        /// The deadline limit's name.
+        limit: String,
+        /// Its value.
+        after: std::time::Duration,
+        /// Bytes of the partial frame.
+        buffered: usize,
+    },
     /// A message given to an NDJSON encoder contains a newline.
     #[error("an NDJSON message may not contain a raw newline")]
     EmbeddedNewline,
@@ -490,6 +501,25 @@ pub enum ChannelCodec {
 
 /// Largest frame any codec accepts when a contract sets no cap.
 pub const DEFAULT_CAP: u64 = 16 * 1024 * 1024;
+
+/// Resolve a limit name to a duration (a deadline limit, in seconds or ms).
+pub fn limit_duration(contract: &Contract, name: &str) -> Result<std::time::Duration, FrameError> {
+    let limit = contract
+        .limits
+        .get(name)
+        .ok_or_else(|| FrameError::Unsupported(format!("limit {name:?} is not declared")))?;
+    let v = crate::check::Evaluator::new(contract)
+        .limit_value(name)
+        .map_err(FrameError::Unsupported)?;
+    match crate::check::to_base(limit.unit, v) {
+        (secs, crate::check::Dim::Seconds) if secs.is_finite() && secs > 0.0 => {
+            Ok(std::time::Duration::from_secs_f64(secs))
+        }
+        (base, _) => Err(FrameError::Unsupported(format!(
+            "limit {name:?} = {base} is not a positive duration"
+        ))),
+    }
+}
 
 /// Resolve a limit name to a count of bytes (or units), through the contract's evaluator.
 pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
