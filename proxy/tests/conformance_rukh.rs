@@ -169,10 +169,8 @@ fn junit_report(path: &Path) -> quick_junit::Report {
 /// Empty these lists as the peers are fixed; until then the runs exit 1 and must
 /// fail exactly these.
 ///
-/// rukh-ext (on `contract::Connection`): no incomplete-frame deadline in the
-/// library (P3.5 incompleteFrameSeconds); an unknown notification ends its
-/// session instead of being ignored (R-20, `serve` bails on every violation).
-const GAPS_RUST_EXT: [&str; 2] = ["rukh.frame.incomplete", "rukh.call.unknown-method"];
+/// rukh-ext (on `contract::Connection`): none left.
+const GAPS_RUST_EXT: [&str; 0] = [];
 /// ext.py (on the generated Python SDK, msgspec): the strict profile is not
 /// enforced (duplicate keys, integers beyond ±(2^53−1), depth, items), nor the
 /// per-method 16 KiB cap on rukh.initialize, nor the incomplete-frame
@@ -187,16 +185,8 @@ const GAPS_PY_EXT: [&str; 7] = [
     "rukh.frame.incomplete",
     "rukh.call.wrong-direction",
 ];
-/// rukh-core (on `contract::Connection`): response frames are not held to the
-/// method's 16 KiB cap (R-4: rukh.initialize request and response); no
-/// incomplete-frame deadline; a rukh.log over 16 KiB (under 1 MiB) ends the
-/// invocation instead of being a counted drop (R-41: its `classify` looks for the
-/// method in `Violation::partial`, which an oversize violation does not carry).
-const GAPS_CORE: [&str; 3] = [
-    "rukh.frame.lifecycle-size",
-    "rukh.frame.incomplete",
-    "rukh.log.intake",
-];
+/// rukh-core (on `contract::Connection`): none left.
+const GAPS_CORE: [&str; 0] = [];
 
 fn sorted(v: impl IntoIterator<Item = impl ToString>) -> Vec<String> {
     let mut v: Vec<String> = v.into_iter().map(|s| s.to_string()).collect();
@@ -256,7 +246,7 @@ fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
 }
 
 #[test]
-fn playing_the_core_the_rust_extension_passes_but_for_its_known_gaps() {
+fn playing_the_core_the_rust_extension_passes_every_check() {
     let (_d, junit) = tmp("core-rust.xml");
     let r = run_role("core", &rust_ext(""), &junit);
     assert_run(&r, &junit, "core", &GAPS_RUST_EXT, None);
@@ -289,7 +279,7 @@ fn playing_the_core_the_python_extension_with_an_id_gap_fails_the_id_check_too()
 }
 
 #[test]
-fn playing_the_extension_the_rust_core_passes_but_for_its_known_gaps() {
+fn playing_the_extension_the_rust_core_passes_every_check() {
     let (_d, junit) = tmp("ext-core.xml");
     let r = run_role("extension", &rust_core(""), &junit);
     assert_run(&r, &junit, "extension", &GAPS_CORE, None);

@@ -28,7 +28,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use command_fds::{CommandFdExt, FdMapping};
 use contract::io::IoError;
-use contract::model::Kind;
+use contract::model::{ActionKind, Kind};
 use contract::wire::{Message, ViolationClass};
 use contract_generated::rukh::{self, Channel, Method, Party, limits, types};
 use serde::Serialize;
@@ -407,7 +407,10 @@ fn code(n: i64) -> Result<rukh::ErrorCode, Protocol> {
 /// What a receive error means: a counted log drop, an unknown request to
 /// answer, or a protocol error.
 enum RecvFault {
-    Drop,
+    /// Dropped and counted; `log` says whether it was a rukh.log record.
+    Drop {
+        log: bool,
+    },
     Unknown(Value),
     BadParams(Value, String),
     Fatal(String),
@@ -417,13 +420,14 @@ fn classify(e: IoError) -> RecvFault {
     if let IoError::Violation(v) = &e {
         let method = v.partial.as_ref().and_then(|m| m.method.clone());
         let id = v.partial.as_ref().and_then(|m| m.id.clone());
+        // What the contract says to ignore (an unknown notification, a rukh.log
+        // over its cap) is dropped and counted, never an error.
+        let log = method.as_deref() == Some(Method::RukhLog.name());
+        if v.action == Some(ActionKind::Ignore) {
+            return RecvFault::Drop { log };
+        }
         match v.class {
-            ViolationClass::InvalidParams | ViolationClass::Oversize
-                if method.as_deref() == Some(Method::RukhLog.name()) =>
-            {
-                return RecvFault::Drop;
-            }
-            ViolationClass::UnknownNotification => return RecvFault::Drop,
+            ViolationClass::InvalidParams if log => return RecvFault::Drop { log },
             ViolationClass::UnknownRequest => {
                 if let Some(id) = id {
                     return RecvFault::Unknown(id);
@@ -459,6 +463,9 @@ async fn run() -> anyhow::Result<u8> {
         serde_json::from_str(&args.inputs).context("--inputs must be a JSON object")?;
     let invocation_deadline = Instant::now() + Duration::from_millis(args.deadline_ms);
 
+    // Signals are ours from before the launch: an interrupt at any point is a
+    // cancel with its reason (exit 130), never the default death by signal.
+    let mut signals = Signals::new()?;
     // Prepared: both ends exist before launch; only the extension's end crosses exec.
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair")?;
     let mut cmd = tokio::process::Command::new(&args.command[0]);
@@ -500,7 +507,7 @@ async fn run() -> anyhow::Result<u8> {
         late: 0,
         unknown_notifications: 0,
     };
-    let outcome = session(&mut core, &args, inputs, invocation_deadline).await;
+    let outcome = session(&mut core, &args, inputs, invocation_deadline, &mut signals).await;
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => Outcome::ExecutionFailed(format!("{e:#}")),
@@ -566,11 +573,35 @@ fn reconcile(outcome: Outcome, status: Option<ExitStatus>) -> u8 {
     exit
 }
 
+/// SIGINT and SIGTERM, registered once at start-up.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The cancel reason of the next signal.
+    async fn next(&mut self) -> types::CancelReason {
+        tokio::select! {
+            _ = self.int.recv() => types::CancelReason::UserRequest,
+            _ = self.term.recv() => types::CancelReason::OwnerShutdown,
+        }
+    }
+}
+
 async fn session(
     core: &mut Core,
     args: &Args,
     inputs: Map<String, Value>,
     deadline: Instant,
+    signals: &mut Signals,
 ) -> anyhow::Result<Outcome> {
     let caps: Vec<&str> = if args.command_result {
         vec![COMMAND_RESULT]
@@ -620,7 +651,12 @@ async fn session(
     }))?;
     let init_id = core.send_request(Method::RukhInitialize, &init).await?;
     let init_deadline = (Instant::now() + limits::INITIALIZE_SECONDS).min(deadline);
-    let reply = match tokio::time::timeout_at(init_deadline, core.conn.recv()).await {
+    // A signal before the handshake is confirmed cancels before any invoke.
+    let waited = tokio::select! {
+        r = tokio::time::timeout_at(init_deadline, core.conn.recv()) => r,
+        reason = signals.next() => return Ok(Outcome::Cancelled(reason)),
+    };
+    let reply = match waited {
         Err(_) if init_deadline >= deadline => {
             return Ok(Outcome::Cancelled(types::CancelReason::DeadlineExceeded));
         }
@@ -692,8 +728,6 @@ async fn session(
         .cancel_after_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms))
         .unwrap_or(far);
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
     let mut close_deadline = far;
     let mut close_sent = false;
 
@@ -714,7 +748,8 @@ async fn session(
                         });
                     }
                     Err(e) => match classify(e) {
-                        RecvFault::Drop => { core.logs.dropped += 1; None }
+                        RecvFault::Drop { log: true } => { core.logs.dropped += 1; None }
+                        RecvFault::Drop { log: false } => { core.unknown_notifications += 1; None }
                         RecvFault::Unknown(id) => {
                             if let Err(Protocol(why)) = core.check_ext_id(Some(&id)) {
                                 return Ok(Outcome::ExecutionFailed(format!("protocol_error: {why}")));
@@ -735,8 +770,7 @@ async fn session(
             }
             _ = sleep_until(deadline), if core.completion.is_none() => Some(types::CancelReason::DeadlineExceeded),
             _ = sleep_until(cancel_at), if core.completion.is_none() => Some(types::CancelReason::UserRequest),
-            _ = sigint.recv(), if core.completion.is_none() => Some(types::CancelReason::UserRequest),
-            _ = sigterm.recv(), if core.completion.is_none() => Some(types::CancelReason::OwnerShutdown),
+            reason = signals.next(), if core.completion.is_none() => Some(reason),
             _ = sleep_until(close_deadline) => {
                 return Ok(Outcome::ExecutionFailed("stop deadline expired before the close acknowledgement".into()));
             }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use contract::io::IoError;
-use contract::model::Kind;
+use contract::model::{ActionKind, Kind};
 use contract::wire::{Message, ViolationClass};
 use contract_generated::rukh::{self, Channel, Method, Party, types};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
@@ -138,6 +138,8 @@ struct Ext {
     work: Work,
     wake: Option<Instant>,
     exit_code: i32,
+    /// Messages the contract says to ignore, counted.
+    ignored: u64,
 }
 
 /// How the session ended for this process.
@@ -375,6 +377,13 @@ impl Ext {
                             }
                             bail!("unknown request without id");
                         }
+                        // What the contract says to ignore (a notification the core
+                        // may not send, R-20) is counted and the session goes on.
+                        Err(IoError::Violation(v)) if v.action == Some(ActionKind::Ignore) => {
+                            self.ignored += 1;
+                            eprintln!("rukh-ext: ignored ({}): {}", v.class.name(), v.reason);
+                            continue;
+                        }
                         Err(e) => bail!("protocol_error: {e}"),
                     };
                     let end = match msg.kind {
@@ -437,6 +446,7 @@ async fn run() -> anyhow::Result<i32> {
         work: Work::Idle,
         wake: None,
         exit_code: 0,
+        ignored: 0,
     };
     ext.serve().await
 }
