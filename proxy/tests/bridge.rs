@@ -2,79 +2,18 @@
 //! relayed to an NDJSON unix upstream and back, and a plain Python client
 //! speaking rukh's length-prefixed framing over unix and tcp.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-const DEADLINE: Duration = Duration::from_secs(10);
-
-struct Proxy {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start `run` and return it with the address it reports listening on.
-fn proxy(args: &[&str]) -> (Proxy, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .arg("run")
-        .args(["--log", "json"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("proxy starts");
-    let mut banner = String::new();
-    BufReader::new(child.stderr.take().expect("stderr"))
-        .read_line(&mut banner)
-        .expect("banner");
-    let local = banner
-        .split("listening on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no listen address in {banner:?}"))
-        .to_string();
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (Proxy { child, lines }, local)
-}
-
-impl Proxy {
-    fn events(&self, n: usize) -> Vec<Value> {
-        let mut out = Vec::new();
-        while out.len() < n {
-            let line = self
-                .lines
-                .recv_timeout(DEADLINE)
-                .expect("an event line in time");
-            let v: Value = serde_json::from_str(&line).expect("json line");
-            if v.get("verdict").is_some() {
-                out.push(v);
-            }
-        }
-        out
-    }
-}
+mod harness;
+use harness::{DEADLINE, frame, read_frame, rukh_initialize};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -93,7 +32,7 @@ async fn websocket_messages_bridge_to_ndjson_lines_and_back() {
     let upstream = dir.path().join("host.sock");
     let host = UnixListener::bind(&upstream).expect("bind");
     let port = free_port();
-    let (p, _) = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "toolchannel",
         "--listen",
@@ -101,6 +40,7 @@ async fn websocket_messages_bridge_to_ndjson_lines_and_back() {
         "--upstream",
         &format!("unix:{}", upstream.display()),
     ]);
+    p.url(); // listening
     let server = tokio::spawn(async move {
         let (s, _) = host.accept().await.expect("accept");
         let (r, mut w) = tokio::io::split(s);
@@ -153,7 +93,7 @@ async fn websocket_messages_bridge_to_ndjson_lines_and_back() {
         heartbeat,
         "one message became one line, unchanged"
     );
-    let ev = p.events(2);
+    let ev = p.events(2).await;
     assert_eq!(ev[0]["method"], "agentfy/heartbeat");
     assert_eq!(ev[1]["kind"], "response");
     assert!(ev.iter().all(|e| e["verdict"]["verdict"] == "ok"), "{ev:?}");
@@ -178,28 +118,10 @@ print(s.recv(n, socket.MSG_WAITALL).decode())
 async fn answer_initialize<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     mut s: S,
 ) -> Vec<u8> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).await.expect("len");
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).await.expect("body");
+    let body = read_frame(&mut s).await;
     let (_, result) = rukh_initialize();
-    let mut out = (result.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(result.as_bytes());
-    s.write_all(&out).await.expect("reply");
+    s.write_all(&frame(result)).await.expect("reply");
     body
-}
-
-fn rukh_initialize() -> (String, String) {
-    let c = contract::builtin("rukh").expect("rukh");
-    let ex = &c.methods["rukh.initialize"].examples;
-    let part = |p: contract::model::Part| {
-        serde_json::to_string(&ex.iter().find(|e| e.part == p).expect("example").message)
-            .expect("json")
-    };
-    (
-        part(contract::model::Part::Call),
-        part(contract::model::Part::Result),
-    )
 }
 
 fn python(kind: &str, addr: &str, body: &str) -> std::process::Child {
@@ -230,11 +152,15 @@ async fn python_output(child: std::process::Child) -> String {
 async fn a_plain_python_client_over_unix_and_tcp() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (init, result) = rukh_initialize();
+    let (init, result) = (
+        String::from_utf8(init).expect("utf-8"),
+        String::from_utf8(result).expect("utf-8"),
+    );
 
     let listen = dir.path().join("p.sock");
     let upstream = dir.path().join("ext.sock");
     let ext = UnixListener::bind(&upstream).expect("bind");
-    let (p, _) = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--listen",
@@ -242,6 +168,7 @@ async fn a_plain_python_client_over_unix_and_tcp() {
         "--upstream",
         &format!("unix:{}", upstream.display()),
     ]);
+    p.url(); // listening
     let client = python("unix", listen.to_str().expect("utf-8"), &init);
     let (s, _) = tokio::time::timeout(DEADLINE, ext.accept())
         .await
@@ -249,7 +176,7 @@ async fn a_plain_python_client_over_unix_and_tcp() {
         .expect("accept");
     assert_eq!(answer_initialize(s).await, init.as_bytes());
     assert_eq!(python_output(client).await, result);
-    let ev = p.events(2);
+    let ev = p.events(2).await;
     assert_eq!(
         (ev[0]["method"].as_str(), ev[1]["kind"].as_str()),
         (Some("rukh.initialize"), Some("response"))
@@ -259,7 +186,7 @@ async fn a_plain_python_client_over_unix_and_tcp() {
         .await
         .expect("bind");
     let up = ext.local_addr().expect("addr");
-    let (p, local) = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--listen",
@@ -267,6 +194,7 @@ async fn a_plain_python_client_over_unix_and_tcp() {
         "--upstream",
         &format!("tcp:{up}"),
     ]);
+    let local = p.url();
     let addr = local.strip_prefix("tcp:").expect("tcp banner").to_string();
     let client = python("tcp", &addr, &init);
     let (s, _) = tokio::time::timeout(DEADLINE, ext.accept())
@@ -275,6 +203,6 @@ async fn a_plain_python_client_over_unix_and_tcp() {
         .expect("accept");
     assert_eq!(answer_initialize(s).await, init.as_bytes());
     assert_eq!(python_output(client).await, result);
-    let ev = p.events(2);
+    let ev = p.events(2).await;
     assert!(ev.iter().all(|e| e["verdict"]["verdict"] == "ok"), "{ev:?}");
 }

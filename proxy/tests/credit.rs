@@ -4,103 +4,24 @@
 //! contract's overrun answer (protocol.credit_exceeded and stream.close) while
 //! other streams keep flowing.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-const DEADLINE: Duration = Duration::from_secs(10);
+mod harness;
+use harness::{DEADLINE, Proxy, ep, frame, read_frame, wait_for};
+
 /// How long "nothing arrives" is watched for.
 const QUIET: Duration = Duration::from_millis(300);
 
-struct Proxy {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Proxy {
-    /// Inspection events until one matches `pred` (within the deadline); all of them.
-    fn events_until(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-        let mut out = Vec::new();
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(DEADLINE)
-                .unwrap_or_else(|_| panic!("no matching event in time; saw {out:#?}"));
-            let v: Value = serde_json::from_str(&line).expect("json line");
-            if v.get("verdict").is_none() {
-                continue;
-            }
-            let hit = pred(&v);
-            out.push(v);
-            if hit {
-                return out;
-            }
-        }
-    }
-}
-
-fn start(args: &[&str]) -> Proxy {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .args(["run", "--log", "json"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("proxy starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Proxy { child, lines }
-}
-
-async fn wait_for(path: &Path) {
-    for _ in 0..400 {
-        if path.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{} never appeared", path.display());
-}
-
-fn ep(p: &Path) -> String {
-    format!("unix:{}", p.display())
-}
-
 fn control(v: &Value) -> Vec<u8> {
-    let body = serde_json::to_vec(v).expect("json");
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&body);
-    out
+    frame(serde_json::to_vec(v).expect("json"))
 }
 
 async fn read_control(s: &mut UnixStream) -> Value {
-    let mut len = [0u8; 4];
-    tokio::time::timeout(DEADLINE, s.read_exact(&mut len))
-        .await
-        .expect("a control frame in time")
-        .expect("read");
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).await.expect("body");
-    serde_json::from_slice(&body).expect("json")
+    serde_json::from_slice(&read_frame(s).await).expect("json")
 }
 
 /// A data frame: length (rest of frame), stream_id, seq, payload (§2).
@@ -172,7 +93,7 @@ async fn session() -> Session {
     let (uc, ud) = (dir.path().join("control.s"), dir.path().join("data.s"));
     let shell_control = UnixListener::bind(&uc).expect("bind");
     let shell_data = UnixListener::bind(&ud).expect("bind");
-    let proxy = start(&[
+    let proxy = harness::run(&[
         "--contract",
         "kernel",
         "--mode",
@@ -248,7 +169,10 @@ async fn data_beyond_credit_waits_in_the_proxy_and_goes_out_in_order_when_grante
 
     let ev = s
         .proxy
-        .events_until(|e| e["method"] == "stream.credit" && e["id"] == "s-2");
+        .events_until("the credit grant s-2", |e| {
+            e["method"] == "stream.credit" && e["id"] == "s-2"
+        })
+        .await;
     let held: Vec<_> = ev
         .iter()
         .filter(|e| {
@@ -328,7 +252,10 @@ async fn a_sender_ignoring_credit_gets_the_overrun_answer_and_other_streams_keep
         wire.decode("control", from, &serde_json::to_vec(m).expect("json"), None)
             .unwrap_or_else(|v| panic!("{m} is not valid: {v:?}"));
     }
-    let ev = s.proxy.events_until(|e| e["stream"] == json!([14, 0]));
+    let ev = s
+        .proxy
+        .events_until("data on stream 14", |e| e["stream"] == json!([14, 0]))
+        .await;
     let overrun = ev
         .iter()
         .find(|e| e["verdict"]["class"] == "kernel.credit.exceeded")
@@ -342,7 +269,10 @@ async fn a_sender_ignoring_credit_gets_the_overrun_answer_and_other_streams_keep
     // receiver discards it (K-3).
     s.core_data.write_all(&data(12, 2, 8)).await.expect("late");
     assert_eq!(read_data(&mut s.shell_data).await, (12, 2, 8));
-    let ev = s.proxy.events_until(|e| e["stream"] == json!([12, 2]));
+    let ev = s
+        .proxy
+        .events_until("late data on stream 12", |e| e["stream"] == json!([12, 2]))
+        .await;
     let late = ev.last().expect("event");
     assert_eq!(late["verdict"]["class"], "kernel.stream.unknown", "{late}");
 }

@@ -12,7 +12,6 @@
 //! real time: `cargo test -p contract-proxy --test enforce -- --ignored`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use contract::Contract;
@@ -28,146 +27,11 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-/// Deadline for any single wait of a test.
-const DEADLINE: Duration = Duration::from_secs(10);
-
-// ---------------------------------------------------------------------------
-// The proxy binary and its live view.
-
-struct Proxy {
-    child: Child,
-    lines: mpsc::UnboundedReceiver<String>,
-    errs: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `contract-proxy run --log json ARGS`, stdout (the live view) and stderr collected.
-fn proxy(args: &[&str]) -> Proxy {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .arg("run")
-        .args(["--log", "json"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("proxy starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, lines) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let (etx, errs) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            // Keep draining even when nobody listens, so the proxy never blocks on stderr.
-            let _ = etx.send(line);
-        }
-    });
-    Proxy { child, lines, errs }
-}
-
-impl Proxy {
-    /// The next live-view line (event or note) within `limit`.
-    async fn line(&mut self, limit: Duration, what: &str) -> Value {
-        let line = timeout(limit, self.lines.recv())
-            .await
-            .unwrap_or_else(|_| panic!("the live view shows {what} in time"))
-            .unwrap_or_else(|| panic!("the proxy exited before showing {what}"));
-        serde_json::from_str(&line).expect("json line")
-    }
-
-    /// Inspection events (notes skipped) up to and including the first that
-    /// satisfies `want`, all within one deadline.
-    async fn events_until(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Vec<Value> {
-        let end = Instant::now() + DEADLINE;
-        let mut out = Vec::new();
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let v = self.line(left, what).await;
-            if v.get("verdict").is_none() {
-                continue;
-            }
-            let done = want(&v);
-            out.push(v);
-            if done {
-                return out;
-            }
-        }
-    }
-
-    /// The first inspection event that satisfies `want`.
-    async fn until(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
-        self.events_until(what, want)
-            .await
-            .pop()
-            .expect("at least the match")
-    }
-
-    /// The first connection note containing `text`.
-    async fn note(&mut self, text: &str) -> String {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let v = self.line(left, text).await;
-            if let Some(n) = v.get("note").and_then(Value::as_str)
-                && n.contains(text)
-            {
-                return n.to_string();
-            }
-        }
-    }
-
-    /// The address a ws:// listener got ("listening on ws://127.0.0.1:PORT/PATH → …").
-    fn url(&self) -> String {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let line = self
-                .errs
-                .recv_timeout(left)
-                .expect("the proxy reports its address in time");
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                return rest.split_whitespace().next().expect("url").to_string();
-            }
-        }
-    }
-}
+mod harness;
+use harness::{DEADLINE, Proxy, ep, frame, read_frame, wait_for};
 
 fn class(e: &Value) -> &str {
     e["verdict"]["class"].as_str().unwrap_or("")
-}
-
-async fn wait_for(path: &Path) {
-    for _ in 0..400 {
-        if path.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{} never appeared", path.display());
-}
-
-fn ep(p: &Path) -> String {
-    format!("unix:{}", p.display())
 }
 
 // ---------------------------------------------------------------------------
@@ -232,33 +96,15 @@ fn example(c: &Contract, method: &str, part: Part, n: usize) -> Value {
 // ---------------------------------------------------------------------------
 // rukh: length-prefixed JSON between a core and its extension.
 
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(body);
-    out
-}
-
 fn bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).expect("json")
 }
 
 async fn send(s: &mut UnixStream, v: &Value) {
-    timeout(DEADLINE, s.write_all(&frame(&bytes(v))))
+    timeout(DEADLINE, s.write_all(&frame(bytes(v))))
         .await
         .expect("written in time")
         .expect("write");
-}
-
-async fn read_frame(s: &mut UnixStream) -> Vec<u8> {
-    timeout(DEADLINE, async {
-        let mut len = [0u8; 4];
-        s.read_exact(&mut len).await.expect("a frame, not EOF");
-        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-        s.read_exact(&mut body).await.expect("frame body");
-        body
-    })
-    .await
-    .expect("a frame in time")
 }
 
 async fn read_json(s: &mut UnixStream) -> Value {
@@ -294,7 +140,7 @@ async fn rukh() -> Rukh {
     let listen = dir.path().join("p.sock");
     let upstream = dir.path().join("ext.sock");
     let ext = UnixListener::bind(&upstream).expect("bind");
-    let p = proxy(&[
+    let p = harness::run(&[
         "--contract",
         "rukh",
         "--client",
@@ -425,7 +271,7 @@ async fn rukh_an_initialize_over_the_lifecycle_cap_drops_the_connection() {
     drop((core, ext));
 
     let (mut core, mut ext) = r.connect().await;
-    core.write_all(&frame(&sized(cap + 1))).await.expect("send");
+    core.write_all(&frame(sized(cap + 1))).await.expect("send");
     assert!(
         rest(&mut core).await.is_empty(),
         "no reply, the core sees EOF"
@@ -574,7 +420,7 @@ async fn rukh_pending_requests_over_the_limit_are_refused_with_limit_exceeded() 
     };
     let mut burst = Vec::new();
     for n in 1..=max + 1 {
-        burst.extend(frame(&bytes(&call(n))));
+        burst.extend(frame(bytes(&call(n))));
     }
     ext.write_all(&burst).await.expect("send");
     for n in 1..=max {
@@ -625,9 +471,9 @@ async fn rukh_log_intake_over_the_record_rate_drops_the_excess() {
     for n in 0..sent {
         let mut l = example(&r.c, "rukh.log", Part::Call, 0);
         l["params"]["fields"] = json!({ "n": n });
-        all.extend(frame(&bytes(&l)));
+        all.extend(frame(bytes(&l)));
     }
-    all.extend(frame(&bytes(&call)));
+    all.extend(frame(bytes(&call)));
     let t0 = Instant::now();
     ext.write_all(&all).await.expect("send");
     let mut delivered = Vec::new();
@@ -882,7 +728,7 @@ impl Host {
 /// A toolchannel proxy in enforce mode in front of `host`.
 fn tool_proxy(host: &Host) -> (Proxy, String) {
     let upstream = format!("ws://{}/worker", host.addr);
-    let p = proxy(&[
+    let p = harness::run(&[
         "--contract",
         "toolchannel",
         "--client",
@@ -1351,7 +1197,7 @@ async fn xsession() -> Xs {
         ),
     )
     .expect("config");
-    let p = proxy(&["--config", config.to_str().expect("utf-8")]);
+    let p = harness::run(&["--config", config.to_str().expect("utf-8")]);
     wait_for(&listen).await;
     Xs {
         c: xs(),

@@ -2,96 +2,26 @@
 //! bytes arrive intact both ways, and the JSON live view shows each message
 //! decoded, validated, matched to its request, or flagged.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-struct Proxy(Child);
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod harness;
+use harness::{Proxy, ep, frame, read_frame, rukh_initialize, wait_for};
 
 fn start_proxy(contract: &str, listen: &Path, upstream: &Path) -> Proxy {
     start_proxy_with(contract, listen, upstream, &[])
 }
 
 fn start_proxy_with(contract: &str, listen: &Path, upstream: &Path, extra: &[&str]) -> Proxy {
-    let child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .args(["run", "--contract", contract, "--log", "json"])
-        .args(extra)
-        .arg("--listen")
-        .arg(format!("unix:{}", listen.display()))
-        .arg("--upstream")
-        .arg(format!("unix:{}", upstream.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("proxy starts");
-    Proxy(child)
-}
-
-async fn wait_for(path: &Path) {
-    for _ in 0..200 {
-        if path.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{} never appeared", path.display());
-}
-
-/// rukh's first exchange, from the contract's own examples: nothing may come before it.
-fn rukh_initialize() -> (String, String) {
-    let c = contract::builtin("rukh").expect("rukh");
-    let ex = &c.methods["rukh.initialize"].examples;
-    let part = |p: contract::model::Part| {
-        let e = ex.iter().find(|e| e.part == p).expect("example");
-        serde_json::to_string(&e.message).expect("json")
-    };
-    (
-        part(contract::model::Part::Call),
-        part(contract::model::Part::Result),
-    )
-}
-
-fn frame(body: &str) -> Vec<u8> {
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(body.as_bytes());
-    out
-}
-
-/// Read `n` JSON lines from the proxy's stdout, with a deadline.
-fn read_events(proxy: &mut Proxy, n: usize) -> Vec<Value> {
-    let stdout = proxy.0.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut out = Vec::new();
-    while out.len() < n {
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("an event line in time");
-        let v: Value = serde_json::from_str(&line).expect("json line");
-        // Connection notes share the stream; only inspection events count here.
-        if v.get("verdict").is_some() {
-            out.push(v);
-        }
-    }
-    out
+    let mut args = vec!["--contract", contract];
+    args.extend_from_slice(extra);
+    let (listen, upstream) = (ep(listen), ep(upstream));
+    args.extend(["--listen", &listen, "--upstream", &upstream]);
+    harness::run(&args)
 }
 
 #[tokio::test]
@@ -105,11 +35,8 @@ async fn rukh_request_and_response_through_the_proxy() {
 
     let server_task = tokio::spawn(async move {
         let (mut s, _) = server.accept().await.expect("accept");
-        let mut len = [0u8; 4];
-        s.read_exact(&mut len).await.expect("len");
-        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-        s.read_exact(&mut body).await.expect("body");
-        s.write_all(&frame(&rukh_initialize().1))
+        let body = read_frame(&mut s).await;
+        s.write_all(&frame(rukh_initialize().1))
             .await
             .expect("reply");
         body
@@ -119,16 +46,11 @@ async fn rukh_request_and_response_through_the_proxy() {
         .await
         .expect("connect to proxy");
     let (init, init_result) = rukh_initialize();
-    let req = init.as_str();
-    c.write_all(&frame(req)).await.expect("send");
-    let mut len = [0u8; 4];
-    c.read_exact(&mut len).await.expect("reply len");
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    c.read_exact(&mut body).await.expect("reply body");
-    assert_eq!(body, init_result.as_bytes());
+    c.write_all(&frame(&init)).await.expect("send");
+    assert_eq!(read_frame(&mut c).await, init_result);
     assert_eq!(
         server_task.await.expect("server"),
-        req.as_bytes(),
+        init,
         "upstream got the exact bytes"
     );
 
@@ -139,7 +61,7 @@ async fn rukh_request_and_response_through_the_proxy() {
     .await
     .expect("send bad");
 
-    let ev = read_events(&mut proxy, 3);
+    let ev = proxy.events(3).await;
     assert_eq!(ev[0]["method"], "rukh.initialize");
     assert_eq!(ev[0]["from"], "core");
     assert_eq!(ev[0]["verdict"]["verdict"], "ok", "{}", ev[0]);
@@ -208,7 +130,7 @@ async fn socat_echo_upstream_is_relayed_and_the_echo_is_flagged() {
         .expect("echo");
     assert_eq!(back, req, "socat echoed the exact bytes through the proxy");
 
-    let ev = read_events(&mut proxy, 1);
+    let ev = proxy.events(1).await;
     let _ = socat.kill();
     let _ = socat.wait();
     assert_eq!(
@@ -249,7 +171,7 @@ async fn xsession_one_message_with_half_close_survives_the_proxy() {
         .expect("reader");
     assert_eq!(got, line.as_bytes());
 
-    let ev = read_events(&mut proxy, 1);
+    let ev = proxy.events(1).await;
     assert_eq!(ev[0]["method"], "user");
     assert_eq!(ev[0]["from"], "sender");
     assert_eq!(ev[0]["verdict"]["verdict"], "ok", "{}", ev[0]);
@@ -262,33 +184,19 @@ async fn tcp_listen_and_upstream() {
         .await
         .expect("bind");
     let up_port = upstream.local_addr().expect("addr").port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .args([
-            "run",
-            "--contract",
-            "rukh",
-            "--log",
-            "json",
-            "--listen",
-            "tcp:0",
-        ])
-        .arg("--upstream")
-        .arg(format!("tcp:127.0.0.1:{up_port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("proxy starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut proxy = Proxy(child);
-    let mut first = String::new();
-    BufReader::new(stderr)
-        .read_line(&mut first)
-        .expect("banner");
-    let listen = first
-        .split("listening on tcp:")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("banner names the bound address")
+    let upstream_ep = format!("tcp:127.0.0.1:{up_port}");
+    let mut proxy = harness::run(&[
+        "--contract",
+        "rukh",
+        "--listen",
+        "tcp:0",
+        "--upstream",
+        &upstream_ep,
+    ]);
+    let listen = proxy
+        .url()
+        .strip_prefix("tcp:")
+        .expect("banner names the bound tcp address")
         .to_string();
     assert!(
         listen.starts_with("127.0.0.1:"),
@@ -297,19 +205,15 @@ async fn tcp_listen_and_upstream() {
 
     let server = tokio::spawn(async move {
         let (mut s, _) = upstream.accept().await.expect("accept");
-        let mut buf = vec![0u8; 4];
-        s.read_exact(&mut buf).await.expect("len");
-        let mut body = vec![0u8; u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize];
-        s.read_exact(&mut body).await.expect("body");
-        body
+        read_frame(&mut s).await
     });
     let mut c = tokio::net::TcpStream::connect(&listen)
         .await
         .expect("connect");
     let req = rukh_initialize().0;
     c.write_all(&frame(&req)).await.expect("send");
-    assert_eq!(server.await.expect("server"), req.as_bytes());
-    let ev = read_events(&mut proxy, 1);
+    assert_eq!(server.await.expect("server"), req);
+    let ev = proxy.events(1).await;
     assert_eq!(ev[0]["method"], "rukh.initialize");
     assert_eq!(ev[0]["verdict"]["verdict"], "ok");
 }

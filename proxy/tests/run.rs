@@ -2,113 +2,15 @@
 //! channels, several routes from a TOML file, a broken framing in observe
 //! mode, clean stop, and the clear errors for a port in use or a missing socket.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-const DEADLINE: Duration = Duration::from_secs(10);
-
-struct Proxy {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn proxy(args: &[&str]) -> Proxy {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .arg("run")
-        .args(["--log", "json"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("proxy starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Proxy { child, lines }
-}
-
-impl Proxy {
-    /// The next `n` inspection events (connection notes skipped), each within the deadline.
-    fn events(&self, n: usize) -> Vec<Value> {
-        let mut out = Vec::new();
-        while out.len() < n {
-            let line = self
-                .lines
-                .recv_timeout(DEADLINE)
-                .expect("an event line in time");
-            let v: Value = serde_json::from_str(&line).expect("json line");
-            if v.get("verdict").is_some() {
-                out.push(v);
-            }
-        }
-        out
-    }
-}
-
-async fn wait_for(path: &Path) {
-    for _ in 0..400 {
-        if path.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{} never appeared", path.display());
-}
-
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(body);
-    out
-}
-
-async fn read_frame(s: &mut UnixStream) -> Vec<u8> {
-    tokio::time::timeout(DEADLINE, async {
-        let mut len = [0u8; 4];
-        s.read_exact(&mut len).await.expect("len");
-        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-        s.read_exact(&mut body).await.expect("body");
-        body
-    })
-    .await
-    .expect("a frame in time")
-}
-
-fn ep(p: &Path) -> String {
-    format!("unix:{}", p.display())
-}
-
-/// rukh's first exchange, from the contract's own examples.
-fn rukh_initialize() -> (Vec<u8>, Vec<u8>) {
-    let c = contract::builtin("rukh").expect("rukh");
-    let ex = &c.methods["rukh.initialize"].examples;
-    let part = |p: contract::model::Part| {
-        serde_json::to_vec(&ex.iter().find(|e| e.part == p).expect("example").message)
-            .expect("json")
-    };
-    (
-        part(contract::model::Part::Call),
-        part(contract::model::Part::Result),
-    )
-}
+mod harness;
+use harness::{DEADLINE, ep, frame, read_frame, rukh_initialize, wait_for};
 
 /// A rukh extension that answers initialize with the contract's example and
 /// every later request with an empty result; returns every frame it got.
@@ -149,7 +51,7 @@ async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
     let listen = dir.path().join("p.sock");
     let upstream = dir.path().join("ext.sock");
     let server = extension(UnixListener::bind(&upstream).expect("bind"));
-    let p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--mode",
@@ -198,7 +100,7 @@ async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
         vec![init, good.to_vec()],
         "only valid requests reached the extension"
     );
-    let ev = p.events(6);
+    let ev = p.events(6).await;
     assert_eq!(ev[2]["verdict"]["class"], "unknown-request", "{}", ev[2]);
     assert_eq!(ev[2]["action"], "replied -32601", "{}", ev[2]);
     assert_eq!(ev[3]["verdict"]["verdict"], "ok");
@@ -216,7 +118,7 @@ async fn rukh_request_id_rules_are_enforced_inline() {
     // Enforce: the gap ends the invocation; the extension never sees the bad request.
     let (listen, upstream) = (dir.path().join("e.sock"), dir.path().join("e-ext.sock"));
     let server = extension(UnixListener::bind(&upstream).expect("bind"));
-    let p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--mode",
@@ -246,7 +148,7 @@ async fn rukh_request_id_rules_are_enforced_inline() {
         vec![init.clone()],
         "the gap was not forwarded"
     );
-    let ev = p.events(3);
+    let ev = p.events(3).await;
     assert_eq!(
         ev[2]["verdict"]["class"], "rukh.request-id.gap",
         "{}",
@@ -257,7 +159,7 @@ async fn rukh_request_id_rules_are_enforced_inline() {
     // Observe: a request before initialize is flagged with -32001 and still forwarded.
     let (listen, upstream) = (dir.path().join("o.sock"), dir.path().join("o-ext.sock"));
     let server = extension(UnixListener::bind(&upstream).expect("bind"));
-    let p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--listen",
@@ -275,7 +177,7 @@ async fn rukh_request_id_rules_are_enforced_inline() {
     );
     drop(core);
     assert_eq!(server.await.expect("server"), vec![early.to_vec()]);
-    let ev = p.events(1);
+    let ev = p.events(1).await;
     assert_eq!(ev[0]["verdict"]["code"], json!(-32001), "{}", ev[0]);
     assert!(
         ev[0]["action"]
@@ -296,7 +198,7 @@ async fn kernel_control_and_data_are_relayed_as_one_session() {
     let (uc, ud) = (dir.path().join("control.s"), dir.path().join("data.s"));
     let shell_control = UnixListener::bind(&uc).expect("bind");
     let shell_data = UnixListener::bind(&ud).expect("bind");
-    let p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "kernel",
         "--listen",
@@ -334,7 +236,7 @@ async fn kernel_control_and_data_are_relayed_as_one_session() {
         .expect("in time")
         .expect("data");
     assert_eq!(got, data, "data frames arrive byte for byte");
-    let ev = p.events(4);
+    let ev = p.events(4).await;
     let session = ev[0]["session"].clone();
     assert_eq!(ev[0]["method"], "stream.open");
     for (i, e) in ev[1..].iter().enumerate() {
@@ -381,7 +283,7 @@ client = "recipient"
         ),
     )
     .expect("config");
-    let p = proxy(&["--config", config.to_str().expect("utf-8")]);
+    let mut p = harness::run(&["--config", config.to_str().expect("utf-8")]);
     wait_for(&recipient_proxy).await;
     wait_for(&sender_proxy).await;
     let c = contract::builtin("xsession").expect("xsession");
@@ -419,7 +321,7 @@ client = "recipient"
         .expect("read");
     assert_eq!(got, status);
 
-    let ev = p.events(2);
+    let ev = p.events(2).await;
     assert_eq!(
         (ev[0]["route"].as_str(), ev[0]["method"].as_str()),
         (Some("to-recipient"), Some("user"))
@@ -441,7 +343,7 @@ async fn broken_framing_is_flagged_and_passed_on_in_observe_mode() {
     let listen = dir.path().join("p.sock");
     let upstream = dir.path().join("ext.sock");
     let ext = UnixListener::bind(&upstream).expect("bind");
-    let p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--listen",
@@ -461,7 +363,7 @@ async fn broken_framing_is_flagged_and_passed_on_in_observe_mode() {
         .expect("in time")
         .expect("read");
     assert_eq!(got, garbage, "nothing lost in observe mode");
-    let ev = p.events(1);
+    let ev = p.events(1).await;
     assert_eq!(ev[0]["verdict"]["class"], "oversize", "{}", ev[0]);
 }
 
@@ -473,7 +375,7 @@ async fn sigterm_stops_cleanly_within_the_deadline() {
     let listen = dir.path().join("p.sock");
     let upstream = dir.path().join("ext.sock");
     let ext = UnixListener::bind(&upstream).expect("bind");
-    let mut p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--listen",
@@ -484,27 +386,14 @@ async fn sigterm_stops_cleanly_within_the_deadline() {
     wait_for(&listen).await;
     let mut core = UnixStream::connect(&listen).await.expect("connect");
     let (_s, _) = ext.accept().await.expect("accept");
-    let pid = p.child.id().to_string();
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    p.signal("TERM");
     let mut buf = [0u8; 1];
     let n = tokio::time::timeout(DEADLINE, core.read(&mut buf))
         .await
         .expect("closed in time")
         .expect("read");
     assert_eq!(n, 0, "the client sees the connection end");
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = p.child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(start.elapsed() < DEADLINE, "proxy still running");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(p.exited().await.code(), Some(0));
 }
 
 fn run_fails(args: &[&str]) -> (i32, String) {
@@ -580,7 +469,7 @@ async fn a_missing_upstream_socket_is_reported_and_the_proxy_keeps_serving() {
     let dir = tempfile::tempdir().expect("tempdir");
     let listen = dir.path().join("p.sock");
     let missing = dir.path().join("nobody-here.sock");
-    let p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--listen",
@@ -598,12 +487,7 @@ async fn a_missing_upstream_socket_is_reported_and_the_proxy_keeps_serving() {
             .unwrap_or(0);
         assert_eq!(n, 0);
     }
-    let note = loop {
-        let line = p.lines.recv_timeout(DEADLINE).expect("a note");
-        if line.contains("cannot connect") {
-            break line;
-        }
-    };
+    let note = p.note("cannot connect").await;
     assert!(note.contains("nobody-here.sock"), "{note}");
 }
 
@@ -649,7 +533,7 @@ async fn a_recording_shows_and_replays() {
     let upstream = dir.path().join("ext.sock");
     let recording = dir.path().join("session.cprec");
     let _ext = answering_extension(UnixListener::bind(&upstream).expect("bind"), "same");
-    let mut p = proxy(&[
+    let mut p = harness::run(&[
         "--contract",
         "rukh",
         "--client",
@@ -665,28 +549,17 @@ async fn a_recording_shows_and_replays() {
     let mut c = UnixStream::connect(&listen).await.expect("connect");
     for id in 1..=2 {
         let call = json!({"jsonrpc":"2.0","id":format!("e:{id}"),"method":"rukh.call","params":{"operation":"fs.read","version":"1","input":{"path":"README.md"},"timeoutMs":1000}});
-        c.write_all(&frame(&serde_json::to_vec(&call).expect("ser")))
+        c.write_all(&frame(serde_json::to_vec(&call).expect("ser")))
             .await
             .expect("send");
         let r: Value = serde_json::from_slice(&read_frame(&mut c).await).expect("json");
         assert_eq!(r["result"]["output"]["text"], "same");
     }
     drop(c);
-    let _ = p.events(4);
+    let _ = p.events(4).await;
     // SIGTERM makes the proxy finish the recording before it exits.
-    let pid = p.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let start = std::time::Instant::now();
-    while p.child.try_wait().expect("wait").is_none() {
-        assert!(start.elapsed() < DEADLINE, "proxy still running");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    p.signal("TERM");
+    p.exited().await;
 
     let bin = env!("CARGO_BIN_EXE_contract-proxy");
     let out = Command::new(bin)
@@ -772,7 +645,7 @@ async fn a_configured_rate_limit_flags_the_message_over_it() {
         ),
     )
     .expect("config");
-    let p = proxy(&["--config", config.to_str().expect("utf-8")]);
+    let mut p = harness::run(&["--config", config.to_str().expect("utf-8")]);
     wait_for(&listen).await;
     let c = contract::builtin("kernel").expect("kernel");
     let mut core = UnixStream::connect(&listen).await.expect("connect");
@@ -788,7 +661,7 @@ async fn a_configured_rate_limit_flags_the_message_over_it() {
             "flagged, not refused: the kernel has no rate code"
         );
     }
-    let ev = p.events(3);
+    let ev = p.events(3).await;
     assert_eq!(ev[0]["verdict"]["verdict"], "ok");
     assert_eq!(ev[1]["verdict"]["verdict"], "ok");
     assert_eq!(ev[2]["verdict"]["class"], "ratelimit.method", "{}", ev[2]);

@@ -1,0 +1,219 @@
+//! What the tests of the proxy binary share: start `contract-proxy run --log
+//! json` as a child, read its live view and its stderr with deadlines, and the
+//! small socket and frame helpers every relay test needs.
+//!
+//! Included with `mod harness;`; each test file uses a part of it.
+#![allow(dead_code)]
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+/// Deadline for any single wait of a test.
+pub const DEADLINE: Duration = Duration::from_secs(10);
+
+/// A running proxy; killed when dropped.
+pub struct Proxy {
+    child: Child,
+    lines: mpsc::UnboundedReceiver<String>,
+    errs: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `contract-proxy run --log json ARGS`, stdout (the live view) and stderr
+/// drained on threads, so the proxy never blocks on a full pipe.
+pub fn run(args: &[&str]) -> Proxy {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
+        .args(["run", "--log", "json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("proxy starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, lines) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let (etx, errs) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = etx.send(line);
+        }
+    });
+    Proxy { child, lines, errs }
+}
+
+impl Proxy {
+    /// The next live-view line (event or note) within `limit`.
+    pub async fn line(&mut self, limit: Duration, what: &str) -> Value {
+        let line = timeout(limit, self.lines.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the live view shows {what} in time"))
+            .unwrap_or_else(|| panic!("the proxy exited before showing {what}"));
+        serde_json::from_str(&line).expect("json line")
+    }
+
+    /// The next `n` inspection events (connection notes skipped), all within one deadline.
+    pub async fn events(&mut self, n: usize) -> Vec<Value> {
+        let mut left = n;
+        self.events_until(&format!("{n} events"), |_| {
+            left -= 1;
+            left == 0
+        })
+        .await
+    }
+
+    /// Inspection events (notes skipped) up to and including the first that
+    /// satisfies `want`, all within one deadline.
+    pub async fn events_until(
+        &mut self,
+        what: &str,
+        mut want: impl FnMut(&Value) -> bool,
+    ) -> Vec<Value> {
+        let end = Instant::now() + DEADLINE;
+        let mut out = Vec::new();
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let v = self.line(left, what).await;
+            if v.get("verdict").is_none() {
+                continue;
+            }
+            let done = want(&v);
+            out.push(v);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// The first inspection event that satisfies `want`.
+    pub async fn until(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        self.events_until(what, want)
+            .await
+            .pop()
+            .expect("at least the match")
+    }
+
+    /// The first connection note containing `text`.
+    pub async fn note(&mut self, text: &str) -> String {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let v = self.line(left, text).await;
+            if let Some(n) = v.get("note").and_then(Value::as_str)
+                && n.contains(text)
+            {
+                return n.to_string();
+            }
+        }
+    }
+
+    /// Send the proxy a signal, as `kill -SIG` would (e.g. "TERM").
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{sig}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// How the proxy exited, within the deadline.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            assert!(Instant::now() < end, "the proxy is still running");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The address the proxy reports listening on ("listening on ADDR → …").
+    pub fn url(&self) -> String {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let line = self
+                .errs
+                .recv_timeout(left)
+                .expect("the proxy reports its address in time");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                return rest.split_whitespace().next().expect("url").to_string();
+            }
+        }
+    }
+}
+
+/// Wait (bounded) for a socket file to appear.
+pub async fn wait_for(path: &Path) {
+    let end = Instant::now() + DEADLINE;
+    while !path.exists() {
+        assert!(Instant::now() < end, "{} never appeared", path.display());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A unix endpoint as the proxy's flags spell it.
+pub fn ep(p: &Path) -> String {
+    format!("unix:{}", p.display())
+}
+
+/// One length-prefixed frame (u32 big-endian length, then the body).
+pub fn frame(body: impl AsRef<[u8]>) -> Vec<u8> {
+    let body = body.as_ref();
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Read one length-prefixed frame within the deadline.
+pub async fn read_frame(s: &mut (impl AsyncRead + Unpin)) -> Vec<u8> {
+    timeout(DEADLINE, async {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).await.expect("a frame, not EOF");
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut body).await.expect("frame body");
+        body
+    })
+    .await
+    .expect("a frame in time")
+}
+
+/// rukh's first exchange (request, result), from the contract's own examples:
+/// nothing may come before it.
+pub fn rukh_initialize() -> (Vec<u8>, Vec<u8>) {
+    use contract::model::Part;
+    let c = contract::builtin("rukh").expect("rukh");
+    let ex = &c.methods["rukh.initialize"].examples;
+    let part = |p: Part| {
+        serde_json::to_vec(&ex.iter().find(|e| e.part == p).expect("example").message)
+            .expect("json")
+    };
+    (part(Part::Call), part(Part::Result))
+}
