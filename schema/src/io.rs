@@ -231,15 +231,24 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
             .decode_with(&self.channel, &self.me, &bytes, &|id| {
                 pending.peek(peer, id)
             })?;
+        self.send_unchecked(&bytes).await?;
+        self.track(&m, true);
+        Ok(m)
+    }
+
+    /// Write `bytes` as one frame without validating them. Only for tools that
+    /// break a rule on purpose (conformance suites, demos of a violation); the
+    /// frame is not tracked as a request.
+    pub async fn send_unchecked(&mut self, bytes: &[u8]) -> Result<(), IoError> {
         self.wbuf.clear();
-        self.codec.encode(Bytes::from(bytes), &mut self.wbuf)?;
+        self.codec
+            .encode(Bytes::copy_from_slice(bytes), &mut self.wbuf)?;
         self.io
             .write_all(&self.wbuf)
             .await
             .map_err(FrameError::from)?;
         self.io.flush().await.map_err(FrameError::from)?;
-        self.track(&m, true);
-        Ok(m)
+        Ok(())
     }
 
     /// Flush and shut down the write half.
