@@ -29,10 +29,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use contract::Contract;
-use contract::io::JsonCodec;
+use contract::io::{Connection, IoError};
 use contract::model::{Kind, Part};
 use contract::wire::framing::BinaryCodec;
-use contract::wire::{BinaryFrame, ChannelCodec, Correlator, Message, Violation, Wire};
+use contract::wire::{BinaryFrame, ChannelCodec, Message, Violation, Wire};
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -617,16 +617,14 @@ impl Sink for RecordQueue {
 // ---------------------------------------------------------------------------------------------
 // The peers.
 
-/// One party's ends of the two channels, validating everything it sends and receives.
+/// One party's ends of the two channels. The control channel is a
+/// [`Connection`], which validates everything sent and received.
 struct Peer {
     me: &'static str,
-    other: &'static str,
     prefix: &'static str,
-    wire: Arc<Wire>,
-    control: Framed<BoxIo, JsonCodec>,
+    control: Connection<BoxIo>,
     data: Option<Framed<BoxIo, BinaryCodec>>,
     data_codec: BinaryCodec,
-    pending: Correlator,
     next_id: u64,
 }
 
@@ -645,20 +643,18 @@ impl Peer {
         wire: Arc<Wire>,
         control: BoxIo,
     ) -> Result<Self, String> {
-        let codec = JsonCodec::for_channel(&wire, "control").map_err(|e| e.to_string())?;
         let data_codec = match wire.codec("data").map_err(|e| e.to_string())? {
             ChannelCodec::Binary(c) => c,
             _ => return Err("the kernel data channel is not binary-framed".into()),
         };
+        let control =
+            Connection::new(control, wire, "control", me, other).map_err(|e| e.to_string())?;
         Ok(Peer {
             me,
-            other,
             prefix,
-            wire,
-            control: Framed::new(control, codec),
+            control,
             data: None,
             data_codec,
-            pending: Correlator::new(contract::io::DEFAULT_PENDING),
             next_id: 0,
         })
     }
@@ -673,94 +669,46 @@ impl Peer {
         format!("{}-{:04}", self.prefix, self.next_id)
     }
 
-    fn track(&mut self, m: &Message, outgoing: bool) {
-        let (sender, other) = if outgoing {
-            (self.me, self.other)
-        } else {
-            (self.other, self.me)
-        };
-        match m.kind {
-            Kind::Request => {
-                if let (Some(id), Some(method)) = (&m.id, &m.method) {
-                    let _ = self.pending.open(sender, id, method);
-                }
-            }
-            Kind::Response | Kind::Error => {
-                if let Some(id) = &m.correlation {
-                    let _ = self.pending.close(other, id);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    async fn write(&mut self, bytes: Vec<u8>) -> Result<(), String> {
-        match tokio::time::timeout(WAIT, self.control.send(Bytes::from(bytes))).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("{} could not send: {e}", self.me)),
-            Err(_) => Err(format!("{} could not send within {WAIT:?}", self.me)),
-        }
-    }
-
     /// Validate `msg` as this party's and send it.
     async fn send(&mut self, msg: &Value) -> Result<Message, String> {
-        let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
-        let m = {
-            let pending = &self.pending;
-            let other = self.other;
-            self.wire
-                .decode_with("control", self.me, &bytes, &|id| pending.peek(other, id))
-                .map_err(|v| {
-                    format!(
-                        "{} would send a message the contract rejects ({}): {}",
-                        self.me,
-                        v.class.name(),
-                        v.reason
-                    )
-                })?
-        };
-        self.write(bytes).await?;
-        self.track(&m, true);
-        Ok(m)
+        let me = self.me;
+        match tokio::time::timeout(WAIT, self.control.send(msg)).await {
+            Ok(Ok(m)) => Ok(m),
+            Ok(Err(IoError::Violation(v))) => Err(format!(
+                "{me} would send a message the contract rejects ({}): {}",
+                v.class.name(),
+                v.reason
+            )),
+            Ok(Err(e)) => Err(format!("{me} could not send: {e}")),
+            Err(_) => Err(format!("{me} could not send within {WAIT:?}")),
+        }
     }
 
     /// Send without validating (only for `--break-rule`).
     async fn send_unchecked(&mut self, msg: &Value) -> Result<(), String> {
+        let me = self.me;
         let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
-        self.write(bytes).await
+        match tokio::time::timeout(WAIT, self.control.send_unchecked(&bytes)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("{me} could not send: {e}")),
+            Err(_) => Err(format!("{me} could not send within {WAIT:?}")),
+        }
     }
 
     /// The next control message, decoded; `Err(violation)` inside when the contract rejects it.
     async fn recv_any(&mut self, what: &str) -> Result<Result<Message, Box<Violation>>, String> {
-        let frame = match tokio::time::timeout(WAIT, self.control.next()).await {
-            Err(_) => return Err(format!("{} waited {WAIT:?} for {what}", self.me)),
-            Ok(None) => {
-                return Err(format!(
-                    "{}: the control channel ended while waiting for {what}",
-                    self.me
-                ));
-            }
-            Ok(Some(Err(e))) => {
-                return Err(format!(
-                    "{}: control framing broke while waiting for {what}: {e}",
-                    self.me
-                ));
-            }
-            Ok(Some(Ok(f))) => f,
-        };
-        let decoded = {
-            let pending = &self.pending;
-            let me = self.me;
-            self.wire
-                .decode_with("control", self.other, &frame, &|id| pending.peek(me, id))
-        };
-        Ok(match decoded {
-            Ok(m) => {
-                self.track(&m, false);
-                Ok(m)
-            }
-            Err(v) => Err(Box::new(v)),
-        })
+        let me = self.me;
+        match tokio::time::timeout(WAIT, self.control.recv()).await {
+            Err(_) => Err(format!("{me} waited {WAIT:?} for {what}")),
+            Ok(Ok(None)) => Err(format!(
+                "{me}: the control channel ended while waiting for {what}"
+            )),
+            Ok(Ok(Some(m))) => Ok(Ok(m)),
+            Ok(Err(IoError::Violation(v))) => Ok(Err(v)),
+            Ok(Err(e)) => Err(format!(
+                "{me}: control framing broke while waiting for {what}: {e}"
+            )),
+        }
     }
 
     /// The next control message, which must be a valid `kind` of `method`.
@@ -839,12 +787,17 @@ impl Peer {
     /// Half-close a channel: flush, then shut the write side.
     async fn shut(&mut self, data: bool) -> Result<(), String> {
         let me = self.me;
-        let io = if data {
-            self.data()?.get_mut()
+        let closed = if data {
+            let io = self.data()?.get_mut();
+            tokio::time::timeout(WAIT, io.shutdown())
+                .await
+                .map(|r| r.map_err(|e| e.to_string()))
         } else {
-            self.control.get_mut()
+            tokio::time::timeout(WAIT, self.control.close())
+                .await
+                .map(|r| r.map_err(|e| e.to_string()))
         };
-        match tokio::time::timeout(WAIT, io.shutdown()).await {
+        match closed {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(format!("{me} could not close: {e}")),
             Err(_) => Err(format!("{me} could not close within {WAIT:?}")),
@@ -868,11 +821,15 @@ impl Peer {
                 Ok(Some(Err(e))) => Some(Err(e.to_string())),
             }
         } else {
-            match tokio::time::timeout(WAIT, self.control.next()).await {
+            match tokio::time::timeout(WAIT, self.control.recv()).await {
                 Err(_) => None,
-                Ok(None) => Some(Ok(())),
-                Ok(Some(Ok(f))) => Some(Err(String::from_utf8_lossy(&f).into_owned())),
-                Ok(Some(Err(e))) => Some(Err(e.to_string())),
+                Ok(Ok(None)) => Some(Ok(())),
+                Ok(Ok(Some(m))) => Some(Err(format!(
+                    "{} {}",
+                    m.method.as_deref().unwrap_or("?"),
+                    kind_name(m.kind)
+                ))),
+                Ok(Err(e)) => Some(Err(e.to_string())),
             }
         };
         match ended {

@@ -28,7 +28,7 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod harness;
-use harness::{DEADLINE, Proxy, ep, frame, read_frame, wait_for};
+use harness::{DEADLINE, Proxy, ep, frame, read_frame, read_json, send_json as send, wait_for};
 
 fn class(e: &Value) -> &str {
     e["verdict"]["class"].as_str().unwrap_or("")
@@ -98,17 +98,6 @@ fn example(c: &Contract, method: &str, part: Part, n: usize) -> Value {
 
 fn bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).expect("json")
-}
-
-async fn send(s: &mut UnixStream, v: &Value) {
-    timeout(DEADLINE, s.write_all(&frame(bytes(v))))
-        .await
-        .expect("written in time")
-        .expect("write");
-}
-
-async fn read_json(s: &mut UnixStream) -> Value {
-    serde_json::from_slice(&read_frame(s).await).expect("json frame")
 }
 
 /// Read to the end within the deadline; what arrived before it. A connection the proxy

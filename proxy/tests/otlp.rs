@@ -31,6 +31,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio::time::timeout;
 
+mod harness;
+use harness::{read_json, send_json};
+
 const WAIT: Duration = Duration::from_secs(10);
 const STATUS_ERROR: i32 = 2;
 
@@ -254,36 +257,10 @@ impl Relay {
     }
 }
 
-async fn send(s: &mut UnixStream, v: &Value) {
-    let body = v.to_string();
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(body.as_bytes());
-    timeout(WAIT, s.write_all(&out))
-        .await
-        .expect("write in time")
-        .expect("write");
-}
-
-async fn recv(s: &mut UnixStream) -> Value {
-    let mut len = [0u8; 4];
-    timeout(WAIT, s.read_exact(&mut len))
-        .await
-        .expect("frame in time")
-        .expect("length");
-    let n = u32::from_be_bytes(len) as usize;
-    assert!(n < 1 << 20, "sane frame");
-    let mut body = vec![0u8; n];
-    timeout(WAIT, s.read_exact(&mut body))
-        .await
-        .expect("body in time")
-        .expect("body");
-    serde_json::from_slice(&body).expect("json frame")
-}
-
 /// `from` sends `v`; `to` must receive exactly it.
 async fn pass(from: &mut UnixStream, to: &mut UnixStream, v: Value) {
-    send(from, &v).await;
-    assert_eq!(recv(to).await, v, "relayed intact");
+    send_json(from, &v).await;
+    assert_eq!(read_json(to).await, v, "relayed intact");
 }
 
 async fn connect(relay: &Relay, server: &UnixListener) -> (UnixStream, UnixStream) {

@@ -18,7 +18,6 @@ use contract_proxy::inspect::Mode;
 use contract_proxy::relay::{Shared, Sink, serve};
 use contract_proxy::trace::{OtlpConfig, Protocol, Tracer, carried_trace_id};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::time::timeout;
 
@@ -26,6 +25,9 @@ const VENV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../.venv-phoenix");
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/phoenix_e2e.sh");
 /// Phoenix's start-up alone can take minutes on a loaded machine.
 const RUN_DEADLINE: Duration = Duration::from_secs(900);
+mod harness;
+use harness::{read_json, send_json};
+
 const WAIT: Duration = Duration::from_secs(10);
 const HELLO_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
@@ -142,35 +144,9 @@ fn kernel_trace_lands_in_phoenix_as_one_trace() {
 // ------------------------------------------------------------------------------------------
 // The proxy half, run by phoenix_e2e.sh inside the namespace.
 
-async fn send(s: &mut UnixStream, v: &Value) {
-    let body = v.to_string();
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(body.as_bytes());
-    timeout(WAIT, s.write_all(&out))
-        .await
-        .expect("write in time")
-        .expect("write");
-}
-
-async fn recv(s: &mut UnixStream) -> Value {
-    let mut len = [0u8; 4];
-    timeout(WAIT, s.read_exact(&mut len))
-        .await
-        .expect("frame in time")
-        .expect("length");
-    let n = u32::from_be_bytes(len) as usize;
-    assert!(n < 1 << 20, "sane frame");
-    let mut body = vec![0u8; n];
-    timeout(WAIT, s.read_exact(&mut body))
-        .await
-        .expect("body in time")
-        .expect("body");
-    serde_json::from_slice(&body).expect("json")
-}
-
 async fn pass(from: &mut UnixStream, to: &mut UnixStream, v: Value) {
-    send(from, &v).await;
-    assert_eq!(recv(to).await, v);
+    send_json(from, &v).await;
+    assert_eq!(read_json(to).await, v);
 }
 
 fn k(kind: &str, id: &str, trace: &str, extra: Value) -> Value {

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
@@ -203,6 +203,19 @@ pub async fn read_frame(s: &mut (impl AsyncRead + Unpin)) -> Vec<u8> {
     })
     .await
     .expect("a frame in time")
+}
+
+/// Write `v` as one length-prefixed JSON frame within the deadline.
+pub async fn send_json(s: &mut (impl AsyncWrite + Unpin), v: &Value) {
+    timeout(DEADLINE, s.write_all(&frame(v.to_string())))
+        .await
+        .expect("written in time")
+        .expect("write");
+}
+
+/// Read one length-prefixed JSON frame within the deadline.
+pub async fn read_json(s: &mut (impl AsyncRead + Unpin)) -> Value {
+    serde_json::from_slice(&read_frame(s).await).expect("json frame")
 }
 
 /// rukh's first exchange (request, result), from the contract's own examples:
