@@ -644,6 +644,83 @@ fn limit_members(l: &Value) -> String {
     out.join("\n        ")
 }
 
+/// The C# view of a channel's wire rules (sdk.rs's `wireRules`, `methodCaps`, `methodAt`,
+/// `replyAt` and `frameDeadline`): C# expressions naming the generated `Limits` members, so
+/// every number stays in one place.
+fn channel_view(c: &Value, types: &Value) -> Value {
+    let limit = |key: &str| format!("Limits.{}", pascal(key));
+    let cap_expr = |v: &Value| {
+        v["limit"]
+            .as_str()
+            .map(limit)
+            .unwrap_or_else(|| "null".into())
+    };
+    let names = |v: &Value| match v.as_array() {
+        Some(a) => format!(
+            "new string[] {{ {} }}",
+            a.iter()
+                .map(|s| cs_string(s.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => "null".into(),
+    };
+    let cs_bool = |b: bool| if b { "true" } else { "false" };
+    let wr = &c["wireRules"];
+    let rules = if wr.is_object() {
+        let mut doc = Vec::new();
+        if wr["strict"] == true {
+            doc.push("the strict profile".to_string());
+        }
+        if wr["objectOnly"] == true {
+            doc.push("an object at the top".into());
+        }
+        if let Some(d) = wr["maxDepth"]["limit"].as_str() {
+            doc.push(format!("depth at most {}", limit(d)));
+        }
+        if let Some(i) = wr["maxItems"]["limit"].as_str() {
+            doc.push(format!("at most {} members plus elements", limit(i)));
+        }
+        json!({
+            "strict": cs_bool(wr["strict"] == true),
+            "objectOnly": cs_bool(wr["objectOnly"] == true),
+            "maxDepth": cap_expr(&wr["maxDepth"]),
+            "maxItems": cap_expr(&wr["maxItems"]),
+            "doc": if doc.is_empty() { "no JSON rules of its own".to_string() } else { doc.join(", ") },
+        })
+    } else {
+        Value::Null
+    };
+    let caps: Vec<Value> = c["methodCaps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            json!({
+                "method": cs_string(m["method"].as_str().unwrap_or_default()),
+                "limit": cs_string(m["limit"].as_str().unwrap_or_default()),
+                "cap": cap_expr(m),
+                "ignore": cs_bool(m["ignore"] == true),
+            })
+        })
+        .collect();
+    // The deadline applies where the reader is this runtime's (length-prefixed framing).
+    let deadline = match c["frameDeadline"]["limit"].as_str() {
+        Some(key) if c["framing"]["kind"] == "length-prefixed" => {
+            json!({"limit": cs_string(key), "after": limit(key)})
+        }
+        _ => Value::Null,
+    };
+    json!({
+        "messageType": c["message"].as_str().map(|m| cs_type(&TypeRef::Named { name: m.to_string() }, types)),
+        "rules": rules,
+        "caps": caps,
+        "methodAt": names(&c["methodAt"]),
+        "replyAt": names(&c["replyAt"]),
+        "deadline": deadline,
+    })
+}
+
 /// XML doc comment lines (`/// <summary>…</summary>`), indented.
 fn doc(text: &str, indent: &str) -> String {
     let t = text.trim();
@@ -716,6 +793,7 @@ handlebars_helper!(cs_typeof_helper: |name: str, types: Value| {
     let t = cs_type(&TypeRef::Named { name: name.to_string() }, &types);
     format!("typeof({t})")
 });
+handlebars_helper!(cs_channel_helper: |c: Value, types: Value| channel_view(&c, &types));
 handlebars_helper!(cs_union_style_helper: |def: Value, types: Value| union_style(&types, &def));
 
 /// Register the C# helpers.
@@ -735,6 +813,7 @@ pub fn register(hb: &mut Handlebars<'static>) {
     hb.register_helper("cs_table_values", Box::new(cs_table_values_helper));
     hb.register_helper("cs_enum_member", Box::new(cs_enum_member_helper));
     hb.register_helper("cs_typeof", Box::new(cs_typeof_helper));
+    hb.register_helper("cs_channel", Box::new(cs_channel_helper));
 }
 
 #[cfg(test)]
@@ -747,6 +826,65 @@ mod tests {
         assert_eq!(cs_literal(&json!("2.0")), "\"2.0\"");
         assert_eq!(cs_literal(&json!(1)), "1L");
         assert_eq!(cs_literal(&json!(true)), "true");
+    }
+
+    /// The channel view names the generated `Limits` members for every cap, deadline and rule.
+    #[test]
+    fn channel_view_spells_the_contracts_wire_rules() {
+        let channel = |contract: &str, key: &str| -> Value {
+            let path = format!(
+                "{}/../schema/contracts/{contract}.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let ir = crate::ir::Ir::build(
+                contract::load(std::path::Path::new(&path)).expect("contract"),
+            )
+            .expect("ir");
+            let ctx = crate::sdk::context(&ir).expect("context");
+            let c = ctx["channels"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["key"] == key))
+                .cloned()
+                .expect("channel");
+            channel_view(&c, &ctx["types"])
+        };
+        let ipc = channel("rukh", "ipc");
+        assert_eq!(
+            ipc["rules"],
+            json!({
+                "strict": "true", "objectOnly": "true",
+                "maxDepth": "Limits.JsonDepthMax", "maxItems": "Limits.JsonItemsMax",
+                "doc": "the strict profile, an object at the top, depth at most Limits.JsonDepthMax, at most Limits.JsonItemsMax members plus elements",
+            })
+        );
+        let caps = ipc["caps"].as_array().expect("caps");
+        assert_eq!(caps.len(), 4);
+        assert!(
+            caps.iter().all(|c| c["cap"] == "Limits.LifecyclePayloadMax"
+                && c["limit"] == "\"lifecyclePayloadMax\"")
+        );
+        let log = caps
+            .iter()
+            .find(|c| c["method"] == "\"rukh.log\"")
+            .expect("rukh.log");
+        assert_eq!(log["ignore"], "true");
+        assert_eq!(
+            ipc["deadline"],
+            json!({"limit": "\"incompleteFrameSeconds\"", "after": "Limits.IncompleteFrameSeconds"})
+        );
+        assert_eq!(ipc["methodAt"], "new string[] { \"method\" }");
+        assert_eq!(ipc["replyAt"], "new string[] { \"id\" }");
+        assert_eq!(ipc["messageType"], "Message");
+
+        let control = channel("kernel", "control");
+        assert_eq!(control["rules"]["strict"], "false");
+        assert_eq!(control["rules"]["maxDepth"], "Limits.JsonMaxDepth");
+        assert_eq!(control["caps"], json!([]));
+        assert_eq!(control["deadline"], Value::Null);
+        assert_eq!(control["methodAt"], "new string[] { \"method\" }");
+        assert_eq!(control["replyAt"], "new string[] { \"correlation_id\" }");
+        // No JSON rules of its own and no method caps: the plain decode.
+        assert_eq!(channel("xsession", "inbox")["rules"], Value::Null);
     }
 
     #[test]

@@ -73,6 +73,16 @@ const RESERVED_TYPES: &[&str] = &[
     "Callable",
     "NamedTuple",
     "Optional",
+    "TypeVar",
+    "ContractError",
+    "DecodeFailure",
+    "FrameError",
+    "FrameIncomplete",
+    "FrameTooLarge",
+    "FrameTruncated",
+    "InvalidTransition",
+    "LineReader",
+    "MethodFrameTooLarge",
 ];
 
 /// Attribute names a struct field must not take (they shadow names its annotations use).
@@ -700,6 +710,41 @@ pub fn py_module(ctx: &Value) -> Value {
         })
         .collect();
 
+    // Methods: who sends them.
+    let methods: Vec<Value> = ctx["methods"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|m| {
+            let senders: Vec<String> = m["from"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .map(py_literal)
+                .collect();
+            json!({
+                "wire": py_literal(&m["wire"]), "kind": py_literal(&m["kind"]),
+                "channel": py_literal(&m["channel"]),
+                "senders": format!("({}{})", senders.join(", "), if senders.len() == 1 { "," } else { "" }),
+            })
+        })
+        .collect();
+    // A list of member names (sdk.rs's `methodAt`/`replyAt`) as a Python tuple, or None.
+    let name_tuple = |keys: &Value| -> String {
+        match keys.as_array() {
+            Some(keys) => {
+                let keys: Vec<String> = keys.iter().map(py_literal).collect();
+                format!(
+                    "({}{})",
+                    keys.join(", "),
+                    if keys.len() == 1 { "," } else { "" }
+                )
+            }
+            None => "None".into(),
+        }
+    };
+    let py_bool = |b: bool| if b { "True" } else { "False" };
+
     // Channels and their framing.
     let channels: Vec<Value> = ctx["channels"]
         .as_array()
@@ -717,7 +762,62 @@ pub fn py_module(ctx: &Value) -> Value {
                 "messageDispatch": c["message"].as_str().map(|m| untyped.contains(m)).unwrap_or(false),
                 "messageFn": c["message"].as_str().map(|m| format!("decode_{}", lower_snake(m))).unwrap_or_default(),
                 "order": order,
+                "upper": upper_snake(&snake),
             });
+            // The branches constant of a presence-dispatched message union.
+            v["branches"] = json!(format!("_{}_BRANCHES", v["message"].as_str().unwrap_or_default()));
+            // JSON rules and method caps (sdk.rs): a channel with none keeps the plain decode.
+            let caps: Vec<Value> = c["methodCaps"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .map(|m| json!({
+                    "method": py_literal(&m["method"]),
+                    "limit": py_literal(&m["limit"]),
+                    "ident": m["ident"],
+                    "ignore": py_bool(m["ignore"] == true),
+                }))
+                .collect();
+            let (method_at, reply_at) = (name_tuple(&c["methodAt"]), name_tuple(&c["replyAt"]));
+            let wr = &c["wireRules"];
+            if wr.is_object() {
+                let strict = wr["strict"] == true;
+                let object_only = wr["objectOnly"] == true;
+                let depth = wr["maxDepth"]["ident"].as_str();
+                let items = wr["maxItems"]["ident"].as_str();
+                let mut doc = Vec::new();
+                if strict {
+                    doc.push("the strict profile".to_string());
+                }
+                if object_only {
+                    doc.push("an object at the top".into());
+                }
+                if let Some(d) = depth {
+                    doc.push(format!("depth at most ``{d}``"));
+                }
+                if let Some(i) = items {
+                    doc.push(format!("at most ``{i}`` members plus elements"));
+                }
+                v["rules"] = json!({
+                    "strict": py_bool(strict),
+                    "objectOnly": py_bool(object_only),
+                    "maxDepth": depth.unwrap_or("None"),
+                    "maxItems": items.unwrap_or("None"),
+                    "doc": if doc.is_empty() { "no JSON rules of its own".to_string() } else { doc.join(", ") },
+                });
+            } else {
+                v["rules"] = Value::Null;
+            }
+            v["caps"] = json!(caps);
+            v["methodAt"] = json!(method_at);
+            v["replyAt"] = json!(reply_at);
+            // The framing's deadline for one whole frame (length-prefixed framing only).
+            v["deadline"] = match c["frameDeadline"]["ident"].as_str() {
+                Some(ident) if kind == "length-prefixed" => json!({
+                    "limit": py_literal(&c["frameDeadline"]["limit"]), "ident": ident,
+                }),
+                _ => Value::Null,
+            };
             match kind {
                 "length-prefixed" => {
                     v["lengthBytes"] = f["lengthBytes"].clone();
@@ -760,6 +860,7 @@ pub fn py_module(ctx: &Value) -> Value {
         "machines": machines,
         "limits": limits,
         "channels": channels,
+        "methods": methods,
         "doc": py_doc(ctx["description"].as_str().unwrap_or_default()),
     })
 }

@@ -54,13 +54,15 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
                 .and_then(|n| ir.limits.iter().find(|l| l.key == n))
                 .map(|l| json!({"limit": l.key, "ident": l.ident, "seconds": l.base}))
                 .unwrap_or(Value::Null);
-            json!({
+            let mut v = json!({
                 "key": ch.key, "ident": ch.ident, "message": ch.message,
                 "description": model.description, "transports": model.transports,
                 "connects": model.connects, "framing": framing, "cap": cap(cap_name),
                 "frameDeadline": deadline,
                 "json": model.json, "binding": model.binding, "seed": model.seed,
-            })
+            });
+            wire_rules(ir, &ch.key, model, &mut v);
+            v
         })
         .collect();
     Ok(json!({
@@ -92,6 +94,78 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
         "types": ser("types", serde_json::to_value(&types.types))?,
         "contractJson": serde_json::to_string(c).unwrap_or_default(),
     }))
+}
+
+/// The rules an SDK enforces on a channel's messages beyond their types, language-neutral
+/// (each target spells them), added to the channel's context:
+///
+/// - `methodCaps`: the channel's methods with a frame cap of their own (`maxPayload`), in
+///   contract order, as `{method, limit, ident, ignore}` (`ignore`: `overMaxPayload: ignore`,
+///   an over-cap request or notification is dropped and counted). A cap naming no limit is left out.
+/// - `methodAt` / `replyAt`: where a frame names its method and, for a reply, the id of the
+///   request it answers, as unescaped member names (JSON-RPC: `method`, `id`; an envelope:
+///   its pointers); null where the binding has none.
+/// - `wireRules`: null when a plain decode is all the channel needs; else
+///   `{strict, objectOnly, maxDepth, maxItems}` with each cap `{limit, ident}` or null. It is
+///   set when the channel's `json` section is strict or caps depth or items, or when a
+///   method of the channel has a cap of its own.
+fn wire_rules(ir: &Ir, key: &str, model: &contract::model::Channel, out: &mut Value) {
+    use contract::model::{ActionKind, Binding};
+    let limit = |name: &str| -> Option<Value> {
+        ir.limits
+            .iter()
+            .find(|l| l.key == name)
+            .map(|l| json!({"limit": l.key, "ident": l.ident}))
+    };
+    let caps: Vec<Value> = ir
+        .contract
+        .methods
+        .iter()
+        .filter(|(_, m)| m.channel == key)
+        .filter_map(|(name, m)| {
+            let cap = m.max_payload.as_deref()?;
+            let l = limit(cap)?;
+            Some(json!({
+                "method": name, "limit": cap, "ident": l["ident"],
+                "ignore": m.over_max_payload == Some(ActionKind::Ignore),
+            }))
+        })
+        .collect();
+    let segments = |p: &str| -> Value {
+        p.split('/')
+            .skip(1)
+            .map(|k| Value::String(k.replace("~1", "/").replace("~0", "~")))
+            .collect()
+    };
+    let (method_at, reply_at) = match &model.binding {
+        Some(Binding::Jsonrpc { .. }) => (json!(["method"]), json!(["id"])),
+        Some(Binding::Envelope {
+            method,
+            correlation,
+            ..
+        }) => (
+            segments(method),
+            correlation.as_deref().map(segments).unwrap_or(Value::Null),
+        ),
+        _ => (Value::Null, Value::Null),
+    };
+    let (strict, object_only, depth, items) = match &model.json {
+        Some(j) => (
+            j.strict,
+            j.object_only,
+            j.max_depth.as_deref().and_then(limit),
+            j.max_items.as_deref().and_then(limit),
+        ),
+        None => (false, false, None, None),
+    };
+    out["wireRules"] = if strict || depth.is_some() || items.is_some() || !caps.is_empty() {
+        json!({"strict": strict, "objectOnly": object_only, "maxDepth": depth, "maxItems": items})
+    } else {
+        Value::Null
+    };
+    out["methodCaps"] = Value::Array(caps);
+    out["methodAt"] = method_at;
+    out["replyAt"] = reply_at;
 }
 
 fn engine(lang: &str, register: fn(&mut Handlebars<'static>)) -> Handlebars<'static> {

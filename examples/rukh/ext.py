@@ -5,8 +5,10 @@ Run it from a rukh core: the control channel is the inherited fd given by
 proxy's ``exec-fd:3`` use; contract note R-2 leaves it to the adapter). The
 SDK package ``contract_sdk`` comes from ``contractgen generate --lang python``
 (run.sh puts it on PYTHONPATH); every frame goes through its framing
-(``read_ipc_frame_async``/``write_ipc_frame_async``) and types
-(``decode_message``, ``InitializeParams``, ``InvokeResult`` …).
+(``read_ipc_frame_async``/``write_ipc_frame_async``, which hold a begun frame to
+the 2 s ``incompleteFrameSeconds``) and types (``decode_ipc_message``, which
+applies the channel's strict JSON profile, depth and item caps and the
+lifecycle methods' own 16 KiB cap; ``InitializeParams``, ``InvokeResult`` …).
 
 Behaviour matches the Rust extension (ext-rust): rukh.initialize echoes the
 pinned context (or -32003 for an unsupported capability); one rukh.invoke runs
@@ -14,8 +16,16 @@ pinned context (or -32003 for an unsupported capability); one rukh.invoke runs
 ``{"exit": N}`` complete command_failed and exit N, ``{"sleepMs": N}`` work that
 long (cancellable); rukh.cancel/rukh.close are acknowledged, then the end is
 closed. The core's ids must be c:1, c:2, … (R-10); only rukh.initialize is
-accepted before the handshake (-32001, R-38). ``--break id-gap`` makes the
-second request skip one counter (e:1 then e:3).
+accepted before the handshake (-32001, R-38).
+
+Protocol errors end the session without a response and exit 125: a frame the
+strict profile refuses (duplicate key, unsafe integer, depth, items …), a frame
+over the channel's cap or its method's cap (R-4), a frame begun and not
+finished within the frame deadline (P3.5), a method the core may not send
+(violations.wrongDirection, e.g. rukh.call). The one exception the contract
+makes: a rukh.log over its cap is dropped and counted (overMaxPayload: ignore,
+R-41); this extension only sends logs, so it drops its own over-cap records.
+``--break id-gap`` makes the second request skip one counter (e:1 then e:3).
 """
 
 from __future__ import annotations
@@ -55,20 +65,29 @@ class Extension:
         self.awaiting: Optional[tuple[str, str]] = None  # (step, request id)
         self.exit_code = 0
         self.sleep_task: Optional[asyncio.Task[None]] = None
+        self.sent: dict[str, str] = {}  # our request id -> its method, until answered
+        self.dropped_logs = 0
 
     # --- sending (all through the SDK's types and framing) -------------------
 
-    async def send(self, msg: Any) -> None:
+    async def send(self, msg: Any, answers: Optional[str] = None) -> None:
+        """Send one message; ``answers`` is the method of the request a reply answers.
+
+        Our own frames hold to the channel's rules too: a reply over its method's cap
+        or a request over its own raises (an SDK ContractError ends the session)."""
         data = r.encode(msg)
-        r.decode_message(data)  # our own frames must be valid profile messages too
+        if answers is not None:
+            r.check_ipc_reply(answers, data)
+        r.decode_ipc_message(data)
         await r.write_ipc_frame_async(self.writer, data)
 
-    async def reply(self, id_: str, result: Any) -> None:
-        await self.send(r.SuccessResponse(jsonrpc="2.0", id=id_, result=msgspec.to_builtins(result)))
+    async def reply(self, req: r.Request, result: Any) -> None:
+        await self.send(r.SuccessResponse(jsonrpc="2.0", id=req.id, result=msgspec.to_builtins(result)), req.method)
 
-    async def error(self, id_: Optional[str], code: r.ErrorCode, message: str, detail: Optional[str] = None) -> None:
+    async def error(self, req: r.Request, code: r.ErrorCode, message: str, detail: Optional[str] = None) -> None:
         data = r.ErrorData(detail=detail) if detail is not None else msgspec.UNSET
-        await self.send(r.ErrorResponse(jsonrpc="2.0", id=id_, error=r.JsonRpcError(code=int(code), message=message, data=data)))
+        err = r.ErrorResponse(jsonrpc="2.0", id=req.id, error=r.JsonRpcError(code=int(code), message=message, data=data))
+        await self.send(err, req.method)
 
     def next_request_id(self) -> str:
         self.sent_requests += 1
@@ -83,11 +102,18 @@ class Extension:
         rid = self.next_request_id()
         params = r.CallParams(operation=operation, version="1", input=input_, session_id=self.session_id)
         await self.send(r.Request(jsonrpc="2.0", id=rid, method="rukh.call", params=msgspec.to_builtins(params)))
+        self.sent[rid] = "rukh.call"
         self.awaiting = (step, rid)
 
     async def log(self, level: str, message: str) -> None:
         params = r.LogParams(level=r.LogLevel(level), message=message)
-        await self.send(r.Notification(jsonrpc="2.0", method="rukh.log", params=msgspec.to_builtins(params)))
+        try:
+            await self.send(r.Notification(jsonrpc="2.0", method="rukh.log", params=msgspec.to_builtins(params)))
+        except r.MethodFrameTooLarge as e:
+            if not e.ignore:
+                raise
+            self.dropped_logs += 1
+            print(f"rukh-ext.py: log record dropped ({self.dropped_logs} so far): {e}", file=sys.stderr)
 
     # --- the invocation ---------------------------------------------------------
 
@@ -102,7 +128,7 @@ class Extension:
             result = r.CommandFailedCompletion(exit_code=code, message="asked to fail")
         else:
             result = r.SucceededCompletion(summary="echoed")
-        await self.reply(self.invoke_id, result)
+        await self.send(r.SuccessResponse(jsonrpc="2.0", id=self.invoke_id, result=msgspec.to_builtins(result)), "rukh.invoke")
 
     async def finish_or_sleep(self) -> None:
         ms = self.inputs.get("sleepMs")
@@ -120,26 +146,34 @@ class Extension:
             raise ProtocolError(f"request_id_violation: core id {id_!r}, expected {expected}")
         self.core_next += 1
 
+    @staticmethod
+    def check_direction(method: str) -> None:
+        """A method of the contract the core may not send ends the session (wrongDirection: fail)."""
+        info = r.METHODS.get(method)
+        if info is not None and "core" not in info.senders:
+            raise ProtocolError(f"wrong_direction: {method} is sent by {'/'.join(info.senders)}, not the core")
+
     async def on_request(self, req: r.Request) -> Optional[int]:
+        self.check_direction(req.method)
         self.check_core_id(req.id)
         raw_params = req.params if req.params is not msgspec.UNSET else {}
         if not self.initialized and req.method != "rukh.initialize":
-            await self.error(req.id, r.ErrorCode(-32001), "not initialized", req.method)
+            await self.error(req, r.ErrorCode(-32001), "not initialized", req.method)
             raise ProtocolError(f"state_violation: {req.method} before rukh.initialize")
         if req.method == "rukh.initialize":
             p = msgspec.convert(raw_params, r.InitializeParams)
             bad = [c for c in p.capabilities if c not in SUPPORTED_CAPS]
             if bad:
-                await self.error(req.id, r.ErrorCode(-32003), "capability not supported", bad[0])
+                await self.error(req, r.ErrorCode(-32003), "capability not supported", bad[0])
                 return 125
             self.session_id, self.kind = p.session_id, p.kind.value
             res = r.InitializeResult(session_id=p.session_id, contract=p.contract, protocol=p.protocol,
                                      capabilities=p.capabilities, adapter=r.AdapterInfo(name="rukh-ext-python", version="0.1.0"))
-            await self.reply(req.id, res)
+            await self.reply(req, res)
             self.initialized = True
         elif req.method == "rukh.invoke":
             if self.invoke_id is not None:
-                await self.error(req.id, r.ErrorCode(-32002), "session already invoked")
+                await self.error(req, r.ErrorCode(-32002), "session already invoked")
                 return None
             inv = msgspec.convert(raw_params, r.InvokeParams)
             kind = "execute" if isinstance(inv, r.ExecuteInvocation) else "describe"
@@ -154,20 +188,20 @@ class Extension:
                 await self.call("echo", "demo.echo", self.inputs)
         elif req.method == "rukh.ui.event":
             ev = msgspec.convert(raw_params, r.UiEventParams)
-            await self.reply(req.id, r.UiEventResult(sequence=ev.sequence))
+            await self.reply(req, r.UiEventResult(sequence=ev.sequence))
         elif req.method == "rukh.cancel":
             c = msgspec.convert(raw_params, r.CancelParams)
             print(f"rukh-ext.py: cancelled ({c.reason.value})", file=sys.stderr)
             if self.sleep_task is not None:
                 self.sleep_task.cancel()
-            await self.reply(req.id, r.Ack())
+            await self.reply(req, r.Ack())
             return 130
         elif req.method == "rukh.close":
             msgspec.convert(raw_params, r.CloseParams)
-            await self.reply(req.id, r.Ack())
+            await self.reply(req, r.Ack())
             return self.exit_code
         else:
-            await self.error(req.id, r.ErrorCode(-32601), "method not found")
+            await self.error(req, r.ErrorCode(-32601), "method not found")
         return None
 
     async def on_response(self, resp: Any) -> None:
@@ -175,27 +209,48 @@ class Extension:
             raise ProtocolError(f"unknown_response_id {resp.id!r}")
         step = self.awaiting[0]
         self.awaiting = None
+        self.sent.pop(resp.id, None)
         if step == "echo":
             await self.call("clock", "demo.clock", {})
         else:
             await self.finish_or_sleep()
 
+    def answers(self, id_: Any) -> Optional[str]:
+        """The method of our request a reply answers (for its method's cap)."""
+        return self.sent.get(id_) if isinstance(id_, str) else None
+
     async def serve(self) -> int:
         while True:
-            frame = await r.read_ipc_frame_async(self.reader)
+            try:
+                frame = await r.read_ipc_frame_async(self.reader)
+            except r.FrameIncomplete as e:
+                raise ProtocolError(f"incomplete_frame: {e}") from e
+            except r.FrameTooLarge as e:
+                raise ProtocolError(f"oversize_frame: {e}") from e
             if frame is None:
                 raise ProtocolError("early EOF: the core closed the channel")
             try:
-                msg = r.decode_ipc_message(frame)
+                msg = r.decode_ipc_message(frame, answers=self.answers)
+            except r.MethodFrameTooLarge as e:
+                if e.ignore:
+                    # Dropped and counted (overMaxPayload: ignore) — if the core may send it at all.
+                    self.check_direction(e.method)
+                    self.dropped_logs += 1
+                    print(f"rukh-ext.py: dropped ({self.dropped_logs} so far): {e}", file=sys.stderr)
+                    continue
+                raise ProtocolError(f"oversize_frame: {e}") from e
             except r.DecodeFailure as e:
-                raise ProtocolError(f"invalid frame ({e.label}): {e}") from e
+                rule = f"/{e.rule}" if e.rule else ""
+                raise ProtocolError(f"invalid frame ({e.label}{rule}): {e}") from e
             if isinstance(msg, r.Request):
                 code = await self.on_request(msg)
                 if code is not None:
                     return code
             elif isinstance(msg, (r.SuccessResponse, r.ErrorResponse)):
                 await self.on_response(msg)
-            # Notifications from the core are not defined: ignored (R-20).
+            else:
+                # Unknown notifications are ignored (R-20); known ones the core may not send fail.
+                self.check_direction(msg.method)
 
 
 def control_socket(fd: int) -> socket.socket:
@@ -223,7 +278,7 @@ async def main() -> int:
     except ProtocolError as e:
         print(f"rukh-ext.py: protocol_error: {e}", file=sys.stderr)
         code = 125
-    except (r.FrameError, ConnectionError) as e:
+    except (r.ContractError, ConnectionError) as e:
         print(f"rukh-ext.py: channel failed: {e}", file=sys.stderr)
         code = 125
     # The ack was written completely (drain); now close our end and exit.

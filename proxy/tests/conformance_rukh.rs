@@ -164,40 +164,16 @@ fn junit_report(path: &Path) -> quick_junit::Report {
     quick_junit::Report::deserialize_from_str(&xml).expect("well-formed JUnit XML")
 }
 
-/// Checks a reference peer fails today although it runs honestly: real gaps the
-/// suite found, each a change the peer (or the library under it) still needs.
-/// Empty these lists as the peers are fixed; until then the runs exit 1 and must
-/// fail exactly these.
-///
-/// rukh-ext (on `contract::Connection`): none left.
-const GAPS_RUST_EXT: [&str; 0] = [];
-/// ext.py (on the generated Python SDK, msgspec): the strict profile is not
-/// enforced (duplicate keys, integers beyond ±(2^53−1), depth, items), nor the
-/// per-method 16 KiB cap on rukh.initialize, nor the incomplete-frame
-/// deadline; a rukh.call from the core is answered -32601 and the session goes on
-/// instead of failing (violations.wrongDirection: fail).
-const GAPS_PY_EXT: [&str; 7] = [
-    "rukh.json.duplicate-key",
-    "rukh.json.unsafe-integer",
-    "rukh.json.depth",
-    "rukh.json.items",
-    "rukh.frame.lifecycle-size",
-    "rukh.frame.incomplete",
-    "rukh.call.wrong-direction",
-];
-/// rukh-core (on `contract::Connection`): none left.
-const GAPS_CORE: [&str; 0] = [];
-
 fn sorted(v: impl IntoIterator<Item = impl ToString>) -> Vec<String> {
     let mut v: Vec<String> = v.into_iter().map(|s| s.to_string()).collect();
     v.sort();
     v
 }
 
-/// Exactly `gaps` (plus `broken`, the check a `--break` must fail) fail; the other
-/// role's checks skip as not applicable; everything else passes; JUnit agrees.
-fn assert_run(r: &Run, junit: &Path, role: &str, gaps: &[&str], broken: Option<&str>) {
-    let want_fail = sorted(gaps.iter().copied().chain(broken));
+/// Only `broken` (the check a `--break` must fail) fails; the other role's checks
+/// skip as not applicable; everything else passes; JUnit agrees.
+fn assert_run(r: &Run, junit: &Path, role: &str, broken: Option<&str>) {
+    let want_fail = sorted(broken);
     assert_eq!(
         r.code,
         if want_fail.is_empty() { 0 } else { 1 },
@@ -249,14 +225,14 @@ fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
 fn playing_the_core_the_rust_extension_passes_every_check() {
     let (_d, junit) = tmp("core-rust.xml");
     let r = run_role("core", &rust_ext(""), &junit);
-    assert_run(&r, &junit, "core", &GAPS_RUST_EXT, None);
+    assert_run(&r, &junit, "core", None);
 }
 
 #[test]
-fn playing_the_core_the_rust_extension_with_an_id_gap_fails_the_id_check_too() {
+fn playing_the_core_the_rust_extension_with_an_id_gap_fails_only_the_id_check() {
     let (_d, junit) = tmp("core-rust-break.xml");
     let r = run_role("core", &rust_ext("--break id-gap"), &junit);
-    assert_run(&r, &junit, "core", &GAPS_RUST_EXT, Some("rukh.ids.own"));
+    assert_run(&r, &junit, "core", Some("rukh.ids.own"));
     assert!(
         r.stdout.contains("has id e:3, expected e:2"),
         "{}",
@@ -265,37 +241,36 @@ fn playing_the_core_the_rust_extension_with_an_id_gap_fails_the_id_check_too() {
 }
 
 #[test]
-fn playing_the_core_the_python_extension_passes_but_for_its_known_gaps() {
+fn playing_the_core_the_python_extension_passes_every_check() {
     let (_d, junit) = tmp("core-python.xml");
     let r = run_role("core", &python_ext(""), &junit);
-    assert_run(&r, &junit, "core", &GAPS_PY_EXT, None);
+    assert_run(&r, &junit, "core", None);
 }
 
 #[test]
-fn playing_the_core_the_python_extension_with_an_id_gap_fails_the_id_check_too() {
+fn playing_the_core_the_python_extension_with_an_id_gap_fails_only_the_id_check() {
     let (_d, junit) = tmp("core-python-break.xml");
     let r = run_role("core", &python_ext("--break id-gap"), &junit);
-    assert_run(&r, &junit, "core", &GAPS_PY_EXT, Some("rukh.ids.own"));
+    assert_run(&r, &junit, "core", Some("rukh.ids.own"));
 }
 
 #[test]
 fn playing_the_extension_the_rust_core_passes_every_check() {
     let (_d, junit) = tmp("ext-core.xml");
     let r = run_role("extension", &rust_core(""), &junit);
-    assert_run(&r, &junit, "extension", &GAPS_CORE, None);
+    assert_run(&r, &junit, "extension", None);
     // The deadline check ran (the command has {deadline_ms}) and saw 124.
     assert!(r.stdout.contains("exit 124"), "{}", show(&r));
 }
 
 #[test]
-fn playing_the_extension_a_core_that_sends_before_initialize_fails_that_check_too() {
+fn playing_the_extension_a_core_that_sends_before_initialize_fails_only_that_check() {
     let (_d, junit) = tmp("ext-core-break.xml");
     let r = run_role("extension", &rust_core("--break before-initialize"), &junit);
     assert_run(
         &r,
         &junit,
         "extension",
-        &GAPS_CORE,
         Some("rukh.handshake.before-initialize"),
     );
     assert!(r.stdout.contains("not rukh.initialize"), "{}", show(&r));

@@ -2,6 +2,7 @@
 // Usage: dotnet tests.dll VECTORS_DIR
 //   VECTORS_DIR/<module>/valid.json and invalid.json as written by `contractgen vectors` (docs/vectors.md).
 // Prints one line per failure and, last, exactly "N passed, N failed"; exits 1 on any failure.
+// The wire-rule tests (JSON rules, method caps, frame deadline) are in WireTests.cs.
 using System;
 using System.Collections.Generic;
 using System.IO;
@@ -11,7 +12,7 @@ using System.Text;
 using System.Text.Json;
 using Contract.Sdk;
 
-public static class Tests
+public static partial class Tests
 {
     static int passed;
     static int failed;
@@ -589,6 +590,7 @@ public static class Tests
         }
         Constants(modules);
         Extra(modules);
+        WireRules(modules);
         Expect(modules.Count > 0, "vectors", "no contract directories in " + dir);
         Console.WriteLine(passed + " passed, " + failed + " failed");
         return failed == 0 ? 0 : 1;

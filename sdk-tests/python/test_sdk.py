@@ -8,6 +8,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -306,3 +307,335 @@ def test_decode_channel_messages() -> None:
     assert isinstance(t.decode_ws_message(b'{"jsonrpc":"2.0","id":3,"result":{}}'), t.JsonRpcResponse)
     env = x.decode_inbox_message(b'{"msgV":1,"type":"auth","token":"t"}')
     assert env.type == "auth"
+
+
+# --- a channel's JSON rules (rukh ipc: strict profile, depth, items) -----------------
+
+
+def frame_json(v: Any) -> bytes:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def json_depth(v: Any) -> int:
+    """Nesting depth as the contracts count it: the top-level container is 1, scalars add none."""
+    if isinstance(v, dict):
+        return 1 + max((json_depth(x) for x in v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max((json_depth(x) for x in v), default=0)
+    return 0
+
+
+def json_items(v: Any) -> int:
+    """Object members plus array elements, all levels."""
+    if isinstance(v, dict):
+        return len(v) + sum(json_items(x) for x in v.values())
+    if isinstance(v, list):
+        return len(v) + sum(json_items(x) for x in v)
+    return 0
+
+
+def ui_request(params: Any) -> dict[str, Any]:
+    # params of a request are not typed by the envelope, so any shape decodes.
+    return {"jsonrpc": "2.0", "id": "c:2", "method": "rukh.ui.event", "params": params}
+
+
+def rukh_parse_error(data: bytes) -> Any:
+    r = sdk("rukh")
+    with pytest.raises(r.DecodeFailure) as e:
+        r.decode_ipc_message(data)
+    assert e.value.label == "parse", e.value
+    return e.value
+
+
+def test_ipc_json_rules_come_from_the_contract() -> None:
+    r = sdk("rukh")
+    c = contract("rukh")
+    rules = c["channels"]["ipc"]["json"]
+    assert rules["strict"] is True and rules["objectOnly"] is True
+    assert r.IPC_JSON_RULES == (True, True, c["limits"][rules["maxDepth"]]["value"], c["limits"][rules["maxItems"]]["value"])
+    assert r.IPC_JSON_RULES.max_depth == r.JSON_DEPTH_MAX == 32 and r.IPC_JSON_RULES.max_items == r.JSON_ITEMS_MAX == 4096
+    # Non-strict channels with caps keep msgspec but get the caps.
+    k, t = sdk("kernel"), sdk("toolchannel")
+    assert k.CONTROL_JSON_RULES == (False, True, k.JSON_MAX_DEPTH, k.JSON_MAX_ITEMS)
+    assert t.WS_JSON_RULES == (False, True, t.MAX_JSON_DEPTH, t.MAX_JSON_ITEMS)
+    assert not hasattr(sdk("xsession"), "INBOX_JSON_RULES")
+
+
+def test_strict_duplicate_key_names_its_object() -> None:
+    e = rukh_parse_error(b'{"jsonrpc":"2.0","id":"c:2","method":"rukh.ui.event","params":{"a":[{"x":1,"x":2}]}}')
+    assert e.rule == "duplicate-key" and e.detail == 'duplicate key "x" at /params/a/0' and e.path == "$.params.a[0]"
+    e = rukh_parse_error(b'{"jsonrpc":"2.0","id":"c:2","id":"c:3","method":"rukh.ui.event"}')
+    assert e.rule == "duplicate-key" and '"id"' in e.detail and e.path == "$"
+    # msgspec alone keeps the last value: the rule is the SDK's own.
+    import msgspec
+
+    assert msgspec.json.decode(b'{"a":1,"a":2}') == {"a": 2}
+
+
+def test_strict_integers_within_2_pow_53() -> None:
+    r = sdk("rukh")
+    safe = 2**53 - 1
+    for n in (safe + 1, -(safe + 1), 10**30):
+        e = rukh_parse_error(frame_json(ui_request({"k": n})))
+        assert e.rule == "unsafe-integer" and str(n) in e.detail
+    m = r.decode_ipc_message(frame_json(ui_request({"k": safe, "m": -safe, "f": 1.5e300})))
+    assert m.params == {"k": safe, "m": -safe, "f": 1.5e300}
+
+
+def test_strict_profile_other_rules() -> None:
+    good = frame_json(ui_request({}))
+    cases = {
+        "bom": b"\xef\xbb\xbf" + good,
+        "invalid-utf8": good.replace(b"{}", b'{"k":"\xff"}'),
+        "lone-surrogate": good.replace(b"{}", b'{"k":"\\ud800"}'),
+        "non-finite": good.replace(b"{}", b'{"k":1e400}'),
+        "syntax": good.replace(b"{}", b'{"k":NaN}'),
+        "trailing-bytes": good + b"{}",
+        "non-object": b"[" + good + b"]",
+    }
+    for rule, data in cases.items():
+        assert rukh_parse_error(data).rule == rule, rule
+    # A surrogate pair is one character, not a lone surrogate; trailing whitespace is fine.
+    r = sdk("rukh")
+    m = r.decode_ipc_message(good.replace(b"{}", b'{"k":"\\ud83d\\ude00"}') + b" \n")
+    assert m.params == {"k": "\U0001F600"}
+
+
+def nested(levels: int) -> Any:
+    v: Any = {}
+    for _ in range(levels - 1):
+        v = {"d": v}
+    return v
+
+
+def test_strict_depth_cap_exactly() -> None:
+    r = sdk("rukh")
+    # The request is depth 1, params 2, so params holding `nested(n)` makes n + 2.
+    at_cap = ui_request({"d": nested(r.JSON_DEPTH_MAX - 2)})
+    assert json_depth(at_cap) == r.JSON_DEPTH_MAX
+    assert isinstance(r.decode_ipc_message(frame_json(at_cap)), r.Request)
+    over = ui_request({"d": nested(r.JSON_DEPTH_MAX - 1)})
+    assert json_depth(over) == r.JSON_DEPTH_MAX + 1 == 33
+    e = rukh_parse_error(frame_json(over))
+    assert e.rule == "depth" and str(r.JSON_DEPTH_MAX) in e.detail
+    # Far past any cap: the parser's recursion guard, still the depth rule.
+    assert rukh_parse_error(b'{"a":' * 5000 + b"1" + b"}" * 5000).rule == "depth"
+
+
+def test_strict_items_cap_exactly() -> None:
+    r = sdk("rukh")
+    base = json_items(ui_request({"pad": []}))
+    at_cap = ui_request({"pad": [f"i{i}" for i in range(r.JSON_ITEMS_MAX - base)]})
+    assert json_items(at_cap) == r.JSON_ITEMS_MAX
+    assert isinstance(r.decode_ipc_message(frame_json(at_cap)), r.Request)
+    over = ui_request({"pad": [f"i{i}" for i in range(r.JSON_ITEMS_MAX - base + 1)]})
+    assert json_items(over) == 4097
+    e = rukh_parse_error(frame_json(over))
+    assert e.rule == "items" and str(r.JSON_ITEMS_MAX) in e.detail
+    # Members count like elements.
+    n = r.JSON_ITEMS_MAX - json_items(ui_request({})) + 1
+    over_members = ui_request({f"m{i}": 0 for i in range(n)})
+    assert json_items(over_members) == 4097
+    assert rukh_parse_error(frame_json(over_members)).rule == "items"
+
+
+def test_non_strict_channels_keep_msgspec_but_apply_caps() -> None:
+    k, t = sdk("kernel"), sdk("toolchannel")
+    event = {"v": 1, "type": "event", "id": "e", "timestamp": 1.5, "trace_id": "t", "method": "ping", "payload": {}}
+    # Not strict: a duplicate key keeps the last value, a big integer is kept.
+    text = frame_json(event).replace(b'"payload":{}', b'"payload":{"a":1,"a":2,"n":9007199254740993}')
+    m = k.decode_control_message(text)
+    assert m.payload == {"a": 2, "n": 9007199254740993}
+    deep = dict(event, payload=nested(k.JSON_MAX_DEPTH))  # payload is depth 2: one too many
+    with pytest.raises(k.DecodeFailure) as e:
+        k.decode_control_message(frame_json(deep))
+    assert e.value.label == "parse" and e.value.rule == "depth"
+    wide = {"jsonrpc": "2.0", "id": 1, "result": {"pad": [0] * t.MAX_JSON_ITEMS}}
+    with pytest.raises(t.DecodeFailure) as e:
+        t.decode_ws_message(frame_json(wide))
+    assert e.value.rule == "items"
+    fits = {"jsonrpc": "2.0", "id": 1, "result": {"pad": [0] * (t.MAX_JSON_ITEMS - 4)}}
+    assert json_items(fits) == t.MAX_JSON_ITEMS
+    assert isinstance(t.decode_ws_message(frame_json(fits)), t.JsonRpcResponse)
+
+
+# --- per-method caps (rukh lifecycle methods) ----------------------------------------
+
+
+def sized(msg: dict[str, Any], size: int) -> bytes:
+    """``msg`` padded (``pad`` in its params or result) to exactly ``size`` bytes."""
+    key = "result" if "result" in msg else "params"
+    empty = len(frame_json({**msg, key: {**msg[key], "pad": ""}}))
+    data = frame_json({**msg, key: {**msg[key], "pad": "x" * (size - empty)}})
+    assert len(data) == size
+    return data
+
+
+def test_method_caps_come_from_the_contract() -> None:
+    r = sdk("rukh")
+    methods = contract("rukh")["methods"]
+    capped = {k: m for k, m in methods.items() if "maxPayload" in m}
+    assert set(r.IPC_METHOD_CAPS) == set(capped) == {"rukh.initialize", "rukh.cancel", "rukh.close", "rukh.log"}
+    for name, m in capped.items():
+        cap = r.IPC_METHOD_CAPS[name]
+        assert cap.limit == m["maxPayload"] == "lifecyclePayloadMax" and cap.cap == r.LIFECYCLE_PAYLOAD_MAX
+        assert cap.ignore is (m.get("overMaxPayload") == "ignore")
+    assert r.IPC_METHOD_CAPS["rukh.log"].ignore is True
+    assert r.METHODS["rukh.call"].senders == ("extension",) and r.METHODS["rukh.initialize"].senders == ("core",)
+    assert r.METHODS["rukh.log"].kind == "notification"
+
+
+def test_request_over_its_method_cap() -> None:
+    r = sdk("rukh")
+    init = {"jsonrpc": "2.0", "id": "c:1", "method": "rukh.initialize", "params": {}}
+    assert isinstance(r.decode_ipc_message(sized(init, r.LIFECYCLE_PAYLOAD_MAX)), r.Request)
+    with pytest.raises(r.MethodFrameTooLarge) as e:
+        r.decode_ipc_message(sized(init, r.LIFECYCLE_PAYLOAD_MAX + 1))
+    err = e.value
+    assert isinstance(err, r.FrameTooLarge) and isinstance(err, r.FrameError)
+    assert (err.method, err.cap, err.length, err.limit, err.ignore, err.reply) == (
+        "rukh.initialize", 16384, 16385, "lifecyclePayloadMax", False, False)
+    # A method without a cap of its own has only the channel's.
+    invoke = {"jsonrpc": "2.0", "id": "c:2", "method": "rukh.invoke", "params": {}}
+    assert isinstance(r.decode_ipc_message(sized(invoke, 100000)), r.Request)
+
+
+def test_over_cap_log_reports_ignore() -> None:
+    r = sdk("rukh")
+    log = {"jsonrpc": "2.0", "method": "rukh.log", "params": {"level": "info", "message": "m"}}
+    assert isinstance(r.decode_ipc_message(sized(log, r.LIFECYCLE_PAYLOAD_MAX)), r.Notification)
+    with pytest.raises(r.MethodFrameTooLarge) as e:
+        r.decode_ipc_message(sized(log, r.LIFECYCLE_PAYLOAD_MAX + 1))
+    assert e.value.ignore is True and e.value.method == "rukh.log" and "dropped" in str(e.value)
+
+
+def test_reply_over_the_cap_of_the_method_it_answers() -> None:
+    r = sdk("rukh")
+    reply = {"jsonrpc": "2.0", "id": "c:1", "result": {}}
+    fits, over = sized(reply, r.LIFECYCLE_PAYLOAD_MAX), sized(reply, r.LIFECYCLE_PAYLOAD_MAX + 1)
+    r.check_ipc_reply("rukh.initialize", fits)
+    r.check_ipc_reply("rukh.invoke", over)  # no cap of its own
+    with pytest.raises(r.MethodFrameTooLarge) as e:
+        r.check_ipc_reply("rukh.close", over)
+    assert (e.value.method, e.value.reply, e.value.ignore, e.value.length) == ("rukh.close", True, False, 16385)
+    # decode_ipc_message checks a reply too when told which method its id answers.
+    pending = {"c:1": "rukh.initialize"}
+    assert isinstance(r.decode_ipc_message(over), r.SuccessResponse)
+    assert isinstance(r.decode_ipc_message(fits, answers=pending.get), r.SuccessResponse)
+    with pytest.raises(r.MethodFrameTooLarge) as e:
+        r.decode_ipc_message(over, answers=pending.get)
+    assert e.value.reply is True and e.value.method == "rukh.initialize"
+
+
+# --- the frame deadline (rukh ipc: incompleteFrameSeconds from the first byte) --------
+
+
+def test_frame_deadline_comes_from_the_contract() -> None:
+    r = sdk("rukh")
+    assert contract("rukh")["channels"]["ipc"]["framing"]["frameDeadline"] == "incompleteFrameSeconds"
+    assert r.IPC_FRAME_DEADLINE == ("incompleteFrameSeconds", r.INCOMPLETE_FRAME_SECONDS) and r.INCOMPLETE_FRAME_SECONDS == 2.0
+    assert not hasattr(sdk("kernel"), "CONTROL_FRAME_DEADLINE")
+
+
+def test_incomplete_frame_blocking_socket() -> None:
+    r = sdk("rukh")
+    a, b = pair()
+    with a, b:
+        a.sendall((20).to_bytes(4, "big") + b'{"jsonrpc":"2.0"')  # 16 of the 20 announced bytes
+        t0 = time.monotonic()
+        with pytest.raises(r.FrameIncomplete) as e:
+            r.read_ipc_frame(b)
+        took = time.monotonic() - t0
+        assert r.INCOMPLETE_FRAME_SECONDS - 0.05 <= took < r.INCOMPLETE_FRAME_SECONDS + 1.5, took
+        assert (e.value.limit, e.value.seconds, e.value.received) == ("incompleteFrameSeconds", 2.0, 20)
+        assert isinstance(e.value, r.FrameError)
+        assert b.gettimeout() == 5  # the socket's own timeout is back
+
+
+def test_socket_timeout_shorter_than_the_deadline_stays_the_callers() -> None:
+    r = sdk("rukh")
+    a, b = pair()
+    with a, b:
+        b.settimeout(0.2)
+        a.sendall(b"\x00\x00")
+        with pytest.raises(TimeoutError) as e:
+            r.read_ipc_frame(b)
+        assert not isinstance(e.value, r.FrameIncomplete)
+        assert b.gettimeout() == 0.2
+
+
+def test_deadline_runs_from_the_first_byte_and_progress_does_not_reset_it() -> None:
+    from contract_sdk import _runtime as rt
+
+    r = sdk("rukh")
+    short = rt.FrameDeadline("incompleteFrameSeconds", 0.5)
+    frame = (7).to_bytes(4, "big") + b'{"a":1}'
+    a, b = pair()
+    with a, b:
+        # Idle before the first byte is not an incomplete frame.
+        t = threading.Timer(0.8, lambda: a.sendall(frame))
+        t.start()
+        assert rt.read_prefixed(b, 4, "big", r.FRAME_PAYLOAD_MAX, short) == b'{"a":1}'
+        t.join()
+
+        # One byte every 0.1 s: steady progress, but the whole frame needs 1.1 s.
+        def trickle() -> None:
+            for i in range(len(frame)):
+                a.sendall(frame[i:i + 1])
+                time.sleep(0.1)
+
+        t2 = threading.Thread(target=trickle)
+        t2.start()
+        with pytest.raises(rt.FrameIncomplete) as e:
+            rt.read_prefixed(b, 4, "big", r.FRAME_PAYLOAD_MAX, short)
+        assert 2 <= e.value.received < len(frame)
+        t2.join()
+
+
+def test_incomplete_frame_asyncio() -> None:
+    from contract_sdk import _runtime as rt
+
+    r = sdk("rukh")
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        ra, wa = await asyncio.open_unix_connection(sock=a)
+        rb, wb = await asyncio.open_unix_connection(sock=b)
+        # Whole frames, merged in one write, pass.
+        wa.write(rt.prefixed(b'{"x":1}', 4, "big", r.FRAME_PAYLOAD_MAX) * 2)
+        await wa.drain()
+        assert await r.read_ipc_frame_async(rb) == b'{"x":1}'
+        assert await r.read_ipc_frame_async(rb) == b'{"x":1}'
+        # Trickling with a shortened deadline: progress does not reset it.
+        short = rt.FrameDeadline("incompleteFrameSeconds", 0.5)
+        frame = (7).to_bytes(4, "big") + b'{"a":1}'
+
+        async def trickle() -> None:
+            for i in range(len(frame)):
+                wa.write(frame[i:i + 1])
+                await wa.drain()
+                await asyncio.sleep(0.1)
+
+        task = asyncio.create_task(trickle())
+        with pytest.raises(rt.FrameIncomplete) as e:
+            await rt.read_prefixed_async(rb, 4, "big", r.FRAME_PAYLOAD_MAX, short)
+        assert 2 <= e.value.received < len(frame)
+        await task
+        wa.close()
+        wb.close()
+        # The real deadline, through the public reader: 3 bytes of a frame, then nothing.
+        a, b = socket.socketpair()
+        ra, wa = await asyncio.open_unix_connection(sock=a)
+        rb, wb = await asyncio.open_unix_connection(sock=b)
+        wa.write(b"\x00\x00\x00")
+        await wa.drain()
+        t0 = time.monotonic()
+        with pytest.raises(r.FrameIncomplete) as e2:
+            await r.read_ipc_frame_async(rb)
+        took = time.monotonic() - t0
+        assert r.INCOMPLETE_FRAME_SECONDS - 0.05 <= took < r.INCOMPLETE_FRAME_SECONDS + 1.5, took
+        assert (e2.value.limit, e2.value.received) == ("incompleteFrameSeconds", 3)
+        wa.close()
+        wb.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
