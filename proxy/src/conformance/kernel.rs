@@ -22,7 +22,7 @@ use contract::model::Kind;
 use contract::wire::{BinaryFrame, Message, Violation};
 use serde_json::{Value, json};
 
-use super::{Body, BodyFuture, Check, Ctx, Failure, Got, Incoming, Peer, Verdict};
+use super::{Check, Ctx, Failure, Got, Incoming, Peer, Row, Verdict, now_secs, pass, skip, str_at};
 
 /// Capabilities the suite declares when it plays the shell (all the seed's).
 const SHELL_CAPS: [&str; 4] = [
@@ -45,12 +45,6 @@ const MISSED_DEAD: u32 = 3;
 /// Slack allowed around the heartbeat's timers (scheduling, a loaded machine).
 const HEARTBEAT_SLACK: Duration = Duration::from_millis(2500);
 
-macro_rules! bodies {
-    ($($name:ident => $f:ident),* $(,)?) => {
-        $(fn $name(cx: &mut Ctx) -> BodyFuture<'_> { Box::pin($f(cx)) })*
-    };
-}
-
 bodies! {
     s_3a => shell_3a, c_3a => core_3a,
     s_1 => shell_1, c_1 => core_1,
@@ -70,80 +64,68 @@ bodies! {
 
 /// The suite for `role` (`shell` or `core`), in the seed's order; `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
-    let shell = match role {
-        "shell" => true,
-        "core" => false,
-        _ => return None,
-    };
-    type Row = (
-        &'static str,
-        &'static str,
-        &'static str,
-        Body,
-        Result<Body, &'static str>,
-    );
     let rows: Vec<Row> = vec![
         (
             "kernel.15.3a",
             "a shell offering [1, 2] works with a core offering [1], on version 1",
             "§4, §15 item 3a (ADR 0004, K-7)",
-            s_3a,
+            Ok(s_3a),
             Ok(c_3a),
         ),
         (
             "kernel.15.1",
             "every message carries the full envelope; a missing field is protocol.invalid_envelope with details.fields",
             "§3, §5, §15 item 1 (K-4)",
-            s_1,
+            Ok(s_1),
             Ok(c_1),
         ),
         (
             "kernel.15.2",
             "unknown method → protocol.unknown_method; unknown event → silently ignored",
             "§3, §15 item 2",
-            s_2,
+            Ok(s_2),
             Ok(c_2),
         ),
         (
             "kernel.15.3",
             "incompatible protocol version → a clear protocol.incompatible, not a disconnect",
             "§4, §15 item 3 (4.0-D03, K-16)",
-            s_3,
+            Ok(s_3),
             Ok(c_3),
         ),
         (
             "kernel.15.4",
             "a capability not declared in the handshake is never called",
             "§4, §15 item 4 (K-14, K-17)",
-            s_4,
+            Ok(s_4),
             Ok(c_4),
         ),
         (
             "kernel.15.5",
             "the data sender never exceeds granted credit (initial credit 0)",
             "§8, §15 item 5 (4.0-D08, K-10)",
-            s_5,
+            Ok(s_5),
             Ok(c_5),
         ),
         (
             "kernel.15.6",
             "a PCM stream does not degrade control-channel latency",
             "§2, §15 item 6 (4.0-D07, 4.0-F02)",
-            s_6,
+            Ok(s_6),
             Ok(c_6),
         ),
         (
             "kernel.15.7",
             "a long task emits progress, a partial result and exactly one final event",
             "§9, §15 item 7 (4.0-D09, K-26)",
-            s_7,
+            Ok(s_7),
             Ok(c_7),
         ),
         (
             "kernel.15.8",
             "cancel: receipt first, then task.cancelled; a finished task answers done and emits no cancelled",
             "§9, §15 item 8 (K-28)",
-            s_8,
+            Ok(s_8),
             Err(
                 "the core answers task.cancel; the shell only asks (run --play shell against a core)",
             ),
@@ -152,14 +134,14 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "kernel.15.9",
             "a dangerous action without a valid confirmation is rejected; confirmation_id never travels",
             "§11, §15 item 9 (4.0-C05, K-18)",
-            s_9,
+            Ok(s_9),
             Ok(c_9),
         ),
         (
             "kernel.15.10",
             "an expired confirmation is rejected (late yes grants nothing)",
             "§11, §15 item 10 (K-19)",
-            s_10,
+            Ok(s_10),
             Err(
                 "the core enforces ttl and expiry (K-19); nothing the shell sends can make an expired confirmation valid",
             ),
@@ -168,45 +150,29 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "kernel.15.11",
             "after a crash: restart and a new handshake; nothing of the old session survives",
             "§13, §15 item 11 (4.0-F12, K-20)",
-            s_11,
+            Ok(s_11),
             Ok(c_11),
         ),
         (
             "kernel.15.12",
             "trace_id is present throughout the chain from request to final event",
             "§14, §15 item 12 (K-31)",
-            s_12,
+            Ok(s_12),
             Ok(c_12),
         ),
         (
             "kernel.13.heartbeat",
             "ping after > 5 s of silence; 3 unanswered pings → the peer is dead and the channel closes",
             "§13 (K-13, K-32)",
-            s_hb,
+            Ok(s_hb),
             Ok(c_hb),
         ),
     ];
-    Some(
-        rows.into_iter()
-            .map(|(id, title, seed, s, c)| Check {
-                id,
-                title,
-                seed,
-                body: if shell { Ok(s) } else { c },
-            })
-            .collect(),
-    )
+    super::table(role, ["shell", "core"], rows)
 }
 
 // ---------------------------------------------------------------------------------------------
 // One session, as the suite plays it.
-
-fn now_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as f64 / 1000.0)
-        .unwrap_or(0.0)
-}
 
 fn nonce() -> u64 {
     SystemTime::now()
@@ -232,10 +198,6 @@ fn only_trace_missing(v: &Violation) -> bool {
         .get("fields")
         .and_then(Value::as_array)
         .is_some_and(|f| f.len() == 1 && f[0] == "trace_id")
-}
-
-fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
 }
 
 struct Sess {
@@ -436,7 +398,7 @@ impl Sess {
         let m = match &g.msg {
             Ok(m) => m.clone(),
             Err(v) => {
-                let is_request = g.at_ptr("/type").and_then(Value::as_str) == Some("request");
+                let is_request = type_of(g) == Some("request");
                 if is_request && let Some(id) = g.at_ptr("/id").cloned() {
                     let code = v
                         .code
@@ -609,10 +571,7 @@ impl Sess {
         let until = self.soon();
         self.wait_for(what, until, move |g| {
             g.at_ptr("/correlation_id") == id.as_ref()
-                && matches!(
-                    g.at_ptr("/type").and_then(Value::as_str),
-                    Some("response" | "error")
-                )
+                && matches!(type_of(g), Some("response" | "error"))
         })
         .await
     }
@@ -656,19 +615,23 @@ impl Sess {
         Ok((req, g))
     }
 
+    /// Playing the shell: the core's hello reply `g` as a valid response; a refusal fails
+    /// with `refused`.
+    fn hello_response(&self, g: &Got, refused: &str) -> Result<Message, Failure> {
+        match &g.msg {
+            Ok(m) if m.kind == Kind::Response => Ok(m.clone()),
+            Ok(_) => Err(self.bad(g, refused)),
+            Err(v) => Err(self.bad(
+                g,
+                format!("the hello reply breaks the contract: {}", vtext(v)),
+            )),
+        }
+    }
+
     /// Playing the shell: a successful handshake offering `[1]`.
     async fn handshake(&mut self, caps: &[&str]) -> Result<Message, Failure> {
         let (_, g) = self.hello(&[VERSION], caps).await?;
-        let m = match &g.msg {
-            Ok(m) if m.kind == Kind::Response => m.clone(),
-            Ok(_) => return Err(self.bad(&g, "the core refused a hello offering version 1")),
-            Err(v) => {
-                return Err(self.bad(
-                    &g,
-                    format!("the hello reply breaks the contract: {}", vtext(v)),
-                ));
-            }
-        };
+        let m = self.hello_response(&g, "the core refused a hello offering version 1")?;
         self.v = m
             .value
             .pointer("/payload/protocol_version")
@@ -736,6 +699,41 @@ impl Sess {
         }
     }
 
+    /// Playing the core: `None` when the shell declared `cap` and has a data channel, else
+    /// the check's end (a skip saying `why_not`, or a failure without a data channel).
+    fn pcm_peer(&self, cap: &str, why_not: &str) -> Result<Option<Verdict>, Failure> {
+        if !self.other_caps.iter().any(|c| c == cap) {
+            return Ok(Some(Verdict::Skip(why_not.to_string())));
+        }
+        if !self.p.has_data() {
+            return Err(Failure::new("no data channel with the shell"));
+        }
+        Ok(None)
+    }
+
+    /// Playing the core: announce a 16 kHz mono PCM stream of `kind` as `stream`.
+    async fn open_pcm(&mut self, kind: &str, stream: u64, trace: &str) -> Result<(), Failure> {
+        self.event("stream.open", trace, json!({"kind": kind, "stream_id": stream, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None)
+            .await
+            .map(drop)
+    }
+
+    /// Playing the core: request `method` and judge that its valid answer keeps the trace.
+    async fn traced_answer(&mut self, method: &str, payload: Value) -> Result<(), Failure> {
+        let t = self.trace();
+        let req = self.request(method, &t, payload).await?;
+        let (g, _) = self
+            .valid_reply(&req, &format!("the answer to {method}"))
+            .await?;
+        if g.at_ptr("/trace_id").and_then(Value::as_str) != Some(t.as_str()) {
+            return Err(self.bad(
+                &g,
+                format!("the answer to {method} does not carry the request's trace_id {t:?}"),
+            ));
+        }
+        Ok(())
+    }
+
     /// One ping → pong round trip; the time it took.
     async fn ping(&mut self) -> Result<Duration, Failure> {
         let t = self.trace();
@@ -748,6 +746,23 @@ impl Sess {
         })
         .await?;
         Ok(start.elapsed())
+    }
+
+    /// Every message of the session log from index `from` on carries envelope version `v`;
+    /// the first that does not fails (`whose` it is, `want` says which version was due).
+    fn carry_version(&self, from: usize, v: u64, whose: &str, want: &str) -> Result<(), Failure> {
+        for g in self.p.log.iter().skip(from) {
+            if g.at_ptr("/v").and_then(Value::as_u64) != Some(v) {
+                return Err(self.bad(
+                    g,
+                    format!(
+                        "{whose} after the handshake carries v {:?}, not {want}",
+                        g.at_ptr("/v")
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Messages of the session log from index `from` on that the contract rejects,
@@ -803,12 +818,30 @@ async fn open(cx: &mut Ctx) -> Result<Sess, Failure> {
     Ok(Sess::new(p, cx))
 }
 
-fn pass(s: impl Into<String>) -> Result<Verdict, Failure> {
-    Ok(Verdict::Pass(s.into()))
+/// Playing the shell: a fresh session through the handshake, every capability declared.
+async fn shell_session(cx: &mut Ctx) -> Result<Sess, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake(&SHELL_CAPS).await?;
+    Ok(s)
 }
 
-fn skip(s: impl Into<String>) -> Result<Verdict, Failure> {
-    Ok(Verdict::Skip(s.into()))
+/// Playing the core: a fresh session through the handshake, every capability declared.
+async fn core_session(cx: &mut Ctx) -> Result<Sess, Failure> {
+    let mut s = open(cx).await?;
+    s.handshake_core(&CORE_CAPS).await?;
+    Ok(s)
+}
+
+/// The `type` of an envelope.
+fn type_of(g: &Got) -> Option<&str> {
+    g.at_ptr("/type").and_then(Value::as_str)
+}
+
+/// The error code an error envelope carries (`""` without one).
+fn code_of(g: &Got) -> &str {
+    g.at_ptr("/payload/code")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// Send `conformance:<what>` as a typed command; the request.
@@ -827,16 +860,7 @@ async fn command(s: &mut Sess, text: &str, trace: &str) -> Result<Message, Failu
 async fn shell_3a(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = open(cx).await?;
     let (_, g) = s.hello(&[1, 2], &SHELL_CAPS).await?;
-    let m = match &g.msg {
-        Ok(m) if m.kind == Kind::Response => m.clone(),
-        Ok(_) => return Err(s.bad(&g, "the core refused a hello offering [1, 2]")),
-        Err(v) => {
-            return Err(s.bad(
-                &g,
-                format!("the hello reply breaks the contract: {}", vtext(v)),
-            ));
-        }
-    };
+    let m = s.hello_response(&g, "the core refused a hello offering [1, 2]")?;
     let core = versions_of(&m.value, "/payload/protocol_versions");
     let chosen = m
         .value
@@ -853,17 +877,12 @@ async fn shell_3a(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let t = s.trace();
     let req = command(&mut s, "hello", &t).await?;
     s.valid_reply(&req, "the command.handle reply").await?;
-    for g in s.p.log.iter().skip(mark) {
-        if g.at_ptr("/v").and_then(Value::as_u64) != Some(chosen) {
-            return Err(s.bad(
-                g,
-                format!(
-                    "a message after the handshake carries v {:?}, not the negotiated {chosen}",
-                    g.at_ptr("/v")
-                ),
-            ));
-        }
-    }
+    s.carry_version(
+        mark,
+        chosen,
+        "a message",
+        &format!("the negotiated {chosen}"),
+    )?;
     pass(format!(
         "core offered {core:?}; negotiated {chosen}; pong and command reply carried v {chosen}"
     ))
@@ -882,17 +901,7 @@ async fn core_3a(cx: &mut Ctx) -> Result<Verdict, Failure> {
     s.ping().await?;
     s.idle(Duration::from_secs(2)).await?;
     let n = s.p.log.len() - mark;
-    for g in s.p.log.iter().skip(mark) {
-        if g.at_ptr("/v").and_then(Value::as_u64) != Some(VERSION) {
-            return Err(s.bad(
-                g,
-                format!(
-                    "a shell message after the handshake carries v {:?}, not 1",
-                    g.at_ptr("/v")
-                ),
-            ));
-        }
-    }
+    s.carry_version(mark, VERSION, "a shell message", "1")?;
     pass(format!(
         "shell offered {offered:?}; worked on version 1; {n} later messages all carried v 1"
     ))
@@ -922,18 +931,13 @@ async fn envelope_probe(s: &mut Sess, method: &str, payload: Value) -> Result<St
         )
         .await
         .map_err(|f| f.with("the request the suite sent", &s.p.framed(&bytes)))?;
-    let code = g
-        .at_ptr("/payload/code")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let code = code_of(&g);
     let fields: Vec<&str> = g
         .at_ptr("/payload/details/fields")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    if g.at_ptr("/type").and_then(Value::as_str) != Some("error")
-        || code != "protocol.invalid_envelope"
-    {
+    if type_of(&g) != Some("error") || code != "protocol.invalid_envelope" {
         return Err(s.bad(&g, format!("a request without timestamp and trace_id was answered {code:?}, not error protocol.invalid_envelope")));
     }
     if !(fields.contains(&"timestamp") && fields.contains(&"trace_id")) {
@@ -951,8 +955,7 @@ async fn envelope_probe(s: &mut Sess, method: &str, payload: Value) -> Result<St
 }
 
 async fn shell_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     let got = envelope_probe(
         &mut s,
         "command.handle",
@@ -970,15 +973,13 @@ async fn shell_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
+    let mut s = core_session(cx).await?;
     let got = envelope_probe(&mut s, "programs.index", json!({})).await?;
     s.idle(Duration::from_secs(1)).await?;
     if let Some(f) = s.rejected_since(0) {
         return Err(f);
     }
-    let notes = std::mem::take(&mut s.notes);
-    cx.notes.extend(notes);
+    cx.notes.append(&mut s.notes);
     pass(format!(
         "{} shell messages, all with the full envelope; {got}",
         s.p.log.len()
@@ -1003,13 +1004,8 @@ async fn unknowns(s: &mut Sess) -> Result<Verdict, Failure> {
         value: req,
     };
     let g = s.reply_to(&req, "the reply to an unknown method").await?;
-    let code = g
-        .at_ptr("/payload/code")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if g.at_ptr("/type").and_then(Value::as_str) != Some("error")
-        || code != "protocol.unknown_method"
-    {
+    let code = code_of(&g);
+    if type_of(&g) != Some("error") || code != "protocol.unknown_method" {
         return Err(s.bad(
             &g,
             format!("an unknown method was answered {code:?}, not error protocol.unknown_method"),
@@ -1023,7 +1019,7 @@ async fn unknowns(s: &mut Sess) -> Result<Verdict, Failure> {
     s.ping().await?;
     for g in s.p.log.iter().skip(mark) {
         let is_reply = g.at_ptr("/correlation_id") == ev_id.as_ref();
-        let is_error = g.at_ptr("/type").and_then(Value::as_str) == Some("error");
+        let is_error = type_of(g) == Some("error");
         if is_reply || is_error {
             return Err(s.bad(
                 g,
@@ -1037,14 +1033,12 @@ async fn unknowns(s: &mut Sess) -> Result<Verdict, Failure> {
 }
 
 async fn shell_2(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     unknowns(&mut s).await
 }
 
 async fn core_2(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
+    let mut s = core_session(cx).await?;
     unknowns(&mut s).await
 }
 
@@ -1054,12 +1048,8 @@ async fn core_2(cx: &mut Ctx) -> Result<Verdict, Failure> {
 async fn shell_3(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = open(cx).await?;
     let (_, g) = s.hello(&[999], &SHELL_CAPS).await?;
-    let code = g
-        .at_ptr("/payload/code")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if g.at_ptr("/type").and_then(Value::as_str) != Some("error") || code != "protocol.incompatible"
-    {
+    let code = code_of(&g);
+    if type_of(&g) != Some("error") || code != "protocol.incompatible" {
         return Err(s.bad(
             &g,
             format!(
@@ -1096,10 +1086,7 @@ async fn shell_3(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let g2 = s
         .reply_to(&req, "the reply to a command after protocol.incompatible")
         .await?;
-    let code2 = g2
-        .at_ptr("/payload/code")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let code2 = code_of(&g2);
     if code2 != "protocol.not_ready" {
         return Err(s.bad(&g2, format!("after protocol.incompatible a command was answered {code2:?}, not protocol.not_ready (K-16)")));
     }
@@ -1280,36 +1267,40 @@ async fn credit_rounds(
     ))
 }
 
+/// Playing the shell: `conformance:speak SECS`; the audio.output stream the core opens for
+/// it, or a skip verdict when none opens.
+async fn speak(s: &mut Sess, secs: u64, trace: &str) -> Result<Result<u64, Verdict>, Failure> {
+    let text = format!("conformance:speak {secs}");
+    command(s, &text, trace).await?;
+    let until = s.soon();
+    let open = s.wait_for("stream.open audio.output", until, |g| {
+        g.is(Kind::Event, "stream.open")
+            && g.at_ptr("/payload/kind").and_then(Value::as_str) == Some("audio.output")
+    });
+    match open.await {
+        Ok(g) => Ok(Ok(g
+            .at_ptr("/payload/stream_id")
+            .and_then(Value::as_u64)
+            .unwrap_or(0))),
+        Err(_) => Ok(Err(Verdict::Skip(format!(
+            "the core opened no audio.output stream for {text:?} (see docs/conformance.md)"
+        )))),
+    }
+}
+
 async fn shell_5(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     if !s.p.has_data() {
         return Err(Failure::new(
             "the core never connected the data channel (K-1)",
         ));
     }
     let t = s.trace();
-    let req = command(&mut s, "conformance:speak 1", &t).await?;
-    let until = s.soon();
-    let open = s.wait_for("stream.open audio.output", until, |g| {
-        g.is(Kind::Event, "stream.open")
-            && g.at_ptr("/payload/kind").and_then(Value::as_str) == Some("audio.output")
-    });
-    let g = match open.await {
-        Ok(g) => g,
-        Err(_) => {
-            return skip(format!(
-                "the core opened no audio.output stream for {:?} (see docs/conformance.md)",
-                "conformance:speak 1"
-            ));
-        }
+    let stream = match speak(&mut s, 1, &t).await? {
+        Ok(stream) => stream,
+        Err(v) => return Ok(v),
     };
-    let stream = g
-        .at_ptr("/payload/stream_id")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
     let (got, granted) = credit_rounds(&mut s, stream, &t, 8).await?;
-    let _ = req;
     if got == 0 {
         return skip(format!(
             "the core sent no audio on stream {stream} even with {granted} bytes of credit"
@@ -1322,17 +1313,16 @@ async fn shell_5(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_5(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
-    if !s.other_caps.iter().any(|c| c == "audio.input") {
-        return skip("the shell did not declare audio.input: it sends no microphone stream");
-    }
-    if !s.p.has_data() {
-        return Err(Failure::new("no data channel with the shell"));
+    let mut s = core_session(cx).await?;
+    if let Some(v) = s.pcm_peer(
+        "audio.input",
+        "the shell did not declare audio.input: it sends no microphone stream",
+    )? {
+        return Ok(v);
     }
     let t = s.trace();
     let stream = 11;
-    s.event("stream.open", &t, json!({"kind": "audio.input", "stream_id": stream, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None).await?;
+    s.open_pcm("audio.input", stream, &t).await?;
     let (got, granted) = credit_rounds(&mut s, stream, &t, 4).await?;
     s.event("stream.close", &t, json!({}), Some(stream)).await?;
     if got == 0 {
@@ -1366,34 +1356,31 @@ fn judge_latency(base: &[Duration], loaded: &[Duration]) -> Result<String, Strin
     if worst > allowed { Err(text) } else { Ok(text) }
 }
 
+/// Pass with the round trips and `detail` when the load did not degrade them, else fail.
+fn latency_verdict(
+    base: &[Duration],
+    loaded: &[Duration],
+    detail: String,
+) -> Result<Verdict, Failure> {
+    match judge_latency(base, loaded) {
+        Ok(text) => pass(format!("{text}; {detail}")),
+        Err(text) => Err(Failure::new(format!(
+            "control latency degraded under PCM load: {text}"
+        ))),
+    }
+}
+
 async fn shell_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     let mut base = Vec::new();
     for _ in 0..5 {
         base.push(s.ping().await?);
     }
     let t = s.trace();
-    command(&mut s, "conformance:speak 30", &t).await?;
-    let until = s.soon();
-    let g = match s
-        .wait_for("stream.open audio.output", until, |g| {
-            g.is(Kind::Event, "stream.open")
-                && g.at_ptr("/payload/kind").and_then(Value::as_str) == Some("audio.output")
-        })
-        .await
-    {
-        Ok(g) => g,
-        Err(_) => {
-            return skip(
-                "the core opened no audio.output stream for \"conformance:speak 30\" (see docs/conformance.md)",
-            );
-        }
+    let stream = match speak(&mut s, 30, &t).await? {
+        Ok(stream) => stream,
+        Err(v) => return Ok(v),
     };
-    let stream = g
-        .at_ptr("/payload/stream_id")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
     // Enough credit for the whole utterance: the core is never held back by credit.
     s.grant_credit(stream, 4 << 20, &t).await?;
     let mut loaded = Vec::new();
@@ -1405,7 +1392,6 @@ async fn shell_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
     // Phase 2: read the data as it flows and keep pinging.
     s.p.pause_data = false;
-    let frames_before = s.frames.get(&stream).copied().unwrap_or(0);
     for _ in 0..10 {
         loaded.push(s.ping().await?);
         s.idle(Duration::from_millis(30)).await?;
@@ -1416,23 +1402,20 @@ async fn shell_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
             "no audio arrived on stream {stream}: there was no load to measure"
         ));
     }
-    let _ = frames_before;
-    match judge_latency(&base, &loaded) {
-        Ok(text) => pass(format!("{text}; {frames} audio frames on stream {stream}")),
-        Err(text) => Err(Failure::new(format!(
-            "control latency degraded under PCM load: {text}"
-        ))),
-    }
+    latency_verdict(
+        &base,
+        &loaded,
+        format!("{frames} audio frames on stream {stream}"),
+    )
 }
 
 async fn core_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
-    if !s.other_caps.iter().any(|c| c == "audio.output") {
-        return skip("the shell did not declare audio.output: it plays no synthesis stream");
-    }
-    if !s.p.has_data() {
-        return Err(Failure::new("no data channel with the shell"));
+    let mut s = core_session(cx).await?;
+    if let Some(v) = s.pcm_peer(
+        "audio.output",
+        "the shell did not declare audio.output: it plays no synthesis stream",
+    )? {
+        return Ok(v);
     }
     let mut base = Vec::new();
     for _ in 0..5 {
@@ -1440,7 +1423,7 @@ async fn core_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
     let t = s.trace();
     let stream = 12;
-    s.event("stream.open", &t, json!({"kind": "audio.output", "stream_id": stream, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None).await?;
+    s.open_pcm("audio.output", stream, &t).await?;
     let frame = 2048usize;
     let mut seq = 0u64;
     let mut sent = 0u64;
@@ -1473,12 +1456,11 @@ async fn core_6(cx: &mut Ctx) -> Result<Verdict, Failure> {
             "the shell granted no credit on audio.output stream {stream} in 1.5 s (it must grant as it plays, §8)"
         )));
     }
-    match judge_latency(&base, &loaded) {
-        Ok(text) => pass(format!("{text}; {sent} bytes of PCM sent in {seq} frames")),
-        Err(text) => Err(Failure::new(format!(
-            "control latency degraded under PCM load: {text}"
-        ))),
-    }
+    latency_verdict(
+        &base,
+        &loaded,
+        format!("{sent} bytes of PCM sent in {seq} frames"),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1490,6 +1472,23 @@ fn task_event_for<'a>(g: &'a Got, task: &str) -> Option<&'a str> {
     let m = g.method()?;
     (m.starts_with("task.") && g.at_ptr("/payload/task_id").and_then(Value::as_str) == Some(task))
         .then_some(m)
+}
+
+/// Whether `g` is the final event (done, failed, cancelled) of `task`.
+fn is_final_of(g: &Got, task: &str) -> bool {
+    task_event_for(g, task).is_some_and(|m| FINALS.contains(&m))
+}
+
+/// The final event of `task`, waited for as `what` until `until`.
+async fn task_final(s: &mut Sess, task: &str, what: &str, until: Instant) -> Result<Got, Failure> {
+    let tk = task.to_string();
+    s.wait_for(what, until, move |g| is_final_of(g, &tk)).await
+}
+
+/// Whether a task.cancel receipt says `{accepted, status}`.
+fn receipt_is(m: &Message, accepted: bool, status: &str) -> bool {
+    m.value.pointer("/payload/accepted") == Some(&json!(accepted))
+        && str_at(&m.value, "/payload/status") == Some(status)
 }
 
 /// Start `conformance:task N`; the task id, or a skip verdict.
@@ -1513,8 +1512,7 @@ async fn start_task(
 }
 
 async fn shell_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     let secs = cx.opts.task_seconds;
     let t = s.trace();
     let start = Instant::now();
@@ -1524,14 +1522,8 @@ async fn shell_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
     };
     let mark = s.p.log.len();
     let until = Instant::now() + Duration::from_secs(secs) + s.wait;
-    let tk = task.clone();
-    let fin = s
-        .wait_for(
-            &format!("the final event of {task} ({secs} s task)"),
-            until,
-            move |g| task_event_for(g, &tk).is_some_and(|m| FINALS.contains(&m)),
-        )
-        .await?;
+    let what = format!("the final event of {task} ({secs} s task)");
+    let fin = task_final(&mut s, &task, &what, until).await?;
     let took = start.elapsed();
     s.idle(Duration::from_secs(2)).await?;
     let (mut progress, mut partial, mut finals) = (0, 0, 0);
@@ -1573,8 +1565,7 @@ async fn shell_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
+    let mut s = core_session(cx).await?;
     let until = s.soon();
     let g = match s
         .wait_for("a command.handle from the shell's script", until, |g| {
@@ -1650,9 +1641,23 @@ async fn cancel(s: &mut Sess, task: &str, trace: &str) -> Result<(Got, Message),
     s.valid_reply(&req, "the task.cancel receipt").await
 }
 
+/// Cancel `task`; a receipt other than `{accepted, status}` fails with `why`.
+async fn cancel_receipt(
+    s: &mut Sess,
+    task: &str,
+    trace: &str,
+    (accepted, status): (bool, &str),
+    why: impl Into<String>,
+) -> Result<(), Failure> {
+    let (g, r) = cancel(s, task, trace).await?;
+    if !receipt_is(&r, accepted, status) {
+        return Err(s.bad(&g, why));
+    }
+    Ok(())
+}
+
 async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     // A running task: receipt {accepted: true, status: running} first, then task.cancelled.
     let t = s.trace();
     let task = match start_task(&mut s, 30, &t).await? {
@@ -1666,18 +1671,17 @@ async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
     })
     .await?;
     let mark = s.p.log.len();
-    let (rg, receipt) = cancel(&mut s, &task, &t).await?;
+    cancel_receipt(
+        &mut s,
+        &task,
+        &t,
+        (true, "running"),
+        "cancelling a running task: the receipt is not {accepted: true, status: running}",
+    )
+    .await?;
     let pos_receipt = s.p.log.len();
-    if receipt.value.pointer("/payload/accepted") != Some(&json!(true))
-        || str_at(&receipt.value, "/payload/status") != Some("running")
-    {
-        return Err(s.bad(
-            &rg,
-            "cancelling a running task: the receipt is not {accepted: true, status: running}",
-        ));
-    }
     for g in s.p.log[mark..pos_receipt].iter() {
-        if task_event_for(g, &task).is_some_and(|m| FINALS.contains(&m)) {
+        if is_final_of(g, &task) {
             return Err(s.bad(
                 g,
                 format!("{task} reported its end before the task.cancel receipt"),
@@ -1685,12 +1689,7 @@ async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
         }
     }
     let until = s.soon();
-    let tk = task.clone();
-    let fin = s
-        .wait_for(&format!("task.cancelled for {task}"), until, move |g| {
-            task_event_for(g, &tk).is_some_and(|m| FINALS.contains(&m))
-        })
-        .await?;
+    let fin = task_final(&mut s, &task, &format!("task.cancelled for {task}"), until).await?;
     if fin.method() != Some("task.cancelled") {
         return Err(s.bad(
             &fin,
@@ -1703,7 +1702,7 @@ async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
     s.idle(Duration::from_secs(1)).await?;
     let finals = s.p.log[mark..]
         .iter()
-        .filter(|g| task_event_for(g, &task).is_some_and(|m| FINALS.contains(&m)))
+        .filter(|g| is_final_of(g, &task))
         .count();
     if finals != 1 {
         return Err(s.bad(
@@ -1718,12 +1717,7 @@ async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
         Err(v) => return Ok(v),
     };
     let until = Instant::now() + Duration::from_secs(1) + s.wait;
-    let dk = done.clone();
-    let fin2 = s
-        .wait_for(&format!("task.done of {done}"), until, move |g| {
-            task_event_for(g, &dk).is_some_and(|m| FINALS.contains(&m))
-        })
-        .await?;
+    let fin2 = task_final(&mut s, &done, &format!("task.done of {done}"), until).await?;
     if fin2.method() != Some("task.done") {
         return Err(s.bad(
             &fin2,
@@ -1731,15 +1725,14 @@ async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
         ));
     }
     let mark2 = s.p.log.len();
-    let (rg2, r2) = cancel(&mut s, &done, &t2).await?;
-    if r2.value.pointer("/payload/accepted") != Some(&json!(false))
-        || str_at(&r2.value, "/payload/status") != Some("done")
-    {
-        return Err(s.bad(
-            &rg2,
-            "cancelling a finished task: the receipt is not {accepted: false, status: done}",
-        ));
-    }
+    cancel_receipt(
+        &mut s,
+        &done,
+        &t2,
+        (false, "done"),
+        "cancelling a finished task: the receipt is not {accepted: false, status: done}",
+    )
+    .await?;
     s.idle(Duration::from_secs(1)).await?;
     if let Some(g) = s.p.log[mark2..]
         .iter()
@@ -1751,15 +1744,14 @@ async fn shell_8(cx: &mut Ctx) -> Result<Verdict, Failure> {
         ));
     }
     // An unknown task (implied check 21).
-    let (rg3, r3) = cancel(&mut s, "task-conformance-unknown", &t2).await?;
-    if r3.value.pointer("/payload/accepted") != Some(&json!(false))
-        || str_at(&r3.value, "/payload/status") != Some("unknown")
-    {
-        return Err(s.bad(
-            &rg3,
-            "cancelling an unknown task: the receipt is not {accepted: false, status: unknown}",
-        ));
-    }
+    cancel_receipt(
+        &mut s,
+        "task-conformance-unknown",
+        &t2,
+        (false, "unknown"),
+        "cancelling an unknown task: the receipt is not {accepted: false, status: unknown}",
+    )
+    .await?;
     pass(format!(
         "{task}: receipt running, then one task.cancelled; {done}: done, receipt done, no cancelled; unknown task: unknown"
     ))
@@ -1795,11 +1787,8 @@ async fn power_off(s: &mut Sess, trace: &str) -> Result<(Message, Got), Failure>
 }
 
 fn is_rejection(g: &Got) -> Result<String, String> {
-    let ty = g.at_ptr("/type").and_then(Value::as_str).unwrap_or("");
-    let code = g
-        .at_ptr("/payload/code")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let ty = type_of(g).unwrap_or("");
+    let code = code_of(g);
     if ty != "error" {
         return Err(format!("a {ty} (the action went ahead)"));
     }
@@ -1814,6 +1803,20 @@ fn is_rejection(g: &Got) -> Result<String, String> {
         ));
     }
     Ok(code.to_string())
+}
+
+/// A power-off the core answered without asking: a refusal skips (what the check needs the
+/// ask for is `untested`), anything else means the dangerous action ran.
+fn unasked(s: &Sess, reply: &Got, untested: &str) -> Result<Verdict, Failure> {
+    match is_rejection(reply) {
+        Ok(code) => skip(format!(
+            "the core refused conformance:power-off with {code} without asking; {untested}"
+        )),
+        Err(why) => Err(s.bad(
+            reply,
+            format!("the dangerous action ran without a confirmation: {why}"),
+        )),
+    }
 }
 
 async fn answer_permission(s: &mut Sess, ask: &Got, granted: bool) -> Result<(), Failure> {
@@ -1852,21 +1855,12 @@ async fn shell_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
         )
     })?;
     drop(s);
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     // Denied: rejected.
     let t = s.trace();
     let (req, ask) = power_off(&mut s, &t).await?;
     if ask.method() != Some("permission.request") {
-        return match is_rejection(&ask) {
-            Ok(code) => skip(format!(
-                "the core refused conformance:power-off with {code} without asking; the grant path is untested"
-            )),
-            Err(why) => Err(s.bad(
-                &ask,
-                format!("the dangerous action ran without a confirmation: {why}"),
-            )),
-        };
+        return unasked(&s, &ask, "the grant path is untested");
     }
     if let Some(v) = ask.value()
         && has_key(v, "confirmation_id")
@@ -1894,7 +1888,7 @@ async fn shell_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let (g, _) = s
         .valid_reply(&req, "the reply to a granted power-off")
         .await?;
-    if g.at_ptr("/type").and_then(Value::as_str) != Some("response") {
+    if type_of(&g) != Some("response") {
         return Err(s.bad(&g, "granted once, power-off still failed"));
     }
     let t = s.trace();
@@ -1924,8 +1918,7 @@ async fn shell_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
+    let mut s = core_session(cx).await?;
     if !s.other_caps.iter().any(|c| c == "permissions") {
         return skip("the shell did not declare permissions: the core may not ask it");
     }
@@ -1957,20 +1950,11 @@ async fn core_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn shell_10(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     let t = s.trace();
     let (req, ask) = power_off(&mut s, &t).await?;
     if ask.method() != Some("permission.request") {
-        return match is_rejection(&ask) {
-            Ok(code) => skip(format!(
-                "the core refused conformance:power-off with {code} without asking; expiry is untested"
-            )),
-            Err(why) => Err(s.bad(
-                &ask,
-                format!("the dangerous action ran without a confirmation: {why}"),
-            )),
-        };
+        return unasked(&s, &ask, "expiry is untested");
     }
     let ttl = ask
         .at_ptr("/payload/ttl")
@@ -2046,7 +2030,7 @@ async fn shell_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
             "the reply to a command before hello in the new session",
         )
         .await?;
-    if g.at_ptr("/payload/code").and_then(Value::as_str) != Some("protocol.not_ready") {
+    if code_of(&g) != "protocol.not_ready" {
         return Err(s.bad(&g, "a new session answered a command before hello: state was restored, not rebuilt by a new handshake"));
     }
     let second = s.handshake(&SHELL_CAPS).await?;
@@ -2059,17 +2043,14 @@ async fn shell_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
         ));
     }
     let mark = s.p.log.len();
-    let (rg, r) = cancel(&mut s, &task, &t).await?;
-    if str_at(&r.value, "/payload/status") != Some("unknown")
-        || r.value.pointer("/payload/accepted") != Some(&json!(false))
-    {
-        return Err(s.bad(
-            &rg,
-            format!(
-                "{task} of the crashed session survived the restart (tasks are forgotten, §13)"
-            ),
-        ));
-    }
+    cancel_receipt(
+        &mut s,
+        &task,
+        &t,
+        (false, "unknown"),
+        format!("{task} of the crashed session survived the restart (tasks are forgotten, §13)"),
+    )
+    .await?;
     s.idle(Duration::from_secs(1)).await?;
     if let Some(g) = s.p.log[mark..]
         .iter()
@@ -2080,16 +2061,14 @@ async fn shell_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
             "a task.cancelled was sent for a task forgotten on the crash",
         ));
     }
-    let notes = std::mem::take(&mut s.notes);
-    cx.notes.extend(notes);
+    cx.notes.append(&mut s.notes);
     pass(format!(
         "{exited}; the new session required hello (protocol.not_ready before it), session {sid1:?} → {sid2:?}; {task} is unknown"
     ))
 }
 
 async fn core_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
+    let mut s = core_session(cx).await?;
     s.idle(Duration::from_millis(300)).await?;
     // The core "crashes": both channels vanish.
     s.p.drop_channels();
@@ -2149,27 +2128,19 @@ fn missing_trace(s: &Sess) -> Option<Failure> {
 }
 
 async fn shell_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    let mut s = shell_session(cx).await?;
     let mut detail = Vec::new();
     // A task: reply and every task event carry the command's trace.
     let t = s.trace();
     let mark = s.p.log.len();
     if let Ok(task) = start_task(&mut s, 1, &t).await? {
         let until = Instant::now() + Duration::from_secs(1) + s.wait;
-        let tk = task.clone();
-        s.wait_for(&format!("the final event of {task}"), until, move |g| {
-            task_event_for(g, &tk).is_some_and(|m| FINALS.contains(&m))
-        })
-        .await?;
+        task_final(&mut s, &task, &format!("the final event of {task}"), until).await?;
         let tk = task.clone();
         let n = check_trace(
             &s,
             mark,
-            |g| {
-                task_event_for(g, &tk).is_some()
-                    || g.at_ptr("/type").and_then(Value::as_str) == Some("response")
-            },
+            |g| task_event_for(g, &tk).is_some() || type_of(g) == Some("response"),
             &t,
             "a message of the task",
         )?;
@@ -2235,34 +2206,14 @@ async fn shell_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
+    let mut s = core_session(cx).await?;
     s.idle(Duration::from_secs(2)).await?;
     let mut detail = vec![];
-    let t = s.trace();
-    let req = s.request("programs.index", &t, json!({})).await?;
-    let (g, _) = s.valid_reply(&req, "the answer to programs.index").await?;
-    if g.at_ptr("/trace_id").and_then(Value::as_str) != Some(t.as_str()) {
-        return Err(s.bad(
-            &g,
-            format!("the answer to programs.index does not carry the request's trace_id {t:?}"),
-        ));
-    }
+    s.traced_answer("programs.index", json!({})).await?;
     detail.push("programs.index answer kept the trace".to_string());
     if s.other_caps.iter().any(|c| c == "permissions") {
-        let t = s.trace();
-        let req = s.request("permission.request", &t, json!({"request_id": format!("ask-t-{:x}", s.tag), "permission": "system.power", "action": "shutdown", "reason": "conformance check", "preview": "Компьютер будет выключен.", "ttl": 30})).await?;
-        let (g, _) = s
-            .valid_reply(&req, "the answer to permission.request")
-            .await?;
-        if g.at_ptr("/trace_id").and_then(Value::as_str) != Some(t.as_str()) {
-            return Err(s.bad(
-                &g,
-                format!(
-                    "the answer to permission.request does not carry the request's trace_id {t:?}"
-                ),
-            ));
-        }
+        let ask = json!({"request_id": format!("ask-t-{:x}", s.tag), "permission": "system.power", "action": "shutdown", "reason": "conformance check", "preview": "Компьютер будет выключен.", "ttl": 30});
+        s.traced_answer("permission.request", ask).await?;
         detail.push("permission answer kept the trace".to_string());
     }
     if let Some(f) = missing_trace(&s) {

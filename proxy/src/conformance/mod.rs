@@ -10,7 +10,8 @@
 //! fresh process when the target is launched), opened by [`Ctx::open`] from the
 //! target the command line names (see [`session`] and docs/conformance.md).
 //!
-//! The checks themselves live per contract: [`kernel`] and [`toolchannel`]. [`peers`] holds small Rust reference peers (hidden `peer`
+//! The checks themselves live per contract: [`kernel`], [`rukh`], [`toolchannel`] and
+//! [`xsession`]. [`peers`] holds small Rust reference peers (hidden `peer`
 //! subcommand) so the suite can be tested against real processes.
 
 use std::path::PathBuf;
@@ -18,6 +19,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use contract::wire::Wire;
+use serde_json::Value;
+
+/// `fn name(cx) -> BodyFuture` for each `name => function` (the function takes `cx`), or,
+/// after `cx;`, for each `name => expression using cx`: a check's [`Body`] is a plain fn.
+macro_rules! bodies {
+    ($cx:ident; $($name:ident => $e:expr),* $(,)?) => {
+        $(fn $name($cx: &mut $crate::conformance::Ctx) -> $crate::conformance::BodyFuture<'_> {
+            Box::pin($e)
+        })*
+    };
+    ($($name:ident => $f:path),* $(,)?) => {
+        $(fn $name(cx: &mut $crate::conformance::Ctx) -> $crate::conformance::BodyFuture<'_> {
+            Box::pin($f(cx))
+        })*
+    };
+}
 
 pub mod kernel;
 pub mod peers;
@@ -28,7 +45,7 @@ pub mod toolchannel;
 pub mod xsession;
 
 pub use report::{CheckResult, Evidence, Failure, Outcome, Report, Verdict};
-pub use session::{Ctx, Got, Incoming, Peer, SocketKind, Target};
+pub use session::{Ctx, Got, Incoming, Peer, SocketKind, Spawned, Stdout, Target};
 
 /// A boxed check body: plays the role on the context's sessions.
 pub type BodyFuture<'a> =
@@ -57,6 +74,82 @@ impl std::fmt::Debug for Check {
             .field("applies", &self.body.is_ok())
             .finish()
     }
+}
+
+/// One row of a suite's table: id, title, seed section, then the body (or why the check
+/// does not apply) for the first and for the second role the suite plays.
+pub type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Result<Body, &'static str>,
+    Result<Body, &'static str>,
+);
+
+/// The checks of `rows`, in order, for `role`: the first or the second of the suite's
+/// `roles` (the rows' body columns follow them); `None` for another role.
+pub fn table(role: &str, roles: [&str; 2], rows: Vec<Row>) -> Option<Vec<Check>> {
+    let first = match role {
+        r if r == roles[0] => true,
+        r if r == roles[1] => false,
+        _ => return None,
+    };
+    Some(
+        rows.into_iter()
+            .map(|(id, title, seed, a, b)| Check {
+                id,
+                title,
+                seed,
+                body: if first { a } else { b },
+            })
+            .collect(),
+    )
+}
+
+/// A check body's pass with what it saw.
+pub(crate) fn pass(s: impl Into<String>) -> Result<Verdict, Failure> {
+    Ok(Verdict::Pass(s.into()))
+}
+
+/// A check body's skip with why it could not judge.
+pub(crate) fn skip(s: impl Into<String>) -> Result<Verdict, Failure> {
+    Ok(Verdict::Skip(s.into()))
+}
+
+/// The string at a JSON pointer.
+pub(crate) fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+    v.pointer(ptr).and_then(Value::as_str)
+}
+
+/// Seconds since the epoch with millisecond precision (the kernel envelope's `timestamp`).
+pub(crate) fn now_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as f64 / 1000.0)
+        .unwrap_or(0.0)
+}
+
+/// The contract's first channel (the only one of a single-channel contract).
+pub(crate) fn first_channel(wire: &Wire) -> Result<String, Failure> {
+    wire.contract()
+        .channels
+        .keys()
+        .next()
+        .cloned()
+        .ok_or_else(|| Failure::new("the contract has no channel"))
+}
+
+/// The value the contract gives `name` in one of its tables (errors, codes, limits), looked
+/// up by the suite; a contract without it fails the check, naming `what` was looked for.
+pub(crate) fn named<V: Copy>(
+    table: &std::collections::HashMap<String, V>,
+    name: &str,
+    what: &str,
+) -> Result<V, Failure> {
+    table
+        .get(name)
+        .copied()
+        .ok_or_else(|| Failure::new(format!("the contract has no {what} {name}")))
 }
 
 /// `contract-proxy conformance` arguments.

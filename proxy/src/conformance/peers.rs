@@ -28,6 +28,7 @@ use tokio::io::ReadHalf;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use super::now_secs;
 use crate::conn::{BoxIo, Conn};
 use crate::endpoint::{Endpoint, Incoming, Listener, Options};
 
@@ -148,13 +149,6 @@ fn kernel_wire() -> Result<Arc<Wire>, PeerError> {
         .map_err(|e| PeerError::Failed(e.to_string()))
 }
 
-fn now_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as f64 / 1000.0)
-        .unwrap_or(0.0)
-}
-
 fn stream_of(c: Conn) -> Result<BoxIo, PeerError> {
     match c {
         Conn::Stream(io) => Ok(io),
@@ -224,6 +218,15 @@ impl Out {
             o.insert("stream_id".into(), json!(s));
         }
         self.send(&m);
+    }
+
+    /// Answer the ping `to` with a pong on `trace`.
+    fn pong(&self, to: &Message, trace: &str) {
+        let mut pong = self.msg("event", Some("pong"), trace, json!({}));
+        if let (Some(id), Some(o)) = (&to.id, pong.as_object_mut()) {
+            o.insert("correlation_id".into(), id.clone());
+        }
+        self.send(&pong);
     }
 
     fn request(&self, method: &str, trace: &str, payload: Value) -> Value {
@@ -353,6 +356,21 @@ impl Link {
     }
 }
 
+/// The next frame of the data channel. Its end, or a frame that does not decode, closes it:
+/// `None` then and ever after (a `select!` branch waiting for `Some` is left out).
+async fn data_frame(
+    data: &mut Option<FramedRead<ReadHalf<BoxIo>, BinaryCodec>>,
+) -> Option<BinaryFrame> {
+    let next = data.as_mut()?.next().await;
+    match next {
+        Some(Ok(f)) => Some(f),
+        None | Some(Err(_)) => {
+            *data = None;
+            None
+        }
+    }
+}
+
 /// The §13 silence counter: any message resets it; pings after 5 s, dead after 3 misses.
 struct Liveness {
     last_rx: Instant,
@@ -447,6 +465,35 @@ impl Credit {
             }
         }
     }
+}
+
+/// A stream id of an event (`u64::MAX`, no stream, without one).
+fn stream_of_event(m: &Message) -> u64 {
+    m.value
+        .get("stream_id")
+        .and_then(Value::as_u64)
+        .unwrap_or(u64::MAX)
+}
+
+/// A `stream.credit` for one of the peer's own streams in `credits`: more to send.
+fn credit_granted(credits: &HashMap<u64, Arc<Credit>>, m: &Message) {
+    let b = m
+        .value
+        .pointer("/payload/bytes")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    if let Some(c) = credits.get(&stream_of_event(m)) {
+        c.add(b);
+    }
+}
+
+/// A `stream.close` of one of the peer's own streams: its sender stops. The stream's id.
+fn credit_closed(credits: &mut HashMap<u64, Arc<Credit>>, m: &Message) -> u64 {
+    let s = stream_of_event(m);
+    if let Some(c) = credits.remove(&s) {
+        c.close();
+    }
+    s
 }
 
 /// Send `total` bytes of a 440 Hz tone on `stream`, within credit (unless `ignore_credit`).
@@ -779,32 +826,16 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                             Err((code, msg)) => out.error(ask.command.get("id"), ct.as_deref(), code, false, msg, json!({"tool": "power_action"})),
                         }
                     }
-                    (Kind::Event, "ping") => {
-                        let mut pong = out.msg("event", Some("pong"), &trace, json!({}));
-                        if let (Some(id), Some(o)) = (&m.id, pong.as_object_mut()) { o.insert("correlation_id".into(), id.clone()); }
-                        out.send(&pong);
-                    }
-                    (Kind::Event, "stream.credit") => {
-                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                        let b = m.value.pointer("/payload/bytes").and_then(Value::as_u64).unwrap_or(0);
-                        if let Some(c) = credits.get(&s) { c.add(b); }
-                    }
-                    (Kind::Event, "stream.close") => {
-                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                        if let Some(c) = credits.remove(&s) { c.close(); }
-                    }
+                    (Kind::Event, "ping") => out.pong(&m, &trace),
+                    (Kind::Event, "stream.credit") => credit_granted(&credits, &m),
+                    (Kind::Event, "stream.close") => { credit_closed(&mut credits, &m); }
                     _ => {}
                 }
             }
-            d = async { match link.data.as_mut() { Some(d) => d.next().await, None => std::future::pending().await } } => {
-                match d {
-                    None | Some(Err(_)) => { link.data = None; }
-                    Some(Ok(f)) => {
-                        // Microphone audio: "processed" at once, so its credit is given back (K-10).
-                        let s = f.fields.first().copied().unwrap_or(0);
-                        out.event("stream.credit", "t-mic", json!({"bytes": f.payload.len().max(1)}), Some(s));
-                    }
-                }
+            Some(f) = data_frame(&mut link.data) => {
+                // Microphone audio: "processed" at once, so its credit is given back (K-10).
+                let s = f.fields.first().copied().unwrap_or(0);
+                out.event("stream.credit", "t-mic", json!({"bytes": f.payload.len().max(1)}), Some(s));
             }
             Some(Internal::AskExpired(env_id)) = irx.recv() => {
                 if let Some(ask) = asks.remove(&env_id) {
@@ -1050,9 +1081,7 @@ async fn shell_session(
                     (Kind::Request, _) => out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.unknown_method", false, "unknown method", json!({"method": method})),
                     (Kind::Event, "ping") => {
                         let t = m.trace.clone().unwrap_or_else(&mut trace);
-                        let mut pong = out.msg("event", Some("pong"), &t, json!({}));
-                        if let (Some(id), Some(o)) = (&m.id, pong.as_object_mut()) { o.insert("correlation_id".into(), id.clone()); }
-                        out.send(&pong);
+                        out.pong(&m, &t);
                     }
                     (Kind::Event, "stream.open") => {
                         let s = m.value.pointer("/payload/stream_id").and_then(Value::as_u64).unwrap_or(0);
@@ -1070,29 +1099,19 @@ async fn shell_session(
                             _ => {}
                         }
                     }
-                    (Kind::Event, "stream.credit") => {
-                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                        let b = m.value.pointer("/payload/bytes").and_then(Value::as_u64).unwrap_or(0);
-                        if let Some(c) = mic.get(&s) { c.add(b); }
-                    }
+                    (Kind::Event, "stream.credit") => credit_granted(&mic, &m),
                     (Kind::Event, "stream.close") => {
-                        let s = m.value.get("stream_id").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                        if let Some(c) = mic.remove(&s) { c.close(); }
+                        let s = credit_closed(&mut mic, &m);
                         playing.remove(&s);
                     }
                     _ => {}
                 }
             }
-            d = async { match link.data.as_mut() { Some(d) => d.next().await, None => std::future::pending().await } } => {
-                match d {
-                    None | Some(Err(_)) => { link.data = None; }
-                    Some(Ok(f)) => {
-                        // Played: the bytes are processed, so their credit is granted back (K-10).
-                        let s = f.fields.first().copied().unwrap_or(0);
-                        if playing.contains(&s) && !f.payload.is_empty() {
-                            out.event("stream.credit", "t-play", json!({"bytes": f.payload.len()}), Some(s));
-                        }
-                    }
+            Some(f) = data_frame(&mut link.data) => {
+                // Played: the bytes are processed, so their credit is granted back (K-10).
+                let s = f.fields.first().copied().unwrap_or(0);
+                if playing.contains(&s) && !f.payload.is_empty() {
+                    out.event("stream.credit", "t-play", json!({"bytes": f.payload.len()}), Some(s));
                 }
             }
             _ = tick.tick() => {

@@ -42,7 +42,7 @@ use contract::model::{Kind, Part};
 use serde_json::{Map, Value, json};
 
 use super::peers::PeerError;
-use super::{Body, BodyFuture, Check, Ctx, Failure, Got, Incoming, Peer, Verdict};
+use super::{Body, Check, Ctx, Failure, Got, Incoming, Peer, Row, Stdout, Verdict, named};
 
 /// Session identity the suite pins when it plays the core (correlation only, R-32).
 const SESSION_ID: &str = "s-conformance-0001";
@@ -156,10 +156,7 @@ impl Spec {
     }
 
     fn num(&self, name: &str) -> Result<f64, Failure> {
-        self.base
-            .get(name)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("the contract has no limit {name}")))
+        named(&self.base, name, "limit")
     }
 
     fn count(&self, name: &str) -> Result<usize, Failure> {
@@ -172,10 +169,7 @@ impl Spec {
     }
 
     fn error(&self, name: &str) -> Result<i64, Failure> {
-        self.errors
-            .get(name)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("the contract has no error {name}")))
+        named(&self.errors, name, "error")
     }
 
     fn exit(&self, name: &str) -> Result<i64, Failure> {
@@ -470,6 +464,15 @@ fn is_success(g: &Got) -> bool {
     g.value().is_some_and(|v| v.get("result").is_some())
 }
 
+/// An answer that must be a success; anything else fails with `why`, its bytes as `label`.
+fn success(g: &Got, label: &str, why: impl Into<String>) -> Result<(), Failure> {
+    if is_success(g) {
+        Ok(())
+    } else {
+        Err(Failure::new(why).with(label, &g.raw))
+    }
+}
+
 /// Counter of `prefix:N`.
 fn counter(id: &str, prefix: &str) -> Option<u64> {
     id.strip_prefix(prefix)?.parse().ok()
@@ -483,6 +486,32 @@ fn gapless(ids: &[String], prefix: &str) -> Result<(), (usize, String)> {
         }
     }
     Ok(())
+}
+
+/// Whether the request ids of the implementation (`who`) are its direction `prefix` and a
+/// gapless counter from 1 (R-10); `requests` are its requests, one of them the evidence.
+fn judge_ids<'a>(
+    who: &str,
+    prefix: &str,
+    ids: &[String],
+    mut requests: impl Iterator<Item = &'a Got>,
+) -> Result<Verdict, Failure> {
+    let Err((i, want)) = gapless(ids, prefix) else {
+        return Ok(Verdict::Pass(format!(
+            "{who} request ids {}",
+            ids.join(", ")
+        )));
+    };
+    let id = &ids[i];
+    let raw = requests
+        .find(|g| id_of(g).as_deref() == Some(id.as_str()))
+        .map(|g| g.raw.to_vec())
+        .unwrap_or_default();
+    Err(Failure::new(format!(
+        "{who} request {} has id {id}, expected {want}: ids are {prefix}N, gapless and increasing from 1 (R-10)",
+        i + 1
+    ))
+    .with("that request", &raw))
 }
 
 // ---------------------------------------------------------------------------
@@ -525,6 +554,17 @@ impl CoreSide {
             logs: 0,
             invalid: Vec::new(),
         })
+    }
+
+    /// A session whose handshake is done (initialize confirmed, c:1).
+    async fn confirmed(cx: &mut Ctx) -> Result<CoreSide, Failure> {
+        let mut s = CoreSide::open(cx).await?;
+        s.confirm().await?;
+        Ok(s)
+    }
+
+    fn soon(&self) -> Instant {
+        Instant::now() + self.wait
     }
 
     fn id(&mut self) -> String {
@@ -657,12 +697,11 @@ impl CoreSide {
         let id = self.send("rukh.initialize", params).await?;
         let until = Instant::now() + self.wait;
         let g = self.reply(&id, "rukh.initialize", until).await?;
-        if !is_success(&g) {
-            return Err(
-                Failure::new("the extension refused a compatible rukh.initialize")
-                    .with("its answer", &g.raw),
-            );
-        }
+        success(
+            &g,
+            "its answer",
+            "the extension refused a compatible rukh.initialize",
+        )?;
         Ok(g)
     }
 
@@ -679,11 +718,7 @@ impl CoreSide {
         let id = self.send("rukh.close", json!({})).await?;
         let until = Instant::now() + self.wait;
         let ack = self.reply(&id, "rukh.close", until).await?;
-        if !is_success(&ack) {
-            return Err(
-                Failure::new("rukh.close was not acknowledged").with("the answer", &ack.raw)
-            );
-        }
+        success(&ack, "the answer", "rukh.close was not acknowledged")?;
         let acked = Instant::now();
         let bound = self.sp.secs("voluntaryStopSeconds")? + SLACK;
         match next_ev(&mut self.peer, acked + bound).await {
@@ -748,6 +783,20 @@ impl CoreSide {
         }
     }
 
+    /// Send `payload` as one frame the extension must reject ([`CoreSide::rejected`]); a
+    /// failure shows the frame as `label`.
+    async fn reject(
+        &mut self,
+        payload: &[u8],
+        offending: Option<&str>,
+        label: &str,
+    ) -> Result<String, Failure> {
+        self.peer.send_raw(payload).await?;
+        self.rejected(offending)
+            .await
+            .map_err(|f| f.with(label, &framed(payload)))
+    }
+
     /// The extension's frames the contract rejects, as a failure.
     fn invalid_failure(&self) -> Option<Failure> {
         let g = self.invalid.first()?;
@@ -760,6 +809,37 @@ impl CoreSide {
             .with("that frame", &g.raw),
         )
     }
+}
+
+/// The code of the contract's error `name`, which the answer `g` must carry. Another answer
+/// fails: "`what` with …, not `name` (code)`tail`", showing the answer as `label`.
+fn error_is(
+    sp: &Spec,
+    g: &Got,
+    name: &str,
+    (what, tail): (&str, &str),
+    label: &str,
+) -> Result<i64, Failure> {
+    let want = sp.error(name)?;
+    if error_code(g) != Some(want) {
+        return Err(Failure::new(format!(
+            "{what} with {:?}, not {name} ({want}){tail}",
+            error_code(g)
+        ))
+        .with(label, &g.raw));
+    }
+    Ok(want)
+}
+
+/// The answer `g` to an unknown method, which must be method_not_found (R-20); its code.
+fn unknown_refused(sp: &Spec, g: &Got) -> Result<i64, Failure> {
+    let what = ("an unknown method was answered", " (R-20)");
+    error_is(sp, g, "method_not_found", what, "the answer")
+}
+
+/// A notification of a method no one knows: ignored by the receiver (R-20).
+fn unknown_note() -> Value {
+    json!({"jsonrpc": "2.0", "method": "conformance.unknown", "params": {}})
 }
 
 /// A carrier for the core playing: an execute invoke.
@@ -786,20 +866,16 @@ async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
 
 /// Open, confirm, then send `payload` as one frame in place of the invoke; judge the rejection.
 async fn core_reject_invoke(cx: &mut Ctx, payload: &[u8], what: &str) -> Result<String, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let id = s.id();
-    s.peer.send_raw(payload).await?;
-    s.rejected(Some(&id))
+    s.reject(payload, Some(&id), &format!("the frame with {what}"))
         .await
         .map(|d| format!("{what}: {d}"))
-        .map_err(|f| f.with(format!("the frame with {what}"), &framed(payload)))
 }
 
 /// A full session with an accepted invoke payload: completion, close, exit.
 async fn core_accept_invoke(cx: &mut Ctx, payload: &[u8], what: &str) -> Result<String, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let id = s.id();
     s.peer.send_raw(payload).await?;
     let until = Instant::now() + s.wait;
@@ -809,13 +885,12 @@ async fn core_accept_invoke(cx: &mut Ctx, payload: &[u8], what: &str) -> Result<
             &framed(payload),
         )
     })?;
-    if !is_success(&g) {
-        return Err(Failure::new(format!(
-            "the extension refused an invoke with {what}, which is within the limit"
-        ))
-        .with("its answer", &g.raw)
-        .with("the frame", &framed(payload)));
-    }
+    success(
+        &g,
+        "its answer",
+        format!("the extension refused an invoke with {what}, which is within the limit"),
+    )
+    .map_err(|f| f.with("the frame", &framed(payload)))?;
     s.close().await?;
     Ok(format!("{what} accepted"))
 }
@@ -835,8 +910,7 @@ async fn core_json(cx: &mut Ctx, case: JsonCase) -> Result<Verdict, Failure> {
 }
 
 async fn core_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let id = s.id();
     s.peer.send(&CoreSide::invoke_msg(&id, json!({}))).await?;
     let until = Instant::now() + s.wait;
@@ -847,13 +921,10 @@ async fn core_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
                 let code = s.sp.error("internal_error")?;
                 let both = json!({"jsonrpc": "2.0", "id": call, "result": {"output": {}},
                                   "error": {"code": code, "message": "both"}});
-                let bytes = to_bytes(&both);
-                s.peer.send_raw(&bytes).await?;
                 return s
-                    .rejected(None)
+                    .reject(&to_bytes(&both), None, "the response with result and error")
                     .await
-                    .map(Verdict::Pass)
-                    .map_err(|f| f.with("the response with result and error", &framed(&bytes)));
+                    .map(Verdict::Pass);
             }
             Ev::Msg(g) => {
                 if id_of(&g).as_deref() == Some(id.as_str()) {
@@ -969,8 +1040,7 @@ async fn core_incompatible(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::open(cx).await?;
     let params = s.init_params(&[ALIEN_CAPABILITY])?;
     let id = s.send("rukh.initialize", params).await?;
-    let until = Instant::now() + s.wait;
-    let g = s.reply(&id, "rukh.initialize", until).await?;
+    let g = s.reply(&id, "rukh.initialize", s.soon()).await?;
     let want = s.sp.error("incompatible_session")?;
     match error_code(&g) {
         Some(c) if c == want => Ok(Verdict::Pass(format!(
@@ -988,8 +1058,7 @@ async fn core_incompatible(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let first = s.id();
     s.peer
         .send(&CoreSide::invoke_msg(&first, json!({})))
@@ -1031,19 +1100,9 @@ async fn core_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
                 .with("its answer", &g2.raw),
         );
     }
-    let want = s.sp.error("already_invoked")?;
-    if error_code(&g2) != Some(want) {
-        return Err(Failure::new(format!(
-            "the second rukh.invoke was refused with {:?}, not already_invoked ({want})",
-            error_code(&g2)
-        ))
-        .with("the answer", &g2.raw));
-    }
-    if !is_success(&g1) {
-        return Err(
-            Failure::new("the first rukh.invoke did not complete").with("its answer", &g1.raw)
-        );
-    }
+    let what = ("the second rukh.invoke was refused", "");
+    let want = error_is(&s.sp, &g2, "already_invoked", what, "the answer")?;
+    success(&g1, "its answer", "the first rukh.invoke did not complete")?;
     s.close().await?;
     Ok(Verdict::Pass(format!(
         "second invoke refused with {want}; the first completed once"
@@ -1051,8 +1110,7 @@ async fn core_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let id = s.id();
     let msg = json!({"jsonrpc": "2.0", "id": id, "method": "rukh.invoke",
                      "params": {"kind": "describe", "request": {}}});
@@ -1064,52 +1122,26 @@ async fn core_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_ids_own(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
-    let until = Instant::now() + s.wait;
-    let g = s.invoke(json!({}), until).await?;
-    if !is_success(&g) {
-        return Err(Failure::new("the invocation did not complete").with("its answer", &g.raw));
-    }
+    let mut s = CoreSide::confirmed(cx).await?;
+    let g = s.invoke(json!({}), s.soon()).await?;
+    success(&g, "its answer", "the invocation did not complete")?;
     s.close().await?;
     if s.ext_ids.is_empty() {
         return Ok(Verdict::Pass(
             "the extension sent no request (nothing to number)".into(),
         ));
     }
-    match gapless(&s.ext_ids, "e:") {
-        Ok(()) => Ok(Verdict::Pass(format!(
-            "extension request ids {}",
-            s.ext_ids.join(", ")
-        ))),
-        Err((i, want)) => {
-            let id = &s.ext_ids[i];
-            let raw = s
-                .peer
-                .log
-                .iter()
-                .find(|g| kind(g) == Some(Kind::Request) && id_of(g).as_deref() == Some(id))
-                .map(|g| g.raw.to_vec())
-                .unwrap_or_default();
-            Err(Failure::new(format!(
-                "extension request {} has id {id}, expected {want}: ids are e:N, gapless and increasing from 1 (R-10)",
-                i + 1
-            ))
-            .with("that request", &raw))
-        }
-    }
+    let requests = s.peer.log.iter().filter(|g| kind(g) == Some(Kind::Request));
+    judge_ids("extension", "e:", &s.ext_ids, requests)
 }
 
 /// Confirm (c:1), then send an invoke with `id` (a rule-breaking id): not run, session ends.
 async fn core_bad_id(cx: &mut Ctx, id: &str, what: &str) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let bytes = to_bytes(&CoreSide::invoke_msg(id, json!({})));
-    s.peer.send_raw(&bytes).await?;
-    s.rejected(Some(id))
+    s.reject(&bytes, Some(id), "the invoke")
         .await
         .map(|d| Verdict::Pass(format!("rukh.invoke with {what} id {id}: {d}")))
-        .map_err(|f| f.with("the invoke", &framed(&bytes)))
 }
 
 async fn core_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
@@ -1125,14 +1157,11 @@ async fn core_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let bytes = to_bytes(&json!({"jsonrpc": "2.0", "id": "e:99", "result": {"output": {}}}));
-    s.peer.send_raw(&bytes).await?;
-    s.rejected(None)
+    s.reject(&bytes, None, "the response")
         .await
         .map(|d| Verdict::Pass(format!("a response to the never-issued e:99: {d}")))
-        .map_err(|f| f.with("the response", &framed(&bytes)))
 }
 
 async fn core_frame_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
@@ -1153,8 +1182,7 @@ async fn core_frame_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
     };
     let ok = core_accept_invoke(cx, &good, &format!("a {max}-byte frame")).await?;
     // Over the cap: the length prefix alone must be refused (checked before allocating).
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let prefix = ((max + 1) as u32).to_be_bytes();
     s.peer.write_bytes(&prefix, s.wait).await?;
     // The payload follows; the extension may already have stopped reading.
@@ -1185,12 +1213,11 @@ async fn core_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
                 .reply(&id, "rukh.initialize", until)
                 .await
                 .map_err(|f| f.with("the initialize", &framed(&payload)))?;
-            if !is_success(&g) {
-                return Err(Failure::new(format!(
-                    "a {size}-byte rukh.initialize (at the lifecycle cap) was refused"
-                ))
-                .with("the answer", &g.raw));
-            }
+            success(
+                &g,
+                "the answer",
+                format!("a {size}-byte rukh.initialize (at the lifecycle cap) was refused"),
+            )?;
             seen.push(format!("{size}-byte initialize confirmed"));
         } else {
             let d = s.rejected(Some(&id)).await.map_err(|f| {
@@ -1212,13 +1239,12 @@ async fn core_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
         s.peer.write_bytes(std::slice::from_ref(b), s.wait).await?;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let until = Instant::now() + s.wait;
-    let g = s.reply(&id, "rukh.initialize", until).await?;
-    if !is_success(&g) {
-        return Err(
-            Failure::new("the byte-by-byte rukh.initialize was refused").with("the answer", &g.raw)
-        );
-    }
+    let g = s.reply(&id, "rukh.initialize", s.soon()).await?;
+    success(
+        &g,
+        "the answer",
+        "the byte-by-byte rukh.initialize was refused",
+    )?;
     // Two frames in one write: a UI event and the invoke.
     let (ui, ui_msg) = s.request(
         "rukh.ui.event",
@@ -1228,21 +1254,20 @@ async fn core_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut merged = framed(&to_bytes(&ui_msg));
     merged.extend(framed(&to_bytes(&CoreSide::invoke_msg(&inv, json!({})))));
     s.peer.write_bytes(&merged, s.wait).await?;
-    let until = Instant::now() + s.wait;
+    // One deadline for both answers.
+    let until = s.soon();
     let a = s.reply(&ui, "rukh.ui.event", until).await?;
-    if !is_success(&a) {
-        return Err(
-            Failure::new("the first of two merged frames (rukh.ui.event) was refused")
-                .with("the answer", &a.raw),
-        );
-    }
+    success(
+        &a,
+        "the answer",
+        "the first of two merged frames (rukh.ui.event) was refused",
+    )?;
     let c = s.reply(&inv, "rukh.invoke", until).await?;
-    if !is_success(&c) {
-        return Err(
-            Failure::new("the second of two merged frames (rukh.invoke) did not complete")
-                .with("the answer", &c.raw),
-        );
-    }
+    success(
+        &c,
+        "the answer",
+        "the second of two merged frames (rukh.invoke) did not complete",
+    )?;
     s.close().await?;
     Ok(Verdict::Pass(
         "a frame sent byte by byte (UTF-8 split) and two frames in one write were parsed".into(),
@@ -1250,8 +1275,7 @@ async fn core_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let limit = s.sp.secs("incompleteFrameSeconds")?;
     // Idle is not an incomplete frame: wait past the frame deadline, then expect an answer.
     tokio::time::sleep(limit + QUIET).await;
@@ -1306,19 +1330,17 @@ async fn core_denial(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::open(cx).await?;
     s.policy = CallPolicy::Deny;
     s.confirm().await?;
-    let until = Instant::now() + s.wait;
-    let g = s.invoke(json!({}), until).await?;
+    let g = s.invoke(json!({}), s.soon()).await?;
     if s.ext_ids.is_empty() {
         return Ok(Verdict::Skip(
             "the extension made no rukh.call to deny".into(),
         ));
     }
-    if !is_success(&g) {
-        return Err(Failure::new(
-            "after an ordinary denial the invocation did not complete normally (a denial keeps a healthy session, R-30)",
-        )
-        .with("the invoke answer", &g.raw));
-    }
+    success(
+        &g,
+        "the invoke answer",
+        "after an ordinary denial the invocation did not complete normally (a denial keeps a healthy session, R-30)",
+    )?;
     s.close().await?;
     Ok(Verdict::Pass(format!(
         "{} rukh.call denied with a typed operation error; the invocation still completed",
@@ -1327,30 +1349,18 @@ async fn core_denial(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_unknown_method(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let (id, msg) = s.request("conformance.unknown", json!({}));
     s.peer.send_raw(&to_bytes(&msg)).await?;
-    let until = Instant::now() + s.wait;
-    let g = s.reply(&id, "an unknown method", until).await?;
-    let want = s.sp.error("method_not_found")?;
-    if error_code(&g) != Some(want) {
-        return Err(Failure::new(format!(
-            "an unknown method was answered with {:?}, not method_not_found ({want}) (R-20)",
-            error_code(&g)
-        ))
-        .with("the answer", &g.raw));
-    }
-    let note = json!({"jsonrpc": "2.0", "method": "conformance.unknown", "params": {}});
-    s.peer.send_raw(&to_bytes(&note)).await?;
-    let until = Instant::now() + s.wait;
-    let c = s.invoke(json!({}), until).await?;
-    if !is_success(&c) {
-        return Err(Failure::new(
-            "after an unknown method and notification the invocation did not complete",
-        )
-        .with("the answer", &c.raw));
-    }
+    let g = s.reply(&id, "an unknown method", s.soon()).await?;
+    let want = unknown_refused(&s.sp, &g)?;
+    s.peer.send_raw(&to_bytes(&unknown_note())).await?;
+    let c = s.invoke(json!({}), s.soon()).await?;
+    success(
+        &c,
+        "the answer",
+        "after an unknown method and notification the invocation did not complete",
+    )?;
     s.close().await?;
     Ok(Verdict::Pass(format!(
         "unknown method answered {want}, unknown notification ignored, the session went on"
@@ -1358,23 +1368,18 @@ async fn core_unknown_method(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_wrong_direction(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let (id, msg) = s.request(
         "rukh.call",
         json!({"operation": "conformance.probe", "version": "1", "input": {}}),
     );
-    let bytes = to_bytes(&msg);
-    s.peer.send_raw(&bytes).await?;
-    s.rejected(Some(&id))
+    s.reject(&to_bytes(&msg), Some(&id), "the request")
         .await
         .map(|d| Verdict::Pass(format!("rukh.call from the core: {d}")))
-        .map_err(|f| f.with("the request", &framed(&bytes)))
 }
 
 async fn core_cancel(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let long = (cx.opts.check_deadline.as_millis() as u64).saturating_mul(2);
     let inv = s.id();
     s.peer
@@ -1440,15 +1445,13 @@ async fn core_cancel(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn core_outcome(cx: &mut Ctx, fail: bool) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    s.confirm().await?;
+    let mut s = CoreSide::confirmed(cx).await?;
     let inputs = if fail {
         json!({ EXIT_INPUT: PROBE_EXIT })
     } else {
         json!({})
     };
-    let until = Instant::now() + s.wait;
-    let g = s.invoke(inputs, until).await?;
+    let g = s.invoke(inputs, s.soon()).await?;
     let status = g
         .at_ptr("/result/status")
         .and_then(Value::as_str)
@@ -1494,43 +1497,6 @@ async fn core_outcome(cx: &mut Ctx, fail: bool) -> Result<Verdict, Failure> {
 // ---------------------------------------------------------------------------
 // Playing the extension: the core is under test.
 
-/// A private directory removed when dropped.
-struct PrivateDir(PathBuf);
-
-impl PrivateDir {
-    fn new() -> Result<PrivateDir, Failure> {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        for attempt in 0..16u32 {
-            let dir = std::env::temp_dir().join(format!(
-                "contract-conformance-rukh-{}-{stamp:x}-{attempt}",
-                std::process::id()
-            ));
-            let mut b = std::fs::DirBuilder::new();
-            #[cfg(unix)]
-            std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-            match b.create(&dir) {
-                Ok(()) => return Ok(PrivateDir(dir)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(Failure::new(format!(
-                        "cannot create a private directory: {e}"
-                    )));
-                }
-            }
-        }
-        Err(Failure::new("cannot create a fresh private directory"))
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Single-quote `s` for a POSIX shell.
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -1575,7 +1541,6 @@ struct ExtSide {
     /// The stand-in's instruction socket.
     link: Option<std::os::unix::net::UnixStream>,
     stdout: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    _dir: PrivateDir,
     /// Valid requests of the core, in arrival order (before they are handled).
     core_reqs: Vec<Got>,
     /// The initialize request, once seen.
@@ -1596,8 +1561,8 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
     let sp = Spec::new(cx)?;
     let wait = cx.opts.deadline;
     let argv = core_argv(cx)?;
-    let dir = PrivateDir::new()?;
-    let sock = dir.0.join("link.sock");
+    // Removed when the check ends, after the core it launched is gone.
+    let sock = cx.private_dir()?.join("link.sock");
     let listener = UnixListener::bind(&sock)
         .map_err(|e| Failure::new(format!("cannot listen on {}: {e}", sock.display())))?;
     let exe = std::env::current_exe()
@@ -1631,7 +1596,7 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
             );
         }
     }
-    let stdout = cx.spawn_kept(&full, STDOUT_KEEP)?;
+    let stdout = cx.spawn(&full, Stdout::Keep(STDOUT_KEEP))?.stdout;
     let conn = match tokio::time::timeout(wait, listener.accept()).await {
         Ok(Ok((conn, _))) => conn,
         Ok(Err(e)) => {
@@ -1676,7 +1641,6 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
         next: 1,
         link: Some(std_link),
         stdout,
-        _dir: dir,
         core_reqs: Vec::new(),
         init: None,
         invoke: None,
@@ -1835,6 +1799,51 @@ impl ExtSide {
         self.respond(&id, result).await
     }
 
+    /// An honest end: the succeeded completion, then [`ExtSide::closing`] with exit 0.
+    async fn wrap_up(&mut self) -> Result<(), Failure> {
+        self.complete(succeeded()).await?;
+        self.closing(0).await
+    }
+
+    /// The id of the invoke (empty before it came).
+    fn invoke_id(&self) -> String {
+        self.invoke
+            .as_ref()
+            .map(|i| i.0.clone())
+            .unwrap_or_default()
+    }
+
+    /// Send a `rukh.call` with `input`; its id and the core's answer.
+    async fn call(&mut self, input: Value) -> Result<(String, Box<Got>), Failure> {
+        let (id, msg) = self.call_msg(input);
+        self.peer.send(&msg).await?;
+        let g = self.answer(&id).await?;
+        Ok((id, g))
+    }
+
+    /// After a cancel the extension ignores (at `cancelled`): the core must exit with the
+    /// code of `outcome` within the stop deadline.
+    async fn stopped(
+        &mut self,
+        cx: &mut Ctx,
+        cancelled: Instant,
+        outcome: &str,
+        what: &str,
+    ) -> Result<Verdict, Failure> {
+        let e = self.expect_exit(cx, outcome, what).await?;
+        let bound = self.sp.secs("stopDeadlineSeconds")? + SLACK;
+        if cancelled.elapsed() > bound {
+            return Err(Failure::new(format!(
+                "the core took {:?} to stop an extension that ignores rukh.cancel (stop deadline {bound:?})",
+                cancelled.elapsed()
+            )));
+        }
+        Ok(Verdict::Pass(format!(
+            "{e}, {} ms after the cancel it ignored",
+            cancelled.elapsed().as_millis()
+        )))
+    }
+
     /// Wait for rukh.close, acknowledge it, then end: channel closed, stand-in exits `code`.
     async fn closing(&mut self, code: i64) -> Result<(), Failure> {
         let until = Instant::now() + self.wait;
@@ -1882,13 +1891,14 @@ impl ExtSide {
         self.stdout.lock().map(|o| o.clone()).unwrap_or_default()
     }
 
-    /// Judge the core's exit code against `want`.
+    /// Judge the core's exit code against the CLI exit code of `outcome`.
     async fn expect_exit(
         &mut self,
         cx: &mut Ctx,
-        want: i64,
+        outcome: &str,
         what: &str,
     ) -> Result<String, Failure> {
+        let want = self.sp.exit(outcome)?;
         let code = self.exit(cx).await?;
         if i64::from(code) != want {
             let mut f = Failure::new(format!("{what}: the core exited {code}, want {want}"));
@@ -1973,8 +1983,7 @@ impl ExtSide {
         }
         let took = start.elapsed();
         self.release(0);
-        let want = self.sp.exit("execution_failed")?;
-        let e = self.expect_exit(cx, want, what).await?;
+        let e = self.expect_exit(cx, "execution_failed", what).await?;
         Ok(format!("{e} (session ended after {} ms)", took.as_millis()))
     }
 }
@@ -2035,8 +2044,7 @@ async fn ext_first(cx: &mut Ctx) -> Result<Verdict, Failure> {
         Ev::Timeout => {}
     }
     s.ready().await?;
-    s.complete(succeeded()).await?;
-    s.closing(0).await?;
+    s.wrap_up().await?;
     let code = s.exit(cx).await?;
     Ok(Verdict::Pass(format!(
         "rukh.initialize first, nothing else before the confirmation; the session ran (exit {code})"
@@ -2104,8 +2112,7 @@ async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
         ))
         .with("the invoke", &raw));
     }
-    s.complete(succeeded()).await?;
-    s.closing(0).await?;
+    s.wrap_up().await?;
     let code = s.exit(cx).await?;
     Ok(Verdict::Pass(format!(
         "initialize pins the session; after the exact echo the invoke is in the pinned context (exit {code})"
@@ -2115,8 +2122,7 @@ async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
 #[cfg(unix)]
 async fn ext_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = ext_ready(cx).await?;
-    s.complete(succeeded()).await?;
-    s.closing(0).await?;
+    s.wrap_up().await?;
     let code = s.exit(cx).await?;
     let invokes: Vec<&Got> = s
         .core_reqs
@@ -2169,30 +2175,10 @@ async fn ext_refuse(cx: &mut Ctx, mismatch: bool) -> Result<Verdict, Failure> {
 #[cfg(unix)]
 async fn ext_ids_own(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = ext_ready(cx).await?;
-    s.complete(succeeded()).await?;
-    s.closing(0).await?;
+    s.wrap_up().await?;
     s.exit(cx).await?;
     let ids: Vec<String> = s.core_reqs.iter().filter_map(id_of).collect();
-    match gapless(&ids, "c:") {
-        Ok(()) => Ok(Verdict::Pass(format!(
-            "core request ids {}",
-            ids.join(", ")
-        ))),
-        Err((i, want)) => {
-            let got = ids.get(i).cloned().unwrap_or_default();
-            let raw = s
-                .core_reqs
-                .iter()
-                .find(|g| id_of(g).as_deref() == Some(got.as_str()))
-                .map(|g| g.raw.to_vec())
-                .unwrap_or_default();
-            Err(Failure::new(format!(
-                "core request {} has id {got}, expected {want}: ids are c:N, gapless and increasing from 1 (R-10)",
-                i + 1
-            ))
-            .with("that request", &raw))
-        }
-    }
+    judge_ids("core", "c:", &ids, s.core_reqs.iter())
 }
 
 /// After the invoke, send `frames` (raw payloads) and expect the core to fail the invocation.
@@ -2222,9 +2208,7 @@ async fn ext_reject_after_invoke(
 #[cfg(unix)]
 async fn ext_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = ext_ready(cx).await?;
-    let (a, msg) = s.call_msg(json!({}));
-    s.peer.send(&msg).await?;
-    s.answer(&a).await?;
+    let (a, _) = s.call(json!({})).await?;
     s.next += 1;
     let (b, msg) = s.call_msg(json!({}));
     s.peer.send_raw(&to_bytes(&msg)).await?;
@@ -2263,7 +2247,7 @@ async fn ext_ids_repeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
 
 #[cfg(unix)]
 async fn ext_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let r = ext_reject_after_invoke(
+    ext_reject_after_invoke(
         cx,
         |s| {
             let (_, msg) = s.call_msg(json!({}));
@@ -2272,13 +2256,13 @@ async fn ext_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
         },
         "a rukh.call with the core's prefix (id c:1)",
     )
-    .await?;
-    Ok(Verdict::Pass(r))
+    .await
+    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
 async fn ext_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let r = ext_reject_after_invoke(
+    ext_reject_after_invoke(
         cx,
         |_| {
             (
@@ -2290,8 +2274,8 @@ async fn ext_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
         },
         "a response to the never-issued c:99",
     )
-    .await?;
-    Ok(Verdict::Pass(r))
+    .await
+    .map(Verdict::Pass)
 }
 
 /// A carrier for the extension playing: a rukh.call with an open input.
@@ -2330,10 +2314,9 @@ async fn ext_accept_call(
         ))
         .with("its answer", &g.raw));
     }
-    s.complete(succeeded()).await?;
-    s.closing(0).await?;
-    let want = s.sp.exit("succeeded")?;
-    s.expect_exit(cx, want, &format!("{what} accepted")).await
+    s.wrap_up().await?;
+    s.expect_exit(cx, "succeeded", &format!("{what} accepted"))
+        .await
 }
 
 #[cfg(unix)]
@@ -2362,18 +2345,18 @@ async fn ext_json(cx: &mut Ctx, case: JsonCase) -> Result<Verdict, Failure> {
 #[cfg(unix)]
 async fn ext_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let code = Spec::new(cx)?.error("internal_error")?;
-    let r = ext_reject_after_invoke(
+    ext_reject_after_invoke(
         cx,
         |s| {
-            let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+            let id = s.invoke_id();
             let both = json!({"jsonrpc": "2.0", "id": id, "result": succeeded(),
                               "error": {"code": code, "message": "both"}});
             (None, vec![to_bytes(&both)])
         },
         "a completion with both result and error",
     )
-    .await?;
-    Ok(Verdict::Pass(r))
+    .await
+    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
@@ -2412,10 +2395,11 @@ async fn ext_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
             s.until("rukh.invoke", |s| s.invoke.is_some())
                 .await
                 .map_err(|f| f.with("the result", &framed(&payload[..256.min(payload.len())])))?;
-            s.complete(succeeded()).await?;
-            s.closing(0).await?;
-            let want = s.sp.exit("succeeded")?;
-            seen.push(s.expect_exit(cx, want, &format!("{what} accepted")).await?);
+            s.wrap_up().await?;
+            seen.push(
+                s.expect_exit(cx, "succeeded", &format!("{what} accepted"))
+                    .await?,
+            );
         } else {
             let r = s.rejected(cx, None, &what).await?;
             if !had_invoke && s.invoke.is_some() {
@@ -2446,15 +2430,16 @@ async fn ext_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
     // A call and the completion in one write.
     let (b, call) = s.call_msg(json!({}));
-    let inv = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+    let inv = s.invoke_id();
     let done = json!({"jsonrpc": "2.0", "id": inv, "result": succeeded()});
     let mut merged = framed(&to_bytes(&call));
     merged.extend(framed(&to_bytes(&done)));
     s.peer.write_bytes(&merged, s.wait).await?;
     s.answer(&b).await?;
     s.closing(0).await?;
-    let want = s.sp.exit("succeeded")?;
-    let e = s.expect_exit(cx, want, "split and merged frames").await?;
+    let e = s
+        .expect_exit(cx, "succeeded", "split and merged frames")
+        .await?;
     Ok(Verdict::Pass(e))
 }
 
@@ -2464,9 +2449,7 @@ async fn ext_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let limit = s.sp.secs("incompleteFrameSeconds")?;
     // Idle is not an incomplete frame.
     tokio::time::sleep(limit + QUIET).await;
-    let (a, msg) = s.call_msg(json!({}));
-    s.peer.send(&msg).await?;
-    s.answer(&a).await?;
+    s.call(json!({})).await?;
     let (_, msg) = s.call_msg(json!({}));
     let bytes = framed(&to_bytes(&msg));
     let part = bytes[..bytes.len() / 2].to_vec();
@@ -2487,8 +2470,9 @@ async fn ext_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
     let took = start.elapsed();
     s.release(0);
-    let want = s.sp.exit("execution_failed")?;
-    let e = s.expect_exit(cx, want, "a stalled frame").await?;
+    let e = s
+        .expect_exit(cx, "execution_failed", "a stalled frame")
+        .await?;
     Ok(Verdict::Pass(format!(
         "idle {:?} kept the session; the stalled frame ended it after {} ms; {e}",
         limit + QUIET,
@@ -2503,28 +2487,18 @@ async fn ext_unknown_method(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let msg = json!({"jsonrpc": "2.0", "id": id, "method": "conformance.unknown", "params": {}});
     s.peer.send_raw(&to_bytes(&msg)).await?;
     let g = s.answer(&id).await?;
-    let want = s.sp.error("method_not_found")?;
-    if error_code(&g) != Some(want) {
-        return Err(Failure::new(format!(
-            "an unknown method was answered with {:?}, not method_not_found ({want}) (R-20)",
-            error_code(&g)
-        ))
-        .with("the answer", &g.raw));
-    }
-    let note = json!({"jsonrpc": "2.0", "method": "conformance.unknown", "params": {}});
-    s.peer.send_raw(&to_bytes(&note)).await?;
-    s.complete(succeeded()).await?;
-    s.closing(0).await?;
-    let ok = s.sp.exit("succeeded")?;
+    let want = unknown_refused(&s.sp, &g)?;
+    s.peer.send_raw(&to_bytes(&unknown_note())).await?;
+    s.wrap_up().await?;
     let e = s
-        .expect_exit(cx, ok, "after an unknown method and notification")
+        .expect_exit(cx, "succeeded", "after an unknown method and notification")
         .await?;
     Ok(Verdict::Pass(format!("answered {want}; {e}")))
 }
 
 #[cfg(unix)]
 async fn ext_wrong_direction(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let r = ext_reject_after_invoke(
+    ext_reject_after_invoke(
         cx,
         |s| {
             let id = s.id();
@@ -2533,13 +2507,13 @@ async fn ext_wrong_direction(cx: &mut Ctx) -> Result<Verdict, Failure> {
         },
         "a rukh.invoke request from the extension",
     )
-    .await?;
-    Ok(Verdict::Pass(r))
+    .await
+    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
 async fn ext_context(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let r = ext_reject_after_invoke(
+    ext_reject_after_invoke(
         cx,
         |s| {
             let (id, msg) = s.call_msg(json!({}));
@@ -2548,51 +2522,44 @@ async fn ext_context(cx: &mut Ctx) -> Result<Verdict, Failure> {
         },
         "a rukh.call repeating another sessionId",
     )
-    .await?;
-    Ok(Verdict::Pass(r))
+    .await
+    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
 async fn ext_after_completion(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = ext_ready(cx).await?;
     s.complete(succeeded()).await?;
-    let (id, msg) = s.call_msg(json!({}));
-    s.peer.send(&msg).await?;
-    let g = s.answer(&id).await?;
+    let (_, g) = s.call(json!({})).await?;
     if is_success(&g) {
         return Err(Failure::new(
             "the core ran a rukh.call that came after the completion message (no new work, R-29)",
         )
         .with("its answer", &g.raw));
     }
-    let want = s.sp.error("session_closing")?;
-    if error_code(&g) != Some(want) {
-        return Err(Failure::new(format!(
-            "new work after the completion was refused with {:?}, not session_closing ({want})",
-            error_code(&g)
-        ))
-        .with("its answer", &g.raw));
-    }
+    let what = ("new work after the completion was refused", "");
+    let want = error_is(&s.sp, &g, "session_closing", what, "its answer")?;
     s.closing(0).await?;
-    let ok = s.sp.exit("succeeded")?;
-    let e = s.expect_exit(cx, ok, "after the refused call").await?;
+    let e = s
+        .expect_exit(cx, "succeeded", "after the refused call")
+        .await?;
     Ok(Verdict::Pass(format!("refused with {want}; {e}")))
 }
 
 #[cfg(unix)]
 async fn ext_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let r = ext_reject_after_invoke(
+    ext_reject_after_invoke(
         cx,
         |s| {
-            let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+            let id = s.invoke_id();
             let help = json!({"jsonrpc": "2.0", "id": id,
                               "result": {"status": "succeeded", "help": {"summary": "describe data"}}});
             (None, vec![to_bytes(&help)])
         },
         "a describe completion (help) in an execute session",
     )
-    .await?;
-    Ok(Verdict::Pass(r))
+    .await
+    .map(Verdict::Pass)
 }
 
 /// Log records: a burst over the rate, a malformed one and one over the lifecycle cap.
@@ -2611,9 +2578,7 @@ async fn ext_log_intake(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let big = sized(&rec, "/params", "message", cap + 1)?;
     s.peer.send_raw(&big).await?;
     // The core still answers us and completes normally.
-    let (id, msg) = s.call_msg(json!({}));
-    s.peer.send(&msg).await?;
-    s.answer(&id).await?;
+    let (id, _) = s.call(json!({})).await?;
     let answered_logs = s
         .peer
         .log
@@ -2628,13 +2593,11 @@ async fn ext_log_intake(cx: &mut Ctx) -> Result<Verdict, Failure> {
             "the core answered {answered_logs} log notification(s): records are never answered"
         )));
     }
-    s.complete(succeeded()).await?;
-    s.closing(0).await?;
-    let ok = s.sp.exit("succeeded")?;
+    s.wrap_up().await?;
     let e = s
         .expect_exit(
             cx,
-            ok,
+            "succeeded",
             &format!(
                 "{n} records at once, a malformed one and a {}-byte one",
                 cap + 1
@@ -2689,11 +2652,25 @@ async fn ext_cancel_flood(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .ok_or_else(|| Failure::new("suite bug: cancel lost"))?;
     s.respond(&id, json!({})).await?;
     s.release(0);
-    let want = s.sp.exit("user_request")?;
     let e = s
-        .expect_exit(cx, want, "cancelled under a log stream")
+        .expect_exit(cx, "user_request", "cancelled under a log stream")
         .await?;
     Ok(Verdict::Pass(e))
+}
+
+/// A running invocation the user interrupts with `sig`; the session, the cancel's id and
+/// its reason.
+#[cfg(unix)]
+async fn ext_interrupted(
+    cx: &mut Ctx,
+    sig: nix::sys::signal::Signal,
+) -> Result<(ExtSide, String, String), Failure> {
+    let mut s = ext_ready(cx).await?;
+    // The user interrupts a running command, not one still being set up.
+    tokio::time::sleep(QUIET).await;
+    cx.signal_child(sig)?;
+    let (id, reason) = ext_await_cancel(&mut s).await?;
+    Ok((s, id, reason))
 }
 
 /// Keep the invocation running until the core cancels; the cancel's reason.
@@ -2718,11 +2695,7 @@ async fn ext_exit_signal(
     sig: nix::sys::signal::Signal,
     reason: &str,
 ) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    // The user interrupts a running command, not one still being set up.
-    tokio::time::sleep(QUIET).await;
-    cx.signal_child(sig)?;
-    let (id, got) = ext_await_cancel(&mut s).await?;
+    let (mut s, id, got) = ext_interrupted(cx, sig).await?;
     if got != reason {
         return Err(Failure::new(format!(
             "{sig} was announced with reason {got:?}, want {reason}"
@@ -2737,9 +2710,8 @@ async fn ext_exit_signal(
     }
     s.respond(&id, json!({})).await?;
     s.release(0);
-    let want = s.sp.exit(reason)?;
     let e = s
-        .expect_exit(cx, want, &format!("{sig} → rukh.cancel {reason}"))
+        .expect_exit(cx, reason, &format!("{sig} → rukh.cancel {reason}"))
         .await?;
     Ok(Verdict::Pass(e))
 }
@@ -2771,61 +2743,42 @@ async fn ext_exit_deadline(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
     // The extension ignores the cancel: the core must stop it within the single stop deadline.
     let cancelled = Instant::now();
-    let want = s.sp.exit("deadline_exceeded")?;
-    let e = s
-        .expect_exit(cx, want, "invocation deadline, cancel ignored")
-        .await?;
-    let bound = s.sp.secs("stopDeadlineSeconds")? + SLACK;
-    if cancelled.elapsed() > bound {
-        return Err(Failure::new(format!(
-            "the core took {:?} to stop an extension that ignores rukh.cancel (stop deadline {bound:?})",
-            cancelled.elapsed()
-        )));
-    }
-    Ok(Verdict::Pass(format!(
-        "{e}, {} ms after the cancel it ignored",
-        cancelled.elapsed().as_millis()
-    )))
+    s.stopped(
+        cx,
+        cancelled,
+        "deadline_exceeded",
+        "invocation deadline, cancel ignored",
+    )
+    .await
 }
 
 #[cfg(unix)]
 async fn ext_cancel_stop(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    tokio::time::sleep(QUIET).await;
-    cx.signal_child(nix::sys::signal::Signal::SIGINT)?;
-    ext_await_cancel(&mut s).await?;
+    let (mut s, _, _) = ext_interrupted(cx, nix::sys::signal::Signal::SIGINT).await?;
     // Ignore the cancel entirely: no ack, channel open, process alive.
     let cancelled = Instant::now();
-    let want = s.sp.exit("user_request")?;
-    let e = s
-        .expect_exit(cx, want, "cancel ignored by the extension")
-        .await?;
-    let bound = s.sp.secs("stopDeadlineSeconds")? + SLACK;
-    if cancelled.elapsed() > bound {
-        return Err(Failure::new(format!(
-            "the core took {:?} to stop an extension that ignores rukh.cancel (stop deadline {bound:?})",
-            cancelled.elapsed()
-        )));
-    }
-    Ok(Verdict::Pass(format!(
-        "{e}, {} ms after the cancel it ignored",
-        cancelled.elapsed().as_millis()
-    )))
+    s.stopped(
+        cx,
+        cancelled,
+        "user_request",
+        "cancel ignored by the extension",
+    )
+    .await
 }
 
 #[cfg(unix)]
 async fn ext_precedence(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    tokio::time::sleep(QUIET).await;
-    cx.signal_child(nix::sys::signal::Signal::SIGINT)?;
-    let (id, _) = ext_await_cancel(&mut s).await?;
+    let (mut s, id, _) = ext_interrupted(cx, nix::sys::signal::Signal::SIGINT).await?;
     // A late success after the accepted cancel: discarded, counted; cancelled stays.
     s.complete(succeeded()).await?;
     s.respond(&id, json!({})).await?;
     s.release(0);
-    let want = s.sp.exit("user_request")?;
     let e = s
-        .expect_exit(cx, want, "succeeded completion after the accepted cancel")
+        .expect_exit(
+            cx,
+            "user_request",
+            "succeeded completion after the accepted cancel",
+        )
         .await?;
     Ok(Verdict::Pass(e))
 }
@@ -2900,15 +2853,14 @@ async fn ext_exit_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
 #[cfg(unix)]
 async fn ext_invoke_error(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = ext_ready(cx).await?;
-    let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+    let id = s.invoke_id();
     let code = s.sp.error("internal_error")?;
     let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "conformance failure"}});
     s.peer.send(&msg).await?;
     // The core may still close; acknowledge and end normally.
     let _ = s.closing(0).await;
-    let want = s.sp.exit("execution_failed")?;
     let e = s
-        .expect_exit(cx, want, "an error response to rukh.invoke")
+        .expect_exit(cx, "execution_failed", "an error response to rukh.invoke")
         .await?;
     Ok(Verdict::Pass(e))
 }
@@ -2917,26 +2869,25 @@ async fn ext_invoke_error(cx: &mut Ctx) -> Result<Verdict, Failure> {
 async fn ext_early_eof(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = ext_ready(cx).await?;
     s.release(0);
-    let want = s.sp.exit("execution_failed")?;
     let e = s
-        .expect_exit(cx, want, "EOF before the completion, exit 0")
+        .expect_exit(cx, "execution_failed", "EOF before the completion, exit 0")
         .await?;
     Ok(Verdict::Pass(e))
 }
 
 #[cfg(unix)]
 async fn ext_duplicate_completion(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let r = ext_reject_after_invoke(
+    ext_reject_after_invoke(
         cx,
         |s| {
-            let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+            let id = s.invoke_id();
             let done = to_bytes(&json!({"jsonrpc": "2.0", "id": id, "result": succeeded()}));
             (None, vec![done.clone(), done])
         },
         "two completion messages",
     )
-    .await?;
-    Ok(Verdict::Pass(r))
+    .await
+    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
@@ -2950,13 +2901,12 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .and_then(Value::as_array)
         .is_some_and(|a| a.iter().any(|c| c.as_str() == Some(cap.as_str())));
     if offered {
-        s.complete(succeeded()).await?;
-        s.closing(0).await?;
+        s.wrap_up().await?;
         return Ok(Verdict::Skip(format!(
             "the core selected {cap}; run the core without it to check the rule"
         )));
     }
-    let id = s.invoke.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+    let id = s.invoke_id();
     let msg = json!({"jsonrpc": "2.0", "id": id, "result": {"status": "succeeded", "commandResult": {"n": 1}}});
     s.peer.send(&msg).await?;
     let r = s
@@ -3033,13 +2983,6 @@ pub fn link(a: LinkArgs) -> Result<i32, PeerError> {
 
 // ---------------------------------------------------------------------------
 // The table.
-
-/// `fn name(cx) -> BodyFuture` for each `name => expression using cx`.
-macro_rules! bodies {
-    ($cx:ident; $($name:ident => $e:expr),* $(,)?) => {
-        $(fn $name($cx: &mut Ctx) -> BodyFuture<'_> { Box::pin($e) })*
-    };
-}
 
 bodies! { cx;
     c_dup => core_json(cx, JsonCase::DuplicateKey),
@@ -3141,22 +3084,8 @@ const ONLY_EXT: &str = "the rule binds the extension; run --play core against an
 /// Why a check binds only the core (run it playing the extension).
 const ONLY_CORE: &str = "the rule binds the core; run --play extension against a core";
 
-/// id, title, seed section, body playing the core, body playing the extension.
-type Row = (
-    &'static str,
-    &'static str,
-    &'static str,
-    Result<Body, &'static str>,
-    Result<Body, &'static str>,
-);
-
 /// The suite for `role` (`core` or `extension`), in order; `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
-    let core = match role {
-        "core" => true,
-        "extension" => false,
-        _ => return None,
-    };
     let rows: Vec<Row> = vec![
         (
             "rukh.json.duplicate-key",
@@ -3483,14 +3412,5 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             ext!(e_deadline),
         ),
     ];
-    Some(
-        rows.into_iter()
-            .map(|(id, title, seed, c, e)| Check {
-                id,
-                title,
-                seed,
-                body: if core { c } else { e },
-            })
-            .collect(),
-    )
+    super::table(role, ["core", "extension"], rows)
 }

@@ -257,8 +257,7 @@ fn fresh_dir() -> Result<PathBuf, Failure> {
 }
 
 /// A loopback port nobody listens on right now (the implementation binds it next).
-#[cfg(unix)]
-async fn free_port() -> Result<u16, Failure> {
+pub(crate) async fn free_port() -> Result<u16, Failure> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))?;
@@ -340,27 +339,15 @@ impl Ctx {
 
     /// Open a fresh session with the implementation (launching it if the target says so).
     pub async fn open(&mut self) -> Result<Peer, Failure> {
-        let wait = self.opts.deadline;
         let opts = endpoint_options(&self.wire);
         let target = self.target.clone();
         match &*target {
             Target::Dial { control, data } => {
-                let c = dial_retrying(control, &opts, "control", wait).await?;
-                let d = match data {
-                    Some(d) => Some(dial_retrying(d, &opts, "data", wait).await?),
-                    None => None,
-                };
-                self.last = Some(Link::Dial(control.clone(), data.clone()));
-                self.peer(c, d)
+                self.reach(Link::Dial(control.clone(), data.clone())).await
             }
             Target::Accept { control, data } => {
-                let c = accept_one(control, "control", wait).await?;
-                let d = match data {
-                    Some(d) => Some(accept_one(d, "data", wait).await?),
-                    None => None,
-                };
-                self.last = Some(Link::Accept(control.clone(), data.clone()));
-                self.peer(c, d)
+                self.reach(Link::Accept(control.clone(), data.clone()))
+                    .await
             }
             Target::Pipe(ep) => {
                 let connected = ep
@@ -385,26 +372,72 @@ impl Ctx {
         }
     }
 
+    /// Both channels over `link` (dialed, or accepted, control first), as this session's
+    /// way to the implementation, remembered for [`Ctx::reopen`].
+    async fn reach(&mut self, link: Link) -> Result<Peer, Failure> {
+        let wait = self.opts.deadline;
+        let opts = endpoint_options(&self.wire);
+        let (c, d) = match &link {
+            Link::Dial(c, d) => (
+                dial_retrying(c, &opts, "control", wait).await?,
+                match d {
+                    Some(d) => Some(dial_retrying(d, &opts, "data", wait).await?),
+                    None => None,
+                },
+            ),
+            Link::Accept(c, d) => (
+                accept_one(c, "control", wait).await?,
+                match d {
+                    Some(d) => Some(accept_one(d, "data", wait).await?),
+                    None => None,
+                },
+            ),
+            Link::Pipe => return Err(Failure::new("suite bug: a pipe is not reached twice")),
+        };
+        self.last = Some(link);
+        self.peer(c, d)
+    }
+
     /// The target the command line named.
     pub fn target(&self) -> &Target {
         &self.target
     }
 
-    /// Start `argv` (placeholders already filled in) as the implementation of this session:
-    /// stdout drained, stderr the suite's; ended by [`Ctx::finish`], watched by
-    /// [`Ctx::child_exit`].
+    /// Start `argv` (placeholders already filled in) as an implementation process of this
+    /// check: stdin an open pipe, stderr the suite's, stdout read as it comes (so its writes
+    /// never block) and kept as `stdout` says. [`Ctx::child_exit`] watches it,
+    /// [`Ctx::signal_child`] signals it and [`Ctx::finish`] ends it.
     #[cfg(unix)]
-    pub fn spawn(&mut self, argv: &[String]) -> Result<(), Failure> {
-        let (io, child) =
+    pub fn spawn(&mut self, argv: &[String], stdout: Stdout) -> Result<Spawned, Failure> {
+        let (mut io, child) =
             spawn_exec(argv).map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
-        drain(io);
+        let pid = child.pid();
         self.children.push(child);
-        Ok(())
+        let keep = match stdout {
+            Stdout::Discard => 0,
+            Stdout::Keep(n) => n,
+        };
+        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = out.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            while let Ok(n) = tokio::io::AsyncReadExt::read(&mut io, &mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut o = sink
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let room = keep.saturating_sub(o.len()).min(n);
+                o.extend_from_slice(&buf[..room]);
+            }
+        });
+        Ok(Spawned { pid, stdout: out })
     }
 
     /// Launching needs a unix platform.
     #[cfg(not(unix))]
-    pub fn spawn(&mut self, _argv: &[String]) -> Result<(), Failure> {
+    pub fn spawn(&mut self, _argv: &[String], _stdout: Stdout) -> Result<Spawned, Failure> {
         Err(Failure::new("launching a target needs a unix platform"))
     }
 
@@ -416,11 +449,9 @@ impl Ctx {
         sockets: SocketKind,
         opts: &Options,
     ) -> Result<Peer, Failure> {
-        let wait = self.opts.deadline;
         let (control, data) = match sockets {
             SocketKind::Unix => {
-                let dir = fresh_dir()?;
-                self.dirs.push(dir.clone());
+                let dir = self.private_dir()?;
                 (
                     Endpoint::Unix(dir.join("control.sock")),
                     Endpoint::Unix(dir.join("data.sock")),
@@ -459,27 +490,16 @@ impl Ctx {
             .iter()
             .map(|a| a.replace("{control}", &c_text).replace("{data}", &d_text))
             .collect();
-        let (io, child) = spawn_exec(&argv)
-            .map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
-        drain(io);
-        self.children.push(child);
-        let (c, d) = match &listeners {
-            Some((lc, ld)) => {
-                let c = accept_one(lc, "control", wait).await?;
-                let d = accept_one(ld, "data", wait).await?;
-                self.last = Some(Link::Accept(lc.clone(), Some(ld.clone())));
-                (c, d)
-            }
+        self.spawn(&argv, Stdout::Discard)?;
+        let link = match listeners {
+            Some((lc, ld)) => Link::Accept(lc, Some(ld)),
             None => {
                 let c: Endpoint = c_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
                 let d: Endpoint = d_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
-                let cc = dial_retrying(&c, opts, "control", wait).await?;
-                let dd = dial_retrying(&d, opts, "data", wait).await?;
-                self.last = Some(Link::Dial(c, Some(d)));
-                (cc, dd)
+                Link::Dial(c, Some(d))
             }
         };
-        self.peer(c, Some(d))
+        self.reach(link).await
     }
 
     #[cfg(not(unix))]
@@ -496,32 +516,13 @@ impl Ctx {
     /// A new session with the same implementation (same process, same endpoints), as after
     /// a reconnect; `None` when the target cannot be reached twice (a pipe).
     pub async fn reopen(&mut self) -> Result<Option<Peer>, Failure> {
-        let wait = self.opts.deadline;
-        let opts = endpoint_options(&self.wire);
         match self.last.take() {
             None => Ok(None),
             Some(Link::Pipe) => {
                 self.last = Some(Link::Pipe);
                 Ok(None)
             }
-            Some(Link::Dial(c, d)) => {
-                let cc = dial_retrying(&c, &opts, "control", wait).await?;
-                let dd = match &d {
-                    Some(d) => Some(dial_retrying(d, &opts, "data", wait).await?),
-                    None => None,
-                };
-                self.last = Some(Link::Dial(c, d));
-                self.peer(cc, dd).map(Some)
-            }
-            Some(Link::Accept(c, d)) => {
-                let cc = accept_one(&c, "control", wait).await?;
-                let dd = match &d {
-                    Some(d) => Some(accept_one(d, "data", wait).await?),
-                    None => None,
-                };
-                self.last = Some(Link::Accept(c, d));
-                self.peer(cc, dd).map(Some)
-            }
+            Some(link) => self.reach(link).await.map(Some),
         }
     }
 
@@ -531,17 +532,6 @@ impl Ctx {
         let dir = fresh_dir()?;
         self.dirs.push(dir.clone());
         Ok(dir)
-    }
-
-    /// Start `argv` as given (stdin/stdout piped and returned, stderr the suite's), to be
-    /// ended when the check ends like every launched target; also returns its pid.
-    #[cfg(unix)]
-    pub fn spawn_io(&mut self, argv: &[String]) -> Result<(BoxIo, u32), Failure> {
-        let (io, child) =
-            spawn_exec(argv).map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
-        let pid = child.pid();
-        self.children.push(child);
-        Ok((io, pid))
     }
 
     /// End the most recently launched process now (SIGTERM, then SIGKILL after `grace`) and
@@ -597,37 +587,6 @@ impl Ctx {
         self.peer(control, None)
     }
 
-    /// Launch `argv` as an implementation process of this check: its stdout is collected
-    /// (at most `keep` bytes, the rest drained) into the returned buffer, its stdin stays an
-    /// open pipe, its stderr is the suite's. [`Ctx::child_exit`] watches it,
-    /// [`Ctx::signal_child`] signals it and [`Ctx::finish`] ends it like a launched target.
-    #[cfg(unix)]
-    pub fn spawn_kept(
-        &mut self,
-        argv: &[String],
-        keep: usize,
-    ) -> Result<Arc<std::sync::Mutex<Vec<u8>>>, Failure> {
-        let (mut io, child) =
-            spawn_exec(argv).map_err(|e| Failure::new(format!("cannot launch the target: {e}")))?;
-        self.children.push(child);
-        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = out.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            while let Ok(n) = tokio::io::AsyncReadExt::read(&mut io, &mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                let mut o = sink
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let room = keep.saturating_sub(o.len()).min(n);
-                o.extend_from_slice(&buf[..room]);
-            }
-        });
-        Ok(out)
-    }
-
     /// Send `sig` to the most recently launched process (a CLI's cancel: SIGINT, SIGTERM).
     #[cfg(unix)]
     pub fn signal_child(&self, sig: nix::sys::signal::Signal) -> Result<(), Failure> {
@@ -665,17 +624,21 @@ impl Ctx {
     }
 }
 
-/// Read and discard a launched child's stdout, so its writes never block.
-#[cfg(unix)]
-fn drain(mut io: BoxIo) {
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 8192];
-        while let Ok(n) = tokio::io::AsyncReadExt::read(&mut io, &mut buf).await {
-            if n == 0 {
-                break;
-            }
-        }
-    });
+/// What the suite keeps of a launched process's stdout; the rest is read and discarded.
+#[derive(Debug, Clone, Copy)]
+pub enum Stdout {
+    /// Nothing (the output is not part of the protocol).
+    Discard,
+    /// The first this many bytes (shown when the process fails a check).
+    Keep(usize),
+}
+
+/// A process [`Ctx::spawn`] launched.
+pub struct Spawned {
+    /// Its process id.
+    pub pid: u32,
+    /// The stdout kept so far (see [`Stdout`]).
+    pub stdout: Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 enum ControlIo {
@@ -686,6 +649,17 @@ enum ControlIo {
 enum DataIo {
     Stream(Framed<BoxIo, BinaryCodec>),
     Msg(BoxMsg, BinaryCodec),
+}
+
+/// A message the suite's party (`me`) was about to send that the contract rejects: a bug of
+/// the suite, never of the implementation under test.
+pub(crate) fn unsendable(me: &str, v: &Violation, bytes: &[u8]) -> Failure {
+    Failure::new(format!(
+        "suite bug: the {me} it plays would send a message the contract rejects ({}): {}",
+        v.class.name(),
+        v.reason
+    ))
+    .with("the message", bytes)
 }
 
 /// One control frame received.
@@ -879,16 +853,10 @@ impl Peer {
             let pending = &self.pending;
             let other = self.other.clone();
             self.wire
-                .decode_with(&self.control_ch, &self.me, &bytes, &|id| pending.peek(&other, id))
-                .map_err(|v| {
-                    Failure::new(format!(
-                        "suite bug: the {} it plays would send a message the contract rejects ({}): {}",
-                        self.me,
-                        v.class.name(),
-                        v.reason
-                    ))
-                    .with("the message", &bytes)
-                })?
+                .decode_with(&self.control_ch, &self.me, &bytes, &|id| {
+                    pending.peek(&other, id)
+                })
+                .map_err(|v| unsendable(&self.me, &v, &bytes))?
         };
         self.send_raw(&bytes).await?;
         self.track(&m, true);

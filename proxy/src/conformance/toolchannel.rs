@@ -32,8 +32,8 @@ use contract::wire::Wire;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
-use super::session::Target;
-use super::{Body, BodyFuture, Check, Ctx, Failure, Got, Verdict};
+use super::session::{free_port, unsendable};
+use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, first_channel, named, str_at};
 use crate::conn::{BoxMsg, CloseFrame, Hello, HttpRefusal, Msg};
 use crate::endpoint::ws::{ConnectError, WsListener, WsSettings, connect_with};
 use crate::endpoint::{Endpoint, Incoming, Listener, Options};
@@ -69,12 +69,6 @@ const FOREIGN_MCP: [&str; 2] = ["2024-11-05", "2099-12-31"];
 /// The name and tag the suite announces.
 const SUITE_TAG: &str = "contract-proxy-conformance";
 
-macro_rules! bodies {
-    ($($name:ident => $f:ident),* $(,)?) => {
-        $(fn $name(cx: &mut Ctx) -> BodyFuture<'_> { Box::pin($f(cx)) })*
-    };
-}
-
 bodies! {
     h_401 => host_401, w_401 => worker_401,
     h_426 => host_426, w_426 => worker_426,
@@ -98,18 +92,6 @@ bodies! {
 
 /// The suite for `role` (`host` or `worker`); `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
-    let host = match role {
-        "host" => true,
-        "worker" => false,
-        _ => return None,
-    };
-    type Row = (
-        &'static str,
-        &'static str,
-        &'static str,
-        Result<Body, &'static str>,
-        Result<Body, &'static str>,
-    );
     let rows: Vec<Row> = vec![
         (
             "toolchannel.upgrade.401",
@@ -242,16 +224,7 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             Ok(w_release),
         ),
     ];
-    Some(
-        rows.into_iter()
-            .map(|(id, title, seed, h, w)| Check {
-                id,
-                title,
-                seed,
-                body: if host { h } else { w },
-            })
-            .collect(),
-    )
+    super::table(role, ["host", "worker"], rows)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -320,12 +293,7 @@ fn code_table(
 impl K {
     fn new(cx: &Ctx) -> Result<Arc<K>, Failure> {
         let c = cx.wire.contract();
-        let channel = c
-            .channels
-            .keys()
-            .next()
-            .cloned()
-            .ok_or_else(|| Failure::new("the contract has no channel"))?;
+        let channel = first_channel(&cx.wire)?;
         let limits = contract::check::limit_values(c)
             .into_iter()
             .filter_map(|(k, v)| v.ok().map(|v| (k, v)))
@@ -367,31 +335,19 @@ impl K {
     }
 
     fn err(&self, name: &str) -> Result<i64, Failure> {
-        self.errors
-            .get(name)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("the contract has no error {name}")))
+        named(&self.errors, name, "error")
     }
 
     fn close(&self, name: &str) -> Result<u16, Failure> {
-        self.close
-            .get(name)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("the contract has no close code {name}")))
+        named(&self.close, name, "close code")
     }
 
     fn http(&self, name: &str) -> Result<u16, Failure> {
-        self.http
-            .get(name)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("the contract has no HTTP status {name}")))
+        named(&self.http, name, "HTTP status")
     }
 
     fn limit(&self, name: &str) -> Result<f64, Failure> {
-        self.limits
-            .get(name)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("the contract has no limit {name}")))
+        named(&self.limits, name, "limit")
     }
 
     fn secs(&self, name: &str) -> Result<Duration, Failure> {
@@ -503,10 +459,6 @@ fn fresh(tag: &str) -> String {
     format!("conf-{tag}-{:012x}", nonce() & 0xffff_ffff_ffff)
 }
 
-fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
-}
-
 fn code_of(g: &Got) -> Option<i64> {
     g.at_ptr("/error/code").and_then(Value::as_i64)
 }
@@ -543,6 +495,32 @@ fn closed(what: &str, code: Option<u16>, reason: &str) -> Failure {
         "the connection ended ({c}) while waiting for {what}"
     ))
     .with("close reason", reason.as_bytes())
+}
+
+/// An end of the connection that is not close `want` fails, as the end of waiting for `what`.
+fn close_is(want: u16, code: Option<u16>, reason: &str, what: &str) -> Result<(), Failure> {
+    if code == Some(want) {
+        Ok(())
+    } else {
+        Err(closed(what, code, reason))
+    }
+}
+
+/// A close reason that must name both `a` and `b` (the two sides' versions, T-16).
+fn carries_both(close: u16, reason: &str, a: &str, b: &str) -> Result<(), Failure> {
+    if reason.contains(a) && reason.contains(b) {
+        return Ok(());
+    }
+    Err(Failure::new(format!(
+        "close {close} does not carry both versions ({a}, {b})"
+    ))
+    .with("close reason", reason.as_bytes()))
+}
+
+/// How a socket ended, for a pass detail: the close code, or none.
+fn ending(code: Option<u16>) -> String {
+    code.map(|c| c.to_string())
+        .unwrap_or_else(|| "a dropped socket".into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -613,15 +591,7 @@ impl Chan {
                 .decode_with(&self.k.channel, &self.me, &bytes, &|id| {
                     theirs.get(&key(id)).cloned()
                 })
-                .map_err(|v| {
-                    Failure::new(format!(
-                        "suite bug: the {} it plays would send a message the contract rejects ({}): {}",
-                        self.me,
-                        v.class.name(),
-                        v.reason
-                    ))
-                    .with("the message", &bytes)
-                })?
+                .map_err(|v| unsendable(&self.me, &v, &bytes))?
         };
         self.put(Msg::Text(Bytes::from(bytes))).await?;
         match m.kind {
@@ -804,6 +774,30 @@ fn fill(argv: &[String], subs: &[(&str, String)]) -> Vec<String> {
         .collect()
 }
 
+/// Launch the target with its placeholders filled in and a fresh token and session id,
+/// which it returns.
+fn start(
+    cx: &mut Ctx,
+    argv: &[String],
+    url: String,
+    listen: String,
+    port: String,
+) -> Result<(String, String), Failure> {
+    let (token, session) = (fresh("token"), fresh("session"));
+    let argv = fill(
+        argv,
+        &[
+            ("url", url),
+            ("listen", listen),
+            ("port", port),
+            ("token", token.clone()),
+            ("session", session.clone()),
+        ],
+    );
+    cx.spawn(&argv, Stdout::Discard)?;
+    Ok((token, session))
+}
+
 /// Token and session of a target the suite does not launch (`--param`).
 fn given(cx: &Ctx) -> Result<(String, String), Failure> {
     match (cx.opts.param("token"), cx.opts.param("session")) {
@@ -836,17 +830,7 @@ async fn worker_dock(cx: &mut Ctx) -> Result<Dock, Failure> {
                 .trim_end_matches(PATH)
                 .to_string();
             let port = listen.rsplit(':').next().unwrap_or("").to_string();
-            let (token, session) = (fresh("token"), fresh("session"));
-            cx.spawn(&fill(
-                &argv,
-                &[
-                    ("url", url),
-                    ("listen", listen),
-                    ("port", port),
-                    ("token", token.clone()),
-                    ("session", session.clone()),
-                ],
-            ))?;
+            let (token, session) = start(cx, &argv, url, listen, port)?;
             Ok(Dock {
                 l: Arc::new(Listener::Ws(l)),
                 token,
@@ -887,26 +871,10 @@ async fn host_berth(cx: &mut Ctx) -> Result<Berth, Failure> {
     };
     match target {
         Ok(argv) => {
-            let port = {
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))?;
-                l.local_addr()
-                    .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))?
-                    .port()
-            };
+            let port = free_port().await?;
             let addr = format!("127.0.0.1:{port}");
-            let (token, session) = (fresh("token"), fresh("session"));
-            cx.spawn(&fill(
-                &argv,
-                &[
-                    ("url", format!("ws://{addr}{PATH}")),
-                    ("listen", addr.clone()),
-                    ("port", port.to_string()),
-                    ("token", token.clone()),
-                    ("session", session.clone()),
-                ],
-            ))?;
+            let url = format!("ws://{addr}{PATH}");
+            let (token, session) = start(cx, &argv, url, addr.clone(), port.to_string())?;
             Ok(Berth {
                 addr,
                 path: PATH.to_string(),
@@ -1122,6 +1090,21 @@ impl Sess {
         evidence(Failure::new(why), self.other(), g)
     }
 
+    /// An error answer `g` with code `want`; any other answer to what the suite sent (`sent`)
+    /// fails, saying what it got (`tail` ends the text).
+    fn coded(&self, g: &Got, want: i64, sent: &str, tail: &str) -> Result<(), Failure> {
+        if code_of(g) == Some(want) {
+            return Ok(());
+        }
+        Err(self.bad(
+            g,
+            format!(
+                "{sent} got {:?}; the contract says {want}{tail}",
+                code_of(g)
+            ),
+        ))
+    }
+
     fn budget(&self, name: &str) -> Result<f64, Failure> {
         self.budgets
             .get(name)
@@ -1139,6 +1122,13 @@ impl Sess {
             self.ch.request("agentfy/heartbeat", p).await?;
         }
         Ok(())
+    }
+
+    /// Playing the host: the result of a heartbeat, the budgets unchanged.
+    fn beat_result(&self, cont: bool) -> Value {
+        json!({"continue": cont,
+            "idleBudgetSeconds": self.budgets.get("idleSeconds").cloned().unwrap_or(json!(1)),
+            "execBudgetSeconds": self.budgets.get("maxExecSeconds").cloned().unwrap_or(json!(1))})
     }
 
     fn heartbeat_params(&self, version: Option<&str>) -> Value {
@@ -1188,9 +1178,7 @@ impl Sess {
                 "agentfy/heartbeat" if g.ok().is_some() => {
                     self.beats.push(g.clone());
                     if self.answer_hb {
-                        let r = json!({"continue": true,
-                            "idleBudgetSeconds": self.budgets.get("idleSeconds").cloned().unwrap_or(json!(1)),
-                            "execBudgetSeconds": self.budgets.get("maxExecSeconds").cloned().unwrap_or(json!(1))});
+                        let r = self.beat_result(true);
                         self.ch.reply(&id, r).await?;
                     }
                 }
@@ -1289,6 +1277,25 @@ impl Sess {
             .await
     }
 
+    /// The next `method` request of the implementation (`what` names it in a failure).
+    async fn request_of(
+        &mut self,
+        what: &str,
+        method: &str,
+        until: Instant,
+    ) -> Result<Got, Failure> {
+        self.until(what, until, |g| is_request(g, method).then(|| g.clone()))
+            .await
+    }
+
+    /// Send a heartbeat (with `version`, else the effective channelVersion) and return the
+    /// answer, `what` naming it in a failure.
+    async fn beat(&mut self, what: &str, version: Option<&str>) -> Result<Got, Failure> {
+        let p = self.heartbeat_params(version);
+        let id = self.ch.request("agentfy/heartbeat", p).await?;
+        self.answer(what, &id, self.soon()).await
+    }
+
     /// Read for `dur`; the first frame `bad` flags is returned (after the background saw it).
     async fn watch(
         &mut self,
@@ -1316,6 +1323,31 @@ impl Sess {
                 }
             }
         }
+    }
+
+    /// A heartbeat answered with a result (`what` names the answer awaited); a refusal fails
+    /// with `refused`.
+    async fn serves(&mut self, what: &str, refused: &str) -> Result<(), Failure> {
+        let g = self.beat(what, None).await?;
+        if g.at_ptr("/result").is_none() {
+            return Err(self.bad(&g, refused));
+        }
+        Ok(())
+    }
+
+    /// Read until the connection ends, which must be close `want`: its reason and when it
+    /// came. `what` names the wait (in a timeout), `judged` the close looked for (in a
+    /// failure when the connection ends otherwise).
+    async fn closes(
+        &mut self,
+        want: u16,
+        what: &str,
+        judged: &str,
+        until: Instant,
+    ) -> Result<(String, Instant), Failure> {
+        let (code, reason, at) = self.end(what, until).await?;
+        close_is(want, code, &reason, judged)?;
+        Ok((reason, at))
     }
 
     /// Read until the connection ends: its close code and reason.
@@ -1357,6 +1389,13 @@ impl Sess {
                 "profile": "light", "budgets": self.budgets,
             }}
         })
+    }
+
+    /// Send initialize offering the newest channel minor and the spoken MCP version, and
+    /// return its result (an error answer fails).
+    async fn init(&mut self) -> Result<Got, Failure> {
+        let p = self.init_params(&self.k.highest_minor(), &self.k.mcp[0]);
+        self.initialize(p, false).await
     }
 
     /// Send initialize and return its result (an error answer fails).
@@ -1427,6 +1466,15 @@ impl Sess {
             .cloned()
     }
 
+    /// The worker process's identity in the result: its instanceId and attempt (0 if none).
+    fn identity(&self) -> (Option<Value>, u64) {
+        let attempt = self
+            .result_meta("attempt")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        (self.result_meta("instanceId"), attempt)
+    }
+
     // --- playing the worker -------------------------------------------------------------
 
     /// Wait for initialize and answer it (the result edited by `edit`; `raw` skips the
@@ -1437,11 +1485,7 @@ impl Sess {
         raw: bool,
     ) -> Result<Got, Failure> {
         let until = self.soon();
-        let g = self
-            .until("initialize", until, |g| {
-                is_request(g, "initialize").then(|| g.clone())
-            })
-            .await?;
+        let g = self.request_of("initialize", "initialize", until).await?;
         let v = g.value().cloned().unwrap_or(Value::Null);
         if let Some(b) = v
             .pointer("/params/_meta/agentfy/budgets")
@@ -1494,11 +1538,7 @@ impl Sess {
     /// Wait for tools/list and answer it: the session is running.
     async fn listed(&mut self) -> Result<(), Failure> {
         let until = self.soon();
-        let g = self
-            .until("tools/list", until, |g| {
-                is_request(g, "tools/list").then(|| g.clone())
-            })
-            .await?;
+        let g = self.request_of("tools/list", "tools/list", until).await?;
         self.background(&g).await
     }
 
@@ -1529,12 +1569,17 @@ fn echo_result() -> Value {
     json!({"content": [{"type": "text", "text": "conformance"}]})
 }
 
+/// Playing the host: the worker's next dial within `wait`, admitted as a session.
+async fn host_admit(cx: &Ctx, k: &Arc<K>, dock: &Dock, wait: Duration) -> Result<Sess, Failure> {
+    let p = next_dial(dock, wait).await?;
+    let io = admit(k, p).await?;
+    Ok(Sess::new(k, true, io, &dock.session, cx.opts.deadline))
+}
+
 /// Playing the host: a launched (or dialing) worker, admitted, as a session.
 async fn host_session(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure> {
     let dock = worker_dock(cx).await?;
-    let p = next_dial(&dock, cx.opts.deadline).await?;
-    let io = admit(k, p).await?;
-    let mut s = Sess::new(k, true, io, &dock.session, cx.opts.deadline);
+    let mut s = host_admit(cx, k, &dock, cx.opts.deadline).await?;
     s.budgets = k.short_budgets()?;
     Ok((dock, s))
 }
@@ -1542,10 +1587,38 @@ async fn host_session(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure>
 /// Playing the host: a session through to serving.
 async fn host_up(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure> {
     let (dock, mut s) = host_session(cx, k).await?;
-    let p = s.init_params(&k.highest_minor(), &k.mcp[0]);
-    s.initialize(p, false).await?;
+    s.init().await?;
     s.serve().await?;
     Ok((dock, s))
+}
+
+/// Playing the host, after the worker left its socket: its redial within the reconnect
+/// backoff, admitted with `budgets` and initialized; the session and the result.
+async fn host_redial(
+    cx: &Ctx,
+    k: &Arc<K>,
+    dock: &Dock,
+    budgets: serde_json::Map<String, Value>,
+) -> Result<(Sess, Got), Failure> {
+    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
+    let mut b = host_admit(cx, k, dock, wait).await?;
+    b.budgets = budgets;
+    let g = b.init().await?;
+    Ok((b, g))
+}
+
+/// What the worker's exit shows after it closed the socket itself with `code`.
+async fn exit_after_own_close(cx: &mut Ctx, k: &K, code: u16) -> Result<String, Failure> {
+    expect_exit(cx, k.exit_after_close(code)?, &format!("its close {code}")).await
+}
+
+/// Playing the worker: a launched (or listening) host, dialed; the contract, the berth and
+/// the session.
+async fn worker_session(cx: &mut Ctx) -> Result<(Arc<K>, Berth, Sess), Failure> {
+    let k = K::new(cx)?;
+    let b = host_berth(cx).await?;
+    let s = worker_dial(cx, &k, &b).await?;
+    Ok((k, b, s))
 }
 
 /// Playing the worker: dial the host with the token and the spoken major.
@@ -1821,9 +1894,7 @@ async fn host_order(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_order(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (_, _, mut s) = worker_session(cx).await?;
     s.accept_initialize(|_| {}, false).await?;
     s.hb_every = Some(secs(s.budget("heartbeatIntervalSeconds")?)?);
     let early = |g: &Got| is_request(g, "tools/list");
@@ -1912,9 +1983,7 @@ async fn host_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (_, b, mut s) = worker_session(cx).await?;
     let g = s.accept_initialize(|_| {}, false).await?;
     if let Some(first) = s.ch.log.first()
         && !is_request(first, "initialize")
@@ -1980,8 +2049,7 @@ async fn host_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let (dock, mut s) = host_session(cx, &k).await?;
     // The suite's token sub differs from the SESSION_ID the worker was given.
     s.sid = fresh("sub");
-    let p = s.init_params(&k.highest_minor(), &k.mcp[0]);
-    let g = s.initialize(p, false).await?;
+    let g = s.init().await?;
     let got = g
         .at_ptr("/result/_meta/agentfy/sessionId")
         .and_then(Value::as_str)
@@ -2016,9 +2084,7 @@ async fn host_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (k, _, mut s) = worker_session(cx).await?;
     s.own_sid = fresh("other-session");
     s.accept_initialize(|_| {}, false).await?;
     let code = k.err("SESSION_MISMATCH")?;
@@ -2029,12 +2095,12 @@ async fn worker_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
         Some(code),
     )
     .await?;
-    if r.code != Some(want) {
-        return Err(closed(&format!("close {want}"), r.code, &r.reason).with(
+    close_is(want, r.code, &r.reason, &format!("close {want}")).map_err(|f| {
+        f.with(
             "expected",
             format!("close {want} carrying {code}").as_bytes(),
-        ));
-    }
+        )
+    })?;
     if !r.error_frame && !r.reason.contains(&code.to_string()) {
         return Err(Failure::new(format!(
             "close {want} carries no {code} (neither an error frame nor the close reason, T-4)"
@@ -2047,20 +2113,10 @@ async fn worker_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
 async fn host_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let k = K::new(cx)?;
     let (dock, mut a) = host_up(cx, &k).await?;
-    let inst = a.result_meta("instanceId");
-    let att = a
-        .result_meta("attempt")
-        .and_then(|v| v.as_u64())
-        .unwrap_or(0);
+    let (inst, att) = a.identity();
     let drain = k.close("DRAINING")?;
     a.ch.close(drain, &format!("{drain} draining")).await;
-    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
-    let p = next_dial(&dock, wait).await?;
-    let io = admit(&k, p).await?;
-    let mut b = Sess::new(&k, true, io, &dock.session, cx.opts.deadline);
-    b.budgets = a.budgets.clone();
-    let params = b.init_params(&k.highest_minor(), &k.mcp[0]);
-    let g = b.initialize(params, false).await?;
+    let (mut b, g) = host_redial(cx, &k, &dock, a.budgets.clone()).await?;
     let inst_b = b.result_meta("instanceId");
     let att_b = b.result_meta("attempt").and_then(|v| v.as_u64());
     if inst_b != inst {
@@ -2086,9 +2142,7 @@ async fn host_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let berth = host_berth(cx).await?;
-    let mut a = worker_dial(cx, &k, &berth).await?;
+    let (k, berth, mut a) = worker_session(cx).await?;
     a.up().await?;
     let mut b = worker_dial(cx, &k, &berth).await?;
     b.instance = a.instance.clone();
@@ -2097,23 +2151,15 @@ async fn worker_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let want = k.close("SUPERSEDED")?;
     let until = a.soon();
     a.hb_every = None;
-    let (code, reason, _) = a.end("close the superseded socket", until).await?;
-    if code != Some(want) {
-        return Err(closed(
-            &format!("close {want} on the old socket"),
-            code,
-            &reason,
-        ));
-    }
-    // The new socket serves: a heartbeat on it is answered.
-    let p = b.heartbeat_params(None);
-    let id = b.ch.request("agentfy/heartbeat", p).await?;
-    let g = b
-        .answer("heartbeat result on the new socket", &id, b.soon())
+    let judged = format!("close {want} on the old socket");
+    a.closes(want, "close the superseded socket", &judged, until)
         .await?;
-    if g.at_ptr("/result").is_none() {
-        return Err(b.bad(&g, "the new socket's heartbeat was refused"));
-    }
+    // The new socket serves: a heartbeat on it is answered.
+    b.serves(
+        "heartbeat result on the new socket",
+        "the new socket's heartbeat was refused",
+    )
+    .await?;
     pass(
         &b,
         format!("old socket closed {want}; tools/list re-run on the new one, which serves"),
@@ -2121,9 +2167,7 @@ async fn worker_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_refuse(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let berth = host_berth(cx).await?;
-    let mut a = worker_dial(cx, &k, &berth).await?;
+    let (k, berth, mut a) = worker_session(cx).await?;
     a.up().await?;
     let want = k.close("SESSION_REJECTED")?;
     let tries = [
@@ -2140,29 +2184,14 @@ async fn worker_refuse(cx: &mut Ctx) -> Result<Verdict, Failure> {
         c.attempt = attempt;
         c.accept_initialize(|_| {}, false).await?;
         let r = refused(&mut c, &format!("a redial with {what}"), None).await?;
-        if r.code != Some(want) {
-            return Err(closed(
-                &format!("close {want} of a redial with {what}"),
-                r.code,
-                &r.reason,
-            ));
-        }
+        let judged = format!("close {want} of a redial with {what}");
+        close_is(want, r.code, &r.reason, &judged)?;
         // The live socket stays: its heartbeat is answered.
-        let p = a.heartbeat_params(None);
-        let id = a.ch.request("agentfy/heartbeat", p).await?;
-        let g = a
-            .answer(
-                &format!("heartbeat on the live socket after a redial with {what}"),
-                &id,
-                a.soon(),
-            )
-            .await?;
-        if g.at_ptr("/result").is_none() {
-            return Err(a.bad(
-                &g,
-                "the live socket's heartbeat was refused after a refused redial",
-            ));
-        }
+        a.serves(
+            &format!("heartbeat on the live socket after a redial with {what}"),
+            "the live socket's heartbeat was refused after a refused redial",
+        )
+        .await?;
     }
     pass(
         &a,
@@ -2203,9 +2232,7 @@ async fn host_reverse(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_reverse(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (k, _, mut s) = worker_session(cx).await?;
     s.up().await?;
     let probes = [
         (
@@ -2304,28 +2331,11 @@ async fn frames(s: &mut Sess) -> Result<String, Failure> {
             )
             .await
             .map_err(|f| f.with(format!("bad frame {} sent", i + 1), &bytes))?;
-        if code_of(&g) != Some(want) {
-            return Err(s.bad(
-                &g,
-                format!(
-                    "bad frame {} ({what}) got {:?}; the contract says {want}",
-                    i + 1,
-                    code_of(&g)
-                ),
-            ));
-        }
+        s.coded(&g, want, &format!("bad frame {} ({what})", i + 1), "")?;
     }
     let until = s.soon();
-    let (code, reason, _) = s
-        .end(&format!("close {want_close} after {max} bad frames"), until)
-        .await?;
-    if code != Some(want_close) {
-        return Err(closed(
-            &format!("close {want_close} after {max} bad frames"),
-            code,
-            &reason,
-        ));
-    }
+    let what = format!("close {want_close} after {max} bad frames");
+    s.closes(want_close, &what, &what, until).await?;
     Ok(format!(
         "{max} bad frames answered -32700/-32600 with id null, then close {want_close}"
     ))
@@ -2336,19 +2346,12 @@ async fn host_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let (_dock, mut s) = host_up(cx, &k).await?;
     let what = frames(&mut s).await?;
     let close = k.close("BAD_FRAMES")?;
-    let seen = expect_exit(
-        cx,
-        k.exit_after_close(close)?,
-        &format!("its close {close}"),
-    )
-    .await?;
+    let seen = exit_after_own_close(cx, &k, close).await?;
     pass(&s, format!("{what}; {seen}"))
 }
 
 async fn worker_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (_, _, mut s) = worker_session(cx).await?;
     s.up().await?;
     s.settle().await?;
     let what = frames(&mut s).await?;
@@ -2362,15 +2365,7 @@ async fn unknown(s: &mut Sess, then: &str, params: Value) -> Result<String, Fail
     let g = s
         .answer("the answer to the unknown request done", &id, s.soon())
         .await?;
-    if code_of(&g) != Some(want) {
-        return Err(s.bad(
-            &g,
-            format!(
-                "the unknown request done got {:?}; the contract says {want} (T-14)",
-                code_of(&g)
-            ),
-        ));
-    }
+    s.coded(&g, want, "the unknown request done", " (T-14)")?;
     s.ch.send_raw(br#"{"jsonrpc":"2.0","method":"notifications/conformance/unknown","params":{}}"#)
         .await?;
     let id = s.ch.request(then, params).await?;
@@ -2404,9 +2399,7 @@ async fn host_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (_, _, mut s) = worker_session(cx).await?;
     s.up().await?;
     let p = s.heartbeat_params(None);
     let what = unknown(&mut s, "agentfy/heartbeat", p).await?;
@@ -2416,8 +2409,7 @@ async fn worker_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
 async fn host_notrunning(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let k = K::new(cx)?;
     let (_dock, mut s) = host_session(cx, &k).await?;
-    let p = s.init_params(&k.highest_minor(), &k.mcp[0]);
-    s.initialize(p, false).await?;
+    s.init().await?;
     let until = s.soon();
     let ready = s
         .until("agentfy/ready", until, |g| {
@@ -2436,15 +2428,7 @@ async fn host_notrunning(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let g = s
         .answer("the answer to tools/call before tools/list", &id, s.soon())
         .await?;
-    if code_of(&g) != Some(want) {
-        return Err(s.bad(
-            &g,
-            format!(
-                "tools/call before the session serves got {:?}; the contract says {want}",
-                code_of(&g)
-            ),
-        ));
-    }
+    s.coded(&g, want, "tools/call before the session serves", "")?;
     pass(
         &s,
         format!("tools/call {tool} after agentfy/ready but before tools/list → {want}"),
@@ -2479,9 +2463,7 @@ async fn host_mcp(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_mcp(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (k, _, mut s) = worker_session(cx).await?;
     let foreign = k.foreign_mcp();
     let f2 = foreign.clone();
     let g = s
@@ -2499,15 +2481,8 @@ async fn worker_mcp(cx: &mut Ctx) -> Result<Verdict, Failure> {
         None,
     )
     .await?;
-    if r.code != Some(want) {
-        return Err(closed(&format!("close {want}"), r.code, &r.reason));
-    }
-    if !(r.reason.contains(&foreign) && r.reason.contains(&host_v)) {
-        return Err(Failure::new(format!(
-            "close {want} does not carry both versions ({host_v}, {foreign})"
-        ))
-        .with("close reason", r.reason.as_bytes()));
-    }
+    close_is(want, r.code, &r.reason, &format!("close {want}"))?;
+    carries_both(want, &r.reason, &host_v, &foreign)?;
     pass(&s, format!("close {want} {:?}", r.reason))
 }
 
@@ -2530,9 +2505,7 @@ async fn host_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
     for n in 1..=2 {
         let until = Instant::now() + every + SLACK;
         let g = s
-            .until(&format!("heartbeat {n}"), until, |g| {
-                is_request(g, "agentfy/heartbeat").then(|| g.clone())
-            })
+            .request_of(&format!("heartbeat {n}"), "agentfy/heartbeat", until)
             .await?;
         let v = g
             .at_ptr("/params/channelVersion")
@@ -2550,9 +2523,7 @@ async fn host_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (k, _, mut s) = worker_session(cx).await?;
     s.up().await?;
     s.settle().await?;
     let effective = s.effective.clone().unwrap_or_default();
@@ -2561,34 +2532,21 @@ async fn worker_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
         None => k.highest_minor(),
     };
     s.hb_every = None;
-    let p = s.heartbeat_params(Some(&wrong));
-    let id = s.ch.request("agentfy/heartbeat", p).await?;
     let g = s
-        .answer(
+        .beat(
             "the answer to a heartbeat with a wrong channelVersion",
-            &id,
-            s.soon(),
+            Some(&wrong),
         )
         .await?;
     let want = k.err("CHANNEL_VERSION_MISMATCH")?;
-    if code_of(&g) != Some(want) {
-        return Err(s.bad(&g, format!("a heartbeat with channelVersion {wrong} (effective {effective}) got {:?}; the contract says {want}", code_of(&g))));
-    }
+    let sent = format!("a heartbeat with channelVersion {wrong} (effective {effective})");
+    s.coded(&g, want, &sent, "")?;
     let close = k.close("VERSION_UNSUPPORTED")?;
-    let (code, reason, _) = s.end(&format!("close {close}"), s.soon()).await?;
-    if code != Some(close) {
-        return Err(closed(
-            &format!("close {close} after {want}"),
-            code,
-            &reason,
-        ));
-    }
-    if !(reason.contains(&wrong) && reason.contains(&effective)) {
-        return Err(Failure::new(format!(
-            "close {close} does not carry both versions ({effective}, {wrong})"
-        ))
-        .with("close reason", reason.as_bytes()));
-    }
+    let judged = format!("close {close} after {want}");
+    let (reason, _) = s
+        .closes(close, &format!("close {close}"), &judged, s.soon())
+        .await?;
+    carries_both(close, &reason, &effective, &wrong)?;
     pass(&s, format!("{want}, then close {close} {reason:?}"))
 }
 
@@ -2604,9 +2562,7 @@ async fn host_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
     for n in 1..=3 {
         let until = last + every + SLACK;
         let g = s
-            .until(&format!("heartbeat {n}"), until, |g| {
-                is_request(g, "agentfy/heartbeat").then(|| g.clone())
-            })
+            .request_of(&format!("heartbeat {n}"), "agentfy/heartbeat", until)
             .await?;
         let gap = g.at.duration_since(last);
         if gap + EARLY < every {
@@ -2622,29 +2578,13 @@ async fn host_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
         beats.push(format!("{:.1}s", gap.as_secs_f64()));
         last = g.at;
         let id = g.at_ptr("/id").cloned().unwrap_or(Value::Null);
-        let cont = n < 3;
-        let r = json!({"continue": cont,
-            "idleBudgetSeconds": s.budgets.get("idleSeconds").cloned().unwrap_or(json!(1)),
-            "execBudgetSeconds": s.budgets.get("maxExecSeconds").cloned().unwrap_or(json!(1))});
+        let r = s.beat_result(n < 3);
         s.ch.reply(&id, r).await?;
     }
     let released = k.close("RELEASED")?;
-    let (code, reason, _) = s
-        .end(&format!("close {released} after continue: false"), s.soon())
-        .await?;
-    if code != Some(released) {
-        return Err(closed(
-            &format!("close {released} after continue: false"),
-            code,
-            &reason,
-        ));
-    }
-    let seen = expect_exit(
-        cx,
-        k.exit_after_close(released)?,
-        &format!("its close {released}"),
-    )
-    .await?;
+    let what = format!("close {released} after continue: false");
+    s.closes(released, &what, &what, s.soon()).await?;
+    let seen = exit_after_own_close(cx, &k, released).await?;
     pass(
         &s,
         format!(
@@ -2655,9 +2595,7 @@ async fn host_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (_, _, mut s) = worker_session(cx).await?;
     s.up().await?;
     let idle = s.budget("idleSeconds")?;
     let exec = s.budget("maxExecSeconds")?;
@@ -2698,19 +2636,13 @@ async fn worker_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
 async fn host_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let k = K::new(cx)?;
     let (dock, mut s) = host_up(cx, &k).await?;
-    let inst = s.result_meta("instanceId");
-    let att = s
-        .result_meta("attempt")
-        .and_then(|v| v.as_u64())
-        .unwrap_or(0);
+    let (inst, att) = s.identity();
     let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
     let grace = secs(s.budget("heartbeatGraceSeconds")?)?;
     s.answer_hb = false;
     let until = Instant::now() + every + SLACK;
     let first = s
-        .until("a heartbeat", until, |g| {
-            is_request(g, "agentfy/heartbeat").then(|| g.clone())
-        })
+        .request_of("a heartbeat", "agentfy/heartbeat", until)
         .await?;
     s.beats.push(first.clone());
     let until = first.at + grace + SLACK;
@@ -2722,13 +2654,7 @@ async fn host_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
         return Err(Failure::new(format!("the worker gave up {after:?} after an unanswered heartbeat; heartbeatGraceSeconds is {grace:?}"))
             .with("close reason", reason.as_bytes()));
     }
-    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
-    let p = next_dial(&dock, wait).await?;
-    let io = admit(&k, p).await?;
-    let mut b = Sess::new(&k, true, io, &dock.session, cx.opts.deadline);
-    b.budgets = s.budgets.clone();
-    let params = b.init_params(&k.highest_minor(), &k.mcp[0]);
-    let g = b.initialize(params, false).await?;
+    let (b, g) = host_redial(cx, &k, &dock, s.budgets.clone()).await?;
     if b.result_meta("instanceId") != inst
         || b.result_meta("attempt").and_then(|v| v.as_u64()) != Some(att + 1)
     {
@@ -2740,13 +2666,11 @@ async fn host_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
             ),
         ));
     }
-    let c = code
-        .map(|c| c.to_string())
-        .unwrap_or_else(|| "a dropped socket".into());
     pass(
         &b,
         format!(
-            "socket abandoned ({c}) {:.1}s after an unanswered heartbeat; redial with attempt {}",
+            "socket abandoned ({}) {:.1}s after an unanswered heartbeat; redial with attempt {}",
+            ending(code),
             after.as_secs_f64(),
             att + 1
         ),
@@ -2754,9 +2678,7 @@ async fn host_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (k, _, mut s) = worker_session(cx).await?;
     s.up().await?;
     s.hb_every = None;
     let window = secs(s.budget("heartbeatGraceSeconds")? + s.budget("heartbeatIntervalSeconds")?)?;
@@ -2767,16 +2689,15 @@ async fn worker_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
     let from = s.running_at.unwrap_or_else(Instant::now);
     let want = k.close("HEARTBEAT_LOST")?;
-    let (code, reason, at) = s
-        .end(
+    let (_, at) = s
+        .closes(
+            want,
             &format!("close {want} after silence"),
+            &format!("close {want}"),
             from + window + SLACK,
         )
         .await?;
     let after = at.duration_since(from);
-    if code != Some(want) {
-        return Err(closed(&format!("close {want}"), code, &reason));
-    }
     if after + EARLY < window {
         return Err(Failure::new(format!(
             "close {want} came {after:?} after the last sign of life; the host waits {window:?}"
@@ -2835,13 +2756,7 @@ async fn host_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
         ))
         .with("close reason", reason.as_bytes()));
     }
-    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
-    let p = next_dial(&dock, wait).await?;
-    let io = admit(&k, p).await?;
-    let mut b = Sess::new(&k, true, io, &dock.session, cx.opts.deadline);
-    b.budgets = s.budgets.clone();
-    let params = b.init_params(&k.highest_minor(), &k.mcp[0]);
-    let g = b.initialize(params, false).await?;
+    let (b, g) = host_redial(cx, &k, &dock, s.budgets.clone()).await?;
     let att = b.result_meta("attempt").and_then(|v| v.as_u64());
     if att != Some(1) {
         return Err(b.bad(
@@ -2849,22 +2764,18 @@ async fn host_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
             format!("the redial after a silent host carries attempt {att:?}, not 1"),
         ));
     }
-    let c = code
-        .map(|c| c.to_string())
-        .unwrap_or_else(|| "a dropped socket".into());
     pass(
         &b,
         format!(
-            "socket abandoned ({c}) {:.1}s after open without initialize; redial with attempt 1",
+            "socket abandoned ({}) {:.1}s after open without initialize; redial with attempt 1",
+            ending(code),
             after.as_secs_f64()
         ),
     )
 }
 
 async fn worker_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (k, _, mut s) = worker_session(cx).await?;
     let opened = Instant::now();
     s.accept_initialize(|_| {}, false).await?;
     // No notifications/initialized: the host waits 2 × handshakeSeconds from socket open.
@@ -2875,13 +2786,11 @@ async fn worker_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
         )));
     }
     let want = k.close("HANDSHAKE_DEADLINE")?;
-    let (code, reason, at) = s
-        .end(&format!("close {want}"), opened + window + SLACK)
+    let what = format!("close {want}");
+    let (reason, at) = s
+        .closes(want, &what, &what, opened + window + SLACK)
         .await?;
     let after = at.duration_since(opened);
-    if code != Some(want) {
-        return Err(closed(&format!("close {want}"), code, &reason));
-    }
     if after + EARLY < window {
         return Err(Failure::new(format!(
             "close {want} came {after:?} after socket open; the host waits {window:?}"
@@ -2940,22 +2849,14 @@ async fn host_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .map(Vec::len)
         .unwrap_or(0);
     let released = k.close("RELEASED")?;
-    let (code, reason, _) = s
-        .end(&format!("close {released} after the report"), s.soon())
-        .await?;
-    if code != Some(released) {
-        return Err(closed(
-            &format!("close {released} after the release report"),
-            code,
-            &reason,
-        ));
-    }
-    let seen = expect_exit(
-        cx,
-        k.exit_after_close(released)?,
-        &format!("its close {released}"),
+    s.closes(
+        released,
+        &format!("close {released} after the report"),
+        &format!("close {released} after the release report"),
+        s.soon(),
     )
     .await?;
+    let seen = exit_after_own_close(cx, &k, released).await?;
     pass(
         &s,
         format!(
@@ -2965,9 +2866,7 @@ async fn host_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 async fn worker_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let mut s = worker_dial(cx, &k, &b).await?;
+    let (k, b, mut s) = worker_session(cx).await?;
     s.hold_calls = true;
     s.up().await?;
     s.hb_every = Some(RELEASE_BEAT);
@@ -2979,9 +2878,7 @@ async fn worker_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
         let due = s.held.first().map(|(_, at)| *at + HOLD);
         let stop = due.unwrap_or(Instant::now() + RELEASE_BEAT).min(until);
         let got = s
-            .until("agentfy/release", stop, |g| {
-                is_request(g, "agentfy/release").then(|| g.clone())
-            })
+            .request_of("agentfy/release", "agentfy/release", stop)
             .await;
         match got {
             Ok(g) => break g,

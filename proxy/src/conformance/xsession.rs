@@ -20,19 +20,13 @@
 //! statuses skips, with the reason, when not even its positive control gets one.
 
 #[cfg(not(unix))]
-use super::Failure;
-use super::{Body, BodyFuture, Check, Ctx};
+use super::{BodyFuture, Ctx, Failure};
+use super::{Check, Row};
 
-#[cfg(unix)]
-macro_rules! bodies {
-    ($($name:ident => $f:ident),* $(,)?) => {
-        $(fn $name(cx: &mut Ctx) -> BodyFuture<'_> { Box::pin(imp::$f(cx)) })*
-    };
-}
-
+/// Off unix every body reports that the suite needs unix sockets (`imp` is unix-only).
 #[cfg(not(unix))]
 macro_rules! bodies {
-    ($($name:ident => $f:ident),* $(,)?) => {
+    ($($name:ident => $f:path),* $(,)?) => {
         $(fn $name(_cx: &mut Ctx) -> BodyFuture<'_> {
             Box::pin(async { Err(Failure::new("the xsession suite needs unix sockets")) })
         })*
@@ -40,24 +34,24 @@ macro_rules! bodies {
 }
 
 bodies! {
-    s_record => sender_record,
-    s_symlink => sender_symlink,
-    s_removed => sender_removed,
-    r_freshness => recipient_freshness,
-    r_cleanup => recipient_cleanup,
-    s_misaddressed => sender_misaddressed,
-    s_socket => sender_socket,
-    s_one_way => sender_one_way, r_one_way => recipient_one_way,
-    s_line_max => sender_line_max, r_line_max => recipient_line_max,
-    s_line_deadline => sender_line_deadline,
-    s_max_conns => sender_max_connections,
-    s_auth => sender_auth, r_auth => recipient_auth,
-    r_user_frame => recipient_user_frame,
-    s_transitions => sender_transitions, r_transitions => recipient_transitions,
-    s_per_sender => sender_per_sender_rate, r_per_sender => recipient_per_sender_rate,
-    s_global => sender_global_rate,
-    s_duplicate => sender_duplicate,
-    s_unknown => sender_unknown,
+    s_record => imp::sender_record,
+    s_symlink => imp::sender_symlink,
+    s_removed => imp::sender_removed,
+    r_freshness => imp::recipient_freshness,
+    r_cleanup => imp::recipient_cleanup,
+    s_misaddressed => imp::sender_misaddressed,
+    s_socket => imp::sender_socket,
+    s_one_way => imp::sender_one_way, r_one_way => imp::recipient_one_way,
+    s_line_max => imp::sender_line_max, r_line_max => imp::recipient_line_max,
+    s_line_deadline => imp::sender_line_deadline,
+    s_max_conns => imp::sender_max_connections,
+    s_auth => imp::sender_auth, r_auth => imp::recipient_auth,
+    r_user_frame => imp::recipient_user_frame,
+    s_transitions => imp::sender_transitions, r_transitions => imp::recipient_transitions,
+    s_per_sender => imp::sender_per_sender_rate, r_per_sender => imp::recipient_per_sender_rate,
+    s_global => imp::sender_global_rate,
+    s_duplicate => imp::sender_duplicate,
+    s_unknown => imp::sender_unknown,
 }
 
 const RECIPIENT_ONLY: &str =
@@ -67,18 +61,6 @@ const NOT_ON_WIRE_POLICY: &str = "the outcome depends on the recipient's own con
 
 /// The suite for `role` (`sender` or `recipient`), in the seed's order; `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
-    let sender = match role {
-        "sender" => true,
-        "recipient" => false,
-        _ => return None,
-    };
-    type Row = (
-        &'static str,
-        &'static str,
-        &'static str,
-        Result<Body, &'static str>,
-        Result<Body, &'static str>,
-    );
     let rows: Vec<Row> = vec![
         (
             "xsession.1.record",
@@ -248,16 +230,7 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             Err("presentation and logging are session-internal; the suite sees the wire only"),
         ),
     ];
-    Some(
-        rows.into_iter()
-            .map(|(id, title, seed, s, r)| Check {
-                id,
-                title,
-                seed,
-                body: if sender { s } else { r },
-            })
-            .collect(),
-    )
+    super::table(role, ["sender", "recipient"], rows)
 }
 
 #[cfg(unix)]
@@ -280,7 +253,7 @@ mod imp {
     use tokio::task::JoinHandle;
     use tokio_util::codec::FramedRead;
 
-    use super::super::{Ctx, Failure, Target, Verdict};
+    use super::super::{Ctx, Failure, Stdout, Target, Verdict, first_channel, pass, skip};
     use crate::endpoint::Endpoint;
 
     /// The name the suite's own session registers under (the target's `{peer}`).
@@ -469,12 +442,7 @@ mod imp {
 
     fn env(cx: &mut Ctx) -> Result<Env, Failure> {
         let c = cx.wire.contract().clone();
-        let channel = c
-            .channels
-            .keys()
-            .next()
-            .cloned()
-            .ok_or_else(|| Failure::new("the contract has no channel"))?;
+        let channel = first_channel(&cx.wire)?;
         let codec = JsonCodec::for_channel(&cx.wire, &channel)
             .map_err(|e| Failure::new(format!("channel {channel}: {e}")))?;
         Ok(Env {
@@ -507,6 +475,16 @@ mod imp {
 
         fn soon(&self) -> Instant {
             Instant::now() + self.wait
+        }
+
+        /// The registry directory the target is given (`{registry}`).
+        fn registry(&self) -> PathBuf {
+            self.dir.join("registry")
+        }
+
+        /// Where the target writes its summary on exit (`{summary}`).
+        fn summary(&self) -> PathBuf {
+            self.dir.join("summary.json")
         }
 
         /// The method `from` sent, per the contract, or why the line is not valid.
@@ -544,14 +522,6 @@ mod imp {
     }
 
     // ---------------------------------------------------------------- small helpers
-
-    fn pass(s: impl Into<String>) -> Result<Verdict, Failure> {
-        Ok(Verdict::Pass(s.into()))
-    }
-
-    fn skip(s: impl Into<String>) -> Result<Verdict, Failure> {
-        Ok(Verdict::Skip(s.into()))
-    }
 
     fn random(n: usize) -> Vec<u8> {
         use ring::rand::SecureRandom;
@@ -792,20 +762,15 @@ mod imp {
 
     const USAGE: &str = "the xsession suite launches its target per check: --target 'exec:CMD …' with {registry}, {name} and {socket} (and, playing the recipient, {peer}; optional {count} and {summary}); see docs/conformance.md";
 
-    struct Vars<'a> {
-        registry: &'a Path,
-        socket: &'a Path,
-        count: u64,
-        summary: &'a Path,
-    }
-
     struct Launched {
         pid: u32,
         has_count: bool,
         has_summary: bool,
     }
 
-    fn launch(cx: &mut Ctx, v: &Vars<'_>) -> Result<Launched, Failure> {
+    /// Launch the target for this check: its registry, inbox socket and summary file in the
+    /// check's private directory, `count` messages to send (a sender).
+    fn launch(cx: &mut Ctx, env: &Env, count: u64) -> Result<Launched, Failure> {
         let argv = match cx.target() {
             // `exec:` with placeholders other than {control}/{data} is a template target.
             Target::Template { argv } | Target::Pipe(Endpoint::Exec(argv))
@@ -817,10 +782,10 @@ mod imp {
         };
         let has = |p: &str| argv.iter().any(|a| a.contains(p));
         let (has_count, has_summary) = (has("{count}"), has("{summary}"));
-        let registry = v.registry.display().to_string();
-        let socket = v.socket.display().to_string();
-        let summary = v.summary.display().to_string();
-        let count = v.count.to_string();
+        let registry = env.registry().display().to_string();
+        let socket = env.dir.join("t").join("inbox.sock").display().to_string();
+        let summary = env.summary().display().to_string();
+        let count = count.to_string();
         let argv: Vec<String> = argv
             .iter()
             .map(|a| {
@@ -832,21 +797,35 @@ mod imp {
                     .replace("{summary}", &summary)
             })
             .collect();
-        let (mut io, pid) = cx.spawn_io(&argv)?;
-        // Its stdout is not part of the protocol: read and discard it so writes never block.
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            while let Ok(n) = io.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-            }
-        });
+        // Its stdout is not part of the protocol.
+        let pid = cx.spawn(&argv, Stdout::Discard)?.pid;
         Ok(Launched {
             pid,
             has_count,
             has_summary,
         })
+    }
+
+    /// Launch the target (one message to send) and wait for the record it publishes under
+    /// its name; `torn` collects what was read of a record while it was being written.
+    async fn published(
+        cx: &mut Ctx,
+        env: &Env,
+        torn: &mut Vec<(String, Vec<u8>)>,
+    ) -> Result<Record, Failure> {
+        launch(cx, env, 1)?;
+        await_record(env, &env.registry(), TARGET_NAME, env.soon(), torn).await
+    }
+
+    /// Dial `ipc` until it answers or `until` passes; the last refusal then.
+    async fn dialable(ipc: &str, until: Instant) -> Result<(), std::io::Error> {
+        loop {
+            match UnixStream::connect(ipc).await {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() >= until => return Err(e),
+                Err(_) => tokio::time::sleep(POLL * 10).await,
+            }
+        }
     }
 
     // ---------------------------------------------------------------- the suite's inbox
@@ -1187,38 +1166,18 @@ mod imp {
             .map(|i| env.dir.join(format!("s{i}.sock")))
             .collect();
         let inbox = Inbox::bind(&env, paths)?;
-        let registry = env.dir.join("registry");
-        let socket = env.dir.join("t").join("inbox.sock");
-        let summary = env.dir.join("summary.json");
-        launch(
-            cx,
-            &Vars {
-                registry: &registry,
-                socket: &socket,
-                count: 1,
-                summary: &summary,
-            },
-        )?;
-        let mut torn = Vec::new();
-        let rec = await_record(&env, &registry, TARGET_NAME, env.soon(), &mut torn).await?;
+        let rec = published(cx, &env, &mut Vec::new()).await?;
         let Some(ipc) = rec.ipc_path.clone() else {
             return Err(
                 Failure::new("the target's record has no ipcPath: nothing to dial")
                     .with("the record", rec.value.to_string().as_bytes()),
             );
         };
-        let until = env.soon();
-        loop {
-            match UnixStream::connect(&ipc).await {
-                Ok(_) => break,
-                Err(e) if Instant::now() >= until => {
-                    return Err(Failure::new(format!(
-                        "the target's ipcPath {ipc} does not answer within {:?}: {e}",
-                        env.wait
-                    )));
-                }
-                Err(_) => tokio::time::sleep(POLL * 10).await,
-            }
+        if let Err(e) = dialable(&ipc, env.soon()).await {
+            return Err(Failure::new(format!(
+                "the target's ipcPath {ipc} does not answer within {:?}: {e}",
+                env.wait
+            )));
         }
         Ok(Tx {
             env,
@@ -1430,6 +1389,12 @@ mod imp {
             Ok(())
         }
 
+        /// After [`Tx::fence`], [`Tx::none_for`]: these ids got no status, and none is coming.
+        async fn fenced_none(&mut self, ids: &[(String, &str)]) -> Result<(), Failure> {
+            self.fence().await?;
+            self.none_for(ids)
+        }
+
         /// Failure when any of these ids got a status.
         fn none_for(&self, ids: &[(String, &str)]) -> Result<(), Failure> {
             for (id, what) in ids {
@@ -1464,20 +1429,9 @@ mod imp {
 
     pub(super) async fn sender_record(cx: &mut Ctx) -> Result<Verdict, Failure> {
         let env = env(cx)?;
-        let registry = env.dir.join("registry");
-        let socket = env.dir.join("t").join("inbox.sock");
-        let summary = env.dir.join("summary.json");
-        launch(
-            cx,
-            &Vars {
-                registry: &registry,
-                socket: &socket,
-                count: 1,
-                summary: &summary,
-            },
-        )?;
+        let registry = env.registry();
         let mut torn = Vec::new();
-        let rec = await_record(&env, &registry, TARGET_NAME, env.soon(), &mut torn).await?;
+        let rec = published(cx, &env, &mut torn).await?;
         // Keep watching a little: a torn rewrite would show now too.
         let watch_until = Instant::now() + Duration::from_millis(300);
         while Instant::now() < watch_until {
@@ -1573,15 +1527,8 @@ mod imp {
         let Some(ipc) = rec.ipc_path.clone() else {
             return fail("the record has no ipcPath: the session is not addressable".into());
         };
-        let until = env.soon();
-        loop {
-            match UnixStream::connect(&ipc).await {
-                Ok(_) => break,
-                Err(e) if Instant::now() >= until => {
-                    return fail(format!("ipcPath {ipc} does not answer a dial: {e}"));
-                }
-                Err(_) => tokio::time::sleep(POLL * 10).await,
-            }
+        if let Err(e) = dialable(&ipc, env.soon()).await {
+            return fail(format!("ipcPath {ipc} does not answer a dial: {e}"));
         }
         pass(format!(
             "{fname}: mode {:04o} in a {:04o} directory, schema v{}, fresh (pid {} alive, same boot and PID namespace), ipcPath dialable{}",
@@ -1599,20 +1546,10 @@ mod imp {
 
     pub(super) async fn sender_symlink(cx: &mut Ctx) -> Result<Verdict, Failure> {
         let env = env(cx)?;
-        let registry = env.dir.join("registry");
+        let registry = env.registry();
         make_dir(&registry, env.lim.reg_dir_mode)?;
-        let socket = env.dir.join("t").join("inbox.sock");
-        let summary = env.dir.join("summary.json");
         let victim = env.dir.join("victim.json");
-        let l = launch(
-            cx,
-            &Vars {
-                registry: &registry,
-                socket: &socket,
-                count: 1,
-                summary: &summary,
-            },
-        )?;
+        let l = launch(cx, &env, 1)?;
         // Planted before the interpreter or runtime has even started.
         let link = registry.join(format!("{}.json", l.pid));
         std::os::unix::fs::symlink(&victim, &link)
@@ -1669,20 +1606,7 @@ mod imp {
 
     pub(super) async fn sender_removed(cx: &mut Ctx) -> Result<Verdict, Failure> {
         let env = env(cx)?;
-        let registry = env.dir.join("registry");
-        let socket = env.dir.join("t").join("inbox.sock");
-        let summary = env.dir.join("summary.json");
-        launch(
-            cx,
-            &Vars {
-                registry: &registry,
-                socket: &socket,
-                count: 1,
-                summary: &summary,
-            },
-        )?;
-        let mut torn = Vec::new();
-        let rec = await_record(&env, &registry, TARGET_NAME, env.soon(), &mut torn).await?;
+        let rec = published(cx, &env, &mut Vec::new()).await?;
         let code = cx.terminate_last(env.wait).await;
         // The owner deletes its record on the way out; give a slow filesystem a moment.
         let until = Instant::now() + Duration::from_millis(500);
@@ -1844,8 +1768,7 @@ mod imp {
             }
             ids.push((id, what));
         }
-        t.fence().await?;
-        t.none_for(&ids)?;
+        t.fenced_none(&ids).await?;
         pass(format!(
             "the right token got a status (control {ctl}); {} bad first lines each dropped silently with no status",
             ids.len()
@@ -1994,6 +1917,36 @@ mod imp {
         }
     }
 
+    /// Send `n` valid messages back to back (each from its own `from` when `spread`) and wait
+    /// for a status of each: their ids and how long sending took, or the skip when no status
+    /// came at all. Some missing fails (`note` adds to why).
+    async fn send_burst(
+        t: &mut Tx,
+        n: usize,
+        spread: bool,
+        note: &str,
+    ) -> Result<Result<(Vec<String>, Duration), Verdict>, Failure> {
+        let start = Instant::now();
+        let mut ids = Vec::new();
+        for k in 0..n {
+            let (id, _) = t.send(if spread { k } else { 0 }, None).await?;
+            ids.push(id);
+        }
+        let took = start.elapsed();
+        let missing = t.wait_ids(&ids, 1, t.env.soon()).await;
+        if missing.len() == ids.len() {
+            return t.skip_no_status().map(Err);
+        }
+        if !missing.is_empty() {
+            return Err(Failure::new(format!(
+                "{} of {n} messages got no status within {:?}{note}",
+                missing.len(),
+                t.env.wait
+            )));
+        }
+        Ok(Ok((ids, took)))
+    }
+
     /// Judge a burst against a bucket: the first `burst` admitted, enough of the rest dropped
     /// rate-limited, every drop rate-limited.
     fn judge_burst(
@@ -2047,24 +2000,11 @@ mod imp {
         let burst = t.env.lim.per_sender.burst;
         let per = t.env.lim.per_sender.per;
         let n = burst as usize + 2;
-        let start = Instant::now();
-        let mut ids = Vec::new();
-        for _ in 0..n {
-            let (id, _) = t.send(0, None).await?;
-            ids.push(id);
-        }
-        let took = start.elapsed();
-        let missing = t.wait_ids(&ids, 1, t.env.soon()).await;
-        if missing.len() == ids.len() {
-            return t.skip_no_status();
-        }
-        if !missing.is_empty() {
-            return Err(Failure::new(format!(
-                "{} of {n} messages got no status within {:?} (a drop is reported too, §5)",
-                missing.len(),
-                t.env.wait
-            )));
-        }
+        let (ids, took) =
+            match send_burst(&mut t, n, false, " (a drop is reported too, §5)").await? {
+                Ok(sent) => sent,
+                Err(v) => return Ok(v),
+            };
         let dropped = judge_burst(&t, &ids, &t.env.lim.per_sender, took, "one sender")?;
         let Some(again) = ids
             .iter()
@@ -2104,24 +2044,10 @@ mod imp {
         let env = env(cx)?;
         let n = env.lim.global.burst as usize + 2;
         let mut t = open_tx_with(cx, env, n).await?;
-        let start = Instant::now();
-        let mut ids = Vec::new();
-        for k in 0..n {
-            let (id, _) = t.send(k, None).await?;
-            ids.push(id);
-        }
-        let took = start.elapsed();
-        let missing = t.wait_ids(&ids, 1, t.env.soon()).await;
-        if missing.len() == ids.len() {
-            return t.skip_no_status();
-        }
-        if !missing.is_empty() {
-            return Err(Failure::new(format!(
-                "{} of {n} messages got no status within {:?}",
-                missing.len(),
-                t.env.wait
-            )));
-        }
+        let (ids, took) = match send_burst(&mut t, n, true, "").await? {
+            Ok(sent) => sent,
+            Err(v) => return Ok(v),
+        };
         let dropped = judge_burst(&t, &ids, &t.env.lim.global, took, "all senders")?;
         pass(format!(
             "{n} messages from {n} senders in {took:.2?}: {} admitted, {dropped} dropped/rate-limited",
@@ -2228,8 +2154,8 @@ mod imp {
             )));
         }
         // Any status shows the frame was read; what policy made of it is the recipient's.
-        t.fence().await?;
-        t.none_for(&[(newer_id, "a user frame with a newer msgV")])?;
+        t.fenced_none(&[(newer_id, "a user frame with a newer msgV")])
+            .await?;
         pass(format!(
             "garbage, an unknown type and an unknown control action skipped, unknown fields ignored (control {ctl}); msgV {newer} dropped without a status"
         ))
@@ -2303,8 +2229,8 @@ mod imp {
                 t.env.wait
             )));
         }
-        t.fence().await?;
-        t.none_for(&[(over_id, "a line one UTF-16 unit over lineMax")])?;
+        t.fenced_none(&[(over_id, "a line one UTF-16 unit over lineMax")])
+            .await?;
         pass(format!(
             "{max} units ({fit_bytes} bytes) read: {fit_status} (control {ctl}); {} units ({over_points} code points) dropped the connection ({}) with no status",
             max + 1,
@@ -2413,8 +2339,8 @@ mod imp {
                 t.env.wait
             )));
         }
-        t.fence().await?;
-        t.none_for(&[(extra_id, "the connection over maxConnections")])?;
+        t.fenced_none(&[(extra_id, "the connection over maxConnections")])
+            .await?;
         let note = if early > 0 {
             format!("; {early} of the {max} idle connections had been closed already")
         } else {
@@ -2500,7 +2426,7 @@ mod imp {
     async fn open_rx(cx: &mut Ctx, setup: RxSetup, extra: &Extra<'_>) -> Result<Rx, Failure> {
         let env = env(cx)?;
         let inbox = Inbox::bind(&env, vec![env.dir.join("suite.sock")])?;
-        let registry = env.dir.join("registry");
+        let registry = env.registry();
         make_dir(&registry, env.lim.reg_dir_mode)?;
         let mine = me()?;
         let session_id = uuid();
@@ -2514,23 +2440,13 @@ mod imp {
         let rec = suite_record(&env, &mine, &inbox, &session_id, setup.null_start);
         let fname = setup.fname.unwrap_or_else(|| format!("{}.json", mine.pid));
         write_record(&env, &registry, &fname, &rec)?;
-        let socket = env.dir.join("t").join("inbox.sock");
-        let summary = env.dir.join("summary.json");
-        let launched = launch(
-            cx,
-            &Vars {
-                registry: &registry,
-                socket: &socket,
-                count: setup.count,
-                summary: &summary,
-            },
-        )?;
+        let launched = launch(cx, &env, setup.count)?;
         Ok(Rx {
+            summary: env.summary(),
             env,
             inbox,
             decoys,
             session_id,
-            summary,
             launched,
             conns: Vec::new(),
             frames: Vec::new(),
