@@ -488,7 +488,7 @@ namespace KernelShell
                     Message m;
                     try
                     {
-                        m = (Message)Codec.Decode(frame, typeof(Message));
+                        m = Channels.DecodeControlMessage(frame);
                     }
                     catch (ContractException e)
                     {
