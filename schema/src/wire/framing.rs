@@ -502,8 +502,8 @@ pub enum ChannelCodec {
 /// Largest frame any codec accepts when a contract sets no cap.
 pub const DEFAULT_CAP: u64 = 16 * 1024 * 1024;
 
-/// Resolve a limit name to a duration (a deadline limit, in seconds or ms).
-pub fn limit_duration(contract: &Contract, name: &str) -> Result<std::time::Duration, FrameError> {
+/// A limit's value in its dimension's base unit (bytes, seconds, count).
+fn limit_base(contract: &Contract, name: &str) -> Result<(f64, crate::check::Dim), FrameError> {
     let limit = contract
         .limits
         .get(name)
@@ -511,7 +511,12 @@ pub fn limit_duration(contract: &Contract, name: &str) -> Result<std::time::Dura
     let v = crate::check::Evaluator::new(contract)
         .limit_value(name)
         .map_err(FrameError::Unsupported)?;
-    match crate::check::to_base(limit.unit, v) {
+    Ok(crate::check::to_base(limit.unit, v))
+}
+
+/// Resolve a limit name to a duration (a deadline limit, in seconds or ms).
+pub fn limit_duration(contract: &Contract, name: &str) -> Result<std::time::Duration, FrameError> {
+    match limit_base(contract, name)? {
         (secs, crate::check::Dim::Seconds) if secs.is_finite() && secs > 0.0 => {
             Ok(std::time::Duration::from_secs_f64(secs))
         }
@@ -523,14 +528,7 @@ pub fn limit_duration(contract: &Contract, name: &str) -> Result<std::time::Dura
 
 /// Resolve a limit name to a count of bytes (or units), through the contract's evaluator.
 pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
-    let limit = contract
-        .limits
-        .get(name)
-        .ok_or_else(|| FrameError::Unsupported(format!("limit {name:?} is not declared")))?;
-    let v = crate::check::Evaluator::new(contract)
-        .limit_value(name)
-        .map_err(FrameError::Unsupported)?;
-    let (base, _) = crate::check::to_base(limit.unit, v);
+    let (base, _) = limit_base(contract, name)?;
     if !(0.0..=u64::MAX as f64).contains(&base) {
         return Err(FrameError::Unsupported(format!(
             "limit {name:?} = {base} is not a size"
