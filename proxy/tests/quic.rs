@@ -13,6 +13,8 @@ use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const ALPN: &[u8] = b"test/1";
+mod harness;
+
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
@@ -479,61 +481,34 @@ async fn connect_reaches_an_aioquic_server_by_pin_and_by_ca() {
     assert_eq!(got, frame(r#"{"echo":[true]}"#));
 }
 
-/// The proxy binary, killed and reaped when dropped.
-struct Proxy(std::process::Child);
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Lines of the proxy's stderr, read on a thread so every wait can have a deadline.
-fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 #[tokio::test]
 async fn proxy_binary_relays_quic_to_unix_with_half_close() {
     let pki = make_pki("contract-proxy test CA");
     let dir = tempfile::tempdir().expect("tempdir");
     let up_path = dir.path().join("up.sock");
     let upstream = tokio::net::UnixListener::bind(&up_path).expect("bind upstream");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .args(["run", "--contract", "rukh", "--log", "json", "--cert"])
-        .arg(&pki.cert)
-        .arg("--key")
-        .arg(&pki.key)
-        .args(["--listen", "quic://127.0.0.1:0", "--upstream"])
-        .arg(format!("unix:{}", up_path.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("proxy starts");
-    let lines = stderr_lines(&mut child);
-    let _proxy = Proxy(child);
-    let addr = loop {
-        let line = lines
-            .recv_timeout(WAIT)
-            .expect("the proxy says where it listens");
-        if let Some(rest) = line.split("listening on quic://").nth(1) {
-            break rest.split_whitespace().next().expect("address").to_string();
-        }
-    };
+    let (cert, key) = (
+        pki.cert.display().to_string(),
+        pki.key.display().to_string(),
+    );
+    let up = format!("unix:{}", up_path.display());
+    let proxy = harness::run(&[
+        "--contract",
+        "rukh",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+        "--listen",
+        "quic://127.0.0.1:0",
+        "--upstream",
+        &up,
+    ]);
+    let addr = proxy
+        .url()
+        .strip_prefix("quic://")
+        .expect("the proxy says where it listens")
+        .to_string();
     assert!(!addr.ends_with(":0"), "the real port is printed: {addr}");
 
     let major = contract_proxy::contract_for("rukh")

@@ -27,6 +27,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 
 /// Deadline for any single step of a test.
+mod harness;
+
 const T: Duration = Duration::from_secs(20);
 
 const PROTO: &str = "agentfy.worker.v1";
@@ -832,75 +834,20 @@ async fn mcp_sdk_client_and_server_through_the_harness() {
     task.abort();
 }
 
-/// The proxy binary on one route, with its live view (JSON lines) collected.
-struct ProxyBin {
-    _child: Child,
-    url: String,
-    log: tokio::io::Lines<BufReader<ChildStdout>>,
-}
-
-impl ProxyBin {
-    async fn start(args: &[&str]) -> ProxyBin {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-            .args(["run", "--log", "json"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("contract-proxy starts");
-        let mut err = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        // "contract-proxy: main: listening on ws://127.0.0.1:PORT/PATH → …"
-        let url = loop {
-            let line = timeout(T, err.next_line())
-                .await
-                .expect("the proxy reports its address in time")
-                .expect("read stderr")
-                .expect("the proxy exited before listening");
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                break rest.split_whitespace().next().expect("url").to_string();
-            }
-        };
-        // Keep draining stderr so the proxy never blocks on it.
-        tokio::spawn(async move { while let Ok(Some(_)) = err.next_line().await {} });
-        let log = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        ProxyBin {
-            _child: child,
-            url,
-            log,
-        }
-    }
-
-    /// Live-view events until one satisfies `want`.
-    async fn until(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
-        loop {
-            let line = timeout(T, self.log.next_line())
-                .await
-                .unwrap_or_else(|_| panic!("live view shows {what} in time"))
-                .expect("read stdout")
-                .unwrap_or_else(|| panic!("proxy exited before showing {what}"));
-            let v: Value = serde_json::from_str(&line).expect("json line");
-            if want(&v) {
-                return v;
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_relays_the_toolchannel_over_ws() {
     let mut server = Server::start(&[]).await;
     let upstream = format!("ws://{}/worker", server.addr());
-    let mut proxy = ProxyBin::start(&[
+    let mut proxy = harness::run(&[
         "--contract",
         "toolchannel",
         "--listen",
         "ws://127.0.0.1:0/worker",
         "--upstream",
         &upstream,
-    ])
-    .await;
-    let out = client(&proxy.url, "echo", &["--token", "t0k", "--protocol", PROTO]).await;
+    ]);
+    let url = proxy.url();
+    let out = client(&url, "echo", &["--token", "t0k", "--protocol", PROTO]).await;
     assert_eq!(events(&out, "open")[0]["subprotocol"], PROTO, "{out:?}");
     assert!(
         events(&out, "echo").iter().all(|e| e["same"] == true),
@@ -925,14 +872,14 @@ async fn the_binary_relays_the_toolchannel_over_ws() {
             .await;
     }
 
-    let out = client(&proxy.url, "echo", &["--protocol", PROTO]).await;
+    let out = client(&url, "echo", &["--protocol", PROTO]).await;
     assert_eq!(events(&out, "refused")[0]["status"], 401, "{out:?}");
     assert_eq!(
         events(&out, "refused")[0]["headers"]["WWW-Authenticate"],
         "Bearer"
     );
     let out = client(
-        &proxy.url,
+        &url,
         "echo",
         &["--token", "t0k", "--protocol", "agentfy.worker.v2"],
     )
@@ -962,7 +909,7 @@ async fn the_binary_relays_the_mcp_sdk_websocket_transport() {
         .expect("port");
     let upstream = format!("ws://127.0.0.1:{port}/mcp");
     // The MCP client is the toolchannel's host (the worker is the MCP server).
-    let mut proxy = ProxyBin::start(&[
+    let mut proxy = harness::run(&[
         "--contract",
         "toolchannel",
         "--client",
@@ -971,13 +918,13 @@ async fn the_binary_relays_the_mcp_sdk_websocket_transport() {
         "ws://127.0.0.1:0/mcp",
         "--upstream",
         &upstream,
-    ])
-    .await;
+    ]);
+    let url = proxy.url();
     let out = timeout(
         T,
         Command::new(python())
             .arg(peer("ws_mcp_client.py"))
-            .arg(&proxy.url)
+            .arg(&url)
             .kill_on_drop(true)
             .output(),
     )
