@@ -187,23 +187,16 @@ impl RouteSpec {
             .unwrap_or_else(|| client.clone());
         let listen: Endpoint = self.listen.parse()?;
         let upstream: Endpoint = self.upstream.parse()?;
-        let subprotocols = match c.channels.get(&channel).map(|ch| &ch.framing) {
-            Some(contract::model::Framing::WebsocketText { subprotocols, .. }) => {
-                subprotocols.clone()
-            }
-            _ => Vec::new(),
-        };
-        let major = c.version.split('.').next().unwrap_or("0");
-        let opts = Options {
-            tls: TlsOpts {
+        let opts = Options::for_contract(
+            &c,
+            &channel,
+            TlsOpts {
                 cert: self.tls.cert.clone(),
                 key: self.tls.key.clone(),
                 pin: self.tls.pin.clone(),
                 ca: self.tls.ca.clone(),
             },
-            alpn: format!("{}/{major}", c.name).into_bytes(),
-            subprotocols,
-        };
+        );
         let c = Arc::new(c);
         let ratelimit = if self.ratelimit.is_empty() {
             None

@@ -67,7 +67,8 @@ pub struct ReplayOptions {
     pub secrets: Vec<(String, String)>,
     /// Contract name or path, when the recording's (a name) does not resolve here.
     pub contract: Option<String>,
-    /// Endpoint options (TLS, ALPN) for connecting.
+    /// Endpoint options for connecting: TLS; the ALPN and WebSocket subprotocols
+    /// default to what the recording's contract fixes.
     pub endpoint: Options,
 }
 
@@ -793,7 +794,17 @@ pub async fn replay(
 ) -> Result<ReplayReport, ReplayError> {
     let (plan, wire, conn) = plan(path, side, opts)?;
     let codec = wire.codec(&plan.channel)?;
-    let connected = to.connect(&opts.endpoint, None).await?;
+    // The recording's contract fixes the ALPN and subprotocols, as `run` derives them,
+    // unless the caller set its own.
+    let mut endpoint =
+        Options::for_contract(wire.contract(), &plan.channel, opts.endpoint.tls.clone());
+    if !opts.endpoint.alpn.is_empty() {
+        endpoint.alpn = opts.endpoint.alpn.clone();
+    }
+    if !opts.endpoint.subprotocols.is_empty() {
+        endpoint.subprotocols = opts.endpoint.subprotocols.clone();
+    }
+    let connected = to.connect(&endpoint, None).await?;
     let (tx, rx) = mpsc::channel(256);
     let (mut out, reader) = match connected.conn {
         Conn::Stream(io) => {

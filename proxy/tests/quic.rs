@@ -14,6 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 
 const ALPN: &[u8] = b"test/1";
 mod harness;
+use harness::make_pki;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -75,43 +76,6 @@ async fn wait_failed(l: &QuicListener, at_least: u64) {
         }
     })
     .await;
-}
-
-/// A CA and a leaf for 127.0.0.1/localhost it signed, written as PEM files.
-struct Pki {
-    _dir: tempfile::TempDir,
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-    leaf_der: Vec<u8>,
-}
-
-fn make_pki(ca_name: &str) -> Pki {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, ca_name);
-    let ca_key = rcgen::KeyPair::generate().expect("ca key");
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("ca");
-    let leaf_key = rcgen::KeyPair::generate().expect("leaf key");
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
-        .expect("leaf params")
-        .signed_by(&leaf_key, &ca)
-        .expect("leaf");
-    let write = |name: &str, text: String| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).expect("write pem");
-        p
-    };
-    Pki {
-        ca: write("ca.pem", ca.pem()),
-        cert: write("cert.pem", leaf.pem()),
-        key: write("key.pem", leaf_key.serialize_pem()),
-        leaf_der: leaf.der().to_vec(),
-        _dir: dir,
-    }
 }
 
 #[tokio::test]

@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
+mod harness;
+
 const LIMIT: Duration = Duration::from_secs(20);
 const TOKEN: &str = "9f2c4e6a8b0d1f3a5c7e9b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a";
 
@@ -505,7 +507,14 @@ async fn record_rukh(path: &Path) {
 
 /// A rukh extension: answers each request per `mode`, returns the request bodies it got.
 async fn extension(listener: UnixListener, mode: Mode) -> Vec<String> {
-    let (mut s, _) = listener.accept().await.expect("accept");
+    let (s, _) = listener.accept().await.expect("accept");
+    serve_extension(s, mode).await
+}
+
+async fn serve_extension(
+    mut s: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    mode: Mode,
+) -> Vec<String> {
     let mut got = Vec::new();
     loop {
         let mut len = [0u8; 4];
@@ -632,6 +641,54 @@ async fn replay_reports_same_differs_and_missing() {
     }
     assert!(took < Duration::from_secs(5), "gave up on time: {took:?}");
     assert!(report.to_string().contains("MISSING"), "{report}");
+}
+
+/// Replay to a `quic://` target offers the ALPN the recording's contract fixes
+/// (`rukh/<major>`), as `run` does: a QUIC server that accepts only that ALPN
+/// gets the session and answers as recorded.
+#[tokio::test]
+async fn replay_to_a_quic_target_offers_the_contracts_alpn() {
+    use contract_proxy::endpoint::Options;
+    use contract_proxy::endpoint::quic::QuicListener;
+    use contract_proxy::endpoint::tls::TlsOpts;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rukh.cprec");
+    record_rukh(&path).await;
+    let pki = harness::make_pki("replay test CA");
+    let c = contract::builtin("rukh").expect("rukh");
+    let served = Options::for_contract(
+        &c,
+        "ipc",
+        TlsOpts {
+            cert: Some(pki.cert.clone()),
+            key: Some(pki.key.clone()),
+            ..TlsOpts::default()
+        },
+    );
+    assert!(served.alpn.starts_with(b"rukh/"), "{:?}", served.alpn);
+    let listener = QuicListener::bind("127.0.0.1:0", &served).expect("bind");
+    let addr = listener.local_addr().to_string();
+    let server = tokio::spawn(async move {
+        let (io, _) = listener.accept().await.expect("accept");
+        serve_extension(io, Mode::AsRecorded).await
+    });
+    let mut opts = ReplayOptions {
+        deadline: Duration::from_millis(700),
+        settle: Duration::from_millis(100),
+        ..Default::default()
+    };
+    opts.endpoint.tls.ca = Some(pki.ca.clone());
+    let report = tokio::time::timeout(LIMIT, replay(&path, &Endpoint::Quic(addr), Dir::Up, &opts))
+        .await
+        .expect("replay in time")
+        .expect("the QUIC handshake agrees on the ALPN");
+    assert!(report.is_clean(), "{report}");
+    let got = tokio::time::timeout(LIMIT, server)
+        .await
+        .expect("server ends")
+        .expect("server ok");
+    assert_eq!(got, [INIT, INVOKE, CLOSE]);
 }
 
 /// A kernel core: answers each request with its recorded response under a fresh id and clock.

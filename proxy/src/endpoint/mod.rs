@@ -236,6 +236,25 @@ pub struct Options {
     pub subprotocols: Vec<String>,
 }
 
+impl Options {
+    /// What the contract fixes for `channel`: the QUIC ALPN (`<contract>/<major>`) and the
+    /// WebSocket subprotocols of a `websocket-text` framing. TLS stays as given.
+    pub fn for_contract(c: &contract::Contract, channel: &str, tls: tls::TlsOpts) -> Self {
+        let subprotocols = match c.channels.get(channel).map(|ch| &ch.framing) {
+            Some(contract::model::Framing::WebsocketText { subprotocols, .. }) => {
+                subprotocols.clone()
+            }
+            _ => Vec::new(),
+        };
+        let major = c.version.split('.').next().unwrap_or("0");
+        Options {
+            tls,
+            alpn: format!("{}/{major}", c.name).into_bytes(),
+            subprotocols,
+        }
+    }
+}
+
 /// One accepted connection, or a WebSocket handshake waiting for the upstream's answer.
 pub enum Incoming {
     /// Ready to relay.

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::io::BufRead;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -229,4 +229,41 @@ pub fn rukh_initialize() -> (Vec<u8>, Vec<u8>) {
             .expect("json")
     };
     (part(Part::Call), part(Part::Result))
+}
+
+/// A CA and a leaf for 127.0.0.1/localhost it signed, written as PEM files.
+pub struct Pki {
+    _dir: tempfile::TempDir,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub leaf_der: Vec<u8>,
+}
+
+pub fn make_pki(ca_name: &str) -> Pki {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, ca_name);
+    let ca_key = rcgen::KeyPair::generate().expect("ca key");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("ca");
+    let leaf_key = rcgen::KeyPair::generate().expect("leaf key");
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .expect("leaf params")
+        .signed_by(&leaf_key, &ca)
+        .expect("leaf");
+    let write = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write pem");
+        p
+    };
+    Pki {
+        ca: write("ca.pem", ca.pem()),
+        cert: write("cert.pem", leaf.pem()),
+        key: write("key.pem", leaf_key.serialize_pem()),
+        leaf_der: leaf.der().to_vec(),
+        _dir: dir,
+    }
 }
