@@ -3,14 +3,11 @@
 //! dialed or dialing in, correct and with one rule broken on purpose; the exit
 //! codes, the per-check lines and the JUnit file.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Run, finish, show};
-
-const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
+use common::{BIN, Run, conformance, finish, junit_ids, show, tmp};
 /// A whole suite run (the heartbeat check alone takes ~20 s).
 const RUN_DEADLINE: Duration = Duration::from_secs(240);
 /// Every kernel check id, in the suite's order.
@@ -32,15 +29,7 @@ const IDS: [&str; 14] = [
 ];
 
 fn suite(args: &[&str]) -> Run {
-    let child = Command::new(BIN)
-        .arg("conformance")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start contract-proxy");
-    finish(child, RUN_DEADLINE)
+    conformance(args, None, RUN_DEADLINE)
 }
 
 fn core_target(extra: &str) -> String {
@@ -49,24 +38,6 @@ fn core_target(extra: &str) -> String {
 
 fn shell_target(extra: &str) -> String {
     format!("exec:{BIN} peer kernel-shell --control {{control}} --data {{data}} {extra}")
-}
-
-fn junit_ids(path: &Path) -> (quick_junit::Report, Vec<String>) {
-    let xml = std::fs::read_to_string(path).expect("junit written");
-    let report = quick_junit::Report::deserialize_from_str(&xml).expect("well-formed JUnit XML");
-    let ids = report
-        .test_suites
-        .iter()
-        .flat_map(|s| s.test_cases.iter())
-        .map(|c| c.name.as_str().split(':').next().unwrap_or("").to_string())
-        .collect();
-    (report, ids)
-}
-
-fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join(name);
-    (dir, p)
 }
 
 #[test]

@@ -2,21 +2,17 @@
 //! of examples/rukh: playing the core against the Rust extension (`rukh-ext`) and
 //! the Python one (`ext.py`, on its generated SDK), and playing the extension
 //! against the Rust core (`rukh-core`, which launches the suite's stand-in). The
-//! honest peers pass every check that applies (but for the gaps listed
-//! below, which the peers still need fixed); each `--break` fails exactly its
+//! honest peers pass every check that applies; each `--break` fails exactly its
 //! check; the JUnit file is well-formed.
 
 #![cfg(unix)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{Run, finish, show};
-
-const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
+use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, root, show, tmp};
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
 /// Checks of the suite, in order (both roles list all of them).
@@ -42,85 +38,17 @@ const ONLY_CORE: [&str; 15] = [
     "rukh.exit.deadline",
 ];
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// The directory the binaries are built into (the one holding contract-proxy).
-fn bin_dir() -> PathBuf {
-    Path::new(BIN).parent().expect("bin dir").to_path_buf()
-}
-
 /// Build the reference peers and the SDK generator once, into the same target directory.
 fn peers() -> &'static PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let target = bin_dir().parent().expect("target dir").to_path_buf();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .current_dir(root())
-            .env("CARGO_TARGET_DIR", &target)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "rukh-core",
-                "-p",
-                "rukh-ext",
-                "-p",
-                "contractgen",
-            ])
-            .status()
-            .expect("cargo build");
-        assert!(st.success(), "building the rukh peers failed");
+        cargo_build(&["rukh-core", "rukh-ext", "contractgen"]);
         bin_dir()
     })
 }
 
-fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("PEERS_PYTHON") {
-        return p.into();
-    }
-    let local = root().join(".venv-peers/bin/python");
-    if local.exists() {
-        return local;
-    }
-    PathBuf::from("/work/main/.venv-peers/bin/python")
-}
-
-/// The Python SDK for ext.py, generated once (never committed).
-fn python_sdk() -> &'static PathBuf {
-    static SDK: OnceLock<PathBuf> = OnceLock::new();
-    SDK.get_or_init(|| {
-        let out = bin_dir().join("conformance-rukh-python-sdk");
-        let _ = std::fs::remove_dir_all(&out);
-        let st = Command::new(peers().join("contractgen"))
-            .current_dir(root())
-            .args(["generate", "--lang", "python", "--out"])
-            .arg(&out)
-            .arg("schema/contracts/rukh.json")
-            .stdout(Stdio::null())
-            .status()
-            .expect("contractgen");
-        assert!(st.success(), "generating the Python SDK failed");
-        out
-    })
-}
-
 fn suite(args: &[&str]) -> Run {
-    let child: Child = Command::new(BIN)
-        .arg("conformance")
-        .args(args)
-        .env("PYTHONPATH", python_sdk())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start contract-proxy");
-    finish(child, RUN_DEADLINE)
+    conformance(args, Some("rukh"), RUN_DEADLINE)
 }
 
 fn run_role(role: &str, target: &str, junit: &Path) -> Run {
@@ -147,7 +75,7 @@ fn rust_ext(extra: &str) -> String {
 fn python_ext(extra: &str) -> String {
     format!(
         "exec-fd:3:{} {} {extra}",
-        python().display(),
+        peers_python().display(),
         root().join("examples/rukh/ext.py").display()
     )
 }
@@ -157,11 +85,6 @@ fn rust_core(extra: &str) -> String {
         "exec:{} --deadline-ms {{deadline_ms}} {extra} -- {{extension}}",
         peers().join("rukh-core").display()
     )
-}
-
-fn junit_report(path: &Path) -> quick_junit::Report {
-    let xml = std::fs::read_to_string(path).expect("junit written");
-    quick_junit::Report::deserialize_from_str(&xml).expect("well-formed JUnit XML")
 }
 
 fn sorted(v: impl IntoIterator<Item = impl ToString>) -> Vec<String> {
@@ -193,7 +116,7 @@ fn assert_run(r: &Run, junit: &Path, role: &str, broken: Option<&str>) {
         "only the other role's checks skip: {}",
         show(r)
     );
-    let report = junit_report(junit);
+    let report = junit_ids(junit).0;
     assert_eq!(report.tests, CHECKS, "{}", show(r));
     assert_eq!(report.failures, want_fail.len(), "{}", show(r));
     assert_eq!(report.test_suites[0].name.as_str(), format!("rukh.{role}"));
@@ -213,12 +136,6 @@ fn assert_run(r: &Run, junit: &Path, role: &str, broken: Option<&str>) {
             other => panic!("{check} is not a failure in JUnit: {other:?}"),
         }
     }
-}
-
-fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join(name);
-    (dir, p)
 }
 
 #[test]

@@ -15,9 +15,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{Run, finish, show};
+use common::{BIN, Run, bin_dir, cargo_build, conformance, finish, junit_ids, peers_python, show};
 
-const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
@@ -47,79 +46,28 @@ const IDS: [&str; 18] = [
 const NOT_FOR_HOST: [&str; 1] = ["toolchannel.redial.refuse"];
 const NOT_FOR_WORKER: [&str; 2] = ["toolchannel.call.not-running", "toolchannel.close.exit"];
 
-/// The target directory the test binary was built into (`…/target/debug/contract-proxy`).
-fn bin_dir() -> PathBuf {
-    Path::new(BIN).parent().expect("bin dir").to_path_buf()
-}
-
-/// `contractgen` and `toolchannel-host`, built once if missing, and the Python SDK.
-struct Peers {
-    host: PathBuf,
-    python: PathBuf,
-    sdk: PathBuf,
-}
-
-fn peers() -> &'static Peers {
-    static PEERS: OnceLock<Peers> = OnceLock::new();
-    PEERS.get_or_init(|| {
-        let dir = bin_dir();
-        let host = dir.join("toolchannel-host");
-        let cgen = dir.join("contractgen");
-        if !host.exists() || !cgen.exists() {
-            let target = dir.parent().expect("target dir");
-            let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["build", "-q", "-p", "toolchannel-host", "-p", "contractgen"])
-                .env("CARGO_TARGET_DIR", target)
-                .current_dir(ROOT)
-                .status()
-                .expect("run cargo build");
-            assert!(
-                st.success(),
-                "cargo build -p toolchannel-host -p contractgen failed"
-            );
+/// The Rust host, built once if missing.
+fn host() -> &'static PathBuf {
+    static HOST: OnceLock<PathBuf> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let host = bin_dir().join("toolchannel-host");
+        if !host.exists() {
+            cargo_build(&["toolchannel-host"]);
         }
-        let sdk = dir.join("conformance-toolchannel-sdk");
-        let _ = std::fs::remove_dir_all(&sdk);
-        let st = Command::new(&cgen)
-            .args(["generate", "--lang", "python", "--out"])
-            .arg(&sdk)
-            .arg(Path::new(ROOT).join("schema/contracts/toolchannel.json"))
-            .stdout(Stdio::null())
-            .status()
-            .expect("run contractgen");
-        assert!(st.success(), "contractgen generate --lang python failed");
-        let python = std::env::var_os("PEERS_PYTHON")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(ROOT).join(".venv-peers/bin/python"));
-        assert!(
-            python.exists(),
-            "peer venv missing at {}: run scripts/peers-venv.sh (or set PEERS_PYTHON)",
-            python.display()
-        );
-        Peers { host, python, sdk }
+        host
     })
 }
 
 fn suite(args: &[&str]) -> Run {
-    let p = peers();
-    let child = Command::new(BIN)
-        .arg("conformance")
-        .args(["--contract", "toolchannel"])
-        .args(args)
-        .env("PYTHONPATH", &p.sdk)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start contract-proxy");
-    finish(child, RUN_DEADLINE)
+    let mut all = vec!["--contract", "toolchannel"];
+    all.extend_from_slice(args);
+    conformance(&all, Some("toolchannel"), RUN_DEADLINE)
 }
 
 fn worker_target(ws: &Path, extra: &str) -> String {
-    let p = peers();
     format!(
         "exec:{} {ROOT}/examples/toolchannel/worker.py --url {{url}} --token {{token}} --session-id {{session}} --workspace {} {extra}",
-        p.python.display(),
+        peers_python().display(),
         ws.display()
     )
 }
@@ -127,20 +75,36 @@ fn worker_target(ws: &Path, extra: &str) -> String {
 fn host_target(extra: &str) -> String {
     format!(
         "exec:{} --listen {{listen}} --token {{token}} --session-id {{session}} --heartbeat-interval-seconds 1 --heartbeats 12 --handshake-seconds 2 --ready-seconds 6 --release-grace-seconds 5 --dial-seconds 60 {extra}",
-        peers().host.display()
+        host().display()
     )
 }
 
-fn junit(path: &Path) -> (quick_junit::Report, Vec<String>) {
-    let xml = std::fs::read_to_string(path).expect("junit written");
-    let report = quick_junit::Report::deserialize_from_str(&xml).expect("well-formed JUnit XML");
-    let ids = report
-        .test_suites
-        .iter()
-        .flat_map(|s| s.test_cases.iter())
-        .map(|c| c.name.as_str().split(':').next().unwrap_or("").to_string())
-        .collect();
-    (report, ids)
+/// `--play role --target target --junit xml`.
+fn play(role: &str, target: &str, xml: &Path) -> Run {
+    suite(&[
+        "--play",
+        role,
+        "--target",
+        target,
+        "--junit",
+        xml.to_str().expect("utf-8"),
+    ])
+}
+
+/// Every check ran in order and passed but the other party's, which skip; JUnit agrees.
+fn assert_all_pass(r: &Run, xml: &Path, role: &str, not_for: &[&str]) {
+    assert_eq!(r.code, 0, "{}", show(r));
+    let ids: Vec<String> = r.lines().into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids, IDS, "{}", show(r));
+    assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(r));
+    expect_skips(r, not_for);
+    let (report, jids) = junit_ids(xml);
+    assert_eq!(jids, IDS);
+    assert_eq!((report.tests, report.failures, report.errors), (18, 0, 0));
+    assert_eq!(
+        report.test_suites[0].name.as_str(),
+        format!("toolchannel.{role}")
+    );
 }
 
 fn expect_skips(r: &Run, not_for: &[&str]) {
@@ -182,23 +146,8 @@ fn as_host_the_python_worker_passes_and_junit_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let xml = dir.path().join("host.xml");
     let target = worker_target(&dir.path().join("ws"), "");
-    let r = suite(&[
-        "--play",
-        "host",
-        "--target",
-        &target,
-        "--junit",
-        xml.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(r.code, 0, "{}", show(&r));
-    let ids: Vec<String> = r.lines().into_iter().map(|(_, id)| id).collect();
-    assert_eq!(ids, IDS, "{}", show(&r));
-    assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(&r));
-    expect_skips(&r, &NOT_FOR_HOST);
-    let (report, jids) = junit(&xml);
-    assert_eq!(jids, IDS);
-    assert_eq!((report.tests, report.failures, report.errors), (18, 0, 0));
-    assert_eq!(report.test_suites[0].name.as_str(), "toolchannel.host");
+    let r = play("host", &target, &xml);
+    assert_all_pass(&r, &xml, "host", &NOT_FOR_HOST);
 }
 
 #[test]
@@ -206,14 +155,7 @@ fn as_host_an_early_ready_worker_fails_exactly_the_order_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let xml = dir.path().join("host-break.xml");
     let target = worker_target(&dir.path().join("ws"), "--break early-ready");
-    let r = suite(&[
-        "--play",
-        "host",
-        "--target",
-        &target,
-        "--junit",
-        xml.to_str().expect("utf-8"),
-    ]);
+    let r = play("host", &target, &xml);
     assert_eq!(r.code, 1, "{}", show(&r));
     assert_eq!(
         r.with("FAIL"),
@@ -231,7 +173,7 @@ fn as_host_an_early_ready_worker_fails_exactly_the_order_check() {
         "{fail}"
     );
     assert!(fail.contains("\"method\":\"agentfy/ready\""), "{fail}");
-    let (report, jids) = junit(&xml);
+    let (report, jids) = junit_ids(&xml);
     assert_eq!(jids, IDS);
     assert_eq!(report.failures, 1);
 }
@@ -241,23 +183,8 @@ fn as_worker_the_rust_host_passes_and_junit_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let xml = dir.path().join("worker.xml");
     let target = host_target("");
-    let r = suite(&[
-        "--play",
-        "worker",
-        "--target",
-        &target,
-        "--junit",
-        xml.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(r.code, 0, "{}", show(&r));
-    let ids: Vec<String> = r.lines().into_iter().map(|(_, id)| id).collect();
-    assert_eq!(ids, IDS, "{}", show(&r));
-    assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(&r));
-    expect_skips(&r, &NOT_FOR_WORKER);
-    let (report, jids) = junit(&xml);
-    assert_eq!(jids, IDS);
-    assert_eq!((report.tests, report.failures, report.errors), (18, 0, 0));
-    assert_eq!(report.test_suites[0].name.as_str(), "toolchannel.worker");
+    let r = play("worker", &target, &xml);
+    assert_all_pass(&r, &xml, "worker", &NOT_FOR_WORKER);
 }
 
 #[test]
@@ -265,14 +192,7 @@ fn as_worker_a_host_that_answers_sampling_fails_exactly_the_sampling_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let xml = dir.path().join("worker-break.xml");
     let target = host_target("--break sampling-accept");
-    let r = suite(&[
-        "--play",
-        "worker",
-        "--target",
-        &target,
-        "--junit",
-        xml.to_str().expect("utf-8"),
-    ]);
+    let r = play("worker", &target, &xml);
     assert_eq!(r.code, 1, "{}", show(&r));
     assert_eq!(
         r.with("FAIL"),
@@ -290,7 +210,7 @@ fn as_worker_a_host_that_answers_sampling_fails_exactly_the_sampling_check() {
         "{fail}"
     );
     assert!(fail.contains("sampled anyway"), "{fail}");
-    let (report, jids) = junit(&xml);
+    let (report, jids) = junit_ids(&xml);
     assert_eq!(jids, IDS);
     assert_eq!(report.failures, 1);
 }

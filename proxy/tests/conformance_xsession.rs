@@ -5,19 +5,15 @@
 //! `--break no-auth`, which must fail exactly `xsession.3.auth`; plus the JUnit
 //! file, the check list and the usage errors.
 //!
-//! Needs the peers' Python (`PY`, default `<repo>/.venv-peers/bin/python`, see
-//! scripts/peers-venv.sh) and contractgen (`CONTRACTGEN`, default next to the
-//! contract-proxy binary: `cargo build -p contractgen`).
+//! Needs the peers' Python (see `common::peers_python`, scripts/peers-venv.sh);
+//! the SDK comes from `common::python_sdk`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::Duration;
 
 mod common;
-use common::{Run, finish, show};
+use common::{Run, conformance, peers_python, python_sdk, show};
 
-const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// A whole suite run: the parse-deadline check alone waits 30 s.
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
@@ -49,52 +45,12 @@ const IDS: [(&str, bool, bool); 23] = [
     ("xsession.6.presentation", false, false),
 ];
 
-fn python() -> String {
-    let p = std::env::var("PY").unwrap_or_else(|_| format!("{ROOT}/.venv-peers/bin/python"));
-    assert!(
-        Path::new(&p).exists(),
-        "{p} is missing: run scripts/peers-venv.sh (or set PY to the peers' python)"
-    );
-    p
-}
-
-/// The generated Python SDK for xsession (once per test binary).
-fn sdk() -> &'static Path {
-    static SDK: OnceLock<PathBuf> = OnceLock::new();
-    SDK.get_or_init(|| {
-        let gen_bin = std::env::var("CONTRACTGEN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| {
-                Path::new(BIN)
-                    .parent()
-                    .expect("binary directory")
-                    .join("contractgen")
-            });
-        assert!(
-            gen_bin.exists(),
-            "{} is missing: cargo build -p contractgen (or set CONTRACTGEN)",
-            gen_bin.display()
-        );
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("xsession-sdk-{}", std::process::id()));
-        let st = Command::new(&gen_bin)
-            .args(["generate", "--lang", "python", "--out"])
-            .arg(&out)
-            .arg(format!("{ROOT}/schema/contracts/xsession.json"))
-            .stdout(Stdio::null())
-            .status()
-            .expect("run contractgen");
-        assert!(st.success(), "contractgen generate failed: {st}");
-        out
-    })
-}
-
 /// The launch command of the reference session; `role_args` says what it does.
 fn target(role_args: &str) -> String {
     format!(
         "exec:env PYTHONPATH={} {} {ROOT}/examples/xsession/session.py --registry {{registry}} --name {{name}} --socket {{socket}} {role_args}",
-        sdk().display(),
-        python()
+        python_sdk("xsession").display(),
+        peers_python().display()
     )
 }
 
@@ -103,16 +59,9 @@ const SENDER: &str =
     "--send-to {peer} --text conformance --count {count} --timeout 20 --summary {summary}";
 
 fn suite(args: &[&str]) -> Run {
-    let child = Command::new(BIN)
-        .arg("conformance")
-        .args(["--contract", "xsession"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start contract-proxy");
-    finish(child, RUN_DEADLINE)
+    let mut all = vec!["--contract", "xsession"];
+    all.extend_from_slice(args);
+    conformance(&all, None, RUN_DEADLINE)
 }
 
 /// Every applicable check passes; the rest skip as not applicable.

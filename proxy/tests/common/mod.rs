@@ -1,9 +1,128 @@
 //! What the conformance tests share: run `contract-proxy conformance` as a child
-//! with a deadline, and read its PASS/FAIL/SKIP lines.
+//! with a deadline and read its PASS/FAIL/SKIP lines and JUnit file; build the
+//! reference peers and generate their Python SDK once per test binary.
+#![allow(dead_code)] // each test file uses a part
 
+use std::collections::HashMap;
 use std::io::Read;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The proxy binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_contract-proxy");
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The directory the binaries are built into (the one holding contract-proxy).
+pub fn bin_dir() -> PathBuf {
+    Path::new(BIN).parent().expect("bin dir").to_path_buf()
+}
+
+/// Build `packages` into the target directory that holds contract-proxy.
+pub fn cargo_build(packages: &[&str]) {
+    let target = bin_dir().parent().expect("target dir").to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .current_dir(root())
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "-q"])
+        .args(packages.iter().flat_map(|p| ["-p", p]))
+        .status()
+        .expect("run cargo build");
+    assert!(st.success(), "cargo build of {packages:?} failed");
+}
+
+/// The peers' Python (`PEERS_PYTHON` or `PY`, else the repo's `.venv-peers`).
+pub fn peers_python() -> PathBuf {
+    let p = std::env::var_os("PEERS_PYTHON")
+        .or_else(|| std::env::var_os("PY"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".venv-peers/bin/python"));
+    assert!(
+        p.exists(),
+        "peer venv missing at {}: run scripts/peers-venv.sh (or set PEERS_PYTHON)",
+        p.display()
+    );
+    p
+}
+
+/// The Python SDK of `contract`, generated once per test binary (never committed),
+/// by `CONTRACTGEN` or the contractgen next to contract-proxy (built if missing).
+pub fn python_sdk(contract: &str) -> PathBuf {
+    static SDKS: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut sdks = SDKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = sdks.get(contract) {
+        return p.clone();
+    }
+    let cgen = std::env::var_os("CONTRACTGEN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bin_dir().join("contractgen"));
+    if !cgen.exists() {
+        cargo_build(&["contractgen"]);
+    }
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("conformance-{contract}-sdk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let st = Command::new(&cgen)
+        .args(["generate", "--lang", "python", "--out"])
+        .arg(&out)
+        .arg(root().join(format!("schema/contracts/{contract}.json")))
+        .stdout(Stdio::null())
+        .status()
+        .expect("run contractgen");
+    assert!(
+        st.success(),
+        "contractgen generate --lang python failed: {st}"
+    );
+    sdks.insert(contract.to_string(), out.clone());
+    out
+}
+
+/// `contract-proxy conformance ARGS` (with the Python SDK of `sdk` on PYTHONPATH),
+/// finished within `limit`.
+pub fn conformance(args: &[&str], sdk: Option<&str>, limit: Duration) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("conformance")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(contract) = sdk {
+        cmd.env("PYTHONPATH", python_sdk(contract));
+    }
+    finish(cmd.spawn().expect("start contract-proxy"), limit)
+}
+
+/// The JUnit file a run wrote, and the check id of each test case in it.
+pub fn junit_ids(path: &Path) -> (quick_junit::Report, Vec<String>) {
+    let xml = std::fs::read_to_string(path).expect("junit written");
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("well-formed JUnit XML");
+    let ids = report
+        .test_suites
+        .iter()
+        .flat_map(|s| s.test_cases.iter())
+        .map(|c| c.name.as_str().split(':').next().unwrap_or("").to_string())
+        .collect();
+    (report, ids)
+}
+
+/// A file path `name` in a fresh temporary directory (kept alive by the guard).
+pub fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join(name);
+    (dir, p)
+}
 
 /// One finished suite run.
 pub struct Run {
@@ -14,7 +133,6 @@ pub struct Run {
 
 impl Run {
     /// Every check line as (PASS|FAIL|SKIP, check id).
-    #[allow(dead_code)] // not every test file lists all lines
     pub fn lines(&self) -> Vec<(String, String)> {
         self.stdout
             .lines()
