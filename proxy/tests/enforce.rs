@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use contract::Contract;
 use contract::model::{CodeKind, Framing, Part};
+use contract::wire::json::{depth, items};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -188,25 +189,6 @@ impl Rukh {
             .as_ref()
             .and_then(|a| a.code.clone())
             .expect("rukh's oversize code")
-    }
-}
-
-/// Nesting depth as rukh counts it: the top-level object is 1, each
-/// nested object or array adds 1.
-fn depth(v: &Value) -> usize {
-    match v {
-        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
-        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// Object members plus array elements, over the whole value.
-fn items(v: &Value) -> usize {
-    match v {
-        Value::Object(m) => m.len() + m.values().map(items).sum::<usize>(),
-        Value::Array(a) => a.len() + a.iter().map(items).sum::<usize>(),
-        _ => 0,
     }
 }
 

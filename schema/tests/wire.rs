@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use contract::model::{Kind, Part};
-use contract::wire::{BinaryFrame, ChannelCodec, FrameError, JsonError, ViolationClass, Wire};
+use contract::wire::{
+    BinaryFrame, ChannelCodec, FrameError, JsonError, JsonLimits, ViolationClass, Wire,
+};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tokio_util::codec::{Decoder, Encoder};
@@ -543,4 +545,29 @@ fn violation_reasons_never_quote_the_value() {
         "the reason still says where: {}",
         v.reason
     );
+}
+
+#[test]
+fn depth_and_items_measure_what_the_parser_limits() {
+    use contract::wire::json::{depth, items, parse};
+    let limits = JsonLimits {
+        max_depth: 4,
+        max_items: 5,
+        ..JsonLimits::default()
+    };
+    let at = json!({"a": [[{}]]});
+    assert_eq!((depth(&at), items(&at)), (4, 3));
+    parse(at.to_string().as_bytes(), &limits).expect("at both caps' edge");
+    let deeper = json!({"a": [[[{}]]]});
+    assert_eq!(depth(&deeper), 5);
+    assert!(matches!(
+        parse(deeper.to_string().as_bytes(), &limits),
+        Err(JsonError::TooDeep { .. })
+    ));
+    let more = json!({"a": [1, 2, 3, 4, 5]});
+    assert_eq!(items(&more), 6);
+    assert!(matches!(
+        parse(more.to_string().as_bytes(), &limits),
+        Err(JsonError::TooManyItems { .. })
+    ));
 }

@@ -39,6 +39,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use contract::model::{Kind, Part};
+use contract::wire::json::{depth, items};
 use serde_json::{Map, Value, json};
 
 use super::peers::PeerError;
@@ -199,24 +200,6 @@ impl Spec {
 
 // ---------------------------------------------------------------------------
 // Frames and strict-JSON cases.
-
-/// Depth of a value, the top-level object being 1.
-fn depth(v: &Value) -> usize {
-    match v {
-        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
-        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// Object members plus array elements in a value.
-fn items(v: &Value) -> usize {
-    match v {
-        Value::Object(m) => m.len() + m.values().map(items).sum::<usize>(),
-        Value::Array(a) => a.len() + a.iter().map(items).sum::<usize>(),
-        _ => 0,
-    }
-}
 
 fn to_bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()

@@ -113,6 +113,26 @@ pub enum JsonError {
     },
 }
 
+/// Nesting depth as [`JsonLimits::max_depth`] counts it: the top-level object
+/// is 1, each nested object or array adds 1.
+pub fn depth(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Items as [`JsonLimits::max_items`] counts them: object members plus array
+/// elements, over the whole value.
+pub fn items(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => m.len() + m.values().map(items).sum::<usize>(),
+        Value::Array(a) => a.len() + a.iter().map(items).sum::<usize>(),
+        _ => 0,
+    }
+}
+
 /// Parse one frame under `limits`.
 pub fn parse(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
     const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
