@@ -76,9 +76,7 @@ class Extension:
         Our own frames hold to the channel's rules too: a reply over its method's cap
         or a request over its own raises (an SDK ContractError ends the session)."""
         data = r.encode(msg)
-        if answers is not None:
-            r.check_ipc_reply(answers, data)
-        r.decode_ipc_message(data)
+        r.decode_ipc_message(data, answers=lambda _id: answers)
         await r.write_ipc_frame_async(self.writer, data)
 
     async def reply(self, req: r.Request, result: Any) -> None:
