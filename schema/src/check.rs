@@ -82,16 +82,121 @@ impl fmt::Display for Problem {
     }
 }
 
+/// The committed meta-schema, parsed once (the validator and `choices_hint` read it).
+fn meta_doc() -> Result<&'static Value, String> {
+    static D: OnceLock<Result<Value, String>> = OnceLock::new();
+    D.get_or_init(|| {
+        serde_json::from_str(crate::META_SCHEMA)
+            .map_err(|e| format!("committed contract.schema.json is not JSON: {e}"))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
 fn meta_validator() -> Result<&'static jsonschema::Validator, String> {
     static V: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
     V.get_or_init(|| {
-        let schema: Value = serde_json::from_str(crate::META_SCHEMA)
-            .map_err(|e| format!("committed contract.schema.json is not JSON: {e}"))?;
-        jsonschema::draft202012::new(&schema)
+        jsonschema::draft202012::new(meta_doc()?)
             .map_err(|e| format!("committed contract.schema.json does not compile: {e}"))
     })
     .as_ref()
     .map_err(Clone::clone)
+}
+
+/// For a `oneOf`/`anyOf` of the meta-schema that nothing matched, say what would: the
+/// tag every branch fixes (a framing's `kind`, a binding's `model`) and its valid values,
+/// or, when the tag is valid, what its own branch objects to. `None` when the branches
+/// share no such tag (the validator's own message stands).
+fn choices_hint(schema_path: &str, doc: &Value, instance_path: &str) -> Option<String> {
+    if !(schema_path.ends_with("/oneOf") || schema_path.ends_with("/anyOf")) {
+        return None;
+    }
+    let meta = meta_doc().ok()?;
+    let branches: Vec<&Value> = follow(meta, schema_path)?
+        .as_array()?
+        .iter()
+        .map(|b| resolve(meta, b))
+        .collect();
+    let tags: Vec<Vec<(&String, &Value)>> = branches.iter().map(|b| const_tags(meta, b)).collect();
+    let tag = tags
+        .first()?
+        .iter()
+        .map(|(k, _)| *k)
+        .find(|k| tags.iter().all(|t| t.iter().any(|(bk, _)| bk == k)))?;
+    // Each branch's value of the tag, as text ("\"ndjson\"").
+    let values: Vec<Option<String>> = tags
+        .iter()
+        .map(|t| {
+            t.iter()
+                .find(|(k, _)| *k == tag)
+                .map(|(_, v)| v.to_string())
+        })
+        .collect();
+    let instance = doc.pointer(instance_path)?;
+    let got = instance.get(tag).map(Value::to_string);
+    let Some(i) = values.iter().position(|v| v.is_some() && *v == got) else {
+        let valid: Vec<&str> = values.iter().flatten().map(String::as_str).collect();
+        let got = got.unwrap_or_else(|| "missing".to_string());
+        return Some(format!(
+            "`{tag}` is {got}; it must be one of {}",
+            valid.join(", ")
+        ));
+    };
+    // The tag is valid: the branch it picks says what is wrong.
+    let mut root = branches[i].clone();
+    root["$defs"] = meta.get("$defs")?.clone();
+    let why: Vec<String> = jsonschema::draft202012::new(&root)
+        .ok()?
+        .iter_errors(instance)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    Some(format!("as a {tag} {}: {}", got?, why.join("; ")))
+}
+
+/// A branch's required properties that a `const` fixes, with their values.
+fn const_tags<'a>(meta: &'a Value, branch: &'a Value) -> Vec<(&'a String, &'a Value)> {
+    let required: Vec<&str> = branch
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    branch
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|props| {
+            props
+                .iter()
+                .filter(|(k, _)| required.contains(&k.as_str()))
+                .filter_map(|(k, v)| Some((k, resolve(meta, v).get("const")?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The meta-schema node at a validator's schema path, stepping through local `$ref`s.
+fn follow<'a>(meta: &'a Value, schema_path: &str) -> Option<&'a Value> {
+    let mut node = meta;
+    for seg in schema_path.split('/').skip(1) {
+        let seg = seg.replace("~1", "/").replace("~0", "~");
+        node = if seg == "$ref" {
+            resolve(meta, node)
+        } else {
+            match node {
+                Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
+                _ => node.get(&seg)?,
+            }
+        };
+    }
+    Some(node)
+}
+
+/// A local `$ref` (`#/$defs/X`) resolved; any other node as it is.
+fn resolve<'a>(meta: &'a Value, node: &'a Value) -> &'a Value {
+    node.get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix('#'))
+        .and_then(|p| meta.pointer(p))
+        .unwrap_or(node)
 }
 
 /// Check a parsed JSON document. Returns the model when it deserializes, and
@@ -105,11 +210,10 @@ pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem
     match meta_validator() {
         Ok(v) => {
             for e in v.iter_errors(doc) {
-                cx.push(
-                    Lint::MetaSchema,
-                    e.instance_path().to_string(),
-                    e.to_string(),
-                );
+                let reason =
+                    choices_hint(e.schema_path().as_str(), doc, e.instance_path().as_str())
+                        .unwrap_or_else(|| e.to_string());
+                cx.push(Lint::MetaSchema, e.instance_path().to_string(), reason);
             }
         }
         Err(e) => cx.push(Lint::MetaSchema, String::new(), e),
@@ -874,6 +978,14 @@ fn schema_faults(c: &Contract, schema: &Value, instance: &Value, at: &str) -> Ve
     }
 }
 
+/// Whether a JSON-RPC call may leave `params` out: its schema accepts `null` or `{}`
+/// (the rule `wire::classify` applies to live traffic).
+fn params_omittable(c: &Contract, schema: &Value) -> bool {
+    [Value::Null, Value::Object(Default::default())]
+        .iter()
+        .any(|v| schema_faults(c, schema, v, "").is_empty())
+}
+
 fn example_faults(
     c: &Contract,
     idx: &CodeIndex,
@@ -957,6 +1069,7 @@ fn example_faults(
     {
         out.push(format!("{mp} must be {mname:?}"));
     }
+    let jsonrpc_call = matches!(ch.binding, Some(Binding::Jsonrpc { .. })) && ex.part == Part::Call;
     let schema = match ex.part {
         Part::Call => m.params.as_ref(),
         Part::Result => m.result.as_ref(),
@@ -965,6 +1078,9 @@ fn example_faults(
     if let Some(s) = schema {
         match msg.pointer(&payload_ptr) {
             Some(p) => out.extend(schema_faults(c, s, p, &format!("{payload_ptr} "))),
+            // JSON-RPC lets a call leave `params` out; the wire layer accepts that when
+            // the method's schema accepts no parameters, and so does this lint.
+            None if jsonrpc_call && params_omittable(c, s) => {}
             None => out.push(format!("{payload_ptr} is missing")),
         }
     }

@@ -272,3 +272,54 @@ fn violation_code_must_exist() {
         "/violations/parse/code",
     );
 }
+
+/// JSON-RPC lets a call leave `params` out: fine when the method's schema accepts no
+/// parameters (as the wire layer's check does), a bad example when it requires some.
+#[test]
+fn jsonrpc_params_are_optional_where_the_schema_allows() {
+    let mut doc = fixture();
+    let mut ping = doc["methods"]["echo"].clone();
+    ping["params"] = json!({ "type": "object", "additionalProperties": false });
+    ping["result"] = json!({ "type": "object" });
+    ping["examples"] = json!([{ "title": "bare call", "part": "call", "from": "client", "seed": "§2",
+        "message": { "jsonrpc": "2.0", "id": 2, "method": "ping" } }]);
+    doc["methods"]["ping"] = ping;
+    let ps = problems(&doc);
+    assert!(ps.is_empty(), "{ps:#?}");
+
+    assert_fires(
+        |d| {
+            d["methods"]["echo"]["examples"][0]["message"]
+                .as_object_mut()
+                .expect("message")
+                .remove("params");
+        },
+        Lint::BadExample,
+        "/methods/echo/examples/0/message",
+    );
+}
+
+/// A `oneOf` of the meta-schema that nothing matched names the valid choices of its
+/// tag, or, for a valid tag, what that branch objects to.
+#[test]
+fn meta_schema_one_of_names_the_valid_choices() {
+    let reason = |edit: fn(&mut Value)| {
+        let mut doc = fixture();
+        edit(&mut doc);
+        problems(&doc)
+            .into_iter()
+            .find(|p| p.lint == Lint::MetaSchema && p.pointer == "/channels/main/framing")
+            .map(|p| p.reason)
+            .expect("a meta-schema problem at the framing")
+    };
+    let unknown = reason(|d| d["channels"]["main"]["framing"]["kind"] = json!("chunked"));
+    for kind in ["\"length-prefixed\"", "\"ndjson\"", "\"binary\""] {
+        assert!(unknown.contains(kind), "{unknown}");
+    }
+    assert!(unknown.contains("\"chunked\""), "{unknown}");
+    let wrong = reason(|d| d["channels"]["main"]["framing"]["lengthBytes"] = json!("four"));
+    assert!(
+        wrong.contains("length-prefixed") && wrong.contains("/lengthBytes"),
+        "{wrong}"
+    );
+}
