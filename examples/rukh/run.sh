@@ -18,7 +18,6 @@ PROXY_CONTRACT=${PROXY_CONTRACT:-schema/contracts/rukh.json}
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/rukh-run.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT
 
-cargo build -q -p rukh-core -p rukh-ext
 CORE=$CARGO_TARGET_DIR/debug/rukh-core
 EXT_RS=$CARGO_TARGET_DIR/debug/rukh-ext
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Python SDK tests. Usage: sdk-tests/python/run.sh PATH/TO/contractgen
 #
-# 1. creates .venv-py in the repo root if missing and installs msgspec, mypy and pytest;
+# 1. scripts/setup.sh makes .venv-py (msgspec, mypy, pytest) when it is missing;
 # 2. generates the contract_sdk package and the cross-language vectors into a temp dir;
 # 3. builds a wheel of the package (installability) and runs `mypy --strict` on it;
 # 4. runs pytest on sdk-tests/python/test_*.py against it;
@@ -14,12 +14,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VENV="$ROOT/.venv-py"
 PY="$VENV/bin/python"
 
-if [ ! -x "$PY" ]; then
-    python3 -m venv "$VENV"
-fi
-if ! "$PY" -c "import msgspec, mypy, pytest, setuptools, wheel" 2>/dev/null; then
-    "$PY" -m pip install -q --disable-pip-version-check msgspec mypy pytest setuptools wheel
-fi
+"$ROOT/scripts/setup.sh" py >&2
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

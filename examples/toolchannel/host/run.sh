@@ -27,7 +27,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build -q -p toolchannel-host
 HOST=$CARGO_TARGET_DIR/debug/toolchannel-host
 
 SDK=$ROOT/target/examples-sdk/python-toolchannel
