@@ -9,7 +9,9 @@
 //! NDJSON, a TOML config). The kernel's credit rules are tested elsewhere.
 //!
 //! The two `#[ignore]`d tests wait out a long contract deadline (20 s, 30 s) in
-//! real time: `cargo test -p contract-proxy --test enforce -- --ignored`.
+//! real time, so a plain `cargo test` leaves them out; scripts/test.sh's cargo-test
+//! stage runs them beside the rest (`cargo nextest run --run-ignored all`), and
+//! `cargo test -p contract-proxy --test enforce -- --ignored` runs them alone.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -26,18 +26,48 @@ pub fn bin_dir() -> PathBuf {
     Path::new(BIN).parent().expect("bin dir").to_path_buf()
 }
 
-/// Build `packages` into the target directory that holds contract-proxy.
+/// Build the workspace's binaries (the reference peers among them) into the target
+/// directory that holds contract-proxy, then check that `packages`' binaries are there.
+///
+/// The selection is the whole workspace with every target, as in scripts/test.sh's
+/// build: cargo unifies features over the packages it is asked for, so building
+/// `-p rukh-core` alone resolves different features for shared dependencies and
+/// compiles most of them a second time. With the same selection this is a no-op
+/// after the test build.
+///
+/// The variables cargo sets for a test process (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...)
+/// are not passed on: build scripts that track them (ring's does) would see them
+/// change and rebuild half the tree, twice per run.
 pub fn cargo_build(packages: &[&str]) {
     let target = bin_dir().parent().expect("target dir").to_path_buf();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
+    let mut cmd = Command::new(cargo);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        let per_test = [
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+        ]
+        .iter()
+        .any(|p| k.starts_with(p))
+            || ["CARGO_TARGET_TMPDIR", "CARGO_PRIMARY_PACKAGE", "OUT_DIR"].contains(&&*k);
+        if per_test {
+            cmd.env_remove(&*k);
+        }
+    }
+    let st = cmd
         .current_dir(root())
         .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "-q"])
-        .args(packages.iter().flat_map(|p| ["-p", p]))
+        .args(["build", "-q", "--workspace", "--all-targets"])
         .status()
         .expect("run cargo build");
-    assert!(st.success(), "cargo build of {packages:?} failed");
+    assert!(st.success(), "cargo build --workspace --all-targets failed");
+    for p in packages {
+        let bin = bin_dir().join(p);
+        assert!(bin.exists(), "{} was not built", bin.display());
+    }
 }
 
 /// The peers' Python (`PEERS_PYTHON` or `PY`, else the repo's `.venv-peers`).

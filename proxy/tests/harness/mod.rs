@@ -23,6 +23,9 @@ pub struct Proxy {
     child: Child,
     lines: mpsc::UnboundedReceiver<String>,
     errs: std::sync::mpsc::Receiver<String>,
+    /// Connection notes passed over while waiting for events, for `note` to find: a note
+    /// written by a spawned task (an inbox notice) may show before the event behind it.
+    notes: Vec<String>,
 }
 
 impl Drop for Proxy {
@@ -64,7 +67,12 @@ pub fn run(args: &[&str]) -> Proxy {
             let _ = etx.send(line);
         }
     });
-    Proxy { child, lines, errs }
+    Proxy {
+        child,
+        lines,
+        errs,
+        notes: Vec::new(),
+    }
 }
 
 impl Proxy {
@@ -100,6 +108,9 @@ impl Proxy {
             let left = end.saturating_duration_since(Instant::now());
             let v = self.line(left, what).await;
             if v.get("verdict").is_none() {
+                if let Some(n) = v.get("note").and_then(Value::as_str) {
+                    self.notes.push(n.to_string());
+                }
                 continue;
             }
             let done = want(&v);
@@ -118,8 +129,12 @@ impl Proxy {
             .expect("at least the match")
     }
 
-    /// The first connection note containing `text`.
+    /// The first connection note containing `text`, among those passed over by the
+    /// event waits, then the ones still to come.
     pub async fn note(&mut self, text: &str) -> String {
+        if let Some(i) = self.notes.iter().position(|n| n.contains(text)) {
+            return self.notes.remove(i);
+        }
         let end = Instant::now() + DEADLINE;
         loop {
             let left = end.saturating_duration_since(Instant::now());
