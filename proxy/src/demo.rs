@@ -1164,7 +1164,7 @@ impl Session {
                     .code
                     .clone()
                     .ok_or("the contract gives no code for an unknown request")?;
-                let entry = self.contract.errors.iter().find(|e| e.code == code);
+                let entry = self.contract.error_for(&code);
                 let category = entry
                     .map(|e| json!(e.category))
                     .unwrap_or(json!("protocol"));

@@ -288,7 +288,6 @@ pub struct Inspector {
     pending_cap: usize,
     /// Counts toward contract limits, per direction (a limit counts on the receiving side).
     counts: HashMap<(Dir, String), u64>,
-    limits: HashMap<String, f64>,
     /// Next sequence number expected per data stream and direction.
     seqs: HashMap<(Dir, u64), u64>,
     next_id: u64,
@@ -311,10 +310,6 @@ impl Inspector {
         mode: Mode,
     ) -> Result<Self, contract::wire::WireError> {
         wire.channel_wire(channel)?;
-        let limits = contract::check::limit_values(wire.contract())
-            .into_iter()
-            .filter_map(|(k, v)| v.ok().map(|v| (k, v)))
-            .collect();
         Ok(Inspector {
             route: route.to_string(),
             conn,
@@ -326,7 +321,6 @@ impl Inspector {
             pending: HashMap::new(),
             pending_cap: contract::io::DEFAULT_PENDING,
             counts: HashMap::new(),
-            limits,
             seqs: HashMap::new(),
             next_id: 0,
             policy: None,
@@ -934,19 +928,15 @@ impl Inspector {
             let n = self.counts.entry((event.dir, limit.clone())).or_insert(0);
             *n += 1;
             let n = *n;
-            let max = self.limits.get(limit).copied();
+            let limits = self.wire.limits();
+            let max = limits.count(limit).ok();
             said.push(format!(
                 "{limit} {n}/{}",
                 max.map(|m| m.to_string()).unwrap_or_else(|| "?".into())
             ));
             if let Some(max) = max
-                && n as f64 >= max
-                && let Some(action) = self
-                    .wire
-                    .contract()
-                    .limits
-                    .get(limit)
-                    .and_then(|l| l.action.clone())
+                && n >= max
+                && let Some(action) = limits.action(limit).cloned()
             {
                 let (c, text) = closing_with(action.code.as_ref(), format!("{limit} reached"));
                 close = Some(c);
@@ -993,13 +983,7 @@ impl Inspector {
                 payload,
                 ..
             } => {
-                let entry = self
-                    .wire
-                    .contract()
-                    .errors
-                    .iter()
-                    .find(|e| &e.code == code)
-                    .cloned();
+                let entry = self.wire.contract().error_for(code).cloned();
                 let mut body = json!({"code": code, "message": reason});
                 if let Some(e) = entry {
                     body["category"] = json!(e.category);
@@ -1113,9 +1097,7 @@ mod tests {
     #[test]
     fn ten_bad_frames_close_toolchannel_with_its_limit_code() {
         let mut ins = inspector("toolchannel", "ws", ("worker", "host"), Mode::Enforce);
-        let max = contract::check::limit_values(ins.wire.contract())["badFramesMax"]
-            .clone()
-            .expect("limit") as usize;
+        let max = ins.wire.limits().count("badFramesMax").expect("limit") as usize;
         for n in 1..=max {
             let i = ins.frame(Dir::Up, b"[]", Instant::now());
             let Decision::Refuse { reply, close } = i.decision else {

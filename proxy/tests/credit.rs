@@ -72,9 +72,7 @@ fn example(method: &str, i: usize, id: &str, stream: u64) -> Value {
 
 fn limit(name: &str) -> u64 {
     let c = contract::builtin("kernel").expect("kernel");
-    contract::check::limit_values(&c)[name]
-        .clone()
-        .expect("limit evaluates") as u64
+    c.evaluated_limits().cap(name).expect("a size")
 }
 
 struct Session {

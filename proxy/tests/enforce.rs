@@ -42,12 +42,9 @@ fn class(e: &Value) -> &str {
 
 /// Limit `name` in base units (bytes, seconds, counts).
 fn limit(c: &Contract, name: &str) -> f64 {
-    let v = contract::check::limit_values(c)
-        .get(name)
-        .cloned()
-        .unwrap_or_else(|| panic!("{} has no limit {name}", c.name))
-        .expect("limit evaluates");
-    contract::check::to_base(c.limits[name].unit, v).0
+    c.evaluated_limits()
+        .number(name)
+        .unwrap_or_else(|e| panic!("{}: {e}", c.name))
 }
 
 fn limit_usize(c: &Contract, name: &str) -> usize {
@@ -56,20 +53,17 @@ fn limit_usize(c: &Contract, name: &str) -> usize {
 
 /// The code of limit `name`'s machine action.
 fn limit_code(c: &Contract, name: &str) -> Value {
-    c.limits[name]
-        .action
-        .as_ref()
-        .and_then(|a| a.code.clone())
+    c.evaluated_limits()
+        .action_code(name)
+        .cloned()
         .unwrap_or_else(|| panic!("{name} has an action code"))
 }
 
 /// The error catalog code named `name`.
 fn error_code(c: &Contract, name: &str) -> Value {
-    c.errors
-        .iter()
-        .find(|e| e.name.as_deref() == Some(name))
-        .map(|e| e.code.clone())
-        .unwrap_or_else(|| panic!("{} has no error {name}", c.name))
+    c.error_code(name)
+        .cloned()
+        .unwrap_or_else(|e| panic!("{}: {e}", c.name))
 }
 
 /// The close code named `name`.
@@ -434,9 +428,12 @@ async fn rukh_pending_requests_over_the_limit_are_refused_with_limit_exceeded() 
 async fn rukh_log_intake_over_the_record_rate_drops_the_excess() {
     let mut r = rukh().await;
     let (mut core, mut ext) = r.session().await;
-    let lim = &r.c.limits["logIntakeRecordsRate"];
-    let burst = lim.burst.expect("burst") as usize;
-    let per_sec = limit(&r.c, "logIntakeRecordsRate") / lim.per_seconds.expect("perSeconds");
+    let lim =
+        r.c.evaluated_limits()
+            .rate("logIntakeRecordsRate")
+            .expect("a rate");
+    let burst = lim.burst as usize;
+    let per_sec = lim.amount / lim.per.as_secs_f64();
     let sent = burst + 50;
     let mut call = example(&r.c, "rukh.call", Part::Call, 0);
     call["id"] = json!("e:1");
@@ -1240,13 +1237,12 @@ impl Xs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xsession_over_the_sender_burst_the_message_is_dropped_and_reported() {
     let mut x = xsession().await;
-    let per = &x.c.limits["perSenderRate"];
-    let burst = per.burst.expect("burst") as usize;
-    let refill = Duration::from_secs_f64(
-        per.per_seconds.expect("perSeconds") / limit(&x.c, "perSenderRate"),
-    );
+    let limits = x.c.evaluated_limits();
+    let per = limits.rate("perSenderRate").expect("a rate");
+    let burst = per.burst as usize;
+    let refill = per.token_period().expect("a positive rate").0;
     assert!(
-        x.c.limits["globalRate"].burst.expect("burst") as usize > burst,
+        limits.rate("globalRate").expect("a rate").burst as usize > burst,
         "the all-senders bucket must not be the one that runs out here"
     );
     let reason = limit_code(&x.c, "perSenderRate");

@@ -36,21 +36,19 @@ fn ex(w: &Wire, method: &str, part: &str, n: usize) -> Value {
         .unwrap_or_else(|| panic!("{method} has no {part} example #{n}"))
 }
 
+/// Limit `name` in base units (bytes, seconds, counts).
 fn limit(w: &Wire, name: &str) -> f64 {
-    contract::check::limit_values(w.contract())[name]
-        .clone()
-        .expect("limit")
+    w.limits().number(name).expect("limit")
 }
 
 fn secs(w: &Wire, name: &str) -> Duration {
-    let l = &w.contract().limits[name];
-    Duration::from_secs_f64(contract::check::to_base(l.unit, limit(w, name)).0)
+    w.limits().duration(name).expect("a duration")
 }
 
 /// A rate limit's refill period: one token per this long.
 fn period(w: &Wire, name: &str) -> Duration {
-    let l = &w.contract().limits[name];
-    Duration::from_secs_f64(l.per_seconds.expect("rate") / limit(w, name))
+    let rate = w.limits().rate(name).expect("a rate");
+    rate.token_period().expect("a positive rate").0
 }
 
 /// One side of a route: who sends, and which way that is.
@@ -341,8 +339,7 @@ fn rukh_log_intake_excess_is_discarded_and_counted() {
     let mut big = s.ex("rukh.log", "call", 0);
     big["params"]["message"] = json!("x".repeat(15_000));
     let size = serde_json::to_vec(&big).expect("json").len();
-    let l = &s.w.contract().limits["logIntakeBytesRate"];
-    let bytes = contract::check::to_base(l.unit, limit(&s.w, "logIntakeBytesRate")).0 as usize;
+    let bytes = limit(&s.w, "logIntakeBytesRate") as usize;
     let fit = bytes / size;
     assert!(
         fit < records,
@@ -878,7 +875,7 @@ fn assert_dropped(w: &Wire, r: &[Ruling], inbox: &str, orig: &str, reason: &str)
 fn xsession_per_sender_burst_then_one_per_period() {
     let mut x = Inbox::new();
     let every = period(&x.w, "perSenderRate");
-    let burst = x.w.contract().limits["perSenderRate"].burst.expect("burst");
+    let burst = x.w.limits().rate("perSenderRate").expect("a rate").burst;
     let t0 = Instant::now();
     let a = "/run/user/1000/qwen-socks/1.sock";
     for n in 0..burst {
@@ -904,7 +901,7 @@ fn xsession_per_sender_burst_then_one_per_period() {
 #[test]
 fn xsession_global_burst_then_one_per_second() {
     let mut x = Inbox::new();
-    let burst = x.w.contract().limits["globalRate"].burst.expect("burst");
+    let burst = x.w.limits().rate("globalRate").expect("a rate").burst;
     let t0 = Instant::now();
     for n in 0..burst {
         let from = format!("/tmp/s{n}.sock");

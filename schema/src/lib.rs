@@ -3,16 +3,19 @@
 //! The four contracts in `schema/contracts/` are embedded at compile time
 //! ([`builtin`]), so every tool can name them without a path. [`load`] parses
 //! and models a contract; [`check`] validates it against the meta-schema and
-//! lints its cross-references. Nothing here does I/O beyond reading the file a
+//! lints its cross-references; [`access`] hands out its values as Rust types
+//! (durations, byte counts, rates, codes by name). Nothing here does I/O beyond reading the file a
 //! caller names.
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod check;
 pub mod io;
 pub mod model;
 mod pointer;
 pub mod wire;
 
+pub use access::{AccessError, Limits, Rate};
 pub use check::{Problem, check_document};
 pub use io::{Connection, Embedded};
 pub use model::Contract;

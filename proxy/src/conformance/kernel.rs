@@ -39,9 +39,6 @@ const VERSION: u64 = 1;
 const CREDIT_STEP: u64 = 4096;
 /// How long the credit check waits for data beyond what it granted.
 const OVERRUN_WINDOW: Duration = Duration::from_millis(400);
-/// §13: silence after which a side pings, and pings missed before the peer is dead.
-const SILENCE: Duration = Duration::from_secs(5);
-const MISSED_DEAD: u32 = 3;
 /// Slack allowed around the heartbeat's timers (scheduling, a loaded machine).
 const HEARTBEAT_SLACK: Duration = Duration::from_millis(2500);
 
@@ -2239,8 +2236,12 @@ async fn heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
     // Let the script settle, answering it, then fall silent: no pongs, no answers.
     s.idle(Duration::from_millis(1500)).await?;
     s.pong = false;
+    let limits = cx.wire.limits();
+    let silence = limits.duration("heartbeatSilenceSeconds")?;
+    let answer = limits.duration("pingAnswerSeconds")?;
+    let missed = limits.count("missedPingsDead")?;
+    let dead_by = limits.duration("deadAfterSilenceSeconds")? + HEARTBEAT_SLACK * 2;
     let mut pings: Vec<(Instant, Got)> = Vec::new();
-    let dead_by = SILENCE * (MISSED_DEAD + 1) + HEARTBEAT_SLACK * 2;
     let ended;
     loop {
         let base = s.last_sent;
@@ -2281,40 +2282,43 @@ async fn heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
         )));
     };
     let first_after = first_at.duration_since(silent_from);
-    if first_after + Duration::from_millis(300) < SILENCE {
+    if first_after + Duration::from_millis(300) < silence {
         return Err(s.bad(
             first,
             format!(
-                "the first ping came {:.2} s into the silence, before the 5 s the seed allows",
-                first_after.as_secs_f64()
+                "the first ping came {:.2} s into the silence, before the {:.1} s heartbeatSilenceSeconds allows",
+                first_after.as_secs_f64(),
+                silence.as_secs_f64()
             ),
         ));
     }
-    if first_after > SILENCE + HEARTBEAT_SLACK {
+    if first_after > silence + HEARTBEAT_SLACK {
         return Err(s.bad(
             first,
             format!(
-                "the first ping came only {:.2} s into the silence (due after 5 s)",
-                first_after.as_secs_f64()
+                "the first ping came only {:.2} s into the silence (due after heartbeatSilenceSeconds, {:.1} s)",
+                first_after.as_secs_f64(),
+                silence.as_secs_f64()
             ),
         ));
     }
     for w in pings.windows(2) {
         let gap = w[1].0.duration_since(w[0].0);
-        if gap + Duration::from_millis(300) < SILENCE {
+        if gap + Duration::from_millis(300) < answer {
             return Err(s.bad(
                 &w[1].1,
                 format!(
-                    "pings {:.2} s apart: each unanswered ping gets a full 5 s (K-13)",
-                    gap.as_secs_f64()
+                    "pings {:.2} s apart: each unanswered ping gets a full pingAnswerSeconds, {:.1} s (K-13)",
+                    gap.as_secs_f64(),
+                    answer.as_secs_f64()
                 ),
             ));
         }
     }
     let dead_after = end_at.duration_since(silent_from);
-    if (pings.len() as u32) < MISSED_DEAD {
+    if (pings.len() as u64) < missed {
         return Err(Failure::new(format!(
-            "the {} gave up after {} unanswered pings ({:.1} s); the seed waits for {MISSED_DEAD}",
+            "the {} gave up after {} unanswered pings ({:.1} s); missedPingsDead is {missed}",
             s.other,
             pings.len(),
             dead_after.as_secs_f64()

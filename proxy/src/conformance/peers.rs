@@ -32,9 +32,6 @@ use super::now_secs;
 use crate::conn::{BoxIo, Conn};
 use crate::endpoint::{Endpoint, Incoming, Listener, Options};
 
-/// §13: silence before a ping, and pings missed before the peer is dead.
-const SILENCE: Duration = Duration::from_secs(5);
-const MISSED_DEAD: u32 = 3;
 /// How long a connect or accept of the data channel may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// Control messages queued for the writer; a full queue is reported, never silent.
@@ -263,9 +260,7 @@ impl Out {
         let category = self
             .wire
             .contract()
-            .errors
-            .iter()
-            .find(|e| e.code == code)
+            .error_for(&json!(code))
             .map(|e| e.category.clone())
             .unwrap_or_else(|| "protocol".into());
         let mut body =
@@ -371,10 +366,14 @@ async fn data_frame(
     }
 }
 
-/// The §13 silence counter: any message resets it; pings after 5 s, dead after 3 misses.
+/// The §13 silence counter: any message resets it; a ping after `silence`, another each
+/// `answer` it goes unanswered, dead after `missed` of them (the contract's limits).
 struct Liveness {
     last_rx: Instant,
     pings: u32,
+    silence: Duration,
+    answer: Duration,
+    missed: u32,
 }
 
 enum Beat {
@@ -384,11 +383,17 @@ enum Beat {
 }
 
 impl Liveness {
-    fn new() -> Self {
-        Liveness {
+    fn new(wire: &Wire) -> Result<Self, PeerError> {
+        let l = wire.limits();
+        let failed = |e: contract::AccessError| PeerError::Failed(e.to_string());
+        let missed = l.count("missedPingsDead").map_err(failed)?;
+        Ok(Liveness {
             last_rx: Instant::now(),
             pings: 0,
-        }
+            silence: l.duration("heartbeatSilenceSeconds").map_err(failed)?,
+            answer: l.duration("pingAnswerSeconds").map_err(failed)?,
+            missed: u32::try_from(missed).unwrap_or(u32::MAX),
+        })
     }
 
     fn heard(&mut self) {
@@ -396,12 +401,17 @@ impl Liveness {
         self.pings = 0;
     }
 
+    /// When the `n`th unanswered ping is due (n = 0: the first).
+    fn due(&self, n: u32) -> Duration {
+        self.silence + self.answer * n
+    }
+
     fn tick(&mut self) -> Beat {
         let silent = self.last_rx.elapsed();
-        if silent >= SILENCE * (MISSED_DEAD + 1) && self.pings >= MISSED_DEAD {
+        if self.pings >= self.missed && silent >= self.due(self.missed) {
             return Beat::Dead;
         }
-        if self.pings < MISSED_DEAD && silent >= SILENCE * (self.pings + 1) {
+        if self.pings < self.missed && silent >= self.due(self.pings) {
             self.pings += 1;
             return Beat::Ping;
         }
@@ -679,7 +689,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
     let mut pending = Correlator::new(contract::io::DEFAULT_PENDING);
     let mut ready = false;
     let mut shell_caps: Vec<String> = Vec::new();
-    let mut live = Liveness::new();
+    let mut live = Liveness::new(&wire)?;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let (itx, mut irx) = mpsc::channel::<Internal>(64);
     let tasks: Arc<Mutex<HashMap<String, TaskState>>> = Arc::new(Mutex::new(HashMap::new()));
@@ -848,7 +858,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                 match live.tick() {
                     Beat::Nothing => {}
                     Beat::Ping => out.event("ping", &format!("t-ping-{}", out.id()), json!({}), None),
-                    Beat::Dead => { eprintln!("core: the shell missed {MISSED_DEAD} pings: it is dead, exiting"); break 1; }
+                    Beat::Dead => { eprintln!("core: the shell missed {} pings: it is dead, exiting", live.missed); break 1; }
                 }
             }
         }
@@ -1036,7 +1046,10 @@ async fn shell_session(
     ];
     script.reverse();
     let mut sent_script = 0usize;
-    let mut live = Liveness::new();
+    let mut live = match Liveness::new(wire) {
+        Ok(l) => l,
+        Err(e) => return e.to_string(),
+    };
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     let mut mic: HashMap<u64, Arc<Credit>> = HashMap::new();
     let mut playing: HashSet<u64> = HashSet::new();
@@ -1136,7 +1149,7 @@ async fn shell_session(
                 match live.tick() {
                     Beat::Nothing => {}
                     Beat::Ping => out.event("ping", &trace(), json!({}), None),
-                    Beat::Dead => break format!("the core missed {MISSED_DEAD} pings: dead"),
+                    Beat::Dead => break format!("the core missed {} pings: dead", live.missed),
                 }
             }
         }

@@ -112,6 +112,13 @@ impl Failure {
     }
 }
 
+/// A value the suite needs and the contract does not hold fails the check, naming it.
+impl From<contract::AccessError> for Failure {
+    fn from(e: contract::AccessError) -> Self {
+        Failure::new(e.to_string())
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.why)?;

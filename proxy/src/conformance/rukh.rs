@@ -78,8 +78,8 @@ const DEADLINE_MS: &str = "{deadline_ms}";
 /// Values the checks take from the contract (never written here).
 #[derive(Clone)]
 struct Spec {
-    /// Every limit in base units (bytes, seconds, counts).
-    base: HashMap<String, f64>,
+    /// Every limit, evaluated.
+    limits: contract::Limits,
     /// Error codes by name.
     errors: HashMap<String, i64>,
     /// Codes a receiver may answer a rejected frame with (categories protocol and compatibility).
@@ -97,13 +97,6 @@ struct Spec {
 impl Spec {
     fn new(cx: &Ctx) -> Result<Spec, Failure> {
         let c = cx.wire.contract();
-        let mut base = HashMap::new();
-        for (k, v) in contract::check::limit_values(c) {
-            let v = v.map_err(|e| Failure::new(format!("contract limit {k}: {e}")))?;
-            if let Some(l) = c.limits.get(&k) {
-                base.insert(k, contract::check::to_base(l.unit, v).0);
-            }
-        }
         let mut errors = HashMap::new();
         let mut rejecting = BTreeSet::new();
         for e in &c.errors {
@@ -146,7 +139,7 @@ impl Spec {
             .ok_or_else(|| Failure::new("the contract has no rukh.initialize call example"))?;
         let command_result = c.capabilities.keys().next().cloned();
         Ok(Spec {
-            base,
+            limits: cx.wire.limits().clone(),
             errors,
             rejecting,
             exits,
@@ -157,16 +150,17 @@ impl Spec {
     }
 
     fn num(&self, name: &str) -> Result<f64, Failure> {
-        named(&self.base, name, "limit")
+        Ok(self.limits.number(name)?)
     }
 
+    /// A size or count cap (a rate's amount per period, too).
     fn count(&self, name: &str) -> Result<usize, Failure> {
-        Ok(self.num(name)?.max(0.0) as usize)
+        let n = self.limits.cap(name)?;
+        usize::try_from(n).map_err(|_| Failure::new(format!("limit {name} = {n} is too large")))
     }
 
     fn secs(&self, name: &str) -> Result<Duration, Failure> {
-        Duration::try_from_secs_f64(self.num(name)?)
-            .map_err(|e| Failure::new(format!("limit {name}: {e}")))
+        Ok(self.limits.duration(name)?)
     }
 
     fn error(&self, name: &str) -> Result<i64, Failure> {
@@ -182,7 +176,6 @@ impl Spec {
 
     /// The effective limits the suite pins (the base limits: nothing tightened).
     fn session_limits(&self) -> Result<Value, Failure> {
-        let ms = |s: f64| (s * 1000.0).round() as u64;
         Ok(json!({
             "maxFramePayloadBytes": self.count("framePayloadMax")?,
             "maxLifecyclePayloadBytes": self.count("lifecyclePayloadMax")?,
@@ -193,7 +186,7 @@ impl Spec {
             "sendQueueBytes": self.count("sendQueueBytesMax")?,
             "logRecordsPerSecond": self.count("logIntakeRecordsRate")?,
             "logBytesPerSecond": self.count("logIntakeBytesRate")?,
-            "frameTimeoutMs": ms(self.num("incompleteFrameSeconds")?),
+            "frameTimeoutMs": self.secs("incompleteFrameSeconds")?.as_millis(),
         }))
     }
 }

@@ -33,7 +33,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
 use super::session::{free_port, unsendable};
-use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, first_channel, named, str_at};
+use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, first_channel, str_at};
 use crate::conn::{BoxMsg, CloseFrame, Hello, HttpRefusal, Msg};
 use crate::endpoint::ws::{ConnectError, WsListener, WsSettings, connect_with};
 use crate::endpoint::{Endpoint, Incoming, Listener, Options};
@@ -240,64 +240,23 @@ struct K {
     mcp: Vec<String>,
     /// Channel minors listed by the contract.
     minors: Vec<String>,
-    limits: HashMap<String, f64>,
+    limits: contract::Limits,
     budget_keys: Vec<String>,
-    errors: HashMap<String, i64>,
-    close: HashMap<String, u16>,
-    close_exit: HashMap<u16, i32>,
-    http: HashMap<String, u16>,
-    http_exit: HashMap<u16, i32>,
 }
 
+/// A declared version's string values, as listed.
 fn version_values(c: &contract::model::Contract, name: &str) -> Vec<String> {
-    c.versions
+    c.version_values(name)
         .iter()
-        .find(|v| v.name == name)
-        .map(|v| {
-            v.values
-                .iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `name → value` and `value → maps.workerExit` of one code table.
-fn code_table(
-    c: &contract::model::Contract,
-    table: &str,
-) -> (HashMap<String, u16>, HashMap<u16, i32>) {
-    let mut by_name = HashMap::new();
-    let mut exit = HashMap::new();
-    if let Some(t) = c.codes.get(table) {
-        for v in &t.values {
-            let Some(n) = v.value.as_u64().and_then(|n| u16::try_from(n).ok()) else {
-                continue;
-            };
-            if let Some(name) = &v.name {
-                by_name.insert(name.clone(), n);
-            }
-            if let Some(e) = v
-                .maps
-                .get("workerExit")
-                .and_then(Value::as_i64)
-                .and_then(|e| i32::try_from(e).ok())
-            {
-                exit.insert(n, e);
-            }
-        }
-    }
-    (by_name, exit)
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
 }
 
 impl K {
     fn new(cx: &Ctx) -> Result<Arc<K>, Failure> {
         let c = cx.wire.contract();
         let channel = first_channel(&cx.wire)?;
-        let limits = contract::check::limit_values(c)
-            .into_iter()
-            .filter_map(|(k, v)| v.ok().map(|v| (k, v)))
-            .collect();
+        let limits = cx.wire.limits().clone();
         let budget_keys = c
             .defs
             .get("Budgets")
@@ -305,13 +264,6 @@ impl K {
             .and_then(Value::as_object)
             .map(|o| o.keys().cloned().collect())
             .unwrap_or_default();
-        let errors = c
-            .errors
-            .iter()
-            .filter_map(|e| Some((e.name.clone()?, e.code.as_i64()?)))
-            .collect();
-        let (close, close_exit) = code_table(c, "closeCodes");
-        let (http, http_exit) = code_table(c, "httpStatus");
         let k = K {
             wire: cx.wire.clone(),
             channel,
@@ -320,11 +272,6 @@ impl K {
             minors: version_values(c, "channelVersion"),
             limits,
             budget_keys,
-            errors,
-            close,
-            close_exit,
-            http,
-            http_exit,
         };
         if k.majors.is_empty() || k.mcp.is_empty() || k.minors.is_empty() {
             return Err(Failure::new(
@@ -335,38 +282,51 @@ impl K {
     }
 
     fn err(&self, name: &str) -> Result<i64, Failure> {
-        named(&self.errors, name, "error")
+        let code = self.wire.contract().error_code(name)?;
+        code.as_i64()
+            .ok_or_else(|| Failure::new(format!("error {name} has the non-integer code {code}")))
+    }
+
+    /// A named value of an integer code table.
+    fn table_code(&self, table: &str, name: &str) -> Result<u16, Failure> {
+        let v = &self.wire.contract().code(table, name)?.value;
+        v.as_u64()
+            .and_then(|n| u16::try_from(n).ok())
+            .ok_or_else(|| Failure::new(format!("{table} {name} is {v}, not a 16-bit code")))
     }
 
     fn close(&self, name: &str) -> Result<u16, Failure> {
-        named(&self.close, name, "close code")
+        self.table_code("closeCodes", name)
     }
 
     fn http(&self, name: &str) -> Result<u16, Failure> {
-        named(&self.http, name, "HTTP status")
+        self.table_code("httpStatus", name)
+    }
+
+    /// The worker exit `table`'s value `code` maps to.
+    fn worker_exit(&self, table: &str, code: u16) -> Result<i32, Failure> {
+        let v = self.wire.contract().code_for(table, &json!(code))?;
+        v.mapped("workerExit")
+            .and_then(Value::as_i64)
+            .and_then(|e| i32::try_from(e).ok())
+            .ok_or_else(|| Failure::new(format!("{table} {code} maps no workerExit")))
     }
 
     fn limit(&self, name: &str) -> Result<f64, Failure> {
-        named(&self.limits, name, "limit")
+        Ok(self.limits.number(name)?)
     }
 
     fn secs(&self, name: &str) -> Result<Duration, Failure> {
-        secs(self.limit(name)?)
+        Ok(self.limits.duration(name)?)
     }
 
     /// The exit a worker owes after receiving close `code`.
     fn exit_after_close(&self, code: u16) -> Result<i32, Failure> {
-        self.close_exit
-            .get(&code)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("closeCodes {code} maps no workerExit")))
+        self.worker_exit("closeCodes", code)
     }
 
     fn exit_after_http(&self, status: u16) -> Result<i32, Failure> {
-        self.http_exit
-            .get(&status)
-            .copied()
-            .ok_or_else(|| Failure::new(format!("httpStatus {status} maps no workerExit")))
+        self.worker_exit("httpStatus", status)
     }
 
     /// A close reason of at most `closeReasonMaxBytes` (values truncated, never dropped, T-16).

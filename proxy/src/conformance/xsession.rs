@@ -283,6 +283,7 @@ mod imp {
 
     // ---------------------------------------------------------------- contract values
 
+    /// A token bucket: `burst` at once, then one per `per` seconds.
     struct Rate {
         burst: u64,
         per: f64,
@@ -303,37 +304,30 @@ mod imp {
     }
 
     fn lim(c: &Contract) -> Result<Lim, Failure> {
-        let values = contract::check::limit_values(c);
-        let num = |name: &str| -> Result<f64, Failure> {
-            match values.get(name) {
-                Some(Ok(v)) => Ok(*v),
-                Some(Err(e)) => Err(Failure::new(format!("contract limit {name}: {e}"))),
-                None => Err(Failure::new(format!("the contract has no limit {name}"))),
-            }
-        };
+        let l = c.evaluated_limits();
         let rate = |name: &str| -> Result<Rate, Failure> {
-            let l = c
-                .limits
-                .get(name)
-                .ok_or_else(|| Failure::new(format!("the contract has no limit {name}")))?;
-            match (l.burst, l.per_seconds) {
-                (Some(burst), Some(per)) if per > 0.0 => Ok(Rate { burst, per }),
-                _ => Err(Failure::new(format!("limit {name} is not a token bucket"))),
-            }
+            let r = l.rate(name)?;
+            let (period, _) = r
+                .token_period()
+                .ok_or_else(|| Failure::new(format!("limit {name} is not a token bucket")))?;
+            Ok(Rate {
+                burst: r.burst,
+                per: period.as_secs_f64(),
+            })
         };
-        let secs = |v: f64| Duration::from_secs_f64(v.max(0.0));
+        let chars = |name: &str| -> Result<usize, Failure> { Ok(l.count(name)? as usize) };
         Ok(Lim {
-            line_max: num("lineMax")? as u64,
-            line_deadline: secs(num("parseableLineDeadline")?),
-            max_conns: num("maxConnections")? as usize,
+            line_max: l.cap("lineMax")?,
+            line_deadline: l.duration("parseableLineDeadline")?,
+            max_conns: l.count("maxConnections")? as usize,
             per_sender: rate("perSenderRate")?,
             global: rate("globalRate")?,
-            reg_dir_mode: num("registryDirMode")? as u32,
-            reg_file_mode: num("registryFileMode")? as u32,
-            sock_dir_mode: num("socketDirMode")? as u32,
-            sock_file_mode: num("socketFileMode")? as u32,
-            suffix_hex: num("registrySuffixHexChars")? as usize,
-            token_hex: num("ipcTokenHexChars")? as usize,
+            reg_dir_mode: l.mode("registryDirMode")?,
+            reg_file_mode: l.mode("registryFileMode")?,
+            sock_dir_mode: l.mode("socketDirMode")?,
+            sock_file_mode: l.mode("socketFileMode")?,
+            suffix_hex: chars("registrySuffixHexChars")?,
+            token_hex: chars("ipcTokenHexChars")?,
         })
     }
 
@@ -359,24 +353,17 @@ mod imp {
     }
 
     fn sm(c: &Contract) -> Result<Sm, Failure> {
-        let m = c
-            .state_machines
-            .get("deliveryStatus")
-            .ok_or_else(|| Failure::new("the contract has no deliveryStatus state machine"))?;
+        let m = c.machine("deliveryStatus")?;
         let mut next: HashMap<String, HashSet<String>> = HashMap::new();
         for t in &m.transitions {
             next.entry(t.from.clone()).or_default().insert(t.to.clone());
         }
         let known: HashSet<String> = c
-            .codes
-            .get("deliveryStatus")
-            .map(|t| {
-                t.values
-                    .iter()
-                    .filter_map(|v| v.value.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+            .code_table("deliveryStatus")?
+            .values
+            .iter()
+            .filter_map(|v| v.value.as_str().map(str::to_string))
+            .collect();
         let dropped = "dropped".to_string();
         if !known.contains(&dropped) {
             return Err(Failure::new(
@@ -393,17 +380,9 @@ mod imp {
 
     /// A value of a code table, checked to be there (the suite names codes, the contract owns them).
     fn code(c: &Contract, table: &str, value: &str) -> Result<String, Failure> {
-        let ok = c
-            .codes
-            .get(table)
-            .is_some_and(|t| t.values.iter().any(|v| v.value.as_str() == Some(value)));
-        if ok {
-            Ok(value.to_string())
-        } else {
-            Err(Failure::new(format!(
-                "suite bug: the contract's {table} table has no {value:?}"
-            )))
-        }
+        c.code(table, value)
+            .map_err(|e| Failure::new(format!("suite bug: {e}")))?;
+        Ok(value.to_string())
     }
 
     /// A state of the deliveryStatus machine, checked to be there.

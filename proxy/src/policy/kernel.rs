@@ -31,7 +31,7 @@ use contract::Contract;
 use contract::wire::{Message, Wire};
 use serde_json::{Value, json};
 
-use super::{Act, Ctx, DataRuling, Limits, Policy, Ruling, SharedState, error_seed, note_seed};
+use super::{Act, Ctx, DataRuling, Policy, Ruling, SharedState, error_seed};
 
 /// One data frame, as the relay read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,17 +111,17 @@ pub struct CreditGate {
 impl CreditGate {
     /// A gate for `session` with the contract's limits.
     pub fn new(c: &Contract, session: u64) -> Self {
-        let limits = Limits::new(c);
+        let limits = c.evaluated_limits();
         let code = json!("protocol.credit_exceeded");
-        let entry = c.errors.iter().find(|e| e.code == code);
+        let entry = c.error_for(&code);
         CreditGate {
             session,
-            initial: limits.count("initialCreditBytes").unwrap_or(0),
-            header: limits.count("dataFrameHeaderAfterLength").unwrap_or(0),
-            bound: limits.count("dataFrameMax").unwrap_or(0),
+            initial: limits.cap("initialCreditBytes").unwrap_or(0),
+            header: limits.cap("dataFrameHeaderAfterLength").unwrap_or(0),
+            bound: limits.cap("dataFrameMax").unwrap_or(0),
             category: entry.map(|e| json!(e.category)).unwrap_or(Value::Null),
             retryable: entry.map(|e| json!(e.retryable)).unwrap_or(Value::Null),
-            seed: note_seed(c, "K-10"),
+            seed: c.note_seed("K-10"),
             code: if entry.is_some() { code } else { Value::Null },
             parties: c.parties.keys().cloned().collect(),
             streams: HashMap::new(),
@@ -356,7 +356,7 @@ impl Policy for KernelPolicy {
                 }
                 vec![Ruling {
                     rule: "kernel.stream.reopen",
-                    seed: note_seed(&c, "K-9"),
+                    seed: c.note_seed("K-9"),
                     code: None,
                     reason: format!("stream.open for stream {stream}, which is already open"),
                     act: Act::Flag,
@@ -372,7 +372,7 @@ impl Policy for KernelPolicy {
                 else {
                     return vec![Ruling {
                         rule: "kernel.credit.grantor",
-                        seed: note_seed(&c, "K-10"),
+                        seed: c.note_seed("K-10"),
                         code: None,
                         reason: format!(
                             "stream {stream}: {} granted credit, but the other party is the stream's receiver",
@@ -386,7 +386,7 @@ impl Policy for KernelPolicy {
                 }
                 vec![Ruling {
                     rule: "kernel.credit.release",
-                    seed: note_seed(&c, "K-10"),
+                    seed: c.note_seed("K-10"),
                     code: None,
                     reason: format!(
                         "stream {stream}: {} held frame(s) now covered by credit",
@@ -405,7 +405,7 @@ impl Policy for KernelPolicy {
                 }
                 vec![Ruling {
                     rule: "kernel.credit.closed-held",
-                    seed: note_seed(&c, "K-3"),
+                    seed: c.note_seed("K-3"),
                     code: None,
                     reason: format!(
                         "stream {stream} closed with {dropped} held frame(s): dropped, as its receiver would"
@@ -425,7 +425,7 @@ impl Policy for KernelPolicy {
                 ready: self.shared.take_released(self.session, ctx.to),
                 ruling: Some(Ruling {
                     rule: "kernel.stream.unknown",
-                    seed: note_seed(c, "K-38"),
+                    seed: c.note_seed("K-38"),
                     code: None,
                     reason: format!(
                         "data for stream {}, which is not open (never opened, closed, or closed by an overrun)",

@@ -7,7 +7,7 @@
 //! [`Ruling`]s out: it never reads a clock (every `Instant` is passed in),
 //! never touches a socket, and never sleeps, so tests assert exact sequences.
 //!
-//! Every number comes from the contract ([`Limits`]); a rule whose limit the
+//! Every number comes from the contract ([`contract::Limits`]); a rule whose limit the
 //! contract lacks is simply not applied. A ruling is what *enforce* mode does;
 //! in observe mode the relay reports it as "would have" and forwards anyway.
 //!
@@ -37,14 +37,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use contract::Contract;
-use contract::check::to_base;
 use contract::wire::{Message, Wire};
 use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+pub use contract::Limits;
 pub use kernel::{CreditGate, GateDecision, Held, Overrun};
 
 use crate::inspect::{Closing, Dir};
@@ -395,124 +395,11 @@ impl SharedState {
     }
 }
 
-/// A contract's limits, evaluated, in base units (bytes, seconds, counts).
-pub(crate) struct Limits {
-    values: HashMap<String, LimitInfo>,
-}
-
-struct LimitInfo {
-    /// Value in base units.
-    base: f64,
-    /// Rates: bucket size in base units, and the period `base` is allowed per.
-    burst: Option<f64>,
-    per_seconds: Option<f64>,
-    code: Option<Value>,
-    seed: String,
-}
-
-impl Limits {
-    pub(crate) fn new(contract: &Contract) -> Self {
-        let values = contract::check::limit_values(contract)
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let v = v.ok()?;
-                let l = contract.limits.get(&k)?;
-                let info = LimitInfo {
-                    base: to_base(l.unit, v).0,
-                    burst: l.burst.map(|b| to_base(l.unit, b as f64).0),
-                    per_seconds: l.per_seconds,
-                    code: l.action.as_ref().and_then(|a| a.code.clone()),
-                    seed: l.seed.clone(),
-                };
-                Some((k, info))
-            })
-            .collect();
-        Limits { values }
-    }
-
-    /// The limit in base units (bytes, seconds, or a plain count).
-    pub(crate) fn base(&self, name: &str) -> Option<f64> {
-        self.values.get(name).map(|l| l.base)
-    }
-
-    /// A count or size limit as an integer.
-    pub(crate) fn count(&self, name: &str) -> Option<u64> {
-        self.base(name)
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .map(|v| v as u64)
-    }
-
-    /// A deadline or interval.
-    pub(crate) fn secs(&self, name: &str) -> Option<Duration> {
-        Duration::try_from_secs_f64(self.base(name)?).ok()
-    }
-
-    /// A token-bucket rate: one token per returned period, `burst` tokens at most.
-    pub(crate) fn rate(&self, name: &str) -> Option<(Duration, NonZeroU32)> {
-        let l = self.values.get(name)?;
-        let (per, burst) = (l.per_seconds?, l.burst?);
-        if l.base.is_nan() || l.base <= 0.0 || !burst.is_finite() {
-            return None;
-        }
-        let period = Duration::try_from_secs_f64(per / l.base).ok()?;
-        let burst = NonZeroU32::new(u32::try_from(burst as u64).ok()?)?;
-        Some((period, burst))
-    }
-
-    /// The code of the limit's machine action.
-    pub(crate) fn action_code(&self, name: &str) -> Option<Value> {
-        self.values.get(name)?.code.clone()
-    }
-
-    /// The limit's seed section.
-    pub(crate) fn seed(&self, name: &str) -> String {
-        self.values
-            .get(name)
-            .map(|l| l.seed.clone())
-            .unwrap_or_default()
-    }
-}
-
-/// The seed of an error catalog entry (`code`), or of a note, for a ruling.
+/// The seed of an error catalog entry (`code`), for a ruling.
 pub(crate) fn error_seed(c: &Contract, code: &Value) -> String {
-    c.errors
-        .iter()
-        .find(|e| &e.code == code)
+    c.error_for(code)
         .map(|e| e.seed.clone())
         .unwrap_or_default()
-}
-
-/// The symbolic name of an error catalog entry (JSON-RPC contracts put it in `message`).
-pub(crate) fn error_name(c: &Contract, code: &Value) -> Option<String> {
-    c.errors
-        .iter()
-        .find(|e| &e.code == code)
-        .and_then(|e| e.name.clone())
-}
-
-/// A note's seed with its id, e.g. `Requests, responses and events (R-10)`.
-pub(crate) fn note_seed(c: &Contract, id: &str) -> String {
-    c.notes
-        .iter()
-        .find(|n| n.id == id)
-        .map(|n| format!("{} ({id})", n.seed))
-        .unwrap_or_else(|| id.to_string())
-}
-
-/// A JSON-RPC 2.0 error answering request `id` with a catalog `code`.
-pub(crate) fn jsonrpc_error(
-    c: &Contract,
-    id: Option<&Value>,
-    code: &Value,
-    detail: &str,
-    data: Option<Value>,
-) -> Value {
-    let message = error_name(c, code).unwrap_or_else(|| detail.to_string());
-    let mut error = json!({"code": code, "message": message});
-    if let Some(d) = data {
-        error["data"] = d;
-    }
-    json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error})
 }
 
 /// Truncate `s` to at most `max` bytes on a character boundary.

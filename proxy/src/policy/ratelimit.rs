@@ -22,7 +22,7 @@ use contract::wire::Message;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Act, Bucket, Ruling, jsonrpc_error};
+use super::{Act, Bucket, Ruling};
 
 /// One bucket as written in the config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -163,8 +163,7 @@ impl RateLimiter {
         if let (Act::Refuse { reply, .. }, Some(code), Kind::Request, true) =
             (&mut r.act, &self.code, msg.kind, jsonrpc)
         {
-            *reply = Some(jsonrpc_error(
-                &self.contract,
+            *reply = Some(self.contract.jsonrpc_error(
                 msg.id.as_ref(),
                 code,
                 &r.reason,

@@ -29,7 +29,7 @@ use contract::model::Kind;
 use contract::wire::{Message, Wire};
 use serde_json::{Value, json};
 
-use super::{Act, Bucket, Ctx, Limits, Policy, Ruling, error_seed, jsonrpc_error, note_seed};
+use super::{Act, Bucket, Ctx, Limits, Policy, Ruling, error_seed};
 use crate::inspect::Closing;
 
 const INITIALIZE: &str = "rukh.initialize";
@@ -93,7 +93,7 @@ impl RukhPolicy {
     /// A fresh policy.
     pub fn new(wire: Arc<Wire>) -> Self {
         let c = wire.contract().clone();
-        let limits = Limits::new(&c);
+        let limits = c.evaluated_limits();
         let mut prefixes = HashMap::new();
         for party in c.parties.keys() {
             let mut name = party.clone();
@@ -144,13 +144,8 @@ impl RukhPolicy {
     ) -> Ruling {
         let code = self.code("protocol_error");
         let reply = reply_to.map(|id| {
-            jsonrpc_error(
-                self.c(),
-                Some(id),
-                &code,
-                &reason,
-                Some(json!({"reason": why})),
-            )
+            self.c()
+                .jsonrpc_error(Some(id), &code, &reason, Some(json!({"reason": why})))
         });
         Ruling {
             rule,
@@ -166,12 +161,7 @@ impl RukhPolicy {
 
     /// The catalog code with symbolic `name`.
     fn code(&self, name: &str) -> Value {
-        self.c()
-            .errors
-            .iter()
-            .find(|e| e.name.as_deref() == Some(name))
-            .map(|e| e.code.clone())
-            .unwrap_or(Value::Null)
+        self.c().error_code(name).cloned().unwrap_or(Value::Null)
     }
 
     /// Answer a request with catalog error `name` instead of running it.
@@ -184,7 +174,7 @@ impl RukhPolicy {
         data: Option<Value>,
     ) -> Ruling {
         let code = self.code(name);
-        let reply = id.map(|id| jsonrpc_error(self.c(), Some(id), &code, &reason, data));
+        let reply = id.map(|id| self.c().jsonrpc_error(Some(id), &code, &reason, data));
         Ruling {
             rule,
             seed: error_seed(self.c(), &code),
@@ -298,7 +288,7 @@ impl RukhPolicy {
             )];
         }
         if counted {
-            let max = self.limits.count("pendingRequestsMax");
+            let max = self.limits.cap("pendingRequestsMax").ok();
             let n = self.counted.get(ctx.from).copied().unwrap_or(0);
             if let Some(max) = max
                 && n >= max
@@ -313,7 +303,7 @@ impl RukhPolicy {
                     ),
                     Some(json!({"limit": "pendingRequestsMax"})),
                 );
-                r.seed = self.limits.seed("pendingRequestsMax");
+                r.seed = self.limits.seed("pendingRequestsMax").to_string();
                 return vec![r];
             }
         }
@@ -343,7 +333,7 @@ impl RukhPolicy {
             .and_then(|a| a.code.clone())
             .unwrap_or(Value::Null);
         let reason = format!("{method} before the handshake was confirmed");
-        let reply = id.map(|id| jsonrpc_error(self.c(), Some(id), &code, &reason, None));
+        let reply = id.map(|id| self.c().jsonrpc_error(Some(id), &code, &reason, None));
         Ruling {
             rule: "rukh.session.not-initialized",
             seed: v.map(|a| a.seed).unwrap_or_default(),
@@ -375,7 +365,7 @@ impl RukhPolicy {
                     format!("{method}: params.{field} differs from the pinned context"),
                     msg.id.as_ref(),
                 );
-                r.seed = note_seed(self.c(), "R-15");
+                r.seed = self.c().note_seed("R-15");
                 return Some(r);
             }
         }
@@ -385,7 +375,7 @@ impl RukhPolicy {
     fn track(&mut self, key: String, party: &str, counted: bool) {
         // Uncounted (lifecycle) requests are few by the session order; the cap keeps
         // a misbehaving peer from growing the table anyway.
-        let cap = self.limits.count("pendingRequestsMax").unwrap_or(0) as usize;
+        let cap = self.limits.cap("pendingRequestsMax").unwrap_or(0) as usize;
         if !counted && self.pending.len() >= cap.saturating_mul(2).max(1) {
             return;
         }
@@ -464,7 +454,7 @@ impl RukhPolicy {
                 if self.cancelled {
                     out.push(Ruling {
                         rule: "rukh.cancel.precedence",
-                        seed: note_seed(self.c(), "R-28"),
+                        seed: self.c().note_seed("R-28"),
                         code: None,
                         reason: "rukh.invoke result after an accepted cancel: the outcome stays cancelled".into(),
                         act: Act::Flag,
@@ -492,7 +482,7 @@ impl RukhPolicy {
     fn late(&self, reason: String) -> Ruling {
         Ruling {
             rule: "rukh.response.late",
-            seed: note_seed(self.c(), "R-10"),
+            seed: self.c().note_seed("R-10"),
             code: None,
             reason,
             act: Act::Discard,
@@ -512,10 +502,14 @@ impl RukhPolicy {
             self.log_records = self
                 .limits
                 .rate("logIntakeRecordsRate")
+                .ok()
+                .and_then(|r| r.token_period())
                 .and_then(|(p, b)| Bucket::new(p, b, now));
             self.log_bytes = self
                 .limits
                 .rate("logIntakeBytesRate")
+                .ok()
+                .and_then(|r| r.token_period())
                 .and_then(|(p, b)| Bucket::new(p, b, now));
         }
         let records_ok = self.log_records.as_mut().is_none_or(|b| b.take(1, now));
@@ -534,8 +528,8 @@ impl RukhPolicy {
         };
         vec![Ruling {
             rule: "rukh.log.rate",
-            seed: self.limits.seed(limit),
-            code: self.limits.action_code(limit),
+            seed: self.limits.seed(limit).to_string(),
+            code: self.limits.action_code(limit).cloned(),
             reason: format!("rukh.log record of {size} bytes over {limit}: dropped and counted"),
             act: Act::Discard,
         }]
@@ -554,8 +548,8 @@ impl Policy for RukhPolicy {
             after,
             Ruling {
                 rule: "rukh.frame.incomplete",
-                seed: self.limits.seed(limit),
-                code: self.limits.action_code(limit),
+                seed: self.limits.seed(limit).to_string(),
+                code: self.limits.action_code(limit).cloned(),
                 reason: format!(
                     "a frame stayed incomplete {:.1} s after its first byte ({limit})",
                     after.as_secs_f64()

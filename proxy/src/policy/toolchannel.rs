@@ -37,7 +37,7 @@ use contract::model::{CodeKind, Kind};
 use contract::wire::{Message, Wire};
 use serde_json::{Value, json};
 
-use super::{Act, Ctx, Limits, Policy, Ruling, SharedState, jsonrpc_error, note_seed, truncate};
+use super::{Act, Ctx, Limits, Policy, Ruling, SharedState, truncate};
 use crate::conn::CloseFrame;
 use crate::inspect::Closing;
 
@@ -90,7 +90,7 @@ pub struct ToolPolicy {
 impl ToolPolicy {
     /// A policy for connection `conn`.
     pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64) -> Self {
-        let limits = Limits::new(wire.contract());
+        let limits = wire.limits().clone();
         ToolPolicy {
             wire,
             shared,
@@ -123,7 +123,7 @@ impl ToolPolicy {
     }
 
     fn closing(&self, name: &str, reason: String) -> (Option<Value>, Closing) {
-        let max = self.limits.count("closeReasonMaxBytes").unwrap_or(0) as usize;
+        let max = self.limits.cap("closeReasonMaxBytes").unwrap_or(0) as usize;
         match self.close_code(name) {
             Some(code) => (
                 Some(json!(code)),
@@ -137,31 +137,30 @@ impl ToolPolicy {
     }
 
     fn arm(&self, now: Instant, limit: &str) -> Option<Instant> {
-        self.limits.secs(limit).and_then(|d| now.checked_add(d))
+        self.limits
+            .duration(limit)
+            .ok()
+            .and_then(|d| now.checked_add(d))
     }
 
     fn refused_prefix(&self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
         let method = msg.method.as_deref()?;
         let (_, name) = REFUSED.iter().find(|(p, _)| method.starts_with(p))?;
-        let code = self
-            .c()
-            .errors
-            .iter()
-            .find(|e| e.name.as_deref() == Some(*name))?
-            .code
-            .clone();
+        let code = self.c().error_code(name).ok()?.clone();
         let reason = format!(
             "{method} from {} refused before dispatch (written to the session audit)",
             ctx.from
         );
-        let reply = jsonrpc_error(self.c(), msg.id.as_ref(), &code, &reason, None);
+        let reply = self
+            .c()
+            .jsonrpc_error(msg.id.as_ref(), &code, &reason, None);
         Some(Ruling {
             rule: if *name == "SAMPLING_DISABLED" {
                 "toolchannel.sampling.refused"
             } else {
                 "toolchannel.capability.refused"
             },
-            seed: note_seed(self.c(), "T-34"),
+            seed: self.c().note_seed("T-34"),
             code: Some(code),
             reason,
             act: Act::Refuse {
@@ -194,17 +193,11 @@ impl ToolPolicy {
         };
         let before = self.c().violations.before_handshake.as_ref();
         let code = before.and_then(|a| a.code.clone());
-        let seed = note_seed(self.c(), "T-31");
+        let seed = self.c().note_seed("T-31");
         let reason = format!("{early} (from {}): out of handshake order", ctx.from);
         let act = match (msg.kind, &code) {
             (Kind::Request, Some(code)) => Act::Refuse {
-                reply: Some(jsonrpc_error(
-                    self.c(),
-                    msg.id.as_ref(),
-                    code,
-                    &reason,
-                    None,
-                )),
+                reply: Some(self.c().jsonrpc_error(msg.id.as_ref(), code, &reason, None)),
                 close: None,
             },
             _ => Act::Flag,
@@ -274,7 +267,7 @@ impl ToolPolicy {
                 );
                 vec![Ruling {
                     rule: "toolchannel.supersede",
-                    seed: note_seed(self.c(), "T-49"),
+                    seed: self.c().note_seed("T-49"),
                     code,
                     reason: format!(
                         "redial of the same worker process (attempt {attempt}) supersedes connection {old}"
@@ -328,11 +321,11 @@ impl ToolPolicy {
     }
 
     fn missed(&self, rule: &'static str, limit: &str, what: &str) -> Ruling {
-        let secs = self.limits.base(limit).unwrap_or_default();
+        let secs = self.limits.number(limit).unwrap_or_default();
         Ruling {
             rule,
-            seed: self.limits.seed(limit),
-            code: self.limits.action_code(limit),
+            seed: self.limits.seed(limit).to_string(),
+            code: self.limits.action_code(limit).cloned(),
             reason: format!("{what} within {limit} ({secs} s)"),
             act: Act::Flag,
         }

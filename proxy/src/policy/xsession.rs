@@ -74,7 +74,7 @@ pub struct XsPolicy {
 impl XsPolicy {
     /// A policy for connection `conn`.
     pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64, _session: u64) -> Self {
-        let limits = Limits::new(wire.contract());
+        let limits = wire.limits().clone();
         XsPolicy {
             wire,
             shared,
@@ -122,7 +122,8 @@ impl XsPolicy {
     fn arm(&mut self, now: Instant) {
         self.deadline = self
             .limits
-            .secs("parseableLineDeadline")
+            .duration("parseableLineDeadline")
+            .ok()
             .and_then(|d| now.checked_add(d));
     }
 
@@ -156,9 +157,17 @@ impl XsPolicy {
         let mut hash = [0u8; 32];
         hash.copy_from_slice(digest.as_ref());
         let now = ctx.now;
-        let window = self.limits.secs("duplicateWindow");
-        let per_sender = self.limits.rate("perSenderRate");
-        let global = self.limits.rate("globalRate");
+        let window = self.limits.duration("duplicateWindow").ok();
+        let per_sender = self
+            .limits
+            .rate("perSenderRate")
+            .ok()
+            .and_then(|r| r.token_period());
+        let global = self
+            .limits
+            .rate("globalRate")
+            .ok()
+            .and_then(|r| r.token_period());
 
         let mut inner = self.shared.lock();
         let xs = &mut inner.xsession;
@@ -211,7 +220,7 @@ impl XsPolicy {
 
     /// The ruling for a message dropped by `limit`.
     fn dropped(&mut self, limit: &str, from: Option<&str>, msg: &Message) -> Ruling {
-        let code = self.limits.action_code(limit);
+        let code = self.limits.action_code(limit).cloned();
         let reason = format!("user message dropped at admission: {limit}");
         let act = match from {
             None => Act::Discard,
@@ -246,7 +255,7 @@ impl XsPolicy {
                 "duplicateWindow" => "xsession.admission.duplicate",
                 _ => "xsession.admission.rate",
             },
-            seed: self.limits.seed(limit),
+            seed: self.limits.seed(limit).to_string(),
             code,
             reason,
             act,
@@ -277,7 +286,7 @@ fn sweep(xs: &mut Shared, now: Instant, window: Option<std::time::Duration>) {
 
 impl Policy for XsPolicy {
     fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
-        let max = self.limits.count("maxConnections");
+        let max = self.limits.count("maxConnections").ok();
         let mut inner = self.shared.lock();
         let open = inner.xsession.open.entry(route.to_string()).or_insert(0);
         if max.is_some_and(|m| *open as u64 >= m) {
@@ -285,8 +294,8 @@ impl Policy for XsPolicy {
             drop(inner);
             return vec![Ruling {
                 rule: "xsession.connections.cap",
-                seed: self.limits.seed("maxConnections"),
-                code: self.limits.action_code("maxConnections"),
+                seed: self.limits.seed("maxConnections").to_string(),
+                code: self.limits.action_code("maxConnections").cloned(),
                 reason: format!("{n} connections already open (maxConnections): closed unread"),
                 act: Act::Refuse {
                     reply: None,
@@ -343,11 +352,11 @@ impl Policy for XsPolicy {
             self.conn,
             Ruling {
                 rule: "xsession.line-deadline",
-                seed: self.limits.seed(limit),
-                code: self.limits.action_code(limit),
+                seed: self.limits.seed(limit).to_string(),
+                code: self.limits.action_code(limit).cloned(),
                 reason: format!(
                     "no parseable line within {limit} ({} s): dropped silently",
-                    self.limits.base(limit).unwrap_or_default()
+                    self.limits.number(limit).unwrap_or_default()
                 ),
                 act: Act::Refuse {
                     reply: None,

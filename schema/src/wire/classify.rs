@@ -162,6 +162,7 @@ pub struct ChannelWire {
 #[derive(Debug)]
 pub struct Wire {
     contract: Arc<Contract>,
+    limits: crate::access::Limits,
     channels: HashMap<String, ChannelWire>,
 }
 
@@ -298,7 +299,11 @@ impl Wire {
         for (cname, ch) in &c.channels {
             channels.insert(cname.clone(), Self::channel(c, cname, ch)?);
         }
-        Ok(Wire { contract, channels })
+        Ok(Wire {
+            limits: contract.evaluated_limits(),
+            contract,
+            channels,
+        })
     }
 
     fn channel(c: &Contract, cname: &str, ch: &Channel) -> Result<ChannelWire, WireError> {
@@ -397,6 +402,11 @@ impl Wire {
         &self.contract
     }
 
+    /// The contract's limits, evaluated once when the wire was compiled.
+    pub fn limits(&self) -> &crate::access::Limits {
+        &self.limits
+    }
+
     /// A compiled channel.
     pub fn channel_wire(&self, channel: &str) -> Result<&ChannelWire, WireError> {
         self.channels
@@ -462,10 +472,7 @@ impl Wire {
             JsonError::TooManyItems { .. } => rules.and_then(|r| r.max_items.as_ref()),
             _ => None,
         };
-        let code = limit
-            .and_then(|l| self.contract.limits.get(l))
-            .and_then(|l| l.action.as_ref())
-            .and_then(|a| a.code.as_ref());
+        let code = limit.and_then(|l| self.limits.action_code(l));
         let v = &self.contract.violations;
         let is =
             |a: &Option<Action>| code.is_some() && a.as_ref().and_then(|a| a.code.as_ref()) == code;

@@ -502,39 +502,21 @@ pub enum ChannelCodec {
 /// Largest frame any codec accepts when a contract sets no cap.
 pub const DEFAULT_CAP: u64 = 16 * 1024 * 1024;
 
-/// A limit's value in its dimension's base unit (bytes, seconds, count).
-fn limit_base(contract: &Contract, name: &str) -> Result<(f64, crate::check::Dim), FrameError> {
-    let limit = contract
-        .limits
-        .get(name)
-        .ok_or_else(|| FrameError::Unsupported(format!("limit {name:?} is not declared")))?;
-    let v = crate::check::Evaluator::new(contract)
-        .limit_value(name)
-        .map_err(FrameError::Unsupported)?;
-    Ok(crate::check::to_base(limit.unit, v))
-}
-
-/// Resolve a limit name to a duration (a deadline limit, in seconds or ms).
+/// Resolve a limit name to a positive duration (a deadline, in seconds or ms).
 pub fn limit_duration(contract: &Contract, name: &str) -> Result<std::time::Duration, FrameError> {
-    match limit_base(contract, name)? {
-        (secs, crate::check::Dim::Seconds) if secs.is_finite() && secs > 0.0 => {
-            Ok(std::time::Duration::from_secs_f64(secs))
-        }
-        (base, _) => Err(FrameError::Unsupported(format!(
-            "limit {name:?} = {base} is not a positive duration"
-        ))),
+    match contract.evaluated_limits().duration(name) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(FrameError::Unsupported(format!("limit {name:?} is zero"))),
+        Err(e) => Err(FrameError::Unsupported(e.to_string())),
     }
 }
 
-/// Resolve a limit name to a count of bytes (or units), through the contract's evaluator.
+/// Resolve a limit name to a cap in bytes (or UTF-16 units, or a count).
 pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
-    let (base, _) = limit_base(contract, name)?;
-    if !(0.0..=u64::MAX as f64).contains(&base) {
-        return Err(FrameError::Unsupported(format!(
-            "limit {name:?} = {base} is not a size"
-        )));
-    }
-    Ok(base as u64)
+    contract
+        .evaluated_limits()
+        .cap(name)
+        .map_err(|e| FrameError::Unsupported(e.to_string()))
 }
 
 impl ChannelCodec {

@@ -1,0 +1,525 @@
+//! Typed access to what a contract holds, for every tool that acts on it.
+//!
+//! A contract writes each number once, in its own unit, sometimes as an expression over
+//! other limits; codes live in the error catalog and in named code tables. Policies,
+//! conformance suites, the inspector and the demo all need the same values as Rust types
+//! (a `Duration`, a byte count, a token bucket, the wire value of a named close code).
+//! This module is the one place that evaluates and converts them, so no caller parses a
+//! limit or scans a code table again, and every caller agrees on units.
+//!
+//! Lookups that fail name what was missing: a contract that lacks a value a tool needs
+//! gets a specific error, never a default.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde_json::{Value, json};
+
+use crate::check::{Dim, Evaluator, to_base};
+use crate::model::{
+    Action, Binding, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit, Note, StateMachine,
+};
+
+/// A value a tool asked the contract for and did not get.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AccessError {
+    /// No limit by this name.
+    #[error("the contract has no limit {0:?}")]
+    NoLimit(String),
+    /// The limit exists but does not evaluate (a cycle, mixed dimensions).
+    #[error("limit {name:?} does not evaluate: {reason}")]
+    Unevaluable {
+        /// The limit.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The limit is of another dimension or shape than the caller needs.
+    #[error("limit {name:?} is {found}, not {wanted}")]
+    WrongKind {
+        /// The limit.
+        name: String,
+        /// What the caller asked for.
+        wanted: &'static str,
+        /// What the limit is.
+        found: String,
+    },
+    /// No error catalog entry has this name or code.
+    #[error("the contract's error catalog has no {0}")]
+    NoError(String),
+    /// No code table by this name.
+    #[error("the contract has no code table {0:?}")]
+    NoTable(String),
+    /// The table has no value by this name.
+    #[error("code table {table:?} has no value {name}")]
+    NoCode {
+        /// The table.
+        table: String,
+        /// The name or value looked for.
+        name: String,
+    },
+    /// No note by this id.
+    #[error("the contract has no note {0:?}")]
+    NoNote(String),
+    /// No state machine by this name.
+    #[error("the contract has no state machine {0:?}")]
+    NoMachine(String),
+    /// No channel by this name, or it has no message binding.
+    #[error("the contract has no channel {0:?} with a message binding")]
+    NoBinding(String),
+}
+
+/// A token bucket: `amount` units (messages or bytes) per `per`, at most `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    /// Units refilled every `per`, in base units (a count, or bytes).
+    pub amount: f64,
+    /// The refill period.
+    pub per: Duration,
+    /// The bucket size, in base units.
+    pub burst: u64,
+}
+
+impl Rate {
+    /// The time one unit takes to refill, and the bucket size as a non-zero count: the
+    /// shape a GCRA limiter (governor's `Quota::with_period(..).allow_burst(..)`) takes.
+    pub fn token_period(&self) -> Option<(Duration, NonZeroU32)> {
+        if !(self.amount.is_finite() && self.amount > 0.0) {
+            return None;
+        }
+        let period = Duration::try_from_secs_f64(self.per.as_secs_f64() / self.amount).ok()?;
+        let burst = NonZeroU32::new(u32::try_from(self.burst).ok()?)?;
+        Some((period, burst))
+    }
+}
+
+/// One limit, evaluated.
+#[derive(Debug, Clone)]
+struct Evaluated {
+    /// Value in its dimension's base unit (bytes, seconds, or a plain number).
+    base: f64,
+    dim: Dim,
+}
+
+/// Every limit of a contract, evaluated once, converted on request.
+///
+/// `time_scale` multiplies every duration handed out (deadlines, intervals, rate
+/// periods): a test harness that wants a contract's 5 s heartbeat to pass in 0.5 s
+/// scales time by 0.1 instead of editing the contract.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    defs: IndexMap<String, Limit>,
+    values: IndexMap<String, Result<Evaluated, String>>,
+    time_scale: f64,
+}
+
+impl Limits {
+    /// Evaluate every limit of `c`. A limit that does not evaluate is kept as its error,
+    /// reported when (and only when) a caller asks for it.
+    pub fn new(c: &Contract) -> Limits {
+        let mut ev = Evaluator::new(c);
+        let values = c
+            .limits
+            .iter()
+            .map(|(name, l)| {
+                let v = ev.limit_value(name).map(|v| {
+                    let (base, dim) = to_base(l.unit, v);
+                    Evaluated { base, dim }
+                });
+                (name.clone(), v)
+            })
+            .collect();
+        Limits {
+            defs: c.limits.clone(),
+            values,
+            time_scale: 1.0,
+        }
+    }
+
+    /// The same limits with every duration multiplied by `factor` (finite, > 0).
+    pub fn time_scaled(mut self, factor: f64) -> Limits {
+        if factor.is_finite() && factor > 0.0 {
+            self.time_scale = factor;
+        }
+        self
+    }
+
+    /// The factor durations are multiplied by (1 unless [`Limits::time_scaled`]).
+    pub fn time_scale(&self) -> f64 {
+        self.time_scale
+    }
+
+    /// The limit as declared.
+    pub fn get(&self, name: &str) -> Result<&Limit, AccessError> {
+        self.defs
+            .get(name)
+            .ok_or_else(|| AccessError::NoLimit(name.to_string()))
+    }
+
+    fn eval(&self, name: &str) -> Result<&Evaluated, AccessError> {
+        match self.values.get(name) {
+            None => Err(AccessError::NoLimit(name.to_string())),
+            Some(Err(reason)) => Err(AccessError::Unevaluable {
+                name: name.to_string(),
+                reason: reason.clone(),
+            }),
+            Some(Ok(e)) => Ok(e),
+        }
+    }
+
+    fn wrong(&self, name: &str, wanted: &'static str, found: impl Into<String>) -> AccessError {
+        AccessError::WrongKind {
+            name: name.to_string(),
+            wanted,
+            found: found.into(),
+        }
+    }
+
+    /// The value in its dimension's base unit: bytes, seconds (unscaled) or a plain number.
+    pub fn number(&self, name: &str) -> Result<f64, AccessError> {
+        Ok(self.eval(name)?.base)
+    }
+
+    /// A non-negative whole number of base units: `wanted` names the caller's need.
+    fn whole(&self, name: &str, dim: Dim, wanted: &'static str) -> Result<u64, AccessError> {
+        let e = self.eval(name)?;
+        if e.dim != dim {
+            return Err(self.wrong(name, wanted, dim_name(e.dim)));
+        }
+        if !(e.base.is_finite() && e.base >= 0.0 && e.base.fract() == 0.0) {
+            return Err(self.wrong(name, wanted, format!("{}", e.base)));
+        }
+        // Whole and non-negative: the cast saturates only beyond u64, which no size reaches.
+        Ok(e.base as u64)
+    }
+
+    /// A size in bytes.
+    pub fn bytes(&self, name: &str) -> Result<u64, AccessError> {
+        self.whole(name, Dim::Bytes, "a size in bytes")
+    }
+
+    /// A plain count (messages, levels, connections, UTF-16 units, a mode).
+    pub fn count(&self, name: &str) -> Result<u64, AccessError> {
+        self.whole(name, Dim::Scalar, "a count")
+    }
+
+    /// A cap in whatever the limit counts (bytes or units): framing caps may be either.
+    pub fn cap(&self, name: &str) -> Result<u64, AccessError> {
+        match self.eval(name)?.dim {
+            Dim::Seconds => Err(self.wrong(name, "a size or count", "a duration")),
+            Dim::Bytes => self.bytes(name),
+            Dim::Scalar => self.count(name),
+        }
+    }
+
+    /// A deadline or interval, times the time scale.
+    pub fn duration(&self, name: &str) -> Result<Duration, AccessError> {
+        let e = self.eval(name)?;
+        if e.dim != Dim::Seconds {
+            return Err(self.wrong(name, "a duration", dim_name(e.dim)));
+        }
+        Duration::try_from_secs_f64(e.base * self.time_scale)
+            .map_err(|_| self.wrong(name, "a duration", format!("{} s", e.base)))
+    }
+
+    /// A Unix file mode (declared in decimal).
+    pub fn mode(&self, name: &str) -> Result<u32, AccessError> {
+        let n = self.count(name)?;
+        u32::try_from(n).map_err(|_| self.wrong(name, "a file mode", n.to_string()))
+    }
+
+    /// A token-bucket rate; its period is time-scaled.
+    pub fn rate(&self, name: &str) -> Result<Rate, AccessError> {
+        let l = self.get(name)?;
+        let e = self.eval(name)?;
+        let (Some(burst), Some(per)) = (l.burst, l.per_seconds) else {
+            return Err(self.wrong(name, "a rate", "missing burst or perSeconds"));
+        };
+        let per = Duration::try_from_secs_f64(per * self.time_scale)
+            .map_err(|_| self.wrong(name, "a rate", format!("perSeconds {per}")))?;
+        Ok(Rate {
+            amount: e.base,
+            per,
+            burst: to_base(l.unit, burst as f64).0 as u64,
+        })
+    }
+
+    /// The limit's machine-readable reaction, when it has one.
+    pub fn action(&self, name: &str) -> Option<&Action> {
+        self.defs.get(name)?.action.as_ref()
+    }
+
+    /// The code of the limit's reaction (an error or close code).
+    pub fn action_code(&self, name: &str) -> Option<&Value> {
+        self.action(name)?.code.as_ref()
+    }
+
+    /// The limit's seed section ("" for an unknown limit: it only labels a report).
+    pub fn seed(&self, name: &str) -> &str {
+        self.defs.get(name).map(|l| l.seed.as_str()).unwrap_or("")
+    }
+}
+
+/// The wire codes of a contract by name, its notes and its machines.
+impl Contract {
+    /// Every limit, evaluated ([`Limits`]).
+    pub fn evaluated_limits(&self) -> Limits {
+        Limits::new(self)
+    }
+
+    /// An error catalog entry by symbolic name, or by a string code (`protocol.bad_frame`).
+    pub fn error(&self, name: &str) -> Result<&ErrorEntry, AccessError> {
+        self.errors
+            .iter()
+            .find(|e| e.name.as_deref() == Some(name) || e.code.as_str() == Some(name))
+            .ok_or_else(|| AccessError::NoError(format!("error {name:?}")))
+    }
+
+    /// The wire code of a named error.
+    pub fn error_code(&self, name: &str) -> Result<&Value, AccessError> {
+        Ok(&self.error(name)?.code)
+    }
+
+    /// The catalog entry for a wire code.
+    pub fn error_for(&self, code: &Value) -> Option<&ErrorEntry> {
+        self.errors.iter().find(|e| &e.code == code)
+    }
+
+    /// A code table by name.
+    pub fn code_table(&self, table: &str) -> Result<&CodeTable, AccessError> {
+        self.codes
+            .get(table)
+            .ok_or_else(|| AccessError::NoTable(table.to_string()))
+    }
+
+    /// A value of a code table by its symbolic name, or by its string value.
+    pub fn code(&self, table: &str, name: &str) -> Result<&CodeValue, AccessError> {
+        self.code_table(table)?
+            .values
+            .iter()
+            .find(|v| v.name.as_deref() == Some(name) || v.value.as_str() == Some(name))
+            .ok_or_else(|| AccessError::NoCode {
+                table: table.to_string(),
+                name: format!("{name:?}"),
+            })
+    }
+
+    /// The value of a code table with this wire value.
+    pub fn code_for(&self, table: &str, value: &Value) -> Result<&CodeValue, AccessError> {
+        self.code_table(table)?
+            .values
+            .iter()
+            .find(|v| &v.value == value)
+            .ok_or_else(|| AccessError::NoCode {
+                table: table.to_string(),
+                name: value.to_string(),
+            })
+    }
+
+    /// A note by id.
+    pub fn note(&self, id: &str) -> Result<&Note, AccessError> {
+        self.notes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or_else(|| AccessError::NoNote(id.to_string()))
+    }
+
+    /// A note's seed section with its id, e.g. `Requests and responses (R-10)`, to label a
+    /// ruling; the bare id when the note is missing (a label, never a rule).
+    pub fn note_seed(&self, id: &str) -> String {
+        self.note(id)
+            .map(|n| format!("{} ({id})", n.seed))
+            .unwrap_or_else(|_| id.to_string())
+    }
+
+    /// A state machine by name.
+    pub fn machine(&self, name: &str) -> Result<&StateMachine, AccessError> {
+        self.state_machines
+            .get(name)
+            .ok_or_else(|| AccessError::NoMachine(name.to_string()))
+    }
+
+    /// The values of a declared protocol version, as listed (first = preferred).
+    pub fn version_values(&self, name: &str) -> &[Value] {
+        self.versions
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| v.values.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// An error reply answering `request` (a whole wire message, if there is one) with the
+    /// catalog's `code`, shaped by `channel`'s binding:
+    /// - JSON-RPC: `{"jsonrpc", "id", "error": {"code", "message", "data"?}}`, the message
+    ///   being the entry's symbolic name (else `detail`), the id the request's (else null);
+    /// - envelope: the binding's error kind, the request's method, its id as the
+    ///   correlation, its trace id and version, and a payload `{"code", "category",
+    ///   "retryable", "message", "details"?}` from the catalog. The reply's own id is the
+    ///   caller's to give (`reply_id`); envelope fields no binding names (a kernel
+    ///   `timestamp`) are the caller's to add.
+    pub fn error_reply(
+        &self,
+        channel: &str,
+        request: Option<&Value>,
+        reply_id: Option<Value>,
+        code: &Value,
+        detail: &str,
+        data: Option<Value>,
+    ) -> Result<Value, AccessError> {
+        let binding = self
+            .channels
+            .get(channel)
+            .and_then(|c| c.binding.as_ref())
+            .ok_or_else(|| AccessError::NoBinding(channel.to_string()))?;
+        match binding {
+            Binding::Jsonrpc { .. } => {
+                let id = request.and_then(|r| r.get("id"));
+                Ok(self.jsonrpc_error(id, code, detail, data))
+            }
+            Binding::Envelope { .. } => {
+                let mut out = self.envelope_error(binding, request, code, detail, data);
+                if let (Binding::Envelope { id: Some(p), .. }, Some(v)) = (binding, reply_id) {
+                    set(&mut out, p, v);
+                }
+                Ok(out)
+            }
+            Binding::Tagged { .. } => Err(AccessError::NoBinding(channel.to_string())),
+        }
+    }
+
+    /// A JSON-RPC error response answering `id` (null when absent) with catalog `code`:
+    /// the message is the entry's symbolic name, else `detail`.
+    pub fn jsonrpc_error(
+        &self,
+        id: Option<&Value>,
+        code: &Value,
+        detail: &str,
+        data: Option<Value>,
+    ) -> Value {
+        let version = self
+            .channels
+            .values()
+            .find_map(|c| match &c.binding {
+                Some(Binding::Jsonrpc { version, .. }) => Some(version.as_str()),
+                _ => None,
+            })
+            .unwrap_or("2.0");
+        let message = self
+            .error_for(code)
+            .and_then(|e| e.name.clone())
+            .unwrap_or_else(|| detail.to_string());
+        let mut error = json!({"code": code, "message": message});
+        if let Some(d) = data {
+            error["data"] = d;
+        }
+        json!({"jsonrpc": version, "id": id.cloned().unwrap_or(Value::Null), "error": error})
+    }
+
+    fn envelope_error(
+        &self,
+        binding: &Binding,
+        request: Option<&Value>,
+        code: &Value,
+        detail: &str,
+        data: Option<Value>,
+    ) -> Value {
+        let Binding::Envelope {
+            kind,
+            kinds,
+            method,
+            id,
+            correlation,
+            trace,
+            version,
+            payload,
+        } = binding
+        else {
+            return Value::Null;
+        };
+        let mut body = json!({"code": code, "message": detail});
+        if let Some(e) = self.error_for(code) {
+            body["category"] = json!(e.category);
+            body["retryable"] = json!(e.retryable);
+        }
+        if let Some(d) = data {
+            body["details"] = d;
+        }
+        let mut out = Value::Object(Default::default());
+        let wire_kind = kinds
+            .iter()
+            .find(|(_, k)| **k == Kind::Error)
+            .map(|(w, _)| w);
+        set(&mut out, kind, json!(wire_kind));
+        let copy = |out: &mut Value, from: Option<&String>, to: Option<&String>| {
+            if let (Some(r), Some(f), Some(t)) = (request, from, to)
+                && let Some(v) = r.pointer(f)
+            {
+                set(out, t, v.clone());
+            }
+        };
+        copy(&mut out, Some(method), Some(method));
+        copy(&mut out, id.as_ref(), correlation.as_ref());
+        copy(&mut out, trace.as_ref(), trace.as_ref());
+        copy(&mut out, version.as_ref(), version.as_ref());
+        set(&mut out, payload, body);
+        out
+    }
+}
+
+fn dim_name(d: Dim) -> &'static str {
+    match d {
+        Dim::Bytes => "a size in bytes",
+        Dim::Seconds => "a duration",
+        Dim::Scalar => "a count",
+    }
+}
+
+/// Write `v` at JSON pointer `ptr` in `root`, creating objects on the way.
+fn set(root: &mut Value, ptr: &str, v: Value) {
+    let mut cur = root;
+    let mut parts = ptr.split('/').skip(1).peekable();
+    while let Some(raw) = parts.next() {
+        let key = raw.replace("~1", "/").replace("~0", "~");
+        if !cur.is_object() {
+            *cur = Value::Object(Default::default());
+        }
+        let Value::Object(m) = cur else { return };
+        if parts.peek().is_none() {
+            m.insert(key, v);
+            return;
+        }
+        cur = m
+            .entry(key)
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+}
+
+impl StateMachine {
+    /// Whether the machine allows `from` → `to`.
+    pub fn allows(&self, from: &str, to: &str) -> bool {
+        self.transitions
+            .iter()
+            .any(|t| t.from == from && t.to == to)
+    }
+
+    /// The states reachable from `from` in one transition.
+    pub fn next(&self, from: &str) -> impl Iterator<Item = &str> {
+        self.transitions
+            .iter()
+            .filter(move |t| t.from == from)
+            .map(|t| t.to.as_str())
+    }
+
+    /// Whether `s` is one of the machine's states.
+    pub fn has_state(&self, s: &str) -> bool {
+        self.states.contains_key(s)
+    }
+}
+
+impl CodeValue {
+    /// The value this one implies in another table (`maps`), e.g. close 4009 → exit 0.
+    pub fn mapped(&self, table: &str) -> Option<&Value> {
+        self.maps.get(table)
+    }
+}

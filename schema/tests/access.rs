@@ -1,0 +1,179 @@
+//! The typed accessor layer on a contract none of the built-in four: units convert
+//! once, lookups by name fail with what was missing, and the error-reply builder
+//! follows whichever binding the channel declares.
+
+use std::time::Duration;
+
+use contract::{AccessError, Contract};
+use serde_json::{Value, json};
+
+/// The minimal fixture with `patch` merged into its top level (limits merged by name).
+fn contract_with(patch: Value) -> Contract {
+    let mut doc: Value =
+        serde_json::from_str(include_str!("fixtures/minimal.json")).expect("fixture is JSON");
+    for (k, v) in patch.as_object().expect("patch is an object") {
+        match (doc.get_mut(k), v) {
+            (Some(Value::Object(old)), Value::Object(new)) => {
+                old.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())))
+            }
+            _ => doc[k] = v.clone(),
+        }
+    }
+    let (c, problems) = contract::check_document("test", &doc);
+    assert!(problems.is_empty(), "{problems:?}");
+    c.expect("models")
+}
+
+fn limit(kind: &str, value: Value, unit: &str) -> Value {
+    json!({"kind": kind, "value": value, "unit": unit, "onExpiry": "x", "description": "d", "seed": "§9"})
+}
+
+#[test]
+fn limits_convert_to_their_rust_types_once() {
+    let c = contract_with(json!({"limits": {
+        "blob": limit("size", json!(3), "KiB"),
+        "grace": limit("deadline", json!(250), "ms"),
+        "twice": limit("deadline", json!({"product": [2, "grace"]}), "ms"),
+        "dirMode": limit("constant", json!(448), "mode"),
+    }}));
+    let l = c.evaluated_limits();
+    assert_eq!(l.bytes("blob"), Ok(3 * 1024));
+    assert_eq!(l.cap("blob"), Ok(3 * 1024));
+    assert_eq!(l.duration("grace"), Ok(Duration::from_millis(250)));
+    assert_eq!(l.duration("twice"), Ok(Duration::from_millis(500)));
+    assert_eq!(l.mode("dirMode"), Ok(0o700));
+    assert_eq!(l.count("depthMax").map(|n| n > 0), Ok(true));
+}
+
+#[test]
+fn a_limit_of_another_dimension_is_refused_by_name() {
+    let c = contract_with(json!({}));
+    let l = c.evaluated_limits();
+    let e = l.duration("frameMax").expect_err("a size is no duration");
+    assert!(
+        matches!(&e, AccessError::WrongKind { name, wanted: "a duration", .. } if name == "frameMax"),
+        "{e}"
+    );
+    assert_eq!(l.bytes("nope"), Err(AccessError::NoLimit("nope".into())));
+    assert!(
+        l.rate("frameMax").is_err(),
+        "a size without burst is no rate"
+    );
+}
+
+#[test]
+fn rates_give_a_token_period_and_scale_with_time() {
+    let c = contract_with(json!({"limits": {
+        "calls": {"kind": "rate", "value": 4, "unit": "count", "burst": 8, "perSeconds": 2,
+                  "onExpiry": "x", "description": "d", "seed": "§9"},
+        "bytesIn": {"kind": "rate", "value": 1, "unit": "KiB", "burst": 2, "perSeconds": 1,
+                    "onExpiry": "x", "description": "d", "seed": "§9"},
+    }}));
+    let l = c.evaluated_limits();
+    let r = l.rate("calls").expect("a rate");
+    assert_eq!((r.amount, r.per, r.burst), (4.0, Duration::from_secs(2), 8));
+    let (period, burst) = r.token_period().expect("positive");
+    assert_eq!((period, burst.get()), (Duration::from_millis(500), 8));
+    let b = l.rate("bytesIn").expect("a byte rate");
+    assert_eq!(
+        (b.amount, b.burst),
+        (1024.0, 2048),
+        "burst in the limit's unit"
+    );
+
+    let fast = c.evaluated_limits().time_scaled(0.1);
+    assert_eq!(
+        fast.rate("calls").map(|r| r.per),
+        Ok(Duration::from_millis(200))
+    );
+    let idle = l.duration("idleSeconds").expect("a deadline");
+    assert_eq!(fast.duration("idleSeconds"), Ok(idle.mul_f64(0.1)));
+    assert_eq!(
+        fast.bytes("frameMax"),
+        l.bytes("frameMax"),
+        "sizes do not scale"
+    );
+}
+
+#[test]
+fn codes_errors_notes_and_machines_by_name() {
+    let c = contract_with(json!({}));
+    assert_eq!(c.error_code("TOO_LOUD").map(|v| v.is_i64()), Ok(true));
+    let code = c.error_code("TOO_LOUD").expect("named").clone();
+    assert_eq!(
+        c.error_for(&code).and_then(|e| e.name.as_deref()),
+        Some("TOO_LOUD")
+    );
+    assert!(matches!(c.error("NOPE"), Err(AccessError::NoError(_))));
+    let bye = c.code("closeCodes", "BYE").expect("named close code");
+    let exit = bye.mapped("exitCodes").expect("maps an exit");
+    assert!(c.code_for("exitCodes", exit).is_ok());
+    assert!(matches!(
+        c.code("closeCodes", "HI"),
+        Err(AccessError::NoCode { .. })
+    ));
+    assert!(matches!(c.code("nope", "HI"), Err(AccessError::NoTable(_))));
+    assert!(c.note_seed("M-1").ends_with("(M-1)"));
+    let m = c.machine("session").expect("machine");
+    let to: Vec<&str> = m.next(&m.initial).collect();
+    assert!(!to.is_empty() && to.iter().all(|s| m.allows(&m.initial, s) && m.has_state(s)));
+    assert!(!m.allows(&m.terminal[0], &m.initial));
+}
+
+#[test]
+fn error_reply_follows_a_jsonrpc_binding() {
+    let c = contract_with(json!({}));
+    let req = json!({"jsonrpc": "2.0", "id": 7, "method": "echo", "params": {"text": "x"}});
+    let code = c.error_code("TOO_LOUD").expect("named").clone();
+    let r = c
+        .error_reply(
+            "main",
+            Some(&req),
+            None,
+            &code,
+            "too loud",
+            Some(json!({"n": 1})),
+        )
+        .expect("a binding");
+    assert_eq!(r["id"], 7);
+    assert_eq!(r["error"]["code"], code);
+    assert_eq!(r["error"]["message"], "TOO_LOUD", "the catalog's name");
+    assert_eq!(r["error"]["data"]["n"], 1);
+    assert!(c.error_reply("nope", None, None, &code, "", None).is_err());
+}
+
+#[test]
+fn error_reply_follows_an_envelope_binding() {
+    let c = contract_with(json!({
+        "channels": {"main": {
+            "description": "an envelope channel", "transports": ["unix"], "connects": "client",
+            "framing": {"kind": "ndjson", "maxLine": "frameMax", "lineMeasure": "bytes"},
+            "binding": {"model": "envelope", "kind": "/t", "kinds": {"req": "request", "res": "response", "err": "error"},
+                        "method": "/m", "id": "/i", "correlation": "/re", "trace": "/x/trace", "payload": "/body"},
+            "seed": "§1"
+        }},
+        "methods": {"echo": {"kind": "request", "from": ["client"], "channel": "main",
+                             "description": "echoes", "seed": "§2",
+                             "params": {"type": "object"}, "result": {"type": "object"}}},
+        "errors": [{"code": "user.too_loud", "category": "user", "retryable": true,
+                    "description": "d", "seed": "§3"}],
+        "violations": {"parse": {"action": "ignore", "description": "d", "seed": "§3"}}
+    }));
+    let req = json!({"t": "req", "m": "echo", "i": "a1", "x": {"trace": "t9"}, "body": {}});
+    let code = c.error_code("user.too_loud").expect("by code").clone();
+    let r = c
+        .error_reply(
+            "main",
+            Some(&req),
+            Some(json!("b1")),
+            &code,
+            "too loud",
+            None,
+        )
+        .expect("a binding");
+    assert_eq!(
+        r,
+        json!({"t": "err", "m": "echo", "i": "b1", "re": "a1", "x": {"trace": "t9"},
+               "body": {"code": "user.too_loud", "message": "too loud", "category": "user", "retryable": true}})
+    );
+}
