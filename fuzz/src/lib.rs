@@ -16,6 +16,23 @@ pub fn wire(name: &str) -> Option<Wire> {
     Wire::new(Arc::new(c)).ok()
 }
 
+/// A contract from its JSON text compiled for the wire (an example contract that is
+/// not built in), or `None` if it does not load.
+pub fn wire_from_text(origin: &str, text: &str) -> Option<Wire> {
+    let c = contract::from_str(origin, text).ok()?;
+    Wire::new(Arc::new(c)).ok()
+}
+
+/// `wire_from_text` of a file embedded at compile time, built once per process.
+#[macro_export]
+macro_rules! static_wire_file {
+    ($path:literal) => {{
+        static W: std::sync::LazyLock<Option<contract::wire::Wire>> =
+            std::sync::LazyLock::new(|| $crate::wire_from_text($path, include_str!($path)));
+        W.as_ref()
+    }};
+}
+
 /// `wire(name)`, built once per process.
 #[macro_export]
 macro_rules! static_wire {
@@ -27,8 +44,8 @@ macro_rules! static_wire {
 }
 
 /// The cap the contract's framing puts on one frame of `channel`: payload bytes
-/// (length-prefixed), bytes after the length field (binary), line units (NDJSON)
-/// or message bytes (WebSocket).
+/// (length-prefixed, header-delimited), bytes after the length field (binary), line
+/// units (NDJSON) or message bytes (WebSocket).
 pub fn framing_cap(wire: &Wire, channel: &str) -> Option<u64> {
     let c = wire.contract();
     let cap = |name: &Option<String>| match name {
@@ -40,6 +57,7 @@ pub fn framing_cap(wire: &Wire, channel: &str) -> Option<u64> {
         Framing::Binary { max_frame, .. } => cap(max_frame),
         Framing::Ndjson { max_line, .. } => limit_bytes(c, max_line).ok(),
         Framing::WebsocketText { max_message, .. } => cap(max_message),
+        Framing::HeaderDelimited { max_payload, .. } => cap(max_payload),
     }
 }
 

@@ -710,6 +710,12 @@ impl FrameIn {
                 c.decode(buf)?
             }
             .map(Frame::Json),
+            ChannelCodec::HeaderDelimited(c) => if eof {
+                c.decode_eof(buf)?
+            } else {
+                c.decode(buf)?
+            }
+            .map(Frame::Json),
             ChannelCodec::Binary(c) => if eof {
                 c.decode_eof(buf)?
             } else {
@@ -817,13 +823,9 @@ fn io_err(e: impl std::fmt::Display) -> std::io::Error {
 impl FrameOut {
     async fn push(&mut self, f: &Frame) -> std::io::Result<()> {
         match (self, f) {
-            (FrameOut::Stream { codec, out, .. }, Frame::Json(b)) => match codec {
-                ChannelCodec::LengthPrefixed(c) => c.encode(b.as_ref(), out).map_err(io_err),
-                ChannelCodec::Ndjson(c) => c.encode(b.as_ref(), out).map_err(io_err),
-                _ => Err(io_err(
-                    "a JSON frame cannot be written on this channel's framing",
-                )),
-            },
+            (FrameOut::Stream { codec, out, .. }, Frame::Json(b)) => {
+                codec.encode_json(b.as_ref(), out).map_err(io_err)
+            }
             (
                 FrameOut::Stream {
                     codec: ChannelCodec::Binary(c),

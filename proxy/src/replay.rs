@@ -36,7 +36,6 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::codec::{Decoder, Encoder};
 
 use crate::conn::{BoxIo, BoxMsg, Conn, Msg};
 use crate::endpoint::{Endpoint, EndpointError, Options};
@@ -579,16 +578,9 @@ impl Out {
         match self {
             Out::Stream(w, codec) => {
                 let mut b = BytesMut::new();
-                match codec {
-                    ChannelCodec::LengthPrefixed(c) => c.encode(frame, &mut b),
-                    ChannelCodec::Ndjson(c) => c.encode(frame, &mut b),
-                    _ => {
-                        return Err(std::io::Error::other(
-                            "channel cannot be replayed on a stream",
-                        ));
-                    }
-                }
-                .map_err(std::io::Error::other)?;
+                codec
+                    .encode_json(frame, &mut b)
+                    .map_err(std::io::Error::other)?;
                 w.write_all(&b).await?;
                 w.flush().await
             }
@@ -608,11 +600,7 @@ async fn read_stream(mut r: ReadHalf<BoxIo>, mut codec: ChannelCodec, tx: mpsc::
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         loop {
-            let next = match &mut codec {
-                ChannelCodec::LengthPrefixed(c) => c.decode(&mut buf),
-                ChannelCodec::Ndjson(c) => c.decode(&mut buf),
-                _ => Ok(None),
-            };
+            let next = codec.decode_json(&mut buf, false);
             match next {
                 Ok(Some(f)) => {
                     if tx.send(In::Frame(f)).await.is_err() {
@@ -810,10 +798,12 @@ pub async fn replay(
         Conn::Stream(io) => {
             if !matches!(
                 codec,
-                ChannelCodec::LengthPrefixed(_) | ChannelCodec::Ndjson(_)
+                ChannelCodec::LengthPrefixed(_)
+                    | ChannelCodec::Ndjson(_)
+                    | ChannelCodec::HeaderDelimited(_)
             ) {
                 return Err(ReplayError::Setup(format!(
-                    "channel {} is not length-prefixed or NDJSON JSON; it cannot be replayed over {to}",
+                    "channel {} is not a JSON byte-stream framing; it cannot be replayed over {to}",
                     plan.channel
                 )));
             }

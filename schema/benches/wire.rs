@@ -54,7 +54,6 @@ use bytes::{Bytes, BytesMut};
 use contract::wire::{ChannelCodec, Message, Wire};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use serde_json::{Value, json};
-use tokio_util::codec::{Decoder, Encoder};
 
 /// The target: full path at most this many times the plain parse.
 const TARGET: f64 = 2.0;
@@ -128,13 +127,11 @@ fn sized(build: Build, target: usize) -> Vec<u8> {
 fn frame(codec: &mut ChannelCodec, payload: &[u8]) -> Vec<u8> {
     let mut out = BytesMut::new();
     match codec {
-        ChannelCodec::LengthPrefixed(c) => c.encode(payload, &mut out).expect("encode"),
-        ChannelCodec::Ndjson(c) => c.encode(payload, &mut out).expect("encode"),
         ChannelCodec::Message(c) => {
             c.check(payload).expect("within cap");
             out.extend_from_slice(payload);
         }
-        ChannelCodec::Binary(_) => panic!("JSON message on a binary channel"),
+        c => c.encode_json(payload, &mut out).expect("encode"),
     }
     out.to_vec()
 }
@@ -145,15 +142,14 @@ fn frame(codec: &mut ChannelCodec, payload: &[u8]) -> Vec<u8> {
 #[inline(never)]
 fn full(case: &Case, codec: &mut ChannelCodec, mut buf: BytesMut) -> (BytesMut, Bytes, Message) {
     let frame = match codec {
-        ChannelCodec::LengthPrefixed(c) => {
-            c.decode(&mut buf).expect("decode").expect("whole frame")
-        }
-        ChannelCodec::Ndjson(c) => c.decode(&mut buf).expect("decode").expect("whole line"),
         ChannelCodec::Message(c) => {
             c.check(&buf).expect("within cap");
             buf.split().freeze()
         }
-        ChannelCodec::Binary(_) => unreachable!("JSON cases only"),
+        c => c
+            .decode_json(&mut buf, false)
+            .expect("decode")
+            .expect("whole frame"),
     };
     let msg = case
         .wire
@@ -489,15 +485,11 @@ fn breakdown(cases: &[Case]) {
                 batch(
                     || BytesMut::from(&case.framed[..]),
                     |mut buf| match &mut codec_only {
-                        ChannelCodec::LengthPrefixed(c) => {
-                            (c.decode(&mut buf).expect("frame"), buf)
-                        }
-                        ChannelCodec::Ndjson(c) => (c.decode(&mut buf).expect("line"), buf),
                         ChannelCodec::Message(c) => {
                             c.check(&buf).expect("cap");
                             (Some(buf.split().freeze()), buf)
                         }
-                        ChannelCodec::Binary(_) => unreachable!("JSON cases only"),
+                        c => (c.decode_json(&mut buf, false).expect("frame"), buf),
                     },
                 ),
                 batch(

@@ -408,6 +408,22 @@ impl Cx<'_> {
                         );
                     }
                 }
+                Framing::HeaderDelimited {
+                    max_payload,
+                    max_header,
+                    frame_deadline,
+                    ..
+                } => {
+                    for (k, v) in [
+                        ("maxPayload", max_payload),
+                        ("maxHeader", max_header),
+                        ("frameDeadline", frame_deadline),
+                    ] {
+                        if let Some(l) = v {
+                            limit_refs.push((join(&base, ["framing", k]), l.clone()));
+                        }
+                    }
+                }
                 Framing::Ndjson { max_line, .. } => {
                     limit_refs.push((join(&base, ["framing", "maxLine"]), max_line.clone()));
                 }

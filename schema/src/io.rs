@@ -57,6 +57,8 @@ pub enum JsonCodec {
     LengthPrefixed(LengthPrefixed),
     /// NDJSON lines.
     Ndjson(Ndjson),
+    /// Header lines and a body (LSP, DAP).
+    HeaderDelimited(crate::wire::headers::HeaderDelimited),
 }
 
 impl Decoder for JsonCodec {
@@ -67,6 +69,7 @@ impl Decoder for JsonCodec {
         match self {
             JsonCodec::LengthPrefixed(c) => c.decode(src),
             JsonCodec::Ndjson(c) => c.decode(src),
+            JsonCodec::HeaderDelimited(c) => c.decode(src),
         }
     }
 
@@ -74,6 +77,7 @@ impl Decoder for JsonCodec {
         match self {
             JsonCodec::LengthPrefixed(c) => c.decode_eof(src),
             JsonCodec::Ndjson(c) => c.decode_eof(src),
+            JsonCodec::HeaderDelimited(c) => c.decode_eof(src),
         }
     }
 }
@@ -85,6 +89,7 @@ impl Encoder<Bytes> for JsonCodec {
         match self {
             JsonCodec::LengthPrefixed(c) => c.encode(&item[..], dst),
             JsonCodec::Ndjson(c) => c.encode(&item[..], dst),
+            JsonCodec::HeaderDelimited(c) => c.encode(&item[..], dst),
         }
     }
 }
@@ -95,6 +100,7 @@ impl JsonCodec {
         match wire.codec(channel)? {
             ChannelCodec::LengthPrefixed(c) => Ok(JsonCodec::LengthPrefixed(c)),
             ChannelCodec::Ndjson(c) => Ok(JsonCodec::Ndjson(c)),
+            ChannelCodec::HeaderDelimited(c) => Ok(JsonCodec::HeaderDelimited(c)),
             _ => Err(IoError::NotAStreamChannel(channel.to_string())),
         }
     }

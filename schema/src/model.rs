@@ -188,6 +188,39 @@ pub enum Framing {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         description: Option<String>,
     },
+    /// ASCII header lines (`Name: value\r\n`), an empty line, then a body whose length
+    /// one header gives in decimal: the LSP and DAP base protocol.
+    HeaderDelimited {
+        /// The header that carries the body length in bytes (`Content-Length`).
+        #[serde(rename = "lengthHeader")]
+        length_header: String,
+        /// Limit (by name) capping the body; checked before a byte of it is buffered.
+        #[serde(
+            rename = "maxPayload",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        max_payload: Option<String>,
+        /// Limit (by name) capping the header section, its closing empty line included.
+        #[serde(rename = "maxHeader", default, skip_serializing_if = "Option::is_none")]
+        max_header: Option<String>,
+        /// The other header fields the protocol defines, and the values each may take.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        headers: Vec<HeaderLine>,
+        /// What a header field the contract does not list gets.
+        #[serde(rename = "unknownHeaders", default)]
+        unknown_headers: UnknownHeaders,
+        /// Limit (by name, a deadline): a frame's whole header and body must arrive within
+        /// it once its first byte has, as for `length-prefixed`.
+        #[serde(
+            rename = "frameDeadline",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        frame_deadline: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
     /// One JSON message per WebSocket text message.
     WebsocketText {
         /// Limit (by name) capping one message.
@@ -203,6 +236,35 @@ pub enum Framing {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         description: Option<String>,
     },
+}
+
+/// One header field of a `header-delimited` framing. Names compare case-insensitively,
+/// as in HTTP, whose header syntax these protocols borrow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderLine {
+    /// Field name, e.g. `Content-Type`.
+    pub name: String,
+    /// Whether every frame must carry it.
+    #[serde(default)]
+    pub required: bool,
+    /// The values it may take (compared case-insensitively); empty means any. A writer
+    /// that must send it sends the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    /// What it means.
+    pub description: String,
+}
+
+/// What a `header-delimited` reader does with a header field the contract does not list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnknownHeaders {
+    /// The frame is a framing error.
+    #[default]
+    Reject,
+    /// The field is skipped.
+    Ignore,
 }
 
 /// Byte order of a multi-byte integer.

@@ -323,3 +323,30 @@ fn meta_schema_one_of_names_the_valid_choices() {
         "{wrong}"
     );
 }
+
+#[test]
+fn header_delimited_framing_names_its_limits() {
+    let framing = |d: &mut Value, header_limit: &str| {
+        d["channels"]["main"]["framing"] = json!({
+            "kind": "header-delimited", "lengthHeader": "Content-Length",
+            "maxPayload": "frameMax", "maxHeader": header_limit,
+            "headers": [{"name": "Content-Type", "values": ["application/json"], "description": "d"}]
+        });
+    };
+    let mut doc = fixture();
+    framing(&mut doc, "frameMax");
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| framing(d, "nope"),
+        Lint::NameRef,
+        "/channels/main/framing/maxHeader",
+    );
+    assert_fires(
+        |d| {
+            framing(d, "frameMax");
+            d["channels"]["main"]["framing"]["unknownHeaders"] = json!("shrug");
+        },
+        Lint::MetaSchema,
+        "/channels/main/framing",
+    );
+}

@@ -448,7 +448,7 @@ mod imp {
         fn units(&self, line: &[u8]) -> u64 {
             match &self.codec {
                 JsonCodec::Ndjson(n) => n.line_units(line),
-                JsonCodec::LengthPrefixed(_) => line.len() as u64,
+                JsonCodec::LengthPrefixed(_) | JsonCodec::HeaderDelimited(_) => line.len() as u64,
             }
         }
 

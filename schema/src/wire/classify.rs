@@ -378,6 +378,10 @@ impl Wire {
             crate::model::Framing::LengthPrefixed {
                 frame_deadline: Some(n),
                 ..
+            }
+            | crate::model::Framing::HeaderDelimited {
+                frame_deadline: Some(n),
+                ..
             } => Some((
                 n.clone(),
                 crate::wire::framing::limit_duration(c, n).map_err(framing_err)?,

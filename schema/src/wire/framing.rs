@@ -56,6 +56,15 @@ pub enum FrameError {
         /// Bytes of the partial frame.
         buffered: usize,
     },
+    /// A `header-delimited` header section runs past its cap without its empty line.
+    #[error("header section exceeds {max} bytes without its closing empty line")]
+    HeaderTooLong {
+        /// The cap.
+        max: u64,
+    },
+    /// A `header-delimited` header section breaks the contract's header rules.
+    #[error("bad frame header: {0}")]
+    BadHeader(String),
     /// A message given to an NDJSON encoder contains a newline.
     #[error("an NDJSON message may not contain a raw newline")]
     EmbeddedNewline,
@@ -495,8 +504,14 @@ pub enum ChannelCodec {
     Binary(BinaryCodec),
     /// Newline-delimited JSON.
     Ndjson(Ndjson),
+    /// Header lines, then a body of the announced length (LSP, DAP).
+    HeaderDelimited(super::headers::HeaderDelimited),
     /// One message per transport message.
     Message(MessageCap),
+}
+
+fn not_a_json_stream() -> FrameError {
+    FrameError::Unsupported("the channel does not frame JSON on a byte stream".into())
 }
 
 /// Largest frame any codec accepts when a contract sets no cap.
@@ -520,6 +535,42 @@ pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
 }
 
 impl ChannelCodec {
+    /// Frame one JSON message for a byte stream (length-prefixed, NDJSON, header-delimited).
+    pub fn encode_json(&mut self, item: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
+        match self {
+            ChannelCodec::LengthPrefixed(c) => c.encode(item, dst),
+            ChannelCodec::Ndjson(c) => c.encode(item, dst),
+            ChannelCodec::HeaderDelimited(c) => c.encode(item, dst),
+            ChannelCodec::Binary(_) | ChannelCodec::Message(_) => Err(not_a_json_stream()),
+        }
+    }
+
+    /// The next JSON message of a byte stream, if a whole one is buffered; at `eof`, the
+    /// buffer must hold whole frames only.
+    pub fn decode_json(
+        &mut self,
+        src: &mut BytesMut,
+        eof: bool,
+    ) -> Result<Option<Bytes>, FrameError> {
+        fn step<D: Decoder<Item = Bytes, Error = FrameError>>(
+            d: &mut D,
+            src: &mut BytesMut,
+            eof: bool,
+        ) -> Result<Option<Bytes>, FrameError> {
+            if eof {
+                d.decode_eof(src)
+            } else {
+                d.decode(src)
+            }
+        }
+        match self {
+            ChannelCodec::LengthPrefixed(c) => step(c, src, eof),
+            ChannelCodec::Ndjson(c) => step(c, src, eof),
+            ChannelCodec::HeaderDelimited(c) => step(c, src, eof),
+            ChannelCodec::Binary(_) | ChannelCodec::Message(_) => Err(not_a_json_stream()),
+        }
+    }
+
     /// Build the codec for `channel` of `contract`.
     pub fn for_channel(contract: &Contract, channel: &Channel) -> Result<Self, FrameError> {
         let cap = |name: &Option<String>| -> Result<u64, FrameError> {
@@ -577,6 +628,23 @@ impl ChannelCodec {
                 line_measure,
                 ..
             } => ChannelCodec::Ndjson(Ndjson::new(limit_bytes(contract, max_line)?, *line_measure)),
+            Framing::HeaderDelimited {
+                length_header,
+                max_payload,
+                max_header,
+                headers,
+                unknown_headers,
+                ..
+            } => ChannelCodec::HeaderDelimited(super::headers::HeaderDelimited::new(
+                length_header,
+                headers.clone(),
+                *unknown_headers,
+                match max_header {
+                    Some(n) => limit_bytes(contract, n)?,
+                    None => super::headers::DEFAULT_HEADER_CAP,
+                },
+                cap(max_payload)?,
+            )),
             Framing::WebsocketText { max_message, .. } => ChannelCodec::Message(MessageCap {
                 max: cap(max_message)?,
             }),

@@ -2,6 +2,7 @@
 //!
 //! - [`framing`]: sans-IO codecs for every framing a contract can declare,
 //!   implementing tokio-util's `Decoder`/`Encoder`;
+//! - [`headers`]: the `header-delimited` codec (LSP, DAP);
 //! - [`json`]: bounded JSON parsing and the strict profile;
 //! - [`classify`]: kind, method, ids, trace id, direction and schema checks.
 //!
@@ -9,6 +10,7 @@
 
 pub mod classify;
 pub mod framing;
+pub mod headers;
 pub mod json;
 
 pub use classify::{Correlator, Message, Violation, ViolationClass, Wire, WireError};
