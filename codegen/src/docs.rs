@@ -85,8 +85,10 @@ handlebars_helper!(mermaid: |m: Value| {
     let mut out = String::from("```mermaid\nstateDiagram-v2\n");
     let id = |s: &str| s.to_string();
     out.push_str(&format!("    [*] --> {}\n", id(m["initial"].as_str().unwrap_or(""))));
-    for t in m["transitions"].as_array().into_iter().flatten() {
-        out.push_str(&format!("    {} --> {}\n", id(t[0].as_str().unwrap_or("")), id(t[1].as_str().unwrap_or(""))));
+    for (i, t) in m["transitions"].as_array().into_iter().flatten().enumerate() {
+        // Mermaid ends a label at a line break and reads `:` after the first as text.
+        let label = m["triggers"][i].as_str().map(|l| format!(" : {}", l.replace(['\n', '"'], " "))).unwrap_or_default();
+        out.push_str(&format!("    {} --> {}{label}\n", id(t[0].as_str().unwrap_or("")), id(t[1].as_str().unwrap_or(""))));
     }
     for t in m["terminal"].as_array().into_iter().flatten() {
         out.push_str(&format!("    {} --> [*]\n", id(t.as_str().unwrap_or(""))));

@@ -268,6 +268,9 @@ pub struct MachineIr {
     pub terminal: Vec<String>,
     /// Allowed (from ident, to ident) pairs.
     pub transitions: Vec<(String, String)>,
+    /// Per transition, its typed trigger in a few words (`initialize response from server`,
+    /// `timer idleSeconds`), for diagrams; `None` where the contract gives prose only.
+    pub triggers: Vec<Option<String>>,
     /// Disallowed transitions are ignorable repeats rather than errors.
     pub ignore_invalid: bool,
 }
@@ -528,6 +531,11 @@ impl Ir {
                     .iter()
                     .map(|t| (id(&t.from), id(&t.to)))
                     .collect(),
+                triggers: sm
+                    .transitions
+                    .iter()
+                    .map(|t| t.trigger.as_ref().map(trigger_label))
+                    .collect(),
                 ignore_invalid: sm.on_invalid == contract::model::InvalidTransition::Ignore,
             });
         }
@@ -558,6 +566,50 @@ impl Ir {
                 .iter()
                 .map(move |e| (m, e.part, e.from.as_deref(), &e.message))
         })
+    }
+}
+
+/// A typed trigger in a few words, for a diagram's edge.
+fn trigger_label(t: &contract::model::Trigger) -> String {
+    use contract::model::{Kind, TransportEvent, Trigger};
+    match t {
+        Trigger::Message {
+            method,
+            kind,
+            from,
+            matches,
+        } => {
+            let mut s = method.clone();
+            match kind {
+                Some(Kind::Response) => s.push_str(" response"),
+                Some(Kind::Error) => s.push_str(" error"),
+                _ => {}
+            }
+            if let Some(p) = from {
+                s.push_str(&format!(" from {p}"));
+            }
+            for (ptr, v) in matches {
+                s.push_str(&format!(" [{ptr} = {v}]"));
+            }
+            s
+        }
+        Trigger::Timer { limit } => format!("timer {limit}"),
+        Trigger::Open { channel } => format!("{channel} opens"),
+        Trigger::Close { channel } => format!("{channel} closes"),
+        Trigger::Transport {
+            channel,
+            what,
+            code,
+        } => {
+            let what = match what {
+                TransportEvent::WebsocketClose => "WebSocket close",
+                TransportEvent::HttpStatus => "HTTP status",
+            };
+            match code {
+                Some(c) => format!("{channel} {what} {c}"),
+                None => format!("{channel} {what}"),
+            }
+        }
     }
 }
 

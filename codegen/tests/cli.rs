@@ -141,3 +141,36 @@ fn not_json_exits_1() {
     std::fs::write(&p, "{ nope").expect("write");
     contractgen().arg("check").arg(&p).assert().code(1);
 }
+
+/// A contract we did not build in (examples/lsp/lsp.json) draws its lifecycle with the
+/// typed triggers on the edges, from whatever path it is given.
+#[test]
+fn docs_draw_typed_triggers_on_machine_edges() {
+    let out = tempfile::tempdir().expect("tempdir");
+    contractgen()
+        .args(["generate", "--lang", "docs", "--out"])
+        .arg(out.path())
+        .arg(root().join("examples/lsp/lsp.json"))
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(out.path().join("lsp.md")).expect("lsp.md");
+    let c = contract::load(&root().join("examples/lsp/lsp.json")).expect("loads");
+    let sm = &c.state_machines["lifecycle"];
+    let labelled = page
+        .lines()
+        .filter(|l| l.contains(" --> ") && l.contains(" : "))
+        .count();
+    let typed = sm
+        .transitions
+        .iter()
+        .filter(|t| t.trigger.is_some())
+        .count();
+    assert!(
+        typed > 0 && labelled == typed,
+        "{labelled} labelled edges for {typed} typed triggers:\n{page}"
+    );
+    assert!(
+        page.contains("Starting --> Initializing : initialize response from server"),
+        "{page}"
+    );
+}

@@ -663,10 +663,69 @@ pub struct Limit {
     /// The reaction in machine form, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<Action>,
+    /// Which messages the limit applies to; all it can apply to when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applies: Option<Applies>,
+    /// For rates: what one bucket is kept per.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<LimitKey>,
+    /// For size caps on requests: whether the cap holds for the requests, their replies, or both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<Caps>,
+    /// For deadlines: what starts the clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<Trigger>,
+    /// For deadlines: what stops it in time (any one of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<Trigger>,
     /// What the limit is.
     pub description: String,
     /// Seed section.
     pub seed: String,
+}
+
+/// The messages a limit applies to: every condition given must hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Applies {
+    /// Methods (wire names); any method when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// The channel; any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The sending party; any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// What one token bucket of a rate limit is kept per.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "per", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum LimitKey {
+    /// One bucket per value at `pointer` in the message (xsession's `from`).
+    Pointer {
+        /// JSON pointer into the message.
+        pointer: String,
+    },
+    /// One bucket per connection.
+    Connection,
+    /// One bucket per sending party, across its connections.
+    Party,
+    /// One bucket for everything the limit applies to.
+    Global,
+}
+
+/// Which messages of a request's exchange a size cap holds for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Caps {
+    /// The requests (and notifications) only.
+    Requests,
+    /// The replies only.
+    Replies,
+    /// Both.
+    Both,
 }
 
 /// What kind of number a limit is.
@@ -790,6 +849,102 @@ pub struct StateMachine {
     pub transitions: Vec<Transition>,
     /// What a transition the machine does not allow means.
     pub on_invalid: InvalidTransition,
+    /// What one instance of the machine follows (a connection, a session, a key, a party).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
+    /// Methods that may be sent without moving the machine, and the states they may be
+    /// sent in. A method whose message triggers a transition may also be sent in that
+    /// transition's `from` state.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub allows: IndexMap<String, Vec<String>>,
+    /// What a message of a method the machine governs gets when it is sent in a state
+    /// that neither allows it nor leaves by it (e.g. a request before the handshake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_place: Option<Action>,
+}
+
+/// What one instance of a state machine follows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "per", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Scope {
+    /// One instance per connection (of `channel`, or of any channel).
+    Connection {
+        /// The channel whose connections each get one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        channel: Option<String>,
+    },
+    /// One instance per session: all of a session's connections share it.
+    Session,
+    /// One instance per value at `pointer` in the messages that trigger it (a stream id,
+    /// a task id, a request id).
+    Key {
+        /// JSON pointer into the triggering messages.
+        pointer: String,
+    },
+    /// One instance per party, across its connections (a peer that redials keeps it).
+    Party {
+        /// The party.
+        party: String,
+    },
+}
+
+/// What makes a transition fire: one vocabulary for machines, timers and rules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "event", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Trigger {
+    /// A message of the contract.
+    Message {
+        /// Its method (wire name); for a response or error, the method of the request.
+        method: String,
+        /// Which message: the method's own kind when absent, else `response` or `error`
+        /// for the answer to a request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<Kind>,
+        /// The party that sends it; any party the method allows when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<String>,
+        /// JSON pointer → value pairs the message must all hold (e.g. a kernel response
+        /// whose `/payload/status` is `running`).
+        #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+        #[schemars(with = "IndexMap<String, serde_json::Value>")]
+        matches: IndexMap<String, Value>,
+    },
+    /// A deadline or interval limit runs out.
+    Timer {
+        /// The limit (a `deadline` or `interval`).
+        limit: String,
+    },
+    /// A connection opens on a channel.
+    Open {
+        /// The channel.
+        channel: String,
+    },
+    /// A connection on a channel closes or breaks.
+    Close {
+        /// The channel.
+        channel: String,
+    },
+    /// A transport event the binding knows about.
+    Transport {
+        /// The channel it happens on.
+        channel: String,
+        /// What happens.
+        what: TransportEvent,
+        /// The close code or HTTP status, from one of the contract's code tables; any when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(with = "Option<serde_json::Value>")]
+        code: Option<Value>,
+    },
+}
+
+/// Transport events a trigger can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportEvent {
+    /// A WebSocket close frame arrives.
+    WebsocketClose,
+    /// The HTTP upgrade is answered.
+    HttpStatus,
 }
 
 /// An allowed transition.
@@ -800,9 +955,12 @@ pub struct Transition {
     pub from: String,
     /// Target state.
     pub to: String,
-    /// What triggers it.
+    /// What triggers it, in the seed's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on: Option<String>,
+    /// What triggers it, as data an engine can run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Trigger>,
 }
 
 /// What a disallowed transition means.

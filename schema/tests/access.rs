@@ -154,7 +154,9 @@ fn error_reply_follows_an_envelope_binding() {
         }},
         "methods": {"echo": {"kind": "request", "from": ["client"], "channel": "main",
                              "description": "echoes", "seed": "§2",
-                             "params": {"type": "object"}, "result": {"type": "object"}}},
+                             "params": {"type": "object"}, "result": {"type": "object"},
+                             "examples": [{"title": "call", "part": "call", "from": "client", "seed": "§2",
+                                           "message": {"t": "req", "m": "echo", "i": "a1", "x": {"trace": "t9"}, "body": {}}}]}},
         "errors": [{"code": "user.too_loud", "category": "user", "retryable": true,
                     "description": "d", "seed": "§3"}],
         "violations": {"parse": {"action": "ignore", "description": "d", "seed": "§3"}}
@@ -176,4 +178,46 @@ fn error_reply_follows_an_envelope_binding() {
         json!({"t": "err", "m": "echo", "i": "b1", "re": "a1", "x": {"trace": "t9"},
                "body": {"code": "user.too_loud", "message": "too loud", "category": "user", "retryable": true}})
     );
+}
+
+/// A method's `maxPayload` limit says whether it caps the requests, the replies or both
+/// (an honest large reply to a small request is not oversize when only requests are capped).
+#[test]
+fn a_method_cap_holds_for_what_its_limit_caps() {
+    use contract::wire::{ViolationClass, Wire};
+    let wire = |caps: Option<&str>| {
+        let mut cap = limit("size", json!(64), "bytes");
+        if let Some(k) = caps {
+            cap["caps"] = json!(k);
+        }
+        let mut c = contract_with(json!({"limits": {"echoMax": cap}}));
+        c.methods["echo"].max_payload = Some("echoMax".into());
+        Wire::new(std::sync::Arc::new(c)).expect("compiles")
+    };
+    let pad = " ".repeat(100);
+    let request =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":{{"text":"hi"}}{pad}}}"#);
+    let reply = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"text":"hi"}}{pad}}}"#);
+    let oversize = |w: &Wire, from: &str, bytes: &str, answers: Option<&str>| {
+        matches!(w.decode("main", from, bytes.as_bytes(), answers),
+                 Err(v) if v.class == ViolationClass::Oversize)
+    };
+    for (caps, req_capped, reply_capped) in [
+        (None, true, true),
+        (Some("both"), true, true),
+        (Some("requests"), true, false),
+        (Some("replies"), false, true),
+    ] {
+        let w = wire(caps);
+        assert_eq!(
+            oversize(&w, "client", &request, None),
+            req_capped,
+            "{caps:?} request"
+        );
+        assert_eq!(
+            oversize(&w, "server", &reply, Some("echo")),
+            reply_capped,
+            "{caps:?} reply"
+        );
+    }
 }

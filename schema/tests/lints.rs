@@ -350,3 +350,170 @@ fn header_delimited_framing_names_its_limits() {
         "/channels/main/framing",
     );
 }
+
+#[test]
+fn state_machine_with_an_unreachable_state() {
+    assert_fires(
+        |d| d["stateMachines"]["session"]["states"]["limbo"] = json!("never entered"),
+        Lint::StateMachine,
+        "/stateMachines/session/states/limbo",
+    );
+}
+
+#[test]
+fn state_machine_with_a_dead_end() {
+    assert_fires(
+        |d| {
+            let m = &mut d["stateMachines"]["session"];
+            m["states"]["stuck"] = json!("entered, never left");
+            m["transitions"]
+                .as_array_mut()
+                .expect("transitions")
+                .push(json!({"from": "open", "to": "stuck"}));
+        },
+        Lint::StateMachine,
+        "/stateMachines/session/states/stuck",
+    );
+}
+
+#[test]
+fn trace_pointer_no_example_carries() {
+    let mut doc = fixture();
+    doc["channels"]["main"]["binding"]["trace"] = json!("/params/text");
+    assert!(problems(&doc).is_empty(), "an example carries /params/text");
+    assert_fires(
+        |d| d["channels"]["main"]["binding"]["trace"] = json!("/params/_meta/nonexistent"),
+        Lint::NameRef,
+        "/channels/main/binding/trace",
+    );
+}
+
+/// The fixture's one transition with a typed trigger.
+fn with_trigger(d: &mut Value, trigger: Value) {
+    d["stateMachines"]["session"]["transitions"][0]["trigger"] = trigger;
+}
+
+#[test]
+fn typed_trigger_names_what_exists() {
+    let mut doc = fixture();
+    with_trigger(
+        &mut doc,
+        json!({"event": "message", "method": "echo", "kind": "response", "from": "server"}),
+    );
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let at = "/stateMachines/session/transitions/0/trigger";
+    for (trigger, field) in [
+        (json!({"event": "message", "method": "shout"}), "method"),
+        (
+            json!({"event": "message", "method": "echo", "from": "nobody"}),
+            "from",
+        ),
+        (
+            json!({"event": "message", "method": "echo", "from": "server"}),
+            "from",
+        ),
+        (
+            json!({"event": "message", "method": "echo", "kind": "response", "from": "client"}),
+            "from",
+        ),
+        (
+            json!({"event": "message", "method": "echo", "kind": "event"}),
+            "kind",
+        ),
+        (json!({"event": "timer", "limit": "frameMax"}), "limit"),
+        (json!({"event": "timer", "limit": "nope"}), "limit"),
+        (json!({"event": "open", "channel": "side"}), "channel"),
+    ] {
+        assert_fires(
+            |d| with_trigger(d, trigger.clone()),
+            Lint::NameRef,
+            &format!("{at}/{field}"),
+        );
+    }
+    assert_fires(
+        |d| {
+            with_trigger(
+                d,
+                json!({"event": "transport", "channel": "main", "what": "websocket-close", "code": 4999}),
+            )
+        },
+        Lint::ErrorRef,
+        &format!("{at}/code"),
+    );
+}
+
+#[test]
+fn a_deadline_waited_on_is_started() {
+    let started = |d: &mut Value| {
+        with_trigger(d, json!({"event": "timer", "limit": "idleSeconds"}));
+    };
+    assert_fires(
+        started,
+        Lint::NameRef,
+        "/stateMachines/session/transitions/0/trigger/limit",
+    );
+    let mut doc = fixture();
+    started(&mut doc);
+    doc["limits"]["idleSeconds"]["start"] = json!({"event": "open", "channel": "main"});
+    doc["limits"]["idleSeconds"]["stop"] = json!([{"event": "message", "method": "echo"}]);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+}
+
+#[test]
+fn machine_scope_and_allows_refer_to_what_exists() {
+    assert_fires(
+        |d| d["stateMachines"]["session"]["allows"] = json!({"shout": ["open"]}),
+        Lint::NameRef,
+        "/stateMachines/session/allows/shout",
+    );
+    assert_fires(
+        |d| d["stateMachines"]["session"]["allows"] = json!({"echo": ["ajar"]}),
+        Lint::StateMachine,
+        "/stateMachines/session/allows/echo/0",
+    );
+    assert_fires(
+        |d| d["stateMachines"]["session"]["scope"] = json!({"per": "party", "party": "nobody"}),
+        Lint::NameRef,
+        "/stateMachines/session/scope/party",
+    );
+    assert_fires(
+        |d| {
+            with_trigger(d, json!({"event": "message", "method": "echo"}));
+            d["stateMachines"]["session"]["scope"] =
+                json!({"per": "key", "pointer": "/params/nope"});
+        },
+        Lint::NameRef,
+        "/stateMachines/session/scope/pointer",
+    );
+    assert_fires(
+        |d| {
+            d["stateMachines"]["session"]["outOfPlace"] =
+                json!({"action": "reply-error", "code": -32099, "description": "d", "seed": "§6"})
+        },
+        Lint::ErrorRef,
+        "/stateMachines/session/outOfPlace/code",
+    );
+}
+
+#[test]
+fn a_rate_limit_keys_and_applies_to_what_exists() {
+    let rate = |key: &str, method: &str| {
+        json!({"kind": "rate", "value": 1, "unit": "count", "burst": 5, "perSeconds": 1,
+               "onExpiry": "refused", "description": "d", "seed": "§5",
+               "applies": {"methods": [method], "channel": "main", "from": "client"},
+               "key": {"per": "pointer", "pointer": key}})
+    };
+    let mut doc = fixture();
+    doc["limits"]["echoRate"] = rate("/params/text", "echo");
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| d["limits"]["echoRate"] = rate("/params/who", "echo"),
+        Lint::NameRef,
+        "/limits/echoRate/key/pointer",
+    );
+    assert_fires(
+        |d| d["limits"]["echoRate"] = rate("/params/text", "shout"),
+        Lint::NameRef,
+        "/limits/echoRate/applies/methods/0",
+    );
+}

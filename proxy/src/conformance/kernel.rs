@@ -159,7 +159,7 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
         ),
         (
             "kernel.13.heartbeat",
-            "ping after > 5 s of silence; 3 unanswered pings → the peer is dead and the channel closes",
+            "ping after heartbeatSilenceSeconds of silence; missedPingsDead unanswered pings → the peer is dead and the channel closes",
             "§13 (K-13, K-32)",
             Ok(s_hb),
             Ok(c_hb),

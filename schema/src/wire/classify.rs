@@ -137,6 +137,8 @@ struct MethodWire {
     params: Option<jsonschema::Validator>,
     result: Option<jsonschema::Validator>,
     max_payload: Option<u64>,
+    /// Which messages of the exchange `max_payload` holds for (the limit's `caps`).
+    max_caps: crate::model::Caps,
     over_max_payload: Option<ActionKind>,
     matches: Vec<(String, Value)>,
 }
@@ -365,6 +367,12 @@ impl Wire {
                     params,
                     result,
                     max_payload,
+                    max_caps: m
+                        .max_payload
+                        .as_ref()
+                        .and_then(|n| c.limits.get(n))
+                        .and_then(|l| l.caps)
+                        .unwrap_or(crate::model::Caps::Both),
                     over_max_payload: m.over_max_payload,
                     matches: m
                         .matches
@@ -546,8 +554,9 @@ impl Wire {
             _ => None,
         };
         let answered = reply_to.and_then(answers);
-        // A method's cap holds for the replies to it too (rukh R-4: the lifecycle
-        // requests and their responses), once the reply is known to answer it.
+        // A method's cap holds for the replies to it too unless its limit says `caps`
+        // (rukh R-4: the lifecycle requests and their responses), once the reply is known
+        // to answer it.
         if let Some(v) = answered
             .as_deref()
             .and_then(|m| self.over_method_cap(ch, m, bytes.len(), reply_to))
@@ -569,7 +578,12 @@ impl Wire {
     ) -> Option<Violation> {
         let (name, m) = ch.methods.get_key_value(method)?;
         let cap = m.max_payload?;
-        if len as u64 <= cap {
+        let holds = match m.max_caps {
+            crate::model::Caps::Both => true,
+            crate::model::Caps::Requests => reply_to.is_none(),
+            crate::model::Caps::Replies => reply_to.is_some(),
+        };
+        if !holds || len as u64 <= cap {
             return None;
         }
         let what = if reply_to.is_some() { "reply to " } else { "" };

@@ -16,6 +16,9 @@ use crate::model::{
 };
 use crate::pointer::{escape, join};
 
+mod limits;
+mod machines;
+
 /// Which lint found a problem; printed so a user can look the rule up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lint {
@@ -240,6 +243,9 @@ pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem
     cx.codes(&contract, &idx);
     cx.examples(&contract, &idx);
     cx.state_machines(&contract);
+    cx.machine_triggers(&contract, &idx);
+    cx.limit_behaviour(&contract, &idx);
+    cx.trace_pointers(&contract);
     cx.relations(&contract);
     (Some(contract), cx.problems)
 }
@@ -720,6 +726,42 @@ impl Cx<'_> {
                         format!("transition {} → {} is listed twice", t.from, t.to),
                     );
                 }
+            }
+            self.machine_graph(&base, sm);
+        }
+    }
+
+    /// Each trace-id pointer (the contract's `trace`, a binding's `trace`) is carried by at
+    /// least one example on its channel; one that matches nothing is a typo.
+    fn trace_pointers(&mut self, c: &Contract) {
+        let mut pointers: Vec<(String, &str, &str)> = Vec::new();
+        if let Some(t) = &c.trace {
+            pointers.push(("/trace/path".into(), t.channel.as_str(), t.path.as_str()));
+        }
+        for (cname, ch) in &c.channels {
+            let trace = match &ch.binding {
+                Some(Binding::Jsonrpc { trace, .. }) | Some(Binding::Envelope { trace, .. }) => {
+                    trace.as_deref()
+                }
+                _ => None,
+            };
+            if let Some(p) = trace {
+                pointers.push((join("/channels", [cname, "binding", "trace"]), cname, p));
+            }
+        }
+        for (at, channel, ptr) in pointers {
+            let carried = c
+                .methods
+                .values()
+                .filter(|m| m.channel == channel)
+                .flat_map(|m| &m.examples)
+                .any(|e| e.message.pointer(ptr).is_some());
+            if !carried {
+                self.push(
+                    Lint::NameRef,
+                    at,
+                    format!("no example on channel {channel:?} carries a value at {ptr}"),
+                );
             }
         }
     }

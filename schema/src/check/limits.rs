@@ -1,0 +1,94 @@
+//! Lints of the limits' typed behaviour: what a limit applies to exists, a rate's key
+//! is carried by the messages it keys, a deadline's start and stop triggers are valid,
+//! and a timer some machine waits on is started somewhere.
+
+use super::{CodeIndex, Cx, Lint};
+use crate::model::{Contract, LimitKey, LimitKind, Trigger};
+use crate::pointer::join;
+
+impl Cx<'_> {
+    /// `applies`, `key`, `start` and `stop` of every limit, and timers never started.
+    pub(super) fn limit_behaviour(&mut self, c: &Contract, idx: &CodeIndex) {
+        for (name, l) in &c.limits {
+            let base = join("/limits", [name]);
+            if let Some(a) = &l.applies {
+                for (i, m) in a.methods.iter().enumerate() {
+                    if !c.methods.contains_key(m) {
+                        let at = join(&base, ["applies", "methods", &i.to_string()]);
+                        self.push(Lint::NameRef, at, format!("unknown method {m:?}"));
+                    }
+                }
+                if let Some(ch) = a
+                    .channel
+                    .as_ref()
+                    .filter(|ch| !c.channels.contains_key(*ch))
+                {
+                    let at = join(&base, ["applies", "channel"]);
+                    self.push(Lint::NameRef, at, format!("unknown channel {ch:?}"));
+                }
+                if let Some(p) = a.from.as_ref().filter(|p| !c.parties.contains_key(*p)) {
+                    let at = join(&base, ["applies", "from"]);
+                    self.push(Lint::NameRef, at, format!("unknown party {p:?}"));
+                }
+            }
+            if let Some(LimitKey::Pointer { pointer }) = &l.key {
+                self.key_carried(c, &join(&base, ["key", "pointer"]), name, pointer);
+            }
+            if let Some(t) = &l.start {
+                self.trigger(c, idx, &join(&base, ["start"]), t);
+            }
+            for (i, t) in l.stop.iter().enumerate() {
+                self.trigger(c, idx, &join(&base, ["stop", &i.to_string()]), t);
+            }
+        }
+        self.timers_started(c);
+    }
+
+    /// Some example of a method the limit applies to carries the key.
+    fn key_carried(&mut self, c: &Contract, at: &str, name: &str, pointer: &str) {
+        let methods = c.limits[name]
+            .applies
+            .as_ref()
+            .map(|a| a.methods.clone())
+            .unwrap_or_default();
+        let carried = c
+            .methods
+            .iter()
+            .filter(|(m, _)| methods.is_empty() || methods.contains(m))
+            .flat_map(|(_, m)| &m.examples)
+            .any(|e| e.message.pointer(pointer).is_some());
+        if !carried {
+            self.push(
+                Lint::NameRef,
+                at.to_string(),
+                format!("no example of a message {name} applies to carries {pointer}"),
+            );
+        }
+    }
+
+    /// A deadline a transition waits on (`timer` trigger) needs a `start`: otherwise no
+    /// engine can tell when its clock runs. Intervals run from the machine's state.
+    fn timers_started(&mut self, c: &Contract) {
+        for (sname, sm) in &c.state_machines {
+            for (i, t) in sm.transitions.iter().enumerate() {
+                let Some(Trigger::Timer { limit }) = &t.trigger else {
+                    continue;
+                };
+                let Some(l) = c.limits.get(limit) else {
+                    continue;
+                };
+                if l.kind == LimitKind::Deadline && l.start.is_none() {
+                    let at = join(
+                        "/stateMachines",
+                        [sname, "transitions", &i.to_string(), "trigger", "limit"],
+                    );
+                    self.push(
+                        Lint::NameRef,
+                        at,
+                        format!("deadline {limit:?} is never started: give it a `start` trigger"),
+                    );
+                }
+            }
+        }
+    }
+}

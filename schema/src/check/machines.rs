@@ -1,0 +1,238 @@
+//! Lints of the state machines' typed behaviour: every trigger names a method, party,
+//! channel, timer or code the contract declares; a machine's scope, allowed methods and
+//! out-of-place reaction refer to what exists; no state is unreachable or a dead end.
+
+use std::collections::HashSet;
+
+use super::{CodeIndex, Cx, Lint, code_key};
+use crate::model::{Contract, Kind, LimitKind, Scope, StateMachine, Trigger};
+use crate::pointer::join;
+
+impl Cx<'_> {
+    /// The typed parts of every machine: scope, `allows`, `outOfPlace`, triggers.
+    pub(super) fn machine_triggers(&mut self, c: &Contract, idx: &CodeIndex) {
+        for (sname, sm) in &c.state_machines {
+            let base = join("/stateMachines", [sname]);
+            self.scope(c, &join(&base, ["scope"]), sm);
+            for (method, states) in &sm.allows {
+                let at = join(&base, ["allows", method]);
+                if !c.methods.contains_key(method) {
+                    self.push(
+                        Lint::NameRef,
+                        at.clone(),
+                        format!("unknown method {method:?}"),
+                    );
+                }
+                for (i, s) in states.iter().enumerate() {
+                    if !sm.states.contains_key(s) {
+                        self.push(
+                            Lint::StateMachine,
+                            join(&at, [&i.to_string()]),
+                            format!("state {s:?} is not declared"),
+                        );
+                    }
+                }
+            }
+            if let Some(a) = &sm.out_of_place {
+                self.action_names(c, idx, &join(&base, ["outOfPlace"]), a);
+            }
+            for (i, t) in sm.transitions.iter().enumerate() {
+                if let Some(trigger) = &t.trigger {
+                    let at = join(&base, ["transitions", &i.to_string(), "trigger"]);
+                    self.trigger(c, idx, &at, trigger);
+                }
+            }
+        }
+    }
+
+    fn scope(&mut self, c: &Contract, at: &str, sm: &StateMachine) {
+        match &sm.scope {
+            Some(Scope::Connection { channel: Some(ch) }) if !c.channels.contains_key(ch) => {
+                self.push(
+                    Lint::NameRef,
+                    join(at, ["channel"]),
+                    format!("unknown channel {ch:?}"),
+                );
+            }
+            Some(Scope::Party { party }) if !c.parties.contains_key(party) => {
+                self.push(
+                    Lint::NameRef,
+                    join(at, ["party"]),
+                    format!("unknown party {party:?}"),
+                );
+            }
+            Some(Scope::Key { pointer }) => {
+                // The key must be found in some message that moves the machine.
+                let carried = sm
+                    .transitions
+                    .iter()
+                    .filter_map(|t| match &t.trigger {
+                        Some(Trigger::Message { method, .. }) => c.methods.get(method),
+                        _ => None,
+                    })
+                    .flat_map(|m| &m.examples)
+                    .any(|e| e.message.pointer(pointer).is_some());
+                if !carried {
+                    self.push(
+                        Lint::NameRef,
+                        join(at, ["pointer"]),
+                        format!("no example of a message that moves the machine carries {pointer}"),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn trigger(&mut self, c: &Contract, idx: &CodeIndex, at: &str, t: &Trigger) {
+        match t {
+            Trigger::Message {
+                method, kind, from, ..
+            } => self.message_trigger(c, at, method, *kind, from.as_deref()),
+            Trigger::Timer { limit } => match c.limits.get(limit) {
+                None => self.push(
+                    Lint::NameRef,
+                    join(at, ["limit"]),
+                    format!("unknown limit {limit:?}"),
+                ),
+                Some(l) if !matches!(l.kind, LimitKind::Deadline | LimitKind::Interval) => self
+                    .push(
+                        Lint::NameRef,
+                        join(at, ["limit"]),
+                        format!("limit {limit:?} is not a deadline or interval"),
+                    ),
+                Some(_) => {}
+            },
+            Trigger::Open { channel } | Trigger::Close { channel } => {
+                if !c.channels.contains_key(channel) {
+                    self.push(
+                        Lint::NameRef,
+                        join(at, ["channel"]),
+                        format!("unknown channel {channel:?}"),
+                    );
+                }
+            }
+            Trigger::Transport { channel, code, .. } => {
+                if !c.channels.contains_key(channel) {
+                    self.push(
+                        Lint::NameRef,
+                        join(at, ["channel"]),
+                        format!("unknown channel {channel:?}"),
+                    );
+                }
+                if let Some(code) = code
+                    && !idx.in_any_table(code)
+                {
+                    self.push(
+                        Lint::ErrorRef,
+                        join(at, ["code"]),
+                        format!("code {} is in no code table", code_key(code)),
+                    );
+                }
+            }
+        }
+    }
+
+    fn message_trigger(
+        &mut self,
+        c: &Contract,
+        at: &str,
+        method: &str,
+        kind: Option<Kind>,
+        from: Option<&str>,
+    ) {
+        let Some(m) = c.methods.get(method) else {
+            self.push(
+                Lint::NameRef,
+                join(at, ["method"]),
+                format!("unknown method {method:?}"),
+            );
+            return;
+        };
+        let answer = matches!(kind, Some(Kind::Response | Kind::Error));
+        if answer && m.kind != Kind::Request {
+            self.push(
+                Lint::NameRef,
+                join(at, ["kind"]),
+                format!(
+                    "{method} is a {}, so it has no {} to trigger on",
+                    kind_name(m.kind),
+                    kind_name(kind.unwrap_or(m.kind))
+                ),
+            );
+        } else if let Some(k) = kind.filter(|_| !answer)
+            && k != m.kind
+        {
+            self.push(
+                Lint::NameRef,
+                join(at, ["kind"]),
+                format!(
+                    "{method} is a {}, not a {}",
+                    kind_name(m.kind),
+                    kind_name(k)
+                ),
+            );
+        }
+        let Some(p) = from else { return };
+        if !c.parties.contains_key(p) {
+            self.push(
+                Lint::NameRef,
+                join(at, ["from"]),
+                format!("unknown party {p:?}"),
+            );
+        } else if !answer && !m.from.iter().any(|f| f == p) {
+            self.push(
+                Lint::NameRef,
+                join(at, ["from"]),
+                format!("{p} does not send {method}"),
+            );
+        } else if answer && m.from.iter().any(|f| f == p) && c.parties.len() == 2 {
+            self.push(
+                Lint::NameRef,
+                join(at, ["from"]),
+                format!("{p} sends {method}, so it does not answer it"),
+            );
+        }
+    }
+
+    /// Every state reachable from the initial one, and every non-terminal state with a
+    /// way out: a machine that can strand an instance describes no protocol.
+    pub(super) fn machine_graph(&mut self, base: &str, sm: &StateMachine) {
+        let mut reached: HashSet<&str> = HashSet::from([sm.initial.as_str()]);
+        let mut todo = vec![sm.initial.as_str()];
+        while let Some(s) = todo.pop() {
+            for t in sm.transitions.iter().filter(|t| t.from == s) {
+                if reached.insert(t.to.as_str()) {
+                    todo.push(t.to.as_str());
+                }
+            }
+        }
+        for state in sm.states.keys() {
+            let at = join(base, ["states", state]);
+            if !reached.contains(state.as_str()) {
+                self.push(
+                    Lint::StateMachine,
+                    at.clone(),
+                    format!("state {state:?} cannot be reached from {:?}", sm.initial),
+                );
+            }
+            if !sm.terminal.contains(state) && !sm.transitions.iter().any(|t| &t.from == state) {
+                self.push(
+                    Lint::StateMachine,
+                    at,
+                    format!("state {state:?} is not terminal and has no transition out"),
+                );
+            }
+        }
+    }
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Request => "request",
+        Kind::Response => "response",
+        Kind::Notification => "notification",
+        Kind::Event => "event",
+        Kind::Error => "error",
+    }
+}
