@@ -20,6 +20,7 @@ use crate::check::{Dim, Evaluator, to_base};
 use crate::model::{
     Action, Binding, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit, Note, StateMachine,
 };
+use crate::pointer::set;
 
 /// A value a tool asked the contract for and did not get.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -472,26 +473,6 @@ fn dim_name(d: Dim) -> &'static str {
         Dim::Bytes => "a size in bytes",
         Dim::Seconds => "a duration",
         Dim::Scalar => "a count",
-    }
-}
-
-/// Write `v` at JSON pointer `ptr` in `root`, creating objects on the way.
-fn set(root: &mut Value, ptr: &str, v: Value) {
-    let mut cur = root;
-    let mut parts = ptr.split('/').skip(1).peekable();
-    while let Some(raw) = parts.next() {
-        let key = raw.replace("~1", "/").replace("~0", "~");
-        if !cur.is_object() {
-            *cur = Value::Object(Default::default());
-        }
-        let Value::Object(m) = cur else { return };
-        if parts.peek().is_none() {
-            m.insert(key, v);
-            return;
-        }
-        cur = m
-            .entry(key)
-            .or_insert_with(|| Value::Object(Default::default()));
     }
 }
 

@@ -1,4 +1,6 @@
-//! RFC 6901 JSON pointer helpers used to name where a problem is.
+//! RFC 6901 JSON pointer helpers: naming where a problem is, writing a value at a pointer.
+
+use serde_json::Value;
 
 /// Escape one reference token (`~` → `~0`, `/` → `~1`).
 pub fn escape(token: &str) -> String {
@@ -17,6 +19,26 @@ where
         out.push_str(&escape(t.as_ref()));
     }
     out
+}
+
+/// Write `v` at JSON pointer `ptr` in `root`, creating objects on the way.
+pub fn set(root: &mut Value, ptr: &str, v: Value) {
+    let mut cur = root;
+    let mut parts = ptr.split('/').skip(1).peekable();
+    while let Some(raw) = parts.next() {
+        let key = raw.replace("~1", "/").replace("~0", "~");
+        if !cur.is_object() {
+            *cur = Value::Object(Default::default());
+        }
+        let Value::Object(m) = cur else { return };
+        if parts.peek().is_none() {
+            m.insert(key, v);
+            return;
+        }
+        cur = m
+            .entry(key)
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
 }
 
 #[cfg(test)]
