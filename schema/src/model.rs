@@ -66,6 +66,9 @@ pub struct Contract {
     /// State machines: states, initial, terminal and allowed transitions.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub state_machines: IndexMap<String, StateMachine>,
+    /// Credit-based flow control, by name.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub credit: IndexMap<String, Credit>,
     /// Where the trace id lives, if the protocol has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<Trace>,
@@ -103,6 +106,108 @@ pub struct VersionInfo {
 pub struct Party {
     /// What the party is and owns.
     pub description: String,
+    /// The rules the ids of this party's requests follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<IdRules>,
+    /// Where this party declares the capabilities it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declares: Option<Declaration>,
+}
+
+/// How a party numbers its requests. Every rule given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IdRules {
+    /// String ids start with this (rukh: `c:` for the core, `e:` for the extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Each id is greater than the one before (the number after the prefix, for strings).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub increasing: bool,
+    /// Each id is the one before plus one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gapless: bool,
+    /// No id is used twice in a session.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unique: bool,
+    /// Limit (by name, a count) on this party's requests awaiting an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending: Option<String>,
+    /// What a request breaking these rules gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+}
+
+/// Where in the handshake a party lists its capabilities.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Declaration {
+    /// The method whose message carries the list.
+    pub method: String,
+    /// Which message: the call itself, or the result answering it.
+    pub part: Part,
+    /// JSON pointer to the list (MCP: `/result/capabilities`).
+    pub pointer: String,
+    /// Whether the capabilities are the array's strings or the object's member names.
+    pub form: DeclarationForm,
+}
+
+/// How a capability list is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeclarationForm {
+    /// An array of capability names.
+    List,
+    /// An object whose member names are the capabilities.
+    ObjectKeys,
+}
+
+/// Credit-based flow control on a data channel, run by one engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Credit {
+    /// The channel whose frames spend credit.
+    pub channel: String,
+    /// What one allowance is kept per: a header field of the channel's binary framing
+    /// (`stream_id`).
+    pub key: String,
+    /// The message that grants credit.
+    pub grant: Grant,
+    /// Limit (by name) on credit before the first grant (0: nothing may flow unasked).
+    pub initial: String,
+    /// What a frame spends.
+    pub counts: CreditCounts,
+    /// Limit (by name) on the credit a sender may hold at once, if there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_held: Option<String>,
+    /// What a frame beyond the allowance gets.
+    pub overrun: Action,
+    /// What the mechanism is for, in the seed's words.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+/// The message that grants credit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grant {
+    /// Its method.
+    pub method: String,
+    /// JSON pointer to the key the grant is for (the stream id).
+    pub key: String,
+    /// JSON pointer to the amount granted.
+    pub amount: String,
+}
+
+/// What a data frame spends of its credit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CreditCounts {
+    /// Its payload bytes.
+    PayloadBytes,
+    /// One unit per frame.
+    Frames,
 }
 
 /// A channel: one byte stream or message stream between two parties.

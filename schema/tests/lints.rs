@@ -517,3 +517,89 @@ fn a_rate_limit_keys_and_applies_to_what_exists() {
         "/limits/echoRate/applies/methods/0",
     );
 }
+
+#[test]
+fn request_ids_follow_the_party_prefix() {
+    let mut doc = fixture();
+    doc["parties"]["client"]["ids"] =
+        json!({"prefix": "c:", "increasing": true, "maxPending": "depthMax"});
+    assert_fires(
+        |d| d["parties"]["client"]["ids"] = json!({"prefix": "c:"}),
+        Lint::BadExample,
+        "/methods/echo/examples/0/message/id",
+    );
+    doc["methods"]["echo"]["examples"][0]["message"]["id"] = json!("c:1");
+    doc["methods"]["echo"]["examples"][1]["message"]["id"] = json!("c:1");
+    doc["methods"]["echo"]["examples"][2]["message"]["id"] = json!("c:1");
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| d["parties"]["client"]["ids"] = json!({"maxPending": "frameMax"}),
+        Lint::NameRef,
+        "/parties/client/ids/maxPending",
+    );
+}
+
+#[test]
+fn a_capability_declaration_points_at_what_an_example_carries() {
+    let mut doc = fixture();
+    doc["parties"]["server"]["declares"] =
+        json!({"method": "echo", "part": "result", "pointer": "/result", "form": "object-keys"});
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| d["parties"]["server"]["declares"] = json!({"method": "echo", "part": "result", "pointer": "/result/capabilities", "form": "object-keys"}),
+        Lint::NameRef,
+        "/parties/server/declares/pointer",
+    );
+    assert_fires(
+        |d| {
+            d["parties"]["server"]["declares"] =
+                json!({"method": "hello", "part": "call", "pointer": "/params", "form": "list"})
+        },
+        Lint::NameRef,
+        "/parties/server/declares/method",
+    );
+}
+
+#[test]
+fn credit_runs_on_a_binary_channel_with_a_grant_examples_show() {
+    let credit = |channel: &str, key: &str, amount: &str| {
+        json!({"s": {"channel": channel, "key": "stream_id",
+                     "grant": {"method": "echo", "key": key, "amount": amount},
+                     "initial": "frameMax", "counts": "payload-bytes",
+                     "overrun": {"action": "close", "code": 4001, "description": "d", "seed": "§8"},
+                     "description": "d", "seed": "§8"}})
+    };
+    let with_data = |d: &mut Value| {
+        d["channels"]["data"] = json!({
+            "description": "frames", "transports": ["unix"], "connects": "client", "seed": "§8",
+            "framing": {"kind": "binary", "byteOrder": "big", "header": [
+                {"name": "length", "bytes": 4, "counts": "rest-of-frame", "description": "l"},
+                {"name": "stream_id", "bytes": 4, "description": "s"}]}});
+    };
+    let mut doc = fixture();
+    with_data(&mut doc);
+    doc["credit"] = credit("data", "/id", "/params/text");
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| d["credit"] = credit("main", "/id", "/params/text"),
+        Lint::NameRef,
+        "/credit/s/channel",
+    );
+    assert_fires(
+        |d| {
+            with_data(d);
+            d["credit"] = credit("data", "/id", "/params/bytes");
+        },
+        Lint::NameRef,
+        "/credit/s/grant/amount",
+    );
+    assert_fires(
+        |d| {
+            with_data(d);
+            d["credit"] = credit("data", "/id", "/params/text");
+            d["credit"]["s"]["key"] = json!("seq");
+        },
+        Lint::NameRef,
+        "/credit/s/key",
+    );
+}

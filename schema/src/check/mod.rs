@@ -18,6 +18,7 @@ use crate::pointer::{escape, join};
 
 mod limits;
 mod machines;
+mod parties;
 
 /// Which lint found a problem; printed so a user can look the rule up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -245,6 +246,7 @@ pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem
     cx.state_machines(&contract);
     cx.machine_triggers(&contract, &idx);
     cx.limit_behaviour(&contract, &idx);
+    cx.party_behaviour(&contract, &idx);
     cx.trace_pointers(&contract);
     cx.relations(&contract);
     (Some(contract), cx.problems)

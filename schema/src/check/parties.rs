@@ -1,0 +1,172 @@
+//! Lints of the behaviour a contract declares per party and per data channel: request-id
+//! rules (their pending limit, and every example id carrying the party's prefix),
+//! capability declarations (a method and pointer some example carries) and credit (a
+//! binary channel with the key field, a grant whose examples carry key and amount).
+
+use serde_json::Value;
+
+use super::{CodeIndex, Cx, Lint};
+use crate::model::{Binding, Contract, Framing, Kind, LimitKind, Part};
+use crate::pointer::join;
+
+impl Cx<'_> {
+    /// `ids` and `declares` of every party, and every `credit` entry.
+    pub(super) fn party_behaviour(&mut self, c: &Contract, idx: &CodeIndex) {
+        for (pname, p) in &c.parties {
+            let base = join("/parties", [pname]);
+            if let Some(ids) = &p.ids {
+                if let Some(l) = &ids.max_pending {
+                    self.count_limit(c, &join(&base, ["ids", "maxPending"]), l);
+                }
+                if let Some(a) = &ids.action {
+                    self.action_names(c, idx, &join(&base, ["ids", "action"]), a);
+                }
+                if let Some(prefix) = &ids.prefix {
+                    self.ids_prefixed(c, pname, prefix);
+                }
+            }
+            if let Some(d) = &p.declares {
+                let at = join(&base, ["declares"]);
+                let (m_at, p_at) = (join(&at, ["method"]), join(&at, ["pointer"]));
+                self.carried_by(c, (&m_at, &p_at), &d.method, d.part, &d.pointer);
+            }
+        }
+        for (name, cr) in &c.credit {
+            self.credit(c, idx, name, cr);
+        }
+    }
+
+    fn count_limit(&mut self, c: &Contract, at: &str, name: &str) {
+        match c.limits.get(name) {
+            None => self.push(Lint::NameRef, at.into(), format!("unknown limit {name:?}")),
+            Some(l) if l.kind != LimitKind::Count => self.push(
+                Lint::NameRef,
+                at.into(),
+                format!("limit {name:?} is not a count"),
+            ),
+            Some(_) => {}
+        }
+    }
+
+    /// Every request example this party sends has a string id with its prefix.
+    fn ids_prefixed(&mut self, c: &Contract, party: &str, prefix: &str) {
+        for (mname, m) in &c.methods {
+            let Some(ptr) = id_pointer(c, &m.channel) else {
+                continue;
+            };
+            if m.kind != Kind::Request {
+                continue;
+            }
+            for (i, e) in m.examples.iter().enumerate() {
+                if e.part != Part::Call || e.from.as_deref() != Some(party) {
+                    continue;
+                }
+                let ok = e
+                    .message
+                    .pointer(&ptr)
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| id.starts_with(prefix));
+                if !ok {
+                    self.push(
+                        Lint::BadExample,
+                        join("/methods", [mname, "examples", &i.to_string(), "message"]) + &ptr,
+                        format!("{party}'s request ids start with {prefix:?}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `method` exists, and some example of its `part` carries `pointer`; problems are
+    /// reported at the two pointers of `at` (where the method, where the pointer is named).
+    fn carried_by(
+        &mut self,
+        c: &Contract,
+        at: (&str, &str),
+        method: &str,
+        part: Part,
+        pointer: &str,
+    ) {
+        let Some(m) = c.methods.get(method) else {
+            self.push(
+                Lint::NameRef,
+                at.0.into(),
+                format!("unknown method {method:?}"),
+            );
+            return;
+        };
+        let carried = m
+            .examples
+            .iter()
+            .any(|e| e.part == part && e.message.pointer(pointer).is_some());
+        if !carried {
+            let part = match part {
+                Part::Call => "call",
+                Part::Result => "result",
+                Part::Error => "error",
+            };
+            self.push(
+                Lint::NameRef,
+                at.1.into(),
+                format!("no {part} example of {method} carries {pointer}"),
+            );
+        }
+    }
+
+    fn credit(&mut self, c: &Contract, idx: &CodeIndex, name: &str, cr: &crate::model::Credit) {
+        let at = join("/credit", [name]);
+        match c.channels.get(&cr.channel).map(|ch| &ch.framing) {
+            None => self.push(
+                Lint::NameRef,
+                join(&at, ["channel"]),
+                format!("unknown channel {:?}", cr.channel),
+            ),
+            Some(Framing::Binary { header, .. }) => {
+                if !header.iter().any(|h| h.name == cr.key) {
+                    self.push(
+                        Lint::NameRef,
+                        join(&at, ["key"]),
+                        format!("{} frames have no header field {:?}", cr.channel, cr.key),
+                    );
+                }
+            }
+            Some(_) => self.push(
+                Lint::NameRef,
+                join(&at, ["channel"]),
+                format!(
+                    "credit needs a binary channel with a key field; {} is not one",
+                    cr.channel
+                ),
+            ),
+        }
+        let m_at = join(&at, ["grant", "method"]);
+        for (field, ptr) in [("key", &cr.grant.key), ("amount", &cr.grant.amount)] {
+            let p_at = join(&at, ["grant", field]);
+            self.carried_by(c, (&m_at, &p_at), &cr.grant.method, Part::Call, ptr);
+            if !c.methods.contains_key(&cr.grant.method) {
+                break;
+            }
+        }
+        for (field, l) in [
+            ("initial", Some(&cr.initial)),
+            ("maxHeld", cr.max_held.as_ref()),
+        ] {
+            if let Some(l) = l.filter(|l| !c.limits.contains_key(*l)) {
+                self.push(
+                    Lint::NameRef,
+                    join(&at, [field]),
+                    format!("unknown limit {l:?}"),
+                );
+            }
+        }
+        self.action_names(c, idx, &join(&at, ["overrun"]), &cr.overrun);
+    }
+}
+
+/// Where a request keeps its id on `channel`.
+fn id_pointer(c: &Contract, channel: &str) -> Option<String> {
+    match c.channels.get(channel)?.binding.as_ref()? {
+        Binding::Jsonrpc { .. } => Some("/id".into()),
+        Binding::Envelope { id, .. } | Binding::Tagged { id, .. } => id.clone(),
+    }
+}
