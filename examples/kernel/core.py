@@ -668,14 +668,18 @@ class Core:
             # This core receives no stream; frames for unknown streams are discarded (K-3).
 
     async def liveness(self) -> None:
-        silence = k.HEARTBEAT_SILENCE_SECONDS
+        # CONTRACT_TIME_SCALE (set by a test run, honoured by every party) shortens the
+        # contract's heartbeat timers; unset, they are the contract's.
+        scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
+        silence = k.HEARTBEAT_SILENCE_SECONDS * scale
+        answer = k.PING_ANSWER_SECONDS * scale
         while not self.done.is_set():
             await asyncio.sleep(0.25)
             if self.state != k.SessionState.READY:
                 continue  # no ping before the handshake (K-32)
             t = time.monotonic()
             if self.ping_out is not None:
-                if t - self.ping_out[1] < k.PING_ANSWER_SECONDS:
+                if t - self.ping_out[1] < answer:
                     continue
                 self.missed += 1
                 log(f"ping {self.ping_out[0]} missed ({self.missed}/{k.MISSED_PINGS_DEAD})")

@@ -32,6 +32,18 @@ fn suite(args: &[&str]) -> Run {
     conformance(args, None, RUN_DEADLINE)
 }
 
+/// A suite run whose contract durations (the 20 s heartbeat check) are scaled to a fifth:
+/// the suite and the Rust peers it launches read `CONTRACT_TIME_SCALE`. The two full
+/// passing runs above keep the contract's own timers.
+fn fast_suite(args: &[&str]) -> Run {
+    common::conformance_env(
+        args,
+        None,
+        &[(contract::TIME_SCALE_ENV, "0.2")],
+        RUN_DEADLINE,
+    )
+}
+
 fn core_target(extra: &str) -> String {
     format!("exec:{BIN} peer kernel-core --control {{control}} --data {{data}} --ttl 2 {extra}")
 }
@@ -84,7 +96,7 @@ fn suite_as_shell_passes_against_the_rust_core_and_writes_junit() {
 fn a_core_that_exceeds_credit_fails_exactly_the_credit_check() {
     let (_dir, junit) = tmp("broken.xml");
     let target = core_target("--break credit");
-    let r = suite(&[
+    let r = fast_suite(&[
         "--contract",
         "kernel",
         "--play",
@@ -180,7 +192,7 @@ fn suite_as_core_passes_against_the_rust_shell() {
 #[test]
 fn a_shell_that_drops_trace_id_fails_the_trace_check() {
     let target = shell_target("--break trace-id");
-    let r = suite(&[
+    let r = fast_suite(&[
         "--contract",
         "kernel",
         "--play",
@@ -376,4 +388,30 @@ fn usage_errors_exit_2() {
     ]);
     assert_eq!(r.code, 0, "{}", show(&r));
     assert_eq!(r.stdout.lines().count(), 14, "{}", show(&r));
+}
+
+#[test]
+fn a_time_scale_that_is_not_a_positive_number_is_a_usage_error() {
+    let target = core_target("");
+    for bad in ["0", "-1", "fast"] {
+        let r = common::conformance_env(
+            &[
+                "--contract",
+                "kernel",
+                "--play",
+                "shell",
+                "--target",
+                &target,
+            ],
+            None,
+            &[(contract::TIME_SCALE_ENV, bad)],
+            Duration::from_secs(30),
+        );
+        assert_eq!(r.code, 2, "{bad}: {}", show(&r));
+        assert!(
+            r.stderr.contains(contract::TIME_SCALE_ENV),
+            "{bad}: {}",
+            show(&r)
+        );
+    }
 }

@@ -2236,7 +2236,7 @@ async fn heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
     // Let the script settle, answering it, then fall silent: no pongs, no answers.
     s.idle(Duration::from_millis(1500)).await?;
     s.pong = false;
-    let limits = cx.wire.limits();
+    let limits = cx.limits();
     let silence = limits.duration("heartbeatSilenceSeconds")?;
     let answer = limits.duration("pingAnswerSeconds")?;
     let missed = limits.count("missedPingsDead")?;

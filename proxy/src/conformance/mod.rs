@@ -152,6 +152,23 @@ pub(crate) fn named<V: Copy>(
         .ok_or_else(|| Failure::new(format!("the contract has no {what} {name}")))
 }
 
+/// The duration scale of this run, from [`contract::TIME_SCALE_ENV`] (1 when unset).
+pub(crate) fn time_scale() -> Result<f64, ConformanceError> {
+    match std::env::var(contract::TIME_SCALE_ENV) {
+        Err(_) => Ok(1.0),
+        Ok(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .ok_or_else(|| {
+                ConformanceError::Usage(format!(
+                    "{}={v:?}: expected a positive number",
+                    contract::TIME_SCALE_ENV
+                ))
+            }),
+    }
+}
+
 /// `contract-proxy conformance` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConformanceArgs {
@@ -224,6 +241,9 @@ pub struct Opts {
     pub task_seconds: u64,
     /// `--param KEY=VALUE` pairs, in order.
     pub params: Vec<(String, String)>,
+    /// What the contract's durations are multiplied by ([`contract::TIME_SCALE_ENV`],
+    /// which a launched implementation inherits and must honour too).
+    pub time_scale: f64,
 }
 
 impl Opts {
@@ -355,6 +375,7 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
         check_deadline,
         task_seconds: args.task_seconds,
         params,
+        time_scale: time_scale()?,
     };
     let mut report = Report::new(&name, &args.play, &args.target);
     report.strict = args.strict;

@@ -384,7 +384,8 @@ enum Beat {
 
 impl Liveness {
     fn new(wire: &Wire) -> Result<Self, PeerError> {
-        let l = wire.limits();
+        let scale = super::time_scale().map_err(|e| PeerError::Usage(e.to_string()))?;
+        let l = wire.limits().clone().time_scaled(scale);
         let failed = |e: contract::AccessError| PeerError::Failed(e.to_string());
         let missed = l.count("missedPingsDead").map_err(failed)?;
         Ok(Liveness {

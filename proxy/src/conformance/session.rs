@@ -312,6 +312,12 @@ async fn dial_retrying(
 }
 
 impl Ctx {
+    /// The contract's limits with this run's time scale applied: what the implementation
+    /// under test is expected to keep.
+    pub fn limits(&self) -> contract::Limits {
+        self.wire.limits().clone().time_scaled(self.opts.time_scale)
+    }
+
     /// A context for one check.
     pub fn new(wire: Arc<Wire>, role: &str, other: &str, opts: Opts, target: Arc<Target>) -> Self {
         Ctx {

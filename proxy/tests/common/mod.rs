@@ -122,7 +122,18 @@ pub fn python_sdk(contract: &str) -> PathBuf {
 /// `contract-proxy conformance ARGS` (with the Python SDK of `sdk` on PYTHONPATH),
 /// finished within `limit`.
 pub fn conformance(args: &[&str], sdk: Option<&str>, limit: Duration) -> Run {
+    conformance_env(args, sdk, &[], limit)
+}
+
+/// [`conformance`] with extra environment variables (the time scale, say).
+pub fn conformance_env(
+    args: &[&str],
+    sdk: Option<&str>,
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Run {
     let mut cmd = Command::new(BIN);
+    cmd.envs(env.iter().copied());
     cmd.arg("conformance")
         .args(args)
         .stdin(Stdio::null())
