@@ -57,7 +57,6 @@ struct Pending {
 /// rukh's policy for one invocation's channel.
 pub struct RukhPolicy {
     wire: Arc<Wire>,
-    limits: Limits,
     phase: Phase,
     /// Direction prefixes by party, from the contract's id definitions.
     prefixes: HashMap<String, String>,
@@ -93,7 +92,6 @@ impl RukhPolicy {
     /// A fresh policy.
     pub fn new(wire: Arc<Wire>) -> Self {
         let c = wire.contract().clone();
-        let limits = c.evaluated_limits();
         let mut prefixes = HashMap::new();
         for party in c.parties.keys() {
             let mut name = party.clone();
@@ -112,7 +110,6 @@ impl RukhPolicy {
         }
         RukhPolicy {
             wire,
-            limits,
             phase: Phase::Initializing,
             prefixes,
             next: HashMap::new(),
@@ -128,6 +125,11 @@ impl RukhPolicy {
             log_records: None,
             log_bytes: None,
         }
+    }
+
+    /// The contract's limits, evaluated once for the route's wire.
+    fn limits(&self) -> &Limits {
+        self.wire.limits()
     }
 
     fn c(&self) -> &contract::Contract {
@@ -288,7 +290,7 @@ impl RukhPolicy {
             )];
         }
         if counted {
-            let max = self.limits.cap("pendingRequestsMax").ok();
+            let max = self.limits().cap("pendingRequestsMax").ok();
             let n = self.counted.get(ctx.from).copied().unwrap_or(0);
             if let Some(max) = max
                 && n >= max
@@ -303,7 +305,7 @@ impl RukhPolicy {
                     ),
                     Some(json!({"limit": "pendingRequestsMax"})),
                 );
-                r.seed = self.limits.seed("pendingRequestsMax").to_string();
+                r.seed = self.limits().seed("pendingRequestsMax").to_string();
                 return vec![r];
             }
         }
@@ -375,7 +377,7 @@ impl RukhPolicy {
     fn track(&mut self, key: String, party: &str, counted: bool) {
         // Uncounted (lifecycle) requests are few by the session order; the cap keeps
         // a misbehaving peer from growing the table anyway.
-        let cap = self.limits.cap("pendingRequestsMax").unwrap_or(0) as usize;
+        let cap = self.limits().cap("pendingRequestsMax").unwrap_or(0) as usize;
         if !counted && self.pending.len() >= cap.saturating_mul(2).max(1) {
             return;
         }
@@ -500,13 +502,13 @@ impl RukhPolicy {
         let now = ctx.now;
         if self.log_records.is_none() {
             self.log_records = self
-                .limits
+                .limits()
                 .rate("logIntakeRecordsRate")
                 .ok()
                 .and_then(|r| r.token_period())
                 .and_then(|(p, b)| Bucket::new(p, b, now));
             self.log_bytes = self
-                .limits
+                .limits()
                 .rate("logIntakeBytesRate")
                 .ok()
                 .and_then(|r| r.token_period())
@@ -528,8 +530,8 @@ impl RukhPolicy {
         };
         vec![Ruling {
             rule: "rukh.log.rate",
-            seed: self.limits.seed(limit).to_string(),
-            code: self.limits.action_code(limit).cloned(),
+            seed: self.limits().seed(limit).to_string(),
+            code: self.limits().action_code(limit).cloned(),
             reason: format!("rukh.log record of {size} bytes over {limit}: dropped and counted"),
             act: Act::Discard,
         }]
@@ -548,8 +550,8 @@ impl Policy for RukhPolicy {
             after,
             Ruling {
                 rule: "rukh.frame.incomplete",
-                seed: self.limits.seed(limit).to_string(),
-                code: self.limits.action_code(limit).cloned(),
+                seed: self.limits().seed(limit).to_string(),
+                code: self.limits().action_code(limit).cloned(),
                 reason: format!(
                     "a frame stayed incomplete {:.1} s after its first byte ({limit})",
                     after.as_secs_f64()

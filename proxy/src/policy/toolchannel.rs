@@ -74,7 +74,6 @@ pub struct ToolPolicy {
     wire: Arc<Wire>,
     shared: Arc<SharedState>,
     conn: u64,
-    limits: Limits,
     /// (route, sessionId) once the initialize result named it.
     key: Option<(String, String)>,
     /// Host requests whose answer matters here, by id.
@@ -90,12 +89,10 @@ pub struct ToolPolicy {
 impl ToolPolicy {
     /// A policy for connection `conn`.
     pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64) -> Self {
-        let limits = wire.limits().clone();
         ToolPolicy {
             wire,
             shared,
             conn,
-            limits,
             key: None,
             asked: HashMap::new(),
             initialized: false,
@@ -104,6 +101,11 @@ impl ToolPolicy {
             released: false,
             due: Deadlines::default(),
         }
+    }
+
+    /// The contract's limits, evaluated once for the route's wire.
+    fn limits(&self) -> &Limits {
+        self.wire.limits()
     }
 
     fn c(&self) -> &contract::Contract {
@@ -123,7 +125,7 @@ impl ToolPolicy {
     }
 
     fn closing(&self, name: &str, reason: String) -> (Option<Value>, Closing) {
-        let max = self.limits.cap("closeReasonMaxBytes").unwrap_or(0) as usize;
+        let max = self.limits().cap("closeReasonMaxBytes").unwrap_or(0) as usize;
         match self.close_code(name) {
             Some(code) => (
                 Some(json!(code)),
@@ -137,7 +139,7 @@ impl ToolPolicy {
     }
 
     fn arm(&self, now: Instant, limit: &str) -> Option<Instant> {
-        self.limits
+        self.limits()
             .duration(limit)
             .ok()
             .and_then(|d| now.checked_add(d))
@@ -321,11 +323,11 @@ impl ToolPolicy {
     }
 
     fn missed(&self, rule: &'static str, limit: &str, what: &str) -> Ruling {
-        let secs = self.limits.number(limit).unwrap_or_default();
+        let secs = self.limits().number(limit).unwrap_or_default();
         Ruling {
             rule,
-            seed: self.limits.seed(limit).to_string(),
-            code: self.limits.action_code(limit).cloned(),
+            seed: self.limits().seed(limit).to_string(),
+            code: self.limits().action_code(limit).cloned(),
             reason: format!("{what} within {limit} ({secs} s)"),
             act: Act::Flag,
         }

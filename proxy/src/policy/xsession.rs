@@ -61,7 +61,6 @@ pub struct XsPolicy {
     wire: Arc<Wire>,
     shared: Arc<SharedState>,
     conn: u64,
-    limits: Limits,
     route: Option<String>,
     deadline: Option<Instant>,
     next_id: u64,
@@ -72,14 +71,17 @@ pub struct XsPolicy {
 }
 
 impl XsPolicy {
+    /// The contract's limits, evaluated once for the route's wire.
+    fn limits(&self) -> &Limits {
+        self.wire.limits()
+    }
+
     /// A policy for connection `conn`.
     pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64, _session: u64) -> Self {
-        let limits = wire.limits().clone();
         XsPolicy {
             wire,
             shared,
             conn,
-            limits,
             route: None,
             deadline: None,
             next_id: 0,
@@ -121,7 +123,7 @@ impl XsPolicy {
 
     fn arm(&mut self, now: Instant) {
         self.deadline = self
-            .limits
+            .limits()
             .duration("parseableLineDeadline")
             .ok()
             .and_then(|d| now.checked_add(d));
@@ -157,14 +159,14 @@ impl XsPolicy {
         let mut hash = [0u8; 32];
         hash.copy_from_slice(digest.as_ref());
         let now = ctx.now;
-        let window = self.limits.duration("duplicateWindow").ok();
+        let window = self.limits().duration("duplicateWindow").ok();
         let per_sender = self
-            .limits
+            .limits()
             .rate("perSenderRate")
             .ok()
             .and_then(|r| r.token_period());
         let global = self
-            .limits
+            .limits()
             .rate("globalRate")
             .ok()
             .and_then(|r| r.token_period());
@@ -220,7 +222,7 @@ impl XsPolicy {
 
     /// The ruling for a message dropped by `limit`.
     fn dropped(&mut self, limit: &str, from: Option<&str>, msg: &Message) -> Ruling {
-        let code = self.limits.action_code(limit).cloned();
+        let code = self.limits().action_code(limit).cloned();
         let reason = format!("user message dropped at admission: {limit}");
         let act = match from {
             None => Act::Discard,
@@ -255,7 +257,7 @@ impl XsPolicy {
                 "duplicateWindow" => "xsession.admission.duplicate",
                 _ => "xsession.admission.rate",
             },
-            seed: self.limits.seed(limit).to_string(),
+            seed: self.limits().seed(limit).to_string(),
             code,
             reason,
             act,
@@ -286,7 +288,7 @@ fn sweep(xs: &mut Shared, now: Instant, window: Option<std::time::Duration>) {
 
 impl Policy for XsPolicy {
     fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
-        let max = self.limits.count("maxConnections").ok();
+        let max = self.limits().count("maxConnections").ok();
         let mut inner = self.shared.lock();
         let open = inner.xsession.open.entry(route.to_string()).or_insert(0);
         if max.is_some_and(|m| *open as u64 >= m) {
@@ -294,8 +296,8 @@ impl Policy for XsPolicy {
             drop(inner);
             return vec![Ruling {
                 rule: "xsession.connections.cap",
-                seed: self.limits.seed("maxConnections").to_string(),
-                code: self.limits.action_code("maxConnections").cloned(),
+                seed: self.limits().seed("maxConnections").to_string(),
+                code: self.limits().action_code("maxConnections").cloned(),
                 reason: format!("{n} connections already open (maxConnections): closed unread"),
                 act: Act::Refuse {
                     reply: None,
@@ -352,11 +354,11 @@ impl Policy for XsPolicy {
             self.conn,
             Ruling {
                 rule: "xsession.line-deadline",
-                seed: self.limits.seed(limit).to_string(),
-                code: self.limits.action_code(limit).cloned(),
+                seed: self.limits().seed(limit).to_string(),
+                code: self.limits().action_code(limit).cloned(),
                 reason: format!(
                     "no parseable line within {limit} ({} s): dropped silently",
-                    self.limits.number(limit).unwrap_or_default()
+                    self.limits().number(limit).unwrap_or_default()
                 ),
                 act: Act::Refuse {
                     reply: None,
