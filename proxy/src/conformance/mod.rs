@@ -139,17 +139,11 @@ pub(crate) fn first_channel(wire: &Wire) -> Result<String, Failure> {
         .ok_or_else(|| Failure::new("the contract has no channel"))
 }
 
-/// The value the contract gives `name` in one of its tables (errors, codes, limits), looked
-/// up by the suite; a contract without it fails the check, naming `what` was looked for.
-pub(crate) fn named<V: Copy>(
-    table: &std::collections::HashMap<String, V>,
-    name: &str,
-    what: &str,
-) -> Result<V, Failure> {
-    table
-        .get(name)
-        .copied()
-        .ok_or_else(|| Failure::new(format!("the contract has no {what} {name}")))
+/// The integer wire code of the catalog error `name` (the JSON-RPC contracts' codes).
+pub(crate) fn int_error(c: &contract::Contract, name: &str) -> Result<i64, Failure> {
+    let code = c.error_code(name)?;
+    code.as_i64()
+        .ok_or_else(|| Failure::new(format!("error {name} has the non-integer code {code}")))
 }
 
 /// The duration scale of this run, from [`contract::TIME_SCALE_ENV`] (1 when unset).

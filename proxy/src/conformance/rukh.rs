@@ -36,14 +36,16 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use contract::model::{Kind, Part};
+use contract::wire::Wire;
 use contract::wire::json::{depth, items};
 use serde_json::{Map, Value, json};
 
 use super::peers::PeerError;
-use super::{Body, Check, Ctx, Failure, Got, Incoming, Peer, Row, Stdout, Verdict, named};
+use super::{Body, Check, Ctx, Failure, Got, Incoming, Peer, Row, Stdout, Verdict};
 
 /// Session identity the suite pins when it plays the core (correlation only, R-32).
 const SESSION_ID: &str = "s-conformance-0001";
@@ -78,10 +80,8 @@ const DEADLINE_MS: &str = "{deadline_ms}";
 /// Values the checks take from the contract (never written here).
 #[derive(Clone)]
 struct Spec {
-    /// Every limit, evaluated.
-    limits: contract::Limits,
-    /// Error codes by name.
-    errors: HashMap<String, i64>,
+    /// The compiled contract: its limits and its error catalog.
+    wire: Arc<Wire>,
     /// Codes a receiver may answer a rejected frame with (categories protocol and compatibility).
     rejecting: BTreeSet<i64>,
     /// CLI exit codes by outcome or cancel reason.
@@ -97,17 +97,12 @@ struct Spec {
 impl Spec {
     fn new(cx: &Ctx) -> Result<Spec, Failure> {
         let c = cx.wire.contract();
-        let mut errors = HashMap::new();
-        let mut rejecting = BTreeSet::new();
-        for e in &c.errors {
-            let (Some(code), Some(name)) = (e.code.as_i64(), e.name.as_ref()) else {
-                continue;
-            };
-            errors.insert(name.clone(), code);
-            if e.category == "protocol" || e.category == "compatibility" {
-                rejecting.insert(code);
-            }
-        }
+        let rejecting = c
+            .errors
+            .iter()
+            .filter(|e| e.name.is_some() && ["protocol", "compatibility"].contains(&&*e.category))
+            .filter_map(|e| e.code.as_i64())
+            .collect();
         let mut exits = HashMap::new();
         for table in c.codes.values() {
             for v in &table.values {
@@ -139,8 +134,7 @@ impl Spec {
             .ok_or_else(|| Failure::new("the contract has no rukh.initialize call example"))?;
         let command_result = c.capabilities.keys().next().cloned();
         Ok(Spec {
-            limits: cx.wire.limits().clone(),
-            errors,
+            wire: cx.wire.clone(),
             rejecting,
             exits,
             protocol: Value::Object(protocol),
@@ -150,21 +144,21 @@ impl Spec {
     }
 
     fn num(&self, name: &str) -> Result<f64, Failure> {
-        Ok(self.limits.number(name)?)
+        Ok(self.wire.limits().number(name)?)
     }
 
     /// A size or count cap (a rate's amount per period, too).
     fn count(&self, name: &str) -> Result<usize, Failure> {
-        let n = self.limits.cap(name)?;
+        let n = self.wire.limits().cap(name)?;
         usize::try_from(n).map_err(|_| Failure::new(format!("limit {name} = {n} is too large")))
     }
 
     fn secs(&self, name: &str) -> Result<Duration, Failure> {
-        Ok(self.limits.duration(name)?)
+        Ok(self.wire.limits().duration(name)?)
     }
 
     fn error(&self, name: &str) -> Result<i64, Failure> {
-        named(&self.errors, name, "error")
+        super::int_error(self.wire.contract(), name)
     }
 
     fn exit(&self, name: &str) -> Result<i64, Failure> {
@@ -2283,7 +2277,7 @@ async fn ext_accept_call(
     })?;
     if let Some(code) = error_code(&g)
         && s.sp.rejecting.contains(&code)
-        && Some(code) != s.sp.errors.get("operation_error").copied()
+        && Some(code) != s.sp.error("operation_error").ok()
     {
         return Err(Failure::new(format!(
             "the core refused a rukh.call with {what}, within the limit, with protocol error {code}"
@@ -2399,7 +2393,7 @@ async fn ext_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let g = s.answer(&a).await?;
-    if g.at_ptr("/error/code").and_then(Value::as_i64) == s.sp.errors.get("parse_error").copied() {
+    if g.at_ptr("/error/code").and_then(Value::as_i64) == s.sp.error("parse_error").ok() {
         return Err(
             Failure::new("a rukh.call sent byte by byte was not parsed").with("the answer", &g.raw)
         );

@@ -240,7 +240,6 @@ struct K {
     mcp: Vec<String>,
     /// Channel minors listed by the contract.
     minors: Vec<String>,
-    limits: contract::Limits,
     budget_keys: Vec<String>,
 }
 
@@ -256,7 +255,6 @@ impl K {
     fn new(cx: &Ctx) -> Result<Arc<K>, Failure> {
         let c = cx.wire.contract();
         let channel = first_channel(&cx.wire)?;
-        let limits = cx.wire.limits().clone();
         let budget_keys = c
             .defs
             .get("Budgets")
@@ -270,7 +268,6 @@ impl K {
             majors: version_values(c, "channelMajor"),
             mcp: version_values(c, "mcpProtocolVersion"),
             minors: version_values(c, "channelVersion"),
-            limits,
             budget_keys,
         };
         if k.majors.is_empty() || k.mcp.is_empty() || k.minors.is_empty() {
@@ -282,9 +279,7 @@ impl K {
     }
 
     fn err(&self, name: &str) -> Result<i64, Failure> {
-        let code = self.wire.contract().error_code(name)?;
-        code.as_i64()
-            .ok_or_else(|| Failure::new(format!("error {name} has the non-integer code {code}")))
+        super::int_error(self.wire.contract(), name)
     }
 
     /// A named value of an integer code table.
@@ -313,11 +308,11 @@ impl K {
     }
 
     fn limit(&self, name: &str) -> Result<f64, Failure> {
-        Ok(self.limits.number(name)?)
+        Ok(self.wire.limits().number(name)?)
     }
 
     fn secs(&self, name: &str) -> Result<Duration, Failure> {
-        Ok(self.limits.duration(name)?)
+        Ok(self.wire.limits().duration(name)?)
     }
 
     /// The exit a worker owes after receiving close `code`.

@@ -333,8 +333,7 @@ mod imp {
 
     /// The sender's deliveryStatus machine and the status vocabulary.
     struct Sm {
-        initial: String,
-        next: HashMap<String, HashSet<String>>,
+        machine: contract::model::StateMachine,
         known: HashSet<String>,
         /// The admission/capacity drop state.
         dropped: String,
@@ -342,7 +341,7 @@ mod imp {
 
     impl Sm {
         fn allowed(&self, from: &str, to: &str) -> bool {
-            self.next.get(from).is_some_and(|s| s.contains(to))
+            self.machine.allows(from, to)
         }
 
         /// Whether a status says the frame passed admission (§6 step 1): anything but
@@ -354,10 +353,6 @@ mod imp {
 
     fn sm(c: &Contract) -> Result<Sm, Failure> {
         let m = c.machine("deliveryStatus")?;
-        let mut next: HashMap<String, HashSet<String>> = HashMap::new();
-        for t in &m.transitions {
-            next.entry(t.from.clone()).or_default().insert(t.to.clone());
-        }
         let known: HashSet<String> = c
             .code_table("deliveryStatus")?
             .values
@@ -372,8 +367,7 @@ mod imp {
         }
         Ok(Sm {
             dropped,
-            initial: m.initial.clone(),
-            next,
+            machine: m.clone(),
             known,
         })
     }
@@ -1785,7 +1779,7 @@ mod imp {
             .map(|v| v.iter().collect::<Vec<_>>())
             .unwrap_or_default();
         let sm = &t.env.sm;
-        let mut cur = sm.initial.clone();
+        let mut cur = sm.machine.initial.clone();
         let mut path = Vec::new();
         for (i, s) in all.iter().enumerate() {
             if let Err(why) = &s.valid {
@@ -1794,10 +1788,10 @@ mod imp {
                 ))
                 .with("the delivery_status", &s.raw));
             }
-            if !sm.known.contains(&s.status) || s.status == sm.initial {
+            if !sm.known.contains(&s.status) || s.status == sm.machine.initial {
                 return Err(Failure::new(format!(
                     "status {:?} is not a status a recipient sends (table deliveryStatus, {} never travels)",
-                    s.status, sm.initial
+                    s.status, sm.machine.initial
                 ))
                 .with("the delivery_status", &s.raw));
             }
@@ -1829,7 +1823,7 @@ mod imp {
         pass(format!(
             "statuses {}: table transitions from {}; the resend's verdict {replay:?} repeated",
             path.join(" → "),
-            sm.initial
+            sm.machine.initial
         ))
     }
 
@@ -2745,7 +2739,7 @@ mod imp {
         let delivered = state(sm, "delivered")?;
         let refused = state(sm, "refused")?;
         let dropped = state(sm, "dropped")?;
-        if !(sm.allowed(&sm.initial, &held)
+        if !(sm.allowed(&sm.machine.initial, &held)
             && sm.allowed(&held, &delivered)
             && !sm.allowed(&held, &refused)
             && !sm.allowed(&held, &dropped)
@@ -2755,7 +2749,7 @@ mod imp {
                 "suite bug: the deliveryStatus table is not the one this check was written for",
             ));
         }
-        let initial = sm.initial.clone();
+        let initial = sm.machine.initial.clone();
         let unknown = format!("conformance-unknown-{}", hex(4));
         // held, then only repeats, non-table transitions, unknown statuses and noise, then delivered.
         let script: Vec<(String, Option<String>)> = vec![
