@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::framing::{ChannelCodec, FrameError, limit_bytes};
+use super::framing::{ChannelCodec, FrameError, cap_of, duration_of};
 use super::json::{self, JsonError, JsonLimits};
 use crate::check::rooted;
 use crate::model::{Action, ActionKind, Binding, Channel, Contract, Kind};
@@ -297,31 +297,37 @@ impl Wire {
     /// Compile `contract` for the wire.
     pub fn new(contract: Arc<Contract>) -> Result<Self, WireError> {
         let c = &*contract;
+        let limits = c.evaluated_limits();
         let mut channels = HashMap::new();
         for (cname, ch) in &c.channels {
-            channels.insert(cname.clone(), Self::channel(c, cname, ch)?);
+            channels.insert(cname.clone(), Self::channel(c, &limits, cname, ch)?);
         }
         Ok(Wire {
-            limits: contract.evaluated_limits(),
+            limits,
             contract,
             channels,
         })
     }
 
-    fn channel(c: &Contract, cname: &str, ch: &Channel) -> Result<ChannelWire, WireError> {
+    fn channel(
+        c: &Contract,
+        limits: &crate::access::Limits,
+        cname: &str,
+        ch: &Channel,
+    ) -> Result<ChannelWire, WireError> {
         let framing_err = |source| WireError::Framing {
             contract: c.name.clone(),
             channel: cname.to_string(),
             source,
         };
-        let codec = ChannelCodec::for_channel(c, ch).map_err(framing_err)?;
+        let codec = ChannelCodec::for_channel(limits, ch).map_err(framing_err)?;
         let json = match &ch.json {
             None if ch.binding.is_none() => None,
             None => Some(JsonLimits::default()),
             Some(j) => {
                 let lim = |n: &Option<String>, d: usize| -> Result<usize, WireError> {
                     match n {
-                        Some(n) => limit_bytes(c, n).map(|v| v as usize).map_err(framing_err),
+                        Some(n) => cap_of(limits, n).map(|v| v as usize).map_err(framing_err),
                         None => Ok(d),
                     }
                 };
@@ -355,7 +361,7 @@ impl Wire {
                 None => None,
             };
             let max_payload = match &m.max_payload {
-                Some(n) => Some(limit_bytes(c, n).map_err(framing_err)?),
+                Some(n) => Some(cap_of(limits, n).map_err(framing_err)?),
                 None => None,
             };
             tagged_order.push(mname.clone());
@@ -390,10 +396,7 @@ impl Wire {
             | crate::model::Framing::HeaderDelimited {
                 frame_deadline: Some(n),
                 ..
-            } => Some((
-                n.clone(),
-                crate::wire::framing::limit_duration(c, n).map_err(framing_err)?,
-            )),
+            } => Some((n.clone(), duration_of(limits, n).map_err(framing_err)?)),
             _ => None,
         };
         Ok(ChannelWire {

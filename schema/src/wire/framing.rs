@@ -10,6 +10,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
+use crate::access::Limits;
 use crate::model::{ByteOrder, Channel, Contract, Framing, LengthCounts, LineMeasure};
 
 /// Why bytes do not make a frame.
@@ -517,21 +518,26 @@ fn not_a_json_stream() -> FrameError {
 /// Largest frame any codec accepts when a contract sets no cap.
 pub const DEFAULT_CAP: u64 = 16 * 1024 * 1024;
 
-/// Resolve a limit name to a positive duration (a deadline, in seconds or ms).
-pub fn limit_duration(contract: &Contract, name: &str) -> Result<std::time::Duration, FrameError> {
-    match contract.evaluated_limits().duration(name) {
+/// A limit as a positive duration (a deadline, in seconds or ms).
+pub fn duration_of(limits: &Limits, name: &str) -> Result<std::time::Duration, FrameError> {
+    match limits.duration(name) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err(FrameError::Unsupported(format!("limit {name:?} is zero"))),
         Err(e) => Err(FrameError::Unsupported(e.to_string())),
     }
 }
 
-/// Resolve a limit name to a cap in bytes (or UTF-16 units, or a count).
-pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
-    contract
-        .evaluated_limits()
+/// A limit as a cap in bytes (or UTF-16 units, or a count).
+pub fn cap_of(limits: &Limits, name: &str) -> Result<u64, FrameError> {
+    limits
         .cap(name)
         .map_err(|e| FrameError::Unsupported(e.to_string()))
+}
+
+/// [`cap_of`] for one look-up: evaluates the contract's limits first. Compiling a wire
+/// evaluates them once and uses [`cap_of`].
+pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
+    cap_of(&contract.evaluated_limits(), name)
 }
 
 impl ChannelCodec {
@@ -571,11 +577,11 @@ impl ChannelCodec {
         }
     }
 
-    /// Build the codec for `channel` of `contract`.
-    pub fn for_channel(contract: &Contract, channel: &Channel) -> Result<Self, FrameError> {
+    /// Build the codec for `channel`, its caps read from the contract's `limits`.
+    pub fn for_channel(limits: &Limits, channel: &Channel) -> Result<Self, FrameError> {
         let cap = |name: &Option<String>| -> Result<u64, FrameError> {
             match name {
-                Some(n) => limit_bytes(contract, n),
+                Some(n) => cap_of(limits, n),
                 None => Ok(DEFAULT_CAP),
             }
         };
@@ -627,7 +633,7 @@ impl ChannelCodec {
                 max_line,
                 line_measure,
                 ..
-            } => ChannelCodec::Ndjson(Ndjson::new(limit_bytes(contract, max_line)?, *line_measure)),
+            } => ChannelCodec::Ndjson(Ndjson::new(cap_of(limits, max_line)?, *line_measure)),
             Framing::HeaderDelimited {
                 length_header,
                 max_payload,
@@ -640,7 +646,7 @@ impl ChannelCodec {
                 headers.clone(),
                 *unknown_headers,
                 match max_header {
-                    Some(n) => limit_bytes(contract, n)?,
+                    Some(n) => cap_of(limits, n)?,
                     None => super::headers::DEFAULT_HEADER_CAP,
                 },
                 cap(max_payload)?,
@@ -685,7 +691,8 @@ mod tests {
         let contract: Contract =
             serde_json::from_str(include_str!("../../tests/fixtures/minimal.json"))
                 .expect("fixture");
-        let ChannelCodec::Binary(mut c) = ChannelCodec::for_channel(&contract, &ch).expect("codec")
+        let limits = contract.evaluated_limits();
+        let ChannelCodec::Binary(mut c) = ChannelCodec::for_channel(&limits, &ch).expect("codec")
         else {
             panic!("binary expected")
         };
