@@ -108,6 +108,13 @@ struct Evaluated {
     dim: Dim,
 }
 
+/// One limit as declared, with its value (or why it has none).
+#[derive(Debug, Clone)]
+struct Entry {
+    def: Limit,
+    value: Result<Evaluated, String>,
+}
+
 /// Every limit of a contract, evaluated once, converted on request.
 ///
 /// `time_scale` multiplies every duration handed out (deadlines, intervals, rate
@@ -115,8 +122,7 @@ struct Evaluated {
 /// scales time by 0.1 instead of editing the contract.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    defs: IndexMap<String, Limit>,
-    values: IndexMap<String, Result<Evaluated, String>>,
+    entries: IndexMap<String, Entry>,
     time_scale: f64,
 }
 
@@ -125,20 +131,23 @@ impl Limits {
     /// reported when (and only when) a caller asks for it.
     pub fn new(c: &Contract) -> Limits {
         let mut ev = Evaluator::new(c);
-        let values = c
+        let entries = c
             .limits
             .iter()
             .map(|(name, l)| {
-                let v = ev.limit_value(name).map(|v| {
+                let value = ev.limit_value(name).map(|v| {
                     let (base, dim) = to_base(l.unit, v);
                     Evaluated { base, dim }
                 });
-                (name.clone(), v)
+                let entry = Entry {
+                    def: l.clone(),
+                    value,
+                };
+                (name.clone(), entry)
             })
             .collect();
         Limits {
-            defs: c.limits.clone(),
-            values,
+            entries,
             time_scale: 1.0,
         }
     }
@@ -158,13 +167,14 @@ impl Limits {
 
     /// The limit as declared.
     pub fn get(&self, name: &str) -> Result<&Limit, AccessError> {
-        self.defs
+        self.entries
             .get(name)
+            .map(|e| &e.def)
             .ok_or_else(|| AccessError::NoLimit(name.to_string()))
     }
 
     fn eval(&self, name: &str) -> Result<&Evaluated, AccessError> {
-        match self.values.get(name) {
+        match self.entries.get(name).map(|e| &e.value) {
             None => Err(AccessError::NoLimit(name.to_string())),
             Some(Err(reason)) => Err(AccessError::Unevaluable {
                 name: name.to_string(),
@@ -253,7 +263,7 @@ impl Limits {
 
     /// The limit's machine-readable reaction, when it has one.
     pub fn action(&self, name: &str) -> Option<&Action> {
-        self.defs.get(name)?.action.as_ref()
+        self.get(name).ok()?.action.as_ref()
     }
 
     /// The code of the limit's reaction (an error or close code).
@@ -263,7 +273,7 @@ impl Limits {
 
     /// The limit's seed section ("" for an unknown limit: it only labels a report).
     pub fn seed(&self, name: &str) -> &str {
-        self.defs.get(name).map(|l| l.seed.as_str()).unwrap_or("")
+        self.get(name).map(|l| l.seed.as_str()).unwrap_or("")
     }
 }
 

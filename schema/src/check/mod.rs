@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::sync::OnceLock;
 
-use indexmap::IndexMap;
 use serde_json::Value;
 
 use crate::model::{
@@ -1191,13 +1190,4 @@ pub fn all_code_values(c: &Contract) -> BTreeSet<String> {
         out.extend(s);
     }
     out
-}
-
-/// Every limit's value in its own unit, in declaration order.
-pub fn limit_values(c: &Contract) -> IndexMap<String, Result<f64, String>> {
-    let mut ev = Evaluator::new(c);
-    c.limits
-        .keys()
-        .map(|k| (k.clone(), ev.limit_value(k)))
-        .collect()
 }
