@@ -999,11 +999,8 @@ impl Inspector {
                     .map(|(w, _)| w.clone())
                     .unwrap_or_else(|| "error".into());
                 let mut out = json!({});
-                let mut put = |ptr: &str, v: Value| {
-                    if let Some(key) = ptr.strip_prefix('/') {
-                        out[key] = v;
-                    }
-                };
+                // The binding's pointers may reach into nested objects (`/meta/trace`).
+                let mut put = |ptr: &str, v: Value| contract::set_pointer(&mut out, ptr, v);
                 put(&kind, json!(error_kind));
                 if let Some(p) = &id_ptr {
                     put(p, json!(format!("proxy-{}-{}", self.conn, self.next_id)));

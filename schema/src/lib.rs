@@ -19,7 +19,7 @@ pub use access::{AccessError, Limits, Rate, TIME_SCALE_ENV};
 pub use check::{Problem, check_document};
 pub use io::{Connection, Embedded};
 pub use model::Contract;
-pub use pointer::{escape as escape_pointer, join as join_pointer};
+pub use pointer::{escape as escape_pointer, join as join_pointer, set as set_pointer};
 
 use std::path::Path;
 
