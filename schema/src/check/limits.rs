@@ -2,7 +2,7 @@
 //! is carried by the messages it keys, a deadline's start and stop triggers are valid,
 //! and a timer some machine waits on is started somewhere.
 
-use super::{CodeIndex, Cx, Lint};
+use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{Contract, LimitKey, LimitKind, Trigger};
 use crate::pointer::join;
 
@@ -51,13 +51,12 @@ impl Cx<'_> {
             .as_ref()
             .map(|a| a.methods.clone())
             .unwrap_or_default();
-        let carried = c
+        let applies = c
             .methods
             .iter()
             .filter(|(m, _)| methods.is_empty() || methods.contains(m))
-            .flat_map(|(_, m)| &m.examples)
-            .any(|e| e.message.pointer(pointer).is_some());
-        if !carried {
+            .map(|(_, m)| m);
+        if !carried(applies, None, pointer) {
             self.push(
                 Lint::NameRef,
                 at.to_string(),

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::{CodeIndex, Cx, Lint, code_key};
+use super::{CodeIndex, Cx, Lint, carried, code_key};
 use crate::model::{Contract, Kind, LimitKind, Scope, StateMachine, Trigger};
 use crate::pointer::join;
 
@@ -63,16 +63,11 @@ impl Cx<'_> {
             }
             Some(Scope::Key { pointer }) => {
                 // The key must be found in some message that moves the machine.
-                let carried = sm
-                    .transitions
-                    .iter()
-                    .filter_map(|t| match &t.trigger {
-                        Some(Trigger::Message { method, .. }) => c.methods.get(method),
-                        _ => None,
-                    })
-                    .flat_map(|m| &m.examples)
-                    .any(|e| e.message.pointer(pointer).is_some());
-                if !carried {
+                let moving = sm.transitions.iter().filter_map(|t| match &t.trigger {
+                    Some(Trigger::Message { method, .. }) => c.methods.get(method),
+                    _ => None,
+                });
+                if !carried(moving, None, pointer) {
                     self.push(
                         Lint::NameRef,
                         join(at, ["pointer"]),

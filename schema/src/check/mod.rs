@@ -263,6 +263,19 @@ struct CodeIndex {
     tables: BTreeMap<String, HashSet<String>>,
 }
 
+/// Whether some example of `methods` (of `part`; of any part when `None`) carries a value
+/// at `pointer`: the behaviour lints' test that a pointer names something real.
+fn carried<'m>(
+    methods: impl IntoIterator<Item = &'m Method>,
+    part: Option<Part>,
+    pointer: &str,
+) -> bool {
+    methods
+        .into_iter()
+        .flat_map(|m| &m.examples)
+        .any(|e| part.is_none_or(|p| e.part == p) && e.message.pointer(pointer).is_some())
+}
+
 /// Canonical text of a wire code, so `4002` and `-32001` compare as values.
 fn code_key(v: &Value) -> String {
     match v {
@@ -751,13 +764,8 @@ impl Cx<'_> {
             }
         }
         for (at, channel, ptr) in pointers {
-            let carried = c
-                .methods
-                .values()
-                .filter(|m| m.channel == channel)
-                .flat_map(|m| &m.examples)
-                .any(|e| e.message.pointer(ptr).is_some());
-            if !carried {
+            let on_channel = c.methods.values().filter(|m| m.channel == channel);
+            if !carried(on_channel, None, ptr) {
                 self.push(
                     Lint::NameRef,
                     at,

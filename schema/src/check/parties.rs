@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::{CodeIndex, Cx, Lint};
+use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{Binding, Contract, Framing, Kind, LimitKind, Part};
 use crate::pointer::join;
 
@@ -95,11 +95,7 @@ impl Cx<'_> {
             );
             return;
         };
-        let carried = m
-            .examples
-            .iter()
-            .any(|e| e.part == part && e.message.pointer(pointer).is_some());
-        if !carried {
+        if !carried([m], Some(part), pointer) {
             let part = match part {
                 Part::Call => "call",
                 Part::Result => "result",
