@@ -261,7 +261,7 @@ pub struct Inspection {
 
 /// The close a contract code calls for: a close code when it is one (fits in u16),
 /// else dropping the connection; with the text the event's action shows.
-fn closing_with(code: Option<&Value>, reason: String) -> (Closing, String) {
+pub(crate) fn closing_with(code: Option<&Value>, reason: String) -> (Closing, String) {
     match code
         .and_then(Value::as_u64)
         .and_then(|c| u16::try_from(c).ok())

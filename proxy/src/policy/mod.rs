@@ -24,6 +24,7 @@
 //! The generic per-route rate limits of the proxy's config live in
 //! [`ratelimit`]; they are not tied to a contract rule.
 
+pub mod engine;
 pub mod kernel;
 pub mod ratelimit;
 pub mod rukh;
@@ -206,7 +207,8 @@ pub struct RouteRules {
 }
 
 /// The policy for one connection of a route speaking `wire`'s contract
-/// (chosen by contract name; an unknown contract gets a no-op policy).
+/// (chosen by contract name; any other contract gets the generic [`engine`], which
+/// runs the behaviour the contract carries as data).
 pub fn for_contract(
     wire: &Arc<Wire>,
     shared: &Arc<SharedState>,
@@ -241,6 +243,12 @@ pub fn for_route(
             conn,
             session,
         )),
+        _ if engine::Engine::has_behaviour(wire.contract()) => Box::new(engine::Engine::new(
+            wire.clone(),
+            shared.clone(),
+            conn,
+            session,
+        )),
         _ => Box::new(Noop),
     }
 }
@@ -261,6 +269,8 @@ struct Inner {
     /// Frames a stream.credit released, by session and receiving party, until
     /// the session's data connection writes them (bounded by the gates' held bound).
     released: HashMap<(u64, String), Vec<Held>>,
+    /// The generic engine's machine instances and rate buckets.
+    engine: engine::Shared,
 }
 
 impl SharedState {
@@ -354,6 +364,11 @@ impl SharedState {
             .gates
             .get_mut(&session)
             .and_then(|g| g.account(stream, payload_len))
+    }
+
+    /// Run `f` on the generic engine's state.
+    pub fn with_engine<R>(&self, f: impl FnOnce(&mut engine::Shared) -> R) -> R {
+        f(&mut self.lock().engine)
     }
 
     /// Run `f` on `session`'s credit gate, creating it for `contract` if needed.

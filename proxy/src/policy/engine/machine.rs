@@ -1,0 +1,230 @@
+//! State machines as data: each machine's instances, keyed by its scope, moved by the
+//! typed triggers of its transitions; a governed message that neither moves the machine
+//! nor is allowed in its state gets the machine's `outOfPlace` reaction.
+//!
+//! A machine is run only when at least one transition has a typed trigger: one written
+//! in prose alone is documentation. A method is governed by a machine when a message
+//! trigger or `allows` names it; answers (responses, errors) only when a trigger names
+//! them by kind. Instances of a connection, and per-key instances a connection created,
+//! are forgotten when it closes; a per-key instance is also forgotten when it reaches a
+//! terminal state (the next message with that key starts afresh in `initial`, which is
+//! where a message after the end finds itself out of place).
+
+use std::collections::HashMap;
+
+use contract::Contract;
+use contract::model::{InvalidTransition, Scope, StateMachine, Trigger};
+use contract::wire::Message;
+
+use super::{Ruling, broken, fires, is_call};
+
+/// At most this many machine instances are tracked per run; past it new instances are
+/// not started, and the message that would have started one is flagged. A guard against
+/// a peer opening keys without end, not a protocol number.
+const MAX_INSTANCES: usize = 100_000;
+
+/// Where a message was seen: what a scope keys on.
+pub(crate) struct Where<'a> {
+    pub route: &'a str,
+    pub conn: u64,
+    pub session: u64,
+}
+
+#[derive(Debug)]
+struct Instance {
+    state: String,
+    /// The connection that started it (forgotten with it, for connection and key scopes).
+    conn: u64,
+    per_connection: bool,
+}
+
+/// Every live machine instance of a run, by (route, machine, scope key).
+#[derive(Debug, Default)]
+pub struct Instances {
+    map: HashMap<(String, String, String), Instance>,
+}
+
+impl Instances {
+    /// Forget the instances connection `conn` of `route` owned.
+    pub(crate) fn forget_connection(&mut self, route: &str, conn: u64) {
+        self.map
+            .retain(|(r, _, _), i| !(r == route && i.per_connection && i.conn == conn));
+    }
+
+    /// The states of `machine`'s live instances on `route` (those that left `initial`).
+    pub fn states(&self, route: &str, machine: &str) -> Vec<&str> {
+        let mut out: Vec<&str> = self
+            .map
+            .iter()
+            .filter(|((r, m, _), _)| r == route && m == machine)
+            .map(|(_, i)| i.state.as_str())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+}
+
+/// Whether the contract has a machine with typed triggers.
+pub(crate) fn any(c: &Contract) -> bool {
+    c.state_machines.values().any(typed)
+}
+
+fn typed(sm: &StateMachine) -> bool {
+    sm.transitions.iter().any(|t| t.trigger.is_some())
+}
+
+/// A transition a message makes, applied once the message is known to go on.
+#[derive(Debug)]
+pub(crate) struct Move {
+    id: (String, String, String),
+    to: String,
+    conn: u64,
+    per_connection: bool,
+    /// A per-key instance reaching a terminal state is forgotten.
+    forget: bool,
+}
+
+impl Instances {
+    /// Apply the transitions of a message that went on.
+    pub(crate) fn apply(&mut self, moves: Vec<Move>) {
+        for m in moves {
+            if m.forget {
+                self.map.remove(&m.id);
+                continue;
+            }
+            self.map.insert(
+                m.id,
+                Instance {
+                    state: m.to,
+                    conn: m.conn,
+                    per_connection: m.per_connection,
+                },
+            );
+        }
+    }
+}
+
+/// Judge `msg` (sent by `from`) under every typed machine of `c`: the rulings, and the
+/// transitions it makes.
+pub(crate) fn judge(
+    c: &Contract,
+    inst: &Instances,
+    at: &Where,
+    from: &str,
+    msg: &Message,
+) -> (Vec<Ruling>, Vec<Move>) {
+    let mut rulings = Vec::new();
+    let mut moves = Vec::new();
+    for (name, sm) in c.state_machines.iter() {
+        if !(typed(sm) && governs(c, sm, msg)) {
+            continue;
+        }
+        match judge_one(c, inst, at, name, sm, from, msg) {
+            Some(Ok(m)) => moves.push(m),
+            Some(Err(r)) => rulings.push(r),
+            None => {}
+        }
+    }
+    (rulings, moves)
+}
+
+fn judge_one(
+    c: &Contract,
+    inst: &Instances,
+    at: &Where,
+    name: &str,
+    sm: &StateMachine,
+    from: &str,
+    msg: &Message,
+) -> Option<Result<Move, Ruling>> {
+    let entry = format!("/stateMachines/{}", contract::escape_pointer(name));
+    let (key, per_connection) = scope_key(c, sm, at, msg)?;
+    let id = (at.route.to_string(), name.to_string(), key);
+    let here = inst.map.get(&id);
+    let state = here.map_or(sm.initial.as_str(), |i| i.state.as_str());
+    if let Some(t) = sm
+        .transitions
+        .iter()
+        .find(|t| t.from == state && t.trigger.as_ref().is_some_and(|tr| fires(c, tr, from, msg)))
+    {
+        let forget = matches!(sm.scope, Some(Scope::Key { .. })) && sm.terminal.contains(&t.to);
+        if here.is_none() && !forget && inst.map.len() >= MAX_INSTANCES {
+            let reason =
+                format!("{name}: over {MAX_INSTANCES} live machine instances; not tracked");
+            return Some(Err(broken(
+                c,
+                "machine.untracked",
+                &entry,
+                None,
+                msg,
+                reason,
+            )));
+        }
+        return Some(Ok(Move {
+            id,
+            to: t.to.clone(),
+            conn: here.map_or(at.conn, |i| i.conn),
+            per_connection,
+            forget,
+        }));
+    }
+    if allowed(sm, msg, state) || sm.on_invalid == InvalidTransition::Ignore {
+        return None;
+    }
+    let method = msg.method.as_deref().unwrap_or("message");
+    let reason = format!("{method} from {from} in state `{state}` of {name}");
+    Some(Err(broken(
+        c,
+        "machine.out-of-place",
+        &entry,
+        sm.out_of_place.as_ref(),
+        msg,
+        reason,
+    )))
+}
+
+/// Whether `sm` has a say about `msg`.
+fn governs(c: &Contract, sm: &StateMachine, msg: &Message) -> bool {
+    let Some(method) = msg.method.as_deref() else {
+        return false;
+    };
+    let named = sm.transitions.iter().any(|t| match &t.trigger {
+        Some(Trigger::Message {
+            method: m, kind, ..
+        }) => m == method && super::kind_is(c, m, *kind, msg.kind),
+        _ => false,
+    });
+    named || (is_call(msg) && sm.allows.contains_key(method))
+}
+
+fn allowed(sm: &StateMachine, msg: &Message, state: &str) -> bool {
+    is_call(msg)
+        && msg
+            .method
+            .as_deref()
+            .and_then(|m| sm.allows.get(m))
+            .is_some_and(|states| states.iter().any(|s| s == state))
+}
+
+/// The instance key of `msg` under `sm`'s scope, and whether the instance belongs to the
+/// connection; `None` when the message is outside the scope (another channel, no key).
+fn scope_key(c: &Contract, sm: &StateMachine, at: &Where, msg: &Message) -> Option<(String, bool)> {
+    match &sm.scope {
+        None => Some((format!("conn:{}", at.conn), true)),
+        Some(Scope::Connection { channel }) => {
+            let on = msg
+                .method
+                .as_deref()
+                .and_then(|m| c.methods.get(m))
+                .map(|m| m.channel.as_str());
+            (channel.is_none() || channel.as_deref() == on)
+                .then(|| (format!("conn:{}", at.conn), true))
+        }
+        Some(Scope::Session) => Some((format!("session:{}", at.session), false)),
+        Some(Scope::Key { pointer }) => {
+            let v = msg.value.pointer(pointer)?;
+            Some((format!("key:{}:{v}", at.session), true))
+        }
+        Some(Scope::Party { party }) => Some((format!("party:{party}"), false)),
+    }
+}

@@ -1,0 +1,245 @@
+//! The generic policy engine: a contract's typed behaviour, interpreted.
+//!
+//! Where the hand-written modules next door code one protocol's rules each, this
+//! engine reads them from the contract: state machines with their scopes, message
+//! triggers, `allows` and `outOfPlace` ([`machine`]); keyed rate limits ([`rate`]);
+//! each party's request-id rules and pending cap ([`ids`]); capability gating from the
+//! parties' declarations ([`caps`]). A contract the proxy has never seen gets all of
+//! it with no Rust change.
+//!
+//! Like every policy it is sans-IO: events in ([`Policy::on_message`] with the instant
+//! passed in), [`Ruling`]s out. Each ruling names the contract entry it comes from
+//! (e.g. `/stateMachines/lifecycle`) in its reason, and carries the entry's seed and
+//! the code of the entry's action. State that outlives a connection (session, key and
+//! party machines, rate buckets) lives in the run's [`SharedState`], keyed by route.
+
+mod caps;
+mod ids;
+mod machine;
+mod rate;
+
+use std::sync::Arc;
+
+use contract::Contract;
+use contract::model::{Action, ActionKind, Kind, Trigger};
+use contract::wire::{Message, Wire};
+use serde_json::{Value, json};
+
+use super::{Act, Ctx, Policy, Ruling, SharedState};
+use crate::inspect::{Closing, closing_with};
+
+pub use machine::Instances;
+pub use rate::Buckets;
+
+/// State the engine keeps across the connections of a run.
+#[derive(Default)]
+pub struct Shared {
+    /// Machine instances whose scope is wider than one connection.
+    pub(crate) machines: Instances,
+    /// Token buckets of the contract's rate limits.
+    pub(crate) buckets: Buckets,
+}
+
+impl Shared {
+    /// The live machine instances.
+    pub fn machines(&self) -> &Instances {
+        &self.machines
+    }
+}
+
+/// One connection's engine.
+pub struct Engine {
+    wire: Arc<Wire>,
+    shared: Arc<SharedState>,
+    conn: u64,
+    session: u64,
+    ids: ids::IdState,
+    caps: caps::Declared,
+}
+
+impl Engine {
+    /// The engine for connection `conn` of `session`, speaking `wire`'s contract.
+    pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64, session: u64) -> Engine {
+        Engine {
+            wire,
+            shared,
+            conn,
+            session,
+            ids: ids::IdState::default(),
+            caps: caps::Declared::default(),
+        }
+    }
+
+    /// Whether `c` carries any behaviour this engine runs (else the route gets no policy work).
+    pub fn has_behaviour(c: &Contract) -> bool {
+        machine::any(c) || rate::any(c) || ids::any(c) || caps::any(c)
+    }
+}
+
+impl Policy for Engine {
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
+        let wire = self.wire.clone();
+        let c = wire.contract();
+        let at = machine::Where {
+            route: ctx.route,
+            conn: self.conn,
+            session: self.session,
+        };
+        let mut out = Vec::new();
+        let admit = self
+            .ids
+            .judge(c, wire.limits(), ctx.from, msg)
+            .map_err(|r| out.push(*r))
+            .ok()
+            .flatten();
+        out.extend(caps::check(c, &self.caps, ctx.from, msg));
+        // One lock for judging and applying, so connections sharing an instance see
+        // each other's messages in order. State follows what enforce mode lets
+        // through: a refused message moves nothing.
+        let went_on = self.shared.with_engine(|s| {
+            let (rulings, moves) = machine::judge(c, &s.machines, &at, ctx.from, msg);
+            out.extend(rulings);
+            out.extend(rate::take(
+                c,
+                wire.limits(),
+                &mut s.buckets,
+                ctx,
+                self.conn,
+                msg,
+            ));
+            let went_on = !out.iter().any(|r| matches!(r.act, Act::Refuse { .. }));
+            if went_on {
+                s.machines.apply(moves);
+            }
+            went_on
+        });
+        if let Some(a) = admit {
+            self.ids.commit(a, went_on);
+        }
+        if went_on {
+            self.caps.observe(c, ctx.from, msg);
+        }
+        out
+    }
+
+    fn on_close(&mut self, ctx: &Ctx) -> Vec<Ruling> {
+        let conn = self.conn;
+        self.shared.with_engine(|s| {
+            s.machines.forget_connection(ctx.route, conn);
+            s.buckets.forget_connection(ctx.route, conn);
+        });
+        Vec::new()
+    }
+}
+
+/// Whether `t` is a message trigger that `msg`, sent by `from`, fires.
+pub(crate) fn fires(c: &Contract, t: &Trigger, from: &str, msg: &Message) -> bool {
+    let Trigger::Message {
+        method,
+        kind,
+        from: sender,
+        matches,
+    } = t
+    else {
+        return false;
+    };
+    msg.method.as_deref() == Some(method.as_str())
+        && kind_is(c, method, *kind, msg.kind)
+        && sender.as_deref().is_none_or(|p| p == from)
+        && matches.iter().all(|(p, v)| msg.value.pointer(p) == Some(v))
+}
+
+/// Whether a message of kind `got` is the one a trigger on `method` with `kind` names:
+/// the method's own kind when `kind` is absent.
+fn kind_is(c: &Contract, method: &str, kind: Option<Kind>, got: Kind) -> bool {
+    match kind {
+        Some(k) => k == got,
+        None => c.methods.get(method).is_some_and(|m| m.kind == got),
+    }
+}
+
+/// Whether `msg` is a method's own message (a request, notification or event), not an
+/// answer to one.
+pub(crate) fn is_call(msg: &Message) -> bool {
+    !matches!(msg.kind, Kind::Response | Kind::Error)
+}
+
+/// What enforce mode does for a ruling under `action` about `msg`: a request gets the
+/// action's error reply, other messages are dropped (reported, never answered: a
+/// notification has no one waiting); `close` and `drop-connection` end the connection;
+/// no action, `ignore` and `fail` only flag.
+pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reason: &str) -> Act {
+    let Some(a) = action else {
+        return Act::Flag;
+    };
+    match a.action {
+        ActionKind::ReplyError => Act::Refuse {
+            reply: (msg.kind == Kind::Request)
+                .then(|| error_reply(c, a.code.as_ref()?, msg, reason))
+                .flatten(),
+            close: None,
+        },
+        ActionKind::Close => Act::Refuse {
+            reply: None,
+            close: Some(closing_with(a.code.as_ref(), reason.to_string()).0),
+        },
+        ActionKind::DropConnection => Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop),
+        },
+        ActionKind::Ignore | ActionKind::Fail => Act::Flag,
+    }
+}
+
+/// The contract's error reply to request `msg` with `code`, shaped by the method's channel.
+fn error_reply(c: &Contract, code: &Value, msg: &Message, reason: &str) -> Option<Value> {
+    let channel = &c.methods.get(msg.method.as_deref()?)?.channel;
+    c.error_reply(
+        channel,
+        Some(&msg.value),
+        None,
+        code,
+        reason,
+        Some(json!({"detail": reason})),
+    )
+    .ok()
+}
+
+/// A ruling from contract entry `entry` (a JSON pointer into the contract).
+pub(crate) fn ruling(
+    rule: &'static str,
+    entry: &str,
+    seed: &str,
+    code: Option<&Value>,
+    reason: String,
+    act: Act,
+) -> Ruling {
+    Ruling {
+        rule,
+        seed: seed.to_string(),
+        code: code.cloned(),
+        reason: format!("{reason} ({entry})"),
+        act,
+    }
+}
+
+/// The ruling for `msg` breaking contract entry `entry` whose reaction is `action`.
+pub(crate) fn broken(
+    c: &Contract,
+    rule: &'static str,
+    entry: &str,
+    action: Option<&Action>,
+    msg: &Message,
+    reason: String,
+) -> Ruling {
+    let act = act_for(c, action, msg, &reason);
+    let seed = action.map(|a| a.seed.as_str()).unwrap_or_default();
+    ruling(
+        rule,
+        entry,
+        seed,
+        action.and_then(|a| a.code.as_ref()),
+        reason,
+        act,
+    )
+}

@@ -1,0 +1,140 @@
+//! Keyed rate limits as data: a `rate` limit that names what it `applies` to or what
+//! its buckets are kept per (`key`) is run as one token bucket per key; a message that
+//! finds its bucket empty gets the limit's `action`.
+//!
+//! Only a method's own messages (requests, notifications, events) take tokens: the
+//! answers to admitted requests always pass, so a limit never strands a call it let
+//! through. A rate limit with neither `applies` nor `key` is prose and is not run.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use contract::model::{Applies, Limit, LimitKey, LimitKind};
+use contract::wire::Message;
+use contract::{Contract, Limits};
+
+use super::{Ctx, Ruling, broken, is_call};
+use crate::policy::Bucket;
+
+/// Buckets kept at once per run before full ones are pruned; past it even after
+/// pruning, a new key is not tracked and its message is flagged. A memory guard
+/// against keys without end (a pointer key takes whatever the peer writes).
+const MAX_BUCKETS: usize = 100_000;
+
+/// Every token bucket of a run, by (route, limit, key).
+#[derive(Default)]
+pub struct Buckets {
+    map: HashMap<(String, String, String), Bucket>,
+}
+
+impl Buckets {
+    /// Forget the per-connection buckets of connection `conn` on `route`.
+    pub(crate) fn forget_connection(&mut self, route: &str, conn: u64) {
+        let key = format!("conn:{conn}");
+        self.map.retain(|(r, _, k), _| !(r == route && *k == key));
+    }
+
+    fn room(&mut self, now: Instant) -> bool {
+        if self.map.len() >= MAX_BUCKETS {
+            self.map.retain(|_, b| !b.is_full_at(now));
+        }
+        self.map.len() < MAX_BUCKETS
+    }
+}
+
+/// Whether the contract has a rate limit this engine runs.
+pub(crate) fn any(c: &Contract) -> bool {
+    c.limits.values().any(typed)
+}
+
+fn typed(l: &Limit) -> bool {
+    l.kind == LimitKind::Rate && (l.applies.is_some() || l.key.is_some())
+}
+
+/// Take a token from each rate limit `msg` falls under; a ruling for each empty bucket.
+pub(crate) fn take(
+    c: &Contract,
+    limits: &Limits,
+    buckets: &mut Buckets,
+    ctx: &Ctx,
+    conn: u64,
+    msg: &Message,
+) -> Vec<Ruling> {
+    if !is_call(msg) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
+        if !applies(c, l.applies.as_ref(), ctx.from, msg) {
+            continue;
+        }
+        let Some(key) = key_of(l.key.as_ref(), ctx.from, conn, msg) else {
+            continue;
+        };
+        let Some((period, burst)) = limits.rate(name).ok().and_then(|r| r.token_period()) else {
+            continue;
+        };
+        let entry = format!("/limits/{}", contract::escape_pointer(name));
+        let id = (ctx.route.to_string(), name.clone(), key);
+        if !buckets.map.contains_key(&id) && !buckets.room(ctx.now) {
+            let reason = format!("{name}: over {MAX_BUCKETS} rate buckets; not tracked");
+            out.push(broken(c, "limit.untracked", &entry, None, msg, reason));
+            continue;
+        }
+        let Some(bucket) = bucket(buckets, id, period, burst, ctx.now) else {
+            continue;
+        };
+        if !bucket.take(1, ctx.now) {
+            let method = msg.method.as_deref().unwrap_or("message");
+            let amount = limits.rate(name).map(|r| r.amount).unwrap_or_default();
+            let reason = format!(
+                "{method} from {} over rate limit {name} ({amount} per {:?}, burst {burst})",
+                ctx.from,
+                limits.rate(name).map(|r| r.per).unwrap_or_default()
+            );
+            out.push(broken(
+                c,
+                "limit.rate",
+                &entry,
+                l.action.as_ref(),
+                msg,
+                reason,
+            ));
+        }
+    }
+    out
+}
+
+fn bucket(
+    buckets: &mut Buckets,
+    id: (String, String, String),
+    period: std::time::Duration,
+    burst: std::num::NonZeroU32,
+    now: Instant,
+) -> Option<&mut Bucket> {
+    use std::collections::hash_map::Entry;
+    match buckets.map.entry(id) {
+        Entry::Occupied(e) => Some(e.into_mut()),
+        Entry::Vacant(v) => Some(v.insert(Bucket::new(period, burst, now)?)),
+    }
+}
+
+/// Whether a message from `from` falls under `applies` (everything, when absent).
+fn applies(c: &Contract, a: Option<&Applies>, from: &str, msg: &Message) -> bool {
+    let Some(a) = a else { return true };
+    let method = msg.method.as_deref().unwrap_or_default();
+    let channel = c.methods.get(method).map(|m| m.channel.as_str());
+    (a.methods.is_empty() || a.methods.iter().any(|m| m == method))
+        && a.channel.as_deref().is_none_or(|ch| Some(ch) == channel)
+        && a.from.as_deref().is_none_or(|p| p == from)
+}
+
+/// The bucket key of `msg`; `None` when a pointer key is absent from the message.
+fn key_of(key: Option<&LimitKey>, from: &str, conn: u64, msg: &Message) -> Option<String> {
+    Some(match key {
+        None | Some(LimitKey::Global) => String::new(),
+        Some(LimitKey::Connection) => format!("conn:{conn}"),
+        Some(LimitKey::Party) => format!("party:{from}"),
+        Some(LimitKey::Pointer { pointer }) => format!("at:{}", msg.value.pointer(pointer)?),
+    })
+}

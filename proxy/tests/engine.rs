@@ -1,0 +1,332 @@
+//! The generic policy engine, Playbook style: a contract no built-in module knows
+//! (tests/fixtures/jobs.json, every rule written as data) gets its session machine, its
+//! per-job machine, its per-owner rate limit, the client's id rules and the runner's
+//! declared features enforced through `policy::for_contract`, with no Rust of its own.
+//! Frames go through the real wire layer; instants are passed in; each test asserts the
+//! exact rulings, and every code it expects is read from the contract.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use contract::wire::Wire;
+use contract_proxy::inspect::Dir;
+use contract_proxy::policy::{self, Act, Ctx, Policy, Ruling, SharedState};
+use serde_json::{Value, json};
+
+fn jobs() -> Arc<Wire> {
+    let path = common::root().join("proxy/tests/fixtures/jobs.json");
+    let c = contract::load(&path).expect("the jobs contract loads");
+    Arc::new(Wire::new(Arc::new(c)).expect("wire"))
+}
+
+/// One connection of the jobs protocol, driven frame by frame.
+struct Play {
+    w: Arc<Wire>,
+    p: Box<dyn Policy>,
+    t: Instant,
+    /// Method of each request still unanswered, by id.
+    asked: HashMap<String, String>,
+    next: u64,
+}
+
+impl Play {
+    fn new() -> Self {
+        let w = jobs();
+        let p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+        Play {
+            w,
+            p,
+            t: Instant::now(),
+            asked: HashMap::new(),
+            next: 0,
+        }
+    }
+
+    fn send(&mut self, from: &str, v: Value) -> Vec<Ruling> {
+        let (to, dir) = match from {
+            "client" => ("runner", Dir::Up),
+            _ => ("client", Dir::Down),
+        };
+        let answers = v
+            .get("id")
+            .filter(|_| v.get("method").is_none())
+            .and_then(|id| self.asked.remove(&id.to_string()));
+        if let (Some(id), Some(m)) = (v.get("id"), v.get("method").and_then(Value::as_str)) {
+            self.asked.insert(id.to_string(), m.to_string());
+        }
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let msg = self
+            .w
+            .decode("main", from, &bytes, answers.as_deref())
+            .unwrap_or_else(|e| panic!("{v} does not decode: {}", e.reason));
+        let ctx = Ctx {
+            route: "r",
+            conn: 1,
+            session: 1,
+            dir,
+            from,
+            to,
+            now: self.t,
+        };
+        self.p.on_message(&ctx, &msg, bytes.len())
+    }
+
+    /// A client request with the next id in sequence.
+    fn call(&mut self, method: &str, params: Value) -> (String, Vec<Ruling>) {
+        self.next += 1;
+        let id = format!("c:{}", self.next);
+        let v = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        (id.clone(), self.send("client", v))
+    }
+
+    fn answer(&mut self, id: &str, result: Value) -> Vec<Ruling> {
+        self.send(
+            "runner",
+            json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        )
+    }
+
+    fn notify(&mut self, from: &str, method: &str, params: Value) -> Vec<Ruling> {
+        self.send(
+            from,
+            json!({"jsonrpc": "2.0", "method": method, "params": params}),
+        )
+    }
+
+    /// hello, answered with `features`.
+    fn greet(&mut self, features: Value) {
+        let (id, r) = self.call("hello", json!({}));
+        assert_eq!(rules(&r), none());
+        assert_eq!(
+            rules(&self.answer(&id, json!({"features": features}))),
+            none()
+        );
+    }
+
+    /// Start `job` for `owner` and have it accepted.
+    fn start(&mut self, job: &str, owner: &str) -> Vec<Ruling> {
+        let (id, r) = self.call("job.start", json!({"job": job, "owner": owner}));
+        if r.is_empty() {
+            assert_eq!(rules(&self.answer(&id, json!({"accepted": true}))), none());
+        }
+        r
+    }
+
+    fn code(&self, name: &str) -> Value {
+        self.w.contract().error_code(name).expect("error").clone()
+    }
+}
+
+fn rules(rs: &[Ruling]) -> Vec<&'static str> {
+    rs.iter().map(|r| r.rule).collect()
+}
+
+fn none() -> Vec<&'static str> {
+    Vec::new()
+}
+
+/// The JSON-RPC error a refusal replies with, as (id, code).
+fn refusal(r: &Ruling) -> (Value, Value) {
+    let Act::Refuse {
+        reply: Some(reply),
+        close: None,
+    } = &r.act
+    else {
+        panic!("{} refuses with a reply, not {:?}", r.rule, r.act);
+    };
+    (reply["id"].clone(), reply["error"]["code"].clone())
+}
+
+#[test]
+fn a_session_in_order_is_clean() {
+    let mut p = Play::new();
+    p.greet(json!(["upload"]));
+    assert_eq!(rules(&p.start("j1", "ann")), none());
+    let (id, r) = p.call("job.upload", json!({"job": "j1", "data": "abc"}));
+    assert_eq!(rules(&r), none());
+    assert_eq!(rules(&p.answer(&id, json!({}))), none());
+    let status = json!({"job": "j1", "status": "busy"});
+    assert_eq!(rules(&p.notify("runner", "job.status", status)), none());
+    assert_eq!(
+        rules(&p.notify("client", "job.end", json!({"job": "j1"}))),
+        none()
+    );
+    let bye = p.send("client", json!({"jsonrpc": "2.0", "method": "bye"}));
+    assert_eq!(rules(&bye), none());
+}
+
+#[test]
+fn nothing_but_hello_before_the_greeting_is_answered() {
+    let mut p = Play::new();
+    let (id, r) = p.call("job.start", json!({"job": "j1", "owner": "ann"}));
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
+    assert_eq!(refusal(&r[0]), (json!(id), p.code("OUT_OF_ORDER")));
+    assert!(
+        r[0].reason.contains("/stateMachines/session"),
+        "{}",
+        r[0].reason
+    );
+    // A notification out of place has no one to answer: it is dropped, and reported.
+    // Both machines object to ending a job never started, before the greeting.
+    let end = p.notify("client", "job.end", json!({"job": "j1"}));
+    assert_eq!(
+        rules(&end),
+        ["machine.out-of-place", "machine.out-of-place"]
+    );
+    assert!(matches!(
+        &end[0].act,
+        Act::Refuse {
+            reply: None,
+            close: None
+        }
+    ));
+    let (hello, r) = p.call("hello", json!({}));
+    assert_eq!(rules(&r), none());
+    // Still greeting: the runner has not answered.
+    let (_, r) = p.call("job.start", json!({"job": "j1", "owner": "ann"}));
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
+    assert_eq!(rules(&p.answer(&hello, json!({"features": []}))), none());
+    // A second hello is out of place once the session is ready.
+    let (_, r) = p.call("hello", json!({}));
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
+}
+
+#[test]
+fn each_job_follows_its_own_machine_by_key() {
+    let mut p = Play::new();
+    p.greet(json!(["upload"]));
+    let upload = |p: &mut Play, job: &str| p.call("job.upload", json!({"job": job, "data": "x"})).1;
+    assert_eq!(rules(&upload(&mut p, "j1")), ["machine.out-of-place"]);
+    assert_eq!(rules(&p.start("j1", "ann")), none());
+    assert_eq!(rules(&p.start("j2", "bob")), none());
+    let again = p.start("j1", "cyd");
+    assert_eq!(rules(&again), ["machine.out-of-place"]);
+    assert!(
+        again[0].reason.contains("/stateMachines/job"),
+        "{}",
+        again[0].reason
+    );
+    assert_eq!(
+        rules(&p.notify("client", "job.end", json!({"job": "j1"}))),
+        none()
+    );
+    assert_eq!(rules(&upload(&mut p, "j1")), ["machine.out-of-place"]);
+    // j2 is untouched by j1's end; j1 may start afresh.
+    let status = json!({"job": "j2", "status": "busy"});
+    assert_eq!(rules(&p.notify("runner", "job.status", status)), none());
+    assert_eq!(rules(&p.start("j1", "dan")), none());
+}
+
+#[test]
+fn starts_are_rate_limited_per_owner_and_answers_always_pass() {
+    let mut p = Play::new();
+    p.greet(json!(["upload"]));
+    let rate = p.w.limits().rate("startRate").expect("a rate");
+    let (period, burst) = rate.token_period().expect("a positive rate");
+    for n in 0..burst.get() {
+        assert_eq!(rules(&p.start(&format!("a{n}"), "ann")), none());
+    }
+    let (id, over) = p.call("job.start", json!({"job": "a-over", "owner": "ann"}));
+    assert_eq!(rules(&over), ["limit.rate"]);
+    assert_eq!(refusal(&over[0]), (json!(id), p.code("TOO_FAST")));
+    assert!(
+        over[0].reason.contains("/limits/startRate"),
+        "{}",
+        over[0].reason
+    );
+    // Another owner has a bucket of its own.
+    assert_eq!(rules(&p.start("b0", "bob")), none());
+    // The refused start never ran: its job is still idle.
+    let upload = p
+        .call("job.upload", json!({"job": "a-over", "data": "x"}))
+        .1;
+    assert_eq!(rules(&upload), ["machine.out-of-place"]);
+    p.t += period;
+    assert_eq!(rules(&p.start("a-later", "ann")), none());
+}
+
+#[test]
+fn client_ids_are_prefixed_gapless_unique_and_capped_while_pending() {
+    let mut p = Play::new();
+    p.greet(json!(["upload"]));
+    let invalid = p.code("INVALID_REQUEST");
+    let start = |id: &str, job: &str| json!({"jsonrpc": "2.0", "id": id, "method": "job.start", "params": {"job": job, "owner": id}});
+    let r = p.send("client", start("7", "x"));
+    assert_eq!(rules(&r), ["ids"]);
+    assert_eq!(refusal(&r[0]), (json!("7"), invalid.clone()));
+    // hello was c:1; c:3 skips c:2.
+    assert_eq!(rules(&p.send("client", start("c:3", "x"))), ["ids"]);
+    assert_eq!(rules(&p.send("client", start("c:1", "x"))), ["ids"]);
+    let max = p.w.limits().count("pendingMax").expect("a count");
+    p.next = 1;
+    for n in 0..max {
+        let (_, r) = p.call(
+            "job.start",
+            json!({"job": format!("p{n}"), "owner": format!("o{n}")}),
+        );
+        assert_eq!(rules(&r), none());
+    }
+    let (_, r) = p.call("job.start", json!({"job": "one-too-many", "owner": "z"}));
+    assert_eq!(rules(&r), ["ids"]);
+    assert!(
+        r[0].reason.contains("/parties/client/ids"),
+        "{}",
+        r[0].reason
+    );
+    // The refused id was good: it counts as used. An answer frees a slot.
+    assert_eq!(rules(&p.answer("c:2", json!({"accepted": true}))), none());
+    let (_, r) = p.call("job.start", json!({"job": "fits", "owner": "z"}));
+    assert_eq!(rules(&r), none());
+}
+
+#[test]
+fn a_feature_the_runner_did_not_declare_is_flagged() {
+    let mut p = Play::new();
+    p.greet(json!([]));
+    assert_eq!(rules(&p.start("j1", "ann")), none());
+    let (_, r) = p.call("job.upload", json!({"job": "j1", "data": "x"}));
+    assert_eq!(rules(&r), ["capability.undeclared"]);
+    assert_eq!(r[0].act, Act::Flag);
+    assert!(
+        r[0].reason.contains("/methods/job.upload/capability"),
+        "{}",
+        r[0].reason
+    );
+}
+
+#[test]
+fn key_machines_are_shared_by_a_session_and_forgotten_with_their_connection() {
+    let w = jobs();
+    let shared = Arc::new(SharedState::new());
+    let mut p = Play::new();
+    p.w = w.clone();
+    p.p = policy::for_contract(&w, &shared, 1, 1);
+    p.greet(json!(["upload"]));
+    assert_eq!(rules(&p.start("j1", "ann")), none());
+    let states = |s: &SharedState, m: &str| {
+        s.with_engine(|e| {
+            e.machines()
+                .states("r", m)
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(states(&shared, "job"), ["running"]);
+    assert_eq!(states(&shared, "session"), ["ready"]);
+    let ctx = Ctx {
+        route: "r",
+        conn: 1,
+        session: 1,
+        dir: Dir::Up,
+        from: "client",
+        to: "runner",
+        now: p.t + Duration::from_secs(1),
+    };
+    assert!(p.p.on_close(&ctx).is_empty());
+    assert_eq!(states(&shared, "job"), Vec::<String>::new());
+    assert_eq!(states(&shared, "session"), Vec::<String>::new());
+}
