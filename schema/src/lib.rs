@@ -1,6 +1,6 @@
 //! `contract`: the machine-readable protocol contracts and their Rust model.
 //!
-//! The four contracts in `schema/contracts/` are embedded at compile time
+//! The five contracts in `schema/contracts/` are embedded at compile time
 //! ([`builtin`]), so every tool can name them without a path. [`load`] parses
 //! and models a contract; [`check`] validates it against the meta-schema and
 //! lints its cross-references; [`access`] hands out its values as Rust types
@@ -29,7 +29,13 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("xsession", include_str!("../contracts/xsession.json")),
     ("rukh", include_str!("../contracts/rukh.json")),
     ("toolchannel", include_str!("../contracts/toolchannel.json")),
+    ("mcp", include_str!("../contracts/mcp.json")),
 ];
+
+/// The names of the built-in contracts, in [`BUILTIN`] order.
+pub fn builtin_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
+}
 
 /// The committed meta-schema text.
 pub const META_SCHEMA: &str = include_str!("../contract.schema.json");
@@ -62,7 +68,7 @@ pub enum LoadError {
         problems: Vec<Problem>,
     },
     /// No built-in contract has this name.
-    #[error("no built-in contract named {0:?} (known: kernel, xsession, rukh, toolchannel)")]
+    #[error("no built-in contract named {0:?} (built in: {known})", known = builtin_names().join(", "))]
     UnknownBuiltin(String),
 }
 
@@ -101,11 +107,14 @@ pub fn builtin(name: &str) -> Result<Contract, LoadError> {
     from_str(&format!("builtin:{name}"), text)
 }
 
-/// Load a contract given either a built-in name or a path.
+/// Load a contract given either a built-in name or a path. A bare word that is neither
+/// a built-in name nor an existing file is reported as an unknown name, with the list.
 pub fn resolve(name_or_path: &str) -> Result<Contract, LoadError> {
-    if BUILTIN.iter().any(|(n, _)| *n == name_or_path) {
+    let path = Path::new(name_or_path);
+    let bare = path.extension().is_none() && path.components().count() == 1;
+    if BUILTIN.iter().any(|(n, _)| *n == name_or_path) || (bare && !path.exists()) {
         builtin(name_or_path)
     } else {
-        load(Path::new(name_or_path))
+        load(path)
     }
 }

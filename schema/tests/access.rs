@@ -221,3 +221,18 @@ fn a_method_cap_holds_for_what_its_limit_caps() {
         );
     }
 }
+
+#[test]
+fn an_unknown_contract_name_lists_the_built_in_ones() {
+    let err = contract::resolve("nope")
+        .expect_err("no such contract")
+        .to_string();
+    for name in contract::builtin_names() {
+        assert!(err.contains(name), "{err}");
+    }
+    // A path that does not exist is still reported as a file that cannot be read.
+    let err = contract::resolve("missing/nope.json")
+        .expect_err("no such file")
+        .to_string();
+    assert!(err.contains("cannot read"), "{err}");
+}

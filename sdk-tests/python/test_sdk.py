@@ -87,7 +87,7 @@ def test_string_enums_decode_to_members() -> None:
 
 
 def test_limits_are_typed_constants() -> None:
-    k, r, t, x = (sdk(m) for m in MODULES)
+    k, r, t, x = (sdk(m) for m in ("kernel", "rukh", "toolchannel", "xsession"))
     assert k.CONTROL_PAYLOAD_MAX == 1024 * 1024 and isinstance(k.CONTROL_PAYLOAD_MAX, int)
     assert k.DATA_PAYLOAD_MAX == 1048564
     assert k.HEARTBEAT_SILENCE_SECONDS == 5.0 and isinstance(k.HEARTBEAT_SILENCE_SECONDS, float)
@@ -307,7 +307,7 @@ def test_asyncio_framing() -> None:
 
 
 def test_decode_channel_messages() -> None:
-    k, r, t, x = (sdk(m) for m in MODULES)
+    k, r, t, x = (sdk(m) for m in ("kernel", "rukh", "toolchannel", "xsession"))
     m = k.decode_control_message(b'{"v":1,"type":"event","id":"e","timestamp":1.5,"trace_id":"t","method":"ping","payload":{}}')
     assert isinstance(m, k.EventMessage) and m.method == "ping"
     assert isinstance(r.decode_ipc_message(b'{"jsonrpc":"2.0","method":"rukh.log","params":{}}'), r.Notification)
