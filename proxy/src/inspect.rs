@@ -435,7 +435,8 @@ impl Inspector {
             };
             out.extend(p.on_message(&ctx, msg, size));
         }
-        if let Some(r) = &self.ratelimit
+        // Route rate limits count what the route's clients send (see policy::ratelimit).
+        if let Some(r) = self.ratelimit.as_ref().filter(|_| dir == Dir::Up)
             && let Ok(mut r) = r.lock()
         {
             out.extend(r.check_message(msg, now));

@@ -1263,6 +1263,17 @@ fn ratelimit_refuses_with_the_contract_code_when_it_has_one() {
             .kind,
         Kind::Error
     );
+    // Answers never take a token: the core's reply to a call passes an empty bucket.
+    let answer = ex(&w, "rukh.call", "result", 0);
+    let answer = w
+        .decode(
+            "ipc",
+            "core",
+            &serde_json::to_vec(&answer).expect("json"),
+            Some("rukh.call"),
+        )
+        .expect("valid");
+    assert_eq!(rl.check_message(&answer, t0), None);
     // Half a second later (2 per second) one more.
     assert_eq!(
         rl.check_message(&msg, t0 + Duration::from_millis(500)),

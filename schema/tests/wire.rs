@@ -565,3 +565,27 @@ fn depth_and_items_measure_what_the_parser_limits() {
         Err(JsonError::TooManyItems { .. })
     ));
 }
+
+/// An oversize request still names its id, so the refusal can answer it (a JSON-RPC error
+/// with the request's id, not null: a client waiting on that id would otherwise hang).
+#[test]
+fn an_oversize_request_keeps_its_id_for_the_refusal() {
+    let w = wire("rukh");
+    let c = w.contract().clone();
+    let call = c.methods["rukh.cancel"]
+        .examples
+        .iter()
+        .find(|e| e.part == contract::model::Part::Call)
+        .expect("a call example")
+        .message
+        .clone();
+    let cap =
+        contract::wire::framing::limit_bytes(w.contract(), "lifecyclePayloadMax").expect("cap");
+    let mut big = call.clone();
+    big["params"]["pad"] = json!("x".repeat(cap as usize));
+    let v = violation(&w, "ipc", "core", &serde_json::to_vec(&big).expect("ser"));
+    assert_eq!(v.class, ViolationClass::Oversize, "{}", v.reason);
+    let partial = v.partial.expect("partial");
+    assert_eq!(partial.id.as_ref(), call.get("id"));
+    assert_eq!(partial.kind, Kind::Request);
+}

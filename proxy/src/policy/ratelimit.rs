@@ -2,8 +2,10 @@
 //! config (Envoy local-rate-limit style), independent of the contract's own rules.
 //!
 //! Each `[[route.ratelimit]]` entry is one bucket: without `method` it counts
-//! every message of the route, with it only that method's messages (responses
-//! count under the method they answer, when the wire layer knows it). Every
+//! every request and notification the route's clients send (the side that dials
+//! the listener), with it only that method's. Answers never take a token, and
+//! the upstream's traffic is never counted: a limit on calls must not strand the
+//! answers to the calls it let through. Every
 //! matching bucket takes a token; a message that finds one empty is over the
 //! limit. The contract decides the answer: a contract with an error of
 //! category `limit` (rukh's -32006 limit_exceeded) refuses with it, a request
@@ -151,9 +153,13 @@ impl RateLimiter {
         })
     }
 
-    /// Like [`RateLimiter::check`] for a decoded message: a JSON-RPC request
-    /// refused for its rate gets the contract's error reply.
+    /// Like [`RateLimiter::check`] for a decoded message from the route's client:
+    /// a JSON-RPC request refused for its rate gets the contract's error reply;
+    /// answers pass untouched. (The caller shows only the client's messages.)
     pub fn check_message(&mut self, msg: &Message, now: Instant) -> Option<Ruling> {
+        if matches!(msg.kind, Kind::Response | Kind::Error) {
+            return None;
+        }
         let mut r = self.check(msg.method.as_deref(), now)?;
         let jsonrpc = self
             .contract

@@ -541,7 +541,11 @@ impl Wire {
             }
             _ => None,
         };
-        if let Some(v) = method.and_then(|m| self.over_method_cap(ch, m, bytes.len(), None)) {
+        if let Some(mut v) = method.and_then(|m| self.over_method_cap(ch, m, bytes.len(), None)) {
+            // The id is recovered, so the refusal can answer the request it refuses.
+            if let Some(p) = v.partial.as_mut() {
+                p.id = request_id(ch.binding.as_ref(), &value).cloned();
+            }
             return Err(v);
         }
         // Only replies (no method) answer a request; their correlation id names it.
@@ -1012,6 +1016,15 @@ impl Correlator {
     /// Open requests of one party.
     pub fn open_count(&self, party: &str) -> usize {
         self.per_party.get(party).copied().unwrap_or(0)
+    }
+}
+
+/// Where a request carries its id under `binding`.
+fn request_id<'v>(binding: Option<&Binding>, value: &'v Value) -> Option<&'v Value> {
+    match binding {
+        Some(Binding::Jsonrpc { .. }) => lookup(value, "/id"),
+        Some(Binding::Envelope { id: Some(p), .. }) => lookup(value, p),
+        _ => None,
     }
 }
 
