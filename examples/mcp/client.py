@@ -11,6 +11,7 @@ Scenarios:
   burst    eight tools/call at once: the contract's toolsCallRate lets a burst through
   early    tools/call before initialize, then initialize twice
   complete completion/complete, for a server started with --no-completions
+  missing  resources/read of a resource the server does not have (FastMCP answers code 0)
 """
 
 import asyncio
@@ -107,8 +108,15 @@ async def complete(s: ClientSession) -> dict:
     return {"declared": sorted(init.capabilities.model_dump(exclude_none=True)), "completion": out.get("error")}
 
 
+async def missing(s: ClientSession) -> dict:
+    await s.initialize()
+    out = await code_of(s.read_resource(AnyUrl("resource://missing")))
+    return {"error": out.get("error")}
+
+
 async def main() -> None:
-    run = {"session": session, "burst": burst, "early": early, "complete": complete}[SCENARIO]
+    run = {"session": session, "burst": burst, "early": early, "complete": complete,
+           "missing": missing}[SCENARIO]
     with open(LOG, "w") as errlog:
         async with stdio_client(PARAMS, errlog=errlog) as (read, write):
             async with ClientSession(read, write, sampling_callback=sampling, list_roots_callback=roots,

@@ -423,6 +423,15 @@ impl Inspector {
     ) -> Vec<crate::policy::Ruling> {
         let (from, to) = self.ends(dir);
         let mut out = Vec::new();
+        if msg.kind == Kind::Error
+            && let Some(code) = self.error_code(&msg.value)
+        {
+            out.extend(crate::policy::engine::unknown_error_code(
+                self.wire.contract(),
+                msg,
+                &code,
+            ));
+        }
         if let Some(p) = self.policy.as_mut() {
             let ctx = crate::policy::Ctx {
                 route: &self.route,

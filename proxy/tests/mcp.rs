@@ -150,3 +150,16 @@ fn a_method_needing_a_capability_the_server_did_not_declare_is_flagged() {
     // Flagged, not refused: the server itself answers (it does not know the method).
     assert!(summary["completion"].is_i64(), "{summary}");
 }
+
+#[test]
+fn an_error_code_the_contract_does_not_know_is_flagged() {
+    let c = mcp();
+    let (summary, events) = scenario("missing", &[]);
+    let code = summary["error"].clone();
+    assert!(c.error_for(&code).is_none(), "{summary}: the SDK's code is not MCP's");
+    let flagged = violations(&events);
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0]["method"], "resources/read");
+    assert_eq!(flagged[0]["kind"], "error");
+    assert_eq!(flagged[0]["verdict"]["class"], "errors.unknown-code");
+}

@@ -132,6 +132,23 @@ impl Policy for Engine {
     }
 }
 
+/// A flag for an error answer whose `code` is neither in the contract's catalog nor among
+/// the errors its method lists: the contract does not know what it means (FastMCP answers
+/// a failed resources/read with code 0). Every contract gets this check.
+pub fn unknown_error_code(c: &Contract, msg: &Message, code: &Value) -> Option<Ruling> {
+    let listed = msg
+        .method
+        .as_deref()
+        .and_then(|m| c.methods.get(m))
+        .is_some_and(|m| m.errors.contains(code));
+    if listed || c.error_for(code).is_some() {
+        return None;
+    }
+    let method = msg.method.as_deref().unwrap_or("a request");
+    let reason = format!("error code {code} answering {method} is not in the contract's catalog");
+    Some(ruling("errors.unknown-code", "/errors", "", None, reason, Act::Flag))
+}
+
 /// Whether `t` is a message trigger that `msg`, sent by `from`, fires.
 pub(crate) fn fires(c: &Contract, t: &Trigger, from: &str, msg: &Message) -> bool {
     let Trigger::Message {
