@@ -89,6 +89,9 @@ pub struct ReplayArgs {
     /// The report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Contract (a built-in name or a path) instead of the one the recording names or carries.
+    #[arg(long)]
+    pub contract: Option<String>,
     /// Pinned fingerprint or CA for a wss:// or quic:// target.
     #[arg(long)]
     pub pin: Option<String>,
@@ -100,7 +103,7 @@ pub struct ReplayArgs {
 /// `run` arguments.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Contract: a built-in name (kernel, xsession, rukh, toolchannel) or a path.
+    /// Contract: a built-in name (kernel, xsession, rukh, toolchannel, mcp) or a path.
     #[arg(long, required_unless_present = "config")]
     pub contract: Option<String>,
     /// Channel of the contract (default: the first channel that carries JSON).
@@ -300,6 +303,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
                     server: r.route.server.clone(),
                     contract: r.route.wire.contract().name.clone(),
                     contract_version: r.route.wire.contract().version.clone(),
+                    contract_json: crate::record::contract_document(r.route.wire.contract()),
                 })
                 .collect();
             Some(
@@ -499,6 +503,7 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
                 deadline: std::time::Duration::from_secs_f64(a.deadline),
                 ignore: a.ignore,
                 secrets,
+                contract: a.contract,
                 ..Default::default()
             };
             opts.endpoint.tls.pin = a.pin;

@@ -1716,6 +1716,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
             server: r.route.server.clone(),
             contract: String::new(),
             contract_version: String::new(),
+            contract_json: String::new(),
         });
         listeners.push((l, r.route));
     }

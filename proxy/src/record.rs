@@ -41,6 +41,16 @@ pub const QUEUE: usize = 1024;
 /// How long [`Recorder::finish`] waits for the writer to drain and flush.
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(30);
 
+/// What a route's header entry carries of `c` (its `contract_json`): the whole document
+/// for a contract that is not built in, nothing for one every proxy has by name.
+pub fn contract_document(c: &contract::Contract) -> String {
+    let builtin = contract::builtin(&c.name).is_ok_and(|b| b == *c);
+    if builtin {
+        return String::new();
+    }
+    serde_json::to_string(c).unwrap_or_default()
+}
+
 /// First message of a recording (proto `Header`).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Header {
@@ -91,6 +101,10 @@ pub struct RouteInfo {
     /// Its version.
     #[prost(string, tag = "8")]
     pub contract_version: String,
+    /// The route's contract document (JSON) when it was loaded from a file rather than
+    /// built in, so a replay elsewhere finds it without the file.
+    #[prost(string, tag = "9")]
+    pub contract_json: String,
 }
 
 /// Which way a recorded frame travelled (proto `Direction`).

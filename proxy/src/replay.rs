@@ -64,7 +64,7 @@ pub struct ReplayOptions {
     pub ignore: Vec<String>,
     /// Secret values to send in place of `[REDACTED]`: (member name, value).
     pub secrets: Vec<(String, String)>,
-    /// Contract name or path, when the recording's (a name) does not resolve here.
+    /// Contract name or path, instead of the one the recording carries or names.
     pub contract: Option<String>,
     /// Endpoint options for connecting: TLS; the ALPN and WebSocket subprotocols
     /// default to what the recording's contract fixes.
@@ -462,6 +462,27 @@ fn choose_conn(path: &Path, side: Dir, want: Option<u64>) -> Result<u64, ReplayE
     )))
 }
 
+/// The contract to replay with: `--contract` when given, else the document the route
+/// carries (a contract loaded from a file), else the name it records.
+fn recorded_contract(
+    path: &Path,
+    header: &crate::record::Header,
+    route: &crate::record::RouteInfo,
+    opts: &ReplayOptions,
+) -> Result<contract::Contract, ReplayError> {
+    if let Some(c) = &opts.contract {
+        return Ok(contract::resolve(c)?);
+    }
+    if !route.contract_json.is_empty() {
+        let origin = format!("{} (route {})", path.display(), route.name);
+        return Ok(contract::from_str(&origin, &route.contract_json)?);
+    }
+    let name = Some(route.contract.as_str())
+        .filter(|c| !c.is_empty())
+        .unwrap_or(&header.contract);
+    Ok(contract::resolve(name)?)
+}
+
 fn plan(
     path: &Path,
     side: Dir,
@@ -491,12 +512,9 @@ fn plan(
             path.display()
         ))
     })?;
-    let contract_name = opts
-        .contract
-        .clone()
-        .or_else(|| Some(route.contract.clone()).filter(|c| !c.is_empty()))
-        .unwrap_or_else(|| header.contract.clone());
-    let wire = Arc::new(Wire::new(Arc::new(contract::resolve(&contract_name)?))?);
+    let wire = Arc::new(Wire::new(Arc::new(recorded_contract(
+        path, &header, route, opts,
+    )?))?);
     let (me, peer) = match side {
         Dir::Up => (route.client.clone(), route.server.clone()),
         Dir::Down => (route.server.clone(), route.client.clone()),

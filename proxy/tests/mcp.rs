@@ -156,7 +156,10 @@ fn an_error_code_the_contract_does_not_know_is_flagged() {
     let c = mcp();
     let (summary, events) = scenario("missing", &[]);
     let code = summary["error"].clone();
-    assert!(c.error_for(&code).is_none(), "{summary}: the SDK's code is not MCP's");
+    assert!(
+        c.error_for(&code).is_none(),
+        "{summary}: the SDK's code is not MCP's"
+    );
     let flagged = violations(&events);
     assert_eq!(flagged.len(), 1, "{flagged:?}");
     assert_eq!(flagged[0]["method"], "resources/read");

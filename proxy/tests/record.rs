@@ -470,6 +470,15 @@ fn invoke_result(changed: u64) -> String {
 
 /// Record core ⇄ extension: initialize, a log line, invoke, close.
 async fn record_rukh(path: &Path) {
+    let header = Header::new(
+        &contract::builtin("rukh").expect("rukh"),
+        vec![route("ext", "ipc", "core", "extension")],
+    );
+    record_rukh_with(path, header).await;
+}
+
+/// [`record_rukh`] under `header`.
+async fn record_rukh_with(path: &Path, header: Header) {
     let w = wire("rukh");
     let mut ins = Inspector::new(
         w,
@@ -498,10 +507,6 @@ async fn record_rukh(path: &Path) {
         recs.push(Record::inspected(body.as_bytes(), &ins));
     }
     recs.push(Record::note("ext", 7, "close"));
-    let header = Header::new(
-        &contract::builtin("rukh").expect("rukh"),
-        vec![route("ext", "ipc", "core", "extension")],
-    );
     write_recording(path, header, recs).await;
 }
 
@@ -641,6 +646,34 @@ async fn replay_reports_same_differs_and_missing() {
     }
     assert!(took < Duration::from_secs(5), "gave up on time: {took:?}");
     assert!(report.to_string().contains("MISSING"), "{report}");
+}
+
+/// A recording made with a contract file that is not built in carries the document, so
+/// replay needs neither the file nor `--contract`: here rukh's contract under another
+/// name, which no proxy knows by name.
+#[tokio::test]
+async fn replay_of_a_contract_file_recording_needs_no_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("fork.cprec");
+    let mut fork = contract::builtin("rukh").expect("rukh");
+    fork.name = "rukh-fork".into();
+    assert!(contract::builtin(&fork.name).is_err());
+    let mut r = route("ext", "ipc", "core", "extension");
+    r.contract = fork.name.clone();
+    r.contract_json = contract_proxy::record::contract_document(&fork);
+    assert!(!r.contract_json.is_empty());
+    record_rukh_with(&path, Header::new(&fork, vec![r])).await;
+    let opts = ReplayOptions {
+        deadline: Duration::from_millis(700),
+        settle: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (report, got, _) = replay_against(&path, dir.path(), Mode::AsRecorded, &opts).await;
+    assert_eq!(got, [INIT, INVOKE, CLOSE]);
+    assert!(report.is_clean(), "{report}");
+    // A built-in contract is named, not carried.
+    let rukh = contract::builtin("rukh").expect("rukh");
+    assert_eq!(contract_proxy::record::contract_document(&rukh), "");
 }
 
 /// Replay to a `quic://` target offers the ALPN the recording's contract fixes

@@ -146,7 +146,14 @@ pub fn unknown_error_code(c: &Contract, msg: &Message, code: &Value) -> Option<R
     }
     let method = msg.method.as_deref().unwrap_or("a request");
     let reason = format!("error code {code} answering {method} is not in the contract's catalog");
-    Some(ruling("errors.unknown-code", "/errors", "", None, reason, Act::Flag))
+    Some(ruling(
+        "errors.unknown-code",
+        "/errors",
+        "",
+        None,
+        reason,
+        Act::Flag,
+    ))
 }
 
 /// Whether `t` is a message trigger that `msg`, sent by `from`, fires.
