@@ -14,6 +14,7 @@
 //! [`xsession`]. [`peers`] holds small Rust reference peers (hidden `peer`
 //! subcommand) so the suite can be tested against real processes.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +37,7 @@ macro_rules! bodies {
     };
 }
 
+pub mod derived;
 pub mod kernel;
 pub mod peers;
 pub mod report;
@@ -58,13 +60,16 @@ pub type Body = for<'a> fn(&'a mut Ctx) -> BodyFuture<'a>;
 #[derive(Clone)]
 pub struct Check {
     /// Stable id, `<contract>.<seed section>.<item>` (e.g. `kernel.15.5`).
-    pub id: &'static str,
+    pub id: Cow<'static, str>,
     /// What it checks, in one line.
-    pub title: &'static str,
+    pub title: Cow<'static, str>,
     /// The seed section (and contract notes) it comes from.
-    pub seed: &'static str,
+    pub seed: Cow<'static, str>,
     /// The body, or why the check does not apply to the role played.
     pub body: Result<Body, &'static str>,
+    /// What a check derived from the contract is about (a method name), handed to its body
+    /// as [`Ctx::subject`]: one body serves every method.
+    pub subject: Option<String>,
 }
 
 impl std::fmt::Debug for Check {
@@ -97,10 +102,11 @@ pub fn table(role: &str, roles: [&str; 2], rows: Vec<Row>) -> Option<Vec<Check>>
     Some(
         rows.into_iter()
             .map(|(id, title, seed, a, b)| Check {
-                id,
-                title,
-                seed,
+                id: id.into(),
+                title: title.into(),
+                seed: seed.into(),
                 body: if first { a } else { b },
+                subject: None,
             })
             .collect(),
     )
@@ -251,9 +257,10 @@ impl Opts {
     }
 }
 
-/// The suite for `contract` played as `role`, in order.
-pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError> {
-    match contract {
+/// The suite for `contract` played as `role`, in order: a built-in contract's hand-written
+/// suite, else the suite [`derived`] from the contract's data.
+pub fn suite(contract: &contract::Contract, role: &str) -> Result<Vec<Check>, ConformanceError> {
+    match contract.name.as_str() {
         "kernel" => kernel::checks(role).ok_or_else(|| {
             ConformanceError::Usage(format!(
                 "--play {role:?}: the kernel suite plays shell or core"
@@ -274,9 +281,7 @@ pub fn suite(contract: &str, role: &str) -> Result<Vec<Check>, ConformanceError>
                 "--play {role:?}: the xsession suite plays sender or recipient"
             ))
         }),
-        other => Err(ConformanceError::Usage(format!(
-            "no conformance suite for contract {other:?} yet (available: kernel, rukh, toolchannel, xsession)"
-        ))),
+        _ => derived::checks(contract, role).map_err(ConformanceError::Usage),
     }
 }
 
@@ -301,9 +306,9 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     let contract = contract::resolve(&args.contract)
         .map_err(|e| ConformanceError::Usage(format!("--contract: {e}")))?;
     let name = contract.name.clone();
-    let checks = suite(&name, &args.play)?;
+    let checks = suite(&contract, &args.play)?;
     for id in &args.only {
-        if !checks.iter().any(|c| c.id == id) {
+        if !checks.iter().any(|c| c.id == id.as_str()) {
             return Err(ConformanceError::Usage(format!(
                 "--only {id:?}: no such check (see --list)"
             )));
@@ -311,7 +316,7 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     }
     let checks: Vec<Check> = checks
         .into_iter()
-        .filter(|c| args.only.is_empty() || args.only.iter().any(|o| o == c.id))
+        .filter(|c| args.only.is_empty() || args.only.iter().any(|o| *o == c.id))
         .collect();
     if args.list {
         for c in &checks {
@@ -392,6 +397,7 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
                     opts.clone(),
                     target.clone(),
                 );
+                cx.subject = c.subject.clone();
                 let ran = tokio::time::timeout(opts.check_deadline, body(&mut cx)).await;
                 cx.finish().await;
                 let mut outcome = match ran {

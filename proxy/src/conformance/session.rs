@@ -227,6 +227,8 @@ pub struct Ctx {
     last: Option<Link>,
     /// Context for a failure report (child exits, dropped log entries).
     pub notes: Vec<String>,
+    /// What a derived check is about (see [`super::Check::subject`]).
+    pub subject: Option<String>,
 }
 
 /// A private directory for one session's sockets.
@@ -331,6 +333,7 @@ impl Ctx {
             dirs: Vec::new(),
             last: None,
             notes: Vec::new(),
+            subject: None,
         }
     }
 

@@ -1,0 +1,590 @@
+//! The suite derived from a contract's data, for any contract with a JSON-RPC channel: what
+//! a contract the project never saw gets from `conformance` with no Rust of its own.
+//!
+//! Every check reads the contract, never a protocol name:
+//! - `handshake`: the lifecycle machine (the first typed machine scoped to a connection or
+//!   session) is walked from its initial state to the state that allows the played party
+//!   the most methods, by sending the party's own call examples and awaiting the answers its
+//!   triggers name; every answer must be one the contract accepts;
+//! - `call.<method>`: after the handshake, each request the party may send gets an answer
+//!   the contract accepts: a result valid against the method's schema, or an error whose
+//!   code the catalog or the method lists;
+//! - `out-of-place.<machine>`: a request the machine does not allow in its initial state,
+//!   sent first, gets the machine's `outOfPlace` error;
+//! - `unknown-method`, `parse`: an unknown method and a frame that is not JSON get the
+//!   contract's `violations` replies;
+//! - `ids.reuse`: a request reusing an id gets the party's id-rule error.
+//!
+//! A probe whose answer the contract leaves to the implementation is not made: only
+//! `reply-error` actions with a code are checked.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use contract::Contract;
+use contract::model::{Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger};
+use serde_json::{Value, json};
+
+use super::session::{Ctx, Incoming, Peer};
+use super::{BodyFuture, Check, Failure, Verdict, pass};
+
+/// The checks derived from `c` for the party `role`.
+pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
+    if !c.parties.contains_key(role) {
+        let parties: Vec<&str> = c.parties.keys().map(String::as_str).collect();
+        return Err(format!(
+            "--play {role:?}: the contract's parties are {parties:?}"
+        ));
+    }
+    if jsonrpc_channel(c).is_none() {
+        return Err(format!(
+            "no conformance suite for contract {:?}: the derived suite needs a JSON-RPC channel",
+            c.name
+        ));
+    }
+    let plan = Plan::new(c, role);
+    let mut out = Vec::new();
+    let mut add =
+        |id: String, title: String, seed: &str, body: super::Body, subject: Option<String>| {
+            out.push(Check {
+                id: format!("{}.derived.{id}", c.name).into(),
+                title: title.into(),
+                seed: seed.to_string().into(),
+                body: Ok(body),
+                subject,
+            });
+        };
+    if let Some((name, sm)) = &plan.machine {
+        let title = format!(
+            "the {name} machine reaches `{}` by the contract's own messages",
+            plan.target
+        );
+        add("handshake".into(), title, &sm.seed, handshake, None);
+    }
+    for m in plan.callable(c) {
+        let title = format!("an example {m} gets an answer the contract accepts");
+        add(
+            format!("call.{m}"),
+            title,
+            &c.methods[&m].seed,
+            call,
+            Some(m),
+        );
+    }
+    for (name, sm, method) in out_of_place_probes(c, role) {
+        let title =
+            format!("{method} before the {name} machine allows it gets its outOfPlace error");
+        add(
+            format!("out-of-place.{name}"),
+            title,
+            &sm.seed,
+            out_of_place,
+            Some(name),
+        );
+    }
+    if let Some(a) = reply_error(c.violations.unknown_request.as_ref()) {
+        let title = "a request of a method the contract does not know gets its error".into();
+        add(
+            "unknown-method".into(),
+            title,
+            &a.seed,
+            unknown_method,
+            None,
+        );
+    }
+    if let Some(a) = reply_error(c.violations.parse.as_ref()) {
+        let title = "a frame that is not JSON gets the contract's parse error".into();
+        add("parse".into(), title, &a.seed, parse, None);
+    }
+    let ids = c.parties[role].ids.as_ref();
+    if let Some(a) = ids
+        .filter(|i| i.unique)
+        .and_then(|i| reply_error(i.action.as_ref()))
+    {
+        let title = format!("a {role} request reusing an id gets the id-rule error");
+        add("ids.reuse".into(), title, &a.seed, id_reuse, None);
+    }
+    Ok(out)
+}
+
+/// An action the suite can check: a reply with a code.
+fn reply_error(a: Option<&Action>) -> Option<&Action> {
+    a.filter(|a| a.action == ActionKind::ReplyError && a.code.is_some())
+}
+
+fn jsonrpc_channel(c: &Contract) -> Option<&str> {
+    c.channels
+        .iter()
+        .find(|(_, ch)| matches!(ch.binding, Some(Binding::Jsonrpc { .. })))
+        .map(|(n, _)| n.as_str())
+}
+
+/// One step of the handshake: send the party's example of a method, or await the answer.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Send(String),
+    Await(String),
+}
+
+/// The lifecycle walk for one party.
+struct Plan {
+    machine: Option<(String, StateMachine)>,
+    target: String,
+    steps: Vec<Step>,
+    role: String,
+}
+
+impl Plan {
+    fn new(c: &Contract, role: &str) -> Plan {
+        let machine = c
+            .state_machines
+            .iter()
+            .find(|(_, sm)| lifecycle(sm))
+            .map(|(n, sm)| (n.clone(), sm.clone()));
+        let (target, steps) = match &machine {
+            Some((_, sm)) => walk(c, sm, role),
+            None => (String::new(), Vec::new()),
+        };
+        Plan {
+            machine,
+            target,
+            steps,
+            role: role.to_string(),
+        }
+    }
+
+    /// The requests the party may send once the handshake is done, in contract order.
+    fn callable(&self, c: &Contract) -> Vec<String> {
+        // What the handshake sent (or asked, for an answer it awaited) is not called again.
+        let sent: Vec<&String> = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Send(m) | Step::Await(m) => m,
+            })
+            .collect();
+        c.methods
+            .iter()
+            .filter(|(_, m)| m.kind == Kind::Request && m.from.contains(&self.role))
+            .filter(|(n, _)| !sent.contains(n) && example(c, n, &self.role).is_some())
+            .filter(|(n, _)| self.allowed(c, n))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn allowed(&self, c: &Contract, method: &str) -> bool {
+        let Some((_, sm)) = &self.machine else {
+            return true;
+        };
+        match sm.allows.get(method) {
+            Some(states) => states.contains(&self.target),
+            None => !governed(c, sm, method) || leaves(c, sm, &self.target, method, &self.role),
+        }
+    }
+}
+
+/// A typed machine one session follows.
+fn lifecycle(sm: &StateMachine) -> bool {
+    sm.transitions.iter().any(|t| t.trigger.is_some())
+        && matches!(
+            sm.scope,
+            None | Some(Scope::Connection { .. } | Scope::Session)
+        )
+}
+
+fn governed(c: &Contract, sm: &StateMachine, method: &str) -> bool {
+    sm.allows.contains_key(method)
+        || sm.transitions.iter().any(|t| {
+            matches!(&t.trigger, Some(Trigger::Message { method: m, kind, .. })
+                if m == method && kind.is_none_or(|k| c.methods.get(m).is_some_and(|x| x.kind == k)))
+        })
+}
+
+/// Whether `role` sending `method` moves `sm` out of `state`.
+fn leaves(c: &Contract, sm: &StateMachine, state: &str, method: &str, role: &str) -> bool {
+    sm.transitions
+        .iter()
+        .filter(|t| t.from == state)
+        .any(|t| step_of(c, t.trigger.as_ref(), role) == Some(Step::Send(method.to_string())))
+}
+
+/// What the suite playing `role` does to fire `t`, if it can.
+fn step_of(c: &Contract, t: Option<&Trigger>, role: &str) -> Option<Step> {
+    let Some(Trigger::Message {
+        method,
+        kind,
+        from,
+        matches,
+    }) = t
+    else {
+        return None;
+    };
+    let m = c.methods.get(method)?;
+    if !matches.is_empty() {
+        return None;
+    }
+    let sender = from.as_deref();
+    match kind {
+        None | Some(Kind::Request | Kind::Notification | Kind::Event)
+            if kind.is_none_or(|k| k == m.kind)
+                && sender.is_none_or(|p| p == role)
+                && m.from.iter().any(|p| p == role) =>
+        {
+            Some(Step::Send(method.clone()))
+        }
+        Some(Kind::Response) if sender.is_none_or(|p| p != role) => {
+            Some(Step::Await(method.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// The state allowing `role` the most methods (the furthest on a tie) and the steps there.
+fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<Step>) {
+    let mut paths: HashMap<String, Vec<Step>> = HashMap::from([(sm.initial.clone(), Vec::new())]);
+    let mut order = vec![sm.initial.clone()];
+    let mut queue = VecDeque::from([sm.initial.clone()]);
+    while let Some(state) = queue.pop_front() {
+        for t in sm.transitions.iter().filter(|t| t.from == state) {
+            let Some(step) = step_of(c, t.trigger.as_ref(), role) else {
+                continue;
+            };
+            if paths.contains_key(&t.to) || sm.terminal.contains(&t.to) {
+                continue;
+            }
+            let mut path = paths[&state].clone();
+            path.push(step);
+            paths.insert(t.to.clone(), path);
+            order.push(t.to.clone());
+            queue.push_back(t.to.clone());
+        }
+    }
+    let score = |s: &String| {
+        let allowed = sm
+            .allows
+            .values()
+            .filter(|states| states.contains(s))
+            .count();
+        (allowed, paths[s].len())
+    };
+    let best = order
+        .iter()
+        .max_by_key(|s| score(s))
+        .cloned()
+        .unwrap_or_default();
+    let steps = paths.remove(&best).unwrap_or_default();
+    (best, steps)
+}
+
+/// The probes of machines with an `outOfPlace` error: (machine, its definition, a request
+/// of `role` it does not allow in its initial state).
+fn out_of_place_probes<'c>(c: &'c Contract, role: &str) -> Vec<(String, &'c StateMachine, String)> {
+    c.state_machines
+        .iter()
+        .filter(|(_, sm)| lifecycle(sm) && reply_error(sm.out_of_place.as_ref()).is_some())
+        .filter_map(|(name, sm)| {
+            let method = sm.allows.iter().find_map(|(m, states)| {
+                let request = c
+                    .methods
+                    .get(m)
+                    .is_some_and(|x| x.kind == Kind::Request && x.from.iter().any(|p| p == role));
+                (request
+                    && !states.contains(&sm.initial)
+                    && !leaves(c, sm, &sm.initial, m, role)
+                    && example(c, m, role).is_some())
+                .then(|| m.clone())
+            })?;
+            Some((name.clone(), sm, method))
+        })
+        .collect()
+}
+
+/// `role`'s first call example of `method` (any call example when none names a sender).
+fn example(c: &Contract, method: &str, role: &str) -> Option<Value> {
+    let m = c.methods.get(method)?;
+    let calls = || m.examples.iter().filter(|e| e.part == Part::Call);
+    calls()
+        .find(|e| e.from.as_deref() == Some(role))
+        .or_else(|| calls().find(|e| e.from.is_none()))
+        .map(|e| e.message.clone())
+}
+
+/// The suite's session: the peer, and the ids it gave out.
+struct Session {
+    peer: Peer,
+    next: u64,
+    prefix: Option<String>,
+}
+
+impl Session {
+    async fn open(cx: &mut Ctx) -> Result<Session, Failure> {
+        let peer = cx.open().await?;
+        let c = cx.wire.contract();
+        let prefix = c.parties[&cx.role]
+            .ids
+            .as_ref()
+            .and_then(|i| i.prefix.clone());
+        Ok(Session {
+            peer,
+            next: 0,
+            prefix,
+        })
+    }
+
+    /// `method`'s example as the played party writes it, with a fresh id for a request.
+    fn message(&mut self, cx: &Ctx, method: &str) -> Result<Value, Failure> {
+        let c = cx.wire.contract();
+        let mut v = example(c, method, &cx.role)
+            .ok_or_else(|| Failure::new(format!("the contract has no call example of {method}")))?;
+        if v.get("id").is_some() {
+            self.next += 1;
+            v["id"] = match &self.prefix {
+                Some(p) => json!(format!("{p}{}", self.next)),
+                None => json!(self.next),
+            };
+        }
+        Ok(v)
+    }
+
+    /// Send `method`'s example; its id when it is a request.
+    async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
+        let v = self.message(cx, method)?;
+        self.peer.send(&v).await?;
+        Ok(v.get("id").cloned())
+    }
+
+    /// The answer to request `id`, checked against the contract; other traffic is skipped.
+    async fn answer(&mut self, cx: &Ctx, id: &Value, what: &str) -> Result<Value, Failure> {
+        let until = cx.soon();
+        loop {
+            match self.peer.next(until).await {
+                Incoming::Control(got) => {
+                    let Some(v) = got.value() else { continue };
+                    if v.get("method").is_some() || v.get("id") != Some(id) {
+                        continue;
+                    }
+                    return match &got.msg {
+                        Ok(m) => {
+                            known_code(cx.wire.contract(), m, &got.raw, what).map(|()| v.clone())
+                        }
+                        Err(bad) => Err(Failure::new(format!(
+                            "the answer to {what} breaks the contract: {}",
+                            bad.reason
+                        ))
+                        .with("the answer", &got.raw)),
+                    };
+                }
+                Incoming::Timeout => {
+                    return Err(Failure::new(format!(
+                        "no answer to {what} within {:?}",
+                        cx.opts.deadline
+                    )));
+                }
+                Incoming::ControlEnd(why) => {
+                    return Err(Failure::new(format!(
+                        "the channel ended before the answer to {what}: {why}"
+                    )));
+                }
+                Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+            }
+        }
+    }
+
+    /// The handshake of `plan`.
+    async fn handshake(&mut self, cx: &Ctx, plan: &Plan) -> Result<(), Failure> {
+        let mut last = None;
+        for step in &plan.steps {
+            match step {
+                Step::Send(m) => last = self.send(cx, m).await?.map(|id| (id, m.clone())),
+                Step::Await(m) => {
+                    // A machine may move on the answer alone (LSP's initialize): ask first.
+                    let id = match last.take().filter(|(_, s)| s == m) {
+                        Some((id, _)) => id,
+                        None => self.send(cx, m).await?.unwrap_or(Value::Null),
+                    };
+                    self.answer(cx, &id, m).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An error answer must carry a code the contract knows.
+fn known_code(
+    c: &Contract,
+    m: &contract::wire::Message,
+    raw: &[u8],
+    what: &str,
+) -> Result<(), Failure> {
+    if m.kind != Kind::Error {
+        return Ok(());
+    }
+    let code = m
+        .value
+        .pointer("/error/code")
+        .cloned()
+        .unwrap_or(Value::Null);
+    match crate::policy::engine::unknown_error_code(c, m, &code) {
+        None => Ok(()),
+        Some(r) => {
+            Err(Failure::new(format!("the answer to {what}: {}", r.reason)).with("the answer", raw))
+        }
+    }
+}
+
+/// The error code of an answer, when it is an error.
+fn error_code(v: &Value) -> Option<&Value> {
+    v.pointer("/error/code")
+}
+
+fn expect_code(got: &Value, want: &Value, what: &str) -> Result<Verdict, Failure> {
+    match error_code(got) {
+        Some(code) if code == want => pass(format!("{what}: error {code}")),
+        _ => Err(Failure::new(format!("{what}: expected error {want}"))
+            .with("the answer", got.to_string().as_bytes())),
+    }
+}
+
+fn plan_of(cx: &Ctx) -> Plan {
+    Plan::new(cx.wire.contract(), &cx.role)
+}
+
+fn handshake(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let plan = plan_of(cx);
+        let mut s = Session::open(cx).await?;
+        s.handshake(cx, &plan).await?;
+        pass(format!(
+            "reached {} in {} steps: {:?}",
+            plan.target,
+            plan.steps.len(),
+            plan.steps
+        ))
+    })
+}
+
+fn call(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let method = cx.subject.clone().unwrap_or_default();
+        let plan = plan_of(cx);
+        let mut s = Session::open(cx).await?;
+        s.handshake(cx, &plan).await?;
+        let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
+        let started = Instant::now();
+        let got = s.answer(cx, &id, &method).await?;
+        let how = if error_code(&got).is_some() {
+            "an error the contract knows"
+        } else {
+            "a valid result"
+        };
+        pass(format!("{how} in {:?}", started.elapsed()))
+    })
+}
+
+fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let name = cx.subject.clone().unwrap_or_default();
+        let c = cx.wire.contract().clone();
+        let (_, sm, method) = out_of_place_probes(&c, &cx.role)
+            .into_iter()
+            .find(|(n, _, _)| *n == name)
+            .ok_or_else(|| Failure::new(format!("suite bug: no probe for {name}")))?;
+        let want = sm
+            .out_of_place
+            .as_ref()
+            .and_then(|a| a.code.clone())
+            .unwrap_or_default();
+        let mut s = Session::open(cx).await?;
+        let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
+        let got = s.answer(cx, &id, &method).await?;
+        expect_code(&got, &want, &format!("{method} in `{}`", sm.initial))
+    })
+}
+
+/// Send `bytes` raw after the handshake and expect `want` answering `id`.
+async fn probe(
+    cx: &mut Ctx,
+    bytes: &[u8],
+    id: &Value,
+    want: &Value,
+    what: &str,
+) -> Result<Verdict, Failure> {
+    let plan = plan_of(cx);
+    let mut s = Session::open(cx).await?;
+    s.handshake(cx, &plan).await?;
+    s.peer.send_raw(bytes).await?;
+    let got = s.answer(cx, id, what).await?;
+    expect_code(&got, want, what)
+}
+
+fn unknown_method(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let c = cx.wire.contract();
+        let want = c
+            .violations
+            .unknown_request
+            .as_ref()
+            .and_then(|a| a.code.clone())
+            .unwrap_or_default();
+        let id = json!(9_000_001);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "conformance/no-such-method"});
+        probe(
+            cx,
+            msg.to_string().as_bytes(),
+            &id,
+            &want,
+            "an unknown method",
+        )
+        .await
+    })
+}
+
+fn parse(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let c = cx.wire.contract();
+        let want = c
+            .violations
+            .parse
+            .as_ref()
+            .and_then(|a| a.code.clone())
+            .unwrap_or_default();
+        probe(
+            cx,
+            b"{\"jsonrpc\": \"2.0\", \"id\": ",
+            &Value::Null,
+            &want,
+            "a frame that is not JSON",
+        )
+        .await
+    })
+}
+
+fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let plan = plan_of(cx);
+        let c = cx.wire.contract().clone();
+        let want = c.parties[&cx.role]
+            .ids
+            .as_ref()
+            .and_then(|i| i.action.as_ref())
+            .and_then(|a| a.code.clone())
+            .unwrap_or_default();
+        let method = plan
+            .callable(&c)
+            .into_iter()
+            .next()
+            .ok_or_else(|| Failure::new("no request to send after the handshake"))?;
+        let mut s = Session::open(cx).await?;
+        s.handshake(cx, &plan).await?;
+        let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
+        s.answer(cx, &id, &method).await?;
+        let mut again = s.message(cx, &method)?;
+        again["id"] = id.clone();
+        s.peer.send_raw(again.to_string().as_bytes()).await?;
+        let got = s
+            .answer(cx, &id, &format!("{method} reusing id {id}"))
+            .await?;
+        expect_code(&got, &want, &format!("{method} reusing id {id}"))
+    })
+}
