@@ -255,13 +255,14 @@ fn client_ids_are_prefixed_gapless_unique_and_capped_while_pending() {
     let invalid = p.code("INVALID_REQUEST");
     let start = |id: &str, job: &str| json!({"jsonrpc": "2.0", "id": id, "method": "job.start", "params": {"job": job, "owner": id}});
     let r = p.send("client", start("7", "x"));
-    assert_eq!(rules(&r), ["ids"]);
+    assert_eq!(rules(&r), ["ids.prefix"]);
     assert_eq!(refusal(&r[0]), (json!("7"), invalid.clone()));
-    // hello was c:1; c:3 skips c:2.
-    assert_eq!(rules(&p.send("client", start("c:3", "x"))), ["ids"]);
-    assert_eq!(rules(&p.send("client", start("c:1", "x"))), ["ids"]);
+    // hello was c:1; c:3 skips c:2, and the count resyncs at c:3: c:1 and c:3 are behind.
+    assert_eq!(rules(&p.send("client", start("c:3", "x"))), ["ids.gap"]);
+    assert_eq!(rules(&p.send("client", start("c:1", "x"))), ["ids.reuse"]);
+    assert_eq!(rules(&p.send("client", start("c:3", "x"))), ["ids.reuse"]);
     let max = p.w.limits().count("pendingMax").expect("a count");
-    p.next = 1;
+    p.next = 3;
     for n in 0..max {
         let (_, r) = p.call(
             "job.start",
@@ -270,16 +271,30 @@ fn client_ids_are_prefixed_gapless_unique_and_capped_while_pending() {
         assert_eq!(rules(&r), none());
     }
     let (_, r) = p.call("job.start", json!({"job": "one-too-many", "owner": "z"}));
-    assert_eq!(rules(&r), ["ids"]);
+    assert_eq!(rules(&r), ["ids.pending"]);
     assert!(
         r[0].reason.contains("/parties/client/ids"),
         "{}",
         r[0].reason
     );
     // The refused id was good: it counts as used. An answer frees a slot.
-    assert_eq!(rules(&p.answer("c:2", json!({"accepted": true}))), none());
+    assert_eq!(rules(&p.answer("c:4", json!({"accepted": true}))), none());
     let (_, r) = p.call("job.start", json!({"job": "fits", "owner": "z"}));
     assert_eq!(rules(&r), none());
+}
+
+/// An answer must answer an id the client issued: one above its last id answers nothing.
+#[test]
+fn an_answer_to_an_id_never_issued_breaks_the_client_id_rules() {
+    let mut p = Play::new();
+    p.greet(json!(["upload"]));
+    let v = json!({"jsonrpc": "2.0", "id": "c:9", "result": {"accepted": true}});
+    let r = p.send("runner", v);
+    assert_eq!(rules(&r), ["ids.unknown-answer"]);
+    assert_eq!(r[0].code, Some(p.code("INVALID_REQUEST")));
+    // An answer to an issued id is fine, once.
+    let (id, _) = p.call("job.start", json!({"job": "j", "owner": "o"}));
+    assert_eq!(rules(&p.answer(&id, json!({"accepted": true}))), none());
 }
 
 #[test]

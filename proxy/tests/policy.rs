@@ -233,7 +233,7 @@ fn rukh_request_ids_must_be_gapless_unreused_and_prefixed() {
     s.running();
     // c:3 is next; c:4 skips it.
     let r = s.send(&CORE, &s.req("rukh.ui.event", "c:4"), None);
-    assert_eq!(rules(&r), ["rukh.request-id.gap"]);
+    assert_eq!(rules(&r), ["ids.gap"]);
     assert!(is_fail(&r[0], -32000, ""), "{r:?}");
     assert_eq!(
         r[0].act,
@@ -247,13 +247,13 @@ fn rukh_request_ids_must_be_gapless_unreused_and_prefixed() {
     let mut s = Rukh::new();
     s.running();
     let r = s.send(&CORE, &s.req("rukh.ui.event", "c:2"), None);
-    assert_eq!(rules(&r), ["rukh.request-id.reuse"]);
+    assert_eq!(rules(&r), ["ids.reuse"]);
 
     let mut s = Rukh::new();
     s.running();
     // The core using the extension's prefix.
     let r = s.send(&CORE, &s.req("rukh.ui.event", "e:3"), None);
-    assert_eq!(rules(&r), ["rukh.request-id.prefix"]);
+    assert_eq!(rules(&r), ["ids.prefix"]);
 
     // The extension's counter is its own: e:1 then e:2 are fine, and c:3 still is.
     let mut s = Rukh::new();
@@ -271,13 +271,13 @@ fn rukh_responses_to_future_or_own_ids_are_protocol_errors() {
     let mut s = Rukh::new();
     s.running();
     let r = s.send(&EXT, &s.res("rukh.ui.event", "c:9"), None);
-    assert_eq!(rules(&r), ["rukh.response.unknown-id"]);
+    assert_eq!(rules(&r), ["ids.unknown-answer"]);
     assert!(is_fail(&r[0], -32000, ""));
 
     let mut s = Rukh::new();
     s.running();
     let r = s.send(&EXT, &s.res("rukh.call", "e:1"), None);
-    assert_eq!(rules(&r), ["rukh.response.wrong-direction"]);
+    assert_eq!(rules(&r), ["ids.wrong-direction"]);
 }
 
 #[test]

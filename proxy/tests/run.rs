@@ -149,11 +149,7 @@ async fn rukh_request_id_rules_are_enforced_inline() {
         "the gap was not forwarded"
     );
     let ev = p.events(3).await;
-    assert_eq!(
-        ev[2]["verdict"]["class"], "rukh.request-id.gap",
-        "{}",
-        ev[2]
-    );
+    assert_eq!(ev[2]["verdict"]["class"], "ids.gap", "{}", ev[2]);
     assert_eq!(ev[2]["verdict"]["code"], json!(-32000), "{}", ev[2]);
 
     // Observe: a request before initialize is flagged with -32001 and still forwarded.

@@ -127,6 +127,10 @@ pub struct IdRules {
     /// Each id is the one before plus one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gapless: bool,
+    /// The first id's number: with `gapless` the first id is this one, with `increasing`
+    /// no id is below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<i64>,
     /// No id is used twice in a session.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unique: bool,

@@ -72,7 +72,7 @@ pub struct Ctx<'a> {
 /// One decision of a policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ruling {
-    /// Stable rule id, e.g. `rukh.request-id.gap`.
+    /// Stable rule id, e.g. `ids.gap` (the engine) or `rukh.pending.limit` (a module).
     pub rule: &'static str,
     /// The seed section the rule comes from (as the contract cites it).
     pub seed: String,
@@ -226,7 +226,7 @@ pub fn for_route(
     session: u64,
     rules: RouteRules,
 ) -> Box<dyn Policy> {
-    match wire.contract().name.as_str() {
+    let hand: Box<dyn Policy> = match wire.contract().name.as_str() {
         "rukh" => Box::new(rukh::RukhPolicy::new(wire.clone())),
         "toolchannel" => Box::new(toolchannel::ToolPolicy::new(
             wire.clone(),
@@ -243,13 +243,58 @@ pub fn for_route(
             conn,
             session,
         )),
-        _ if engine::Engine::has_behaviour(wire.contract()) => Box::new(engine::Engine::new(
-            wire.clone(),
-            shared.clone(),
-            conn,
-            session,
-        )),
-        _ => Box::new(Noop),
+        _ if engine::Engine::has_behaviour(wire.contract()) => {
+            return Box::new(engine::Engine::new(
+                wire.clone(),
+                shared.clone(),
+                conn,
+                session,
+            ));
+        }
+        _ => return Box::new(Noop),
+    };
+    let engine = engine::Engine::new(wire.clone(), shared.clone(), conn, session);
+    Box::new(Layered { engine, hand })
+}
+
+/// A built-in protocol's rules: the engine runs what its contract carries as data, the
+/// hand-written module what it does not yet. The module sees a message only when the
+/// engine let it through (a request with a broken id is never acted on).
+struct Layered {
+    engine: engine::Engine,
+    hand: Box<dyn Policy>,
+}
+
+impl Policy for Layered {
+    fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
+        self.hand.on_open(route, now)
+    }
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
+        let mut out = self.engine.on_message(ctx, msg, size);
+        if !out.iter().any(|r| matches!(r.act, Act::Refuse { .. })) {
+            out.extend(self.hand.on_message(ctx, msg, size));
+        }
+        out
+    }
+    fn on_unreadable(&mut self, ctx: &Ctx) -> Vec<Ruling> {
+        self.hand.on_unreadable(ctx)
+    }
+    fn on_close(&mut self, ctx: &Ctx) -> Vec<Ruling> {
+        let mut out = self.engine.on_close(ctx);
+        out.extend(self.hand.on_close(ctx));
+        out
+    }
+    fn on_data(&mut self, ctx: &Ctx, frame: Held, enforce: bool) -> DataRuling {
+        self.hand.on_data(ctx, frame, enforce)
+    }
+    fn incomplete_frame(&self) -> Option<(Duration, Ruling)> {
+        self.hand.incomplete_frame()
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        self.hand.next_deadline()
+    }
+    fn on_tick(&mut self, now: Instant) -> Vec<(u64, Ruling)> {
+        self.hand.on_tick(now)
     }
 }
 

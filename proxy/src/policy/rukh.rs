@@ -1,15 +1,10 @@
-//! rukh (ADR-0003 process IPC): session order, request IDs, pending caps, log intake.
+//! rukh (ADR-0003 process IPC): session order, pending caps, log intake.
 //!
 //! Rules, with the contract text they come from:
 //! - nothing but `rukh.initialize` and its response before the handshake is
 //!   confirmed (violations.beforeHandshake, -32001, fail; R-38: rukh.log too);
-//! - request IDs: the direction prefix of the sending party (`$defs`
-//!   `CoreRequestId` / `ExtensionRequestId`), a gapless counter from 1, no reuse
-//!   (R-10, -32000 `request_id_violation`, fail, no reply with that id);
-//! - a response to a future id or with the responder's own prefix (R-10,
-//!   `unknown_response_id` / `wrong_direction`), a second completion of
-//!   rukh.invoke (`duplicate_completion`), a repeated context field that differs
-//!   from the pinned one (R-15, `context_mismatch`): -32000, fail;
+//! - a second completion of rukh.invoke (`duplicate_completion`), a repeated context
+//!   field that differs from the pinned one (R-15, `context_mismatch`): -32000, fail;
 //! - one rukh.invoke per session (-32002); rukh.call / rukh.ui.event after the
 //!   completion or an accepted cancel (R-29, -32007); over pendingRequestsMax
 //!   operation/UI requests per direction (R-21, -32006): answered, not run;
@@ -19,8 +14,11 @@
 //! - rukh.log intake: logIntakeRecordsRate and logIntakeBytesRate token
 //!   buckets; the excess is discarded and counted, never an error.
 //!
-//! Not here: the framing's `frameDeadline` (2 s from a frame's first byte) is
-//! armed by the relay, which sees partial frames; this layer words the ruling.
+//! Not here: request ids (each party's prefix, a gapless count from 1, no reuse) and
+//! replies in the wrong direction or to ids never issued are the parties' `ids`
+//! in the contract, run by the generic engine ahead of this module. The framing's
+//! `frameDeadline` (2 s from a frame's first byte) is armed by the relay, which sees
+//! partial frames; this layer words the ruling.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -58,10 +56,6 @@ struct Pending {
 pub struct RukhPolicy {
     wire: Arc<Wire>,
     phase: Phase,
-    /// Direction prefixes by party, from the contract's id definitions.
-    prefixes: HashMap<String, String>,
-    /// Next expected counter per requesting party.
-    next: HashMap<String, u64>,
     pending: HashMap<String, Pending>,
     counted: HashMap<String, u64>,
     /// Core requests whose wait ended without a response (cancel).
@@ -78,41 +72,12 @@ pub struct RukhPolicy {
     log_bytes: Option<Bucket>,
 }
 
-/// The prefix (`c:`) a `$defs` id pattern (`^c:[1-9][0-9]*$`) fixes.
-fn prefix_of(pattern: &str) -> Option<String> {
-    let rest = pattern.strip_prefix('^')?;
-    let colon = rest.find(':')?;
-    let p = &rest[..=colon];
-    p.chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == ':')
-        .then(|| p.to_string())
-}
-
 impl RukhPolicy {
     /// A fresh policy.
     pub fn new(wire: Arc<Wire>) -> Self {
-        let c = wire.contract().clone();
-        let mut prefixes = HashMap::new();
-        for party in c.parties.keys() {
-            let mut name = party.clone();
-            if let Some(first) = name.get_mut(0..1) {
-                first.make_ascii_uppercase();
-            }
-            if let Some(p) = c
-                .defs
-                .get(&format!("{name}RequestId"))
-                .and_then(|d| d.get("pattern"))
-                .and_then(Value::as_str)
-                .and_then(prefix_of)
-            {
-                prefixes.insert(party.clone(), p);
-            }
-        }
         RukhPolicy {
             wire,
             phase: Phase::Initializing,
-            prefixes,
-            next: HashMap::new(),
             pending: HashMap::new(),
             counted: HashMap::new(),
             ended: HashSet::new(),
@@ -186,67 +151,15 @@ impl RukhPolicy {
         }
     }
 
-    /// Split `c:12` into its prefix and counter, if it has this shape.
-    fn parse_id(id: &Value) -> Option<(String, u64)> {
-        let s = id.as_str()?;
-        let colon = s.find(':')?;
-        let (p, n) = (&s[..=colon], &s[colon + 1..]);
-        if n.starts_with('0') || !n.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        Some((p.to_string(), n.parse().ok()?))
-    }
-
     fn on_request(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
         let method = msg.method.clone().unwrap_or_default();
         let Some(idv) = msg.id.as_ref() else {
             return vec![];
         };
         let key = idv.to_string();
-        // 1. The counter, before anything else: a broken id is never acted on.
-        let want = self.prefixes.get(ctx.from).cloned();
-        let expected = self.next.get(ctx.from).copied().unwrap_or(1);
-        match Self::parse_id(idv) {
-            Some((p, n)) if want.as_deref().is_none_or(|w| w == p) => {
-                if n < expected {
-                    return vec![self.protocol_error(
-                        "rukh.request-id.reuse",
-                        "request_id_violation",
-                        format!(
-                            "{method} from {}: request id counter {n} repeats or decreases (next is {expected})",
-                            ctx.from
-                        ),
-                        None,
-                    )];
-                }
-                // After a gap the counter resyncs, so one gap is reported once.
-                self.next.insert(ctx.from.to_string(), n.saturating_add(1));
-                if n > expected {
-                    return vec![self.protocol_error(
-                        "rukh.request-id.gap",
-                        "request_id_violation",
-                        format!(
-                            "{method} from {}: request id counter {n} skips {expected}",
-                            ctx.from
-                        ),
-                        None,
-                    )];
-                }
-            }
-            _ => {
-                return vec![self.protocol_error(
-                    "rukh.request-id.prefix",
-                    "request_id_violation",
-                    format!(
-                        "{method} from {}: request id does not have the {}N form",
-                        ctx.from,
-                        want.unwrap_or_default()
-                    ),
-                    None,
-                )];
-            }
-        }
-        // 2. Session order.
+        // Request ids (prefix, a gapless count from 1, no reuse) are the contract's party
+        // `ids`, kept by the engine before this runs: a broken id never gets here.
+        // Session order.
         if self.phase != Phase::Running {
             if self.phase == Phase::Initializing && method == INITIALIZE && self.init_id.is_none() {
                 self.init_id = Some(key.clone());
@@ -403,7 +316,7 @@ impl RukhPolicy {
         Some(p)
     }
 
-    fn on_reply(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
+    fn on_reply(&mut self, msg: &Message) -> Vec<Ruling> {
         let Some(idv) = msg.correlation.as_ref() else {
             return vec![];
         };
@@ -412,27 +325,8 @@ impl RukhPolicy {
             let what = format!("a reply to {key}");
             return vec![self.not_initialized(&what, None)];
         }
-        // The requester is the party this reply travels to.
-        let requester = ctx.to;
-        let own = self.prefixes.get(ctx.from).cloned();
-        let theirs = self.prefixes.get(requester).cloned();
-        let parsed = Self::parse_id(idv);
-        if let (Some((p, _)), Some(own)) = (&parsed, &own)
-            && p == own
-            && theirs.as_deref() != Some(own.as_str())
-        {
-            return vec![self.protocol_error(
-                "rukh.response.wrong-direction",
-                "wrong_direction",
-                format!("{} answered an id with its own prefix {own}", ctx.from),
-                None,
-            )];
-        }
-        let next = self.next.get(requester).copied().unwrap_or(1);
-        let future = match &parsed {
-            Some((p, n)) => theirs.as_deref().is_some_and(|t| t != p) || *n >= next,
-            None => true,
-        };
+        // A reply in the wrong direction or to an id never issued is the engine's (the
+        // parties' `ids`): it never gets here.
         if self.invoke_answered && self.invoke_id.as_deref() == Some(key.as_str()) {
             return vec![self.protocol_error(
                 "rukh.invoke.duplicate-completion",
@@ -469,14 +363,6 @@ impl RukhPolicy {
             return vec![self.late(format!(
                 "response to {key} after the wait ended (accepted cancel)"
             ))];
-        }
-        if future {
-            return vec![self.protocol_error(
-                "rukh.response.unknown-id",
-                "unknown_response_id",
-                format!("response to {key}, which {requester} never issued"),
-                None,
-            )];
         }
         vec![self.late(format!("response to {key}, which is no longer pending"))]
     }
@@ -567,7 +453,7 @@ impl Policy for RukhPolicy {
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
         match msg.kind {
             Kind::Request => self.on_request(ctx, msg),
-            Kind::Response | Kind::Error => self.on_reply(ctx, msg),
+            Kind::Response | Kind::Error => self.on_reply(msg),
             Kind::Notification | Kind::Event => self.on_notification(ctx, msg, size),
         }
     }

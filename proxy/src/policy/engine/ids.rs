@@ -1,11 +1,18 @@
-//! Request-id rules as data: each party's `ids` (prefix, increasing, gapless, unique,
-//! a cap on requests awaiting an answer), checked per connection.
+//! Request-id rules as data: each party's `ids` (prefix, start, increasing, gapless,
+//! unique, a cap on requests awaiting an answer), checked per connection, for requests and
+//! for the answers to them.
 //!
 //! An id's number is the integer itself, or for a string the digits after the prefix.
-//! Uniqueness is checked exactly against pending ids and, up to a bound, against every
-//! id seen; with `increasing` any reuse is also out of order. A request that breaks a
-//! rule does not use its id up; a good id is used even when the request is refused for
-//! another reason (the sender counted it), but only a request that went on is pending.
+//! Uniqueness is checked exactly against pending ids and, up to a bound, against every id
+//! seen; with `increasing` any reuse is also out of order. A request breaking a rule does
+//! not use its id up, except across a gap: the count resyncs there, so one gap is reported
+//! once. A good id is used even when the request is refused for another reason (the sender
+//! counted it), but only a request that went on is pending.
+//!
+//! An answer must answer an id its requester issued: one carrying the answerer's own
+//! prefix (where the parties' prefixes differ) is in the wrong direction, and one the
+//! requester never issued (above its last id, or never seen) answers nothing. Both get the
+//! requester's id-rule action.
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,28 +45,43 @@ pub(crate) fn any(c: &Contract) -> bool {
     c.parties.values().any(|p| p.ids.is_some())
 }
 
+/// What admitting a request records.
+#[derive(Debug)]
+pub(crate) struct Admit {
+    party: String,
+    key: String,
+    n: Option<i128>,
+    unique: bool,
+}
+
+/// A broken rule: its name, why, and the number to resync to (after a gap).
+struct Broken {
+    rule: &'static str,
+    why: String,
+    resync: Option<i128>,
+}
+
+fn broke(rule: &'static str, why: String) -> Broken {
+    Broken {
+        rule,
+        why,
+        resync: None,
+    }
+}
+
 impl IdState {
-    /// Judge `msg` from `from`: a request against its party's rules (`Err` when it
-    /// breaks one, else what admitting it records), an answer against the other parties'
-    /// pending ids (settled at once: answers are never refused).
+    /// Judge `msg` sent by `from` to `to`: a request against `from`'s rules (`Err` when it
+    /// breaks one, else what admitting it records), an answer against `to`'s issued ids
+    /// (settled at once).
     pub(crate) fn judge(
         &mut self,
         c: &Contract,
         limits: &Limits,
-        from: &str,
+        (from, to): (&str, &str),
         msg: &Message,
     ) -> Result<Option<Admit>, Box<Ruling>> {
         if matches!(msg.kind, Kind::Response | Kind::Error) {
-            if let Some(id) = &msg.correlation {
-                let key = id.to_string();
-                self.parties
-                    .iter_mut()
-                    .filter(|(p, _)| *p != from)
-                    .for_each(|(_, s)| {
-                        s.pending.remove(&key);
-                    });
-            }
-            return Ok(None);
+            return self.answer(c, (from, to), msg).map(|()| None);
         }
         let Some(rules) = c.parties.get(from).and_then(|p| p.ids.as_ref()) else {
             return Ok(None);
@@ -67,14 +89,15 @@ impl IdState {
         let Some(id) = msg.id.as_ref().filter(|_| msg.kind == Kind::Request) else {
             return Ok(None);
         };
-        let max = rules
-            .max_pending
-            .as_deref()
-            .and_then(|l| limits.count(l).ok());
         let state = self.parties.get(from);
         let n = match admit(state, rules, id) {
             Ok(n) => n,
-            Err(reason) => return Err(Box::new(self.broken(c, rules, from, id, msg, reason))),
+            Err(b) => {
+                if let Some(n) = b.resync {
+                    self.parties.entry(from.to_string()).or_default().last = Some(n);
+                }
+                return Err(ruled(c, from, b, id, msg));
+            }
         };
         let a = Admit {
             party: from.to_string(),
@@ -82,32 +105,51 @@ impl IdState {
             n,
             unique: rules.unique,
         };
+        let max = rules
+            .max_pending
+            .as_deref()
+            .and_then(|l| limits.count(l).ok());
         let pending = state.map_or(0, |s| s.pending.len() as u64);
         if let Some(m) = max.filter(|m| pending >= *m) {
             // The id itself is good: the sender counts it as used.
             self.commit(a, false);
-            let reason = format!(
+            let why = format!(
                 "would make {} requests awaiting an answer (at most {m})",
                 m + 1
             );
-            return Err(Box::new(self.broken(c, rules, from, id, msg, reason)));
+            return Err(ruled(c, from, broke("ids.pending", why), id, msg));
         }
         Ok(Some(a))
     }
 
-    fn broken(
-        &self,
+    /// An answer from `from` to `to`'s request: settled, or the rule it breaks.
+    fn answer(
+        &mut self,
         c: &Contract,
-        rules: &IdRules,
-        from: &str,
-        id: &Value,
+        (from, to): (&str, &str),
         msg: &Message,
-        reason: String,
-    ) -> Ruling {
-        let entry = format!("/parties/{}/ids", contract::escape_pointer(from));
-        let method = msg.method.as_deref().unwrap_or("request");
-        let reason = format!("{method} from {from}: id {id} {reason}");
-        broken(c, "ids", &entry, rules.action.as_ref(), msg, reason)
+    ) -> Result<(), Box<Ruling>> {
+        let Some(id) = &msg.correlation else {
+            return Ok(());
+        };
+        let mut state = self.parties.get_mut(to);
+        let issued = state
+            .as_mut()
+            .is_some_and(|s| s.pending.remove(&id.to_string()));
+        let Some(rules) = c.parties.get(to).and_then(|p| p.ids.as_ref()) else {
+            return Ok(());
+        };
+        if issued {
+            return Ok(());
+        }
+        let own = c
+            .parties
+            .get(from)
+            .and_then(|p| p.ids.as_ref()?.prefix.as_deref());
+        match unissued(state.as_deref(), rules, own, id) {
+            None => Ok(()),
+            Some(b) => Err(ruled(c, to, b, id, msg)),
+        }
     }
 
     /// Record a request whose id kept the rules: the id is used from now on, and the
@@ -124,38 +166,86 @@ impl IdState {
     }
 }
 
-/// What admitting a request records.
-#[derive(Debug)]
-pub(crate) struct Admit {
-    party: String,
-    key: String,
-    n: Option<i128>,
-    unique: bool,
+/// The ruling for `b`, under the id rules of `party` (the requester).
+fn ruled(c: &Contract, party: &str, b: Broken, id: &Value, msg: &Message) -> Box<Ruling> {
+    let rules = c.parties.get(party).and_then(|p| p.ids.as_ref());
+    let entry = format!("/parties/{}/ids", contract::escape_pointer(party));
+    let what = match msg.kind {
+        Kind::Response | Kind::Error => "an answer".to_string(),
+        _ => msg.method.clone().unwrap_or_else(|| "a request".into()),
+    };
+    let reason = format!("{what}: id {id} {}", b.why);
+    let action = rules.and_then(|r| r.action.as_ref());
+    Box::new(broken(c, b.rule, &entry, action, msg, reason))
 }
 
 /// Whether request id `id` keeps `rules` after what `state` has seen: its number, or
 /// which rule it breaks.
-fn admit(state: Option<&PartyIds>, rules: &IdRules, id: &Value) -> Result<Option<i128>, String> {
+fn admit(state: Option<&PartyIds>, rules: &IdRules, id: &Value) -> Result<Option<i128>, Broken> {
     let key = id.to_string();
     let n = number(id, rules.prefix.as_deref());
     if let Some(p) = &rules.prefix
-        && !id.as_str().is_some_and(|s| s.starts_with(p.as_str()))
+        && !(id.as_str().is_some_and(|s| s.starts_with(p.as_str())) && n.is_some())
     {
-        return Err(format!("lacks the prefix {p:?}"));
+        return Err(broke("ids.prefix", format!("does not have the form {p}N")));
     }
-    let Some(state) = state else { return Ok(n) };
-    if rules.unique && (state.pending.contains(&key) || state.seen.contains(&key)) {
-        return Err("was used before".into());
+    if rules.unique && state.is_some_and(|s| s.pending.contains(&key) || s.seen.contains(&key)) {
+        return Err(broke("ids.reuse", "was used before".into()));
     }
-    if let (Some(last), Some(n)) = (state.last, n) {
-        if rules.increasing && n <= last {
-            return Err(format!("is not above the previous {last}"));
+    let last = state.and_then(|s| s.last);
+    let (Some(n), Some(expected)) = (n, last.map(|l| l + 1).or(rules.start.map(i128::from))) else {
+        return Ok(n);
+    };
+    if rules.increasing && n < expected {
+        return Err(broke(
+            "ids.reuse",
+            format!("repeats or decreases (next is {expected})"),
+        ));
+    }
+    if rules.gapless && n > expected {
+        return Err(Broken {
+            rule: "ids.gap",
+            why: format!("skips {expected}"),
+            resync: Some(n),
+        });
+    }
+    Ok(Some(n))
+}
+
+/// Why an answer to `id` answers nothing its requester issued, if it does not: it carries
+/// the answerer's `own` prefix, or lies beyond (or outside) what the requester issued.
+fn unissued(
+    state: Option<&PartyIds>,
+    rules: &IdRules,
+    own: Option<&str>,
+    id: &Value,
+) -> Option<Broken> {
+    let theirs = rules.prefix.as_deref();
+    if let (Some(own), Some(s)) = (own, id.as_str())
+        && theirs != Some(own)
+        && s.starts_with(own)
+    {
+        return Some(broke(
+            "ids.wrong-direction",
+            format!("carries the answerer's own prefix {own}"),
+        ));
+    }
+    let last = state.and_then(|s| s.last);
+    let never = match number(id, theirs) {
+        Some(n) if rules.increasing => last.is_none_or(|l| n > l),
+        None if theirs.is_some() => true,
+        _ => {
+            rules.unique
+                && state
+                    .is_none_or(|s| s.seen.len() < MAX_SEEN && !s.seen.contains(&id.to_string()))
         }
-        if rules.gapless && n != last + 1 {
-            return Err(format!("skips from {last} (gapless)"));
-        }
-    }
-    Ok(n)
+    };
+    never.then(|| {
+        broke(
+            "ids.unknown-answer",
+            "answers no request its requester issued".into(),
+        )
+    })
 }
 
 /// The number an id carries: the integer, or a string's digits after `prefix`.
@@ -165,9 +255,13 @@ fn number(id: &Value, prefix: Option<&str>) -> Option<i128> {
             .as_i64()
             .map(i128::from)
             .or_else(|| n.as_u64().map(i128::from)),
-        Value::String(s) => s
-            .strip_prefix(prefix.unwrap_or(""))
-            .and_then(|d| d.parse().ok()),
+        Value::String(s) => {
+            // Digits only, without leading zeros: `c:01` is not `c:1`.
+            let d = s.strip_prefix(prefix.unwrap_or(""))?;
+            let canonical = d == "0" || (!d.is_empty() && !d.starts_with('0'));
+            let digits = canonical && d.bytes().all(|b| b.is_ascii_digit());
+            digits.then(|| d.parse().ok()).flatten()
+        }
         _ => None,
     }
 }

@@ -88,7 +88,7 @@ impl Policy for Engine {
         let mut out = Vec::new();
         let admit = self
             .ids
-            .judge(c, wire.limits(), ctx.from, msg)
+            .judge(c, wire.limits(), (ctx.from, ctx.to), msg)
             .map_err(|r| out.push(*r))
             .ok()
             .flatten();
@@ -188,10 +188,11 @@ pub(crate) fn is_call(msg: &Message) -> bool {
     !matches!(msg.kind, Kind::Response | Kind::Error)
 }
 
-/// What enforce mode does for a ruling under `action` about `msg`: a request gets the
-/// action's error reply, other messages are dropped (reported, never answered: a
-/// notification has no one waiting); `close` and `drop-connection` end the connection;
-/// no action, `ignore` and `fail` only flag.
+/// What enforce mode does for a ruling under `action` about `msg`, as the inspector does for
+/// a violation: `reply-error` answers a request with the action's error and drops anything
+/// else (a notification has no one waiting); `close` closes with the action's code;
+/// `drop-connection` and `fail` drop the connection; `ignore` drops the message; no action
+/// only flags.
 pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reason: &str) -> Act {
     let Some(a) = action else {
         return Act::Flag;
@@ -207,11 +208,13 @@ pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reas
             reply: None,
             close: Some(closing_with(a.code.as_ref(), reason.to_string()).0),
         },
-        ActionKind::DropConnection => Act::Refuse {
+        // `fail` ends the session: the proxy drops the connection, as for a violation.
+        ActionKind::DropConnection | ActionKind::Fail => Act::Refuse {
             reply: None,
             close: Some(Closing::Drop),
         },
-        ActionKind::Ignore | ActionKind::Fail => Act::Flag,
+        // The receiver would ignore it: the proxy drops it (counted and shown).
+        ActionKind::Ignore => Act::Discard,
     }
 }
 
