@@ -210,7 +210,7 @@ impl RouteSpec {
             route: Route {
                 name,
                 wire,
-                channel,
+                channel: channel.clone(),
                 client,
                 server,
                 upstream,
@@ -219,6 +219,7 @@ impl RouteSpec {
                 ratelimit,
                 rules: crate::policy::RouteRules {
                     auth_required: self.auth_required,
+                    channel,
                 },
             },
             listen,

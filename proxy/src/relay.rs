@@ -970,7 +970,13 @@ pub async fn relay(
     if session != conn {
         shared.note(&route.name, conn, &format!("joins session #{session}"));
     }
-    let policy = crate::policy::for_route(&route.wire, &shared.policy, conn, session, route.rules);
+    let policy = crate::policy::for_route(
+        &route.wire,
+        &shared.policy,
+        conn,
+        session,
+        route.rules.clone(),
+    );
     let mut inspector = inspector.with_rules(Some(policy), route.ratelimit.clone());
     inspector.set_session(session);
     let inspector = std::sync::Mutex::new(inspector);

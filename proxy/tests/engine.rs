@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use contract::wire::Wire;
-use contract_proxy::inspect::Dir;
+use contract_proxy::inspect::{Closing, Dir};
 use contract_proxy::policy::{self, Act, Ctx, Policy, Ruling, SharedState};
 use serde_json::{Value, json};
 
@@ -214,10 +214,10 @@ fn each_job_follows_its_own_machine_by_key() {
         none()
     );
     assert_eq!(rules(&upload(&mut p, "j1")), ["machine.out-of-place"]);
-    // j2 is untouched by j1's end; j1 may start afresh.
+    // j2 is untouched by j1's end; j1 ended for good (`ended` is terminal).
     let status = json!({"job": "j2", "status": "busy"});
     assert_eq!(rules(&p.notify("runner", "job.status", status)), none());
-    assert_eq!(rules(&p.start("j1", "dan")), none());
+    assert_eq!(rules(&p.start("j1", "dan")), ["machine.out-of-place"]);
 }
 
 #[test]
@@ -344,4 +344,40 @@ fn key_machines_are_shared_by_a_session_and_forgotten_with_their_connection() {
     assert!(p.p.on_close(&ctx).is_empty());
     assert_eq!(states(&shared, "job"), Vec::<String>::new());
     assert_eq!(states(&shared, "session"), Vec::<String>::new());
+}
+
+/// greetSeconds is armed when the connection opens (its `start`), disarmed by the hello
+/// answer (its `stop`); run out, it drops the connection (its action) and moves the session
+/// machine along its `timer` transition.
+#[test]
+fn the_greeting_deadline_runs_from_open_to_the_answer() {
+    let secs = |p: &Play| p.w.limits().duration("greetSeconds").expect("a duration");
+    let mut p = Play::new();
+    assert!(p.p.on_open("r", p.t).is_empty());
+    let due =
+        p.p.next_deadline()
+            .expect("armed when the connection opens");
+    assert_eq!(due, p.t + secs(&p));
+    assert!(p.p.on_tick(due - Duration::from_millis(1)).is_empty());
+    let fired = p.p.on_tick(due);
+    assert_eq!(fired.len(), 1);
+    let (conn, r) = &fired[0];
+    assert_eq!((*conn, r.rule), (1, "limit.deadline"));
+    assert!(r.reason.contains("/limits/greetSeconds"), "{}", r.reason);
+    assert!(matches!(
+        &r.act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    ));
+    assert_eq!(p.p.next_deadline(), None, "fired once");
+    // The session machine moved to `closed`: hello is out of place there.
+    let (_, r) = p.call("hello", json!({}));
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
+
+    let mut p = Play::new();
+    assert!(p.p.on_open("r", p.t).is_empty());
+    p.greet(json!([]));
+    assert_eq!(p.p.next_deadline(), None, "the answer stopped it");
 }

@@ -1036,10 +1036,11 @@ fn xsession_an_inbox_with_a_token_demands_the_auth_line_first() {
     let w = x.w.clone();
     let with_token = policy::RouteRules {
         auth_required: true,
+        ..Default::default()
     };
     let user = x.user("m-1", Some("/tmp/s.sock"), "hi");
     // A user frame first: beforeHandshake, the connection dropped without a word.
-    let mut p = policy::for_route(&w, &x.shared, 1, 1, with_token);
+    let mut p = policy::for_route(&w, &x.shared, 1, 1, with_token.clone());
     assert!(p.on_open("x", t0).is_empty());
     let r = feed(&mut *p, &w, "inbox", "x", 1, &SENDER, &user, None, t0);
     assert_eq!(rules(&r), ["xsession.auth.missing"]);
@@ -1051,7 +1052,7 @@ fn xsession_an_inbox_with_a_token_demands_the_auth_line_first() {
         }
     );
     // Garbage first is no auth line either.
-    let mut p = policy::for_route(&w, &x.shared, 2, 2, with_token);
+    let mut p = policy::for_route(&w, &x.shared, 2, 2, with_token.clone());
     assert!(p.on_open("x", t0).is_empty());
     let r = p.on_unreadable(&ctx("x", 2, &SENDER, t0));
     assert_eq!(rules(&r), ["xsession.auth.missing"]);
@@ -1217,6 +1218,29 @@ fn kernel_policy_feeds_the_gate_from_the_control_channel() {
         shared.offer(1, frame(stream, 2, 5)),
         GateDecision::Forward(frame(stream, 2, 5))
     );
+}
+
+/// kernel's text-stream machine is data (one instance per `/stream_id`, stream.end's reason
+/// in `matches`), run by the engine: a chunk after its stream ended is flagged (`onInvalid:
+/// ignore`: the shell drops it, the proxy reports it), and another stream is untouched.
+#[test]
+fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
+    let w = wire("kernel");
+    let mut p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+    let t0 = Instant::now();
+    let chunk = ex(&w, "stream.chunk", "call", 0);
+    let end = ex(&w, "stream.end", "call", 0);
+    assert_eq!(chunk["stream_id"], end["stream_id"]);
+    let mut send = |v: &Value| feed(&mut *p, &w, "control", "k", 1, &KCORE, v, None, t0);
+    assert!(send(&chunk).is_empty());
+    assert!(send(&end).is_empty());
+    let late = send(&chunk);
+    assert_eq!(rules(&late), ["machine.out-of-place"]);
+    assert_eq!(late[0].act, Act::Flag);
+    assert!(late[0].reason.contains("/stateMachines/text-stream"), "{}", late[0].reason);
+    let mut other = chunk.clone();
+    other["stream_id"] = json!(chunk["stream_id"].as_u64().expect("id") + 1);
+    assert!(send(&other).is_empty());
 }
 
 // ---------------------------------------------------------------- generic rate limits

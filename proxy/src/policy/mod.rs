@@ -199,11 +199,13 @@ impl Policy for Noop {
 }
 
 /// What a route tells its policies beyond the contract.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RouteRules {
     /// The upstream demands the contract's auth line first (an xsession inbox whose
     /// registry record has an ipcToken): anything else first breaks beforeHandshake.
     pub auth_required: bool,
+    /// The route's channel (the contract's first when empty): what an `open` trigger names.
+    pub channel: String,
 }
 
 /// The policy for one connection of a route speaking `wire`'s contract
@@ -267,7 +269,9 @@ struct Layered {
 
 impl Policy for Layered {
     fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
-        self.hand.on_open(route, now)
+        let mut out = self.engine.on_open(route, now);
+        out.extend(self.hand.on_open(route, now));
+        out
     }
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
         let mut out = self.engine.on_message(ctx, msg, size);
@@ -291,10 +295,15 @@ impl Policy for Layered {
         self.hand.incomplete_frame()
     }
     fn next_deadline(&self) -> Option<Instant> {
-        self.hand.next_deadline()
+        [self.engine.next_deadline(), self.hand.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
     fn on_tick(&mut self, now: Instant) -> Vec<(u64, Ruling)> {
-        self.hand.on_tick(now)
+        let mut out = self.engine.on_tick(now);
+        out.extend(self.hand.on_tick(now));
+        out
     }
 }
 

@@ -5,10 +5,14 @@
 //! A machine is run only when at least one transition has a typed trigger: one written
 //! in prose alone is documentation. A method is governed by a machine when a message
 //! trigger or `allows` names it; answers (responses, errors) only when a trigger names
-//! them by kind. Instances of a connection, and per-key instances a connection created,
-//! are forgotten when it closes; a per-key instance is also forgotten when it reaches a
-//! terminal state (the next message with that key starts afresh in `initial`, which is
-//! where a message after the end finds itself out of place).
+//! them by kind.
+//!
+//! An instance exists from its first transition (until then it is in `initial`), so a
+//! message that moves nothing stores nothing. An instance in a terminal state stays, so a
+//! message for a key that ended (a chunk after its stream's end) is out of place there.
+//! Instances of a connection, and per-key instances a connection created, are forgotten
+//! when it closes. With `onInvalid: ignore` the receiver ignores such a message: the engine
+//! only flags it.
 
 use std::collections::HashMap;
 
@@ -80,18 +84,39 @@ pub(crate) struct Move {
     to: String,
     conn: u64,
     per_connection: bool,
-    /// A per-key instance reaching a terminal state is forgotten.
-    forget: bool,
 }
 
 impl Instances {
+    /// Deadline `limit` of connection `conn` ran out: move the connection's instances
+    /// (including those in `initial`) whose machine leaves their state on it.
+    pub(crate) fn on_timer(&mut self, c: &Contract, conn: u64, route: &str, limit: &str) {
+        let key = format!("conn:{conn}");
+        for (name, sm) in c.state_machines.iter().filter(|(_, sm)| typed(sm)) {
+            let id = (route.to_string(), name.clone(), key.clone());
+            let state = self
+                .map
+                .get(&id)
+                .map_or(sm.initial.clone(), |i| i.state.clone());
+            let to = sm.transitions.iter().find(|t| {
+                t.from == state
+                    && matches!(&t.trigger, Some(Trigger::Timer { limit: l }) if l == limit)
+            });
+            if let Some(t) = to {
+                self.map.insert(
+                    id,
+                    Instance {
+                        state: t.to.clone(),
+                        conn,
+                        per_connection: true,
+                    },
+                );
+            }
+        }
+    }
+
     /// Apply the transitions of a message that went on.
     pub(crate) fn apply(&mut self, moves: Vec<Move>) {
         for m in moves {
-            if m.forget {
-                self.map.remove(&m.id);
-                continue;
-            }
             self.map.insert(
                 m.id,
                 Instance {
@@ -147,8 +172,7 @@ fn judge_one(
         .iter()
         .find(|t| t.from == state && t.trigger.as_ref().is_some_and(|tr| fires(c, tr, from, msg)))
     {
-        let forget = matches!(sm.scope, Some(Scope::Key { .. })) && sm.terminal.contains(&t.to);
-        if here.is_none() && !forget && inst.map.len() >= MAX_INSTANCES {
+        if here.is_none() && inst.map.len() >= MAX_INSTANCES {
             let reason =
                 format!("{name}: over {MAX_INSTANCES} live machine instances; not tracked");
             return Some(Err(broken(
@@ -165,22 +189,20 @@ fn judge_one(
             to: t.to.clone(),
             conn: here.map_or(at.conn, |i| i.conn),
             per_connection,
-            forget,
         }));
     }
-    if allowed(sm, msg, state) || sm.on_invalid == InvalidTransition::Ignore {
+    if allowed(sm, msg, state) {
         return None;
     }
     let method = msg.method.as_deref().unwrap_or("message");
     let reason = format!("{method} from {from} in state `{state}` of {name}");
-    Some(Err(broken(
-        c,
-        "machine.out-of-place",
-        &entry,
-        sm.out_of_place.as_ref(),
-        msg,
-        reason,
-    )))
+    // `ignore`: the receiver drops it and goes on; the engine reports it and does not act.
+    let action = match sm.on_invalid {
+        InvalidTransition::Ignore => None,
+        InvalidTransition::Error => sm.out_of_place.as_ref(),
+    };
+    let rule = "machine.out-of-place";
+    Some(Err(broken(c, rule, &entry, action, msg, reason)))
 }
 
 /// Whether `sm` has a say about `msg`.

@@ -17,8 +17,10 @@ mod caps;
 mod ids;
 mod machine;
 mod rate;
+mod timer;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use contract::Contract;
 use contract::model::{Action, ActionKind, Kind, Trigger};
@@ -55,6 +57,11 @@ pub struct Engine {
     session: u64,
     ids: ids::IdState,
     caps: caps::Declared,
+    timers: timer::Timers,
+    /// The connection's channel (the contract's first until told).
+    channel: String,
+    /// The route, once the connection opened.
+    route: String,
 }
 
 impl Engine {
@@ -67,12 +74,31 @@ impl Engine {
             session,
             ids: ids::IdState::default(),
             caps: caps::Declared::default(),
+            timers: timer::Timers::default(),
+            channel: String::new(),
+            route: String::new(),
         }
+    }
+
+    /// The engine of a connection on `channel` (empty: the contract's first channel).
+    pub fn on_channel(mut self, channel: &str) -> Engine {
+        self.channel = match channel {
+            "" => self
+                .wire
+                .contract()
+                .channels
+                .keys()
+                .next()
+                .cloned()
+                .unwrap_or_default(),
+            ch => ch.to_string(),
+        };
+        self
     }
 
     /// Whether `c` carries any behaviour this engine runs (else the route gets no policy work).
     pub fn has_behaviour(c: &Contract) -> bool {
-        machine::any(c) || rate::any(c) || ids::any(c) || caps::any(c)
+        machine::any(c) || rate::any(c) || ids::any(c) || caps::any(c) || timer::any(c)
     }
 }
 
@@ -118,6 +144,46 @@ impl Policy for Engine {
         }
         if went_on {
             self.caps.observe(c, ctx.from, msg);
+            self.timers
+                .message(c, wire.limits(), ctx.from, msg, ctx.now);
+        }
+        out
+    }
+
+    fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
+        self.route = route.to_string();
+        if self.channel.is_empty() {
+            self.channel = self
+                .wire
+                .contract()
+                .channels
+                .keys()
+                .next()
+                .cloned()
+                .unwrap_or_default();
+        }
+        let wire = self.wire.clone();
+        self.timers
+            .open(wire.contract(), wire.limits(), &self.channel, now);
+        Vec::new()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    fn on_tick(&mut self, now: Instant) -> Vec<(u64, Ruling)> {
+        let wire = self.wire.clone();
+        let c = wire.contract();
+        let mut out = Vec::new();
+        for name in self.timers.expire(now) {
+            let conn = self.conn;
+            let route = self.route.as_str();
+            self.shared
+                .with_engine(|s| s.machines.on_timer(c, conn, route, &name));
+            if c.limits[&name].action.is_some() {
+                out.push((conn, timer::expired(c, &name)));
+            }
         }
         out
     }
