@@ -579,7 +579,7 @@ fn trigger_label(t: &contract::model::Trigger) -> String {
             from,
             matches,
         } => {
-            let mut s = method.clone();
+            let mut s = method.clone().unwrap_or_else(|| "any message".into());
             match kind {
                 Some(Kind::Response) => s.push_str(" response"),
                 Some(Kind::Error) => s.push_str(" error"),

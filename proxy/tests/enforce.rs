@@ -467,14 +467,14 @@ async fn rukh_log_intake_over_the_record_rate_drops_the_excess() {
     let ev =
         r.p.events_until("the rukh.call", |e| e["method"] == "rukh.call")
             .await;
-    let dropped: Vec<_> = ev.iter().filter(|e| class(e) == "rukh.log.rate").collect();
+    let dropped: Vec<_> = ev.iter().filter(|e| class(e) == "limit.rate").collect();
     assert_eq!(
         dropped.len(),
         sent - delivered.len(),
         "every drop is counted"
     );
     for d in dropped {
-        assert_eq!(d["action"], "rukh.log.rate: discarded", "{d}");
+        assert_eq!(d["action"], "limit.rate: discarded", "{d}");
         assert!(
             d["verdict"]["reason"]
                 .as_str()
@@ -1462,12 +1462,10 @@ async fn xsession_garbage_lines_do_not_extend_the_line_deadline() {
         contents[1]
     );
     let ev =
-        x.p.until("the line deadline", |e| {
-            class(e) == "xsession.line-deadline"
-        })
-        .await;
+        x.p.until("the line deadline", |e| class(e) == "limit.deadline")
+            .await;
     assert_eq!(
-        ev["action"], "xsession.line-deadline: refused, dropped the connection",
+        ev["action"], "limit.deadline: refused, dropped the connection",
         "{ev}"
     );
 }

@@ -88,12 +88,13 @@ fn the_rate_limit_refuses_calls_past_the_burst_and_passes_the_rest_with_their_an
     assert_eq!(echoed, burst, "{summary}");
     assert_eq!(echoed + errors.len(), 8, "{summary}");
     assert!(errors.iter().all(|e| *e == code), "{summary}");
-    let answers = events
+    // The admitted calls' answers reached the client (`echoed`, above); none was judged.
+    let judged: Vec<_> = events
         .iter()
         .filter(|e| e["method"] == "tools/call" && e["kind"] == "response")
-        .filter(|e| e["verdict"]["verdict"] == "ok")
-        .count();
-    assert_eq!(answers, burst, "the admitted calls' answers all pass");
+        .filter(|e| e["verdict"]["verdict"] != "ok")
+        .collect();
+    assert_eq!(judged, Vec::<&Value>::new());
     let refused: Vec<_> = violations(&events)
         .into_iter()
         .map(|e| e["verdict"]["class"].clone())

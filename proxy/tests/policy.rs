@@ -326,12 +326,12 @@ fn rukh_log_intake_excess_is_discarded_and_counted() {
         assert!(s.send(&EXT, &log, None).is_empty(), "record {n}");
     }
     let r = s.send(&EXT, &log, None);
-    assert_eq!(rules(&r), ["rukh.log.rate"]);
+    assert_eq!(rules(&r), ["limit.rate"]);
     assert_eq!(r[0].act, Act::Discard);
     // One record's worth of time later, one more fits.
     s.t += Duration::from_secs(1) / records as u32;
     assert!(s.send(&EXT, &log, None).is_empty());
-    assert_eq!(rules(&s.send(&EXT, &log, None)), ["rukh.log.rate"]);
+    assert_eq!(rules(&s.send(&EXT, &log, None)), ["limit.rate"]);
 
     // The byte bucket: big records run out of bytes before records.
     let mut s = Rukh::new();
@@ -349,7 +349,7 @@ fn rukh_log_intake_excess_is_discarded_and_counted() {
         assert!(s.send(&EXT, &big, None).is_empty(), "record {n}");
     }
     let r = s.send(&EXT, &big, None);
-    assert_eq!(rules(&r), ["rukh.log.rate"]);
+    assert_eq!(rules(&r), ["limit.rate"]);
     assert!(
         r[0].reason.contains("logIntakeBytesRate"),
         "{}",
@@ -1018,7 +1018,7 @@ fn xsession_line_deadline_is_not_extended_by_garbage() {
     assert!(p.on_tick(t0 + d).is_empty());
     let r = p.on_tick(t1 + d);
     assert_eq!(r.len(), 1);
-    assert_eq!((r[0].0, r[0].1.rule), (1, "xsession.line-deadline"));
+    assert_eq!((r[0].0, r[0].1.rule), (1, "limit.deadline"));
     assert_eq!(
         r[0].1.act,
         Act::Refuse {
@@ -1237,7 +1237,11 @@ fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
     let late = send(&chunk);
     assert_eq!(rules(&late), ["machine.out-of-place"]);
     assert_eq!(late[0].act, Act::Flag);
-    assert!(late[0].reason.contains("/stateMachines/text-stream"), "{}", late[0].reason);
+    assert!(
+        late[0].reason.contains("/stateMachines/text-stream"),
+        "{}",
+        late[0].reason
+    );
     let mut other = chunk.clone();
     other["stream_id"] = json!(chunk["stream_id"].as_u64().expect("id") + 1);
     assert!(send(&other).is_empty());

@@ -787,6 +787,10 @@ pub struct Limit {
     /// For deadlines: what stops it in time (any one of them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<Trigger>,
+    /// For deadlines: what starts the clock afresh, running or not (xsession's every
+    /// parseable line, a heartbeat).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart: Vec<Trigger>,
     /// What the limit is.
     pub description: String,
     /// Seed section.
@@ -1004,7 +1008,9 @@ pub enum Trigger {
     /// A message of the contract.
     Message {
         /// Its method (wire name); for a response or error, the method of the request.
-        method: String,
+        /// Any message (of `kind`, from `from`) when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        method: Option<String>,
         /// Which message: the method's own kind when absent, else `response` or `error`
         /// for the answer to a request.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -195,7 +195,7 @@ fn lifecycle(sm: &StateMachine) -> bool {
 fn governed(c: &Contract, sm: &StateMachine, method: &str) -> bool {
     sm.allows.contains_key(method)
         || sm.transitions.iter().any(|t| {
-            matches!(&t.trigger, Some(Trigger::Message { method: m, kind, .. })
+            matches!(&t.trigger, Some(Trigger::Message { method: Some(m), kind, .. })
                 if m == method && kind.is_none_or(|k| c.methods.get(m).is_some_and(|x| x.kind == k)))
         })
 }
@@ -211,7 +211,7 @@ fn leaves(c: &Contract, sm: &StateMachine, state: &str, method: &str, role: &str
 /// What the suite playing `role` does to fire `t`, if it can.
 fn step_of(c: &Contract, t: Option<&Trigger>, role: &str) -> Option<Step> {
     let Some(Trigger::Message {
-        method,
+        method: Some(method),
         kind,
         from,
         matches,

@@ -1,4 +1,4 @@
-//! rukh (ADR-0003 process IPC): session order, pending caps, log intake.
+//! rukh (ADR-0003 process IPC): session order and pending caps.
 //!
 //! Rules, with the contract text they come from:
 //! - nothing but `rukh.initialize` and its response before the handshake is
@@ -11,12 +11,11 @@
 //! - an accepted cancel ends the core's waits: later responses to them are
 //!   discarded and counted (request machine `LateDiscarded`), and an invoke
 //!   result after it cannot decide the outcome (R-28: flagged);
-//! - rukh.log intake: logIntakeRecordsRate and logIntakeBytesRate token
-//!   buckets; the excess is discarded and counted, never an error.
 //!
 //! Not here: request ids (each party's prefix, a gapless count from 1, no reuse) and
 //! replies in the wrong direction or to ids never issued are the parties' `ids`
-//! in the contract, run by the generic engine ahead of this module. The framing's
+//! in the contract, run by the generic engine ahead of this module, as is rukh.log intake
+//! (logIntakeRecordsRate and logIntakeBytesRate, R-26: the excess is discarded and counted). The framing's
 //! `frameDeadline` (2 s from a frame's first byte) is armed by the relay, which sees
 //! partial frames; this layer words the ruling.
 
@@ -27,13 +26,12 @@ use contract::model::Kind;
 use contract::wire::{Message, Wire};
 use serde_json::{Value, json};
 
-use super::{Act, Bucket, Ctx, Limits, Policy, Ruling, error_seed};
+use super::{Act, Ctx, Limits, Policy, Ruling, error_seed};
 use crate::inspect::Closing;
 
 const INITIALIZE: &str = "rukh.initialize";
 const INVOKE: &str = "rukh.invoke";
 const CANCEL: &str = "rukh.cancel";
-const LOG: &str = "rukh.log";
 /// Requests that count toward pendingRequestsMax (its `from` text: operation and UI requests).
 const COUNTED: [&str; 2] = ["rukh.call", "rukh.ui.event"];
 
@@ -68,8 +66,6 @@ pub struct RukhPolicy {
     cancelled: bool,
     /// sessionId / invocationId pinned by rukh.initialize.
     context: Vec<(String, Value)>,
-    log_records: Option<Bucket>,
-    log_bytes: Option<Bucket>,
 }
 
 impl RukhPolicy {
@@ -87,8 +83,6 @@ impl RukhPolicy {
             closing: false,
             cancelled: false,
             context: Vec::new(),
-            log_records: None,
-            log_bytes: None,
         }
     }
 
@@ -377,50 +371,13 @@ impl RukhPolicy {
         }
     }
 
-    fn on_notification(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
+    fn on_notification(&mut self, msg: &Message) -> Vec<Ruling> {
         let method = msg.method.clone().unwrap_or_default();
         if self.phase != Phase::Running {
             return vec![self.not_initialized(&method, None)];
         }
-        if method != LOG {
-            return vec![];
-        }
-        let now = ctx.now;
-        if self.log_records.is_none() {
-            self.log_records = self
-                .limits()
-                .rate("logIntakeRecordsRate")
-                .ok()
-                .and_then(|r| r.token_period())
-                .and_then(|(p, b)| Bucket::new(p, b, now));
-            self.log_bytes = self
-                .limits()
-                .rate("logIntakeBytesRate")
-                .ok()
-                .and_then(|r| r.token_period())
-                .and_then(|(p, b)| Bucket::new(p, b, now));
-        }
-        let records_ok = self.log_records.as_mut().is_none_or(|b| b.take(1, now));
-        let bytes_ok = records_ok
-            && self
-                .log_bytes
-                .as_mut()
-                .is_none_or(|b| b.take(size as u64, now));
-        if records_ok && bytes_ok {
-            return vec![];
-        }
-        let limit = if records_ok {
-            "logIntakeBytesRate"
-        } else {
-            "logIntakeRecordsRate"
-        };
-        vec![Ruling {
-            rule: "rukh.log.rate",
-            seed: self.limits().seed(limit).to_string(),
-            code: self.limits().action_code(limit).cloned(),
-            reason: format!("rukh.log record of {size} bytes over {limit}: dropped and counted"),
-            act: Act::Discard,
-        }]
+        // rukh.log intake is the contract's two rate limits, run by the engine.
+        vec![]
     }
 }
 
@@ -450,11 +407,11 @@ impl Policy for RukhPolicy {
         ))
     }
 
-    fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
         match msg.kind {
             Kind::Request => self.on_request(ctx, msg),
             Kind::Response | Kind::Error => self.on_reply(msg),
-            Kind::Notification | Kind::Event => self.on_notification(ctx, msg, size),
+            Kind::Notification | Kind::Event => self.on_notification(msg),
         }
     }
 

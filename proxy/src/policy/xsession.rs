@@ -1,4 +1,4 @@
-//! xsession (seed 001 §2, §6): admission, the connection cap and the line deadline.
+//! xsession (seed 001 §2, §6): admission and the connection cap.
 //!
 //! Rules, with the contract text they come from:
 //! - admission (§6 step 1): a user frame takes a token from its sender's
@@ -13,8 +13,10 @@
 //!   `from` no status can be sent and the frame is just discarded.
 //!   Bodies are remembered by their SHA-256, never in clear.
 //! - maxConnections: a connection beyond the cap is dropped unread.
-//! - parseableLineDeadline: from accept, restarted by every decoded
-//!   line; garbage never reaches a policy, so it cannot extend the deadline.
+//!
+//! Not here: parseableLineDeadline (X-7, from accept, restarted by every decoded line;
+//! garbage is never decoded, so it cannot extend the deadline) is the limit's `start` and
+//! `restart` triggers, run by the generic engine.
 //!
 //! Not distinguishable here: own-process and controller connections are exempt
 //! from the duplicate check, but their tokens are opaque to the proxy, so every
@@ -62,7 +64,6 @@ pub struct XsPolicy {
     shared: Arc<SharedState>,
     conn: u64,
     route: Option<String>,
-    deadline: Option<Instant>,
     next_id: u64,
     /// The inbox demands an auth line first (its record has an ipcToken).
     auth_required: bool,
@@ -83,7 +84,6 @@ impl XsPolicy {
             shared,
             conn,
             route: None,
-            deadline: None,
             next_id: 0,
             auth_required: false,
             first_seen: false,
@@ -119,14 +119,6 @@ impl XsPolicy {
             ),
             act: Act::Refuse { reply: None, close },
         })
-    }
-
-    fn arm(&mut self, now: Instant) {
-        self.deadline = self
-            .limits()
-            .duration("parseableLineDeadline")
-            .ok()
-            .and_then(|d| now.checked_add(d));
     }
 
     /// The field values a method's frames carry to be recognised (`/type`, `/action`).
@@ -287,7 +279,7 @@ fn sweep(xs: &mut Shared, now: Instant, window: Option<std::time::Duration>) {
 }
 
 impl Policy for XsPolicy {
-    fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
+    fn on_open(&mut self, route: &str, _now: Instant) -> Vec<Ruling> {
         let max = self.limits().count("maxConnections").ok();
         let mut inner = self.shared.lock();
         let open = inner.xsession.open.entry(route.to_string()).or_insert(0);
@@ -308,7 +300,6 @@ impl Policy for XsPolicy {
         *open += 1;
         drop(inner);
         self.route = Some(route.to_string());
-        self.arm(now);
         vec![]
     }
 
@@ -316,7 +307,6 @@ impl Policy for XsPolicy {
         if let Some(r) = self.first_line(Some(msg.method.as_deref().unwrap_or("unknown"))) {
             return vec![r];
         }
-        self.arm(ctx.now);
         if msg.method.as_deref() != Some(USER) {
             return vec![];
         }
@@ -328,7 +318,6 @@ impl Policy for XsPolicy {
     }
 
     fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
-        self.deadline = None;
         if let Some(route) = self.route.take() {
             let mut inner = self.shared.lock();
             if let Some(n) = inner.xsession.open.get_mut(&route) {
@@ -339,32 +328,5 @@ impl Policy for XsPolicy {
             }
         }
         vec![]
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.deadline
-    }
-
-    fn on_tick(&mut self, now: Instant) -> Vec<(u64, Ruling)> {
-        if self.deadline.take_if(|t| *t <= now).is_none() {
-            return vec![];
-        }
-        let limit = "parseableLineDeadline";
-        vec![(
-            self.conn,
-            Ruling {
-                rule: "xsession.line-deadline",
-                seed: self.limits().seed(limit).to_string(),
-                code: self.limits().action_code(limit).cloned(),
-                reason: format!(
-                    "no parseable line within {limit} ({} s): dropped silently",
-                    self.limits().number(limit).unwrap_or_default()
-                ),
-                act: Act::Refuse {
-                    reply: None,
-                    close: Some(Closing::Drop),
-                },
-            },
-        )]
     }
 }

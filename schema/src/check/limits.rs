@@ -40,6 +40,9 @@ impl Cx<'_> {
             for (i, t) in l.stop.iter().enumerate() {
                 self.trigger(c, idx, &join(&base, ["stop", &i.to_string()]), t);
             }
+            for (i, t) in l.restart.iter().enumerate() {
+                self.trigger(c, idx, &join(&base, ["restart", &i.to_string()]), t);
+            }
         }
         self.timers_started(c);
     }

@@ -64,7 +64,10 @@ impl Cx<'_> {
             Some(Scope::Key { pointer }) => {
                 // The key must be found in some message that moves the machine.
                 let moving = sm.transitions.iter().filter_map(|t| match &t.trigger {
-                    Some(Trigger::Message { method, .. }) => c.methods.get(method),
+                    Some(Trigger::Message {
+                        method: Some(method),
+                        ..
+                    }) => c.methods.get(method),
                     _ => None,
                 });
                 if !carried(moving, None, pointer) {
@@ -83,7 +86,7 @@ impl Cx<'_> {
         match t {
             Trigger::Message {
                 method, kind, from, ..
-            } => self.message_trigger(c, at, method, *kind, from.as_deref()),
+            } => self.message_trigger(c, at, method.as_deref(), *kind, from.as_deref()),
             Trigger::Timer { limit } => match c.limits.get(limit) {
                 None => self.push(
                     Lint::NameRef,
@@ -132,10 +135,14 @@ impl Cx<'_> {
         &mut self,
         c: &Contract,
         at: &str,
-        method: &str,
+        method: Option<&str>,
         kind: Option<Kind>,
         from: Option<&str>,
     ) {
+        let Some(method) = method else {
+            self.trigger_party(c, at, from);
+            return;
+        };
         let Some(m) = c.methods.get(method) else {
             self.push(
                 Lint::NameRef,
@@ -186,6 +193,17 @@ impl Cx<'_> {
                 Lint::NameRef,
                 join(at, ["from"]),
                 format!("{p} sends {method}, so it does not answer it"),
+            );
+        }
+    }
+
+    /// A trigger's sending party exists.
+    fn trigger_party(&mut self, c: &Contract, at: &str, from: Option<&str>) {
+        if let Some(p) = from.filter(|p| !c.parties.contains_key(*p)) {
+            self.push(
+                Lint::NameRef,
+                join(at, ["from"]),
+                format!("unknown party {p:?}"),
             );
         }
     }

@@ -141,7 +141,7 @@ pub(crate) fn judge(
     let mut rulings = Vec::new();
     let mut moves = Vec::new();
     for (name, sm) in c.state_machines.iter() {
-        if !(typed(sm) && governs(c, sm, msg)) {
+        if !(typed(sm) && (on_any(sm) || governs(c, sm, msg))) {
             continue;
         }
         match judge_one(c, inst, at, name, sm, from, msg) {
@@ -191,7 +191,7 @@ fn judge_one(
             per_connection,
         }));
     }
-    if allowed(sm, msg, state) {
+    if allowed(sm, msg, state) || !governs(c, sm, msg) {
         return None;
     }
     let method = msg.method.as_deref().unwrap_or("message");
@@ -212,11 +212,21 @@ fn governs(c: &Contract, sm: &StateMachine, msg: &Message) -> bool {
     };
     let named = sm.transitions.iter().any(|t| match &t.trigger {
         Some(Trigger::Message {
-            method: m, kind, ..
+            method: Some(m),
+            kind,
+            ..
         }) => m == method && super::kind_is(c, m, *kind, msg.kind),
         _ => false,
     });
     named || (is_call(msg) && sm.allows.contains_key(method))
+}
+
+/// Whether `sm` has a transition on any message: such a message may move it without
+/// being governed (nothing is out of place for it).
+fn on_any(sm: &StateMachine) -> bool {
+    sm.transitions
+        .iter()
+        .any(|t| matches!(&t.trigger, Some(Trigger::Message { method: None, .. })))
 }
 
 fn allowed(sm: &StateMachine, msg: &Message, state: &str) -> bool {

@@ -103,7 +103,7 @@ impl Engine {
 }
 
 impl Policy for Engine {
-    fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
+    fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
         let wire = self.wire.clone();
         let c = wire.contract();
         let at = machine::Where {
@@ -130,7 +130,7 @@ impl Policy for Engine {
                 wire.limits(),
                 &mut s.buckets,
                 ctx,
-                self.conn,
+                (self.conn, size),
                 msg,
             ));
             let went_on = !out.iter().any(|r| matches!(r.act, Act::Refuse { .. }));
@@ -233,8 +233,11 @@ pub(crate) fn fires(c: &Contract, t: &Trigger, from: &str, msg: &Message) -> boo
     else {
         return false;
     };
-    msg.method.as_deref() == Some(method.as_str())
-        && kind_is(c, method, *kind, msg.kind)
+    let which = match method {
+        Some(m) => msg.method.as_deref() == Some(m.as_str()) && kind_is(c, m, *kind, msg.kind),
+        None => kind.is_none_or(|k| k == msg.kind),
+    };
+    which
         && sender.as_deref().is_none_or(|p| p == from)
         && matches.iter().all(|(p, v)| msg.value.pointer(p) == Some(v))
 }

@@ -4,12 +4,15 @@
 //!
 //! Only a method's own messages (requests, notifications, events) take tokens: the
 //! answers to admitted requests always pass, so a limit never strands a call it let
-//! through. A rate limit with neither `applies` nor `key` is prose and is not run.
+//! through. A rate in a byte unit takes the message's size in tokens, any other one token.
+//! Limits are taken in contract order and the first empty bucket ends it: a message refused
+//! by one limit spends nothing on the ones after it. A rate limit with neither `applies`
+//! nor `key` is prose and is not run.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use contract::model::{Applies, Limit, LimitKey, LimitKind};
+use contract::model::{Applies, Limit, LimitKey, LimitKind, Unit};
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
@@ -51,13 +54,14 @@ fn typed(l: &Limit) -> bool {
     l.kind == LimitKind::Rate && (l.applies.is_some() || l.key.is_some())
 }
 
-/// Take a token from each rate limit `msg` falls under; a ruling for each empty bucket.
+/// Take tokens from each rate limit `msg` (of `size` bytes) falls under, up to the first
+/// empty bucket, which gets a ruling.
 pub(crate) fn take(
     c: &Contract,
     limits: &Limits,
     buckets: &mut Buckets,
     ctx: &Ctx,
-    conn: u64,
+    (conn, size): (u64, usize),
     msg: &Message,
 ) -> Vec<Ruling> {
     if !is_call(msg) {
@@ -84,7 +88,11 @@ pub(crate) fn take(
         let Some(bucket) = bucket(buckets, id, period, burst, ctx.now) else {
             continue;
         };
-        if !bucket.take(1, ctx.now) {
+        let tokens = match l.unit {
+            Unit::Bytes | Unit::KiB | Unit::MiB => size as u64,
+            _ => 1,
+        };
+        if !bucket.take(tokens, ctx.now) {
             let method = msg.method.as_deref().unwrap_or("message");
             let amount = limits.rate(name).map(|r| r.amount).unwrap_or_default();
             let reason = format!(
@@ -100,6 +108,7 @@ pub(crate) fn take(
                 msg,
                 reason,
             ));
+            break;
         }
     }
     out

@@ -1,7 +1,7 @@
 //! Deadlines as data: a `deadline` limit with a `start` trigger is armed on this
 //! connection when the trigger fires (a connection opening on a channel, or a message),
-//! disarmed when any of its `stop` triggers fires, and re-armed when its start fires again
-//! (a heartbeat). At expiry it gets the limit's `action` (`close`, `drop-connection` and
+//! disarmed when any of its `stop` triggers fires, and re-armed when its start or any of
+//! its `restart` triggers fires (a heartbeat, xsession's every parseable line). At expiry it gets the limit's `action` (`close`, `drop-connection` and
 //! `fail` end the connection, others are flagged; a limit without one rules nothing), and
 //! every machine instance of the connection with a `timer` transition on it moves.
 
@@ -53,7 +53,8 @@ impl Timers {
             if l.stop.iter().any(|t| fires(c, t, from, msg)) {
                 self.due.remove(name);
             }
-            if l.start.as_ref().is_some_and(|t| fires(c, t, from, msg)) {
+            let restarts = l.restart.iter().any(|t| fires(c, t, from, msg));
+            if restarts || l.start.as_ref().is_some_and(|t| fires(c, t, from, msg)) {
                 self.arm(limits, name, now);
             }
         }
