@@ -132,31 +132,17 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
 /// The derived suite is listed like any other, and a party the contract lacks is a usage error.
 #[test]
 fn the_derived_suite_lists_and_refuses_an_unknown_party() {
-    let out = Command::new(common::BIN)
-        .args([
-            "conformance",
-            "--contract",
-            "mcp",
-            "--play",
-            "client",
-            "--list",
-        ])
-        .output()
-        .expect("list");
+    let list = |role: &str| {
+        Command::new(common::BIN)
+            .args(["conformance", "--contract", "mcp", "--play", role, "--list"])
+            .output()
+            .expect("list")
+    };
+    let out = list("client");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("mcp.derived.call.tools/call"), "{text}");
-    let out = Command::new(common::BIN)
-        .args([
-            "conformance",
-            "--contract",
-            "mcp",
-            "--play",
-            "nobody",
-            "--list",
-        ])
-        .output()
-        .expect("list");
+    let out = list("nobody");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("client"));
 }

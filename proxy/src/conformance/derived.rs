@@ -22,7 +22,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use contract::Contract;
-use contract::model::{Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger};
+use contract::model::{
+    Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger, Violations,
+};
 use serde_json::{Value, json};
 
 use super::session::{Ctx, Incoming, Peer};
@@ -518,45 +520,28 @@ async fn probe(
     expect_code(&got, want, what)
 }
 
+/// The code of the `violations` entry `pick` chooses.
+fn violation_code(cx: &Ctx, pick: fn(&Violations) -> Option<&Action>) -> Value {
+    pick(&cx.wire.contract().violations)
+        .and_then(|a| a.code.clone())
+        .unwrap_or_default()
+}
+
 fn unknown_method(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
-        let c = cx.wire.contract();
-        let want = c
-            .violations
-            .unknown_request
-            .as_ref()
-            .and_then(|a| a.code.clone())
-            .unwrap_or_default();
+        let want = violation_code(cx, |v| v.unknown_request.as_ref());
         let id = json!(9_000_001);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": "conformance/no-such-method"});
-        probe(
-            cx,
-            msg.to_string().as_bytes(),
-            &id,
-            &want,
-            "an unknown method",
-        )
-        .await
+        let bytes = msg.to_string();
+        probe(cx, bytes.as_bytes(), &id, &want, "an unknown method").await
     })
 }
 
 fn parse(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
-        let c = cx.wire.contract();
-        let want = c
-            .violations
-            .parse
-            .as_ref()
-            .and_then(|a| a.code.clone())
-            .unwrap_or_default();
-        probe(
-            cx,
-            b"{\"jsonrpc\": \"2.0\", \"id\": ",
-            &Value::Null,
-            &want,
-            "a frame that is not JSON",
-        )
-        .await
+        let want = violation_code(cx, |v| v.parse.as_ref());
+        let bad = b"{\"jsonrpc\": \"2.0\", \"id\": ";
+        probe(cx, bad, &Value::Null, &want, "a frame that is not JSON").await
     })
 }
 

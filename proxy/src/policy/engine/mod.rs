@@ -4,8 +4,10 @@
 //! engine reads them from the contract: state machines with their scopes, message
 //! triggers, `allows` and `outOfPlace` ([`machine`]); keyed rate limits ([`rate`]);
 //! each party's request-id rules and pending cap ([`ids`]); capability gating from the
-//! parties' declarations ([`caps`]). A contract the proxy has never seen gets all of
-//! it with no Rust change.
+//! parties' declarations ([`caps`]); deadlines with start, stop and restart triggers
+//! ([`timer`]); and, for every contract, error codes the contract does not know
+//! ([`unknown_error_code`]). A contract the proxy has never seen gets all of it with no
+//! Rust change; a built-in protocol layers its hand-written module under it.
 //!
 //! Like every policy it is sans-IO: events in ([`Policy::on_message`] with the instant
 //! passed in), [`Ruling`]s out. Each ruling names the contract entry it comes from
@@ -36,7 +38,8 @@ pub use rate::Buckets;
 /// State the engine keeps across the connections of a run.
 #[derive(Default)]
 pub struct Shared {
-    /// Machine instances whose scope is wider than one connection.
+    /// Every machine instance of the run (a connection's own ones included, so one
+    /// lookup serves every scope).
     pub(crate) machines: Instances,
     /// Token buckets of the contract's rate limits.
     pub(crate) buckets: Buckets,
@@ -83,17 +86,15 @@ impl Engine {
     /// The engine of a connection on `channel` (empty: the contract's first channel).
     pub fn on_channel(mut self, channel: &str) -> Engine {
         self.channel = match channel {
-            "" => self
-                .wire
-                .contract()
-                .channels
-                .keys()
-                .next()
-                .cloned()
-                .unwrap_or_default(),
+            "" => self.first_channel(),
             ch => ch.to_string(),
         };
         self
+    }
+
+    fn first_channel(&self) -> String {
+        let channels = &self.wire.contract().channels;
+        channels.keys().next().cloned().unwrap_or_default()
     }
 
     /// Whether `c` carries any behaviour this engine runs (else the route gets no policy work).
@@ -153,14 +154,7 @@ impl Policy for Engine {
     fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
         self.route = route.to_string();
         if self.channel.is_empty() {
-            self.channel = self
-                .wire
-                .contract()
-                .channels
-                .keys()
-                .next()
-                .cloned()
-                .unwrap_or_default();
+            self.channel = self.first_channel();
         }
         let wire = self.wire.clone();
         self.timers
