@@ -146,3 +146,35 @@ fn the_derived_suite_lists_and_refuses_an_unknown_party() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("client"));
 }
+
+/// `--derived` runs the derived suite for a contract with a hand-written one too: rukh's
+/// core gets a call check for each request it sends, and the probes its contract answers
+/// with a reply (rukh's id and parse rules end the session instead: not probed).
+#[test]
+fn derived_lists_the_data_suite_of_a_built_in_contract() {
+    let out = Command::new(common::BIN)
+        .args([
+            "conformance",
+            "--contract",
+            "rukh",
+            "--play",
+            "core",
+            "--derived",
+            "--list",
+        ])
+        .output()
+        .expect("list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ids: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(ids.contains("rukh.derived.call.rukh.invoke"), "{text}");
+    assert!(!ids.contains("rukh.derived.ids.reuse"), "{text}");
+    assert!(!ids.contains("rukh.derived.parse"), "{text}");
+}

@@ -401,6 +401,12 @@ fn typed_trigger_names_what_exists() {
         json!({"event": "message", "method": "echo", "kind": "response", "from": "server"}),
     );
     assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    with_trigger(&mut doc, json!({"event": "message", "from": "client"}));
+    assert!(
+        problems(&doc).is_empty(),
+        "any message: {:#?}",
+        problems(&doc)
+    );
     let at = "/stateMachines/session/transitions/0/trigger";
     for (trigger, field) in [
         (json!({"event": "message", "method": "shout"}), "method"),
@@ -420,6 +426,8 @@ fn typed_trigger_names_what_exists() {
             json!({"event": "message", "method": "echo", "kind": "event"}),
             "kind",
         ),
+        // Any message, from a party that does not exist.
+        (json!({"event": "message", "from": "nobody"}), "from"),
         (json!({"event": "timer", "limit": "frameMax"}), "limit"),
         (json!({"event": "timer", "limit": "nope"}), "limit"),
         (json!({"event": "open", "channel": "side"}), "channel"),

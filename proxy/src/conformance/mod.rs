@@ -213,6 +213,10 @@ pub struct ConformanceArgs {
     /// List the checks for the contract and role, then exit.
     #[arg(long)]
     pub list: bool,
+    /// Run the suite derived from the contract's data (docs/conformance.md), also for a
+    /// contract that has a hand-written suite.
+    #[arg(long)]
+    pub derived: bool,
     /// A value the contract's suite needs for a target it does not launch (toolchannel:
     /// `token=…` and `session=…` of a host it dials or a worker that dials it); repeatable.
     #[arg(long, value_name = "KEY=VALUE")]
@@ -306,7 +310,10 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     let contract = contract::resolve(&args.contract)
         .map_err(|e| ConformanceError::Usage(format!("--contract: {e}")))?;
     let name = contract.name.clone();
-    let checks = suite(&contract, &args.play)?;
+    let checks = match args.derived {
+        true => derived::checks(&contract, &args.play).map_err(ConformanceError::Usage)?,
+        false => suite(&contract, &args.play)?,
+    };
     for id in &args.only {
         if !checks.iter().any(|c| c.id == id.as_str()) {
             return Err(ConformanceError::Usage(format!(
