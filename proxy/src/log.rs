@@ -128,8 +128,13 @@ impl Logger {
     }
 
     fn line(&self, s: &str) {
+        // One write per line: a stand-in's child shares our stderr, and a line written in
+        // two calls (text, then newline) can get the child's output between them.
+        let mut line = String::with_capacity(s.len() + 1);
+        line.push_str(s);
+        line.push('\n');
         if let Ok(mut o) = self.out.lock() {
-            let _ = writeln!(o, "{s}");
+            let _ = o.write_all(line.as_bytes());
             let _ = o.flush();
         }
     }

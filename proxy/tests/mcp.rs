@@ -88,13 +88,15 @@ fn the_rate_limit_refuses_calls_past_the_burst_and_passes_the_rest_with_their_an
     assert_eq!(echoed, burst, "{summary}");
     assert_eq!(echoed + errors.len(), 8, "{summary}");
     assert!(errors.iter().all(|e| *e == code), "{summary}");
-    // The admitted calls' answers reached the client (`echoed`, above); none was judged.
-    let judged: Vec<_> = events
+    // The admitted calls' answers reached the client (`echoed`, above), and the log shows
+    // each of them passing. (The FastMCP child shares the proxy's stderr: a log line written
+    // in two calls once took the child's output in its middle and stopped parsing.)
+    let answers = events
         .iter()
         .filter(|e| e["method"] == "tools/call" && e["kind"] == "response")
-        .filter(|e| e["verdict"]["verdict"] != "ok")
-        .collect();
-    assert_eq!(judged, Vec::<&Value>::new());
+        .filter(|e| e["verdict"]["verdict"] == "ok")
+        .count();
+    assert_eq!(answers, burst, "the admitted calls' answers all pass");
     let refused: Vec<_> = violations(&events)
         .into_iter()
         .map(|e| e["verdict"]["class"].clone())
