@@ -26,9 +26,8 @@ impl Cx<'_> {
                     let at = join(&base, ["applies", "channel"]);
                     self.push(Lint::NameRef, at, format!("unknown channel {ch:?}"));
                 }
-                if let Some(p) = a.from.as_ref().filter(|p| !c.parties.contains_key(*p)) {
-                    let at = join(&base, ["applies", "from"]);
-                    self.push(Lint::NameRef, at, format!("unknown party {p:?}"));
+                if let Some(p) = &a.from {
+                    self.party_known(c, join(&base, ["applies", "from"]), p);
                 }
             }
             if let Some(LimitKey::Pointer { pointer }) = &l.key {

@@ -54,12 +54,8 @@ impl Cx<'_> {
                     format!("unknown channel {ch:?}"),
                 );
             }
-            Some(Scope::Party { party }) if !c.parties.contains_key(party) => {
-                self.push(
-                    Lint::NameRef,
-                    join(at, ["party"]),
-                    format!("unknown party {party:?}"),
-                );
+            Some(Scope::Party { party }) => {
+                self.party_known(c, join(at, ["party"]), party);
             }
             Some(Scope::Key { pointer }) => {
                 // The key must be found in some message that moves the machine.
@@ -140,7 +136,9 @@ impl Cx<'_> {
         from: Option<&str>,
     ) {
         let Some(method) = method else {
-            self.trigger_party(c, at, from);
+            if let Some(p) = from {
+                self.party_known(c, join(at, ["from"]), p);
+            }
             return;
         };
         let Some(m) = c.methods.get(method) else {
@@ -176,13 +174,10 @@ impl Cx<'_> {
             );
         }
         let Some(p) = from else { return };
-        if !c.parties.contains_key(p) {
-            self.push(
-                Lint::NameRef,
-                join(at, ["from"]),
-                format!("unknown party {p:?}"),
-            );
-        } else if !answer && !m.from.iter().any(|f| f == p) {
+        if !self.party_known(c, join(at, ["from"]), p) {
+            return;
+        }
+        if !answer && !m.from.iter().any(|f| f == p) {
             self.push(
                 Lint::NameRef,
                 join(at, ["from"]),
@@ -193,17 +188,6 @@ impl Cx<'_> {
                 Lint::NameRef,
                 join(at, ["from"]),
                 format!("{p} sends {method}, so it does not answer it"),
-            );
-        }
-    }
-
-    /// A trigger's sending party exists.
-    fn trigger_party(&mut self, c: &Contract, at: &str, from: Option<&str>) {
-        if let Some(p) = from.filter(|p| !c.parties.contains_key(*p)) {
-            self.push(
-                Lint::NameRef,
-                join(at, ["from"]),
-                format!("unknown party {p:?}"),
             );
         }
     }

@@ -321,6 +321,15 @@ impl CodeIndex {
 }
 
 impl Cx<'_> {
+    /// Whether party `p` exists; a name-ref problem at `at` when it does not.
+    fn party_known(&mut self, c: &Contract, at: String, p: &str) -> bool {
+        let known = c.parties.contains_key(p);
+        if !known {
+            self.push(Lint::NameRef, at, format!("unknown party {p:?}"));
+        }
+        known
+    }
+
     fn push(&mut self, lint: Lint, pointer: String, reason: impl Into<String>) {
         self.problems.push(Problem {
             file: self.file.to_string(),
@@ -392,14 +401,8 @@ impl Cx<'_> {
         let mut limit_refs: Vec<(String, String)> = Vec::new();
         for (cname, ch) in &c.channels {
             let base = join("/channels", [cname]);
-            if let Some(p) = &ch.connects
-                && !c.parties.contains_key(p)
-            {
-                self.push(
-                    Lint::NameRef,
-                    join(&base, ["connects"]),
-                    format!("unknown party {p:?}"),
-                );
+            if let Some(p) = &ch.connects {
+                self.party_known(c, join(&base, ["connects"]), p);
             }
             match &ch.framing {
                 Framing::LengthPrefixed {
@@ -462,24 +465,13 @@ impl Cx<'_> {
             }
         }
         for (name, cap) in &c.capabilities {
-            if !c.parties.contains_key(&cap.declared_by) {
-                self.push(
-                    Lint::NameRef,
-                    join("/capabilities", [name, "declaredBy"]),
-                    format!("unknown party {:?}", cap.declared_by),
-                );
-            }
+            let at = join("/capabilities", [name, "declaredBy"]);
+            self.party_known(c, at, &cap.declared_by);
         }
         for (mname, m) in &c.methods {
             let base = join("/methods", [mname]);
             for (i, p) in m.from.iter().enumerate() {
-                if !c.parties.contains_key(p) {
-                    self.push(
-                        Lint::NameRef,
-                        join(&base, ["from", &i.to_string()]),
-                        format!("unknown party {p:?}"),
-                    );
-                }
+                self.party_known(c, join(&base, ["from", &i.to_string()]), p);
             }
             if !c.channels.contains_key(&m.channel) {
                 self.push(
