@@ -381,3 +381,23 @@ fn the_greeting_deadline_runs_from_open_to_the_answer() {
     p.greet(json!([]));
     assert_eq!(p.p.next_deadline(), None, "the answer stopped it");
 }
+
+/// An `open` trigger names a channel: a connection of a route on another channel does not
+/// arm the deadline (the route's channel reaches the engine through `RouteRules`).
+#[test]
+fn an_open_trigger_arms_only_on_its_own_channel() {
+    let w = jobs();
+    let shared = Arc::new(SharedState::new());
+    let on = |channel: &str| {
+        let rules = policy::RouteRules {
+            channel: channel.into(),
+            ..Default::default()
+        };
+        let mut p = policy::for_route(&w, &shared, 1, 1, rules);
+        let t = Instant::now();
+        assert!(p.on_open("r", t).is_empty());
+        p.next_deadline()
+    };
+    assert!(on("main").is_some(), "armed on the channel it names");
+    assert_eq!(on("elsewhere"), None, "not on another channel");
+}

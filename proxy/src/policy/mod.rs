@@ -228,6 +228,9 @@ pub fn for_route(
     session: u64,
     rules: RouteRules,
 ) -> Box<dyn Policy> {
+    // The engine knows the route's channel: an `open` trigger names one.
+    let engine =
+        engine::Engine::new(wire.clone(), shared.clone(), conn, session).on_channel(&rules.channel);
     let hand: Box<dyn Policy> = match wire.contract().name.as_str() {
         "rukh" => Box::new(rukh::RukhPolicy::new(wire.clone())),
         "toolchannel" => Box::new(toolchannel::ToolPolicy::new(
@@ -245,17 +248,9 @@ pub fn for_route(
             conn,
             session,
         )),
-        _ if engine::Engine::has_behaviour(wire.contract()) => {
-            return Box::new(engine::Engine::new(
-                wire.clone(),
-                shared.clone(),
-                conn,
-                session,
-            ));
-        }
+        _ if engine::Engine::has_behaviour(wire.contract()) => return Box::new(engine),
         _ => return Box::new(Noop),
     };
-    let engine = engine::Engine::new(wire.clone(), shared.clone(), conn, session);
     Box::new(Layered { engine, hand })
 }
 
