@@ -267,17 +267,22 @@ pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reas
                 .flatten(),
             close: None,
         },
-        ActionKind::Close => Act::Refuse {
-            reply: None,
-            close: Some(closing_with(a.code.as_ref(), reason.to_string()).0),
-        },
-        // `fail` ends the session: the proxy drops the connection, as for a violation.
-        ActionKind::DropConnection | ActionKind::Fail => Act::Refuse {
-            reply: None,
-            close: Some(Closing::Drop),
-        },
         // The receiver would ignore it: the proxy drops it (counted and shown).
         ActionKind::Ignore => Act::Discard,
+        _ => Act::Refuse {
+            reply: None,
+            close: closing_for(a, reason),
+        },
+    }
+}
+
+/// The close `a` calls for when it ends the connection: `close` with its code;
+/// `drop-connection`, and `fail` (the session ends), without a word.
+pub(crate) fn closing_for(a: &Action, reason: &str) -> Option<Closing> {
+    match a.action {
+        ActionKind::Close => Some(closing_with(a.code.as_ref(), reason.to_string()).0),
+        ActionKind::DropConnection | ActionKind::Fail => Some(Closing::Drop),
+        ActionKind::ReplyError | ActionKind::Ignore => None,
     }
 }
 

@@ -75,7 +75,10 @@ pub(crate) fn take(
         let Some(key) = key_of(l.key.as_ref(), ctx.from, conn, msg) else {
             continue;
         };
-        let Some((period, burst)) = limits.rate(name).ok().and_then(|r| r.token_period()) else {
+        let Ok(rate) = limits.rate(name) else {
+            continue;
+        };
+        let Some((period, burst)) = rate.token_period() else {
             continue;
         };
         let entry = format!("/limits/{}", contract::escape_pointer(name));
@@ -94,11 +97,9 @@ pub(crate) fn take(
         };
         if !bucket.take(tokens, ctx.now) {
             let method = msg.method.as_deref().unwrap_or("message");
-            let amount = limits.rate(name).map(|r| r.amount).unwrap_or_default();
             let reason = format!(
-                "{method} from {} over rate limit {name} ({amount} per {:?}, burst {burst})",
-                ctx.from,
-                limits.rate(name).map(|r| r.per).unwrap_or_default()
+                "{method} from {} over rate limit {name} ({} per {:?}, burst {burst})",
+                ctx.from, rate.amount, rate.per
             );
             out.push(broken(
                 c,

@@ -8,12 +8,11 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use contract::model::{ActionKind, Limit, LimitKind, Trigger};
+use contract::model::{Limit, LimitKind, Trigger};
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
-use super::{Act, Ruling, fires, ruling};
-use crate::inspect::{Closing, closing_with};
+use super::{Act, Ruling, closing_for, fires, ruling};
 
 /// Whether the contract has a deadline this engine runs.
 pub(crate) fn any(c: &Contract) -> bool {
@@ -93,16 +92,12 @@ pub(crate) fn expired(c: &Contract, name: &str) -> Ruling {
     let entry = format!("/limits/{}", contract::escape_pointer(name));
     let reason = format!("{name} ran out: {}", l.on_expiry);
     let a = l.action.as_ref();
-    let act = match a.map(|a| a.action) {
-        Some(ActionKind::Close) => Act::Refuse {
+    let act = match a.and_then(|a| closing_for(a, &reason)) {
+        Some(close) => Act::Refuse {
             reply: None,
-            close: Some(closing_with(a.and_then(|a| a.code.as_ref()), reason.clone()).0),
+            close: Some(close),
         },
-        Some(ActionKind::DropConnection | ActionKind::Fail) => Act::Refuse {
-            reply: None,
-            close: Some(Closing::Drop),
-        },
-        _ => Act::Flag,
+        None => Act::Flag,
     };
     ruling(
         "limit.deadline",
