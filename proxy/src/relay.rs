@@ -35,6 +35,9 @@ pub const SESSION_JOIN_WAIT: Duration = Duration::from_secs(1);
 /// How long a stand-in's launcher connection may drain after its child exited.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(1);
 
+/// How long a closed connection keeps reading, and discarding, until its peer ends too.
+pub const LINGER: Duration = Duration::from_secs(2);
+
 /// How long a stop waits for connections to close before it gives up on them.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -731,6 +734,21 @@ impl FrameIn {
         })
     }
 
+    /// Discard everything up to the peer's end. Memory stays at one small buffer:
+    /// nothing is framed, and a message transport caps what it buffers.
+    async fn drain(&mut self) {
+        match self {
+            FrameIn::Stream { rd, buf, .. } => {
+                buf.clear();
+                let mut scrap = [0u8; 4096];
+                while let Ok(n) = rd.read(&mut scrap).await
+                    && n > 0
+                {}
+            }
+            FrameIn::Msgs(s, _) => while let Some(Ok(_)) = s.next().await {},
+        }
+    }
+
     /// Everything available now: at least one item, or an error.
     async fn next_batch(&mut self, out: &mut Vec<Item>) -> std::io::Result<()> {
         match self {
@@ -805,6 +823,18 @@ impl FrameIn {
             }
         }
     }
+}
+
+/// Read and discard until both peers have ended (EOF, or the close handshake is
+/// complete), within [`LINGER`]. Letting go of a socket with unread bytes makes the
+/// kernel send a reset, and a reset destroys what was still in flight: the close
+/// frame or the last error envelope the contract says the peer must see (RFC 6455
+/// §7.1.1 asks for the closing handshake for the same reason).
+async fn linger(client: &mut FrameIn, upstream: &mut FrameIn) {
+    let _ = tokio::time::timeout(LINGER, async {
+        tokio::join!(client.drain(), upstream.drain());
+    })
+    .await;
 }
 
 enum FrameOut {
@@ -984,8 +1014,8 @@ pub async fn relay(
         Ok(ChannelCodec::Message(c)) => c.max,
         _ => contract::wire::framing::DEFAULT_CAP,
     };
-    let (cin, cout) = split(client, &codec, cap);
-    let (uin, uout) = split(upstream, &codec, cap);
+    let (mut cin, cout) = split(client, &codec, cap);
+    let (mut uin, uout) = split(upstream, &codec, cap);
     let ends = Ends {
         client: Arc::new(Mutex::new(cout)),
         upstream: Arc::new(Mutex::new(uout)),
@@ -1009,96 +1039,101 @@ pub async fn relay(
         shared,
         rec: &rec,
     };
-    let up = pump(Dir::Up, cin, codec.clone(), pumping);
-    let down = pump(Dir::Down, uin, codec.clone(), pumping);
+    let up = pump(Dir::Up, &mut cin, codec.clone(), pumping);
+    let down = pump(Dir::Down, &mut uin, codec.clone(), pumping);
     // Orders from other connections run beside the pumps, never inside a select arm:
     // they take the same write locks the pumps hold while a write waits.
     let orders = injector(ctl_rx, &ends, route, shared, (conn, session));
-    tokio::pin!(up, down, orders);
-    let mut stop = shared.stop.clone();
-    let closing = |c: Closing| async {
-        let frame = match c {
-            Closing::Code(f) => Some(f),
-            Closing::Drop => None,
+    let result = {
+        tokio::pin!(up, down, orders);
+        let mut stop = shared.stop.clone();
+        let closing = |c: Closing| async {
+            let frame = match c {
+                Closing::Code(f) => Some(f),
+                Closing::Drop => None,
+            };
+            // A pump stuck writing to a peer that stopped reading holds its end's lock:
+            // give up after the deadline (dropping the connection closes it anyway).
+            let _ = tokio::time::timeout(DRAIN_DEADLINE, async {
+                let _ = ends.client.lock().await.end(frame.clone()).await;
+                let _ = ends.upstream.lock().await.end(frame).await;
+            })
+            .await;
         };
-        // A pump stuck writing to a peer that stopped reading holds its end's lock:
-        // give up after the deadline (dropping the connection closes it anyway).
-        let _ = tokio::time::timeout(DRAIN_DEADLINE, async {
-            let _ = ends.client.lock().await.end(frame.clone()).await;
-            let _ = ends.upstream.lock().await.end(frame).await;
-        })
-        .await;
-    };
-    let mut up_done = false;
-    let mut down_done = false;
-    let mut result = Ok(());
-    let opened = inspector
-        .lock()
-        .map(|mut i| i.open(Instant::now()))
-        .unwrap_or_default();
-    for ins in opened {
-        let refused = match &ins.decision {
-            Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
-            _ => None,
-        };
-        let _ = rec.send(Some((ins, Bytes::new()))).await;
-        if let Some(c) = refused {
-            closing(c).await;
-            up_done = true;
-            down_done = true;
-        }
-    }
-    // A deadline that fired and was not moved is not waited on again (no busy loop).
-    let mut fired: Option<Instant> = None;
-    while !(up_done && down_done) {
-        let deadline = inspector
+        let mut up_done = false;
+        let mut down_done = false;
+        let mut result = Ok(());
+        let opened = inspector
             .lock()
-            .ok()
-            .and_then(|i| i.next_deadline())
-            .filter(|d| Some(*d) != fired);
-        tokio::select! {
-            () = at(deadline) => {
-                // A missed deadline (toolchannel handshake, ready, heartbeat gap; xsession line).
-                fired = deadline;
-                let ticked = inspector.lock().map(|mut i| i.tick(Instant::now())).unwrap_or_default();
-                let mut close = None;
-                for ins in ticked {
-                    if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
-                        close = Some(c.clone());
+            .map(|mut i| i.open(Instant::now()))
+            .unwrap_or_default();
+        for ins in opened {
+            let refused = match &ins.decision {
+                Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
+                _ => None,
+            };
+            let _ = rec.send(Some((ins, Bytes::new()))).await;
+            if let Some(c) = refused {
+                closing(c).await;
+                up_done = true;
+                down_done = true;
+            }
+        }
+        // A deadline that fired and was not moved is not waited on again (no busy loop).
+        let mut fired: Option<Instant> = None;
+        while !(up_done && down_done) {
+            let deadline = inspector
+                .lock()
+                .ok()
+                .and_then(|i| i.next_deadline())
+                .filter(|d| Some(*d) != fired);
+            tokio::select! {
+                () = at(deadline) => {
+                    // A missed deadline (toolchannel handshake, ready, heartbeat gap; xsession line).
+                    fired = deadline;
+                    let ticked = inspector.lock().map(|mut i| i.tick(Instant::now())).unwrap_or_default();
+                    let mut close = None;
+                    for ins in ticked {
+                        if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
+                            close = Some(c.clone());
+                        }
+                        let _ = rec.send(Some((ins, Bytes::new()))).await;
                     }
-                    let _ = rec.send(Some((ins, Bytes::new()))).await;
+                    if let Some(c) = close {
+                        closing(c).await;
+                        break;
+                    }
                 }
-                if let Some(c) = close {
+                r = &mut up, if !up_done => {
+                    up_done = true;
+                    match r {
+                        Ok(PumpEnd::Done) => {}
+                        Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
+                        Err(e) => { result = Err(format!("client side: {e}")); closing(Closing::Drop).await; break; }
+                    }
+                }
+                r = &mut down, if !down_done => {
+                    down_done = true;
+                    match r {
+                        Ok(PumpEnd::Done) => {}
+                        Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
+                        Err(e) => { result = Err(format!("upstream side: {e}")); closing(Closing::Drop).await; break; }
+                    }
+                }
+                c = &mut orders => {
                     closing(c).await;
                     break;
                 }
-            }
-            r = &mut up, if !up_done => {
-                up_done = true;
-                match r {
-                    Ok(PumpEnd::Done) => {}
-                    Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
-                    Err(e) => { result = Err(format!("client side: {e}")); closing(Closing::Drop).await; break; }
+                () = stopped(&mut stop) => {
+                    closing(Closing::Code(CloseFrame { code: 1001, reason: "proxy stopping".into() })).await;
+                    break;
                 }
-            }
-            r = &mut down, if !down_done => {
-                down_done = true;
-                match r {
-                    Ok(PumpEnd::Done) => {}
-                    Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
-                    Err(e) => { result = Err(format!("upstream side: {e}")); closing(Closing::Drop).await; break; }
-                }
-            }
-            c = &mut orders => {
-                closing(c).await;
-                break;
-            }
-            () = stopped(&mut stop) => {
-                closing(Closing::Code(CloseFrame { code: 1001, reason: "proxy stopping".into() })).await;
-                break;
             }
         }
-    }
+        result
+    };
+    // Both ends have been told (EOF or a close): hear them out before letting go.
+    linger(&mut cin, &mut uin).await;
     let closed = inspector
         .lock()
         .map(|mut i| i.close(Instant::now()))
@@ -1226,7 +1261,7 @@ struct Pumping<'a> {
 
 async fn pump(
     dir: Dir,
-    mut from: FrameIn,
+    from: &mut FrameIn,
     mut codec: ChannelCodec,
     p: Pumping<'_>,
 ) -> std::io::Result<PumpEnd> {

@@ -97,17 +97,16 @@ fn bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).expect("json")
 }
 
-/// Read to the end within the deadline; what arrived before it. A connection the proxy
-/// drops while our bytes are still unread ends in a reset rather than EOF: both are the end.
+/// Read to the end within the deadline; what arrived before it. The end must be a clean
+/// EOF: a reset would mean the proxy let go with our bytes unread, and a reset can
+/// destroy the last message the contract says we must see.
 async fn rest(s: &mut UnixStream) -> Vec<u8> {
     let mut got = Vec::new();
-    match timeout(DEADLINE, s.read_to_end(&mut got))
+    if let Err(e) = timeout(DEADLINE, s.read_to_end(&mut got))
         .await
         .expect("the connection ends in time")
     {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        Err(e) => panic!("read: {e}"),
+        panic!("the proxy must end the connection with EOF, not: {e}");
     }
     got
 }
