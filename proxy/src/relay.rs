@@ -658,6 +658,9 @@ enum Frame {
 
 enum Item {
     Frame(Frame),
+    /// The stream's last frame, which only its end terminated (an NDJSON line with
+    /// no newline), and its bytes: a byte stream gets those, never a newline added.
+    Last(Frame, Bytes),
     /// A binary message on a message transport.
     BinaryMsg(Bytes),
     /// The framing broke; `rest` is what was buffered, passed on raw in observe mode.
@@ -788,8 +791,9 @@ impl FrameIn {
                 let n = rd.read_buf(buf).await?;
                 if n == 0 {
                     if !*raw {
+                        let rest = Bytes::copy_from_slice(buf);
                         match Self::decode_one(codec, buf, true) {
-                            Ok(Some(f)) => out.push(Item::Frame(f)),
+                            Ok(Some(f)) => out.push(Item::Last(f, rest)),
                             Ok(None) => {}
                             Err(e) => out.push(Item::Broken(e, buf.split().freeze())),
                         }
@@ -822,6 +826,21 @@ impl FrameIn {
                 Ok(())
             }
         }
+    }
+}
+
+/// The close a stop sends both peers.
+fn stopping() -> Closing {
+    Closing::Code(CloseFrame {
+        code: 1001,
+        reason: "proxy stopping".into(),
+    })
+}
+
+/// Let a pump that heard the stop finish the frames it took, within the drain deadline.
+async fn wind_down<F: Future>(pump: &mut std::pin::Pin<&mut F>, done: bool) {
+    if !done {
+        let _ = tokio::time::timeout(DRAIN_DEADLINE, pump.as_mut()).await;
     }
 }
 
@@ -866,6 +885,15 @@ impl FrameOut {
             ) => c.encode(d, out).map_err(io_err),
             (FrameOut::Msgs(s), Frame::Json(b)) => s.feed(Msg::Text(b.clone())).await,
             _ => Err(io_err("data frames cannot be bridged to this transport")),
+        }
+    }
+
+    /// A stream's last, unterminated frame: as it came on a byte stream, as a frame
+    /// on a message transport.
+    async fn push_last(&mut self, f: &Frame, raw: &[u8]) -> std::io::Result<()> {
+        match self {
+            FrameOut::Stream { .. } => self.push_raw(raw).await,
+            FrameOut::Msgs(_) => self.push(f).await,
         }
     }
 
@@ -960,6 +988,8 @@ fn stream_codec(wire: &Wire, channel: &str) -> Result<ChannelCodec, String> {
 enum PumpEnd {
     /// The sender finished; its close (if any) was passed on.
     Done,
+    /// The proxy is stopping: the pump read nothing more, and wrote on all it took.
+    Stopped,
     /// The inspector closed the connection (enforce mode).
     Closed(Closing),
 }
@@ -1108,6 +1138,7 @@ pub async fn relay(
                     up_done = true;
                     match r {
                         Ok(PumpEnd::Done) => {}
+                        Ok(PumpEnd::Stopped) => { wind_down(&mut down, down_done).await; closing(stopping()).await; break; }
                         Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
                         Err(e) => { result = Err(format!("client side: {e}")); closing(Closing::Drop).await; break; }
                     }
@@ -1116,6 +1147,7 @@ pub async fn relay(
                     down_done = true;
                     match r {
                         Ok(PumpEnd::Done) => {}
+                        Ok(PumpEnd::Stopped) => { wind_down(&mut up, up_done).await; closing(stopping()).await; break; }
                         Ok(PumpEnd::Closed(c)) => { closing(c).await; break; }
                         Err(e) => { result = Err(format!("upstream side: {e}")); closing(Closing::Drop).await; break; }
                     }
@@ -1125,7 +1157,9 @@ pub async fn relay(
                     break;
                 }
                 () = stopped(&mut stop) => {
-                    closing(Closing::Code(CloseFrame { code: 1001, reason: "proxy stopping".into() })).await;
+                    // The pumps heard it too: they finish writing what they took.
+                    tokio::join!(wind_down(&mut up, up_done), wind_down(&mut down, down_done));
+                    closing(stopping()).await;
                     break;
                 }
             }
@@ -1274,6 +1308,7 @@ async fn pump(
     } = p;
     let mut items = Vec::with_capacity(64);
     let mut replies: Vec<Bytes> = Vec::new();
+    let mut stop = shared.stop.clone();
     let incomplete_limit = inspector
         .lock()
         .ok()
@@ -1289,7 +1324,10 @@ async fn pump(
             .filter(|(_, since)| Some(*since) != fired)
             .map(|(limit, since)| since + limit);
         tokio::select! {
+            // Cancel-safe: a batch is decoded only once its bytes are in, and then
+            // returned without another wait.
             r = from.next_batch(&mut items) => r?,
+            () = stopped(&mut stop) => return Ok(PumpEnd::Stopped),
             () = at(deadline) => {
                 fired = from.partial_since();
                 let ins = {
@@ -1319,8 +1357,10 @@ async fn pump(
                     return Err(io_err("inspector poisoned"));
                 };
                 match &item {
-                    Item::Frame(Frame::Json(b)) => Some((i.frame(dir, b, now), b.clone())),
-                    Item::Frame(Frame::Data(d)) => {
+                    Item::Frame(Frame::Json(b)) | Item::Last(Frame::Json(b), _) => {
+                        Some((i.frame(dir, b, now), b.clone()))
+                    }
+                    Item::Frame(Frame::Data(d)) | Item::Last(Frame::Data(d), _) => {
                         let encoded = if keep_encoded {
                             encode_data(&mut codec, d)?
                         } else {
@@ -1361,12 +1401,15 @@ async fn pump(
             match decision {
                 Decision::ForwardAnd { reply } => {
                     replies.push(reply);
-                    if let Item::Frame(f) = item {
-                        to.push(&f).await?;
+                    match item {
+                        Item::Frame(f) => to.push(&f).await?,
+                        Item::Last(f, raw) => to.push_last(&f, &raw).await?,
+                        _ => {}
                     }
                 }
                 Decision::Forward => match item {
                     Item::Frame(f) => to.push(&f).await?,
+                    Item::Last(f, raw) => to.push_last(&f, &raw).await?,
                     Item::BinaryMsg(b) => to.push_binary(b).await?,
                     Item::Oversize(_, t) => to.push(&Frame::Json(t)).await?,
                     // Observe mode keeps the bytes flowing when both sides share the framing.

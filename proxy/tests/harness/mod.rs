@@ -121,6 +121,24 @@ impl Proxy {
         }
     }
 
+    /// Every inspection event still to come, up to the end of the live view (the proxy
+    /// exited), within the deadline.
+    pub async fn rest_of_log(&mut self) -> Vec<Value> {
+        let end = Instant::now() + DEADLINE;
+        let mut out = Vec::new();
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let line = timeout(left, self.lines.recv())
+                .await
+                .expect("the live view ends in time");
+            let Some(line) = line else { return out };
+            let v: Value = serde_json::from_str(&line).expect("json line");
+            if v.get("verdict").is_some() {
+                out.push(v);
+            }
+        }
+    }
+
     /// The first inspection event that satisfies `want`.
     pub async fn until(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
         self.events_until(what, want)
@@ -145,6 +163,11 @@ impl Proxy {
                 return n.to_string();
             }
         }
+    }
+
+    /// The proxy's process id (for /proc: its memory and open files).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Send the proxy a signal, as `kill -SIG` would (e.g. "TERM").

@@ -1,0 +1,536 @@
+//! Faults on every transport pair: the proxy keeps its word when a peer dies,
+//! resets, half-closes, stalls, trickles or churns.
+//!
+//! Each case runs on each pair of byte-stream transports the proxy relays (unix,
+//! tcp and quic clients; unix and tcp upstreams), with the jobs contract
+//! (tests/fixtures/jobs.json, not a built-in) so nothing here leans on a protocol's
+//! own code. Every case asserts what the far side observes (byte-exactly where the
+//! fault leaves bytes to compare), that the proxy says what happened, and that it
+//! still relays a fresh connection afterwards. Every wait has a deadline.
+
+use std::time::{Duration, Instant};
+
+use contract_proxy::conn::BoxIo;
+use contract_proxy::endpoint::Options;
+use contract_proxy::endpoint::tls::TlsOpts;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+mod common;
+mod harness;
+
+use harness::{DEADLINE, Proxy, ep, wait_for};
+
+/// How a peer reaches the proxy, or the proxy its upstream.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Unix,
+    Tcp,
+    Quic,
+}
+
+/// The upstream's listener.
+enum Up {
+    Unix(tokio::net::UnixListener),
+    Tcp(tokio::net::TcpListener),
+}
+
+impl Up {
+    async fn accept(&self) -> std::io::Result<BoxIo> {
+        Ok(match self {
+            Up::Unix(l) => Box::new(l.accept().await?.0),
+            Up::Tcp(l) => Box::new(l.accept().await?.0),
+        })
+    }
+}
+
+/// One proxy between a client transport and an upstream transport.
+struct Rig {
+    p: Proxy,
+    client: Kind,
+    listen: String,
+    up: std::sync::Arc<Up>,
+    quic: Option<Options>,
+    _pki: harness::Pki,
+    _dir: tempfile::TempDir,
+}
+
+fn jobs_path() -> String {
+    common::root()
+        .join("proxy/tests/fixtures/jobs.json")
+        .display()
+        .to_string()
+}
+
+impl Rig {
+    async fn new(client: Kind, upstream: Kind, mode: &str) -> Rig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = harness::make_pki("faults test CA");
+        let (up, up_ep) = match upstream {
+            Kind::Unix => {
+                let path = dir.path().join("up.sock");
+                let l = tokio::net::UnixListener::bind(&path).expect("bind");
+                (Up::Unix(l), ep(&path))
+            }
+            Kind::Tcp => {
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                let a = l.local_addr().expect("addr");
+                (Up::Tcp(l), format!("tcp:{a}"))
+            }
+            Kind::Quic => panic!("a quic upstream is not part of this suite"),
+        };
+        let sock = dir.path().join("p.sock");
+        let listen_ep = match client {
+            Kind::Unix => ep(&sock),
+            Kind::Tcp => "tcp:0".to_string(),
+            Kind::Quic => "quic://127.0.0.1:0".to_string(),
+        };
+        let (cert, key) = (
+            pki.cert.display().to_string(),
+            pki.key.display().to_string(),
+        );
+        let mut args = vec![
+            "--contract".to_string(),
+            jobs_path(),
+            "--client".into(),
+            "client".into(),
+            "--mode".into(),
+            mode.into(),
+            "--listen".into(),
+            listen_ep,
+            "--upstream".into(),
+            up_ep,
+        ];
+        if matches!(client, Kind::Quic) {
+            args.extend(["--cert".into(), cert, "--key".into(), key]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = harness::run(&args);
+        let listen = match client {
+            Kind::Unix => {
+                wait_for(&sock).await;
+                sock.display().to_string()
+            }
+            Kind::Tcp => p.url().trim_start_matches("tcp:").to_string(),
+            Kind::Quic => p.url().trim_start_matches("quic://").to_string(),
+        };
+        let quic = matches!(client, Kind::Quic).then(|| {
+            let c = contract::load(std::path::Path::new(&jobs_path())).expect("jobs");
+            Options::for_contract(
+                &c,
+                "main",
+                TlsOpts {
+                    ca: Some(pki.ca.clone()),
+                    ..TlsOpts::default()
+                },
+            )
+        });
+        Rig {
+            p,
+            client,
+            listen,
+            up: std::sync::Arc::new(up),
+            quic,
+            _pki: pki,
+            _dir: dir,
+        }
+    }
+
+    /// A client connection to the proxy.
+    async fn dial(&self) -> BoxIo {
+        timeout(DEADLINE, async {
+            match self.client {
+                Kind::Unix => Box::new(
+                    tokio::net::UnixStream::connect(&self.listen)
+                        .await
+                        .expect("connect"),
+                ) as BoxIo,
+                Kind::Tcp => Box::new(
+                    tokio::net::TcpStream::connect(&self.listen)
+                        .await
+                        .expect("connect"),
+                ),
+                Kind::Quic => {
+                    let o = self.quic.as_ref().expect("quic options");
+                    contract_proxy::endpoint::quic::connect(&self.listen, o)
+                        .await
+                        .expect("connect")
+                }
+            }
+        })
+        .await
+        .expect("connected in time")
+    }
+
+    /// The upstream's side of the next connection the proxy makes.
+    async fn accept(&self) -> BoxIo {
+        timeout(DEADLINE, self.up.accept())
+            .await
+            .expect("the proxy dials the upstream in time")
+            .expect("accept")
+    }
+
+    /// A client and the upstream's end of it. A QUIC stream reaches the proxy with
+    /// its first byte, so the client speaks first: `hello` goes up before the accept.
+    async fn pair(&self, hello: &[u8]) -> (BoxIo, BoxIo) {
+        let mut c = self.dial().await;
+        c.write_all(hello).await.expect("hello");
+        let mut u = self.accept().await;
+        let got = read_exactly(&mut u, hello.len()).await;
+        assert_eq!(got, hello, "the hello reaches the upstream as sent");
+        (c, u)
+    }
+
+    /// The proxy still relays: a fresh connection carries a request and its answer.
+    async fn still_relays(&mut self) {
+        let (mut c, mut u) = self.pair(&line(&request("c:1", "hello"))).await;
+        let reply = line(&serde_json::json!({"jsonrpc":"2.0","id":"c:1","result":{"features":[]}}));
+        u.write_all(&reply).await.expect("reply");
+        assert_eq!(read_exactly(&mut c, reply.len()).await, reply);
+    }
+}
+
+fn request(id: &str, method: &str) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}})
+}
+
+fn line(v: &Value) -> Vec<u8> {
+    let mut b = serde_json::to_vec(v).expect("json");
+    b.push(b'\n');
+    b
+}
+
+async fn read_exactly(s: &mut BoxIo, n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    timeout(DEADLINE, s.read_exact(&mut b))
+        .await
+        .expect("bytes in time")
+        .expect("read");
+    b
+}
+
+/// Everything up to the end, and whether the end was clean (EOF, not an error).
+async fn to_end(s: &mut BoxIo) -> (Vec<u8>, Result<(), String>) {
+    let mut got = Vec::new();
+    let r = timeout(DEADLINE, s.read_to_end(&mut got))
+        .await
+        .expect("the connection ends in time");
+    (got, r.map(|_| ()).map_err(|e| e.to_string()))
+}
+
+/// The upstream dies after half a reply (its process exits: the socket closes
+/// with everything read). The client gets exactly the half that was sent, then EOF,
+/// as it would without the proxy; the proxy reports the broken frame.
+async fn upstream_dies_mid_frame(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "observe").await;
+    let (mut c, mut u) = r.pair(&line(&request("c:1", "hello"))).await;
+    let half = br#"{"jsonrpc":"2.0","id":"c:1","res"#;
+    u.write_all(half).await.expect("half a reply");
+    drop(u);
+    let (got, end) = to_end(&mut c).await;
+    assert_eq!(got, half, "the client sees the half reply, byte for byte");
+    assert_eq!(end, Ok(()), "then a clean EOF");
+    let ev =
+        r.p.until("the broken reply", |e| {
+            e["dir"] == "down" && e["verdict"]["verdict"] != "ok"
+        })
+        .await;
+    assert_eq!(ev["size"], half.len(), "{ev}");
+    r.still_relays().await;
+}
+
+/// The client dies after half a request: the upstream gets the half, then EOF.
+async fn client_dies_mid_frame(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "observe").await;
+    let (mut c, mut u) = r.pair(&line(&request("c:1", "hello"))).await;
+    let half = br#"{"jsonrpc":"2.0","id":"c:2","meth"#;
+    c.write_all(half).await.expect("half a request");
+    c.flush().await.expect("flush");
+    drop(c);
+    let (got, end) = to_end(&mut u).await;
+    assert_eq!(
+        got, half,
+        "the upstream sees the half request, byte for byte"
+    );
+    assert_eq!(end, Ok(()), "then a clean EOF");
+    r.p.until("the broken request", |e| {
+        e["dir"] == "up" && e["verdict"]["verdict"] != "ok"
+    })
+    .await;
+    r.still_relays().await;
+}
+
+/// The client ends its side first: its last request still arrives, the upstream
+/// sees EOF, answers, ends its side, and the client gets the answer and EOF.
+async fn half_close_client_first(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "enforce").await;
+    let (mut c, mut u) = r.pair(&line(&request("c:1", "hello"))).await;
+    c.shutdown().await.expect("client half-close");
+    let (got, end) = to_end(&mut u).await;
+    assert_eq!(
+        (got.as_slice(), end),
+        (&b""[..], Ok(())),
+        "the upstream sees EOF"
+    );
+    let reply = line(&serde_json::json!({"jsonrpc":"2.0","id":"c:1","result":{"features":[]}}));
+    u.write_all(&reply).await.expect("reply after EOF");
+    u.shutdown().await.expect("upstream half-close");
+    let (got, end) = to_end(&mut c).await;
+    assert_eq!(got, reply, "the answer crosses the half-closed connection");
+    assert_eq!(end, Ok(()));
+    r.still_relays().await;
+}
+
+/// The upstream ends its side first: the client sees EOF and can still send.
+async fn half_close_upstream_first(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "enforce").await;
+    let (mut c, mut u) = r.pair(&line(&request("c:1", "hello"))).await;
+    let reply = line(&serde_json::json!({"jsonrpc":"2.0","id":"c:1","result":{"features":[]}}));
+    u.write_all(&reply).await.expect("reply");
+    u.shutdown().await.expect("upstream half-close");
+    let (got, end) = to_end(&mut c).await;
+    assert_eq!(
+        (got, end),
+        (reply, Ok(())),
+        "the client gets the answer, then EOF"
+    );
+    let next = line(&request("c:2", "job.start"));
+    let next = {
+        let mut v: Value = serde_json::from_slice(&next).expect("json");
+        v["params"] = serde_json::json!({"job": "j1", "owner": "ann"});
+        line(&v)
+    };
+    c.write_all(&next).await.expect("the client still sends");
+    c.shutdown().await.expect("client half-close");
+    let (got, end) = to_end(&mut u).await;
+    assert_eq!((got, end), (next, Ok(())), "the request crosses, then EOF");
+    r.still_relays().await;
+}
+
+/// The upstream accepts and never reads. The client is pushed back (its writes
+/// stall) long before the proxy buffers more than a bounded amount.
+async fn upstream_never_reads(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "observe").await;
+    let (mut c, u) = r.pair(&line(&request("c:1", "hello"))).await;
+    let rss0 = rss_kib(r.p.pid());
+    let chunk = {
+        let mut v = request("c:2", "job.end");
+        v["params"] = serde_json::json!({"job": "x".repeat(60_000)});
+        v.as_object_mut().map(|o| o.remove("id"));
+        line(&v)
+    };
+    let mut sent = 0usize;
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        match timeout(Duration::from_millis(300), c.write_all(&chunk)).await {
+            Ok(Ok(())) => sent += chunk.len(),
+            Ok(Err(e)) => panic!("write: {e}"),
+            Err(_) => break,
+        }
+    }
+    let grew = rss_kib(r.p.pid()).saturating_sub(rss0);
+    assert!(
+        sent < MAX_IN_FLIGHT,
+        "the client was never pushed back: {sent} bytes went in"
+    );
+    assert!(
+        grew < MAX_GROWTH_KIB,
+        "the proxy grew {grew} KiB holding a stalled upstream's bytes"
+    );
+    drop((c, u));
+    r.still_relays().await;
+}
+
+/// Bytes a stalled path may take in: socket buffers on both hops and the proxy's own.
+const MAX_IN_FLIGHT: usize = 32 << 20;
+/// How much the proxy may grow while a stalled path is full.
+const MAX_GROWTH_KIB: u64 = 16 << 10;
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("proc fd")
+        .count()
+}
+
+/// An upstream that reads every connection to its end, then lets go.
+fn drain_upstream(r: &Rig) -> tokio::task::JoinHandle<()> {
+    let up = r.up.clone();
+    tokio::spawn(async move {
+        while let Ok(mut s) = up.accept().await {
+            tokio::spawn(async move {
+                let mut sink = [0u8; 4096];
+                while let Ok(n) = s.read(&mut sink).await
+                    && n > 0
+                {}
+            });
+        }
+    })
+}
+
+/// Many short connections (one request each) leave no file descriptor and no
+/// memory behind: after the churn the proxy is back to where it was.
+async fn churn(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "enforce").await;
+    let hello = line(&request("c:1", "hello"));
+    let upstream = drain_upstream(&r);
+    for _ in 0..WARM_UP {
+        one_request(&r, &hello).await;
+    }
+    let pid = r.p.pid();
+    let (fds0, rss0) = settled(pid, None).await;
+    let n = churn_size(client);
+    for _ in 0..n {
+        one_request(&r, &hello).await;
+    }
+    let (fds, rss) = settled(pid, Some(fds0)).await;
+    upstream.abort();
+    assert_eq!(fds, fds0, "open files after {n} connections");
+    assert!(
+        rss <= rss0 + rss0 / 10 + 1024,
+        "RSS after {n} connections: {rss} KiB, from {rss0} KiB"
+    );
+    r.still_relays().await;
+}
+
+const WARM_UP: usize = 50;
+
+/// One short connection: a request, the client's end, then the proxy's.
+async fn one_request(r: &Rig, hello: &[u8]) {
+    let mut c = r.dial().await;
+    c.write_all(hello).await.expect("hello");
+    c.shutdown().await.expect("half-close");
+    let (_, end) = to_end(&mut c).await;
+    assert_eq!(end, Ok(()));
+}
+
+/// QUIC handshakes are dear in a debug build: fewer of them.
+fn churn_size(client: Kind) -> usize {
+    match client {
+        Kind::Quic => 1_000,
+        _ => 5_000,
+    }
+}
+
+/// The proxy's open files and RSS once its connections have wound down (the
+/// count reached `want`, or stopped moving), within the deadline.
+async fn settled(pid: u32, want: Option<usize>) -> (usize, u64) {
+    let end = Instant::now() + DEADLINE;
+    let mut last = fd_count(pid);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = fd_count(pid);
+        let done = match want {
+            Some(w) => now <= w,
+            None => now == last,
+        };
+        if done || Instant::now() > end {
+            return (now, rss_kib(pid));
+        }
+        last = now;
+    }
+}
+
+/// A notification of about `size` bytes on one line (the job name pads it).
+fn bulk_line(size: usize) -> Vec<u8> {
+    let mut v = serde_json::json!({"jsonrpc": "2.0", "method": "job.end", "params": {"job": ""}});
+    let base = line(&v).len();
+    v["params"]["job"] = Value::String("x".repeat(size.saturating_sub(base)));
+    line(&v)
+}
+
+/// SIGTERM while the client streams 100 MiB: the proxy stops taking bytes, writes
+/// on every frame it took (each one it logged reaches the upstream, whole), and
+/// exits within its shutdown deadline.
+async fn sigterm_mid_transfer(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "observe").await;
+    let hello = line(&request("c:1", "hello"));
+    let (mut c, mut u) = r.pair(&hello).await;
+    let chunk = bulk_line(60_000);
+    let total = TRANSFER / chunk.len();
+    let writer = tokio::spawn(async move {
+        for _ in 0..total {
+            if c.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        let _ = c.shutdown().await;
+        let (_, end) = to_end(&mut c).await;
+        end
+    });
+    let mut got = Vec::with_capacity(TRANSFER);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut signalled = None;
+    let end = loop {
+        match timeout(DEADLINE, u.read(&mut buf)).await {
+            Err(_) => panic!("the upstream read stalled at {} bytes", got.len()),
+            Ok(Err(e)) => break Err(e.to_string()),
+            Ok(Ok(0)) => break Ok(()),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+        if signalled.is_none() && got.len() > TRANSFER / 5 {
+            r.p.signal("TERM");
+            signalled = Some(Instant::now());
+        }
+    };
+    assert!(signalled.is_some(), "the transfer ended before the signal");
+    assert_eq!(end, Ok(()), "the upstream's side ends with EOF");
+    let status = r.p.exited().await;
+    assert!(status.success(), "the proxy exits 0 on SIGTERM: {status}");
+    let _ = timeout(DEADLINE, writer).await.expect("the client ends");
+    assert!(got.ends_with(b"\n"), "the upstream got whole lines only");
+    let lines = got.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
+    let logged = r.p.rest_of_log().await;
+    // The hello was read before the count began.
+    let up = logged
+        .iter()
+        .filter(|e| e["dir"] == "up" && e["method"] == "job.end")
+        .count();
+    assert_eq!(
+        up, lines,
+        "every frame the proxy logged going up reached the upstream"
+    );
+}
+
+/// Bytes the SIGTERM case streams.
+const TRANSFER: usize = 100 << 20;
+
+macro_rules! pairs {
+    ($($pair:ident: $client:expr, $upstream:expr;)*) => {$(
+        mod $pair {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn upstream_dies_mid_frame() { super::upstream_dies_mid_frame($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn client_dies_mid_frame() { super::client_dies_mid_frame($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn half_close_client_first() { super::half_close_client_first($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn half_close_upstream_first() { super::half_close_upstream_first($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn upstream_never_reads() { super::upstream_never_reads($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn churn() { super::churn($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sigterm_mid_transfer() { super::sigterm_mid_transfer($client, $upstream).await }
+        }
+    )*};
+}
+
+pairs! {
+    unix_to_unix: Kind::Unix, Kind::Unix;
+    tcp_to_tcp: Kind::Tcp, Kind::Tcp;
+    quic_to_unix: Kind::Quic, Kind::Unix;
+    unix_to_tcp: Kind::Unix, Kind::Tcp;
+}
