@@ -497,12 +497,13 @@ async fn handle(
     let (client, upstream) = match incoming {
         Incoming::Conn { conn: c, peer } => {
             shared.note(&route.name, conn, &format!("connected from {peer}"));
-            let up = route
-                .upstream
-                .connect(&route.opts, None)
-                .await
-                .map_err(|e| e.to_string())?;
-            (c, up)
+            match route.upstream.connect(&route.opts, None).await {
+                Ok(up) => (c, up),
+                Err(e) => {
+                    turn_away(c).await;
+                    return Err(e.to_string());
+                }
+            }
         }
         Incoming::Rejected { peer, why } => {
             return Err(format!("turned away {peer}: {why}"));
@@ -829,6 +830,32 @@ impl FrameIn {
     }
 }
 
+/// End a client whose upstream cannot be reached: EOF (or a WebSocket close 1011),
+/// then what it already sent is read and discarded, so it sees a clean end and
+/// not a reset.
+async fn turn_away(c: Conn) {
+    let _ = tokio::time::timeout(LINGER, async {
+        match c {
+            Conn::Stream(mut io) => {
+                let _ = io.shutdown().await;
+                let mut scrap = [0u8; 4096];
+                while let Ok(n) = io.read(&mut scrap).await
+                    && n > 0
+                {}
+            }
+            Conn::Messages(mut m) => {
+                let close = CloseFrame {
+                    code: 1011,
+                    reason: "upstream unavailable".into(),
+                };
+                let _ = m.send(Msg::Close(Some(close))).await;
+                while let Some(Ok(_)) = m.next().await {}
+            }
+        }
+    })
+    .await;
+}
+
 /// The close a stop sends both peers.
 fn stopping() -> Closing {
     Closing::Code(CloseFrame {
@@ -1080,7 +1107,12 @@ pub async fn relay(
         let closing = |c: Closing| async {
             let frame = match c {
                 Closing::Code(f) => Some(f),
-                Closing::Drop => None,
+                // Dropped, not closed: a WebSocket ends with no close frame (1006 at the
+                // peer, as when a peer dies), never with a close that says "no status".
+                Closing::Drop => Some(CloseFrame {
+                    code: 1006,
+                    reason: String::new(),
+                }),
             };
             // A pump stuck writing to a peer that stopped reading holds its end's lock:
             // give up after the deadline (dropping the connection closes it anyway).

@@ -34,6 +34,8 @@ enum Kind {
 enum Up {
     Unix(tokio::net::UnixListener),
     Tcp(tokio::net::TcpListener),
+    /// Unplugged: nothing listens any more.
+    Gone,
 }
 
 impl Up {
@@ -41,6 +43,7 @@ impl Up {
         Ok(match self {
             Up::Unix(l) => Box::new(l.accept().await?.0),
             Up::Tcp(l) => Box::new(l.accept().await?.0),
+            Up::Gone => return Err(std::io::ErrorKind::NotConnected.into()),
         })
     }
 }
@@ -506,6 +509,199 @@ async fn sigterm_mid_transfer(client: Kind, upstream: Kind) {
 /// Bytes the SIGTERM case streams.
 const TRANSFER: usize = 100 << 20;
 
+impl Rig {
+    /// Take the upstream away: its listener closes (and a unix socket's file goes).
+    fn unplug(&mut self) {
+        if let Up::Unix(l) = self.up.as_ref()
+            && let Ok(a) = l.local_addr()
+            && let Some(p) = a.as_pathname()
+        {
+            let _ = std::fs::remove_file(p);
+        }
+        self.up = std::sync::Arc::new(Up::Gone);
+    }
+}
+
+/// The upstream is gone: each client is turned away with a clean end (no reset,
+/// no bytes), the proxy says why, and it keeps accepting.
+async fn upstream_gone(client: Kind, upstream: Kind) {
+    let mut r = Rig::new(client, upstream, "enforce").await;
+    r.unplug();
+    for _ in 0..3 {
+        let mut c = r.dial().await;
+        c.write_all(&line(&request("c:1", "hello")))
+            .await
+            .expect("hello");
+        let (got, end) = to_end(&mut c).await;
+        assert_eq!(
+            (got.as_slice(), end),
+            (&b""[..], Ok(())),
+            "turned away cleanly"
+        );
+    }
+    let note = r.p.note("cannot connect").await;
+    assert!(
+        note.contains("upstream") || note.contains("connect"),
+        "{note}"
+    );
+}
+
+/// The upstream's accept queue is full, so its kernel ignores the proxy's SYN:
+/// the connect deadline ends the wait, and the client gets a clean end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_never_accepts_is_given_up_on_at_the_connect_deadline() {
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let addr = sock.local_addr().expect("addr");
+    let _listener = sock.listen(0).expect("listen");
+    // Fill the queue; nobody ever accepts.
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(s)) = timeout(
+            Duration::from_millis(300),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            fillers.push(s);
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock_path = dir.path().join("p.sock");
+    let mut p = harness::run(&[
+        "--contract",
+        &jobs_path(),
+        "--listen",
+        &ep(&sock_path),
+        "--upstream",
+        &format!("tcp:{addr}"),
+    ]);
+    wait_for(&sock_path).await;
+    let mut c: BoxIo = Box::new(
+        tokio::net::UnixStream::connect(&sock_path)
+            .await
+            .expect("connect"),
+    );
+    c.write_all(&line(&request("c:1", "hello")))
+        .await
+        .expect("hello");
+    let began = Instant::now();
+    let mut got = Vec::new();
+    let end = timeout(DEADLINE * 2, c.read_to_end(&mut got))
+        .await
+        .expect("turned away within the connect deadline");
+    assert!(
+        end.is_ok() && got.is_empty(),
+        "a clean end: {end:?} {got:?}"
+    );
+    assert!(
+        began.elapsed() >= contract_proxy::endpoint::CONNECT_DEADLINE / 2,
+        "the proxy waited for the upstream"
+    );
+    let note = p.note("connect deadline passed").await;
+    assert!(note.contains(&addr.to_string()), "{note}");
+}
+
+/// An upstream that answers every request line with a result carrying its id.
+fn answering_upstream(r: &Rig) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncBufReadExt;
+    let up = r.up.clone();
+    tokio::spawn(async move {
+        while let Ok(s) = up.accept().await {
+            tokio::spawn(async move {
+                let (rd, mut wr) = tokio::io::split(s);
+                let mut lines = tokio::io::BufReader::new(rd).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    let Ok(v) = serde_json::from_str::<Value>(&l) else {
+                        continue;
+                    };
+                    let reply = serde_json::json!({"jsonrpc": "2.0", "id": v["id"], "result": {"features": []}});
+                    if wr.write_all(&line(&reply)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// A request through the answering upstream, and its answer.
+async fn probe(r: &Rig) {
+    let mut c = r.dial().await;
+    c.write_all(&line(&request("c:1", "hello")))
+        .await
+        .expect("hello");
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\n") {
+        let n = timeout(DEADLINE, c.read(&mut b))
+            .await
+            .expect("the answer in time")
+            .expect("read");
+        assert!(n > 0, "EOF before the answer");
+        got.push(b[0]);
+    }
+    let v: Value = serde_json::from_slice(&got).expect("json");
+    assert_eq!(v["id"], "c:1", "{v}");
+}
+
+/// 200 connections each trickle a byte a second; meanwhile another client is
+/// served as usual, and once they go the proxy holds no file for them.
+async fn slowloris(client: Kind, upstream: Kind) {
+    let r = Rig::new(client, upstream, "enforce").await;
+    let _up = answering_upstream(&r);
+    probe(&r).await;
+    let pid = r.p.pid();
+    let (fds0, _) = settled(pid, None).await;
+    let text = br#"{"jsonrpc":"2.0""#;
+    let mut slow = Vec::with_capacity(SLOW);
+    // Each starts with its first byte: a QUIC stream only shows at its first byte,
+    // and the listener caps the handshakes still waiting for one.
+    for _ in 0..SLOW {
+        let mut c = r.dial().await;
+        c.write_all(&text[..1]).await.expect("a byte");
+        slow.push(c);
+    }
+    for b in &text[1..3] {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for c in &mut slow {
+            c.write_all(&[*b]).await.expect("a byte");
+        }
+        probe(&r).await;
+    }
+    drop(slow);
+    let (fds, _) = settled(pid, Some(fds0)).await;
+    assert_eq!(fds, fds0, "the slow connections left nothing open");
+    probe(&r).await;
+}
+
+const SLOW: usize = 200;
+
+/// The client resets (TCP RST) with half a request sent: the upstream gets a
+/// clean EOF, never more than the half, and the proxy says what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reset_mid_frame_ends_the_upstream_cleanly() {
+    let mut r = Rig::new(Kind::Tcp, Kind::Tcp, "observe").await;
+    let mut c = tokio::net::TcpStream::connect(&r.listen)
+        .await
+        .expect("connect");
+    let hello = line(&request("c:1", "hello"));
+    c.write_all(&hello).await.expect("hello");
+    let mut u = r.accept().await;
+    assert_eq!(read_exactly(&mut u, hello.len()).await, hello);
+    let half = br#"{"jsonrpc":"2.0","id":"c:2","meth"#;
+    c.write_all(half).await.expect("half");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.set_zero_linger().expect("linger 0");
+    drop(c);
+    let (got, end) = to_end(&mut u).await;
+    assert_eq!(end, Ok(()), "the upstream sees a clean EOF");
+    assert!(half.starts_with(&got), "no more than the half: {got:?}");
+    r.p.note("reset").await;
+    r.still_relays().await;
+}
+
 macro_rules! pairs {
     ($($pair:ident: $client:expr, $upstream:expr;)*) => {$(
         mod $pair {
@@ -523,6 +719,10 @@ macro_rules! pairs {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn churn() { super::churn($client, $upstream).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn upstream_gone() { super::upstream_gone($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn slowloris() { super::slowloris($client, $upstream).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sigterm_mid_transfer() { super::sigterm_mid_transfer($client, $upstream).await }
         }
     )*};
@@ -533,4 +733,247 @@ pairs! {
     tcp_to_tcp: Kind::Tcp, Kind::Tcp;
     quic_to_unix: Kind::Quic, Kind::Unix;
     unix_to_tcp: Kind::Unix, Kind::Tcp;
+}
+
+// ---------------------------------------------------------------------------
+// WebSocket on both sides: Python `websockets` as the upstream (the toolchannel-like
+// echo host of tests/peers/ws_server.py), the proxy between, the client raw or
+// tokio-tungstenite.
+
+/// The upstream, its report lines, and a proxy in front of it.
+struct WsRig {
+    p: Proxy,
+    url: String,
+    host: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl WsRig {
+    async fn new() -> WsRig {
+        use tokio::io::AsyncBufReadExt;
+        let mut host = tokio::process::Command::new(common::peers_python())
+            .arg(common::root().join("proxy/tests/peers/ws_server.py"))
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ws_server.py starts");
+        let out = host.stdout.take().expect("stdout");
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        let first = timeout(DEADLINE, lines.next_line())
+            .await
+            .expect("the host reports its port")
+            .expect("read")
+            .expect("a line (websockets missing? run scripts/peers-venv.sh)");
+        let port = serde_json::from_str::<Value>(&first).expect("json")["port"]
+            .as_u64()
+            .expect("port");
+        let p = harness::run(&[
+            "--contract",
+            "toolchannel",
+            "--client",
+            "worker",
+            "--listen",
+            "ws://127.0.0.1:0/worker",
+            "--upstream",
+            &format!("ws://127.0.0.1:{port}/worker"),
+        ]);
+        let url = p.url();
+        WsRig {
+            p,
+            url,
+            host,
+            lines,
+        }
+    }
+
+    /// The host's next report with `"event": name`.
+    async fn host_event(&mut self, name: &str) -> Value {
+        loop {
+            let l = timeout(DEADLINE, self.lines.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("the host reports {name} in time"))
+                .expect("read")
+                .unwrap_or_else(|| panic!("the host ended before {name}"));
+            let v: Value = serde_json::from_str(&l).expect("json");
+            if v["event"] == name {
+                return v;
+            }
+        }
+    }
+
+    /// The host's reports up to its `closed`.
+    async fn host_until_closed(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        loop {
+            let v = self.host_event_any().await;
+            let done = v["event"] == "closed";
+            out.push(v);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    async fn host_event_any(&mut self) -> Value {
+        let l = timeout(DEADLINE, self.lines.next_line())
+            .await
+            .expect("a host report in time")
+            .expect("read")
+            .expect("the host still runs");
+        serde_json::from_str(&l).expect("json")
+    }
+
+    fn subprotocol() -> String {
+        let c = contract::builtin("toolchannel").expect("toolchannel");
+        match &c.channels["ws"].framing {
+            contract::model::Framing::WebsocketText { subprotocols, .. } => {
+                subprotocols.first().cloned().expect("a subprotocol")
+            }
+            other => panic!("ws framing: {other:?}"),
+        }
+    }
+
+    /// A raw TCP connection through the upgrade, ready for hand-made frames.
+    async fn raw(&mut self) -> tokio::net::TcpStream {
+        let rest = self.url.trim_start_matches("ws://");
+        let (addr, path) = rest.split_once('/').expect("ws://ADDR/PATH");
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let head = format!(
+            "GET /{path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Protocol: {}\r\nAuthorization: Bearer t0k\r\n\r\n",
+            Self::subprotocol()
+        );
+        s.write_all(head.as_bytes()).await.expect("upgrade");
+        let mut got = Vec::new();
+        let mut b = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            let n = timeout(DEADLINE, s.read(&mut b))
+                .await
+                .expect("101 in time")
+                .expect("read");
+            assert!(n > 0, "EOF in the upgrade answer");
+            got.push(b[0]);
+        }
+        assert!(
+            got.starts_with(b"HTTP/1.1 101"),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        self.host_event("open").await;
+        s
+    }
+}
+
+/// A masked client frame (payload under 126 bytes).
+fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mask = [0x37, 0xfa, 0x21, 0x3d];
+    let mut f = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+/// A server frame as read off the wire: (opcode, payload), unmasked.
+async fn server_frame(s: &mut tokio::net::TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut h = [0u8; 2];
+    match timeout(DEADLINE, s.read_exact(&mut h))
+        .await
+        .expect("a frame in time")
+    {
+        Ok(_) => {}
+        Err(_) => return None,
+    }
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l).await.expect("length");
+            u16::from_be_bytes(l) as usize
+        }
+        127 => panic!("no large frames expected here"),
+        n => n as usize,
+    };
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).await.expect("payload");
+    Some((h[0] & 0x0f, p))
+}
+
+/// A client that sends its close and then keeps sending: nothing after the close
+/// reaches the upstream, the client gets the one close answer, then EOF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_peer_that_keeps_sending_after_its_close_is_not_heard() {
+    let mut r = WsRig::new().await;
+    let mut s = r.raw().await;
+    s.write_all(&client_frame(0x1, b"before"))
+        .await
+        .expect("text");
+    assert_eq!(server_frame(&mut s).await, Some((0x1, b"before".to_vec())));
+    let mut close = 1000u16.to_be_bytes().to_vec();
+    close.extend_from_slice(b"bye");
+    s.write_all(&client_frame(0x8, &close))
+        .await
+        .expect("close");
+    for _ in 0..3 {
+        // The peer may already have let go: a failed write is part of what is tested.
+        let _ = s.write_all(&client_frame(0x1, b"after the close")).await;
+    }
+    let (op, payload) = server_frame(&mut s).await.expect("the close answer");
+    assert_eq!(op, 0x8, "a close frame");
+    assert_eq!(
+        &payload[..2],
+        &1000u16.to_be_bytes(),
+        "with the client's code"
+    );
+    let mut tail = Vec::new();
+    let end = timeout(DEADLINE, s.read_to_end(&mut tail))
+        .await
+        .expect("the proxy ends the connection in time");
+    assert!(end.is_ok() && tail.is_empty(), "then EOF: {end:?} {tail:?}");
+    let host = r.host_until_closed().await;
+    assert_eq!(
+        host.iter().filter(|e| e["event"] == "message").count(),
+        1,
+        "only the text before the close reached the host: {host:?}"
+    );
+    assert_eq!(host.last().map(|e| e["code"].clone()), Some(1000.into()));
+}
+
+/// SIGTERM: the client and the host each get close 1001, and the proxy exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_both_websocket_sides_with_1001() {
+    let mut r = WsRig::new().await;
+    let mut s = r.raw().await;
+    s.write_all(&client_frame(0x1, b"x")).await.expect("text");
+    assert_eq!(server_frame(&mut s).await, Some((0x1, b"x".to_vec())));
+    r.p.signal("TERM");
+    let (op, payload) = server_frame(&mut s).await.expect("a close");
+    assert_eq!((op, &payload[..2]), (0x8, &1001u16.to_be_bytes()[..]));
+    // Answer it, as a client does.
+    s.write_all(&client_frame(0x8, &payload[..2]))
+        .await
+        .expect("close answer");
+    let host = r.host_until_closed().await;
+    assert_eq!(host.last().map(|e| e["code"].clone()), Some(1001.into()));
+    assert!(r.p.exited().await.success());
+}
+
+/// The host dies (no close frame): the client's connection ends without one too,
+/// promptly, as a direct connection would; the proxy keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_host_that_dies_ends_the_client_without_a_close_frame() {
+    let mut r = WsRig::new().await;
+    let mut s = r.raw().await;
+    s.write_all(&client_frame(0x1, b"x")).await.expect("text");
+    assert_eq!(server_frame(&mut s).await, Some((0x1, b"x".to_vec())));
+    r.host.kill().await.expect("kill the host");
+    let mut tail = Vec::new();
+    let end = timeout(DEADLINE, s.read_to_end(&mut tail))
+        .await
+        .expect("the client's connection ends in time");
+    assert!(
+        end.is_ok() && tail.is_empty(),
+        "EOF, no close frame: {end:?} {tail:?}"
+    );
+    r.p.note("closed").await;
 }
