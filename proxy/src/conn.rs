@@ -11,12 +11,33 @@ use bytes::Bytes;
 use futures_util::{Sink, Stream};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// A bidirectional byte stream of any transport.
-pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+/// A bidirectional byte stream of any transport. `Any`, so a transport that can say
+/// more than EOF when it ends (QUIC's application error code) can be found again.
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + std::any::Any {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// A boxed byte stream.
 pub type BoxIo = Box<dyn Io>;
+
+/// Where a byte stream's transport keeps the close code to end with: the relay
+/// sets the contract's code, the transport sends it as it closes (QUIC's
+/// CONNECTION_CLOSE). Streams without such a code (unix, tcp) end with EOF alone.
+#[derive(Debug, Clone, Default)]
+pub struct CloseCode(std::sync::Arc<std::sync::Mutex<Option<CloseFrame>>>);
+
+impl CloseCode {
+    /// The code and reason to close with.
+    pub fn set(&self, frame: CloseFrame) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(frame);
+        }
+    }
+
+    /// The code set, if any.
+    pub fn get(&self) -> Option<CloseFrame> {
+        self.0.lock().ok().and_then(|s| s.clone())
+    }
+}
 
 /// One message of a message transport. Ping and pong stay inside the transport
 /// (they are per hop); everything else reaches the relay.

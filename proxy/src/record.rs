@@ -707,8 +707,9 @@ impl<R: Read> Reader<R> {
                         max: MAX_RECORD_LEN,
                     });
                 }
-                // Checked above: at most MAX_RECORD_LEN bytes are ever reserved.
-                let mut body = Vec::with_capacity(len as usize);
+                // Reserve what a record usually takes, not what its length claims: a
+                // corrupt length costs no more memory than the bytes really there.
+                let mut body = Vec::with_capacity(len.min(64 << 10) as usize);
                 let got = (&mut self.input)
                     .take(len)
                     .read_to_end(&mut body)

@@ -888,6 +888,8 @@ enum FrameOut {
         wr: WriteHalf<BoxIo>,
         codec: ChannelCodec,
         out: BytesMut,
+        /// Where the transport takes a close code of its own (QUIC), if it does.
+        code: Option<crate::conn::CloseCode>,
     },
     Msgs(SplitSink<BoxMsg, Msg>),
 }
@@ -962,7 +964,15 @@ impl FrameOut {
     async fn end(&mut self, close: Option<CloseFrame>) -> std::io::Result<()> {
         let _ = self.flush().await;
         match self {
-            FrameOut::Stream { wr, .. } => wr.shutdown().await,
+            FrameOut::Stream { wr, code, .. } => {
+                // 1005 and 1006 mean "no code": the stream just ends.
+                if let (Some(slot), Some(f)) = (code, close)
+                    && !matches!(f.code, 1005 | 1006)
+                {
+                    slot.set(f);
+                }
+                wr.shutdown().await
+            }
             FrameOut::Msgs(s) => {
                 let r = s.send(Msg::Close(close)).await;
                 let _ = s.close().await;
@@ -975,6 +985,7 @@ impl FrameOut {
 fn split(conn: Conn, codec: &ChannelCodec, cap: u64) -> (FrameIn, FrameOut) {
     match conn {
         Conn::Stream(io) => {
+            let code = crate::endpoint::quic::close_code(&io);
             let (rd, wr) = tokio::io::split(io);
             (
                 FrameIn::Stream {
@@ -988,6 +999,7 @@ fn split(conn: Conn, codec: &ChannelCodec, cap: u64) -> (FrameIn, FrameOut) {
                     wr,
                     codec: codec.clone(),
                     out: BytesMut::with_capacity(CHUNK),
+                    code,
                 },
             )
         }

@@ -293,12 +293,10 @@ async fn first_port(child: &mut tokio::process::Child) -> u16 {
     v["port"].as_u64().expect("port") as u16
 }
 
-/// aioquic as the client over `quic://`, the quiet upstream over unix: each round's
-/// stream ends with a FIN after the answer to the last bad line, never a reset.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quic_the_last_reply_and_fin_arrive_every_time() {
-    let (c, path) = jobs();
-    let max = count_limit(&c, "badLinesMax");
+/// `count` rounds of aioquic clients against a proxy relaying the contract at
+/// `path` from `quic://` to the quiet upstream over unix; each round's report.
+async fn quic_storm(path: &std::path::Path, count: usize) -> Vec<Value> {
+    let c = contract::load(path).expect("contract");
     let pki = harness::make_pki("closes test CA");
     let dir = tempfile::tempdir().expect("tempdir");
     let up = dir.path().join("up.sock");
@@ -333,22 +331,65 @@ async fn quic_the_last_reply_and_fin_arrive_every_time() {
             .args([host, port, &alpn])
             .arg(&pki.ca)
             // Python's QUIC stack encrypts at a few MB/s: a smaller trailer (QUIC has
-            // no unread-bytes reset to provoke) keeps the 200 rounds to seconds.
-            .args([ROUNDS.to_string(), (TRAILER / 8).to_string()])
+            // no unread-bytes reset to provoke) keeps the rounds to seconds.
+            .args([count.to_string(), (TRAILER / 8).to_string()])
             .output(),
     )
     .await
     .expect("the storm ends in time")
     .expect("quic_close_storm.py runs");
     let rounds = script_rounds(&out);
-    assert_eq!(rounds.len(), ROUNDS, "{rounds:?}");
-    let bad: Vec<&Value> = rounds
+    assert_eq!(rounds.len(), count, "{rounds:?}");
+    rounds
+}
+
+/// Rounds that did not end as `want` says: `max` replies, a FIN, then a
+/// CONNECTION_CLOSE with `code`.
+fn quic_misses(rounds: &[Value], max: usize, code: u64) -> Vec<&Value> {
+    rounds
         .iter()
-        .filter(|r| r["end"] != "fin" || r["lines"] != max)
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "{} of {ROUNDS} rounds did not see {max} replies and a FIN: {bad:?}",
-        bad.len()
-    );
+        .filter(|r| r["end"] != "fin" || r["lines"] != max || r["close"] != code)
+        .collect()
+}
+
+/// aioquic as the client over `quic://`: each round's stream ends with a FIN after
+/// the answer to the last bad line, never a reset, and the connection closes with
+/// no code (jobs drops the connection: the contract gives none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_the_last_reply_and_fin_arrive_every_time() {
+    let (c, path) = jobs();
+    let max = count_limit(&c, "badLinesMax");
+    let rounds = quic_storm(&path, ROUNDS).await;
+    let bad = quic_misses(&rounds, max, 0);
+    assert!(bad.is_empty(), "{} of {ROUNDS} rounds: {bad:?}", bad.len());
+}
+
+/// The same contract, edited as its team might: the bad-line limit now closes with
+/// a code. On QUIC the code is the CONNECTION_CLOSE's application error code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_a_contract_close_code_is_the_connection_close_code_every_time() {
+    let (_, path) = jobs();
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    let code = 4406u64;
+    doc["limits"]["badLinesMax"]["action"] = serde_json::json!({
+        "action": "close",
+        "code": code,
+        "description": "a client that keeps sending bad lines is closed with 4406",
+        "seed": "§1"
+    });
+    doc["codes"] = serde_json::json!({"closeCodes": {
+        "kind": "close-code",
+        "description": "how the runner ends a connection",
+        "seed": "§1",
+        "values": [{"value": code, "name": "BAD_LINES", "description": "too many bad lines"}]
+    }});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let edited = dir.path().join("jobs.json");
+    std::fs::write(&edited, doc.to_string()).expect("write");
+    let c = contract::load(&edited).expect("the edited contract checks");
+    let max = count_limit(&c, "badLinesMax");
+    let rounds = quic_storm(&edited, ROUNDS).await;
+    let bad = quic_misses(&rounds, max, code);
+    assert!(bad.is_empty(), "{} of {ROUNDS} rounds: {bad:?}", bad.len());
 }

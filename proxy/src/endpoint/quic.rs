@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, Semaphore, mpsc};
 
 use super::tls::{self, TlsError};
 use super::{CONNECT_DEADLINE, EndpointError, Options};
-use crate::conn::BoxIo;
+use crate::conn::{BoxIo, CloseCode};
 
 /// How long a client has to finish its handshake and open its stream.
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
@@ -261,6 +261,14 @@ pub struct QuicStream {
     /// A client's own endpoint, kept so its driver outlives the stream.
     endpoint: Option<quinn::Endpoint>,
     finished: bool,
+    /// The application error code the connection closes with (0 unless set).
+    close: CloseCode,
+}
+
+/// The close code slot of a QUIC stream, or `None` for any other byte stream.
+pub fn close_code(io: &BoxIo) -> Option<CloseCode> {
+    let any: &dyn std::any::Any = io.as_ref();
+    any.downcast_ref::<QuicStream>().map(|q| q.close.clone())
 }
 
 impl QuicStream {
@@ -276,6 +284,7 @@ impl QuicStream {
             conn,
             endpoint,
             finished: false,
+            close: CloseCode::default(),
         }
     }
 
@@ -334,9 +343,13 @@ impl Drop for QuicStream {
         let acked = self.send.stopped();
         let conn = self.conn.clone();
         let endpoint = self.endpoint.clone();
+        let (code, reason) = match self.close.get() {
+            Some(f) => (u64::from(f.code), f.reason.into_bytes()),
+            None => (0, b"done".to_vec()),
+        };
         runtime.spawn(async move {
             let _ = tokio::time::timeout(LINGER, acked).await;
-            conn.close(0u8.into(), b"done");
+            conn.close(quinn::VarInt::from_u64(code).unwrap_or_default(), &reason);
             if let Some(endpoint) = endpoint {
                 // Lets the close frame go out before the client's socket goes away.
                 let _ = tokio::time::timeout(LINGER, endpoint.wait_idle()).await;

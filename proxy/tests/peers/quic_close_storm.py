@@ -8,8 +8,8 @@ its side, reading at the same time until the server's end of stream. It prints
 one JSON line per round:
   {"round": N, "lines": L, "end": "fin" | "reset" | "timeout", "close": C}
 where L is how many complete lines came back, "end" how the stream ended, and
-C the connection's close error code when the server closed the connection
-(null if it had not by the time the stream ended). Rounds run AT_ONCE at a
+C the error code of the server's CONNECTION_CLOSE (null if none came within
+CLOSE_WAIT seconds of the stream's end). Rounds run AT_ONCE at a
 time; every wait has a deadline.
 """
 
@@ -24,6 +24,7 @@ from aioquic.quic.events import ConnectionTerminated, StreamReset
 
 DEADLINE = 10.0
 AT_ONCE = 25
+CLOSE_WAIT = 3.0
 
 
 class Watching(QuicConnectionProtocol):
@@ -49,6 +50,11 @@ async def one(host, port, config, size):
         writer.write_eof()
         got = await reader.read()
         end = "reset" if client.reset else "fin"
+        # The server closes the connection once its last bytes are acknowledged.
+        try:
+            await asyncio.wait_for(client.wait_closed(), CLOSE_WAIT)
+        except asyncio.TimeoutError:
+            pass
         return got.count(b"\n"), end, client.closed_with
 
 
