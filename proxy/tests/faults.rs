@@ -335,6 +335,7 @@ async fn upstream_never_reads(client: Kind, upstream: Kind) {
         }
     }
     let grew = rss_kib(r.p.pid()).saturating_sub(rss0);
+    eprintln!("in before the push-back: {sent} bytes; the proxy grew {grew} KiB");
     assert!(
         sent < MAX_IN_FLIGHT,
         "the client was never pushed back: {sent} bytes went in"
@@ -976,4 +977,89 @@ async fn a_websocket_host_that_dies_ends_the_client_without_a_close_frame() {
         "EOF, no close frame: {end:?} {tail:?}"
     );
     r.p.note("closed").await;
+}
+
+/// A WebSocket host that completes the upgrade and then never reads: the client is
+/// pushed back (its sends stall) while the proxy's memory stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_host_that_never_reads_pushes_the_client_back() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let host = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = host.local_addr().expect("addr");
+    let stalled = tokio::spawn(async move {
+        let (mut s, _) = host.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).await.expect("head");
+            head.push(b[0]);
+        }
+        let text = String::from_utf8_lossy(&head).to_string();
+        let key = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+            .expect("a key")
+            .trim()
+            .to_string();
+        let proto = WsRig::subprotocol();
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let answer = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Protocol: {proto}\r\n\r\n"
+        );
+        s.write_all(answer.as_bytes()).await.expect("101");
+        // Hold the socket, never read it.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(s);
+    });
+    let p = harness::run(&[
+        "--contract",
+        "toolchannel",
+        "--client",
+        "worker",
+        "--listen",
+        "ws://127.0.0.1:0/worker",
+        "--upstream",
+        &format!("ws://{addr}/worker"),
+    ]);
+    let mut req = p.url().into_client_request().expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        WsRig::subprotocol().parse().expect("header"),
+    );
+    let (mut ws, _) = timeout(DEADLINE, tokio_tungstenite::connect_async(req))
+        .await
+        .expect("101 in time")
+        .expect("101");
+    let rss0 = rss_kib(p.pid());
+    let text = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(60_000)
+    );
+    let mut sent = 0usize;
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        match timeout(
+            Duration::from_millis(300),
+            ws.send(Message::text(text.clone())),
+        )
+        .await
+        {
+            Ok(Ok(())) => sent += text.len(),
+            Ok(Err(e)) => panic!("send: {e}"),
+            Err(_) => break,
+        }
+    }
+    let grew = rss_kib(p.pid()).saturating_sub(rss0);
+    eprintln!("in before the push-back: {sent} bytes; the proxy grew {grew} KiB");
+    assert!(
+        sent < MAX_IN_FLIGHT,
+        "the client was never pushed back: {sent} bytes went in"
+    );
+    assert!(grew < MAX_GROWTH_KIB, "the proxy grew {grew} KiB");
+    stalled.abort();
 }
