@@ -5,6 +5,7 @@
 //! the binary should use: 0 clean, 1 contract problems, 2 usage or I/O errors.
 #![forbid(unsafe_code)]
 
+pub mod breaking;
 pub mod config;
 pub mod csharp;
 pub mod docs;
@@ -76,12 +77,51 @@ pub enum Command {
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<PathBuf>,
     },
+    /// Print every change between two versions of a contract, grouped by section,
+    /// each classified as wire-breaking, source-breaking or compatible.
+    ///
+    /// OLD and NEW are files, built-in names, or `git:REV:PATH` (the file at a revision).
+    Diff {
+        /// The contract as deployed.
+        #[arg(value_name = "OLD")]
+        old: String,
+        /// The contract as edited.
+        #[arg(value_name = "NEW")]
+        new: String,
+    },
+    /// Exit 1 when NEW breaks peers built from OLD, listing each breaking change.
+    ///
+    /// A contract whose major version went up announces its breaking changes: they
+    /// are listed, and the exit is 0. Without a major bump a wire-breaking change is
+    /// itself a finding (major-not-bumped). docs/breaking.md has the rule table.
+    Breaking {
+        /// The contract as deployed (file, built-in name or `git:REV:PATH`).
+        #[arg(value_name = "OLD")]
+        old: String,
+        /// The contract as edited.
+        #[arg(value_name = "NEW")]
+        new: String,
+        /// Which findings count.
+        #[arg(long, value_enum, default_value = "all")]
+        category: BreakingCategory,
+    },
     /// Print the contract format's meta-schema (what schema/contract.schema.json holds).
     MetaSchema {
         /// Write to this file instead of standard output.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+/// The findings `contractgen breaking` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BreakingCategory {
+    /// Wire-breaking only.
+    Wire,
+    /// Source-breaking only.
+    Source,
+    /// Both.
+    All,
 }
 
 /// Exit code: success.
@@ -102,6 +142,8 @@ pub fn meta_schema_text() -> String {
 pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match &cli.command {
         Command::Check { contracts } => check(contracts, out, err),
+        Command::Diff { old, new } => diff(old, new, out, err),
+        Command::Breaking { old, new, category } => breaking_cmd(old, new, *category, out, err),
         Command::Generate {
             lang,
             out: dir,
@@ -217,6 +259,126 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 }
             }
         }
+    }
+}
+
+/// A contract document by file path, built-in name or `git:REV:PATH`.
+pub fn read_document(spec: &str) -> Result<serde_json::Value, String> {
+    let text = if let Some(rest) = spec.strip_prefix("git:") {
+        let (rev, path) = rest
+            .split_once(':')
+            .ok_or_else(|| format!("{spec}: expected git:REV:PATH"))?;
+        let out = std::process::Command::new("git")
+            .args(["show", &format!("{rev}:{path}")])
+            .output()
+            .map_err(|e| format!("{spec}: cannot run git: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{spec}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        String::from_utf8(out.stdout).map_err(|e| format!("{spec}: not UTF-8: {e}"))?
+    } else if let Some((_, t)) = contract::BUILTIN.iter().find(|(n, _)| *n == spec) {
+        t.to_string()
+    } else {
+        std::fs::read_to_string(spec).map_err(|e| format!("{spec}: cannot read: {e}"))?
+    };
+    serde_json::from_str(&text).map_err(|e| format!("{spec}: not JSON: {e}"))
+}
+
+fn read_pair(
+    old: &str,
+    new: &str,
+    err: &mut dyn Write,
+) -> Option<(serde_json::Value, serde_json::Value)> {
+    match (read_document(old), read_document(new)) {
+        (Ok(a), Ok(b)) => Some((a, b)),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = writeln!(err, "contractgen: {e}");
+            None
+        }
+    }
+}
+
+fn diff(old: &str, new: &str, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let Some((a, b)) = read_pair(old, new, err) else {
+        return EXIT_USAGE;
+    };
+    let findings = breaking::compare(&a, &b);
+    let all = [
+        breaking::Category::Wire,
+        breaking::Category::Source,
+        breaking::Category::Compatible,
+    ];
+    let (text, _) = breaking::report(&findings, &all);
+    let _ = write!(out, "{text}");
+    let changes = breaking::changes(&a, &b);
+    let mut section = "";
+    for c in &changes {
+        let s = breaking::section_of(&c.pointer);
+        if s != section {
+            section = s;
+            let _ = writeln!(out, "changes: {s}");
+        }
+        let _ = writeln!(out, "  {}", describe(c));
+    }
+    let _ = writeln!(
+        err,
+        "{} classified finding(s), {} changed value(s)",
+        findings.len(),
+        changes.len()
+    );
+    EXIT_OK
+}
+
+/// One raw change on a line, long values cut.
+fn describe(c: &breaking::Change) -> String {
+    let short = |v: &serde_json::Value| {
+        let t = v.to_string();
+        match t.char_indices().nth(60) {
+            Some((i, _)) => format!("{}…", &t[..i]),
+            None => t,
+        }
+    };
+    match (&c.old, &c.new) {
+        (None, Some(v)) => format!("+ {} = {}", c.pointer, short(v)),
+        (Some(v), None) => format!("- {} = {}", c.pointer, short(v)),
+        (Some(a), Some(b)) => format!("~ {}: {} → {}", c.pointer, short(a), short(b)),
+        (None, None) => format!("? {}", c.pointer),
+    }
+}
+
+fn breaking_cmd(
+    old: &str,
+    new: &str,
+    category: BreakingCategory,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let Some((a, b)) = read_pair(old, new, err) else {
+        return EXIT_USAGE;
+    };
+    let wanted: &[breaking::Category] = match category {
+        BreakingCategory::Wire => &[breaking::Category::Wire],
+        BreakingCategory::Source => &[breaking::Category::Source],
+        BreakingCategory::All => &[breaking::Category::Wire, breaking::Category::Source],
+    };
+    let findings = breaking::compare(&a, &b);
+    let (text, n) = breaking::report(&findings, wanted);
+    let _ = write!(out, "{text}");
+    if n == 0 {
+        let _ = writeln!(err, "no breaking change");
+        EXIT_OK
+    } else if breaking::major_bumped(&a, &b) {
+        let _ = writeln!(
+            err,
+            "{n} breaking change(s), announced by the major version"
+        );
+        EXIT_OK
+    } else {
+        let _ = writeln!(err, "{n} breaking change(s)");
+        EXIT_CONTRACT
     }
 }
 

@@ -1,0 +1,466 @@
+//! `contractgen breaking`'s rule table: for every rule an OLD/NEW pair that
+//! triggers it and a near miss that must not, both edits of the jobs contract
+//! (proxy/tests/fixtures/jobs.json, not a built-in); that every rule has its
+//! pair; that docs/breaking.md holds the generated table; and the CLI's exit codes.
+
+use contractgen::breaking::{self, Category, RULES};
+use serde_json::{Value, json};
+
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// jobs.json with what the cases need besides: a code table, a version set and a
+/// spare named type.
+fn base() -> Value {
+    let text =
+        std::fs::read_to_string(root().join("proxy/tests/fixtures/jobs.json")).expect("jobs.json");
+    let mut c: Value = serde_json::from_str(&text).expect("json");
+    c["codes"] = json!({"closeCodes": {"kind": "close-code", "description": "closes", "seed": "§1",
+        "values": [{"value": 4001, "name": "BAD", "description": "bad"}, {"value": 4002, "name": "GONE", "description": "gone"}]}});
+    c["versions"] = json!([{"name": "protocol", "values": [1, 2], "where": "/v", "description": "versions", "seed": "§1"}]);
+    c["$defs"]["Spare"] = json!({"type": "string"});
+    c
+}
+
+type Edit = fn(&mut Value);
+
+/// (rule, trigger, near miss).
+fn cases() -> Vec<(&'static str, Edit, Edit)> {
+    vec![
+        (
+            "contract-renamed",
+            |c| c["name"] = json!("jobs2"),
+            |c| c["title"] = json!("another title"),
+        ),
+        (
+            "method-removed",
+            |c| remove(c, "/methods", "job.end"),
+            |c| c["methods"]["job.end"]["description"] = json!("ends, politely"),
+        ),
+        (
+            "method-added",
+            |c| c["methods"]["job.pause"] = c["methods"]["job.end"].clone(),
+            |c| c["methods"]["job.end"]["seed"] = json!("§9"),
+        ),
+        (
+            "method-kind-changed",
+            |c| c["methods"]["job.end"]["kind"] = json!("request"),
+            |c| c["methods"]["job.end"]["kind"] = json!("notification"),
+        ),
+        (
+            "method-channel-changed",
+            |c| c["methods"]["job.end"]["channel"] = json!("side"),
+            |c| c["methods"]["job.end"]["channel"] = json!("main"),
+        ),
+        (
+            "method-senders-changed",
+            |c| c["methods"]["job.end"]["from"] = json!(["client", "runner"]),
+            |c| c["methods"]["job.end"]["from"] = json!(["client"]),
+        ),
+        // A bound added: old senders may send a longer `data`.
+        (
+            "message-narrowed",
+            |c| c["methods"]["job.upload"]["params"]["properties"]["data"]["maxLength"] = json!(10),
+            |c| {
+                c["methods"]["job.upload"]["params"]["properties"]["data"]["description"] =
+                    json!("bytes, as text")
+            },
+        ),
+        // A property added to a closed object: old receivers refuse it. The near miss
+        // adds it where the object was open on both sides.
+        (
+            "message-widened",
+            |c| {
+                c["methods"]["job.upload"]["params"]["properties"]["note"] =
+                    json!({"type": "string"})
+            },
+            |c| {
+                open_upload(c);
+                c["methods"]["job.upload"]["params"]["properties"]["note"] =
+                    json!({"type": "string"});
+            },
+        ),
+        (
+            "method-error-added",
+            |c| c["methods"]["job.upload"]["errors"] = json!([-32001, -32002]),
+            |c| c["methods"]["job.start"]["errors"] = json!([-32001, -32002]),
+        ),
+        (
+            "method-error-removed",
+            |c| c["methods"]["job.start"]["errors"] = json!([-32001]),
+            |c| c["methods"]["job.start"]["errors"] = json!([-32002, -32001]),
+        ),
+        (
+            "error-removed",
+            |c| drop_error(c, -32002),
+            |c| c["errors"][3]["description"] = json!("slower, please"),
+        ),
+        (
+            "error-added",
+            |c| push_error(c, -32010, "LATE"),
+            |c| c["errors"][0]["seed"] = json!("§9"),
+        ),
+        (
+            "error-renumbered",
+            |c| c["errors"][3]["code"] = json!(-32012),
+            |c| {
+                c["errors"][3]["code"] = json!(-32012);
+                c["errors"][3]["name"] = json!("SLOW")
+            },
+        ),
+        (
+            "error-renamed",
+            |c| c["errors"][3]["name"] = json!("RATE"),
+            |c| c["errors"][3]["name"] = json!("TOO_FAST"),
+        ),
+        (
+            "error-meaning-changed",
+            |c| c["errors"][3]["retryable"] = json!(false),
+            |c| c["errors"][3]["retryable"] = json!(true),
+        ),
+        (
+            "code-removed",
+            |c| {
+                c["codes"]["closeCodes"]["values"] =
+                    json!([{"value": 4001, "name": "BAD", "description": "bad"}])
+            },
+            |c| c["codes"]["closeCodes"]["values"][1]["description"] = json!("went away"),
+        ),
+        (
+            "code-added",
+            |c| {
+                push(
+                    c,
+                    "/codes/closeCodes/values",
+                    json!({"value": 4003, "name": "NEW", "description": "new"}),
+                )
+            },
+            |c| c["codes"]["closeCodes"]["description"] = json!("how it closes"),
+        ),
+        (
+            "code-renumbered",
+            |c| c["codes"]["closeCodes"]["values"][1]["value"] = json!(4009),
+            |c| c["codes"]["closeCodes"]["values"][1]["value"] = json!(4002),
+        ),
+        (
+            "code-renamed",
+            |c| c["codes"]["closeCodes"]["values"][1]["name"] = json!("AWAY"),
+            |c| c["codes"]["closeCodes"]["values"][1]["name"] = json!("GONE"),
+        ),
+        (
+            "limit-lowered",
+            |c| c["limits"]["lineMax"]["value"] = json!(32),
+            |c| c["limits"]["lineMax"]["value"] = json!(64),
+        ),
+        (
+            "limit-raised",
+            |c| c["limits"]["lineMax"]["value"] = json!(128),
+            |c| c["limits"]["lineMax"]["description"] = json!("the longest line"),
+        ),
+        (
+            "limit-changed",
+            |c| c["limits"]["greetSeconds"]["value"] = json!(10),
+            |c| c["limits"]["greetSeconds"]["onExpiry"] = json!("dropped"),
+        ),
+        (
+            "limit-removed",
+            |c| remove(c, "/limits", "startRate"),
+            |c| c["limits"]["startRate"]["seed"] = json!("§9"),
+        ),
+        (
+            "limit-added",
+            |c| c["limits"]["idleSeconds"] = c["limits"]["greetSeconds"].clone(),
+            |c| c["limits"]["greetSeconds"]["seed"] = json!("§9"),
+        ),
+        (
+            "machine-removed",
+            |c| remove(c, "/stateMachines", "job"),
+            |c| c["stateMachines"]["job"]["description"] = json!("a job"),
+        ),
+        (
+            "machine-added",
+            |c| c["stateMachines"]["job2"] = c["stateMachines"]["job"].clone(),
+            |c| c["stateMachines"]["job"]["seed"] = json!("§9"),
+        ),
+        (
+            "state-removed",
+            |c| remove(c, "/stateMachines/session/states", "closed"),
+            |c| c["stateMachines"]["session"]["states"]["closed"] = json!("gone"),
+        ),
+        (
+            "transition-removed",
+            |c| remove_item(c, "/stateMachines/session/transitions", 2),
+            |c| c["stateMachines"]["session"]["transitions"][2]["on"] = json!("goodbye"),
+        ),
+        (
+            "transition-added",
+            |c| {
+                push(
+                    c,
+                    "/stateMachines/job/transitions",
+                    json!({"from": "running", "to": "ended", "on": "job.status", "trigger": {"event": "message", "method": "job.status"}}),
+                )
+            },
+            |c| c["stateMachines"]["job"]["transitions"][0]["on"] = json!("start"),
+        ),
+        (
+            "allows-narrowed",
+            |c| c["stateMachines"]["job"]["allows"]["job.status"] = json!([]),
+            |c| c["stateMachines"]["job"]["allows"]["job.status"] = json!(["running"]),
+        ),
+        (
+            "allows-widened",
+            |c| c["stateMachines"]["session"]["allows"]["job.start"] = json!(["ready", "greeting"]),
+            |c| c["stateMachines"]["session"]["allows"]["job.start"] = json!(["ready"]),
+        ),
+        (
+            "channel-removed",
+            |c| {
+                let ch = c["channels"]["main"].clone();
+                c["channels"] = json!({"other": ch})
+            },
+            |c| c["channels"]["main"]["description"] = json!("the line"),
+        ),
+        (
+            "channel-added",
+            |c| c["channels"]["side"] = c["channels"]["main"].clone(),
+            |c| c["channels"]["main"]["seed"] = json!("§9"),
+        ),
+        (
+            "framing-changed",
+            |c| c["channels"]["main"]["framing"]["lineMeasure"] = json!("utf16"),
+            |c| c["channels"]["main"]["framing"]["lineMeasure"] = json!("bytes"),
+        ),
+        (
+            "party-removed",
+            |c| remove(c, "/parties", "runner"),
+            |c| c["parties"]["runner"]["description"] = json!("runs"),
+        ),
+        (
+            "party-added",
+            |c| c["parties"]["watcher"] = json!({"description": "watches"}),
+            |c| c["parties"]["client"]["description"] = json!("starts"),
+        ),
+        (
+            "ids-changed",
+            |c| c["parties"]["client"]["ids"]["gapless"] = json!(false),
+            |c| c["parties"]["client"]["ids"]["gapless"] = json!(true),
+        ),
+        (
+            "type-removed",
+            |c| remove(c, "/$defs", "Spare"),
+            |c| c["$defs"]["Spare"]["description"] = json!("spare"),
+        ),
+        (
+            "type-added",
+            |c| c["$defs"]["Other"] = json!({"type": "integer"}),
+            |c| c["$defs"]["Spare"]["title"] = json!("spare"),
+        ),
+        (
+            "versions-changed",
+            |c| c["versions"][0]["values"] = json!([2]),
+            |c| c["versions"][0]["values"] = json!([2, 1]),
+        ),
+        (
+            "versions-added",
+            |c| c["versions"][0]["values"] = json!([1, 2, 3]),
+            |c| c["versions"][0]["description"] = json!("the versions"),
+        ),
+        // Any wire change without a new major; the near miss bumps it.
+        (
+            "major-not-bumped",
+            |c| c["limits"]["lineMax"]["value"] = json!(32),
+            |c| {
+                c["limits"]["lineMax"]["value"] = json!(32);
+                c["version"] = json!("1.0.0")
+            },
+        ),
+    ]
+}
+
+fn remove(c: &mut Value, at: &str, key: &str) {
+    c.pointer_mut(at)
+        .and_then(Value::as_object_mut)
+        .expect(at)
+        .remove(key);
+}
+
+fn remove_item(c: &mut Value, at: &str, i: usize) {
+    c.pointer_mut(at)
+        .and_then(Value::as_array_mut)
+        .expect(at)
+        .remove(i);
+}
+
+fn push(c: &mut Value, at: &str, v: Value) {
+    c.pointer_mut(at)
+        .and_then(Value::as_array_mut)
+        .expect(at)
+        .push(v);
+}
+
+fn drop_error(c: &mut Value, code: i64) {
+    c["errors"]
+        .as_array_mut()
+        .expect("errors")
+        .retain(|e| e["code"] != code);
+}
+
+fn push_error(c: &mut Value, code: i64, name: &str) {
+    push(
+        c,
+        "/errors",
+        json!({"code": code, "name": name, "category": "protocol", "retryable": false, "description": "late", "seed": "§9"}),
+    );
+}
+
+fn open_upload(c: &mut Value) {
+    remove(c, "/methods/job.upload/params", "additionalProperties");
+}
+
+/// The near miss of `message-widened` starts from an open object on both sides.
+fn old_for(rule: &str) -> Value {
+    let mut c = base();
+    if rule == "message-widened" {
+        open_upload(&mut c);
+    }
+    c
+}
+
+fn rules_of(old: &Value, new: &Value) -> Vec<&'static str> {
+    breaking::compare(old, new).iter().map(|f| f.rule).collect()
+}
+
+#[test]
+fn every_rule_fires_on_its_trigger_and_not_on_its_near_miss() {
+    let mut failures = Vec::new();
+    for (rule, trigger, near) in cases() {
+        let old = base();
+        let mut new = old.clone();
+        trigger(&mut new);
+        if !rules_of(&old, &new).contains(&rule) {
+            failures.push(format!(
+                "{rule}: trigger not caught ({:?})",
+                breaking::compare(&old, &new)
+            ));
+        }
+        let old = old_for(rule);
+        let mut new = old.clone();
+        near(&mut new);
+        if rules_of(&old, &new).contains(&rule) {
+            failures.push(format!(
+                "{rule}: near miss reported ({:?})",
+                breaking::compare(&old, &new)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn every_rule_has_its_pair() {
+    let covered: Vec<&str> = cases().iter().map(|c| c.0).collect();
+    let missing: Vec<&str> = RULES
+        .iter()
+        .map(|r| r.id)
+        .filter(|id| !covered.contains(id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "rules without a trigger/near-miss pair: {missing:?}"
+    );
+}
+
+#[test]
+fn an_unchanged_contract_has_no_finding() {
+    for name in contract::builtin_names() {
+        let c = contractgen::read_document(name).expect("builtin");
+        assert_eq!(breaking::compare(&c, &c), vec![], "{name}");
+    }
+}
+
+/// Each finding names where the change is in both files when it is in both.
+#[test]
+fn findings_point_into_both_files() {
+    let old = base();
+    let mut new = old.clone();
+    new["methods"]["job.upload"]["params"]["required"] = json!(["job", "data", "size"]);
+    new["methods"]["job.upload"]["params"]["properties"]["size"] = json!({"type": "integer"});
+    let f = breaking::compare(&old, &new);
+    let narrowed = f
+        .iter()
+        .find(|f| f.rule == "message-narrowed")
+        .expect("narrowed");
+    assert_eq!(narrowed.category(), Category::Wire);
+    assert_eq!(
+        narrowed.old.as_deref(),
+        Some("/methods/job.upload/params"),
+        "{narrowed}"
+    );
+    assert!(narrowed.reason.contains("`size` is required"), "{narrowed}");
+    for p in [&narrowed.old, &narrowed.new].into_iter().flatten() {
+        assert!(old.pointer(p).is_some() || new.pointer(p).is_some(), "{p}");
+    }
+}
+
+#[test]
+fn docs_breaking_md_holds_the_rule_table() {
+    let doc = std::fs::read_to_string(root().join("docs/breaking.md")).expect("docs/breaking.md");
+    assert!(
+        doc.contains(&breaking::rules_markdown()),
+        "docs/breaking.md's rule table is stale; paste in:\n{}",
+        breaking::rules_markdown()
+    );
+}
+
+/// The CLI: exit 1 on a breaking change, 0 when none or when the major went up.
+#[test]
+fn the_cli_exits_by_what_it_finds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, v: &Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, serde_json::to_string_pretty(v).expect("json")).expect("write");
+        p.display().to_string()
+    };
+    let old = base();
+    let mut lowered = old.clone();
+    lowered["limits"]["lineMax"]["value"] = json!(32);
+    let mut bumped = lowered.clone();
+    bumped["version"] = json!("1.0.0");
+    let mut described = old.clone();
+    described["description"] = json!("said otherwise");
+    let (o, l, b, d) = (
+        write("o.json", &old),
+        write("l.json", &lowered),
+        write("b.json", &bumped),
+        write("d.json", &described),
+    );
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_contractgen"))
+            .args(args)
+            .output()
+            .expect("runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, text) = run(&["breaking", &o, &l]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("[limit-lowered]") && text.contains("[major-not-bumped]"),
+        "{text}"
+    );
+    assert_eq!(run(&["breaking", &o, &b]).0, Some(0), "announced by 1.0.0");
+    assert_eq!(run(&["breaking", &o, &d]).0, Some(0), "no breaking change");
+    assert_eq!(
+        run(&["breaking", "--category", "source", &o, &l]).0,
+        Some(0),
+        "nothing source-breaking"
+    );
+    let (code, text) = run(&["diff", &o, &d]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("~ /description"), "{text}");
+    assert_eq!(run(&["breaking", &o, "no/such/file.json"]).0, Some(2));
+}
