@@ -1,0 +1,18 @@
+//! The proxy's WebSocket upgrade parsing: arbitrary bytes as a request head
+//! through `parse_upgrade`. It must not panic; an accepted head has a path
+//! under the listener's, a key of the RFC's length, and no control characters
+//! in what is passed on.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok((hello, key)) = contract_proxy::endpoint::ws::parse_upgrade(data, "/worker") else {
+        return;
+    };
+    assert!(hello.path.starts_with("/worker"), "path {:?}", hello.path);
+    assert_eq!(key.len(), 24, "key {key:?}");
+    for text in hello.subprotocols.iter().chain(hello.authorization.iter()) {
+        assert!(!text.chars().any(char::is_control), "control character in {text:?}");
+    }
+});
