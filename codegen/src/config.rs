@@ -43,6 +43,8 @@ pub struct Config {
     out_dir: Option<PathBuf>,
     lang: Lang,
     templates: Option<PathBuf>,
+    breaking_against: Option<String>,
+    accepted: Vec<String>,
 }
 
 impl Default for Config {
@@ -59,6 +61,8 @@ impl Config {
             out_dir: None,
             lang: Lang::Rust,
             templates: None,
+            breaking_against: None,
+            accepted: Vec::new(),
         }
     }
 
@@ -94,8 +98,71 @@ impl Config {
         self
     }
 
+    /// Refuse to generate from a contract that breaks peers built from its earlier
+    /// version: `git:REV` (the same file at a revision), or a directory holding the
+    /// earlier files under the same names. A breaking change is let through when the
+    /// major version went up, or when [`Config::accept_breaking`] names it.
+    pub fn breaking_against(&mut self, old: impl Into<String>) -> &mut Self {
+        self.breaking_against = Some(old.into());
+        self
+    }
+
+    /// Let one breaking finding through, named `RULE@POINTER` as `contractgen
+    /// breaking` prints it (e.g. `limit-lowered@/limits/lineMax`).
+    pub fn accept_breaking(&mut self, finding: impl Into<String>) -> &mut Self {
+        self.accepted.push(finding.into());
+        self
+    }
+
+    /// The breaking findings of `path` against its earlier version that nobody accepted.
+    fn unannounced(&self, path: &Path, against: &str) -> Result<Vec<String>, GenError> {
+        let old_spec = match against.strip_prefix("git:") {
+            Some(rev) => format!("git:{rev}:{}", path.display()),
+            None => Path::new(against)
+                .join(path.file_name().unwrap_or_default())
+                .display()
+                .to_string(),
+        };
+        let read = |spec: &str| {
+            crate::read_document(spec).map_err(|reason| GenError::Breaking {
+                contract: path.display().to_string(),
+                findings: reason,
+            })
+        };
+        let (old, new) = (read(&old_spec)?, read(&path.display().to_string())?);
+        if crate::breaking::major_bumped(&old, &new) {
+            return Ok(Vec::new());
+        }
+        Ok(crate::breaking::compare(&old, &new)
+            .iter()
+            .filter(|f| f.category() != crate::breaking::Category::Compatible)
+            .map(|f| {
+                let at = f
+                    .new
+                    .as_ref()
+                    .or(f.old.as_ref())
+                    .cloned()
+                    .unwrap_or_default();
+                (format!("{}@{at}", f.rule), f.to_string())
+            })
+            .filter(|(key, _)| !self.accepted.contains(key))
+            .map(|(key, text)| format!("{key}: {}", text.trim()))
+            .collect())
+    }
+
     /// Generate every file without writing anything.
     pub fn generate(&self) -> Result<Vec<GeneratedFile>, GenError> {
+        if let Some(against) = &self.breaking_against {
+            for path in &self.contracts {
+                let left = self.unannounced(path, against)?;
+                if !left.is_empty() {
+                    return Err(GenError::Breaking {
+                        contract: path.display().to_string(),
+                        findings: left.join("\n"),
+                    });
+                }
+            }
+        }
         let mut irs = Vec::new();
         for path in &self.contracts {
             let contract = contract::load(path)?;

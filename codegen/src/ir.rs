@@ -47,6 +47,16 @@ pub enum GenError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The contract breaks peers built from its earlier version, unannounced.
+    #[error(
+        "{contract} breaks peers built from its earlier version (accept a finding with accept_breaking(\"RULE@POINTER\"), or bump the major version):\n{findings}"
+    )]
+    Breaking {
+        /// Contract file.
+        contract: String,
+        /// One line per finding, each starting with the name that accepts it.
+        findings: String,
+    },
     /// A template failed to render.
     #[error("template {template}: {reason}")]
     Template {

@@ -268,8 +268,17 @@ pub fn read_document(spec: &str) -> Result<serde_json::Value, String> {
         let (rev, path) = rest
             .split_once(':')
             .ok_or_else(|| format!("{spec}: expected git:REV:PATH"))?;
+        // Asked from the file's own directory, so a path relative to the caller's works.
+        let path = std::path::Path::new(path);
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
         let out = std::process::Command::new("git")
-            .args(["show", &format!("{rev}:{path}")])
+            .arg("-C")
+            .arg(dir)
+            .args(["show", &format!("{rev}:./{name}")])
             .output()
             .map_err(|e| format!("{spec}: cannot run git: {e}"))?;
         if !out.status.success() {

@@ -464,3 +464,60 @@ fn the_cli_exits_by_what_it_finds() {
     assert!(text.contains("~ /description"), "{text}");
     assert_eq!(run(&["breaking", &o, "no/such/file.json"]).0, Some(2));
 }
+
+/// build.rs: `breaking_against` refuses an unannounced breaking edit, from a
+/// directory of earlier files or from a git revision; `accept_breaking` names
+/// each finding it lets through.
+#[test]
+fn config_refuses_an_unannounced_breaking_edit() {
+    let old_dir = tempfile::tempdir().expect("tempdir");
+    let repo = tempfile::tempdir().expect("tempdir");
+    let old = base();
+    let mut new = old.clone();
+    new["limits"]["lineMax"]["value"] = json!(32);
+    let text = |v: &Value| serde_json::to_string_pretty(v).expect("json");
+    std::fs::write(old_dir.path().join("jobs.json"), text(&old)).expect("write");
+    let file = repo.path().join("jobs.json");
+    std::fs::write(&file, text(&old)).expect("write");
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo.path())
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .expect("git runs")
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "jobs.json"]);
+    git(&["commit", "-q", "-m", "old"]);
+    std::fs::write(&file, text(&new)).expect("write");
+    for against in [old_dir.path().display().to_string(), "git:HEAD".to_string()] {
+        let mut cfg = contractgen::Config::new();
+        cfg.lang(contractgen::Lang::Docs)
+            .contract(&file)
+            .breaking_against(&against);
+        let e = cfg.generate().expect_err("refused").to_string();
+        assert!(
+            e.contains("limit-lowered@/limits/lineMax"),
+            "{against}: {e}"
+        );
+        assert!(e.contains("major-not-bumped@/version"), "{against}: {e}");
+        cfg.accept_breaking("limit-lowered@/limits/lineMax");
+        let e = cfg.generate().expect_err("one finding left").to_string();
+        assert!(!e.contains("limit-lowered"), "{e}");
+        cfg.accept_breaking("major-not-bumped@/version");
+        assert!(cfg.generate().is_ok(), "{against}: both accepted");
+    }
+    let mut bumped = new.clone();
+    bumped["version"] = json!("1.0.0");
+    std::fs::write(&file, text(&bumped)).expect("write");
+    let mut cfg = contractgen::Config::new();
+    cfg.lang(contractgen::Lang::Docs)
+        .contract(&file)
+        .breaking_against("git:HEAD");
+    assert!(cfg.generate().is_ok(), "announced by the major version");
+}
