@@ -521,3 +521,68 @@ fn config_refuses_an_unannounced_breaking_edit() {
         .breaking_against("git:HEAD");
     assert!(cfg.generate().is_ok(), "announced by the major version");
 }
+
+/// Where the replayed history ends: a fixed commit, so the snapshot changes only
+/// when this line moves (move it to review the breaking edits made since).
+const HISTORY_END: &str = "674f47ac80d5";
+
+fn git(args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root())
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {} (this test needs the repository's history: a clone without --depth)",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The built-in contracts' git history through `breaking`, commit by commit: the
+/// breaking edits the project has already made, for review.
+#[test]
+fn the_history_of_the_built_in_contracts() {
+    let mut report = String::new();
+    for name in ["kernel", "xsession", "rukh", "toolchannel"] {
+        let path = format!("schema/contracts/{name}.json");
+        let log = git(&[
+            "log",
+            "--reverse",
+            "--format=%h %s",
+            HISTORY_END,
+            "--",
+            &path,
+        ]);
+        let commits: Vec<(&str, &str)> = log.lines().filter_map(|l| l.split_once(' ')).collect();
+        report.push_str(&format!("## {name}: {} commits\n", commits.len()));
+        let doc = |rev: &str| -> Value {
+            serde_json::from_str(&git(&["show", &format!("{rev}:{path}")])).expect("json")
+        };
+        for pair in commits.windows(2) {
+            let (a, b) = (doc(pair[0].0), doc(pair[1].0));
+            let findings: Vec<_> = breaking::compare(&a, &b)
+                .into_iter()
+                .filter(|f| f.category() != Category::Compatible)
+                .collect();
+            let subject: String = pair[1].1.chars().take(70).collect();
+            report.push_str(&format!(
+                "{} {subject}: {} breaking\n",
+                pair[1].0,
+                findings.len()
+            ));
+            for f in findings {
+                let at = f
+                    .new
+                    .as_ref()
+                    .or(f.old.as_ref())
+                    .cloned()
+                    .unwrap_or_default();
+                report.push_str(&format!("  {}@{at}\n", f.rule));
+            }
+        }
+    }
+    insta::assert_snapshot!(report);
+}
