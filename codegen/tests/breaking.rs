@@ -586,3 +586,282 @@ fn the_history_of_the_built_in_contracts() {
     }
     insta::assert_snapshot!(report);
 }
+
+// ---------------------------------------------------------------------------
+// By example: instances generated from each side's schema, validated against the
+// other. Where the rules find no narrowing, every instance of OLD must pass NEW;
+// where they find no widening, every instance of NEW must pass OLD. An instance
+// that fails where the rules said "fine" is a bug in the rules.
+
+/// A method part's schema as a standalone document (its `$defs` alongside).
+fn standalone(doc: &Value, at: &str) -> Option<Value> {
+    let part = doc.pointer(at)?;
+    let mut root = serde_json::Map::new();
+    root.insert(
+        "$defs".into(),
+        doc.get("$defs").cloned().unwrap_or(json!({})),
+    );
+    match part {
+        Value::Object(m) => root.extend(
+            m.iter()
+                .filter(|(k, _)| *k != "$defs")
+                .map(|(k, v)| (k.clone(), v.clone())),
+        ),
+        Value::Bool(false) => {
+            root.insert("not".into(), json!({}));
+        }
+        _ => {}
+    }
+    Some(Value::Object(root))
+}
+
+/// Instances of the schema at `at` in `doc`: boundary values, each enum member, each
+/// optional property present and absent. Not all need be valid: callers keep those
+/// their own schema accepts.
+fn instances(doc: &Value, at: &str, depth: usize) -> Vec<Value> {
+    let Some(s) = doc.pointer(at) else {
+        return vec![];
+    };
+    if depth > 6 {
+        return vec![json!(null)];
+    }
+    if let Some(r) = s
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix('#'))
+    {
+        return instances(doc, r, depth + 1);
+    }
+    if let Some(c) = s.get("const") {
+        return vec![c.clone()];
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array) {
+        return e.clone();
+    }
+    for kw in ["anyOf", "oneOf", "allOf"] {
+        if let Some(b) = s.get(kw).and_then(Value::as_array) {
+            return (0..b.len())
+                .flat_map(|i| instances(doc, &format!("{at}/{kw}/{i}"), depth + 1))
+                .collect();
+        }
+    }
+    let types: Vec<String> = match s.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        _ if s.get("properties").is_some() => vec!["object".into()],
+        _ => vec![
+            "null".into(),
+            "integer".into(),
+            "string".into(),
+            "object".into(),
+            "array".into(),
+        ],
+    };
+    types
+        .iter()
+        .flat_map(|t| of_type(doc, at, s, t, depth))
+        .collect()
+}
+
+fn of_type(doc: &Value, at: &str, s: &Value, t: &str, depth: usize) -> Vec<Value> {
+    let n = |k: &str| s.get(k).and_then(Value::as_f64);
+    match t {
+        "null" => vec![json!(null)],
+        "boolean" => vec![json!(true), json!(false)],
+        "integer" | "number" => {
+            let mut v: Vec<Value> = [
+                n("minimum"),
+                n("maximum"),
+                Some(0.0),
+                Some(1.0),
+                Some(-1.0),
+                Some(1e6),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|x| json!(x as i64))
+            .collect();
+            if t == "number" {
+                v.push(json!(0.5));
+            }
+            v
+        }
+        "string" => {
+            let (lo, hi) = (
+                n("minLength").unwrap_or(0.0) as usize,
+                n("maxLength").map(|x| x as usize),
+            );
+            let mut v = vec![json!("x".repeat(lo)), json!("x".repeat(lo.max(3)))];
+            v.extend(hi.map(|h| json!("x".repeat(h))));
+            v.push(json!("x".repeat(hi.unwrap_or(64) + 1)));
+            v
+        }
+        "array" => {
+            let items = instances(doc, &format!("{at}/items"), depth + 1);
+            let mut v = vec![json!([])];
+            if let Some(first) = items.first() {
+                v.push(json!([first]));
+            }
+            v
+        }
+        "object" => objects(doc, at, s, depth),
+        _ => vec![],
+    }
+}
+
+fn objects(doc: &Value, at: &str, s: &Value, depth: usize) -> Vec<Value> {
+    let empty = serde_json::Map::new();
+    let props = s
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let required: Vec<&str> = s
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let first = |name: &str| {
+        instances(
+            doc,
+            &format!(
+                "{at}/properties/{}",
+                name.replace('~', "~0").replace('/', "~1")
+            ),
+            depth + 1,
+        )
+        .into_iter()
+        .next()
+        .unwrap_or(json!(null))
+    };
+    let mut base = serde_json::Map::new();
+    for r in &required {
+        base.insert(r.to_string(), first(r));
+    }
+    let mut out = vec![Value::Object(base.clone())];
+    let mut all = base.clone();
+    for name in props.keys() {
+        let mut one = base.clone();
+        one.insert(name.clone(), first(name));
+        all.insert(name.clone(), first(name));
+        out.push(Value::Object(one));
+        // Each value of each property, in the required base.
+        for v in instances(
+            doc,
+            &format!(
+                "{at}/properties/{}",
+                name.replace('~', "~0").replace('/', "~1")
+            ),
+            depth + 1,
+        )
+        .into_iter()
+        .take(6)
+        {
+            let mut o = base.clone();
+            o.insert(name.clone(), v);
+            out.push(Value::Object(o));
+        }
+    }
+    out.push(Value::Object(all.clone()));
+    let mut extra = all;
+    extra.insert("zz_extra".into(), json!(1));
+    out.push(Value::Object(extra));
+    out
+}
+
+fn validator(doc: &Value, at: &str) -> Option<jsonschema::Validator> {
+    jsonschema::draft202012::new(&standalone(doc, at)?).ok()
+}
+
+/// Instances of OLD's `at` that OLD accepts and NEW refuses (and the reverse).
+fn disagreements(from: &Value, to: &Value, at: &str) -> Vec<Value> {
+    let (Some(own), Some(other)) = (validator(from, at), validator(to, at)) else {
+        return vec![];
+    };
+    instances(from, at, 0)
+        .into_iter()
+        .filter(|i| own.is_valid(i) && !other.is_valid(i))
+        .collect()
+}
+
+/// Every method part of both documents where the rules said "compatible" in a
+/// direction and an instance says otherwise.
+fn unsound(old: &Value, new: &Value) -> Vec<String> {
+    let findings = breaking::compare(old, new);
+    let said = |rule: &str, at: &str| {
+        findings
+            .iter()
+            .any(|f| f.rule == rule && f.reason.starts_with(at))
+    };
+    let mut out = Vec::new();
+    let methods = old["methods"].as_object().cloned().unwrap_or_default();
+    for (name, _) in methods
+        .iter()
+        .filter(|(n, _)| new["methods"].get(n.as_str()).is_some())
+    {
+        for part in ["params", "result"] {
+            let at = format!(
+                "/methods/{}/{part}",
+                name.replace('~', "~0").replace('/', "~1")
+            );
+            if old.pointer(&at).is_none() || new.pointer(&at).is_none() {
+                continue;
+            }
+            let label = format!("{name} {part}");
+            if !said("message-narrowed", &label) {
+                for i in disagreements(old, new, &at).into_iter().take(1) {
+                    out.push(format!("{label}: not narrowed, yet NEW refuses old {i}"));
+                }
+            }
+            if !said("message-widened", &label) {
+                for i in disagreements(new, old, &at).into_iter().take(1) {
+                    out.push(format!("{label}: not widened, yet OLD refuses new {i}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn generated_instances_agree_with_the_rules_on_every_case() {
+    let mut bad = Vec::new();
+    for (rule, trigger, near) in cases() {
+        for (kind, edit) in [("trigger", trigger), ("near miss", near)] {
+            let old = old_for(rule);
+            let mut new = old.clone();
+            edit(&mut new);
+            bad.extend(
+                unsound(&old, &new)
+                    .into_iter()
+                    .map(|u| format!("{rule} {kind}: {u}")),
+            );
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn generated_instances_agree_with_the_rules_on_the_project_history() {
+    let mut bad = Vec::new();
+    for name in ["kernel", "xsession", "rukh", "toolchannel"] {
+        let path = format!("schema/contracts/{name}.json");
+        let log = git(&["log", "--reverse", "--format=%h", HISTORY_END, "--", &path]);
+        let docs: Vec<Value> = log
+            .lines()
+            .map(|rev| {
+                serde_json::from_str(&git(&["show", &format!("{rev}:{path}")])).expect("json")
+            })
+            .collect();
+        for pair in docs.windows(2) {
+            bad.extend(
+                unsound(&pair[0], &pair[1])
+                    .into_iter()
+                    .map(|u| format!("{name}: {u}")),
+            );
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
