@@ -177,7 +177,7 @@ async def ws_scenario(rng, url, protocol, counts):
 async def worker(n, args, deadline, where, quic_config, ws_url, protocol, counts, errors):
     rng = random.Random(args.seed * 1000 + n)
     while time.monotonic() < deadline:
-        kind = rng.choice(["unix", "tcp", "quic", "ws"])
+        kind = rng.choice(args.only or ["unix", "tcp", "quic", "ws"])
         try:
             if kind == "ws":
                 await ws_scenario(rng, ws_url, protocol, counts)
@@ -222,6 +222,8 @@ async def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--proxy", default=str(ROOT / "target/release/contract-proxy"))
+    ap.add_argument("--only", choices=["unix", "tcp", "quic", "ws"], action="append",
+                    help="drive only these routes (repeatable; default all four)")
     args = ap.parse_args()
     if args.minutes < 2.5:
         sys.exit("soak: at least 2.5 minutes (the verdict compares the second minute with the last)")
@@ -302,6 +304,10 @@ upstream = "ws://127.0.0.1:{ws_port}/worker"
     print("|---|---|---|---|---|")
     for what, a, b, peak, within in rows:
         print(f"| {what} | {a:g} | {b:g} | {peak:g} | {within} |")
+    per_minute = [samples[i][0] for i in range(0, len(samples), 60)]
+    print("\nRSS (KiB) at the start of each minute: " + ", ".join(str(x) for x in per_minute))
+    (tmp / "samples.csv").write_text("second,rss_kib,open_files\n" + "".join(
+        f"{i},{r},{f}\n" for i, (r, f) in enumerate(samples)))
     print("\nscenarios: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     print("ended by an error (many on purpose): " + (", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none"))
     print(f"proxy log: {tmp / 'proxy.log'}")

@@ -448,8 +448,13 @@ pub async fn serve(
         let incoming = tokio::select! {
             r = listener.accept() => r,
             () = stopped(&mut stop) => break,
-            Some(done) = tasks.join_next(), if once && !tasks.is_empty() => {
-                return Ok(done.unwrap_or_default());
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                if once {
+                    return Ok(done.unwrap_or_default());
+                }
+                // A finished connection's task is reaped here: a JoinSet keeps every
+                // finished task until it is joined, which grew the proxy per connection.
+                continue;
             }
         };
         let incoming = match incoming {

@@ -228,13 +228,8 @@ async fn websocket_the_contract_close_code_arrives_every_time() {
     };
     let py = common::peers_python();
     let peers = common::root().join("proxy/tests/peers");
-    let mut host = tokio::process::Command::new(&py)
-        .arg(peers.join("ws_server.py"))
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("ws_server.py starts");
-    let port = first_port(&mut host).await;
+    let mut host = common::PyPeer::start("ws_server.py", &[]);
+    let port = host.port().await;
     let p = harness::run(&[
         "--contract",
         "toolchannel",
@@ -275,22 +270,6 @@ async fn websocket_the_contract_close_code_arrives_every_time() {
         "{} of {ROUNDS} rounds did not see {max} replies and close {code}: {bad:?}",
         bad.len()
     );
-}
-
-/// The port a peer script reports in its first line (`{"event": "listening", "port": N}`).
-async fn first_port(child: &mut tokio::process::Child) -> u16 {
-    use tokio::io::AsyncBufReadExt;
-    let out = child.stdout.take().expect("stdout");
-    let mut lines = tokio::io::BufReader::new(out).lines();
-    let line = timeout(DEADLINE, lines.next_line())
-        .await
-        .expect("the peer reports its port in time")
-        .expect("read")
-        .expect("a line (websockets missing? run scripts/peers-venv.sh)");
-    let v: Value = serde_json::from_str(&line).expect("json");
-    // Keep draining, so the peer never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    v["port"].as_u64().expect("port") as u16
 }
 
 /// `count` rounds of aioquic clients against a proxy relaying the contract at

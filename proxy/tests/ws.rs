@@ -19,7 +19,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
@@ -27,6 +27,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 
 /// Deadline for any single step of a test.
+mod common;
 mod harness;
 
 const T: Duration = Duration::from_secs(20);
@@ -51,46 +52,22 @@ fn peer(script: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers")).join(script)
 }
 
-/// The Python `websockets` upstream, with its JSON-lines report.
+/// The Python `websockets` upstream (tests/peers/ws_server.py), with its JSON-lines report.
 struct Server {
-    _child: Child,
-    lines: tokio::io::Lines<BufReader<ChildStdout>>,
+    peer: common::PyPeer,
     port: u16,
 }
 
 impl Server {
     async fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(python())
-            .arg(peer("ws_server.py"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("ws_server.py starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut s = Server {
-            _child: child,
-            lines: BufReader::new(stdout).lines(),
-            port: 0,
-        };
-        let l = s.event("listening").await;
-        s.port = l["port"].as_u64().expect("port") as u16;
-        s
+        let mut peer = common::PyPeer::start("ws_server.py", args);
+        let port = peer.port().await;
+        Server { peer, port }
     }
 
     /// The next report line with `"event": name`, skipping others.
     async fn event(&mut self, name: &str) -> Value {
-        loop {
-            let line = timeout(T, self.lines.next_line())
-                .await
-                .unwrap_or_else(|_| panic!("server event {name:?} in time"))
-                .expect("read server stdout")
-                .unwrap_or_else(|| panic!("server exited before {name:?} (websockets missing? run scripts/peers-venv.sh)"));
-            let v: Value = serde_json::from_str(&line).expect("json line");
-            if v["event"] == name {
-                return v;
-            }
-        }
+        self.peer.event(name).await
     }
 
     fn addr(&self) -> String {

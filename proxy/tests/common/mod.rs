@@ -237,3 +237,63 @@ pub fn finish(mut child: Child, limit: Duration) -> Run {
         stderr: t_err.join().expect("stderr thread"),
     }
 }
+
+/// A Python peer script (tests/peers/) run with the peers' Python, reporting JSON
+/// lines on stdout (`{"event": …}`); killed when dropped.
+pub struct PyPeer {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl PyPeer {
+    /// Start `script` with `args`.
+    pub fn start(script: &str, args: &[&str]) -> PyPeer {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(peers_python())
+            .arg(root().join("proxy/tests/peers").join(script))
+            .args(args)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{script} starts: {e}"));
+        let out = child.stdout.take().expect("stdout");
+        PyPeer {
+            child,
+            lines: tokio::io::BufReader::new(out).lines(),
+        }
+    }
+
+    /// The next report line, whatever its event.
+    pub async fn next(&mut self) -> serde_json::Value {
+        let line = tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
+            .await
+            .expect("a peer report in time")
+            .expect("read the peer's stdout")
+            .expect("the peer still runs (websockets missing? run scripts/peers-venv.sh)");
+        serde_json::from_str(&line).expect("a JSON line")
+    }
+
+    /// The next report with `"event": name`, skipping others.
+    pub async fn event(&mut self, name: &str) -> serde_json::Value {
+        loop {
+            let v = self.next().await;
+            if v["event"] == name {
+                return v;
+            }
+        }
+    }
+
+    /// The port of its `{"event": "listening", "port": N}` report.
+    pub async fn port(&mut self) -> u16 {
+        let v = self.event("listening").await;
+        v["port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .expect("a port")
+    }
+
+    /// Kill it now (a peer that dies).
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("kill the peer");
+    }
+}
