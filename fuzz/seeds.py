@@ -53,3 +53,21 @@ for mname, ex, m in examples("toolchannel"):
     party = 0 if ex.get("from") == "worker" else 1
     answers = methods.index(mname) + 1 if ex.get("part") in ("result", "error") else 0
     write("classify_toolchannel", bytes([(answers << 1) | party]) + m)
+
+# Targets beyond the decoders.
+write("ws_upgrade", b"GET /worker?s=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+      b"Sec-WebSocket-Protocol: agentfy.worker.v1\r\nAuthorization: Bearer t0k\r\n\r\n")
+doc = (root / "../docs/proxy.md").read_text()
+start = doc.index('mode = "observe"')
+write("config_toml", doc[start:doc.index("```", start)].encode())
+write("config_toml", b'[[route]]\ncontract = "rukh"\nlisten = "tcp:0"\nupstream = "tcp:127.0.0.1:9"\n'
+      b'[[route.ratelimit]]\nmethod = "rukh.log"\nburst = 5\nper_second = 1.0\n')
+for name in contracts:
+    src = root / (f"../schema/contracts/{name}.json" if name != "lsp" else "../examples/lsp/lsp.json")
+    write("contract_check", src.read_bytes())
+write("contract_check", (root / "../proxy/tests/fixtures/jobs.json").read_bytes())
+# A recording: `contract-proxy run --record` output, if one was made for the seeds
+# (fuzz/seed.rec, gitignored); without it the fuzzer starts from the magic line.
+rec = root / "seed.rec"
+write("recording", rec.read_bytes() if rec.exists() else b"CPREC1\n")
