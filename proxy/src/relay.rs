@@ -104,6 +104,8 @@ pub struct Stats {
     pub notified: AtomicU64,
     /// delivery_status frames that could not be delivered (inbox gone or too slow).
     pub notify_failed: AtomicU64,
+    /// Bytes a peer sent after its connection was closed, read and dropped.
+    pub discarded: AtomicU64,
 }
 
 impl Stats {
@@ -111,12 +113,13 @@ impl Stats {
     pub fn enforcement_line(&self) -> String {
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
-            "{} held for credit, {} sent on a party's behalf, {} connections closed, {} inbox notices ({} failed)",
+            "{} held for credit, {} sent on a party's behalf, {} connections closed, {} inbox notices ({} failed), {} bytes discarded after a close",
             n(&self.held),
             n(&self.sent),
             n(&self.closed),
             n(&self.notified),
-            n(&self.notify_failed)
+            n(&self.notify_failed),
+            n(&self.discarded)
         )
     }
 }
@@ -745,16 +748,27 @@ impl FrameIn {
 
     /// Discard everything up to the peer's end. Memory stays at one small buffer:
     /// nothing is framed, and a message transport caps what it buffers.
-    async fn drain(&mut self) {
+    /// What is dropped is counted into `dropped` as it goes (the caller may give up
+    /// at a deadline).
+    async fn drain(&mut self, dropped: &mut u64) {
         match self {
             FrameIn::Stream { rd, buf, .. } => {
+                *dropped += buf.len() as u64;
                 buf.clear();
                 let mut scrap = [0u8; 4096];
                 while let Ok(n) = rd.read(&mut scrap).await
                     && n > 0
-                {}
+                {
+                    *dropped += n as u64;
+                }
             }
-            FrameIn::Msgs(s, _) => while let Some(Ok(_)) = s.next().await {},
+            FrameIn::Msgs(s, _) => {
+                while let Some(Ok(m)) = s.next().await {
+                    if let Msg::Text(b) | Msg::Binary(b) = m {
+                        *dropped += b.len() as u64;
+                    }
+                }
+            }
         }
     }
 
@@ -881,11 +895,15 @@ async fn wind_down<F: Future>(pump: &mut std::pin::Pin<&mut F>, done: bool) {
 /// kernel send a reset, and a reset destroys what was still in flight: the close
 /// frame or the last error envelope the contract says the peer must see (RFC 6455
 /// §7.1.1 asks for the closing handshake for the same reason).
-async fn linger(client: &mut FrameIn, upstream: &mut FrameIn) {
+/// Returns the bytes dropped from each side (client, upstream), frames they had
+/// begun included.
+async fn linger(client: &mut FrameIn, upstream: &mut FrameIn) -> (u64, u64) {
+    let (mut c, mut u) = (0, 0);
     let _ = tokio::time::timeout(LINGER, async {
-        tokio::join!(client.drain(), upstream.drain());
+        tokio::join!(client.drain(&mut c), upstream.drain(&mut u));
     })
     .await;
+    (c, u)
 }
 
 enum FrameOut {
@@ -1216,7 +1234,20 @@ pub async fn relay(
         result
     };
     // Both ends have been told (EOF or a close): hear them out before letting go.
-    linger(&mut cin, &mut uin).await;
+    let (from_client, from_upstream) = linger(&mut cin, &mut uin).await;
+    if from_client + from_upstream > 0 {
+        shared
+            .stats
+            .discarded
+            .fetch_add(from_client + from_upstream, Ordering::Relaxed);
+        shared.note(
+            &route.name,
+            conn,
+            &format!(
+                "after the close: dropped {from_client} bytes from the client, {from_upstream} from the upstream"
+            ),
+        );
+    }
     let closed = inspector
         .lock()
         .map(|mut i| i.close(Instant::now()))

@@ -163,7 +163,7 @@ async fn unix_the_last_reply_and_eof_arrive_every_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (listen, up) = (dir.path().join("p.sock"), dir.path().join("up.sock"));
     quiet_upstream(tokio::net::UnixListener::bind(&up).expect("bind"));
-    let _p = enforce(&path.display().to_string(), &ep(&listen), &ep(&up));
+    let mut p = enforce(&path.display().to_string(), &ep(&listen), &ep(&up));
     wait_for(&listen).await;
     let mut rounds = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
@@ -173,6 +173,15 @@ async fn unix_the_last_reply_and_eof_arrive_every_time() {
         rounds.push(byte_round(s).await);
     }
     assert_rounds(&c, &rounds);
+    // What the client sent after its close was read and dropped, and counted.
+    let note = p.note("after the close: dropped").await;
+    let from_client: u64 = note
+        .split("dropped ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("a byte count");
+    assert!(from_client > 0, "{note}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
