@@ -1199,6 +1199,30 @@ mod tests {
         );
     }
 
+    /// Found by the ws_upgrade fuzz target: a tab inside a field value is HTTP and is
+    /// passed on as it came; a CR or LF inside one never gets through.
+    #[test]
+    fn field_values_keep_tabs_and_never_carry_line_breaks() {
+        let mut lines = vec![
+            "GET /worker HTTP/1.1",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            KEY,
+            "Sec-WebSocket-Version: 13",
+            "Authorization: Bea\ter t0k",
+        ];
+        let (hello, _) = parse_upgrade(&head(&lines), "/worker").expect("a tab is allowed");
+        assert_eq!(hello.authorization.as_deref(), Some("Bea\ter t0k"));
+        lines[5] = "Authorization: a\rX-Injected: 1";
+        let got = parse_upgrade(&head(&lines), "/worker");
+        assert!(
+            got.as_ref()
+                .map(|(h, _)| h.authorization.as_deref().is_none_or(|a| !a.contains('\r')))
+                .unwrap_or(true),
+            "{got:?}"
+        );
+    }
+
     #[test]
     fn subprotocol_choice() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
