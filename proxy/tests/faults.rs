@@ -1,8 +1,8 @@
 //! Faults on every transport pair: the proxy keeps its word when a peer dies,
 //! resets, half-closes, stalls, trickles or churns.
 //!
-//! Each case runs on each pair of byte-stream transports the proxy relays (unix,
-//! tcp and quic clients; unix and tcp upstreams), with the jobs contract
+//! Each case runs on pairs of byte-stream transports the proxy relays (unix, tcp
+//! and quic clients; unix, tcp and quic upstreams), with the jobs contract
 //! (tests/fixtures/jobs.json, not a built-in) so nothing here leans on a protocol's
 //! own code. Every case asserts what the far side observes (byte-exactly where the
 //! fault leaves bytes to compare), that the proxy says what happened, and that it
@@ -34,6 +34,7 @@ enum Kind {
 enum Up {
     Unix(tokio::net::UnixListener),
     Tcp(tokio::net::TcpListener),
+    Quic(contract_proxy::endpoint::quic::QuicListener),
     /// Unplugged: nothing listens any more.
     Gone,
 }
@@ -43,6 +44,7 @@ impl Up {
         Ok(match self {
             Up::Unix(l) => Box::new(l.accept().await?.0),
             Up::Tcp(l) => Box::new(l.accept().await?.0),
+            Up::Quic(l) => l.accept().await?.0,
             Up::Gone => return Err(std::io::ErrorKind::NotConnected.into()),
         })
     }
@@ -66,6 +68,10 @@ fn jobs_path() -> String {
         .to_string()
 }
 
+fn jobs_contract() -> contract::Contract {
+    contract::load(std::path::Path::new(&jobs_path())).expect("jobs")
+}
+
 impl Rig {
     async fn new(client: Kind, upstream: Kind, mode: &str) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -83,7 +89,20 @@ impl Rig {
                 let a = l.local_addr().expect("addr");
                 (Up::Tcp(l), format!("tcp:{a}"))
             }
-            Kind::Quic => panic!("a quic upstream is not part of this suite"),
+            Kind::Quic => {
+                let tls = TlsOpts {
+                    cert: Some(pki.cert.clone()),
+                    key: Some(pki.key.clone()),
+                    ..TlsOpts::default()
+                };
+                let l = contract_proxy::endpoint::quic::QuicListener::bind(
+                    "127.0.0.1:0",
+                    &Options::for_contract(&jobs_contract(), "main", tls),
+                )
+                .expect("bind");
+                let at = l.local();
+                (Up::Quic(l), at)
+            }
         };
         let sock = dir.path().join("p.sock");
         let listen_ep = match client {
@@ -110,6 +129,9 @@ impl Rig {
         if matches!(client, Kind::Quic) {
             args.extend(["--cert".into(), cert, "--key".into(), key]);
         }
+        if matches!(upstream, Kind::Quic) {
+            args.extend(["--ca".into(), pki.ca.display().to_string()]);
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let p = harness::run(&args);
         let listen = match client {
@@ -121,9 +143,8 @@ impl Rig {
             Kind::Quic => p.url().trim_start_matches("quic://").to_string(),
         };
         let quic = matches!(client, Kind::Quic).then(|| {
-            let c = contract::load(std::path::Path::new(&jobs_path())).expect("jobs");
             Options::for_contract(
-                &c,
+                &jobs_contract(),
                 "main",
                 TlsOpts {
                     ca: Some(pki.ca.clone()),
@@ -388,19 +409,21 @@ fn drain_upstream(r: &Rig) -> tokio::task::JoinHandle<()> {
 async fn churn(client: Kind, upstream: Kind) {
     let mut r = Rig::new(client, upstream, "enforce").await;
     let hello = line(&request("c:1", "hello"));
-    let upstream = drain_upstream(&r);
+    let draining = drain_upstream(&r);
     for _ in 0..WARM_UP {
         one_request(&r, &hello).await;
     }
     let pid = r.p.pid();
     let (fds0, rss0) = settled(pid, None).await;
-    let n = churn_size(client);
+    let n = churn_size(client, upstream);
     for _ in 0..n {
         one_request(&r, &hello).await;
     }
     let (fds, rss) = settled(pid, Some(fds0)).await;
-    upstream.abort();
-    eprintln!("after {n} connections: {fds} open files (from {fds0}), RSS {rss} KiB (from {rss0} KiB)");
+    draining.abort();
+    eprintln!(
+        "after {n} connections: {fds} open files (from {fds0}), RSS {rss} KiB (from {rss0} KiB)"
+    );
     assert_eq!(fds, fds0, "open files after {n} connections");
     // Past the warm-up the allocator has its pools: what stays per connection shows.
     assert!(
@@ -426,9 +449,9 @@ async fn one_request(r: &Rig, hello: &[u8]) {
 }
 
 /// QUIC handshakes are dear in a debug build: fewer of them.
-fn churn_size(client: Kind) -> usize {
-    match client {
-        Kind::Quic => 1_000,
+fn churn_size(client: Kind, upstream: Kind) -> usize {
+    match (client, upstream) {
+        (Kind::Quic, _) | (_, Kind::Quic) => 1_000,
         _ => 5_000,
     }
 }
@@ -534,12 +557,20 @@ impl Rig {
 async fn upstream_gone(client: Kind, upstream: Kind) {
     let mut r = Rig::new(client, upstream, "enforce").await;
     r.unplug();
-    for _ in 0..3 {
+    // A QUIC upstream that is gone does not answer at all: each try waits out the
+    // connect deadline, so one is enough.
+    let tries = if matches!(upstream, Kind::Quic) { 1 } else { 3 };
+    for _ in 0..tries {
         let mut c = r.dial().await;
         c.write_all(&line(&request("c:1", "hello")))
             .await
             .expect("hello");
-        let (got, end) = to_end(&mut c).await;
+        let mut got = Vec::new();
+        let end = timeout(DEADLINE * 2, c.read_to_end(&mut got))
+            .await
+            .expect("turned away in time")
+            .map(|_| ())
+            .map_err(|e| e.to_string());
         assert_eq!(
             (got.as_slice(), end),
             (&b""[..], Ok(())),
@@ -740,6 +771,7 @@ pairs! {
     tcp_to_tcp: Kind::Tcp, Kind::Tcp;
     quic_to_unix: Kind::Quic, Kind::Unix;
     unix_to_tcp: Kind::Unix, Kind::Tcp;
+    tcp_to_quic: Kind::Tcp, Kind::Quic;
 }
 
 // ---------------------------------------------------------------------------

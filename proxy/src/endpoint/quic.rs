@@ -37,6 +37,11 @@ use crate::conn::{BoxIo, CloseCode};
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once; further clients are refused until one ends.
 pub const MAX_PENDING: usize = 64;
+/// Connections past their handshake still waiting to open their stream. A QUIC
+/// stream shows only with its first byte, so a client that connects and has not
+/// spoken yet (a proxy in front of this one, holding a half-received frame) waits
+/// here, under its own budget, instead of blocking new handshakes.
+pub const MAX_WAITING: usize = 1024;
 /// Ready streams waiting for `accept`.
 const READY_QUEUE: usize = 16;
 /// How long a dropped stream waits for the peer to acknowledge what was sent.
@@ -137,7 +142,8 @@ impl QuicListener {
     }
 
     /// Clients dropped so far: failed or timed-out handshakes, no stream within
-    /// [`HANDSHAKE_DEADLINE`], or refused because [`MAX_PENDING`] were in progress.
+    /// [`HANDSHAKE_DEADLINE`], refused because [`MAX_PENDING`] were in progress, or closed
+    /// because [`MAX_WAITING`] connections were already waiting to open their stream.
     pub fn failed_handshakes(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
     }
@@ -171,6 +177,7 @@ async fn accept_loop(
     failed: Arc<AtomicU64>,
 ) {
     let pending = Arc::new(Semaphore::new(MAX_PENDING));
+    let waiting = Arc::new(Semaphore::new(MAX_WAITING));
     while let Some(incoming) = endpoint.accept().await {
         let Ok(permit) = pending.clone().try_acquire_owned() else {
             incoming.refuse();
@@ -179,18 +186,23 @@ async fn accept_loop(
         };
         let ready = ready.clone();
         let failed = failed.clone();
+        let waiting = waiting.clone();
         tokio::spawn(async move {
-            // Held until the stream is queued, so waiting streams count as pending too.
-            let _permit = permit;
             let peer = incoming.remote_address();
             let first = async {
-                let conn = incoming.await?;
-                let (send, recv) = conn.accept_bi().await?;
-                Ok::<_, quinn::ConnectionError>(QuicStream::new(conn, send, recv, None))
+                let conn = incoming.await.ok()?;
+                drop(permit);
+                // Held until the stream is queued: waiting streams count, apart.
+                let Ok(_waiting) = waiting.try_acquire_owned() else {
+                    conn.close(0u8.into(), b"too many connections waiting to speak");
+                    return None;
+                };
+                let (send, recv) = conn.accept_bi().await.ok()?;
+                Some(QuicStream::new(conn, send, recv, None))
             };
             match tokio::time::timeout(HANDSHAKE_DEADLINE, first).await {
                 // A send error means the listener is gone; the stream's drop closes it.
-                Ok(Ok(stream)) => drop(ready.send((stream, peer)).await),
+                Ok(Some(stream)) => drop(ready.send((stream, peer)).await),
                 _ => {
                     failed.fetch_add(1, Ordering::Relaxed);
                 }
