@@ -130,10 +130,11 @@ impl Config {
             })
         };
         let (old, new) = (read(&old_spec)?, read(&path.display().to_string())?);
-        if crate::breaking::major_bumped(&old, &new) {
+        let findings = crate::breaking::compare(&old, &new);
+        if crate::breaking::announced(&old, &new, &findings) {
             return Ok(Vec::new());
         }
-        Ok(crate::breaking::compare(&old, &new)
+        Ok(findings
             .iter()
             .filter(|f| f.category() != crate::breaking::Category::Compatible)
             .map(|f| {

@@ -379,7 +379,7 @@ fn breaking_cmd(
     if n == 0 {
         let _ = writeln!(err, "no breaking change");
         EXIT_OK
-    } else if breaking::major_bumped(&a, &b) {
+    } else if breaking::announced(&a, &b, &findings) {
         let _ = writeln!(
             err,
             "{n} breaking change(s), announced by the major version"

@@ -267,6 +267,15 @@ fn cases() -> Vec<(&'static str, Edit, Edit)> {
             |c| c["versions"][0]["values"] = json!([1, 2, 3]),
             |c| c["versions"][0]["description"] = json!("the versions"),
         ),
+        // A new major with the version sets as they were; the near miss moves one.
+        (
+            "versions-stale",
+            |c| c["version"] = json!("1.0.0"),
+            |c| {
+                c["version"] = json!("1.0.0");
+                c["versions"][0]["values"] = json!([1, 2, 3]);
+            },
+        ),
         // Any wire change without a new major; the near miss bumps it.
         (
             "major-not-bumped",
@@ -426,8 +435,10 @@ fn the_cli_exits_by_what_it_finds() {
     let old = base();
     let mut lowered = old.clone();
     lowered["limits"]["lineMax"]["value"] = json!(32);
-    let mut bumped = lowered.clone();
-    bumped["version"] = json!("1.0.0");
+    let mut stale = lowered.clone();
+    stale["version"] = json!("1.0.0");
+    let mut bumped = stale.clone();
+    bumped["versions"][0]["values"] = json!([2, 3]);
     let mut described = old.clone();
     described["description"] = json!("said otherwise");
     let (o, l, b, d) = (
@@ -436,6 +447,7 @@ fn the_cli_exits_by_what_it_finds() {
         write("b.json", &bumped),
         write("d.json", &described),
     );
+    let st = write("s.json", &stale);
     let run = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_contractgen"))
             .args(args)
@@ -453,6 +465,13 @@ fn the_cli_exits_by_what_it_finds() {
         "{text}"
     );
     assert_eq!(run(&["breaking", &o, &b]).0, Some(0), "announced by 1.0.0");
+    let (code, text) = run(&["breaking", &o, &st]);
+    assert_eq!(
+        code,
+        Some(1),
+        "1.0.0 with the version sets unchanged: {text}"
+    );
+    assert!(text.contains("[versions-stale]"), "{text}");
     assert_eq!(run(&["breaking", &o, &d]).0, Some(0), "no breaking change");
     assert_eq!(
         run(&["breaking", "--category", "source", &o, &l]).0,
@@ -514,6 +533,7 @@ fn config_refuses_an_unannounced_breaking_edit() {
     }
     let mut bumped = new.clone();
     bumped["version"] = json!("1.0.0");
+    bumped["versions"][0]["values"] = json!([3]);
     std::fs::write(&file, text(&bumped)).expect("write");
     let mut cfg = contractgen::Config::new();
     cfg.lang(contractgen::Lang::Docs)

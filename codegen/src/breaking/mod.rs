@@ -100,6 +100,7 @@ rules! {
     "versions-changed", "versions", Wire, "a version set (hello versions, subprotocols) lost an entry";
     "versions-added", "versions", Compatible, "a version set gained an entry";
     "major-not-bumped", "versions", Wire, "a wire-breaking change without a new major version";
+    "versions-stale", "versions", Wire, "a new major version while every version set (hello versions, subprotocols) stayed as it was: peers cannot tell the majors apart";
 }
 
 /// The rule with `id`.
@@ -152,6 +153,7 @@ impl std::fmt::Display for Finding {
 pub fn compare(old: &Value, new: &Value) -> Vec<Finding> {
     let mut out = sections::all(old, new);
     out.extend(version_check(old, new, &out));
+    out.extend(stale_versions(old, new, &out));
     let order = |f: &Finding| {
         RULES
             .iter()
@@ -195,6 +197,33 @@ fn version_check(old: &Value, new: &Value, found: &[Finding]) -> Option<Finding>
             old["version"].as_str().unwrap_or_default()
         ),
     })
+}
+
+/// A new major needs a version set that says so, when the contract has any.
+fn stale_versions(old: &Value, new: &Value, found: &[Finding]) -> Option<Finding> {
+    let sets = new
+        .get("versions")
+        .and_then(Value::as_array)
+        .is_some_and(|v| !v.is_empty());
+    let moved = found
+        .iter()
+        .any(|f| matches!(f.rule, "versions-changed" | "versions-added"));
+    (sets && major_bumped(old, new) && !moved).then(|| Finding {
+        rule: "versions-stale",
+        old: Some("/versions".into()),
+        new: Some("/versions".into()),
+        reason: format!(
+            "version {} → {}, yet no version set changed",
+            old["version"].as_str().unwrap_or_default(),
+            new["version"].as_str().unwrap_or_default()
+        ),
+    })
+}
+
+/// Whether NEW announces its breaking changes: a new major version whose version
+/// sets moved with it.
+pub fn announced(old: &Value, new: &Value, findings: &[Finding]) -> bool {
+    major_bumped(old, new) && !findings.iter().any(|f| f.rule == "versions-stale")
 }
 
 /// Whether the major version went up (breaking changes are then announced).
