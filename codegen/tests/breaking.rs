@@ -478,6 +478,19 @@ fn the_cli_exits_by_what_it_finds() {
         Some(0),
         "nothing source-breaking"
     );
+    let mut no_limit = old.clone();
+    no_limit["limits"]
+        .as_object_mut()
+        .expect("limits")
+        .remove("startRate");
+    let nl = write("nl.json", &no_limit);
+    let (code, text) = run(&["breaking", "--category", "source", &o, &nl]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a removed limit takes its generated constant along: {text}"
+    );
+    assert!(text.contains("[limit-removed]"), "{text}");
     let (code, text) = run(&["diff", &o, &d]);
     assert_eq!(code, Some(0));
     assert!(text.contains("~ /description"), "{text}");

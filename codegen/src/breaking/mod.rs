@@ -46,41 +46,52 @@ pub struct Rule {
     pub section: &'static str,
     /// What the rule classifies a change as.
     pub category: Category,
+    /// A wire-breaking change that also breaks code generated from the old contract
+    /// (a generated constant, type or module is gone): `--category source` lists it too.
+    pub also_source: bool,
     /// One line for the docs.
     pub summary: &'static str,
 }
 
 macro_rules! rules {
-    ($($id:literal, $section:literal, $cat:ident, $summary:literal;)*) => {
+    (@also) => { false };
+    (@also $also:ident) => { true };
+    ($($id:literal, $section:literal, $cat:ident $(+ $also:ident)?, $summary:literal;)*) => {
         /// Every rule, in report order.
-        pub const RULES: &[Rule] = &[$(Rule { id: $id, section: $section, category: Category::$cat, summary: $summary }),*];
+        pub const RULES: &[Rule] = &[$(Rule {
+            id: $id,
+            section: $section,
+            category: Category::$cat,
+            also_source: rules!(@also $($also)?),
+            summary: $summary,
+        }),*];
     };
 }
 
 rules! {
-    "contract-renamed", "contract", Wire, "the contract's name changed (QUIC ALPN, generated module and package names)";
-    "method-removed", "methods", Wire, "a method is gone: old peers still send it";
+    "contract-renamed", "contract", Wire + Source, "the contract's name changed (QUIC ALPN, generated module and package names)";
+    "method-removed", "methods", Wire + Source, "a method is gone: old peers still send it";
     "method-added", "methods", Compatible, "a new method: old peers never send it";
-    "method-kind-changed", "methods", Wire, "request became notification or the reverse";
+    "method-kind-changed", "methods", Wire + Source, "request became notification or the reverse";
     "method-channel-changed", "methods", Wire, "the method moved to another channel";
     "method-senders-changed", "methods", Wire, "the parties allowed to send the method changed (direction)";
     "message-narrowed", "schemas", Wire, "new receivers refuse a message old senders may send (a field made required, a type narrowed, a value or property removed, a bound tightened)";
     "message-widened", "schemas", Wire, "old receivers refuse a message new senders may send (a field or value added where the old schema forbids it, a type widened, a bound loosened)";
     "method-error-added", "errors", Wire, "a method may answer an error code its old callers do not expect";
     "method-error-removed", "errors", Compatible, "a method no longer answers a code";
-    "error-removed", "errors", Wire, "a code left the error catalog: old peers still send it";
+    "error-removed", "errors", Wire + Source, "a code left the error catalog: old peers still send it";
     "error-added", "errors", Compatible, "a new code in the catalog";
     "error-renumbered", "errors", Wire, "an error keeps its name under a new code";
     "error-renamed", "errors", Source, "a code keeps its number under a new name (generated constants)";
     "error-meaning-changed", "errors", Wire, "a code's category or retryable changed: peers act on it differently";
-    "code-removed", "codes", Wire, "a value left a code table (close codes, exit codes…)";
+    "code-removed", "codes", Wire + Source, "a value left a code table (close codes, exit codes…)";
     "code-added", "codes", Compatible, "a new value in a code table";
     "code-renumbered", "codes", Wire, "a named value of a code table has a new number";
     "code-renamed", "codes", Source, "a value of a code table has a new name";
     "limit-lowered", "limits", Wire, "a size, count or rate limit dropped: old senders may exceed it";
     "limit-raised", "limits", Wire, "a size, count or rate limit rose: new senders may exceed what old receivers accept";
     "limit-changed", "limits", Wire, "a deadline, interval, constant or unit changed: the two sides' timers disagree";
-    "limit-removed", "limits", Wire, "a limit is gone: new senders may exceed what old receivers still enforce";
+    "limit-removed", "limits", Wire + Source, "a limit is gone: new senders may exceed what old receivers still enforce";
     "limit-added", "limits", Wire, "a new limit: old senders do not keep it";
     "machine-removed", "state machines", Wire, "a state machine is gone";
     "machine-added", "state machines", Wire, "a new state machine: old senders do not follow it";
@@ -92,7 +103,7 @@ rules! {
     "channel-removed", "framing", Wire, "a channel is gone";
     "channel-added", "framing", Compatible, "a new channel";
     "framing-changed", "framing", Wire, "a channel's framing, JSON rules, binding or transports changed";
-    "party-removed", "parties", Wire, "a party is gone";
+    "party-removed", "parties", Wire + Source, "a party is gone";
     "party-added", "parties", Compatible, "a new party";
     "ids-changed", "parties", Wire, "a party's request-id rules changed";
     "type-removed", "types", Source, "a named type ($defs) is gone: generated code that uses it breaks";
@@ -130,6 +141,12 @@ impl Finding {
     /// Its category.
     pub fn category(&self) -> Category {
         self.rule().category
+    }
+
+    /// Whether a report of `wanted` categories lists it.
+    pub fn in_any(&self, wanted: &[Category]) -> bool {
+        let r = self.rule();
+        wanted.contains(&r.category) || (r.also_source && wanted.contains(&Category::Source))
     }
 }
 
@@ -295,7 +312,7 @@ pub fn report(findings: &[Finding], wanted: &[Category]) -> (String, usize) {
     let mut text = String::new();
     let mut section = "";
     let mut breaking = 0;
-    for f in findings.iter().filter(|f| wanted.contains(&f.category())) {
+    for f in findings.iter().filter(|f| f.in_any(wanted)) {
         if f.rule().section != section {
             section = f.rule().section;
             text.push_str(&format!("{section}\n"));
@@ -312,12 +329,14 @@ pub fn report(findings: &[Finding], wanted: &[Category]) -> (String, usize) {
 pub fn rules_markdown() -> String {
     let mut s = String::from("| rule | section | category | meaning |\n|---|---|---|---|\n");
     for r in RULES {
+        let cat = if r.also_source {
+            format!("{}, source", r.category.as_str())
+        } else {
+            r.category.as_str().to_string()
+        };
         s.push_str(&format!(
-            "| `{}` | {} | {} | {} |\n",
-            r.id,
-            r.section,
-            r.category.as_str(),
-            r.summary
+            "| `{}` | {} | {cat} | {} |\n",
+            r.id, r.section, r.summary
         ));
     }
     s
