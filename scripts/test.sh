@@ -56,10 +56,7 @@ s_sdk-csharp() { stage_wait setup; stage sdk-csharp sdk-tests/csharp/run.sh "$BI
 s_sdk-python() { stage_wait setup; stage sdk-python sdk-tests/python/run.sh "$BIN/contractgen"; }
 s_cargo-test() {
     stage_wait setup phoenix
-    # The #[ignore]d tests that wait out a long contract deadline run too (they only
-    # sleep, beside the others); the two re-exec entry points are not tests of their own.
-    stage cargo-test cargo nextest run --locked --workspace --profile ci --run-ignored all \
-        -E 'not (test(=phoenix_child_session) | (binary(=process) & test(=helper)))'
+    stage cargo-test cargo nextest run --locked --workspace --profile ci
 }
 # The reference pairs (examples/): each a stage of its own, run side by side; they sleep far
 # more than they compute, and each keeps its own temp dir and free ports.

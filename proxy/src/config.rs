@@ -205,7 +205,10 @@ impl RouteSpec {
                 .map_err(|e| bad(e.to_string()))?;
             Some(Arc::new(std::sync::Mutex::new(limiter)))
         };
-        let wire = Arc::new(contract::wire::Wire::new(c)?);
+        // A test run may scale the contract's durations (CONTRACT_TIME_SCALE), as the
+        // conformance suite and the peers do, instead of editing the contract.
+        let scale = contract::env_time_scale().map_err(bad)?;
+        let wire = Arc::new(contract::wire::Wire::new(c)?.time_scaled(scale));
         Ok(Resolved {
             route: Route {
                 name,

@@ -8,10 +8,9 @@
 //! upstream, a tokio-tungstenite host and worker) and xsession (unix sockets,
 //! NDJSON, a TOML config). The kernel's credit rules are tested elsewhere.
 //!
-//! The two `#[ignore]`d tests wait out a long contract deadline (20 s, 30 s) in
-//! real time, so a plain `cargo test` leaves them out; scripts/test.sh's cargo-test
-//! stage runs them beside the rest (`cargo nextest run --run-ignored all`), and
-//! `cargo test -p contract-proxy --test enforce -- --ignored` runs them alone.
+//! The tests of long contract deadlines (20 s, 30 s) run the proxy with the
+//! contract's durations scaled by [`SCALE`] (CONTRACT_TIME_SCALE), and scale what they
+//! expect the same way: the contract stays as it is.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -696,19 +695,29 @@ impl Host {
 
 /// A toolchannel proxy in enforce mode in front of `host`.
 fn tool_proxy(host: &Host) -> (Proxy, String) {
+    tool_proxy_scaled(host, 1.0)
+}
+
+/// What the long-deadline tests scale the contract's durations by.
+const SCALE: f64 = 0.1;
+
+fn tool_proxy_scaled(host: &Host, scale: f64) -> (Proxy, String) {
     let upstream = format!("ws://{}/worker", host.addr);
-    let p = harness::run(&[
-        "--contract",
-        "toolchannel",
-        "--client",
-        "worker",
-        "--mode",
-        "enforce",
-        "--listen",
-        "ws://127.0.0.1:0/worker",
-        "--upstream",
-        &upstream,
-    ]);
+    let p = harness::run_scaled(
+        &[
+            "--contract",
+            "toolchannel",
+            "--client",
+            "worker",
+            "--mode",
+            "enforce",
+            "--listen",
+            "ws://127.0.0.1:0/worker",
+            "--upstream",
+            &upstream,
+        ],
+        scale,
+    );
     let url = p.url();
     (p, url)
 }
@@ -1064,14 +1073,13 @@ async fn toolchannel_redials_supersede_or_are_refused() {
 /// the one to close (the contract's 4003 is sent by the host), so the proxy
 /// only reports and the socket stays usable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "waits hostHandshakeSeconds (20 s in the contract)"]
 async fn toolchannel_a_missed_handshake_deadline_is_flagged() {
     let c = tool();
     let proto = subprotocol(&c);
-    let after = Duration::from_secs_f64(limit(&c, "hostHandshakeSeconds"));
+    let after = Duration::from_secs_f64(limit(&c, "hostHandshakeSeconds") * SCALE);
     let code = limit_code(&c, "hostHandshakeSeconds");
     let mut h = host(proto.clone()).await;
-    let (mut p, url) = tool_proxy(&h);
+    let (mut p, url) = tool_proxy_scaled(&h, SCALE);
     let t0 = Instant::now();
     let (mut worker, mut host_ws) = dial(&url, &proto, &mut h).await;
     let ev = timeout(after + DEADLINE, async {
@@ -1122,6 +1130,10 @@ struct Xs {
 }
 
 async fn xsession() -> Xs {
+    xsession_scaled(1.0).await
+}
+
+async fn xsession_scaled(scale: f64) -> Xs {
     let dir = tempfile::tempdir().expect("tempdir");
     let (real, listen) = (dir.path().join("r.sock"), dir.path().join("r.proxy"));
     let sender_path = dir.path().join("s.sock");
@@ -1166,7 +1178,7 @@ async fn xsession() -> Xs {
         ),
     )
     .expect("config");
-    let p = harness::run(&["--config", config.to_str().expect("utf-8")]);
+    let p = harness::run_scaled(&["--config", config.to_str().expect("utf-8")], scale);
     wait_for(&listen).await;
     Xs {
         c: xs(),
@@ -1396,10 +1408,9 @@ async fn xsession_closed_connections_free_their_slots() {
 /// sending only garbage is dropped when it passes, while one sending a valid
 /// line now and then stays open past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "waits parseableLineDeadline (30 s in the contract)"]
 async fn xsession_garbage_lines_do_not_extend_the_line_deadline() {
-    let mut x = xsession().await;
-    let after = Duration::from_secs_f64(limit(&x.c, "parseableLineDeadline"));
+    let mut x = xsession_scaled(SCALE).await;
+    let after = Duration::from_secs_f64(limit(&x.c, "parseableLineDeadline") * SCALE);
     let step = after / 6;
     let auth = example(&x.c, "auth", Part::Call, 0);
     let t0 = Instant::now();

@@ -100,6 +100,19 @@ impl Rate {
 /// 20-second heartbeat check can run in 4 s (`CONTRACT_TIME_SCALE=0.2`). Unset means 1.
 pub const TIME_SCALE_ENV: &str = "CONTRACT_TIME_SCALE";
 
+/// The scale [`TIME_SCALE_ENV`] asks for: 1 when unset, an error naming the variable
+/// when it is not a positive number.
+pub fn env_time_scale() -> Result<f64, String> {
+    match std::env::var(TIME_SCALE_ENV) {
+        Err(_) => Ok(1.0),
+        Ok(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .ok_or_else(|| format!("{TIME_SCALE_ENV}={v:?}: expected a positive number")),
+    }
+}
+
 /// One limit, evaluated.
 #[derive(Debug, Clone)]
 struct Evaluated {

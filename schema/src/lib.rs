@@ -15,7 +15,7 @@ pub mod model;
 mod pointer;
 pub mod wire;
 
-pub use access::{AccessError, Limits, Rate, TIME_SCALE_ENV};
+pub use access::{AccessError, Limits, Rate, TIME_SCALE_ENV, env_time_scale};
 pub use check::{Problem, check_document};
 pub use io::{Connection, Embedded};
 pub use model::Contract;

@@ -154,19 +154,7 @@ pub(crate) fn int_error(c: &contract::Contract, name: &str) -> Result<i64, Failu
 
 /// The duration scale of this run, from [`contract::TIME_SCALE_ENV`] (1 when unset).
 pub(crate) fn time_scale() -> Result<f64, ConformanceError> {
-    match std::env::var(contract::TIME_SCALE_ENV) {
-        Err(_) => Ok(1.0),
-        Ok(v) => v
-            .parse::<f64>()
-            .ok()
-            .filter(|f| f.is_finite() && *f > 0.0)
-            .ok_or_else(|| {
-                ConformanceError::Usage(format!(
-                    "{}={v:?}: expected a positive number",
-                    contract::TIME_SCALE_ENV
-                ))
-            }),
-    }
+    contract::env_time_scale().map_err(ConformanceError::Usage)
 }
 
 /// `contract-proxy conformance` arguments.

@@ -38,9 +38,16 @@ impl Drop for Proxy {
 /// `contract-proxy run --log json ARGS`, stdout (the live view) and stderr
 /// drained on threads, so the proxy never blocks on a full pipe.
 pub fn run(args: &[&str]) -> Proxy {
+    run_scaled(args, 1.0)
+}
+
+/// `run`, with the contract's durations scaled by `scale` (CONTRACT_TIME_SCALE), so a
+/// test of a 30 s deadline waits 3 s at 0.1.
+pub fn run_scaled(args: &[&str], scale: f64) -> Proxy {
     let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
         .args(["run", "--log", "json"])
         .args(args)
+        .env(contract::TIME_SCALE_ENV, scale.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -422,6 +422,22 @@ impl Wire {
         &self.limits
     }
 
+    /// The same wire with every contract duration multiplied by `factor` (finite,
+    /// > 0): the limits it hands out and each channel's frame deadline. A test run
+    /// scales a contract's 30 s deadline to 3 s this way instead of editing it.
+    pub fn time_scaled(mut self, factor: f64) -> Wire {
+        if !(factor.is_finite() && factor > 0.0) {
+            return self;
+        }
+        self.limits = self.limits.time_scaled(factor);
+        for ch in self.channels.values_mut() {
+            if let Some((_, d)) = ch.frame_deadline.as_mut() {
+                *d = d.mul_f64(factor);
+            }
+        }
+        self
+    }
+
     /// A compiled channel.
     pub fn channel_wire(&self, channel: &str) -> Result<&ChannelWire, WireError> {
         self.channels
