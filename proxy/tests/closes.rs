@@ -239,19 +239,7 @@ async fn websocket_the_contract_close_code_arrives_every_time() {
     let peers = common::root().join("proxy/tests/peers");
     let mut host = common::PyPeer::start("ws_server.py", &[]);
     let port = host.port().await;
-    let p = harness::run(&[
-        "--contract",
-        "toolchannel",
-        "--client",
-        "worker",
-        "--mode",
-        "enforce",
-        "--listen",
-        "ws://127.0.0.1:0/worker",
-        "--upstream",
-        &format!("ws://127.0.0.1:{port}/worker"),
-    ]);
-    let url = p.url();
+    let (_p, url) = harness::toolchannel(&format!("ws://127.0.0.1:{port}/worker"), "enforce", 1.0);
     let out = timeout(
         Duration::from_secs(120),
         Command::new(&py)

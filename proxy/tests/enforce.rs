@@ -702,24 +702,7 @@ fn tool_proxy(host: &Host) -> (Proxy, String) {
 const SCALE: f64 = 0.1;
 
 fn tool_proxy_scaled(host: &Host, scale: f64) -> (Proxy, String) {
-    let upstream = format!("ws://{}/worker", host.addr);
-    let p = harness::run_scaled(
-        &[
-            "--contract",
-            "toolchannel",
-            "--client",
-            "worker",
-            "--mode",
-            "enforce",
-            "--listen",
-            "ws://127.0.0.1:0/worker",
-            "--upstream",
-            &upstream,
-        ],
-        scale,
-    );
-    let url = p.url();
-    (p, url)
+    harness::toolchannel(&format!("ws://{}/worker", host.addr), "enforce", scale)
 }
 
 /// A worker dialling `url` with the token and subprotocol, and the host's end of it.

@@ -790,17 +790,8 @@ impl WsRig {
     async fn new() -> WsRig {
         let mut host = common::PyPeer::start("ws_server.py", &[]);
         let port = host.port().await;
-        let p = harness::run(&[
-            "--contract",
-            "toolchannel",
-            "--client",
-            "worker",
-            "--listen",
-            "ws://127.0.0.1:0/worker",
-            "--upstream",
-            &format!("ws://127.0.0.1:{port}/worker"),
-        ]);
-        let url = p.url();
+        let (p, url) =
+            harness::toolchannel(&format!("ws://127.0.0.1:{port}/worker"), "observe", 1.0);
         WsRig { p, url, host }
     }
 
@@ -1009,17 +1000,8 @@ async fn a_websocket_host_that_never_reads_pushes_the_client_back() {
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop(s);
     });
-    let p = harness::run(&[
-        "--contract",
-        "toolchannel",
-        "--client",
-        "worker",
-        "--listen",
-        "ws://127.0.0.1:0/worker",
-        "--upstream",
-        &format!("ws://{addr}/worker"),
-    ]);
-    let mut req = p.url().into_client_request().expect("request");
+    let (p, url) = harness::toolchannel(&format!("ws://{addr}/worker"), "observe", 1.0);
+    let mut req = url.into_client_request().expect("request");
     req.headers_mut().insert(
         "Sec-WebSocket-Protocol",
         WsRig::subprotocol().parse().expect("header"),

@@ -215,6 +215,29 @@ impl Proxy {
     }
 }
 
+/// A proxy relaying toolchannel from `ws://127.0.0.1:0/worker` to `upstream` (a
+/// `ws://…` URL), the worker connecting, in `mode`, with the contract's durations
+/// scaled by `scale`; and the URL it listens on.
+pub fn toolchannel(upstream: &str, mode: &str, scale: f64) -> (Proxy, String) {
+    let p = run_scaled(
+        &[
+            "--contract",
+            "toolchannel",
+            "--client",
+            "worker",
+            "--mode",
+            mode,
+            "--listen",
+            "ws://127.0.0.1:0/worker",
+            "--upstream",
+            upstream,
+        ],
+        scale,
+    );
+    let url = p.url();
+    (p, url)
+}
+
 /// Wait (bounded) for a socket file to appear.
 pub async fn wait_for(path: &Path) {
     let end = Instant::now() + DEADLINE;

@@ -422,9 +422,9 @@ impl Wire {
         &self.limits
     }
 
-    /// The same wire with every contract duration multiplied by `factor` (finite,
-    /// > 0): the limits it hands out and each channel's frame deadline. A test run
-    /// scales a contract's 30 s deadline to 3 s this way instead of editing it.
+    /// The same wire with every contract duration multiplied by `factor` (finite and
+    /// positive): the limits it hands out and each channel's frame deadline. A test
+    /// run scales a contract's 30 s deadline to 3 s this way instead of editing it.
     pub fn time_scaled(mut self, factor: f64) -> Wire {
         if !(factor.is_finite() && factor > 0.0) {
             return self;
