@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use contract::wire::{BinaryFrame, ChannelCodec, FrameError, Wire};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{Mutex, watch};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -755,12 +755,7 @@ impl FrameIn {
             FrameIn::Stream { rd, buf, .. } => {
                 *dropped += buf.len() as u64;
                 buf.clear();
-                let mut scrap = [0u8; 4096];
-                while let Ok(n) = rd.read(&mut scrap).await
-                    && n > 0
-                {
-                    *dropped += n as u64;
-                }
+                discard(rd, dropped).await;
             }
             FrameIn::Msgs(s, _) => {
                 while let Some(Ok(m)) = s.next().await {
@@ -852,15 +847,23 @@ impl FrameIn {
 /// End a client whose upstream cannot be reached: EOF (or a WebSocket close 1011),
 /// then what it already sent is read and discarded, so it sees a clean end and
 /// not a reset.
+/// Read and throw away a byte stream up to its end (or an error), counting into
+/// `dropped` as it goes, in one small buffer.
+async fn discard<R: AsyncRead + Unpin>(rd: &mut R, dropped: &mut u64) {
+    let mut scrap = [0u8; 4096];
+    while let Ok(n) = rd.read(&mut scrap).await
+        && n > 0
+    {
+        *dropped += n as u64;
+    }
+}
+
 async fn turn_away(c: Conn) {
     let _ = tokio::time::timeout(LINGER, async {
         match c {
             Conn::Stream(mut io) => {
                 let _ = io.shutdown().await;
-                let mut scrap = [0u8; 4096];
-                while let Ok(n) = io.read(&mut scrap).await
-                    && n > 0
-                {}
+                discard(&mut io, &mut 0).await;
             }
             Conn::Messages(mut m) => {
                 let close = CloseFrame {
