@@ -316,6 +316,16 @@ async fn quic_storm(path: &std::path::Path, count: usize) -> Vec<Value> {
     .expect("quic_close_storm.py runs");
     let rounds = script_rounds(&out);
     assert_eq!(rounds.len(), count, "{rounds:?}");
+    let mut after: Vec<u64> = rounds
+        .iter()
+        .filter_map(|r| r["close_ms"].as_u64())
+        .collect();
+    after.sort_unstable();
+    eprintln!(
+        "CONNECTION_CLOSE after the stream's end: median {:?} ms, slowest {:?} ms",
+        after.get(after.len() / 2),
+        after.last()
+    );
     rounds
 }
 

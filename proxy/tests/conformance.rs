@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+mod harness;
 use common::{BIN, Run, conformance, finish, junit_ids, show, tmp};
 /// A whole suite run (the heartbeat check alone takes ~20 s).
 const RUN_DEADLINE: Duration = Duration::from_secs(240);
@@ -266,9 +267,9 @@ fn dials_a_running_shell_and_reconnects_to_it() {
 #[test]
 fn listens_for_a_core_started_elsewhere() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cp = dir.path().join("c.sock");
+    let (cp, dp) = (dir.path().join("c.sock"), dir.path().join("d.sock"));
     let c = format!("unix:{}", cp.display());
-    let d = format!("unix:{}", dir.path().join("d.sock").display());
+    let d = format!("unix:{}", dp.display());
     let child = Command::new(BIN)
         .args([
             "conformance",
@@ -291,7 +292,8 @@ fn listens_for_a_core_started_elsewhere() {
         .spawn()
         .expect("start the suite");
     let start = Instant::now();
-    while !cp.exists() {
+    // The core dials both channels at once, so both must be listening first.
+    while !(harness::ready(&cp) && harness::ready(&dp)) {
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "the suite never listened on {c}"

@@ -239,12 +239,41 @@ pub fn toolchannel(upstream: &str, mode: &str, scale: f64) -> (Proxy, String) {
 }
 
 /// Wait (bounded) for a socket file to appear.
+///
+/// For a unix socket, "appeared" means listening. The file exists from `bind()` on,
+/// but a connect before the owner's `listen()` is refused, and a busy machine can hold
+/// a process between the two. The listening state is read from /proc/net/unix, so the
+/// wait makes no connection that the owner would see.
 pub async fn wait_for(path: &Path) {
     let end = Instant::now() + DEADLINE;
-    while !path.exists() {
+    while !ready(path) {
         assert!(Instant::now() < end, "{} never appeared", path.display());
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// Whether `path` exists and, when it is a unix socket, something listens on it.
+pub fn ready(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_socket() => unix_listening(path),
+        Ok(_) => true,
+        Err(_) => false,
+    }
+}
+
+/// Whether some socket listens on `path` (`__SO_ACCEPTCON` in /proc/net/unix's flags).
+fn unix_listening(path: &Path) -> bool {
+    const ACCEPTCON: u32 = 0x10000;
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return true;
+    };
+    let want = path.to_string_lossy();
+    table.lines().skip(1).any(|row| {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        let flags = cols.get(3).and_then(|f| u32::from_str_radix(f, 16).ok());
+        cols.get(7) == Some(&want.as_ref()) && flags.is_some_and(|f| f & ACCEPTCON != 0)
+    })
 }
 
 /// A unix endpoint as the proxy's flags spell it.

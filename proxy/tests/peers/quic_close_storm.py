@@ -6,10 +6,10 @@ Each round connects with ALPN (verifying the server against CAFILE), opens one
 bidirectional stream, writes BYTES bytes of lines that are not JSON and ends
 its side, reading at the same time until the server's end of stream. It prints
 one JSON line per round:
-  {"round": N, "lines": L, "end": "fin" | "reset" | "timeout", "close": C}
-where L is how many complete lines came back, "end" how the stream ended, and
-C the error code of the server's CONNECTION_CLOSE (null if none came within
-CLOSE_WAIT seconds of the stream's end). Rounds run AT_ONCE at a
+  {"round": N, "lines": L, "end": "fin" | "reset" | "timeout", "close": C, "close_ms": M}
+where L is how many complete lines came back, "end" how the stream ended, C
+the error code of the server's CONNECTION_CLOSE (null if none came within
+CLOSE_WAIT seconds of the stream's end) and M how long after that end it came. Rounds run AT_ONCE at a
 time; every wait has a deadline.
 """
 
@@ -22,9 +22,12 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, StreamReset
 
-DEADLINE = 10.0
+DEADLINE = 15.0
 AT_ONCE = 25
-CLOSE_WAIT = 3.0
+# The proxy closes after its relay linger (up to 2 s reading what this client still
+# sends, which Python encrypts at a few MB/s) and then waits up to 5 s for its last
+# bytes to be acknowledged: a close later than that is lost, one sooner is not.
+CLOSE_WAIT = 8.0
 
 
 class Watching(QuicConnectionProtocol):
@@ -34,12 +37,14 @@ class Watching(QuicConnectionProtocol):
         super().__init__(*args, **kwargs)
         self.reset = False
         self.closed_with = None
+        self.closed_at = None
 
     def quic_event_received(self, event):
         if isinstance(event, StreamReset):
             self.reset = True
         elif isinstance(event, ConnectionTerminated):
             self.closed_with = event.error_code
+            self.closed_at = asyncio.get_running_loop().time()
         super().quic_event_received(event)
 
 
@@ -50,12 +55,14 @@ async def one(host, port, config, size):
         writer.write_eof()
         got = await reader.read()
         end = "reset" if client.reset else "fin"
+        ended = asyncio.get_running_loop().time()
         # The server closes the connection once its last bytes are acknowledged.
         try:
             await asyncio.wait_for(client.wait_closed(), CLOSE_WAIT)
         except asyncio.TimeoutError:
             pass
-        return got.count(b"\n"), end, client.closed_with
+        after = None if client.closed_at is None else round((client.closed_at - ended) * 1000)
+        return got.count(b"\n"), end, client.closed_with, after
 
 
 async def main():
@@ -65,12 +72,12 @@ async def main():
 
     async def round_(n):
         try:
-            lines, end, close = await asyncio.wait_for(one(host, int(port), config, int(size)), DEADLINE)
+            lines, end, close, after = await asyncio.wait_for(one(host, int(port), config, int(size)), DEADLINE)
         except asyncio.TimeoutError:
-            lines, end, close = None, "timeout", None
+            lines, end, close, after = None, "timeout", None, None
         except ConnectionError as e:
-            lines, end, close = None, f"error: {e}", None
-        print(json.dumps({"round": n, "lines": lines, "end": end, "close": close}), flush=True)
+            lines, end, close, after = None, f"error: {e}", None, None
+        print(json.dumps({"round": n, "lines": lines, "end": end, "close": close, "close_ms": after}), flush=True)
 
     # A closing QUIC connection lingers in its draining period: rounds overlap, a
     # few at a time, so the run takes seconds rather than the sum of the drains.
