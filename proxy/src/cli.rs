@@ -284,6 +284,16 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
             crate::endpoint::Endpoint::Stdio | crate::endpoint::Endpoint::Fd(_)
         )
     });
+    // In front of a child, a stand-in passes termination signals on (its launcher
+    // gets the child's own end); with no child it stops on them like any proxy, so
+    // what it took still reaches the upstream.
+    let forwards_signals = stand_in
+        && routes.iter().any(|r| {
+            matches!(
+                r.route.upstream,
+                crate::endpoint::Endpoint::Exec(_) | crate::endpoint::Endpoint::ExecFd { .. }
+            )
+        });
     let logger: Arc<dyn Sink> = if stand_in {
         Arc::new(Logger::on_stderr(args.log, args.filter.clone()))
     } else {
@@ -349,14 +359,13 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         }
         listeners.push((l, r.route));
     }
-    // A stand-in forwards termination signals to its child instead of stopping on them.
     let mut set = tokio::task::JoinSet::new();
     for (l, route) in listeners {
         set.spawn(serve(l, route, shared.clone()));
     }
     let mut outcome = Outcome::Code(0);
     let stop_signal = async {
-        if stand_in {
+        if forwards_signals {
             std::future::pending::<()>().await
         } else {
             wait_for_stop().await

@@ -492,6 +492,15 @@ pub async fn serve(
     Ok(RouteEnd::default())
 }
 
+/// The answer to a WebSocket upgrade whose upstream cannot be reached.
+fn bad_gateway() -> crate::conn::HttpRefusal {
+    crate::conn::HttpRefusal {
+        status: 502,
+        headers: Vec::new(),
+        body: Bytes::new(),
+    }
+}
+
 /// Connect upstream for one accepted client (answering a pending WebSocket
 /// handshake with the upstream's own answer), then relay.
 async fn handle(
@@ -537,11 +546,13 @@ async fn handle(
                     &route.opts.subprotocols,
                 ) {
                     Ok(sub) => {
-                        let up = route
-                            .upstream
-                            .connect(&route.opts, None)
-                            .await
-                            .map_err(|e| e.to_string())?;
+                        let up = match route.upstream.connect(&route.opts, None).await {
+                            Ok(up) => up,
+                            Err(e) => {
+                                let _ = pending.refuse(&bad_gateway()).await;
+                                return Err(e.to_string());
+                            }
+                        };
                         let c = pending
                             .accept(sub.as_deref())
                             .await
@@ -569,12 +580,7 @@ async fn handle(
                         return Err(text);
                     }
                     Err(e) => {
-                        let refusal = crate::conn::HttpRefusal {
-                            status: 502,
-                            headers: Vec::new(),
-                            body: Bytes::new(),
-                        };
-                        let _ = pending.refuse(&refusal).await;
+                        let _ = pending.refuse(&bad_gateway()).await;
                         return Err(e.to_string());
                     }
                 }
@@ -879,6 +885,29 @@ async fn turn_away(c: Conn) {
 }
 
 /// The close a stop sends both peers.
+/// One side ended: pass the end on. A byte stream's EOF is a half-close, and on a
+/// message transport it is a normal close (1000, not a close without a status). A
+/// message transport's close ends both directions: nothing can reach that peer after
+/// it (RFC 6455 §5.5.1), so the connection closes now, and what the other side still
+/// sends is read, counted and dropped by the linger.
+async fn end_of(from_messages: bool, to: &mut FrameOut, close: Option<CloseFrame>) -> PumpEnd {
+    if from_messages {
+        return PumpEnd::Closed(Closing::Code(close.unwrap_or(CloseFrame {
+            code: 1005,
+            reason: String::new(),
+        })));
+    }
+    let close = match to {
+        FrameOut::Msgs(_) => close.or(Some(CloseFrame {
+            code: 1000,
+            reason: String::new(),
+        })),
+        FrameOut::Stream { .. } => close,
+    };
+    let _ = to.end(close).await;
+    PumpEnd::Done
+}
+
 fn stopping() -> Closing {
     Closing::Code(CloseFrame {
         code: 1001,
@@ -1527,8 +1556,8 @@ async fn pump(
             return Ok(PumpEnd::Closed(c));
         }
         if let Some(c) = ended {
-            ends.toward(dir).lock().await.end(c).await.ok();
-            return Ok(PumpEnd::Done);
+            let from_messages = matches!(from, FrameIn::Msgs(..));
+            return Ok(end_of(from_messages, &mut *ends.toward(dir).lock().await, c).await);
         }
     }
 }

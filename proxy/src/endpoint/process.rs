@@ -256,10 +256,53 @@ fn default_action(sig: Signal) -> nix::Result<()> {
 /// it). That is acceptable for one connection per process, with one caveat: a
 /// runtime shut down normally waits for that read, so a proxy listening on
 /// stdio ends through [`exit_like`] or `std::process::exit`, not by returning
-/// from `main`. Shutting the write side down flushes stdout but cannot close
-/// fd 1 (the standard library owns it); the reader sees EOF when the proxy exits.
+/// from `main`. Shutting the write side down ends stdout for real (see
+/// [`Stdout`]), so a half-close from the upstream reaches the launcher at once.
 pub fn stdio() -> BoxIo {
-    Box::new(tokio::io::join(tokio::io::stdin(), tokio::io::stdout()))
+    Box::new(tokio::io::join(
+        tokio::io::stdin(),
+        Stdout {
+            out: tokio::io::stdout(),
+            ended: false,
+        },
+    ))
+}
+
+/// The proxy's stdout as a connection's write side. The standard library owns
+/// fd 1 and never closes it, so the reader would see EOF only when the proxy
+/// exits: an upstream that ended its side first would leave the launcher waiting
+/// while the proxy still reads stdin. Shutdown flushes, then puts /dev/null in
+/// fd 1's place, which closes the pipe's (or socket's) write end.
+struct Stdout {
+    out: tokio::io::Stdout,
+    ended: bool,
+}
+
+impl tokio::io::AsyncWrite for Stdout {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.ended {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        Pin::new(&mut self.out).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.out).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(Pin::new(&mut self.out).poll_flush(cx))?;
+        if !self.ended {
+            self.ended = true;
+            let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+            nix::unistd::dup2_stdout(&null).map_err(io::Error::from)?;
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 /// Serializes takeovers, so two callers never both find one fd untaken.

@@ -59,8 +59,12 @@ pub const MAX_REQUEST_HEAD: usize = 16 << 10;
 /// whole client handshake towards an upstream.
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Handshakes in progress at once per listener; more clients wait in the kernel's backlog.
-const MAX_PENDING_HANDSHAKES: usize = 64;
+/// Handshakes in progress at once per listener; more clients wait in the kernel's
+/// backlog. Each holds a task, its socket and a head buffer (with TLS, a session's
+/// buffers too) for at most [`HANDSHAKE_DEADLINE`]. The budget is large because a
+/// small one is a slowloris's target: 64 clients trickling their heads used to keep
+/// every other client waiting out the deadline.
+const MAX_PENDING_HANDSHAKES: usize = 1024;
 
 /// Finished handshakes waiting for `accept`.
 const ACCEPT_QUEUE: usize = 16;

@@ -44,10 +44,7 @@ pub fn run(args: &[&str]) -> Proxy {
 /// `run`, with the contract's durations scaled by `scale` (CONTRACT_TIME_SCALE), so a
 /// test of a 30 s deadline waits 3 s at 0.1.
 pub fn run_scaled(args: &[&str], scale: f64) -> Proxy {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-        .args(["run", "--log", "json"])
-        .args(args)
-        .env(contract::TIME_SCALE_ENV, scale.to_string())
+    let mut child = proxy_command(args, scale)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -79,6 +76,93 @@ pub fn run_scaled(args: &[&str], scale: f64) -> Proxy {
         lines,
         errs,
         notes: Vec::new(),
+    }
+}
+
+fn proxy_command(args: &[&str], scale: f64) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_contract-proxy"));
+    cmd.args(["run", "--log", "json"])
+        .args(args)
+        .env(contract::TIME_SCALE_ENV, scale.to_string());
+    cmd
+}
+
+/// `run` with `--listen stdio`: the proxy's stdin and stdout are pipes, returned as
+/// the client's one byte stream, as for a program that launched the proxy in place
+/// of its server. The live view then shares stderr with the proxy's own lines.
+pub fn run_stdio(args: &[&str]) -> (Proxy, contract_proxy::conn::BoxIo) {
+    use std::os::fd::OwnedFd;
+    let (in_rd, in_wr) = std::io::pipe().expect("pipe");
+    let (out_rd, out_wr) = std::io::pipe().expect("pipe");
+    let mut all = vec!["--listen", "stdio"];
+    all.extend_from_slice(args);
+    let mut child = proxy_command(&all, 1.0)
+        .stdin(Stdio::from(OwnedFd::from(in_rd)))
+        .stdout(Stdio::from(OwnedFd::from(out_wr)))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("proxy starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, lines) = mpsc::unbounded_channel();
+    let (etx, errs) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with('{') {
+                let _ = tx.send(line);
+            } else {
+                let _ = etx.send(line);
+            }
+        }
+    });
+    // Our ends of the pipes; the child's ends close here with the Command.
+    let rd = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(out_rd))
+        .expect("stdout pipe");
+    let wr =
+        tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(in_wr)).expect("stdin pipe");
+    let proxy = Proxy {
+        child,
+        lines,
+        errs,
+        notes: Vec::new(),
+    };
+    (proxy, Box::new(tokio::io::join(rd, Closing(Some(wr)))))
+}
+
+/// A pipe's write end whose shutdown closes it (tokio's is a no-op there), as a
+/// launcher closes the proxy's stdin.
+struct Closing(Option<tokio::net::unix::pipe::Sender>);
+
+impl AsyncWrite for Closing {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.0.as_mut() {
+            Some(w) => std::pin::Pin::new(w).poll_write(cx, buf),
+            None => std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.0.as_mut() {
+            Some(w) => std::pin::Pin::new(w).poll_flush(cx),
+            None => std::task::Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.0 = None;
+        std::task::Poll::Ready(Ok(()))
     }
 }
 
