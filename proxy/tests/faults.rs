@@ -20,7 +20,7 @@ use tokio::time::timeout;
 mod common;
 mod harness;
 
-use harness::{DEADLINE, Proxy, ep, wait_for};
+use harness::{DEADLINE, Proxy, ep, rss_kib, settled, wait_for};
 
 /// How a peer reaches the proxy, or the proxy its upstream.
 #[derive(Clone, Copy, Debug)]
@@ -374,21 +374,6 @@ const MAX_IN_FLIGHT: usize = 32 << 20;
 /// How much the proxy may grow while a stalled path is full.
 const MAX_GROWTH_KIB: u64 = 16 << 10;
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("proc fd")
-        .count()
-}
-
 /// An upstream that reads every connection to its end, then lets go.
 fn drain_upstream(r: &Rig) -> tokio::task::JoinHandle<()> {
     let up = r.up.clone();
@@ -426,17 +411,12 @@ async fn churn(client: Kind, upstream: Kind) {
     );
     assert_eq!(fds, fds0, "open files after {n} connections");
     // Past the warm-up the allocator has its pools: what stays per connection shows.
-    // Not with a QUIC upstream: the proxy opens a client endpoint (its own socket
-    // and buffers) per upstream connection, and the RSS after 1,000 of them swings
-    // by tens of MiB either way between runs (47 → 82, 91 → 68), so a bound there
-    // would measure the allocator, not a leak. One shared client endpoint would fix
-    // both; until then the open files are what is checked there.
-    if !matches!(upstream, Kind::Quic) {
-        assert!(
-            rss <= rss0 + MAX_CHURN_GROWTH_KIB,
-            "RSS after {n} connections: {rss} KiB, from {rss0} KiB"
-        );
-    }
+    // (A QUIC upstream's connections share the route's client endpoint; when each
+    // opened its own, RSS after 1,000 swung by tens of MiB between runs.)
+    assert!(
+        rss <= rss0 + MAX_CHURN_GROWTH_KIB,
+        "RSS after {n} connections: {rss} KiB, from {rss0} KiB"
+    );
     r.still_relays().await;
 }
 
@@ -460,25 +440,6 @@ fn churn_size(client: Kind, upstream: Kind) -> usize {
     match (client, upstream) {
         (Kind::Quic, _) | (_, Kind::Quic) => 1_000,
         _ => 5_000,
-    }
-}
-
-/// The proxy's open files and RSS once its connections have wound down (the
-/// count reached `want`, or stopped moving), within the deadline.
-async fn settled(pid: u32, want: Option<usize>) -> (usize, u64) {
-    let end = Instant::now() + DEADLINE;
-    let mut last = fd_count(pid);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = fd_count(pid);
-        let done = match want {
-            Some(w) => now <= w,
-            None => now == last,
-        };
-        if done || Instant::now() > end {
-            return (now, rss_kib(pid));
-        }
-        last = now;
     }
 }
 

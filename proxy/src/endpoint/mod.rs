@@ -234,6 +234,8 @@ pub struct Options {
     pub alpn: Vec<u8>,
     /// Subprotocols a WebSocket listener accepts when the upstream is not a WebSocket.
     pub subprotocols: Vec<String>,
+    /// The QUIC client endpoints connections made with these options share.
+    pub quic_clients: quic::ClientEndpoints,
 }
 
 impl Options {
@@ -251,6 +253,7 @@ impl Options {
             tls,
             alpn: format!("{}/{major}", c.name).into_bytes(),
             subprotocols,
+            quic_clients: quic::ClientEndpoints::default(),
         }
     }
 }

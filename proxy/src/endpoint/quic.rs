@@ -240,7 +240,8 @@ pub async fn connect(addr: &str, opts: &Options) -> Result<BoxIo, EndpointError>
     let per_try = CONNECT_DEADLINE / u32::try_from(addrs.len().max(1)).unwrap_or(u32::MAX);
     let mut last = io::Error::new(io::ErrorKind::NotFound, "host has no address");
     for to in addrs {
-        match tokio::time::timeout(per_try, open(to, host, config.clone())).await {
+        let opening = open(to, host, config.clone(), &opts.quic_clients);
+        match tokio::time::timeout(per_try, opening).await {
             Ok(Ok(stream)) => return Ok(Box::new(stream)),
             Ok(Err(e)) => last = e,
             Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, "QUIC handshake timed out"),
@@ -249,20 +250,73 @@ pub async fn connect(addr: &str, opts: &Options) -> Result<BoxIo, EndpointError>
     Err(err(last))
 }
 
-async fn open(to: SocketAddr, host: &str, config: quinn::ClientConfig) -> io::Result<QuicStream> {
-    let bind: SocketAddr = if to.is_ipv4() {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let endpoint = quinn::Endpoint::client(bind)?;
+async fn open(
+    to: SocketAddr,
+    host: &str,
+    config: quinn::ClientConfig,
+    clients: &ClientEndpoints,
+) -> io::Result<QuicStream> {
+    let endpoint = clients.for_address(to)?;
     let conn = endpoint
         .connect_with(config, to, host)
         .map_err(io::Error::other)?
         .await
         .map_err(io::Error::other)?;
     let (send, recv) = conn.open_bi().await.map_err(io::Error::other)?;
-    Ok(QuicStream::new(conn, send, recv, Some(endpoint)))
+    Ok(QuicStream::new(conn, send, recv, Some(clients.clone())))
+}
+
+/// The client endpoints (one per address family) that the QUIC connections made with
+/// one [`Options`] share: one UDP socket and one driver for a route's upstream
+/// connections, where each connection used to open its own (memory and a socket
+/// per connection). Clones share them.
+#[derive(Clone, Default)]
+pub struct ClientEndpoints(Arc<std::sync::Mutex<[Option<quinn::Endpoint>; 2]>>);
+
+impl std::fmt::Debug for ClientEndpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientEndpoints")
+    }
+}
+
+impl ClientEndpoints {
+    fn for_address(&self, to: SocketAddr) -> io::Result<quinn::Endpoint> {
+        let mut slots = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let slot = &mut slots[usize::from(to.is_ipv6())];
+        if let Some(e) = slot {
+            return Ok(e.clone());
+        }
+        let bind: SocketAddr = if to.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let e = quinn::Endpoint::client(bind)?;
+        *slot = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Whether nothing but the caller holds these endpoints (the options that made
+    /// them are gone): then a closing connection must keep them until it is sent.
+    fn is_last(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
+    async fn wait_idle(&self) {
+        let endpoints: Vec<quinn::Endpoint> = {
+            let slots = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slots.iter().flatten().cloned().collect()
+        };
+        for e in endpoints {
+            e.wait_idle().await;
+        }
+    }
 }
 
 /// One QUIC bidirectional stream as a byte stream, owning its connection.
@@ -270,8 +324,8 @@ pub struct QuicStream {
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     conn: quinn::Connection,
-    /// A client's own endpoint, kept so its driver outlives the stream.
-    endpoint: Option<quinn::Endpoint>,
+    /// A client's endpoints, kept so their driver outlives the stream.
+    endpoint: Option<ClientEndpoints>,
     finished: bool,
     /// The application error code the connection closes with (0 unless set).
     close: CloseCode,
@@ -288,7 +342,7 @@ impl QuicStream {
         conn: quinn::Connection,
         send: quinn::SendStream,
         recv: quinn::RecvStream,
-        endpoint: Option<quinn::Endpoint>,
+        endpoint: Option<ClientEndpoints>,
     ) -> Self {
         QuicStream {
             send,
@@ -362,9 +416,13 @@ impl Drop for QuicStream {
         runtime.spawn(async move {
             let _ = tokio::time::timeout(LINGER, acked).await;
             conn.close(quinn::VarInt::from_u64(code).unwrap_or_default(), &reason);
-            if let Some(endpoint) = endpoint {
-                // Lets the close frame go out before the client's socket goes away.
-                let _ = tokio::time::timeout(LINGER, endpoint.wait_idle()).await;
+            // Lets the close frame go out before the client's socket goes away. A
+            // route's shared endpoints stay with the route, and waiting for them to
+            // be idle would wait on its other connections.
+            if let Some(clients) = endpoint
+                && clients.is_last()
+            {
+                let _ = tokio::time::timeout(LINGER, clients.wait_idle()).await;
             }
         });
     }

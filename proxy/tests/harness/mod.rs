@@ -283,6 +283,18 @@ impl Proxy {
         }
     }
 
+    /// Stop the proxy (SIGTERM), wait for its exit, and return what it wrote on
+    /// stderr that was not yet read: the end-of-run counters among it.
+    pub async fn stop_and_summary(&mut self) -> Vec<String> {
+        self.signal("TERM");
+        assert!(self.exited().await.success(), "the proxy exits 0");
+        let mut out = Vec::new();
+        while let Ok(line) = self.errs.recv_timeout(DEADLINE) {
+            out.push(line);
+        }
+        out
+    }
+
     /// The address the proxy reports listening on ("listening on ADDR → …").
     pub fn url(&self) -> String {
         let end = Instant::now() + DEADLINE;
@@ -358,6 +370,42 @@ fn unix_listening(path: &Path) -> bool {
         let flags = cols.get(3).and_then(|f| u32::from_str_radix(f, 16).ok());
         cols.get(7) == Some(&want.as_ref()) && flags.is_some_and(|f| f & ACCEPTCON != 0)
     })
+}
+
+/// A process's resident memory, KiB (from /proc).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A process's open files (from /proc).
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("proc fd")
+        .count()
+}
+
+/// A process's open files and RSS once its connections have wound down (the count
+/// reached `want`, or stopped moving), within the deadline.
+pub async fn settled(pid: u32, want: Option<usize>) -> (usize, u64) {
+    let end = Instant::now() + DEADLINE;
+    let mut last = fd_count(pid);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = fd_count(pid);
+        let done = match want {
+            Some(w) => now <= w,
+            None => now == last,
+        };
+        if done || Instant::now() > end {
+            return (now, rss_kib(pid));
+        }
+        last = now;
+    }
 }
 
 /// A unix endpoint as the proxy's flags spell it.
