@@ -884,7 +884,6 @@ async fn turn_away(c: Conn) {
     .await;
 }
 
-/// The close a stop sends both peers.
 /// One side ended: pass the end on. A byte stream's EOF is a half-close, and on a
 /// message transport it is a normal close (1000, not a close without a status). A
 /// message transport's close ends both directions: nothing can reach that peer after
@@ -908,6 +907,7 @@ async fn end_of(from_messages: bool, to: &mut FrameOut, close: Option<CloseFrame
     PumpEnd::Done
 }
 
+/// The close a stop sends both peers.
 fn stopping() -> Closing {
     Closing::Code(CloseFrame {
         code: 1001,

@@ -13,7 +13,7 @@
 //! holds, so the test plays the child's far end while a real child process sits
 //! in between.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -279,31 +279,7 @@ impl Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let pki = harness::make_pki("bridge faults CA");
         let up_path = dir.path().join("up.sock");
-        let (up, up_ep) = match back {
-            Side::Unix => (Back::Unix(bind_unix(&up_path)), ep(&up_path)),
-            Side::Exec => (
-                Back::Unix(bind_unix(&up_path)),
-                // -t: socat waits this long for the other direction after one ends;
-                // its default (0.5 s) would cut a half-closed exchange short.
-                // shut-close: the far end's EOF closes socat's stdout, as a child
-                // that is done writing does (a pipe has no half-close of its own).
-                format!(
-                    "exec:socat -t 10 STDIO,shut-close UNIX-CONNECT:{}",
-                    up_path.display()
-                ),
-            ),
-            Side::Ws | Side::Wss => {
-                let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-                let addr = l.local_addr().expect("addr");
-                let (tls, scheme) = if back == Side::Wss {
-                    (Some(acceptor(&pki)), "wss")
-                } else {
-                    (None, "ws")
-                };
-                (Back::Ws(l, tls), format!("{scheme}://{addr}/jobs"))
-            }
-            Side::Stdio => panic!("stdio is a client side"),
-        };
+        let (up, up_ep) = upstream_side(back, &up_path, &pki).await;
         let mut args: Vec<String> = ["--contract", &jobs_path(), "--client", "client"]
             .iter()
             .map(|s| s.to_string())
@@ -313,41 +289,7 @@ impl Rig {
             args.extend(["--ca".into(), pki.ca.display().to_string()]);
         }
         let sock = dir.path().join("p.sock");
-        let listen_ep = match front {
-            Side::Unix => Some(ep(&sock)),
-            Side::Ws => Some("ws://127.0.0.1:0/jobs".into()),
-            Side::Wss => {
-                let (cert, key) = (pki.cert.display(), pki.key.display());
-                args.extend([
-                    "--cert".into(),
-                    cert.to_string(),
-                    "--key".into(),
-                    key.to_string(),
-                ]);
-                Some("wss://127.0.0.1:0/jobs".into())
-            }
-            Side::Stdio => None,
-            Side::Exec => panic!("exec is an upstream side"),
-        };
-        let (p, stdio, listen) = match listen_ep {
-            Some(l) => {
-                args.extend(["--listen".into(), l]);
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let p = harness::run(&args);
-                let listen = if front == Side::Unix {
-                    wait_for(&sock).await;
-                    sock.display().to_string()
-                } else {
-                    p.url()
-                };
-                (p, None, listen)
-            }
-            None => {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let (p, io) = harness::run_stdio(&args);
-                (p, Some(io), String::new())
-            }
-        };
+        let (p, stdio, listen) = start(front, args, &sock, &pki).await;
         Rig {
             p,
             front,
@@ -419,7 +361,76 @@ impl Rig {
     }
 }
 
-fn bind_unix(path: &std::path::Path) -> UnixListener {
+/// The upstream's listener for `back`, and the proxy's `--upstream` for it.
+async fn upstream_side(back: Side, up_path: &Path, pki: &harness::Pki) -> (Back, String) {
+    match back {
+        Side::Unix => (Back::Unix(bind_unix(up_path)), ep(up_path)),
+        Side::Exec => (
+            Back::Unix(bind_unix(up_path)),
+            // -t: socat waits this long for the other direction after one ends;
+            // its default (0.5 s) would cut a half-closed exchange short.
+            // shut-close: the far end's EOF closes socat's stdout, as a child
+            // that is done writing does (a pipe has no half-close of its own).
+            format!(
+                "exec:socat -t 10 STDIO,shut-close UNIX-CONNECT:{}",
+                up_path.display()
+            ),
+        ),
+        Side::Ws | Side::Wss => {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = l.local_addr().expect("addr");
+            let (tls, scheme) = if back == Side::Wss {
+                (Some(acceptor(pki)), "wss")
+            } else {
+                (None, "ws")
+            };
+            (Back::Ws(l, tls), format!("{scheme}://{addr}/jobs"))
+        }
+        Side::Stdio => panic!("stdio is a client side"),
+    }
+}
+
+/// The proxy with `args`, listening as `front` says: it, the stdio client (for a
+/// stdio front), and where other clients dial.
+async fn start(
+    front: Side,
+    mut args: Vec<String>,
+    sock: &Path,
+    pki: &harness::Pki,
+) -> (Proxy, Option<BoxIo>, String) {
+    let listen = match front {
+        Side::Unix => ep(sock),
+        Side::Ws => "ws://127.0.0.1:0/jobs".into(),
+        Side::Wss => {
+            let (cert, key) = (pki.cert.display(), pki.key.display());
+            args.extend([
+                "--cert".into(),
+                cert.to_string(),
+                "--key".into(),
+                key.to_string(),
+            ]);
+            "wss://127.0.0.1:0/jobs".into()
+        }
+        Side::Stdio => {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (p, io) = harness::run_stdio(&args);
+            return (p, Some(io), String::new());
+        }
+        Side::Exec => panic!("exec is an upstream side"),
+    };
+    args.extend(["--listen".into(), listen]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let p = harness::run(&args);
+    let at = if front == Side::Unix {
+        wait_for(sock).await;
+        sock.display().to_string()
+    } else {
+        p.url()
+    };
+    (p, None, at)
+}
+
+fn bind_unix(path: &Path) -> UnixListener {
     UnixListener::bind(path).expect("bind")
 }
 
