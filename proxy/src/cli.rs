@@ -278,22 +278,19 @@ impl RunArgs {
 pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
     let routes = args.routes()?;
     // A stand-in's stdout is its program's output: the live view goes to stderr then.
-    let stand_in = routes.iter().any(|r| {
-        matches!(
-            r.listen,
-            crate::endpoint::Endpoint::Stdio | crate::endpoint::Endpoint::Fd(_)
-        )
-    });
+    use crate::endpoint::Endpoint;
+    let listens_as_stand_in =
+        |r: &&crate::config::Resolved| matches!(r.listen, Endpoint::Stdio | Endpoint::Fd(_));
+    let stand_in = routes.iter().any(|r| listens_as_stand_in(&r));
     // In front of a child, a stand-in passes termination signals on (its launcher
     // gets the child's own end); with no child it stops on them like any proxy, so
     // what it took still reaches the upstream.
-    let forwards_signals = stand_in
-        && routes.iter().any(|r| {
-            matches!(
-                r.route.upstream,
-                crate::endpoint::Endpoint::Exec(_) | crate::endpoint::Endpoint::ExecFd { .. }
-            )
-        });
+    let forwards_signals = routes.iter().filter(listens_as_stand_in).any(|r| {
+        matches!(
+            r.route.upstream,
+            Endpoint::Exec(_) | Endpoint::ExecFd { .. }
+        )
+    });
     let logger: Arc<dyn Sink> = if stand_in {
         Arc::new(Logger::on_stderr(args.log, args.filter.clone()))
     } else {

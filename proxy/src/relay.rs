@@ -850,9 +850,6 @@ impl FrameIn {
     }
 }
 
-/// End a client whose upstream cannot be reached: EOF (or a WebSocket close 1011),
-/// then what it already sent is read and discarded, so it sees a clean end and
-/// not a reset.
 /// Read and throw away a byte stream up to its end (or an error), counting into
 /// `dropped` as it goes, in one small buffer.
 async fn discard<R: AsyncRead + Unpin>(rd: &mut R, dropped: &mut u64) {
@@ -864,6 +861,9 @@ async fn discard<R: AsyncRead + Unpin>(rd: &mut R, dropped: &mut u64) {
     }
 }
 
+/// End a client whose upstream cannot be reached: EOF (or a WebSocket close 1011),
+/// then what it already sent is read and discarded, so it sees a clean end and
+/// not a reset.
 async fn turn_away(c: Conn) {
     let _ = tokio::time::timeout(LINGER, async {
         match c {
@@ -884,27 +884,27 @@ async fn turn_away(c: Conn) {
     .await;
 }
 
-/// One side ended: pass the end on. A byte stream's EOF is a half-close, and on a
-/// message transport it is a normal close (1000, not a close without a status). A
-/// message transport's close ends both directions: nothing can reach that peer after
-/// it (RFC 6455 §5.5.1), so the connection closes now, and what the other side still
-/// sends is read, counted and dropped by the linger.
-async fn end_of(from_messages: bool, to: &mut FrameOut, close: Option<CloseFrame>) -> PumpEnd {
-    if from_messages {
-        return PumpEnd::Closed(Closing::Code(close.unwrap_or(CloseFrame {
-            code: 1005,
-            reason: String::new(),
-        })));
-    }
+/// A message transport's close ends both directions: nothing can reach that peer
+/// after it (RFC 6455 §5.5.1), so the connection closes now, and what the other side
+/// still sends is read, counted and dropped by the linger.
+fn closed_by_message_peer(close: Option<CloseFrame>) -> PumpEnd {
+    PumpEnd::Closed(Closing::Code(close.unwrap_or(CloseFrame {
+        code: 1005,
+        reason: String::new(),
+    })))
+}
+
+/// A byte stream ended: a half-close, passed on as EOF; on a message transport it is
+/// a normal close (1000, not a close without a status).
+async fn pass_stream_end(to: &mut FrameOut) {
     let close = match to {
-        FrameOut::Msgs(_) => close.or(Some(CloseFrame {
+        FrameOut::Msgs(_) => Some(CloseFrame {
             code: 1000,
             reason: String::new(),
-        })),
-        FrameOut::Stream { .. } => close,
+        }),
+        FrameOut::Stream { .. } => None,
     };
     let _ = to.end(close).await;
-    PumpEnd::Done
 }
 
 /// The close a stop sends both peers.
@@ -1556,8 +1556,11 @@ async fn pump(
             return Ok(PumpEnd::Closed(c));
         }
         if let Some(c) = ended {
-            let from_messages = matches!(from, FrameIn::Msgs(..));
-            return Ok(end_of(from_messages, &mut *ends.toward(dir).lock().await, c).await);
+            if matches!(from, FrameIn::Msgs(..)) {
+                return Ok(closed_by_message_peer(c));
+            }
+            pass_stream_end(&mut *ends.toward(dir).lock().await).await;
+            return Ok(PumpEnd::Done);
         }
     }
 }

@@ -492,12 +492,8 @@ async fn sigterm_mid_transfer(client: Kind, upstream: Kind) {
     let _ = timeout(DEADLINE, writer).await.expect("the client ends");
     assert!(got.ends_with(b"\n"), "the upstream got whole lines only");
     let lines = got.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
-    let logged = r.p.rest_of_log().await;
     // The hello was read before the count began.
-    let up = logged
-        .iter()
-        .filter(|e| e["dir"] == "up" && e["method"] == "job.end")
-        .count();
+    let up = r.p.logged_up("job.end").await;
     assert_eq!(
         up, lines,
         "every frame the proxy logged going up reached the upstream"

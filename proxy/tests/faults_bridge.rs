@@ -602,24 +602,22 @@ async fn websocket_client_ends_first(mut r: Rig, mut c: Peer, mut u: Peer) {
     u.send(&late).await;
     u.end().await;
     let note = r.p.note("after the close: dropped").await;
-    let from_upstream = note
-        .split(", ")
-        .nth(1)
-        .and_then(|t| t.split_whitespace().next())
-        .and_then(|n| n.parse::<usize>().ok());
+    let from_upstream = count_in(&note, "from the upstream");
     assert_eq!(from_upstream, Some(late.len() + 1), "{note}");
     r.still_relays().await;
     // The end-of-run counters add the drop up.
     let summary = r.p.stop_and_summary().await;
     let discarded = summary
         .iter()
-        .find_map(|l| {
-            l.split(", ")
-                .find(|p| p.ends_with("bytes discarded after a close"))
-        })
-        .and_then(|p| p.split_whitespace().next())
-        .and_then(|n| n.parse::<usize>().ok());
+        .find_map(|l| count_in(l, "bytes discarded after a close"));
     assert_eq!(discarded, Some(late.len() + 1), "{summary:?}");
+}
+
+/// The number that opens the comma-separated part of `line` that holds `what`
+/// ("…, 54 from the upstream" → 54).
+fn count_in(line: &str, what: &str) -> Option<usize> {
+    let part = line.split(", ").find(|p| p.contains(what))?;
+    part.split_whitespace().next()?.parse().ok()
 }
 
 /// The upstream replies and ends first: the client gets the reply, then the end.
@@ -837,11 +835,7 @@ async fn sigterm_mid_transfer(front: Side, back: Side) {
             "1001 to the client"
         );
     }
-    let logged = r.p.rest_of_log().await;
-    let up = logged
-        .iter()
-        .filter(|e| e["dir"] == "up" && e["method"] == "job.end")
-        .count();
+    let up = r.p.logged_up("job.end").await;
     assert_eq!(
         up, got,
         "every frame the proxy logged going up reached the upstream"

@@ -52,24 +52,11 @@ pub fn run_scaled(args: &[&str], scale: f64) -> Proxy {
     let stdout = child.stdout.take().expect("stdout");
     let stderr = child.stderr.take().expect("stderr");
     let (tx, lines) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    on_lines(stdout, move |line| tx.send(line).is_ok());
     let (etx, errs) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = etx.send(line);
-        }
+    on_lines(stderr, move |line| {
+        let _ = etx.send(line);
+        true
     });
     Proxy {
         child,
@@ -77,6 +64,21 @@ pub fn run_scaled(args: &[&str], scale: f64) -> Proxy {
         errs,
         notes: Vec::new(),
     }
+}
+
+/// Read `from` line by line on a thread of its own (so the proxy never blocks on a
+/// full pipe), handing each line to `each` until it returns false or `from` ends.
+fn on_lines<R>(from: R, mut each: impl FnMut(String) -> bool + Send + 'static)
+where
+    R: std::io::Read + Send + 'static,
+{
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+            if !each(line) {
+                break;
+            }
+        }
+    });
 }
 
 fn proxy_command(args: &[&str], scale: f64) -> Command {
@@ -105,17 +107,13 @@ pub fn run_stdio(args: &[&str]) -> (Proxy, contract_proxy::conn::BoxIo) {
     let stderr = child.stderr.take().expect("stderr");
     let (tx, lines) = mpsc::unbounded_channel();
     let (etx, errs) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line.starts_with('{') {
-                let _ = tx.send(line);
-            } else {
-                let _ = etx.send(line);
-            }
+    on_lines(stderr, move |line| {
+        if line.starts_with('{') {
+            let _ = tx.send(line);
+        } else {
+            let _ = etx.send(line);
         }
+        true
     });
     // Our ends of the pipes; the child's ends close here with the Command.
     let rd = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(out_rd))
@@ -228,6 +226,16 @@ impl Proxy {
                 out.push(v);
             }
         }
+    }
+
+    /// How many of the inspection events still to come (up to the proxy's exit) went
+    /// up, from the client, with `method`.
+    pub async fn logged_up(&mut self, method: &str) -> usize {
+        self.rest_of_log()
+            .await
+            .iter()
+            .filter(|e| e["dir"] == "up" && e["method"] == method)
+            .count()
     }
 
     /// The first inspection event that satisfies `want`.
