@@ -778,6 +778,20 @@ handlebars_helper!(cs_string_helper: |v: Value| match v {
     Value::String(s) => cs_string(&s),
     other => cs_string(&other.to_string()),
 });
+// The message trigger of a machine's event, as a `MessageTrigger` (null for other events).
+handlebars_helper!(cs_trigger_helper: |events: Value, ident: str| {
+    let e = events.as_array().into_iter().flatten().find(|e| e["ident"] == ident);
+    match e {
+        Some(e) if e["on"] == "message" => {
+            let opt = |v: &Value| v.as_str().map_or("null".to_string(), cs_string);
+            let matches: Vec<String> = e["matches"].as_array().into_iter().flatten()
+                .map(|m| format!("new string[] {{ {}, {} }}", opt(&m[0]), opt(&m[1])))
+                .collect();
+            format!("new MessageTrigger({}, {}, {}, new string[][] {{ {} }})", opt(&e["method"]), opt(&e["kind"]), opt(&e["from"]), matches.join(", "))
+        }
+        _ => "null".to_string(),
+    }
+});
 handlebars_helper!(cs_fields_helper: |def: Value, types: Value| fields(&def, &types));
 handlebars_helper!(cs_required_mask_helper: |def: Value| required_mask(&def));
 handlebars_helper!(cs_literal_mask_helper: |def: Value, types: Value| literal_mask(&def, &types));
@@ -801,6 +815,7 @@ pub fn register(hb: &mut Handlebars<'static>) {
     hb.register_helper("cs_type", Box::new(cs_type_helper));
     hb.register_helper("cs_literal", Box::new(cs_literal_helper));
     hb.register_helper("cs_string", Box::new(cs_string_helper));
+    hb.register_helper("cs_trigger", Box::new(cs_trigger_helper));
     hb.register_helper("cs_fields", Box::new(cs_fields_helper));
     hb.register_helper("cs_union", Box::new(cs_union_helper));
     hb.register_helper("cs_literal_mask", Box::new(cs_literal_mask_helper));

@@ -283,6 +283,58 @@ pub struct MachineIr {
     pub triggers: Vec<Option<String>>,
     /// Disallowed transitions are ignorable repeats rather than errors.
     pub ignore_invalid: bool,
+    /// Whether any transition has a typed trigger: only such a machine steps on events.
+    pub typed: bool,
+    /// Its event enum's name (`TaskEvent` beside `TaskState`).
+    pub event_ident: String,
+    /// The machine's typed events: one per distinct trigger, in first-use order.
+    pub events: Vec<EventIr>,
+    /// The typed transitions, in contract order (the first one that fires wins).
+    pub moves: Vec<MoveIr>,
+    /// Methods `allows` lets be sent without moving the machine: (wire name, state idents).
+    pub allows: Vec<(String, Vec<String>)>,
+    /// What one instance follows: `connection`, `session`, `key` or `party`.
+    pub scope: &'static str,
+    /// For a per-key machine, the JSON pointer to its key in the triggering messages.
+    pub key_pointer: Option<String>,
+}
+
+/// One typed event of a machine: a distinct trigger of its transitions.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventIr {
+    /// Enum variant name (`InitializeResponseFromServer`).
+    pub ident: String,
+    /// The trigger in a few words, unique within the machine; vectors name events by it.
+    pub label: String,
+    /// `message`, `timer`, `open`, `close` or `transport`.
+    pub on: &'static str,
+    /// A message trigger's method (wire name); any method when absent.
+    pub method: Option<String>,
+    /// A message trigger's kind (`request`, `response`, ...), resolved to the method's own
+    /// kind when the contract leaves it out; any kind when absent.
+    pub kind: Option<String>,
+    /// A message trigger's sending party; any when absent.
+    pub from: Option<String>,
+    /// A message trigger's (JSON pointer, JSON text) pairs the message must hold.
+    pub matches: Vec<(String, String)>,
+    /// The trigger itself.
+    #[serde(skip)]
+    pub trigger: contract::model::Trigger,
+}
+
+/// A typed transition.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveIr {
+    /// Index in the contract's `transitions`.
+    pub index: usize,
+    /// From state ident.
+    pub from: String,
+    /// To state ident.
+    pub to: String,
+    /// Event ident.
+    pub event: String,
 }
 
 /// A channel with the type of its messages.
@@ -547,7 +599,23 @@ impl Ir {
                     .map(|t| t.trigger.as_ref().map(trigger_label))
                     .collect(),
                 ignore_invalid: sm.on_invalid == contract::model::InvalidTransition::Ignore,
+                typed: sm.is_typed(),
+                event_ident: format!("{}Event", pascal(key)),
+                events: Vec::new(),
+                moves: Vec::new(),
+                allows: sm
+                    .allows
+                    .iter()
+                    .map(|(m, states)| (m.clone(), states.iter().map(|x| id(x)).collect()))
+                    .collect(),
+                scope: scope_name(sm.scope.as_ref()),
+                key_pointer: match &sm.scope {
+                    Some(contract::model::Scope::Key { pointer }) => Some(pointer.clone()),
+                    _ => None,
+                },
             });
+            let m = machines.last_mut().expect("just pushed");
+            (m.events, m.moves) = typed_events(c, sm, &id);
         }
         let party_idents = dedupe(c.parties.keys().map(|k| pascal(k)).collect());
         let parties = party_idents
@@ -580,6 +648,102 @@ impl Ir {
 }
 
 /// A typed trigger in a few words, for a diagram's edge.
+fn scope_name(s: Option<&contract::model::Scope>) -> &'static str {
+    use contract::model::Scope;
+    match s {
+        None | Some(Scope::Connection { .. }) => "connection",
+        Some(Scope::Session) => "session",
+        Some(Scope::Key { .. }) => "key",
+        Some(Scope::Party { .. }) => "party",
+    }
+}
+
+/// A machine's distinct typed triggers as events, and its typed transitions naming them.
+fn typed_events(
+    c: &Contract,
+    sm: &contract::model::StateMachine,
+    state_id: &dyn Fn(&str) -> String,
+) -> (Vec<EventIr>, Vec<MoveIr>) {
+    let mut triggers: Vec<&contract::model::Trigger> = Vec::new();
+    for t in sm.transitions.iter().filter_map(|t| t.trigger.as_ref()) {
+        if !triggers.contains(&t) {
+            triggers.push(t);
+        }
+    }
+    let labels = dedupe(triggers.iter().map(|t| trigger_label(t)).collect());
+    let idents = dedupe(labels.iter().map(|l| pascal(l)).collect());
+    let events: Vec<EventIr> = triggers
+        .iter()
+        .zip(labels)
+        .zip(idents)
+        .map(|((t, label), ident)| event_ir(c, t, label, ident))
+        .collect();
+    let moves = sm
+        .transitions
+        .iter()
+        .enumerate()
+        .filter_map(|(index, t)| {
+            let at = triggers
+                .iter()
+                .position(|x| Some(*x) == t.trigger.as_ref())?;
+            Some(MoveIr {
+                index,
+                from: state_id(&t.from),
+                to: state_id(&t.to),
+                event: events[at].ident.clone(),
+            })
+        })
+        .collect();
+    (events, moves)
+}
+
+fn event_ir(c: &Contract, t: &contract::model::Trigger, label: String, ident: String) -> EventIr {
+    use contract::model::Trigger;
+    let mut e = EventIr {
+        ident,
+        label,
+        on: "message",
+        method: None,
+        kind: None,
+        from: None,
+        matches: Vec::new(),
+        trigger: t.clone(),
+    };
+    match t {
+        Trigger::Message {
+            method,
+            kind,
+            from,
+            matches,
+        } => {
+            let own = method
+                .as_ref()
+                .and_then(|m| c.methods.get(m))
+                .map(|m| m.kind);
+            e.method = method.clone();
+            e.kind = kind.or(own).map(kind_wire);
+            e.from = from.clone();
+            e.matches = matches
+                .iter()
+                .map(|(p, v)| (p.clone(), v.to_string()))
+                .collect();
+        }
+        Trigger::Timer { .. } => e.on = "timer",
+        Trigger::Open { .. } => e.on = "open",
+        Trigger::Close { .. } => e.on = "close",
+        Trigger::Transport { .. } => e.on = "transport",
+    }
+    e
+}
+
+/// A kind's wire name (`request`, `response`, ...).
+pub fn kind_wire(k: Kind) -> String {
+    serde_json::to_value(k)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 fn trigger_label(t: &contract::model::Trigger) -> String {
     use contract::model::{Kind, TransportEvent, Trigger};
     match t {

@@ -311,6 +311,13 @@ pub fn py_module(ctx: &Value) -> Value {
         .iter()
         .map(|m| claim(m["ident"].as_str().unwrap_or_default(), "Machine"))
         .collect();
+    // A typed machine's event enum: `LifecycleEvent` beside `LifecycleState`.
+    let event_names: Vec<String> = ctx["machines"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|m| claim(m["eventIdent"].as_str().unwrap_or_default(), "Events"))
+        .collect();
     let table_names: Vec<String> = ctx["tables"]
         .as_array()
         .unwrap_or(&empty)
@@ -645,8 +652,8 @@ pub fn py_module(ctx: &Value) -> Value {
         .as_array()
         .unwrap_or(&empty)
         .iter()
-        .zip(&machine_names)
-        .map(|(m, py)| {
+        .zip(machine_names.iter().zip(&event_names))
+        .map(|(m, (py, ev))| {
             let states = m["states"].as_array().unwrap_or(&empty);
             let members = member_names(states.iter().map(|s| s[0].as_str().unwrap_or_default()));
             let member_of: HashMap<String, String> = states
@@ -660,6 +667,7 @@ pub fn py_module(ctx: &Value) -> Value {
                 "name": py, "key": key, "doc": py_doc(m["description"].as_str().unwrap_or_default()),
                 "const": upper_snake(py),
                 "fn": format!("check_{}_transition", lower_snake(key)),
+                "fnBase": lower_snake(key),
                 "ignore": m["ignoreInvalid"] == true,
                 "states": states.iter().zip(&members).map(|(s, mm)| json!({
                     "name": mm, "value": py_literal(&s[1]), "doc": s[2].as_str().unwrap_or_default().replace('\n', " "),
@@ -667,6 +675,8 @@ pub fn py_module(ctx: &Value) -> Value {
                 "initial": m_of(&m["initial"]),
                 "terminal": m["terminal"].as_array().unwrap_or(&empty).iter().map(m_of).collect::<Vec<_>>(),
                 "transitions": m["transitions"].as_array().unwrap_or(&empty).iter().map(|t| format!("({}, {})", m_of(&t[0]), m_of(&t[1]))).collect::<Vec<_>>(),
+                "typed": m["typed"] == true,
+                "events": typed_machine(m, ev, &m_of),
             })
         })
         .collect();
@@ -886,6 +896,78 @@ fn refs(t: &Value) -> Vec<String> {
 }
 
 /// Enum member names (`UPPER_SNAKE`) from Pascal identifiers, unique and not keywords.
+/// A typed machine's events, moves and `allows` for the template: `None` for an untyped one.
+fn typed_machine(m: &Value, ev: &str, m_of: &dyn Fn(&Value) -> String) -> Value {
+    if m["typed"] != true {
+        return Value::Null;
+    }
+    let none = Vec::new();
+    let events = m["events"].as_array().unwrap_or(&none);
+    let members = member_names(
+        events
+            .iter()
+            .map(|e| e["ident"].as_str().unwrap_or_default()),
+    );
+    let member: HashMap<&str, String> = events
+        .iter()
+        .zip(&members)
+        .map(|(e, mm)| {
+            (
+                e["ident"].as_str().unwrap_or_default(),
+                format!("{ev}.{mm}"),
+            )
+        })
+        .collect();
+    let opt = |v: &Value| {
+        v.as_str()
+            .map_or("None".to_string(), |s| py_literal(&json!(s)))
+    };
+    let trigger = |e: &Value| -> String {
+        if e["on"] != "message" {
+            return "None".into();
+        }
+        let matches: Vec<String> = e["matches"]
+            .as_array()
+            .unwrap_or(&none)
+            .iter()
+            .map(|p| {
+                format!(
+                    "({}, {}), ",
+                    py_literal(&p[0]),
+                    p[1].as_str()
+                        .and_then(|t| serde_json::from_str(t).ok())
+                        .map_or("None".into(), |v| py_literal(&v))
+                )
+            })
+            .collect();
+        format!(
+            "_rt.Trigger({}, {}, {}, ({}))",
+            opt(&e["method"]),
+            opt(&e["kind"]),
+            opt(&e["from"]),
+            matches.concat()
+        )
+    };
+    let by_ident: HashMap<&str, &Value> = events
+        .iter()
+        .map(|e| (e["ident"].as_str().unwrap_or_default(), e))
+        .collect();
+    json!({
+        "name": ev,
+        "members": events.iter().zip(&members).map(|(e, mm)| json!({"name": mm, "label": py_literal(&e["label"])})).collect::<Vec<_>>(),
+        "moves": m["moves"].as_array().unwrap_or(&none).iter().map(|mv| {
+            let e = mv["event"].as_str().unwrap_or_default();
+            format!("({}, {}, {}, {})", m_of(&mv["from"]), member.get(e).cloned().unwrap_or_default(), m_of(&mv["to"]), by_ident.get(e).map_or("None".into(), |x| trigger(x)))
+        }).collect::<Vec<_>>(),
+        "allows": m["allows"].as_array().unwrap_or(&none).iter().map(|a| json!({
+            "method": py_literal(&a[0]),
+            "states": a[1].as_array().unwrap_or(&none).iter().map(|st| format!("{}, ", m_of(st))).collect::<String>(),
+        })).collect::<Vec<_>>(),
+        "scope": py_literal(&m["scope"]),
+        "keyPointer": opt(&m["keyPointer"]),
+    })
+}
+
 fn member_names<'a>(idents: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut seen: HashSet<String> = HashSet::new();
     idents

@@ -832,6 +832,10 @@ fn render_machines(s: &mut String, ir: &Ir) {
          impl ::std::fmt::Display for TransitionError {{ fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {{ write!(f, \"{{}}: {{}} -> {{}} is not allowed\", self.machine, self.from, self.to) }} }}\n\
          impl ::std::error::Error for TransitionError {{}}"
     );
+    if ir.machines.iter().any(|m| m.typed) {
+        render_outcome(s);
+        render_machines_named(s, ir);
+    }
     for m in &ir.machines {
         doc(s, &m.description);
         let _ = writeln!(
@@ -900,6 +904,9 @@ fn render_machines(s: &mut String, ir: &Ir) {
             k = str_lit(&m.key),
             ig = m.ignore_invalid
         );
+        if m.typed {
+            render_events(s, m);
+        }
         let _ = writeln!(
             s,
             "impl ::std::str::FromStr for {i} {{ type Err = UnknownValue; fn from_str(s: &str) -> Result<Self, UnknownValue> {{ {i}::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| UnknownValue {{ what: {k}, value: s.to_string() }}) }} }}\n\
@@ -908,6 +915,134 @@ fn render_machines(s: &mut String, ir: &Ir) {
             k = str_lit(&m.key)
         );
     }
+}
+
+fn render_outcome(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "/// An event a machine's state does not leave by.\n#[derive(Debug, Clone, PartialEq, Eq)]\npub struct EventError {{ /// The machine.\npub machine: &'static str, /// The state.\npub state: &'static str, /// The event's label.\npub event: &'static str, /// The contract says such an event is a repeat to ignore, not an error.\npub ignorable: bool }}\n\
+         impl ::std::fmt::Display for EventError {{ fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {{ write!(f, \"{{}}: no transition from {{}} on {{}}\", self.machine, self.state, self.event) }} }}\n\
+         impl ::std::error::Error for EventError {{}}\n\
+         /// What one message does to one machine instance (the proxy's policy engine decides the same way).\n#[derive(Debug, Clone, Copy, PartialEq, Eq)]\npub enum Outcome<S, E> {{ /// It fires a transition: the first from the current state whose trigger it matches.\nMoved {{ /// The new state.\nto: S, /// The event it was.\nevent: E }}, /// The machine has no say about it, or the state allows it.\nStayed, /// A governed message in a state that neither allows it nor leaves by it; `ignorable` when the contract says the receiver ignores it.\nOutOfPlace {{ /// `onInvalid: ignore`.\nignorable: bool }} }}"
+    );
+}
+
+/// Typed machines stepped by their contract names, for the cross-language machine vectors.
+fn render_machines_named(s: &mut String, ir: &Ir) {
+    let _ = writeln!(
+        s,
+        "/// Step a typed machine, named as the contract names it, on a message from party `from`: (step, new state, event label, ignorable).\n\
+         /// `None` for an unknown machine, state or party. Used by the cross-language machine vectors.\n\
+         #[allow(clippy::type_complexity)]\n\
+         pub fn on_message_named(machine: &str, state: &str, from: &str, msg: &::contract::wire::Message) -> Option<Result<(&'static str, Option<&'static str>, Option<&'static str>, bool), super::DecodeError>> {{\n\
+         let from = *super::Party::ALL.iter().find(|p| p.name() == from)?;\nSome(match machine {{"
+    );
+    for m in ir.machines.iter().filter(|m| m.typed) {
+        let _ = writeln!(
+            s,
+            "{} => state.parse::<{}>().ok()?.on_message(from, msg).map(|o| match o {{ Outcome::Moved {{ to, event }} => (\"moved\", Some(to.name()), Some(event.label()), false), Outcome::Stayed => (\"stayed\", None, None, false), Outcome::OutOfPlace {{ ignorable }} => (\"out-of-place\", None, None, ignorable) }}),",
+            str_lit(&m.key),
+            m.ident
+        );
+    }
+    let _ = writeln!(
+        s,
+        "_ => return None }}) }}\n\
+         /// Step a typed machine, named as the contract names it, on the event with label `event`: the new state's name.\n\
+         /// `None` for an unknown machine, state or event. Used by the cross-language machine vectors.\n\
+         pub fn on_named(machine: &str, state: &str, event: &str) -> Option<Result<&'static str, EventError>> {{\nSome(match machine {{"
+    );
+    for m in ir.machines.iter().filter(|m| m.typed) {
+        let _ = writeln!(
+            s,
+            "{} => {{ let e = *{ev}::ALL.iter().find(|e| e.label() == event)?; state.parse::<{st}>().ok()?.on(e).map({st}::name) }}",
+            str_lit(&m.key),
+            ev = m.event_ident,
+            st = m.ident
+        );
+    }
+    let _ = writeln!(s, "_ => return None }}) }}");
+}
+
+/// A typed machine's event enum, its transition function over events, and the message step.
+fn render_events(s: &mut String, m: &crate::ir::MachineIr) {
+    let st = &m.ident;
+    let ev = &m.event_ident;
+    let _ = writeln!(
+        s,
+        "/// The typed events of machine `{}`: one per distinct trigger of its transitions.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[allow(clippy::enum_variant_names)]\npub enum {ev} {{",
+        m.key
+    );
+    for e in &m.events {
+        doc(s, &format!("`{}`", e.label));
+        let _ = writeln!(s, "{},", e.ident);
+    }
+    let all: Vec<String> = m
+        .events
+        .iter()
+        .map(|e| format!("{ev}::{}", e.ident))
+        .collect();
+    let _ = writeln!(
+        s,
+        "}}\nimpl {ev} {{\n/// Every event.\npub const ALL: &'static [{ev}] = &[{}];\n/// The trigger in a few words, as the docs' diagram and the vectors name it.\npub fn label(self) -> &'static str {{ match self {{",
+        all.join(", ")
+    );
+    for e in &m.events {
+        let _ = writeln!(s, "{ev}::{} => {},", e.ident, str_lit(&e.label));
+    }
+    let _ = writeln!(s, "}} }}\n}}\nimpl {st} {{");
+    let key_const = m
+        .key_pointer
+        .as_deref()
+        .map_or("None".to_string(), |p| format!("Some({})", str_lit(p)));
+    let _ = writeln!(
+        s,
+        "/// What one instance follows: `connection`, `session`, `key` or `party`.\npub const SCOPE: &'static str = {};\n/// For a per-key machine, the JSON pointer to the key in its messages: keep one instance per value.\npub const KEY: Option<&'static str> = {key_const};",
+        str_lit(m.scope)
+    );
+    let mut arms: Vec<(&str, &str)> = Vec::new();
+    let _ = writeln!(
+        s,
+        "/// The state `event` moves `self` to (the contract's first transition from `self` on it), or why it may not.\n#[allow(unreachable_patterns)]\npub fn on(self, event: {ev}) -> Result<{st}, EventError> {{ match (self, event) {{"
+    );
+    for mv in &m.moves {
+        if arms.contains(&(mv.from.as_str(), mv.event.as_str())) {
+            continue;
+        }
+        arms.push((&mv.from, &mv.event));
+        let _ = writeln!(
+            s,
+            "({st}::{}, {ev}::{}) => Ok({st}::{}),",
+            mv.from, mv.event, mv.to
+        );
+    }
+    let _ = writeln!(
+        s,
+        "_ => Err(EventError {{ machine: {}, state: self.name(), event: event.label(), ignorable: {} }}) }} }}",
+        str_lit(&m.key),
+        m.ignore_invalid
+    );
+    let _ = writeln!(
+        s,
+        "/// What `msg`, sent by `from`, does to an instance in `self`, as the proxy's policy engine rules.\n\
+         pub fn on_message(self, from: super::Party, msg: &::contract::wire::Message) -> Result<Outcome<{st}, {ev}>, super::DecodeError> {{\n\
+         let wire = super::CONTRACT.wire().map_err(|e| super::DecodeError::Contract(e.to_string()))?;\n\
+         let c = wire.contract();\n\
+         let sm = c.state_machines.get({k}).ok_or_else(|| super::DecodeError::Contract(format!(\"no machine {{}}\", {k})))?;\n\
+         Ok(match sm.on_message(c, self.name(), &::contract::machine::Seen::of(from.name(), msg)) {{\n\
+         ::contract::machine::Step::Stayed => Outcome::Stayed,\n\
+         ::contract::machine::Step::OutOfPlace {{ ignorable }} => Outcome::OutOfPlace {{ ignorable }},\n\
+         ::contract::machine::Step::Moved {{ transition, index }} => {{\n\
+         let event = Self::event_of(index).ok_or_else(|| super::DecodeError::Contract(format!(\"transition {{index}} of {{}} has no typed trigger\", {k})))?;\n\
+         Outcome::Moved {{ to: transition.to.parse()?, event }} }}\n\
+         }}) }}\n\
+         fn event_of(transition: usize) -> Option<{ev}> {{ match transition {{",
+        k = str_lit(&m.key)
+    );
+    for mv in &m.moves {
+        let _ = writeln!(s, "{} => Some({ev}::{}),", mv.index, mv.event);
+    }
+    let _ = writeln!(s, "_ => None }} }}\n}}");
 }
 
 fn render_decode(s: &mut String) {

@@ -3,8 +3,11 @@
 //! Valid vectors are the contract's examples, each with the type of its whole
 //! message and of its payload. Invalid vectors are derived from them by one
 //! targeted mutation each, labelled with the rejection it must cause (see
-//! `docs/vectors.md`). Everything is derived from the contract, so a contract
-//! edit changes the vectors with it.
+//! `docs/vectors.md`). Machine vectors say what each typed state machine does
+//! with each of its events and trigger messages ([`machines`]). Everything is
+//! derived from the contract, so a contract edit changes the vectors with it.
+
+mod machines;
 
 use std::collections::BTreeSet;
 
@@ -281,6 +284,12 @@ pub fn generate(irs: &[Ir]) -> Vec<GeneratedFile> {
         files.push(GeneratedFile {
             name: format!("{}/invalid.json", ir.module),
             contents: pretty(&inv),
+        });
+        let mut m = serde_json::to_string_pretty(&machines::machines(ir)).unwrap_or_default();
+        m.push('\n');
+        files.push(GeneratedFile {
+            name: format!("{}/machines.json", ir.module),
+            contents: m,
         });
     }
     files

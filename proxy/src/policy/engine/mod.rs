@@ -218,31 +218,7 @@ pub fn unknown_error_code(c: &Contract, msg: &Message, code: &Value) -> Option<R
 
 /// Whether `t` is a message trigger that `msg`, sent by `from`, fires.
 pub(crate) fn fires(c: &Contract, t: &Trigger, from: &str, msg: &Message) -> bool {
-    let Trigger::Message {
-        method,
-        kind,
-        from: sender,
-        matches,
-    } = t
-    else {
-        return false;
-    };
-    let which = match method {
-        Some(m) => msg.method.as_deref() == Some(m.as_str()) && kind_is(c, m, *kind, msg.kind),
-        None => kind.is_none_or(|k| k == msg.kind),
-    };
-    which
-        && sender.as_deref().is_none_or(|p| p == from)
-        && matches.iter().all(|(p, v)| msg.value.pointer(p) == Some(v))
-}
-
-/// Whether a message of kind `got` is the one a trigger on `method` with `kind` names:
-/// the method's own kind when `kind` is absent.
-fn kind_is(c: &Contract, method: &str, kind: Option<Kind>, got: Kind) -> bool {
-    match kind {
-        Some(k) => k == got,
-        None => c.methods.get(method).is_some_and(|m| m.kind == got),
-    }
+    t.fires(c, &contract::machine::Seen::of(from, msg))
 }
 
 /// Whether `msg` is a method's own message (a request, notification or event), not an

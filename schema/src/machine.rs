@@ -1,0 +1,213 @@
+//! One instance of a contract state machine, stepped by what it sees. This is the one
+//! reading of `stateMachines` that the proxy's policy engine runs and that the generated
+//! SDKs' machine vectors are computed from, so an SDK user drives the machine the proxy
+//! enforces.
+//!
+//! A machine is *typed* when at least one transition has a `trigger`; one written in prose
+//! alone is documentation and steps nothing. A method is *governed* by a machine when a
+//! message trigger names it (with its kind), or, for the method's own message, when
+//! `allows` lists it. A governed message that neither fires a transition from the current
+//! state nor is allowed there is out of place.
+
+use serde_json::Value;
+
+use crate::Contract;
+use crate::model::{InvalidTransition, Kind, StateMachine, Transition, Trigger};
+use crate::wire::Message;
+
+/// A message as a machine sees it: who sent it, its kind, its method and the whole value.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The sending party.
+    pub from: &'a str,
+    /// The message's kind.
+    pub kind: Kind,
+    /// Its method (for an answer, the method of the request it answers), if known.
+    pub method: Option<&'a str>,
+    /// The whole decoded message.
+    pub value: &'a Value,
+}
+
+impl<'a> Seen<'a> {
+    /// A classified wire message sent by `from`.
+    pub fn of(from: &'a str, msg: &'a Message) -> Self {
+        Seen {
+            from,
+            kind: msg.kind,
+            method: msg.method.as_deref(),
+            value: &msg.value,
+        }
+    }
+
+    /// Whether this is a method's own message (a request, notification or event), not an
+    /// answer to one.
+    pub fn is_call(&self) -> bool {
+        !matches!(self.kind, Kind::Response | Kind::Error)
+    }
+}
+
+/// What one message does to one machine instance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step<'m> {
+    /// It fires a transition (the first one from the current state whose trigger fires).
+    Moved {
+        /// The transition.
+        transition: &'m Transition,
+        /// Its index in the machine's `transitions`.
+        index: usize,
+    },
+    /// The machine has no say about it, or it is allowed in the current state.
+    Stayed,
+    /// A governed message in a state that neither allows it nor leaves by it.
+    OutOfPlace {
+        /// `onInvalid: ignore`: the receiver drops it and goes on; otherwise it is a protocol
+        /// error and the machine's `outOfPlace` action applies.
+        ignorable: bool,
+    },
+}
+
+/// Whether a message of kind `got` is the one a trigger on `method` with `kind` names:
+/// the method's own kind when `kind` is absent.
+pub fn kind_is(c: &Contract, method: &str, kind: Option<Kind>, got: Kind) -> bool {
+    match kind {
+        Some(k) => k == got,
+        None => c.methods.get(method).is_some_and(|m| m.kind == got),
+    }
+}
+
+impl Trigger {
+    /// Whether this trigger fires on `seen`; only message triggers fire on messages.
+    pub fn fires(&self, c: &Contract, seen: &Seen) -> bool {
+        let Trigger::Message {
+            method,
+            kind,
+            from,
+            matches,
+        } = self
+        else {
+            return false;
+        };
+        let which = match method {
+            Some(m) => seen.method == Some(m.as_str()) && kind_is(c, m, *kind, seen.kind),
+            None => kind.is_none_or(|k| k == seen.kind),
+        };
+        which
+            && from.as_deref().is_none_or(|p| p == seen.from)
+            && matches
+                .iter()
+                .all(|(p, v)| seen.value.pointer(p) == Some(v))
+    }
+}
+
+impl StateMachine {
+    /// Whether any transition has a typed trigger (only such machines are run).
+    pub fn is_typed(&self) -> bool {
+        self.transitions.iter().any(|t| t.trigger.is_some())
+    }
+
+    /// Whether a transition fires on any message (of a kind or party): such a message may
+    /// move the machine without being governed by it.
+    pub fn on_any_message(&self) -> bool {
+        self.transitions
+            .iter()
+            .any(|t| matches!(&t.trigger, Some(Trigger::Message { method: None, .. })))
+    }
+
+    /// Whether the machine has a say about `seen`.
+    pub fn governs(&self, c: &Contract, seen: &Seen) -> bool {
+        let Some(method) = seen.method else {
+            return false;
+        };
+        let named = self.transitions.iter().any(|t| match &t.trigger {
+            Some(Trigger::Message {
+                method: Some(m),
+                kind,
+                ..
+            }) => m == method && kind_is(c, m, *kind, seen.kind),
+            _ => false,
+        });
+        named || (seen.is_call() && self.allows.contains_key(method))
+    }
+
+    /// Whether `allows` lets `seen` be sent in `state` without moving the machine.
+    pub fn allowed_in(&self, seen: &Seen, state: &str) -> bool {
+        seen.is_call()
+            && seen
+                .method
+                .and_then(|m| self.allows.get(m))
+                .is_some_and(|states| states.iter().any(|s| s == state))
+    }
+
+    /// What `seen` does to an instance in `state`.
+    pub fn on_message(&self, c: &Contract, state: &str, seen: &Seen) -> Step<'_> {
+        if !self.is_typed() {
+            return Step::Stayed;
+        }
+        let fired = self.transitions.iter().enumerate().find(|(_, t)| {
+            t.from == state && t.trigger.as_ref().is_some_and(|tr| tr.fires(c, seen))
+        });
+        if let Some((index, transition)) = fired {
+            return Step::Moved { transition, index };
+        }
+        if self.allowed_in(seen, state) || !self.governs(c, seen) {
+            return Step::Stayed;
+        }
+        Step::OutOfPlace {
+            ignorable: self.on_invalid == InvalidTransition::Ignore,
+        }
+    }
+
+    /// The transition a non-message trigger (a timer's expiry, a connection opening or
+    /// closing, a transport event) makes from `state`, if any.
+    pub fn on_event(&self, state: &str, event: &Trigger) -> Option<(usize, &Transition)> {
+        self.transitions
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.from == state && t.trigger.as_ref() == Some(event))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mcp() -> Contract {
+        crate::builtin("mcp").expect("mcp")
+    }
+
+    fn seen<'a>(from: &'a str, kind: Kind, method: &'a str, value: &'a Value) -> Seen<'a> {
+        Seen {
+            from,
+            kind,
+            method: Some(method),
+            value,
+        }
+    }
+
+    #[test]
+    fn a_lifecycle_moves_stays_and_refuses_as_the_contract_says() {
+        let c = mcp();
+        let sm = &c.state_machines["lifecycle"];
+        let v = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}});
+        let init = seen("client", Kind::Request, "initialize", &v);
+        let Step::Moved { transition, .. } = sm.on_message(&c, &sm.initial, &init) else {
+            panic!("initialize does not move the lifecycle");
+        };
+        assert_ne!(transition.to, sm.initial);
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {}});
+        let early = seen("client", Kind::Request, "tools/call", &call);
+        assert_eq!(
+            sm.on_message(&c, &sm.initial, &early),
+            Step::OutOfPlace { ignorable: false }
+        );
+        let other = json!({"x": 1});
+        let ungoverned = Seen {
+            from: "client",
+            kind: Kind::Notification,
+            method: Some("no/such"),
+            value: &other,
+        };
+        assert_eq!(sm.on_message(&c, &sm.initial, &ungoverned), Step::Stayed);
+    }
+}
