@@ -792,6 +792,32 @@ handlebars_helper!(cs_trigger_helper: |events: Value, ident: str| {
         _ => "null".to_string(),
     }
 });
+// A keyed rate limit's `new KeyedRate(...)`, from its IR.
+handlebars_helper!(cs_keyed_helper: |l: Value| {
+    let k = &l["keyed"];
+    let opt = |v: &Value| v.as_str().map_or("null".to_string(), cs_string);
+    let list = |v: &Value| match v.as_array() {
+        Some(a) => format!("new string[] {{ {} }}", a.iter().map(&opt).collect::<Vec<_>>().join(", ")),
+        None => "null".into(),
+    };
+    let num = |v: &Value| v.as_f64().map_or("0.0".into(), |f| format!("{f:?}"));
+    format!(
+        "new KeyedRate({}, {}, {}, {}L, {}, {}, {}, {}, {}, {})",
+        opt(&l["key"]), num(&k["amount"]), num(&k["perSeconds"]), k["burst"],
+        if k["bytes"] == true { "true" } else { "false" },
+        list(&k["methods"]), list(&k["channelMethods"]), opt(&k["from"]), opt(&k["key"]), opt(&k["pointer"]),
+    )
+});
+// A party's `new IdRules(...)`, from its IR.
+handlebars_helper!(cs_id_rules_helper: |r: Value| {
+    let flag = |k: &str| if r[k] == true { "true" } else { "false" };
+    format!(
+        "new IdRules({}, {}, {}, {}, {})",
+        r["prefix"].as_str().map_or("null".to_string(), cs_string),
+        r["start"].as_i64().map_or("null".to_string(), |n| format!("(long?){n}L")),
+        flag("increasing"), flag("gapless"), flag("unique"),
+    )
+});
 handlebars_helper!(cs_fields_helper: |def: Value, types: Value| fields(&def, &types));
 handlebars_helper!(cs_required_mask_helper: |def: Value| required_mask(&def));
 handlebars_helper!(cs_literal_mask_helper: |def: Value, types: Value| literal_mask(&def, &types));
@@ -816,6 +842,8 @@ pub fn register(hb: &mut Handlebars<'static>) {
     hb.register_helper("cs_literal", Box::new(cs_literal_helper));
     hb.register_helper("cs_string", Box::new(cs_string_helper));
     hb.register_helper("cs_trigger", Box::new(cs_trigger_helper));
+    hb.register_helper("cs_keyed", Box::new(cs_keyed_helper));
+    hb.register_helper("cs_id_rules", Box::new(cs_id_rules_helper));
     hb.register_helper("cs_fields", Box::new(cs_fields_helper));
     hb.register_helper("cs_union", Box::new(cs_union_helper));
     hb.register_helper("cs_literal_mask", Box::new(cs_literal_mask_helper));

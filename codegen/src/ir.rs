@@ -258,6 +258,50 @@ pub struct LimitIr {
     pub on_expiry: String,
     /// Seed section.
     pub seed: String,
+    /// A rate limit run as data (one with `applies` or `key`): what an SDK limiter needs.
+    pub keyed: Option<KeyedRateIr>,
+}
+
+/// A keyed rate limit, evaluated: the token bucket's shape, what it applies to, and its key.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyedRateIr {
+    /// Base units (a count, or bytes) refilled every `per_seconds`.
+    pub amount: f64,
+    /// The refill period, in seconds.
+    pub per_seconds: f64,
+    /// The bucket size, in base units.
+    pub burst: u64,
+    /// A message takes its size in tokens (a byte unit), else one.
+    pub bytes: bool,
+    /// The methods it applies to (all when empty).
+    pub methods: Vec<String>,
+    /// When it applies to one channel: the methods on that channel.
+    pub channel_methods: Option<Vec<String>>,
+    /// The only sending party it applies to.
+    pub from: Option<String>,
+    /// What buckets are kept per: `global`, `connection`, `party` or `pointer`.
+    pub key: &'static str,
+    /// For a `pointer` key, the JSON pointer into the message.
+    pub pointer: Option<String>,
+}
+
+/// A party's request-id rules.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdRulesIr {
+    /// The party.
+    pub party: String,
+    /// String ids carry this prefix, then the number.
+    pub prefix: Option<String>,
+    /// The first request's number.
+    pub start: Option<i64>,
+    /// Each request's number is above the last.
+    pub increasing: bool,
+    /// Each request's number is the last plus one.
+    pub gapless: bool,
+    /// No id is used twice.
+    pub unique: bool,
 }
 
 /// A state machine with identifiers.
@@ -372,6 +416,8 @@ pub struct Ir {
     pub limits: Vec<LimitIr>,
     /// State machines.
     pub machines: Vec<MachineIr>,
+    /// Request-id rules, per party that declares them.
+    pub id_rules: Vec<IdRulesIr>,
     /// Schemas to generate types from: def name → schema (JSON Schema, `$defs` refs).
     pub schemas: IndexMap<String, Value>,
 }
@@ -526,6 +572,7 @@ impl Ir {
                     .collect(),
             });
         }
+        let evaluated = contract::Limits::new(c);
         let mut ev = contract::check::Evaluator::new(c);
         let limit_idents = dedupe(c.limits.keys().map(|k| upper_snake(k)).collect());
         let mut limits = Vec::new();
@@ -538,7 +585,9 @@ impl Ir {
                 contract::model::Expr::Number(_) => None,
                 e => Some(contract::check::show(e)),
             };
+            let keyed = keyed_rate(c, &evaluated, key, l);
             limits.push(LimitIr {
+                keyed,
                 key: key.clone(),
                 ident,
                 kind: l.kind,
@@ -622,7 +671,23 @@ impl Ir {
             .into_iter()
             .zip(c.parties.keys().cloned())
             .collect();
+        let id_rules = c
+            .parties
+            .iter()
+            .filter_map(|(party, p)| {
+                let r = p.ids.as_ref()?;
+                Some(IdRulesIr {
+                    party: party.clone(),
+                    prefix: r.prefix.clone(),
+                    start: r.start,
+                    increasing: r.increasing,
+                    gapless: r.gapless,
+                    unique: r.unique,
+                })
+            })
+            .collect();
         Ok(Ir {
+            id_rules,
             module: lower_snake(&c.name),
             parties,
             channels,
@@ -648,6 +713,44 @@ impl Ir {
 }
 
 /// A typed trigger in a few words, for a diagram's edge.
+/// A rate limit run as data, evaluated for an SDK's limiter; `None` for any other limit.
+fn keyed_rate(
+    c: &Contract,
+    limits: &contract::Limits,
+    name: &str,
+    l: &contract::model::Limit,
+) -> Option<KeyedRateIr> {
+    use contract::model::LimitKey;
+    if !l.is_keyed_rate() {
+        return None;
+    }
+    let rate = limits.rate(name).ok()?;
+    let applies = l.applies.as_ref();
+    let (key, pointer) = match &l.key {
+        None | Some(LimitKey::Global) => ("global", None),
+        Some(LimitKey::Connection) => ("connection", None),
+        Some(LimitKey::Party) => ("party", None),
+        Some(LimitKey::Pointer { pointer }) => ("pointer", Some(pointer.clone())),
+    };
+    Some(KeyedRateIr {
+        amount: rate.amount,
+        per_seconds: rate.per.as_secs_f64(),
+        burst: rate.burst,
+        bytes: l.tokens(2) == 2,
+        methods: applies.map(|a| a.methods.clone()).unwrap_or_default(),
+        channel_methods: applies.and_then(|a| a.channel.as_ref()).map(|ch| {
+            c.methods
+                .iter()
+                .filter(|(_, m)| &m.channel == ch)
+                .map(|(n, _)| n.clone())
+                .collect()
+        }),
+        from: applies.and_then(|a| a.from.clone()),
+        key,
+        pointer,
+    })
+}
+
 fn scope_name(s: Option<&contract::model::Scope>) -> &'static str {
     use contract::model::Scope;
     match s {

@@ -716,6 +716,20 @@ pub fn py_module(ctx: &Value) -> Value {
                 "ident": l["ident"], "type": ty, "value": val, "unit": unit,
                 "doc": l["description"].as_str().unwrap_or_default().replace('\n', " "),
                 "burst": l["burst"], "perSeconds": l["perSeconds"].as_f64().map(format_float),
+                "keyed": keyed_rate(l),
+            })
+        })
+        .collect();
+    let id_rules: Vec<Value> = ctx["idRules"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|r| {
+            let opt = |v: &Value| if v.is_null() { "None".to_string() } else { py_literal(v) };
+            let flag = |k: &str| if r[k] == true { "True" } else { "False" };
+            json!({
+                "party": py_literal(&r["party"]),
+                "rules": format!("_rt.IdRules({}, {}, {}, {}, {})", opt(&r["prefix"]), opt(&r["start"]), flag("increasing"), flag("gapless"), flag("unique")),
             })
         })
         .collect();
@@ -869,6 +883,7 @@ pub fn py_module(ctx: &Value) -> Value {
         "errors": errors,
         "machines": machines,
         "limits": limits,
+        "idRules": id_rules,
         "channels": channels,
         "methods": methods,
         "doc": py_doc(ctx["description"].as_str().unwrap_or_default()),
@@ -896,6 +911,47 @@ fn refs(t: &Value) -> Vec<String> {
 }
 
 /// Enum member names (`UPPER_SNAKE`) from Pascal identifiers, unique and not keywords.
+/// A keyed rate limit's limiter arguments for the template: `None` for any other limit.
+fn keyed_rate(l: &Value) -> Value {
+    let k = &l["keyed"];
+    if k.is_null() {
+        return Value::Null;
+    }
+    let opt = |v: &Value| {
+        if v.is_null() {
+            "None".to_string()
+        } else {
+            py_literal(v)
+        }
+    };
+    let list = |v: &Value| match v.as_array() {
+        Some(a) => format!(
+            "({})",
+            a.iter()
+                .map(|x| format!("{}, ", py_literal(x)))
+                .collect::<String>()
+        ),
+        None => "None".into(),
+    };
+    json!({
+        "fn": format!("{}_limiter", lower_snake(l["key"].as_str().unwrap_or_default())),
+        "key": py_literal(&l["key"]),
+        "args": format!(
+            "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}",
+            py_literal(&l["key"]),
+            k["amount"].as_f64().map_or("0.0".into(), format_float),
+            k["perSeconds"].as_f64().map_or("0.0".into(), format_float),
+            k["burst"],
+            if k["bytes"] == true { "True" } else { "False" },
+            list(&k["methods"]),
+            list(&k["channelMethods"]),
+            opt(&k["from"]),
+            py_literal(&k["key"]),
+            opt(&k["pointer"]),
+        ),
+    })
+}
+
 /// A typed machine's events, moves and `allows` for the template: `None` for an untyped one.
 fn typed_machine(m: &Value, ev: &str, m_of: &dyn Fn(&Value) -> String) -> Value {
     if m["typed"] != true {

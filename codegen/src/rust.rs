@@ -274,6 +274,7 @@ pub fn render(ir: &Ir, source: &str) -> Result<String, GenError> {
         let _ = writeln!(s, "}}");
     }
     render_limits(&mut s, ir);
+    render_rules(&mut s, ir);
     if !ir.machines.is_empty() {
         let _ = writeln!(
             s,
@@ -915,6 +916,56 @@ fn render_machines(s: &mut String, ir: &Ir) {
             k = str_lit(&m.key)
         );
     }
+}
+
+/// Request-id rules and keyed rate limits, run by `contract::ids` and `contract::rate`.
+fn render_rules(s: &mut String, ir: &Ir) {
+    let keyed: Vec<_> = ir.limits.iter().filter(|l| l.keyed.is_some()).collect();
+    if ir.id_rules.is_empty() && keyed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "/// Request-id rules and keyed rate limits: `contract::ids::IdCounter` issues and checks ids, `contract::rate::KeyedRate` keeps a limit's buckets, as the proxy's policy engine does.\n\
+         pub mod rules {{\n\
+         /// The request-id rules `party` declares, if any.\n\
+         pub fn id_rules(party: super::Party) -> Option<::contract::model::IdRules> {{ super::CONTRACT.wire().ok()?.contract().parties.get(party.name())?.ids.clone() }}\n\
+         #[allow(dead_code)]\n\
+         fn limiter(name: &str) -> Result<::contract::rate::KeyedRate, super::DecodeError> {{\n\
+         let wire = super::CONTRACT.wire().map_err(|e| super::DecodeError::Contract(e.to_string()))?;\n\
+         ::contract::rate::KeyedRate::new(wire.contract().clone(), wire.limits(), name).map_err(|e| super::DecodeError::Contract(e.to_string())) }}"
+    );
+    for l in &keyed {
+        doc(
+            s,
+            &format!("A fresh limiter for `{}`: {}", l.key, l.description),
+        );
+        let _ = writeln!(
+            s,
+            "pub fn {}() -> Result<::contract::rate::KeyedRate, super::DecodeError> {{ limiter({}) }}",
+            crate::ir::lower_snake(&l.key),
+            str_lit(&l.key)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "/// A fresh limiter for the keyed rate limit the contract names `name`; `None` for another name. Used by the cross-language rule vectors.\n\
+         pub fn keyed_rate_named(name: &str) -> Option<Result<::contract::rate::KeyedRate, super::DecodeError>> {{"
+    );
+    if keyed.is_empty() {
+        let _ = writeln!(s, "let _ = name; None }}\n}}");
+        return;
+    }
+    let _ = writeln!(s, "Some(match name {{");
+    for l in &keyed {
+        let _ = writeln!(
+            s,
+            "{} => {}(),",
+            str_lit(&l.key),
+            crate::ir::lower_snake(&l.key)
+        );
+    }
+    let _ = writeln!(s, "_ => return None }}) }}\n}}");
 }
 
 fn render_outcome(s: &mut String) {

@@ -88,6 +88,7 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
             "description": r.description, "seed": r.seed,
         })).collect::<Vec<_>>(),
         "machines": ser("machines", serde_json::to_value(&ir.machines))?,
+        "idRules": ser("idRules", serde_json::to_value(&ir.id_rules))?,
         "trace": ser("trace", serde_json::to_value(&c.trace))?,
         "files": ser("files", serde_json::to_value(&c.files))?,
         "notes": ser("notes", serde_json::to_value(&c.notes))?,

@@ -6,8 +6,10 @@
 //! `docs/vectors.md`). Machine vectors say what each typed state machine does
 //! with each of its events and trigger messages ([`machines`]). Everything is
 //! derived from the contract, so a contract edit changes the vectors with it.
+//! Rule vectors ([`rules`]) say what request ids and keyed rate limits admit.
 
 mod machines;
+mod rules;
 
 use std::collections::BTreeSet;
 
@@ -290,6 +292,12 @@ pub fn generate(irs: &[Ir]) -> Vec<GeneratedFile> {
         files.push(GeneratedFile {
             name: format!("{}/machines.json", ir.module),
             contents: m,
+        });
+        let mut r = serde_json::to_string_pretty(&rules::rules(ir)).unwrap_or_default();
+        r.push('\n');
+        files.push(GeneratedFile {
+            name: format!("{}/rules.json", ir.module),
+            contents: r,
         });
     }
     files

@@ -10,10 +10,12 @@
 
 pub mod access;
 pub mod check;
+pub mod ids;
 pub mod io;
 pub mod machine;
 pub mod model;
 mod pointer;
+pub mod rate;
 pub mod wire;
 
 pub use access::{AccessError, Limits, Rate, TIME_SCALE_ENV, env_time_scale};

@@ -511,6 +511,61 @@ public static partial class Tests
         }
     }
 
+    // Rule vectors (rules.json): request ids are issued and checked, and keyed rate limits
+    // admit and refuse, as `contractgen vectors` says (what the proxy's policy engine runs).
+    static void RuleVectors(string module, string path)
+    {
+        var rules = SdkType("Contract.Sdk." + Pascal(module) + ".Rules");
+        if (rules == null) { Fail(module + "/rules", "no Rules class"); return; }
+        var byParty = (Dictionary<string, IdRules>)rules.GetField("IdRulesByParty").GetValue(null);
+        var limiters = (Dictionary<string, Func<KeyedRate>>)rules.GetField("RateLimiters").GetValue(null);
+        using (var doc = JsonDocument.Parse(File.ReadAllText(path)))
+        {
+            var parties = new List<string>();
+            foreach (var v in doc.RootElement.GetProperty("ids").EnumerateArray())
+            {
+                string party = v.GetProperty("party").GetString();
+                string id = module + "/ids/" + party;
+                parties.Add(party);
+                IdRules r;
+                if (!byParty.TryGetValue(party, out r)) { Fail(id, "no id rules"); continue; }
+                var issuer = new IdCounter();
+                foreach (var want in v.GetProperty("next").EnumerateArray())
+                {
+                    object got = issuer.NextId(r);
+                    string text = got is string ? JsonSerializer.Serialize((string)got) : Convert.ToString(got, System.Globalization.CultureInfo.InvariantCulture);
+                    Expect(text == want.GetRawText(), id + "/next", "issued " + text + ", want " + want.GetRawText());
+                }
+                var checker = new IdCounter();
+                foreach (var a in v.GetProperty("admit").EnumerateArray())
+                {
+                    string got = "ok";
+                    try { checker.Admit(r, a.GetProperty("id")); }
+                    catch (IdRuleException e) { got = e.Rule; }
+                    Expect(got == a.GetProperty("expect").GetString(), id + "/admit/" + a.GetProperty("id").GetRawText(), "got " + got);
+                }
+            }
+            Expect(parties.OrderBy(p => p).SequenceEqual(byParty.Keys.OrderBy(p => p)), module + "/ids", "vectors cover " + string.Join(",", parties));
+            var limits = new List<string>();
+            foreach (var v in doc.RootElement.GetProperty("rates").EnumerateArray())
+            {
+                string name = v.GetProperty("limit").GetString();
+                limits.Add(name);
+                Func<KeyedRate> make;
+                if (!limiters.TryGetValue(name, out make)) { Fail(module + "/rates/" + name, "no limiter"); continue; }
+                var limiter = make();
+                int i = 0;
+                foreach (var c in v.GetProperty("calls").EnumerateArray())
+                {
+                    string got = limiter.Take(c.GetProperty("from").GetString(), c.GetProperty("method").GetString(), c.GetProperty("message"),
+                        c.GetProperty("t").GetDouble(), 0, c.GetProperty("size").GetInt64());
+                    Expect(got == c.GetProperty("expect").GetString(), module + "/rates/" + name + "/" + i++, "got " + got);
+                }
+            }
+            Expect(limits.OrderBy(p => p).SequenceEqual(limiters.Keys.OrderBy(p => p)), module + "/rates", "vectors cover " + string.Join(",", limits));
+        }
+    }
+
     static void Spot(string id, bool ok, string why) { Expect(ok, "constants/" + id, why); }
 
     static object Static(string type, string member)
@@ -656,6 +711,8 @@ public static partial class Tests
             Machines(module);
             string machines = Path.Combine(sub, "machines.json");
             if (File.Exists(machines)) MachineVectors(module, machines); else Fail(module, "no machines.json");
+            string rulesFile = Path.Combine(sub, "rules.json");
+            if (File.Exists(rulesFile)) RuleVectors(module, rulesFile); else Fail(module, "no rules.json");
             Console.WriteLine(module + ": " + (passed + failed - before) + " checks");
         }
         Constants(modules);

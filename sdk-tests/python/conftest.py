@@ -29,8 +29,9 @@ def load(module: str, kind: str) -> list[dict[str, Any]]:
     return data
 
 
-def load_machines(module: str) -> dict[str, list[dict[str, Any]]]:
-    p = vectors_dir() / module / "machines.json"
+def load_doc(module: str, name: str) -> dict[str, list[dict[str, Any]]]:
+    """A vectors file holding one object of arrays (``machines``, ``rules``)."""
+    p = vectors_dir() / module / f"{name}.json"
     with p.open(encoding="utf-8") as f:
         data: dict[str, list[dict[str, Any]]] = json.load(f)
     return data

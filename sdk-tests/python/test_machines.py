@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import MODULES, load_machines, sdk
+from conftest import MODULES, load_doc, sdk
 
 
 def machine(module: str, key: str) -> tuple[Any, Any, Any, Any]:
@@ -17,7 +17,7 @@ def machine(module: str, key: str) -> tuple[Any, Any, Any, Any]:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_message_steps(module: str) -> None:
-    vectors = load_machines(module)["messages"]
+    vectors = load_doc(module, "machines")["messages"]
     for v in vectors:
         state_t, event_t, _, on_message = machine(module, v["machine"])
         got = on_message(state_t(v["state"]), v["from"], v["kind"], v["method"], v["message"])
@@ -33,7 +33,7 @@ def test_message_steps(module: str) -> None:
 def test_event_steps(module: str) -> None:
     from contract_sdk import _runtime
 
-    for v in load_machines(module)["events"]:
+    for v in load_doc(module, "machines")["events"]:
         state_t, event_t, on, _ = machine(module, v["machine"])
         if v["to"] is None:
             with pytest.raises(_runtime.InvalidEvent) as info:
@@ -46,5 +46,5 @@ def test_event_steps(module: str) -> None:
 def test_every_typed_machine_has_vectors() -> None:
     """A typed machine the generator skipped would pass the tests above vacuously."""
     for module in MODULES:
-        keys = {v["machine"] for v in load_machines(module)["events"]}
+        keys = {v["machine"] for v in load_doc(module, "machines")["events"]}
         assert keys == set(sdk(module).MACHINES), module

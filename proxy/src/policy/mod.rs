@@ -32,17 +32,11 @@ pub mod toolchannel;
 pub mod xsession;
 
 use std::collections::HashMap;
-use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use contract::Contract;
 use contract::wire::{Message, Wire};
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::nanos::Nanos;
-use governor::state::{InMemoryState, NotKeyed};
 use serde_json::Value;
 
 pub use contract::Limits;
@@ -478,61 +472,4 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// A governor clock that reads the instant the caller passed in, so buckets
-/// follow the relay's (or a test's) timeline and nothing sleeps.
-#[derive(Debug, Clone, Default)]
-struct Passed(Arc<AtomicU64>);
-
-impl Clock for Passed {
-    type Instant = Nanos;
-    fn now(&self) -> Nanos {
-        Nanos::from(self.0.load(Ordering::Relaxed))
-    }
-}
-
-type Gcra = governor::RateLimiter<NotKeyed, InMemoryState, Passed, NoOpMiddleware<Nanos>>;
-
-/// A token bucket (governor's GCRA), full at creation, driven by passed-in instants.
-pub(crate) struct Bucket {
-    gcra: Gcra,
-    clock: Passed,
-    base: Instant,
-    last: Instant,
-    refill: Duration,
-}
-
-impl Bucket {
-    /// One token every `period`, at most `burst`, full at `now`.
-    pub(crate) fn new(period: Duration, burst: NonZeroU32, now: Instant) -> Option<Bucket> {
-        let quota = governor::Quota::with_period(period)?.allow_burst(burst);
-        let clock = Passed::default();
-        let gcra = governor::RateLimiter::direct_with_clock(quota, clock.clone());
-        Some(Bucket {
-            gcra,
-            clock,
-            base: now,
-            last: now,
-            refill: period.saturating_mul(burst.get()),
-        })
-    }
-
-    /// Take `n` tokens at `now`, all or none. An `n` above the burst never fits.
-    pub(crate) fn take(&mut self, n: u64, now: Instant) -> bool {
-        let since = now.saturating_duration_since(self.base);
-        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
-        self.clock.0.fetch_max(nanos, Ordering::Relaxed);
-        if now > self.last {
-            self.last = now;
-        }
-        let Some(n) = u32::try_from(n).ok().and_then(NonZeroU32::new) else {
-            return n == 0;
-        };
-        matches!(self.gcra.check_n(n), Ok(Ok(())))
-    }
-
-    /// Whether the bucket has refilled completely by `now` (so it can be forgotten:
-    /// a fresh bucket is the same thing).
-    pub(crate) fn is_full_at(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last) >= self.refill
-    }
-}
+pub(crate) use contract::rate::Bucket;

@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use contract::ids::{IdBreak, number};
 use contract::model::{IdRules, Kind};
 use contract::wire::Message;
 use contract::{Contract, Limits};
@@ -24,8 +25,8 @@ use serde_json::Value;
 use super::{Ruling, broken};
 
 /// Ids remembered per party for the `unique` rule beyond the pending ones; past it only
-/// pending ids are checked. A memory guard, not a protocol number.
-const MAX_SEEN: usize = 65_536;
+/// pending ids are checked (the bound an SDK's `IdCounter` keeps too).
+const MAX_SEEN: usize = contract::ids::MAX_REMEMBERED;
 
 #[derive(Debug, Default)]
 struct PartyIds {
@@ -54,15 +55,8 @@ pub(crate) struct Admit {
     unique: bool,
 }
 
-/// A broken rule: its name, why, and the number to resync to (after a gap).
-struct Broken {
-    rule: &'static str,
-    why: String,
-    resync: Option<i128>,
-}
-
-fn broke(rule: &'static str, why: String) -> Broken {
-    Broken {
+fn broke(rule: &'static str, why: String) -> IdBreak {
+    IdBreak {
         rule,
         why,
         resync: None,
@@ -167,7 +161,7 @@ impl IdState {
 }
 
 /// The ruling for `b`, under the id rules of `party` (the requester).
-fn ruled(c: &Contract, party: &str, b: Broken, id: &Value, msg: &Message) -> Box<Ruling> {
+fn ruled(c: &Contract, party: &str, b: IdBreak, id: &Value, msg: &Message) -> Box<Ruling> {
     let rules = c.parties.get(party).and_then(|p| p.ids.as_ref());
     let entry = format!("/parties/{}/ids", contract::escape_pointer(party));
     let what = match msg.kind {
@@ -181,35 +175,9 @@ fn ruled(c: &Contract, party: &str, b: Broken, id: &Value, msg: &Message) -> Box
 
 /// Whether request id `id` keeps `rules` after what `state` has seen: its number, or
 /// which rule it breaks.
-fn admit(state: Option<&PartyIds>, rules: &IdRules, id: &Value) -> Result<Option<i128>, Broken> {
-    let key = id.to_string();
-    let n = number(id, rules.prefix.as_deref());
-    if let Some(p) = &rules.prefix
-        && !(id.as_str().is_some_and(|s| s.starts_with(p.as_str())) && n.is_some())
-    {
-        return Err(broke("ids.prefix", format!("does not have the form {p}N")));
-    }
-    if rules.unique && state.is_some_and(|s| s.pending.contains(&key) || s.seen.contains(&key)) {
-        return Err(broke("ids.reuse", "was used before".into()));
-    }
-    let last = state.and_then(|s| s.last);
-    let (Some(n), Some(expected)) = (n, last.map(|l| l + 1).or(rules.start.map(i128::from))) else {
-        return Ok(n);
-    };
-    if rules.increasing && n < expected {
-        return Err(broke(
-            "ids.reuse",
-            format!("repeats or decreases (next is {expected})"),
-        ));
-    }
-    if rules.gapless && n > expected {
-        return Err(Broken {
-            rule: "ids.gap",
-            why: format!("skips {expected}"),
-            resync: Some(n),
-        });
-    }
-    Ok(Some(n))
+fn admit(state: Option<&PartyIds>, rules: &IdRules, id: &Value) -> Result<Option<i128>, IdBreak> {
+    let used = |k: &str| state.is_some_and(|s| s.pending.contains(k) || s.seen.contains(k));
+    rules.admit(state.and_then(|s| s.last), used, id)
 }
 
 /// Why an answer to `id` answers nothing its requester issued, if it does not: it carries
@@ -219,7 +187,7 @@ fn unissued(
     rules: &IdRules,
     own: Option<&str>,
     id: &Value,
-) -> Option<Broken> {
+) -> Option<IdBreak> {
     let theirs = rules.prefix.as_deref();
     if let (Some(own), Some(s)) = (own, id.as_str())
         && theirs != Some(own)
@@ -246,22 +214,4 @@ fn unissued(
             "answers no request its requester issued".into(),
         )
     })
-}
-
-/// The number an id carries: the integer, or a string's digits after `prefix`.
-fn number(id: &Value, prefix: Option<&str>) -> Option<i128> {
-    match id {
-        Value::Number(n) => n
-            .as_i64()
-            .map(i128::from)
-            .or_else(|| n.as_u64().map(i128::from)),
-        Value::String(s) => {
-            // Digits only, without leading zeros: `c:01` is not `c:1`.
-            let d = s.strip_prefix(prefix.unwrap_or(""))?;
-            let canonical = d == "0" || (!d.is_empty() && !d.starts_with('0'));
-            let digits = canonical && d.bytes().all(|b| b.is_ascii_digit());
-            digits.then(|| d.parse().ok()).flatten()
-        }
-        _ => None,
-    }
 }

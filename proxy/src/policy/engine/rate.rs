@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use contract::model::{Applies, Limit, LimitKey, LimitKind, Unit};
+use contract::model::Limit;
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
@@ -47,11 +47,7 @@ impl Buckets {
 
 /// Whether the contract has a rate limit this engine runs.
 pub(crate) fn any(c: &Contract) -> bool {
-    c.limits.values().any(typed)
-}
-
-fn typed(l: &Limit) -> bool {
-    l.kind == LimitKind::Rate && (l.applies.is_some() || l.key.is_some())
+    c.limits.values().any(Limit::is_keyed_rate)
 }
 
 /// Take tokens from each rate limit `msg` (of `size` bytes) falls under, up to the first
@@ -68,11 +64,11 @@ pub(crate) fn take(
         return Vec::new();
     }
     let mut out = Vec::new();
-    for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
-        if !applies(c, l.applies.as_ref(), ctx.from, msg) {
+    for (name, l) in c.limits.iter().filter(|(_, l)| l.is_keyed_rate()) {
+        if !l.applies_to(c, ctx.from, msg.method.as_deref()) {
             continue;
         }
-        let Some(key) = key_of(l.key.as_ref(), ctx.from, conn, msg) else {
+        let Some(key) = l.bucket_key(ctx.from, conn, &msg.value) else {
             continue;
         };
         let Ok(rate) = limits.rate(name) else {
@@ -91,11 +87,7 @@ pub(crate) fn take(
         let Some(bucket) = bucket(buckets, id, period, burst, ctx.now) else {
             continue;
         };
-        let tokens = match l.unit {
-            Unit::Bytes | Unit::KiB | Unit::MiB => size as u64,
-            _ => 1,
-        };
-        if !bucket.take(tokens, ctx.now) {
+        if !bucket.take(l.tokens(size), ctx.now) {
             let method = msg.method.as_deref().unwrap_or("message");
             let reason = format!(
                 "{method} from {} over rate limit {name} ({} per {:?}, burst {burst})",
@@ -127,24 +119,4 @@ fn bucket(
         Entry::Occupied(e) => Some(e.into_mut()),
         Entry::Vacant(v) => Some(v.insert(Bucket::new(period, burst, now)?)),
     }
-}
-
-/// Whether a message from `from` falls under `applies` (everything, when absent).
-fn applies(c: &Contract, a: Option<&Applies>, from: &str, msg: &Message) -> bool {
-    let Some(a) = a else { return true };
-    let method = msg.method.as_deref().unwrap_or_default();
-    let channel = c.methods.get(method).map(|m| m.channel.as_str());
-    (a.methods.is_empty() || a.methods.iter().any(|m| m == method))
-        && a.channel.as_deref().is_none_or(|ch| Some(ch) == channel)
-        && a.from.as_deref().is_none_or(|p| p == from)
-}
-
-/// The bucket key of `msg`; `None` when a pointer key is absent from the message.
-fn key_of(key: Option<&LimitKey>, from: &str, conn: u64, msg: &Message) -> Option<String> {
-    Some(match key {
-        None | Some(LimitKey::Global) => String::new(),
-        Some(LimitKey::Connection) => format!("conn:{conn}"),
-        Some(LimitKey::Party) => format!("party:{from}"),
-        Some(LimitKey::Pointer { pointer }) => format!("at:{}", msg.value.pointer(pointer)?),
-    })
 }
