@@ -898,3 +898,45 @@ fn generated_instances_agree_with_the_rules_on_the_project_history() {
     }
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+/// The last commit before the contract format gained typed behaviour (994d6aa): the first
+/// format, which today's tools must still load (issue 15, item 10).
+const FIRST_FORMAT: &str = "994d6aa~1";
+
+/// Each built-in contract as the first format wrote it checks clean, compiles into a wire
+/// layer, and generates in every target with today's tools: no migration step is needed,
+/// since every addition of the second format is optional.
+#[test]
+fn the_first_format_still_loads_checks_and_generates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in ["kernel", "xsession", "rukh", "toolchannel"] {
+        let text = git(&[
+            "show",
+            &format!("{FIRST_FORMAT}:schema/contracts/{name}.json"),
+        ]);
+        let doc: Value = serde_json::from_str(&text).expect("json");
+        assert!(
+            doc.pointer("/stateMachines").is_some(),
+            "{name}: a real contract"
+        );
+        let (c, problems) = contract::check_document(name, &doc);
+        assert!(problems.is_empty(), "{name}: {problems:#?}");
+        let c = std::sync::Arc::new(c.expect("model"));
+        contract::wire::Wire::new(c).expect("wire");
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, &text).expect("write");
+        for lang in [
+            contractgen::Lang::Rust,
+            contractgen::Lang::Docs,
+            contractgen::Lang::Python,
+            contractgen::Lang::Csharp,
+        ] {
+            let mut cfg = contractgen::Config::new();
+            cfg.contracts([&path]).lang(lang);
+            let files = cfg
+                .generate()
+                .unwrap_or_else(|e| panic!("{name} {lang:?}: {e}"));
+            assert!(!files.is_empty(), "{name} {lang:?}");
+        }
+    }
+}

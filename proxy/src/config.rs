@@ -150,6 +150,16 @@ impl RouteSpec {
             route: name.clone(),
             why,
         };
+        let missing = crate::policy::missing_hooks(&c);
+        if !missing.is_empty() {
+            let have: Vec<&str> = contract::extensions::KNOWN.iter().map(|h| h.name).collect();
+            return Err(bad(format!(
+                "contract {} names extensions this proxy does not implement: {} (it has: {})",
+                c.name,
+                missing.join(", "),
+                have.join(", ")
+            )));
+        }
         let channel = match &self.channel {
             Some(ch) if c.channels.contains_key(ch) => ch.clone(),
             Some(ch) => {

@@ -115,7 +115,12 @@ struct Rukh {
 
 impl Rukh {
     fn new() -> Self {
-        let w = wire("rukh");
+        Self::with(contract::builtin("rukh").expect("rukh"))
+    }
+
+    /// A rukh session on an edited copy of the contract.
+    fn with(c: contract::Contract) -> Self {
+        let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
         let p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
         Rukh {
             w,
@@ -355,6 +360,25 @@ fn rukh_log_intake_excess_is_discarded_and_counted() {
         "{}",
         r[0].reason
     );
+}
+
+/// Hooks follow the contract's `extensions`, not its name: a renamed copy of rukh keeps
+/// `rukh.session` (one invoke per session), and a copy that drops it gets the engine alone,
+/// which has no rule against a second invoke.
+#[test]
+fn named_extensions_follow_the_contract_data_not_its_name() {
+    let second_invoke = |edit: &dyn Fn(&mut contract::Contract)| {
+        let mut c = contract::builtin("rukh").expect("rukh");
+        edit(&mut c);
+        let mut s = Rukh::with(c);
+        s.running();
+        rules(&s.send(&CORE, &s.req("rukh.invoke", "c:3"), None))
+    };
+    assert_eq!(
+        second_invoke(&|c| c.name = "rukh-fork".into()),
+        ["rukh.invoke.repeat"]
+    );
+    assert_eq!(second_invoke(&|c| c.extensions.clear()), Vec::<&str>::new());
 }
 
 #[test]
@@ -1353,7 +1377,7 @@ fn ratelimit_specs_are_checked() {
 }
 
 #[test]
-fn unknown_contracts_get_a_policy_that_says_nothing() {
+fn a_contract_without_the_credit_hook_gets_no_credit_gate() {
     let text = contract::BUILTIN
         .iter()
         .find(|(n, _)| *n == "kernel")
@@ -1361,13 +1385,15 @@ fn unknown_contracts_get_a_policy_that_says_nothing() {
         .1;
     let mut doc: Value = serde_json::from_str(text).expect("json");
     doc["name"] = json!("elsewhere");
+    // The kernel's data without its named extension: what the engine runs, and nothing else.
+    doc.as_object_mut().expect("object").remove("extensions");
     let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
     let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
     let shared = Arc::new(SharedState::new());
     let mut p = policy::for_contract(&w, &shared, 1, 1);
     let t0 = Instant::now();
     assert!(p.on_open("k", t0).is_empty());
-    // Even a credit overrun setup says nothing: no kernel policy behind this name.
+    // Even a credit overrun setup says nothing: no kernel.credit-gate hook is named.
     let open = ex(&w, "stream.open", "call", 0);
     assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
     assert_eq!(

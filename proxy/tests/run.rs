@@ -463,6 +463,33 @@ fn usage_errors_are_exit_2() {
     assert!(err.contains("no channel \"nope\""), "{err}");
 }
 
+/// A contract naming an extension this proxy does not implement is refused at set-up, with
+/// the extensions it has: a rule the contract says needs a hook is never silently skipped.
+#[test]
+fn a_contract_naming_an_extension_the_proxy_lacks_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("tests/fixtures/jobs.json")).expect("fixture");
+    let mut doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    doc["extensions"] = serde_json::json!({
+        "acme.magic": {"description": "d", "reason": "r", "seed": "s"}
+    });
+    let path = dir.path().join("jobs-ext.json");
+    std::fs::write(&path, doc.to_string()).expect("write");
+    let file = path.display().to_string();
+    let (code, err) = run_fails(&[
+        "--contract",
+        &file,
+        "--listen",
+        "tcp:0",
+        "--upstream",
+        "tcp:127.0.0.1:1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("acme.magic"), "{err}");
+    assert!(err.contains(contract::extensions::KNOWN[0].name), "{err}");
+}
+
 /// A missing upstream socket is reported on the live view; the client's
 /// connection is closed and the proxy keeps serving.
 #[tokio::test]

@@ -10,6 +10,7 @@
 
 pub mod access;
 pub mod check;
+pub mod extensions;
 pub mod ids;
 pub mod io;
 pub mod machine;

@@ -69,6 +69,10 @@ pub struct Contract {
     /// Credit-based flow control, by name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub credit: IndexMap<String, Credit>,
+    /// Rules no data can say yet, each run by a named hook of the tools (a small Rust
+    /// extension with a documented interface), by hook name. See `contract::extensions`.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub extensions: IndexMap<String, Extension>,
     /// Where the trace id lives, if the protocol has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<Trace>,
@@ -1086,6 +1090,18 @@ pub enum InvalidTransition {
     Error,
     /// It is a repeat or a late report and is ignored.
     Ignore,
+}
+
+/// A named extension: what its hook enforces for this contract, and why data cannot say it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Extension {
+    /// The rules the hook runs for this contract.
+    pub description: String,
+    /// Why the contract's data cannot express them (or not yet).
+    pub reason: String,
+    /// Seed sections and notes the rules come from.
+    pub seed: String,
 }
 
 /// Where the trace id lives.

@@ -611,3 +611,26 @@ fn credit_runs_on_a_binary_channel_with_a_grant_examples_show() {
         "/credit/s/key",
     );
 }
+
+#[test]
+fn an_extension_the_tools_lack_is_named_with_the_ones_they_have() {
+    let unknown = |d: &mut Value| {
+        d["extensions"] = json!({"acme.magic": {"description": "d", "reason": "r", "seed": "s"}});
+    };
+    assert_fires(unknown, Lint::NameRef, "/extensions/acme.magic");
+    let mut doc = fixture();
+    unknown(&mut doc);
+    let why = problems(&doc)
+        .into_iter()
+        .map(|p| p.reason)
+        .collect::<Vec<_>>()
+        .join("\n");
+    for h in contract::extensions::KNOWN {
+        assert!(why.contains(h.name), "{why}");
+    }
+    // A hook the tools have passes.
+    let mut doc = fixture();
+    let name = contract::extensions::KNOWN[0].name;
+    doc["extensions"] = json!({name: {"description": "d", "reason": "r", "seed": "s"}});
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+}

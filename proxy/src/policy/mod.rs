@@ -202,9 +202,9 @@ pub struct RouteRules {
     pub channel: String,
 }
 
-/// The policy for one connection of a route speaking `wire`'s contract
-/// (chosen by contract name; any other contract gets the generic [`engine`], which
-/// runs the behaviour the contract carries as data).
+/// The policy for one connection of a route speaking `wire`'s contract: the generic
+/// [`engine`], which runs the behaviour the contract carries as data, then the named
+/// extensions the contract lists (`extensions`), each a hook of this module.
 pub fn for_contract(
     wire: &Arc<Wire>,
     shared: &Arc<SharedState>,
@@ -225,74 +225,159 @@ pub fn for_route(
     // The engine knows the route's channel: an `open` trigger names one.
     let engine =
         engine::Engine::new(wire.clone(), shared.clone(), conn, session).on_channel(&rules.channel);
-    let hand: Box<dyn Policy> = match wire.contract().name.as_str() {
-        "rukh" => Box::new(rukh::RukhPolicy::new(wire.clone())),
-        "toolchannel" => Box::new(toolchannel::ToolPolicy::new(
-            wire.clone(),
-            shared.clone(),
-            conn,
-        )),
-        "xsession" => Box::new(
-            xsession::XsPolicy::new(wire.clone(), shared.clone(), conn, session)
-                .auth_required(rules.auth_required),
-        ),
-        "kernel" => Box::new(kernel::KernelPolicy::new(
-            wire.clone(),
-            shared.clone(),
-            conn,
-            session,
-        )),
-        _ if engine::Engine::has_behaviour(wire.contract()) => return Box::new(engine),
-        _ => return Box::new(Noop),
+    let at = Site {
+        wire,
+        shared,
+        conn,
+        session,
+        rules: &rules,
     };
-    Box::new(Layered { engine, hand })
+    let hands: Vec<Box<dyn Policy>> = (wire.contract().extensions.keys())
+        .filter_map(|name| hook(name, &at))
+        .collect();
+    match (
+        hands.is_empty(),
+        engine::Engine::has_behaviour(wire.contract()),
+    ) {
+        (false, _) => Box::new(Layered { engine, hands }),
+        (true, true) => Box::new(engine),
+        (true, false) => Box::new(Noop),
+    }
 }
 
-/// A built-in protocol's rules: the engine runs what its contract carries as data, the
-/// hand-written module what it does not yet. The module sees a message only when the
-/// engine let it through (a request with a broken id is never acted on).
+/// Where a hook is set up: the route's contract, the run's shared state, the connection.
+struct Site<'a> {
+    wire: &'a Arc<Wire>,
+    shared: &'a Arc<SharedState>,
+    conn: u64,
+    session: u64,
+    rules: &'a RouteRules,
+}
+
+/// The named extension `name` (`contract::extensions::KNOWN`) for one connection: a
+/// hand-written module for rules its contract's data cannot say. `None` for a name this
+/// proxy does not implement (a route whose contract names one is refused at set-up).
+fn hook(name: &str, at: &Site) -> Option<Box<dyn Policy>> {
+    let (w, shared) = (at.wire.clone(), at.shared.clone());
+    Some(match name {
+        "kernel.credit-gate" => Box::new(kernel::KernelPolicy::new(w, shared, at.conn, at.session)),
+        "rukh.session" => Box::new(rukh::RukhPolicy::new(w)),
+        "toolchannel.host" => Box::new(toolchannel::ToolPolicy::new(w, shared, at.conn)),
+        "xsession.admission" => Box::new(
+            xsession::XsPolicy::new(w, shared, at.conn, at.session)
+                .auth_required(at.rules.auth_required),
+        ),
+        _ => return None,
+    })
+}
+
+/// The extensions `c` names that this proxy does not implement: none of the tools' hooks
+/// (`contract::extensions::KNOWN`, every one of which [`hook`] runs, as a test holds).
+pub fn missing_hooks(c: &Contract) -> Vec<String> {
+    (c.extensions.keys())
+        .filter(|name| contract::extensions::hook(name).is_none())
+        .cloned()
+        .collect()
+}
+
+/// A contract's rules: the engine runs what it carries as data, the named extensions
+/// (hooks) what it does not. A hook sees a message only when the engine let it through (a
+/// request with a broken id is never acted on), and only when no hook before it refused it.
 struct Layered {
     engine: engine::Engine,
-    hand: Box<dyn Policy>,
+    hands: Vec<Box<dyn Policy>>,
+}
+
+fn refuses(out: &[Ruling]) -> bool {
+    out.iter().any(|r| matches!(r.act, Act::Refuse { .. }))
 }
 
 impl Policy for Layered {
     fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
         let mut out = self.engine.on_open(route, now);
-        out.extend(self.hand.on_open(route, now));
+        for h in &mut self.hands {
+            out.extend(h.on_open(route, now));
+        }
         out
     }
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, size: usize) -> Vec<Ruling> {
         let mut out = self.engine.on_message(ctx, msg, size);
-        if !out.iter().any(|r| matches!(r.act, Act::Refuse { .. })) {
-            out.extend(self.hand.on_message(ctx, msg, size));
+        for h in &mut self.hands {
+            if refuses(&out) {
+                break;
+            }
+            out.extend(h.on_message(ctx, msg, size));
         }
         out
     }
     fn on_unreadable(&mut self, ctx: &Ctx) -> Vec<Ruling> {
-        self.hand.on_unreadable(ctx)
+        self.hands
+            .iter_mut()
+            .flat_map(|h| h.on_unreadable(ctx))
+            .collect()
     }
     fn on_close(&mut self, ctx: &Ctx) -> Vec<Ruling> {
         let mut out = self.engine.on_close(ctx);
-        out.extend(self.hand.on_close(ctx));
+        for h in &mut self.hands {
+            out.extend(h.on_close(ctx));
+        }
         out
     }
+    /// Each hook in turn gates the frame; one that does not forward it ends the chain.
     fn on_data(&mut self, ctx: &Ctx, frame: Held, enforce: bool) -> DataRuling {
-        self.hand.on_data(ctx, frame, enforce)
+        let mut acc = DataRuling {
+            ready: Vec::new(),
+            decision: GateDecision::Forward(frame),
+            ruling: None,
+        };
+        for h in &mut self.hands {
+            let GateDecision::Forward(frame) = acc.decision else {
+                break;
+            };
+            let d = h.on_data(ctx, frame, enforce);
+            acc.ready.extend(d.ready);
+            acc.decision = d.decision;
+            acc.ruling = acc.ruling.or(d.ruling);
+        }
+        acc
     }
     fn incomplete_frame(&self) -> Option<(Duration, Ruling)> {
-        self.hand.incomplete_frame()
+        self.hands.iter().find_map(|h| h.incomplete_frame())
     }
     fn next_deadline(&self) -> Option<Instant> {
-        [self.engine.next_deadline(), self.hand.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        let hands = self.hands.iter().filter_map(|h| h.next_deadline());
+        self.engine.next_deadline().into_iter().chain(hands).min()
     }
     fn on_tick(&mut self, now: Instant) -> Vec<(u64, Ruling)> {
         let mut out = self.engine.on_tick(now);
-        out.extend(self.hand.on_tick(now));
+        for h in &mut self.hands {
+            out.extend(h.on_tick(now));
+        }
         out
+    }
+}
+
+#[cfg(test)]
+mod hooks {
+    use super::*;
+
+    /// Every hook `contractgen check` accepts is one this proxy runs.
+    #[test]
+    fn every_known_extension_has_a_hook() {
+        let wire =
+            Arc::new(Wire::new(Arc::new(contract::builtin("mcp").expect("mcp"))).expect("wire"));
+        let (shared, rules) = (Arc::new(SharedState::new()), RouteRules::default());
+        let at = Site {
+            wire: &wire,
+            shared: &shared,
+            conn: 1,
+            session: 1,
+            rules: &rules,
+        };
+        for h in contract::extensions::KNOWN {
+            assert!(hook(h.name, &at).is_some(), "no hook for {}", h.name);
+        }
+        assert!(hook("acme.magic", &at).is_none());
     }
 }
 

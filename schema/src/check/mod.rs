@@ -248,6 +248,7 @@ pub fn check_document(file: &str, doc: &Value) -> (Option<Contract>, Vec<Problem
     cx.party_behaviour(&contract, &idx);
     cx.trace_pointers(&contract);
     cx.relations(&contract);
+    cx.extensions(&contract);
     (Some(contract), cx.problems)
 }
 
@@ -739,6 +740,21 @@ impl Cx<'_> {
 
     /// Each trace-id pointer (the contract's `trace`, a binding's `trace`) is carried by at
     /// least one example on its channel; one that matches nothing is a typo.
+    /// Every named extension is a hook the tools implement.
+    fn extensions(&mut self, c: &Contract) {
+        for name in c.extensions.keys() {
+            if crate::extensions::hook(name).is_none() {
+                let known: Vec<&str> = crate::extensions::KNOWN.iter().map(|h| h.name).collect();
+                let at = crate::join_pointer("/extensions", [name.as_str()]);
+                let why = format!(
+                    "no hook named {name:?} (the tools have: {})",
+                    known.join(", ")
+                );
+                self.push(Lint::NameRef, at, why);
+            }
+        }
+    }
+
     fn trace_pointers(&mut self, c: &Contract) {
         let mut pointers: Vec<(String, &str, &str)> = Vec::new();
         if let Some(t) = &c.trace {

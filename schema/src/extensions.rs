@@ -1,0 +1,43 @@
+//! The named extensions the tools implement: small hooks for rules a contract cannot say as
+//! data. A contract names the ones it needs (`extensions`, by hook name); `contractgen check`
+//! refuses a name not listed here, and the proxy runs exactly the hooks its contract names,
+//! after the generic engine has run the contract's data. docs/contract-format.md lists each
+//! hook with the reason data could not express it.
+
+/// One hook: its name as contracts write it, and what it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hook {
+    /// The name a contract's `extensions` uses.
+    pub name: &'static str,
+    /// What the hook does, in a line.
+    pub summary: &'static str,
+}
+
+/// Every hook the tools implement.
+pub const KNOWN: &[Hook] = &[
+    Hook {
+        name: "kernel.credit-gate",
+        summary: "holds data frames beyond a stream's credit across a session's two connections, \
+                  releases them when credit arrives, and turns an overrun into the contract's error",
+    },
+    Hook {
+        name: "rukh.session",
+        summary: "rukh's session order: one invoke, pinned context fields, completion and cancel \
+                  ending work, pending caps on operation and UI requests",
+    },
+    Hook {
+        name: "toolchannel.host",
+        summary: "refused reverse-request prefixes, the host's deadlines, handshake order and \
+                  one live socket per session (a redial supersedes or is refused)",
+    },
+    Hook {
+        name: "xsession.admission",
+        summary: "per-sender and global admission with the duplicate check, reported to the \
+                  sender's own inbox as a delivery_status, and the connection cap",
+    },
+];
+
+/// The hook named `name`, if the tools implement it.
+pub fn hook(name: &str) -> Option<&'static Hook> {
+    KNOWN.iter().find(|h| h.name == name)
+}
