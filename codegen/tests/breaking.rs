@@ -20,6 +20,8 @@ fn base() -> Value {
         "values": [{"value": 4001, "name": "BAD", "description": "bad"}, {"value": 4002, "name": "GONE", "description": "gone"}]}});
     c["versions"] = json!([{"name": "protocol", "values": [1, 2], "where": "/v", "description": "versions", "seed": "§1"}]);
     c["$defs"]["Spare"] = json!({"type": "string"});
+    c["extensions"] =
+        json!({"rukh.session": {"description": "runs", "reason": "why", "seed": "§1"}});
     c
 }
 
@@ -231,6 +233,19 @@ fn cases() -> Vec<(&'static str, Edit, Edit)> {
             "framing-changed",
             |c| c["channels"]["main"]["framing"]["lineMeasure"] = json!("utf16"),
             |c| c["channels"]["main"]["framing"]["lineMeasure"] = json!("bytes"),
+        ),
+        (
+            "extension-removed",
+            |c| remove(c, "/extensions", "rukh.session"),
+            |c| c["extensions"]["rukh.session"]["description"] = json!("runs more"),
+        ),
+        (
+            "extension-added",
+            |c| {
+                c["extensions"]["xsession.admission"] =
+                    json!({"description": "admits", "reason": "why", "seed": "§2"})
+            },
+            |c| c["extensions"]["rukh.session"]["reason"] = json!("why not"),
         ),
         (
             "party-removed",

@@ -100,6 +100,8 @@ rules! {
     "transition-added", "state machines", Compatible, "a new transition";
     "allows-narrowed", "state machines", Wire, "a method is allowed in fewer states: old senders send it where new receivers refuse";
     "allows-widened", "state machines", Wire, "a method is allowed in more states: new senders send it where old receivers refuse";
+    "extension-removed", "extensions", Wire, "a named extension is gone: receivers built to the old contract still run the rules its hook ran";
+    "extension-added", "extensions", Wire, "a new named extension: its hook runs rules old senders do not keep";
     "channel-removed", "framing", Wire, "a channel is gone";
     "channel-added", "framing", Compatible, "a new channel";
     "framing-changed", "framing", Wire, "a channel's framing, JSON rules, binding or transports changed";
@@ -299,6 +301,7 @@ pub fn section_of(pointer: &str) -> &'static str {
         "errors" | "codes" | "violations" => "errors and codes",
         "limits" | "relations" | "credit" => "limits",
         "stateMachines" => "state machines",
+        "extensions" => "extensions",
         "channels" => "framing",
         "version" | "versions" => "versions",
         "$defs" => "types",

@@ -24,6 +24,7 @@ pub fn all(old: &Value, new: &Value) -> Vec<Finding> {
     codes(&d, &mut out);
     limits(&d, &mut out);
     machines(&d, &mut out);
+    extensions(&d, &mut out);
     channels(&d, &mut out);
     parties(&d, &mut out);
     keyed(&d, "/$defs", "type-removed", "type-added", &mut out);
@@ -528,6 +529,16 @@ fn channels(d: &Docs, out: &mut Vec<Finding>) {
             }
         }
     }
+}
+
+fn extensions(d: &Docs, out: &mut Vec<Finding>) {
+    keyed(
+        d,
+        "/extensions",
+        "extension-removed",
+        "extension-added",
+        out,
+    );
 }
 
 fn parties(d: &Docs, out: &mut Vec<Finding>) {
