@@ -3,35 +3,11 @@
 //! the vectors say. Python and C# run the same files; the vectors come from
 //! `contract::machine`, which the proxy's policy engine runs.
 
-use std::path::PathBuf;
+mod common;
 
 use contract::model::Kind;
 use contract::wire::Message;
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Generate the machine vectors of one contract file exactly as the CLI does.
-fn vectors(path: &str) -> Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let contract = root().join(path);
-    let args = [
-        "contractgen".to_string(),
-        "vectors".into(),
-        "--out".into(),
-        dir.path().display().to_string(),
-        contract.display().to_string(),
-    ];
-    let cli = <contractgen::Cli as clap::Parser>::try_parse_from(args).expect("args");
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = contractgen::run(&cli, &mut out, &mut err);
-    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
-    let stem = contract.file_stem().and_then(|s| s.to_str()).expect("stem");
-    let text = std::fs::read_to_string(dir.path().join(stem).join("machines.json")).expect("file");
-    serde_json::from_str(&text).expect("json")
-}
 
 fn text(v: &Value, key: &str) -> String {
     v[key].as_str().map(str::to_string).unwrap_or_default()
@@ -42,7 +18,7 @@ macro_rules! machine_suite {
         #[test]
         fn $test() {
             use contract_generated::$m::states;
-            let v = vectors($path);
+            let v = common::vectors($path, &["machines.json"]).remove(0);
             let messages = v["messages"].as_array().expect("messages");
             let events = v["events"].as_array().expect("events");
             assert!(

@@ -3,36 +3,13 @@
 //! with them `contract::ids::IdCounter` and `contract::rate::KeyedRate` issue, check, admit
 //! and refuse exactly as the vectors say. Python and C# run the same files.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+mod common;
 
 use contract::ids::IdCounter;
 use contract::rate::Taken;
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Generate the rule vectors of one contract file exactly as the CLI does.
-fn vectors(path: &str) -> Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let contract = root().join(path);
-    let args = [
-        "contractgen".to_string(),
-        "vectors".into(),
-        "--out".into(),
-        dir.path().display().to_string(),
-        contract.display().to_string(),
-    ];
-    let cli = <contractgen::Cli as clap::Parser>::try_parse_from(args).expect("args");
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = contractgen::run(&cli, &mut out, &mut err);
-    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
-    let stem = contract.file_stem().and_then(|s| s.to_str()).expect("stem");
-    let text = std::fs::read_to_string(dir.path().join(stem).join("rules.json")).expect("file");
-    serde_json::from_str(&text).expect("json")
-}
 
 fn taken(t: Taken) -> &'static str {
     match t {
@@ -47,7 +24,7 @@ macro_rules! rule_suite {
         #[test]
         fn $test() {
             use contract_generated::$m::{Party, rules};
-            let v = vectors($path);
+            let v = common::vectors($path, &["rules.json"]).remove(0);
             let ids = v["ids"].as_array().expect("ids");
             let rates = v["rates"].as_array().expect("rates");
             assert!(

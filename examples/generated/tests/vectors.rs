@@ -6,40 +6,19 @@
 mod common;
 use common::same_json;
 
-use std::path::PathBuf;
-
 use contract::check::rooted;
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Value, json};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Generate the vectors into a temp dir exactly as the CLI does, and read them back.
+/// The valid and invalid vectors of a built-in contract.
 fn vectors(name: &str) -> (Vec<Value>, Vec<Value>) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let contract = root().join("schema/contracts").join(format!("{name}.json"));
-    let args = [
-        "contractgen".to_string(),
-        "vectors".into(),
-        "--out".into(),
-        dir.path().display().to_string(),
-        contract.display().to_string(),
-    ];
-    let cli = <contractgen::Cli as clap::Parser>::try_parse_from(args).expect("args");
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    assert_eq!(
-        contractgen::run(&cli, &mut out, &mut err),
-        0,
-        "{}",
-        String::from_utf8_lossy(&err)
-    );
-    let read = |f: &str| -> Vec<Value> {
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name).join(f)).expect("file"))
-            .expect("json")
+    let path = format!("schema/contracts/{name}.json");
+    let mut files = common::vectors(&path, &["valid.json", "invalid.json"]).into_iter();
+    let mut list = || match files.next() {
+        Some(Value::Array(a)) => a,
+        other => panic!("{name}: not a list of vectors: {other:?}"),
     };
-    (read("valid.json"), read("invalid.json"))
+    (list(), list())
 }
 
 fn label_of(kind: &ValidationErrorKind, out: &mut Vec<&'static str>) {

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 /// JSON equality: numbers compare by value (`40` and `40.0` are one JSON number).
+#[allow(dead_code)]
 pub fn same_json(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
@@ -16,4 +17,31 @@ pub fn same_json(a: &Value, b: &Value) -> bool {
         }
         _ => a == b,
     }
+}
+
+/// Write the vectors of the contract file at `path` (relative to the repository root)
+/// exactly as `contractgen vectors` does, and read back each of `files` (`valid.json`,
+/// `machines.json`, ...) of that contract.
+#[allow(dead_code)]
+pub fn vectors(path: &str, files: &[&str]) -> Vec<Value> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let contract = root.join(path);
+    let args = [
+        "contractgen".to_string(),
+        "vectors".into(),
+        "--out".into(),
+        dir.path().display().to_string(),
+        contract.display().to_string(),
+    ];
+    let cli = <contractgen::Cli as clap::Parser>::try_parse_from(args).expect("args");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = contractgen::run(&cli, &mut out, &mut err);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    let stem = contract.file_stem().and_then(|s| s.to_str()).expect("stem");
+    let read = |f: &&str| -> Value {
+        let text = std::fs::read_to_string(dir.path().join(stem).join(f)).expect("file");
+        serde_json::from_str(&text).expect("json")
+    };
+    files.iter().map(read).collect()
 }
