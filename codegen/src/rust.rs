@@ -890,11 +890,15 @@ fn render_machines(s: &mut String, ir: &Ir) {
             if m.transitions.is_empty() {
                 "_ if false".to_string()
             } else {
-                m.transitions
-                    .iter()
-                    .map(|(a, b)| format!("({i}::{a}, {i}::{b})", i = m.ident))
-                    .collect::<Vec<_>>()
-                    .join(" | ")
+                // Two triggers may lead the same way: each pair once.
+                let mut pairs: Vec<String> = Vec::new();
+                for (a, b) in &m.transitions {
+                    let p = format!("({i}::{a}, {i}::{b})", i = m.ident);
+                    if !pairs.contains(&p) {
+                        pairs.push(p);
+                    }
+                }
+                pairs.join(" | ")
             },
             i = m.ident
         );

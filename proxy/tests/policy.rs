@@ -1271,6 +1271,42 @@ fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
     assert!(send(&other).is_empty());
 }
 
+/// kernel's task machine is data too (one instance per `/payload/task_id`): progress keeps a
+/// task running, its one final event ends it, and any task event after that is flagged; a
+/// task may end before its first progress (K-39), and another task is untouched.
+#[test]
+fn kernel_a_task_event_after_its_final_event_is_flagged() {
+    let w = wire("kernel");
+    let mut p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+    let t0 = Instant::now();
+    let task = |method: &str, id: &str| {
+        let mut v = ex(&w, method, "call", 0);
+        v["payload"]["task_id"] = json!(id);
+        v
+    };
+    let mut send = |v: &Value| rules(&feed(&mut *p, &w, "control", "k", 1, &KCORE, v, None, t0));
+    for m in [
+        "task.progress",
+        "task.partial",
+        "task.progress",
+        "task.done",
+    ] {
+        assert!(send(&task(m, "task-1")).is_empty(), "{m}");
+    }
+    assert_eq!(
+        send(&task("task.progress", "task-1")),
+        ["machine.out-of-place"]
+    );
+    assert_eq!(
+        send(&task("task.failed", "task-1")),
+        ["machine.out-of-place"]
+    );
+    // Cancelled before any progress, then nothing more.
+    assert!(send(&task("task.cancelled", "task-2")).is_empty());
+    assert_eq!(send(&task("task.done", "task-2")), ["machine.out-of-place"]);
+    assert!(send(&task("task.progress", "task-3")).is_empty());
+}
+
 // ---------------------------------------------------------------- generic rate limits
 
 fn spec(method: Option<&str>, per_second: f64, burst: u32) -> RateLimitSpec {

@@ -634,3 +634,30 @@ fn an_extension_the_tools_lack_is_named_with_the_ones_they_have() {
     doc["extensions"] = json!({name: {"description": "d", "reason": "r", "seed": "s"}});
     assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
 }
+
+#[test]
+fn a_transition_listed_twice_fires_but_two_triggers_the_same_way_do_not() {
+    let twice = |d: &mut Value| {
+        let t = d["stateMachines"]["session"]["transitions"][0].clone();
+        d["stateMachines"]["session"]["transitions"] = json!([t.clone(), t]);
+    };
+    assert_fires(
+        twice,
+        Lint::StateMachine,
+        "/stateMachines/session/transitions/1",
+    );
+    let mut doc = fixture();
+    let ch = doc["channels"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned());
+    let open = json!({"event": "open", "channel": ch});
+    let close = json!({"event": "close", "channel": ch});
+    let t =
+        |trigger: &Value| json!({"from": "open", "to": "closed", "on": "x", "trigger": trigger});
+    doc["stateMachines"]["session"]["transitions"] = json!([t(&open), t(&close)]);
+    let twice: Vec<_> = problems(&doc)
+        .into_iter()
+        .filter(|p| p.reason.contains("listed twice"))
+        .collect();
+    assert!(twice.is_empty(), "{twice:#?}");
+}

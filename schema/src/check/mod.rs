@@ -726,7 +726,13 @@ impl Cx<'_> {
                         format!("terminal state {:?} has an outgoing transition", t.from),
                     );
                 }
-                if !pairs.insert((t.from.clone(), t.to.clone())) {
+                // Two typed triggers may lead the same way (progress and partial both keep a
+                // task running); the same trigger twice is the duplicate.
+                let trigger = t
+                    .trigger
+                    .as_ref()
+                    .map(|x| serde_json::to_string(x).unwrap_or_default());
+                if !pairs.insert((t.from.clone(), t.to.clone(), trigger)) {
                     self.push(
                         Lint::StateMachine,
                         tp,
