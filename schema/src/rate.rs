@@ -104,9 +104,9 @@ impl KeyedRate {
         })
     }
 
-    /// Take tokens for a call of `method` from `from` on connection
-    /// `conn` (its whole `value`, `size` bytes) at `now`. Only a method's own messages are
-    /// passed here: answers never take a token.
+    /// Take tokens for a call of `method` from `from` on connection `conn` (its whole
+    /// `value`, `size` bytes) at `now`. Pass only a method's own messages: answers never take
+    /// a token.
     pub fn take(
         &mut self,
         (from, conn): (&str, u64),
