@@ -736,7 +736,7 @@ fn keyed_rate(
         amount: rate.amount,
         per_seconds: rate.per.as_secs_f64(),
         burst: rate.burst,
-        bytes: l.tokens(2) == 2,
+        bytes: l.counts_bytes(),
         methods: applies.map(|a| a.methods.clone()).unwrap_or_default(),
         channel_methods: applies.and_then(|a| a.channel.as_ref()).map(|ch| {
             c.methods

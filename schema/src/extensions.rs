@@ -41,3 +41,16 @@ pub const KNOWN: &[Hook] = &[
 pub fn hook(name: &str) -> Option<&'static Hook> {
     KNOWN.iter().find(|h| h.name == name)
 }
+
+/// The extensions `c` names that the tools do not implement.
+pub fn unknown(c: &crate::Contract) -> Vec<&str> {
+    (c.extensions.keys())
+        .filter(|name| hook(name).is_none())
+        .map(String::as_str)
+        .collect()
+}
+
+/// The hooks the tools implement, as a comma-separated list for error messages.
+pub fn known_names() -> String {
+    KNOWN.iter().map(|h| h.name).collect::<Vec<_>>().join(", ")
+}

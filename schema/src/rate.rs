@@ -53,13 +53,16 @@ impl Limit {
         })
     }
 
+    /// Whether the limit counts bytes (a rate in a byte unit takes a message's size in
+    /// tokens), not messages.
+    pub fn counts_bytes(&self) -> bool {
+        matches!(self.unit, Unit::Bytes | Unit::KiB | Unit::MiB)
+    }
+
     /// The tokens a message of `size` bytes takes: its size for a rate in a byte unit,
     /// else one.
     pub fn tokens(&self, size: usize) -> u64 {
-        match self.unit {
-            Unit::Bytes | Unit::KiB | Unit::MiB => size as u64,
-            _ => 1,
-        }
+        if self.counts_bytes() { size as u64 } else { 1 }
     }
 }
 

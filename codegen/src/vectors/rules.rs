@@ -81,7 +81,7 @@ fn rate_vector(c: &Arc<Contract>, limits: &contract::Limits, name: &str) -> Opti
     let l = &c.limits[name];
     // A rate in bytes counts each message's size: call with a quarter of the burst each, so
     // four calls fill it; any other rate takes one token a call.
-    let bytes = l.tokens(2) == 2;
+    let bytes = l.counts_bytes();
     let (size, fill) = if bytes {
         (burst.get().div_ceil(4) as usize, 4)
     } else {

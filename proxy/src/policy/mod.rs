@@ -271,15 +271,6 @@ fn hook(name: &str, at: &Site) -> Option<Box<dyn Policy>> {
     })
 }
 
-/// The extensions `c` names that this proxy does not implement: none of the tools' hooks
-/// (`contract::extensions::KNOWN`, every one of which [`hook`] runs, as a test holds).
-pub fn missing_hooks(c: &Contract) -> Vec<String> {
-    (c.extensions.keys())
-        .filter(|name| contract::extensions::hook(name).is_none())
-        .cloned()
-        .collect()
-}
-
 /// A contract's rules: the engine runs what it carries as data, the named extensions
 /// (hooks) what it does not. A hook sees a message only when the engine let it through (a
 /// request with a broken id is never acted on), and only when no hook before it refused it.

@@ -748,16 +748,11 @@ impl Cx<'_> {
     /// least one example on its channel; one that matches nothing is a typo.
     /// Every named extension is a hook the tools implement.
     fn extensions(&mut self, c: &Contract) {
-        for name in c.extensions.keys() {
-            if crate::extensions::hook(name).is_none() {
-                let known: Vec<&str> = crate::extensions::KNOWN.iter().map(|h| h.name).collect();
-                let at = crate::join_pointer("/extensions", [name.as_str()]);
-                let why = format!(
-                    "no hook named {name:?} (the tools have: {})",
-                    known.join(", ")
-                );
-                self.push(Lint::NameRef, at, why);
-            }
+        for name in crate::extensions::unknown(c) {
+            let at = crate::join_pointer("/extensions", [name]);
+            let known = crate::extensions::known_names();
+            let why = format!("no hook named {name:?} (the tools have: {known})");
+            self.push(Lint::NameRef, at, why);
         }
     }
 
