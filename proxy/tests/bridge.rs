@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio_tungstenite::tungstenite::Message;
@@ -21,6 +21,12 @@ fn free_port() -> u16 {
         .local_addr()
         .expect("addr")
         .port()
+}
+
+/// The first example call of toolchannel's `method`.
+fn example(method: &str) -> Value {
+    let c = contract::builtin("toolchannel").expect("toolchannel");
+    c.methods[method].examples[0].message.clone()
 }
 
 /// toolchannel's WebSocket channel bridged to a unix socket: each text message
@@ -46,11 +52,11 @@ async fn websocket_messages_bridge_to_ndjson_lines_and_back() {
         let (r, mut w) = tokio::io::split(s);
         let mut lines = tokio::io::BufReader::new(r).lines();
         let line = lines.next_line().await.expect("read").expect("a line");
-        let req: Value = serde_json::from_str(&line).expect("json");
-        let reply = json!({"jsonrpc":"2.0","id":req["id"],"result":{"continue":true,"idleBudgetSeconds":90,"execBudgetSeconds":900}});
-        w.write_all(format!("{reply}\n").as_bytes())
+        // The host's first word on a new session: initialize (hostSession: handshaking).
+        let init = example("initialize");
+        w.write_all(format!("{init}\n").as_bytes())
             .await
-            .expect("reply");
+            .expect("initialize");
         line
     });
     let mut req = format!("ws://127.0.0.1:{port}/worker")
@@ -77,25 +83,24 @@ async fn websocket_messages_bridge_to_ndjson_lines_and_back() {
         Some("agentfy.worker.v1"),
         "the proxy negotiated the contract's subprotocol"
     );
-    let heartbeat = json!({"jsonrpc":"2.0","id":42,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
-    ws.send(Message::text(heartbeat.clone()))
-        .await
-        .expect("send");
+    // A log line the worker may send at any point of the session.
+    let log = example("notifications/message").to_string();
+    ws.send(Message::text(log.clone())).await.expect("send");
     let back = tokio::time::timeout(DEADLINE, ws.next())
         .await
         .expect("reply in time")
         .expect("open")
         .expect("message");
     let back: Value = serde_json::from_str(back.to_text().expect("text")).expect("json");
-    assert_eq!(back["result"]["continue"], json!(true));
+    assert_eq!(back, example("initialize"), "one line became one message");
     assert_eq!(
         server.await.expect("server"),
-        heartbeat,
+        log,
         "one message became one line, unchanged"
     );
     let ev = p.events(2).await;
-    assert_eq!(ev[0]["method"], "agentfy/heartbeat");
-    assert_eq!(ev[1]["kind"], "response");
+    assert_eq!(ev[0]["method"], "notifications/message");
+    assert_eq!(ev[1]["method"], "initialize");
     assert!(ev.iter().all(|e| e["verdict"]["verdict"] == "ok"), "{ev:?}");
 }
 

@@ -111,14 +111,33 @@ async fn session() -> Session {
     let (sc, _) = shell_control.accept().await.expect("accept control");
     let core_data = UnixStream::connect(&ld).await.expect("data");
     let (sd, _) = shell_data.accept().await.expect("accept data");
-    Session {
+    let mut s = Session {
         _dir: dir,
         proxy,
         core_control,
         core_data,
         shell_control: sc,
         shell_data: sd,
-    }
+    };
+    hello(&mut s).await;
+    s
+}
+
+/// The hello exchange that opens every session (the session machine refuses all else first).
+async fn hello(s: &mut Session) {
+    let c = contract::builtin("kernel").expect("kernel");
+    let part = |i: usize| c.methods["hello"].examples[i].message.clone();
+    let (hello, answer) = (part(0), part(1));
+    s.shell_control
+        .write_all(&control(&hello))
+        .await
+        .expect("hello");
+    assert_eq!(read_control(&mut s.core_control).await, hello);
+    s.core_control
+        .write_all(&control(&answer))
+        .await
+        .expect("answer");
+    assert_eq!(read_control(&mut s.shell_control).await, answer);
 }
 
 #[tokio::test]

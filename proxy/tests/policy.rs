@@ -121,12 +121,11 @@ impl Rukh {
     /// A rukh session on an edited copy of the contract.
     fn with(c: contract::Contract) -> Self {
         let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
-        let p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
-        Rukh {
-            w,
-            p,
-            t: Instant::now(),
-        }
+        let mut p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+        let t = Instant::now();
+        // The session machine joins at the channel's opening (note R-42), as in the relay.
+        assert!(p.on_open("r", t).is_empty());
+        Rukh { w, p, t }
     }
 
     fn send(&mut self, side: &Side, v: &Value, answers: Option<&str>) -> Vec<Ruling> {
@@ -197,7 +196,7 @@ fn rukh_nothing_before_initialize() {
     let mut s = Rukh::new();
     let log = s.ex("rukh.log", "call", 0);
     let r = s.send(&EXT, &log, None);
-    assert_eq!(rules(&r), ["rukh.session.not-initialized"]);
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
     assert_eq!(r[0].code, Some(json!(-32001)));
     assert_eq!(
         r[0].act,
@@ -208,24 +207,25 @@ fn rukh_nothing_before_initialize() {
         "a notification is never answered"
     );
 
+    // A request too ends the invocation (`fail`, as every other protocol error): it is
+    // dropped with the connection and never answered.
     let mut s = Rukh::new();
     let call = s.req("rukh.call", "e:1");
     let r = s.send(&EXT, &call, None);
-    assert_eq!(rules(&r), ["rukh.session.not-initialized"]);
-    let Act::Refuse {
-        reply: Some(reply),
-        close: Some(Closing::Drop),
-    } = &r[0].act
-    else {
-        panic!("{r:?}")
-    };
-    // The reply is a valid rukh error answering the request, from the core.
-    let bytes = serde_json::to_vec(reply).expect("json");
-    let m =
-        s.w.decode("ipc", "core", &bytes, Some("rukh.call"))
-            .expect("valid");
-    assert_eq!((m.kind, m.correlation), (Kind::Error, Some(json!("e:1"))));
-    assert_eq!(reply["error"]["code"], json!(-32001));
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
+    assert_eq!(r[0].code, Some(json!(-32001)));
+    assert_eq!(
+        r[0].act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    );
+    assert!(
+        r[0].reason.contains("/stateMachines/session"),
+        "{}",
+        r[0].reason
+    );
 
     // The initialize exchange itself is allowed.
     let mut s = Rukh::new();
@@ -618,7 +618,8 @@ fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
     for method in ["tools/list", "tools/call"] {
         let call = ex(&w, method, "call", 0);
         let r = t.send(&HOST, &call, None, t0);
-        assert_eq!(rules(&r), ["toolchannel.order"], "{method}");
+        // The hostSession machine's data (allows, outOfPlace) refuses it, as the worker would.
+        assert_eq!(rules(&r), ["machine.out-of-place"], "{method}");
         assert_eq!(r[0].code, Some(code.clone()));
         let Act::Refuse {
             reply: Some(reply),
@@ -646,7 +647,7 @@ fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
     let call = ex(&w, "tools/call", "call", 0);
     assert_eq!(
         rules(&t.send(&HOST, &call, None, t0)),
-        ["toolchannel.order"]
+        ["machine.out-of-place"]
     );
     let list = ex(&w, "tools/list", "call", 0);
     assert!(t.send(&HOST, &list, None, t0).is_empty());
@@ -1121,6 +1122,29 @@ const KSHELL: Side = Side {
     dir: Dir::Down,
 };
 
+/// Open connection `conn` of route `k` and complete the hello exchange, as a session does
+/// before anything else (the session machine answers anything earlier with not_ready).
+fn kernel_ready(p: &mut dyn Policy, w: &Wire, conn: u64, t: Instant) {
+    assert!(p.on_open("k", t).is_empty());
+    let hello = ex(w, "hello", "call", 0);
+    let answer = ex(w, "hello", "result", 0);
+    assert!(feed(p, w, "control", "k", conn, &KSHELL, &hello, None, t).is_empty());
+    assert!(
+        feed(
+            p,
+            w,
+            "control",
+            "k",
+            conn,
+            &KCORE,
+            &answer,
+            Some("hello"),
+            t
+        )
+        .is_empty()
+    );
+}
+
 #[test]
 fn kernel_no_data_before_credit_then_credit_releases_in_order() {
     let w = wire("kernel");
@@ -1205,6 +1229,7 @@ fn kernel_policy_feeds_the_gate_from_the_control_channel() {
     let shared = Arc::new(SharedState::new());
     let t0 = Instant::now();
     let mut p = policy::for_contract(&w, &shared, 1, 1);
+    kernel_ready(&mut *p, &w, 1, Instant::now());
     let open = ex(&w, "stream.open", "call", 0);
     let stream = open["payload"]["stream_id"].as_u64().expect("id");
     assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
@@ -1251,6 +1276,7 @@ fn kernel_policy_feeds_the_gate_from_the_control_channel() {
 fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
     let w = wire("kernel");
     let mut p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+    kernel_ready(&mut *p, &w, 1, Instant::now());
     let t0 = Instant::now();
     let chunk = ex(&w, "stream.chunk", "call", 0);
     let end = ex(&w, "stream.end", "call", 0);
@@ -1278,6 +1304,7 @@ fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
 fn kernel_a_task_event_after_its_final_event_is_flagged() {
     let w = wire("kernel");
     let mut p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+    kernel_ready(&mut *p, &w, 1, Instant::now());
     let t0 = Instant::now();
     let task = |method: &str, id: &str| {
         let mut v = ex(&w, method, "call", 0);
@@ -1428,7 +1455,7 @@ fn a_contract_without_the_credit_hook_gets_no_credit_gate() {
     let shared = Arc::new(SharedState::new());
     let mut p = policy::for_contract(&w, &shared, 1, 1);
     let t0 = Instant::now();
-    assert!(p.on_open("k", t0).is_empty());
+    kernel_ready(&mut *p, &w, 1, t0);
     // Even a credit overrun setup says nothing: no kernel.credit-gate hook is named.
     let open = ex(&w, "stream.open", "call", 0);
     assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());

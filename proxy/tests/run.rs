@@ -32,6 +32,8 @@ fn extension(l: UnixListener) -> tokio::task::JoinHandle<Vec<Vec<u8>>> {
             let req: Value = serde_json::from_slice(&body).expect("json");
             let reply = if req["method"] == "rukh.initialize" {
                 rukh_initialize().1
+            } else if req["method"] == "rukh.invoke" {
+                serde_json::to_vec(&invoke_result(&req["id"])).expect("ser")
             } else {
                 serde_json::to_vec(&json!({"jsonrpc":"2.0","id":req["id"],"result":{}}))
                     .expect("ser")
@@ -40,6 +42,20 @@ fn extension(l: UnixListener) -> tokio::task::JoinHandle<Vec<Vec<u8>>> {
             s.write_all(&frame(&reply)).await.expect("reply");
         }
     })
+}
+
+/// rukh's example invoke result, answering `id`.
+fn invoke_result(id: &Value) -> Value {
+    let c = contract::builtin("rukh").expect("rukh");
+    let mut v = c.methods["rukh.invoke"]
+        .examples
+        .iter()
+        .find(|e| e.part == contract::model::Part::Result)
+        .expect("a result example")
+        .message
+        .clone();
+    v["id"] = id.clone();
+    v
 }
 
 /// Enforce mode acts as rukh says: an unknown method is answered -32601 and
@@ -74,12 +90,15 @@ async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
     let reply: Value = serde_json::from_slice(&read_frame(&mut core).await).expect("json");
     assert_eq!(reply["error"]["code"], json!(-32601), "{reply}");
     assert_eq!(reply["id"], json!("c:2"), "{reply}");
-    let good = br#"{"jsonrpc":"2.0","id":"c:3","method":"rukh.close","params":{}}"#;
-    core.write_all(&frame(good)).await.expect("send good");
-    assert_eq!(
-        read_frame(&mut core).await,
-        br#"{"jsonrpc":"2.0","id":"c:3","result":{}}"#
-    );
+    // The session's one invoke (allowed once the handshake is confirmed).
+    let mut invoke = contract::builtin("rukh").expect("rukh").methods["rukh.invoke"].examples[0]
+        .message
+        .clone();
+    invoke["id"] = json!("c:3");
+    let good = serde_json::to_vec(&invoke).expect("json");
+    core.write_all(&frame(&good)).await.expect("send good");
+    let done: Value = serde_json::from_slice(&read_frame(&mut core).await).expect("json");
+    assert_eq!(done, invoke_result(&json!("c:3")));
     core.write_all(&frame(
         br#"{"jsonrpc":"2.0","id":"c:4","id":"c:4","method":"rukh.close"}"#,
     ))
@@ -97,7 +116,7 @@ async fn enforce_acts_as_the_contract_says_and_forwards_nothing_it_refuses() {
     let got = server.await.expect("server");
     assert_eq!(
         got,
-        vec![init, good.to_vec()],
+        vec![init, good],
         "only valid requests reached the extension"
     );
     let ev = p.events(6).await;

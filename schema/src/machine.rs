@@ -157,6 +157,17 @@ impl StateMachine {
         }
     }
 
+    /// The state an instance is in once a connection on `channel` opened: `initial`, or
+    /// where an `open` trigger takes it from there. States before it (rukh's `Prepared`)
+    /// come before the wire, and a wire observer joins here.
+    pub fn opened(&self, channel: &str) -> &str {
+        let opened = Trigger::Open {
+            channel: channel.to_string(),
+        };
+        self.on_event(&self.initial, &opened)
+            .map_or(self.initial.as_str(), |(_, t)| t.to.as_str())
+    }
+
     /// The transition a non-message trigger (a timer's expiry, a connection opening or
     /// closing, a transport event) makes from `state`, if any.
     pub fn on_event(&self, state: &str, event: &Trigger) -> Option<(usize, &Transition)> {
@@ -182,6 +193,19 @@ mod tests {
             kind,
             method: Some(method),
             value,
+        }
+    }
+
+    #[test]
+    fn every_builtin_machine_is_typed_or_says_why_not() {
+        for name in crate::builtin_names() {
+            let c = crate::builtin(name).expect("builtin");
+            for (m, sm) in &c.state_machines {
+                assert!(
+                    sm.is_typed() != sm.untyped.is_some(),
+                    "{name}: machine {m} is neither typed nor says why it is untyped"
+                );
+            }
         }
     }
 

@@ -978,6 +978,13 @@ pub struct StateMachine {
     /// that neither allows it nor leaves by it (e.g. a request before the handshake).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_of_place: Option<Action>,
+    /// Why no transition has a typed trigger, for a machine that is documentation on
+    /// purpose: what it follows is not on any channel (a registry file, a process's exit
+    /// status, a peer's internal pipeline), or another entry runs it (`/credit`, the
+    /// parties' `ids`, a named extension). A machine with neither typed triggers nor this
+    /// reason is one nobody has typed yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untyped: Option<String>,
 }
 
 /// What one instance of a state machine follows.

@@ -451,6 +451,24 @@ fn typed_trigger_names_what_exists() {
 }
 
 #[test]
+fn a_machine_said_untyped_has_no_trigger() {
+    let untyped = |d: &mut Value| {
+        d["stateMachines"]["session"]["untyped"] = json!("a file, not a channel");
+    };
+    let mut doc = fixture();
+    untyped(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| {
+            untyped(d);
+            with_trigger(d, json!({"event": "message", "method": "echo"}));
+        },
+        Lint::StateMachine,
+        "/stateMachines/session/untyped",
+    );
+}
+
+#[test]
 fn a_deadline_waited_on_is_started() {
     let started = |d: &mut Value| {
         with_trigger(d, json!({"event": "timer", "limit": "idleSeconds"}));

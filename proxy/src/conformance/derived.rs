@@ -9,8 +9,9 @@
 //! - `call.<method>`: after the handshake, each request the party may send gets an answer
 //!   the contract accepts: a result valid against the method's schema, or an error whose
 //!   code the catalog or the method lists;
-//! - `out-of-place.<machine>`: a request the machine does not allow in its initial state,
-//!   sent first, gets the machine's `outOfPlace` error;
+//! - `out-of-place.<machine>`: a request the machine does not allow where a new connection
+//!   puts it (its initial state, or where an `open` trigger takes it), sent first, gets the
+//!   machine's `outOfPlace` error;
 //! - `unknown-method`, `parse`: an unknown method and a frame that is not JSON get the
 //!   contract's `violations` replies;
 //! - `ids.reuse`: a request reusing an id gets the party's id-rule error.
@@ -243,9 +244,13 @@ fn step_of(c: &Contract, t: Option<&Trigger>, role: &str) -> Option<Step> {
 
 /// The state allowing `role` the most methods (the furthest on a tie) and the steps there.
 fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<Step>) {
-    let mut paths: HashMap<String, Vec<Step>> = HashMap::from([(sm.initial.clone(), Vec::new())]);
-    let mut order = vec![sm.initial.clone()];
-    let mut queue = VecDeque::from([sm.initial.clone()]);
+    // The suite's connection is open before its first step.
+    let start = sm
+        .opened(jsonrpc_channel(c).unwrap_or_default())
+        .to_string();
+    let mut paths: HashMap<String, Vec<Step>> = HashMap::from([(start.clone(), Vec::new())]);
+    let mut order = vec![start.clone()];
+    let mut queue = VecDeque::from([start]);
     while let Some(state) = queue.pop_front() {
         for t in sm.transitions.iter().filter(|t| t.from == state) {
             let Some(step) = step_of(c, t.trigger.as_ref(), role) else {
@@ -279,20 +284,21 @@ fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<Step>) {
 }
 
 /// The probes of machines with an `outOfPlace` error: (machine, its definition, a request
-/// of `role` it does not allow in its initial state).
+/// of `role` it does not allow once the connection opened).
 fn out_of_place_probes<'c>(c: &'c Contract, role: &str) -> Vec<(String, &'c StateMachine, String)> {
     c.state_machines
         .iter()
         .filter(|(_, sm)| lifecycle(sm) && reply_error(sm.out_of_place.as_ref()).is_some())
         .filter_map(|(name, sm)| {
+            let first = sm.opened(jsonrpc_channel(c).unwrap_or_default());
             let method = sm.allows.iter().find_map(|(m, states)| {
                 let request = c
                     .methods
                     .get(m)
                     .is_some_and(|x| x.kind == Kind::Request && x.from.iter().any(|p| p == role));
                 (request
-                    && !states.contains(&sm.initial)
-                    && !leaves(c, sm, &sm.initial, m, role)
+                    && !states.iter().any(|s| s == first)
+                    && !leaves(c, sm, first, m, role)
                     && example(c, m, role).is_some())
                 .then(|| m.clone())
             })?;
@@ -500,7 +506,8 @@ fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {
         let mut s = Session::open(cx).await?;
         let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
         let got = s.answer(cx, &id, &method).await?;
-        expect_code(&got, &want, &format!("{method} in `{}`", sm.initial))
+        let first = sm.opened(jsonrpc_channel(&c).unwrap_or_default());
+        expect_code(&got, &want, &format!("{method} in `{first}`"))
     })
 }
 

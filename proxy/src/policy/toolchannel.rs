@@ -21,11 +21,12 @@
 //!   ([`Act::CloseConn`]). Any other redial of a known session (another
 //!   instanceId, or an attempt not greater) is refused: close 4002.
 //!
-//! - handshake order (workerLifecycle, T-31): tools/list before the worker's
-//!   notifications/initialized, or tools/call before its agentfy/ready and its
-//!   tools/list answer, is answered with beforeHandshake's -32005 as the worker
-//!   would; an
-//!   agentfy/ready before notifications/initialized is flagged.
+//! - handshake order (T-31) beyond the hostSession machine's data: a tools/call before
+//!   the worker's agentfy/ready (where tools/list was answered early) is answered with
+//!   beforeHandshake's -32005 as the worker would, and an agentfy/ready before
+//!   notifications/initialized is flagged. tools/list before notifications/initialized
+//!   and tools/call before the tools/list answer are the machine's (`allows`,
+//!   `outOfPlace`), run by the engine.
 //!
 //! Ten bad frames → 4006 is the inspector's (badFramesMax); not repeated here.
 
@@ -177,16 +178,11 @@ impl ToolPolicy {
     /// (a notification, nothing to answer) is flagged.
     fn out_of_order(&self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
         let method = msg.method.as_deref()?;
+        // tools/list before notifications/initialized and tools/call before the tools/list
+        // answer are the hostSession machine's (`allows`, `outOfPlace`): data the engine runs.
         let early = match (msg.kind, method) {
-            (Kind::Request, "tools/list") if !self.initialized => {
-                "tools/list before the worker's notifications/initialized"
-            }
             (Kind::Request, "tools/call") if !self.ready_seen => {
                 "tools/call before the worker's agentfy/ready"
-            }
-            // The worker serves once it answered tools/list (workerLifecycle: serving).
-            (Kind::Request, "tools/call") if !self.listed => {
-                "tools/call before the worker answered tools/list"
             }
             (Kind::Notification | Kind::Event, "agentfy/ready") if !self.initialized => {
                 "agentfy/ready before notifications/initialized"

@@ -36,6 +36,14 @@ impl Cx<'_> {
             if let Some(a) = &sm.out_of_place {
                 self.action_names(c, idx, &join(&base, ["outOfPlace"]), a);
             }
+            if sm.untyped.is_some() && sm.is_typed() {
+                self.push(
+                    Lint::StateMachine,
+                    join(&base, ["untyped"]),
+                    "the machine says why it is untyped, yet a transition has a trigger"
+                        .to_string(),
+                );
+            }
             for (i, t) in sm.transitions.iter().enumerate() {
                 if let Some(trigger) = &t.trigger {
                     let at = join(&base, ["transitions", &i.to_string(), "trigger"]);

@@ -84,20 +84,22 @@ pub(crate) struct Move {
 }
 
 impl Instances {
-    /// Deadline `limit` of connection `conn` ran out: move the connection's instances
-    /// (including those in `initial`) whose machine leaves their state on it.
-    pub(crate) fn on_timer(&mut self, c: &Contract, conn: u64, route: &str, limit: &str) {
+    /// `event` (a deadline of connection `conn` running out, the connection opening)
+    /// happened: move the connection's instances (including those still in `initial`)
+    /// whose machine leaves their state on it.
+    pub(crate) fn on_event(&mut self, c: &Contract, conn: u64, route: &str, event: &Trigger) {
         let key = format!("conn:{conn}");
-        for (name, sm) in c.state_machines.iter().filter(|(_, sm)| sm.is_typed()) {
+        // Only a connection's own instances: a session's, a key's or a party's outlive it.
+        let own = |sm: &StateMachine| {
+            sm.is_typed() && matches!(sm.scope, None | Some(Scope::Connection { .. }))
+        };
+        for (name, sm) in c.state_machines.iter().filter(|(_, sm)| own(sm)) {
             let id = (route.to_string(), name.clone(), key.clone());
             let state = self
                 .map
                 .get(&id)
                 .map_or(sm.initial.clone(), |i| i.state.clone());
-            let expiry = Trigger::Timer {
-                limit: limit.to_string(),
-            };
-            if let Some((_, t)) = sm.on_event(&state, &expiry) {
+            if let Some((_, t)) = sm.on_event(&state, event) {
                 self.map.insert(
                     id,
                     Instance {

@@ -157,8 +157,16 @@ impl Policy for Engine {
             self.channel = self.first_channel();
         }
         let wire = self.wire.clone();
-        self.timers
-            .open(wire.contract(), wire.limits(), &self.channel, now);
+        let c = wire.contract();
+        self.timers.open(c, wire.limits(), &self.channel, now);
+        // A machine whose first states come before the wire (rukh's `Prepared`) leaves
+        // them by an `open` trigger: the observer joins it here.
+        let opened = Trigger::Open {
+            channel: self.channel.clone(),
+        };
+        let conn = self.conn;
+        self.shared
+            .with_engine(|s| s.machines.on_event(c, conn, route, &opened));
         Vec::new()
     }
 
@@ -173,8 +181,11 @@ impl Policy for Engine {
         for name in self.timers.expire(now) {
             let conn = self.conn;
             let route = self.route.as_str();
+            let expiry = Trigger::Timer {
+                limit: name.clone(),
+            };
             self.shared
-                .with_engine(|s| s.machines.on_timer(c, conn, route, &name));
+                .with_engine(|s| s.machines.on_event(c, conn, route, &expiry));
             if c.limits[&name].action.is_some() {
                 out.push((conn, timer::expired(c, &name)));
             }
