@@ -341,6 +341,8 @@ pub struct MachineIr {
     pub scope: &'static str,
     /// For a per-key machine, the JSON pointer to its key in the triggering messages.
     pub key_pointer: Option<String>,
+    /// Why the machine has no typed trigger (`untyped`), when the contract says.
+    pub untyped: Option<String>,
 }
 
 /// One typed event of a machine: a distinct trigger of its transitions.
@@ -662,6 +664,7 @@ impl Ir {
                     Some(contract::model::Scope::Key { pointer }) => Some(pointer.clone()),
                     _ => None,
                 },
+                untyped: sm.untyped.clone(),
             });
             let m = machines.last_mut().expect("just pushed");
             (m.events, m.moves) = typed_events(c, sm, &id);
