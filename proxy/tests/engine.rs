@@ -220,6 +220,26 @@ fn each_job_follows_its_own_machine_by_key() {
     assert_eq!(rules(&p.start("j1", "dan")), ["machine.out-of-place"]);
 }
 
+/// A refusal gives a message its own code in the states it names; elsewhere the
+/// machine's `outOfPlace` code stands: an upload before its job started is out of order, one
+/// after the job ended gets JOB_ENDED.
+#[test]
+fn a_refusal_answers_with_its_own_code_where_it_applies() {
+    let mut p = Play::new();
+    p.greet(json!(["upload"]));
+    let upload = |p: &mut Play| p.call("job.upload", json!({"job": "j1", "data": "x"})).1;
+    let early = upload(&mut p);
+    assert_eq!(rules(&early), ["machine.out-of-place"]);
+    assert_eq!(refusal(&early[0]).1, p.code("OUT_OF_ORDER"));
+    assert_eq!(rules(&p.start("j1", "ann")), none());
+    let end = p.notify("client", "job.end", json!({"job": "j1"}));
+    assert_eq!(rules(&end), none());
+    let late = upload(&mut p);
+    assert_eq!(rules(&late), ["machine.out-of-place"]);
+    assert_eq!(refusal(&late[0]).1, p.code("JOB_ENDED"));
+    assert_eq!(late[0].code, Some(p.code("JOB_ENDED")));
+}
+
 #[test]
 fn starts_are_rate_limited_per_owner_and_answers_always_pass() {
     let mut p = Play::new();

@@ -363,22 +363,27 @@ fn rukh_log_intake_excess_is_discarded_and_counted() {
 }
 
 /// Hooks follow the contract's `extensions`, not its name: a renamed copy of rukh keeps
-/// `rukh.session` (one invoke per session), and a copy that drops it gets the engine alone,
-/// which has no rule against a second invoke.
+/// `rukh.session` (the pinned context), and a copy that drops it gets the engine alone,
+/// which has no rule about context fields.
 #[test]
 fn named_extensions_follow_the_contract_data_not_its_name() {
-    let second_invoke = |edit: &dyn Fn(&mut contract::Contract)| {
+    let foreign_context = |edit: &dyn Fn(&mut contract::Contract)| {
         let mut c = contract::builtin("rukh").expect("rukh");
         edit(&mut c);
         let mut s = Rukh::with(c);
         s.running();
-        rules(&s.send(&CORE, &s.req("rukh.invoke", "c:3"), None))
+        let mut call = s.req("rukh.call", "e:1");
+        call["params"]["sessionId"] = json!("s-someone-else");
+        rules(&s.send(&EXT, &call, None))
     };
     assert_eq!(
-        second_invoke(&|c| c.name = "rukh-fork".into()),
-        ["rukh.invoke.repeat"]
+        foreign_context(&|c| c.name = "rukh-fork".into()),
+        ["rukh.context.mismatch"]
     );
-    assert_eq!(second_invoke(&|c| c.extensions.clear()), Vec::<&str>::new());
+    assert_eq!(
+        foreign_context(&|c| c.extensions.clear()),
+        Vec::<&str>::new()
+    );
 }
 
 #[test]
@@ -386,7 +391,8 @@ fn rukh_one_invoke_per_session() {
     let mut s = Rukh::new();
     s.running();
     let r = s.send(&CORE, &s.req("rukh.invoke", "c:3"), None);
-    assert_eq!(rules(&r), ["rukh.invoke.repeat"]);
+    // The session machine's refusal (already_invoked), not the hook.
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
     let Act::Refuse {
         reply: Some(reply),
         close: None,
@@ -404,7 +410,7 @@ fn rukh_second_completion_is_a_protocol_error() {
     let done = s.res("rukh.invoke", "c:2");
     assert!(s.send(&EXT, &done, Some("rukh.invoke")).is_empty());
     let r = s.send(&EXT, &done, Some("rukh.invoke"));
-    assert_eq!(rules(&r), ["rukh.invoke.duplicate-completion"]);
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
     assert!(is_fail(&r[0], -32000, ""));
 }
 
@@ -415,7 +421,7 @@ fn rukh_no_new_work_after_completion() {
     let done = s.res("rukh.invoke", "c:2");
     assert!(s.send(&EXT, &done, Some("rukh.invoke")).is_empty());
     let r = s.send(&EXT, &s.req("rukh.call", "e:1"), None);
-    assert_eq!(rules(&r), ["rukh.session.closing"]);
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
     assert_eq!(r[0].code, Some(json!(-32007)));
 }
 

@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 use crate::Contract;
-use crate::model::{InvalidTransition, Kind, StateMachine, Transition, Trigger};
+use crate::model::{Action, InvalidTransition, Kind, StateMachine, Transition, Trigger};
 use crate::wire::Message;
 
 /// A message as a machine sees it: who sent it, its kind, its method and the whole value.
@@ -157,6 +157,16 @@ impl StateMachine {
         }
     }
 
+    /// What a governed message out of place in `state` gets: the first refusal naming the
+    /// message and the state, else `outOfPlace` (`None`: only flagged).
+    pub fn reaction(&self, c: &Contract, state: &str, seen: &Seen) -> Option<&Action> {
+        self.refusals
+            .iter()
+            .find(|r| r.states.iter().any(|s| s == state) && r.message.fires(c, seen))
+            .map(|r| &r.action)
+            .or(self.out_of_place.as_ref())
+    }
+
     /// The state an instance is in once a connection on `channel` opened: `initial`, or
     /// where an `open` trigger takes it from there. States before it (rukh's `Prepared`)
     /// come before the wire, and a wire observer joins here.
@@ -194,6 +204,24 @@ mod tests {
             method: Some(method),
             value,
         }
+    }
+
+    #[test]
+    fn a_refusal_gives_its_own_action_only_in_its_states() {
+        let c = crate::builtin("rukh").expect("rukh");
+        let sm = &c.state_machines["session"];
+        let v = json!({"jsonrpc": "2.0", "id": "c:3", "method": "rukh.invoke", "params": {}});
+        let invoke = seen("core", Kind::Request, "rukh.invoke", &v);
+        let code = |a: Option<&Action>| a.and_then(|a| a.code.clone());
+        assert_eq!(
+            code(sm.reaction(&c, "Running", &invoke)),
+            c.error_code("already_invoked").ok().cloned()
+        );
+        // Before the handshake the same message gets outOfPlace's code.
+        assert_eq!(
+            code(sm.reaction(&c, "Initializing", &invoke)),
+            sm.out_of_place.as_ref().and_then(|a| a.code.clone())
+        );
     }
 
     #[test]

@@ -985,6 +985,25 @@ pub struct StateMachine {
     /// reason is one nobody has typed yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub untyped: Option<String>,
+    /// Reactions other than `outOfPlace` for given messages in given states (rukh answers
+    /// a second invoke with already_invoked, work after the completion with
+    /// session_closing): the first refusal whose message matches and which names the state
+    /// applies. A refusal changes what a governed message out of place gets; it does not
+    /// make a message governed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<Refusal>,
+}
+
+/// One message refused in some states with its own action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Refusal {
+    /// The message, as a `message` trigger (method, kind, sender; `matches` are not used).
+    pub message: Trigger,
+    /// The states it is refused in.
+    pub states: Vec<String>,
+    /// What it gets there.
+    pub action: Action,
 }
 
 /// What one instance of a state machine follows.

@@ -469,6 +469,52 @@ fn a_machine_said_untyped_has_no_trigger() {
 }
 
 #[test]
+fn a_refusal_names_a_governed_message_and_declared_states() {
+    let refusal = |d: &mut Value, method: &str, state: &str| {
+        let action =
+            json!({"action": "reply-error", "code": -32001, "description": "d", "seed": "s"});
+        d["stateMachines"]["session"]["refusals"] = json!([{
+            "message": {"event": "message", "method": method},
+            "states": [state],
+            "action": action,
+        }]);
+    };
+    let at = "/stateMachines/session/refusals/0";
+    let governed = |d: &mut Value| {
+        with_trigger(
+            d,
+            json!({"event": "message", "method": "echo", "from": "client"}),
+        );
+    };
+    let mut doc = fixture();
+    governed(&mut doc);
+    refusal(&mut doc, "echo", "open");
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| {
+            governed(d);
+            refusal(d, "echo", "nowhere");
+        },
+        Lint::StateMachine,
+        &format!("{at}/states/0"),
+    );
+    // A message the machine does not govern: the refusal could never apply.
+    assert_fires(
+        |d| refusal(d, "echo", "open"),
+        Lint::StateMachine,
+        &format!("{at}/message"),
+    );
+    assert_fires(
+        |d| {
+            governed(d);
+            refusal(d, "shout", "open");
+        },
+        Lint::NameRef,
+        &format!("{at}/message/method"),
+    );
+}
+
+#[test]
 fn a_deadline_waited_on_is_started() {
     let started = |d: &mut Value| {
         with_trigger(d, json!({"event": "timer", "limit": "idleSeconds"}));

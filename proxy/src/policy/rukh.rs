@@ -1,17 +1,18 @@
-//! rukh (ADR-0003 process IPC): session order and pending caps.
+//! rukh (ADR-0003 process IPC): what the session machine's data does not say.
 //!
 //! Rules, with the contract text they come from:
-//! - nothing but `rukh.initialize` and its response before the handshake is
-//!   confirmed (violations.beforeHandshake, -32001, fail; R-38: rukh.log too);
-//! - a second completion of rukh.invoke (`duplicate_completion`), a repeated context
-//!   field that differs from the pinned one (R-15, `context_mismatch`): -32000, fail;
-//! - one rukh.invoke per session (-32002); rukh.call / rukh.ui.event after the
-//!   completion or an accepted cancel (R-29, -32007); over pendingRequestsMax
-//!   operation/UI requests per direction (R-21, -32006): answered, not run;
+//! - after a refused rukh.initialize, nothing more (violations.beforeHandshake, fail);
+//! - a repeated context field that differs from the pinned one (R-15,
+//!   `context_mismatch`): -32000, fail;
+//! - over pendingRequestsMax operation/UI requests per direction (R-21, -32006):
+//!   answered, not run;
 //! - an accepted cancel ends the core's waits: later responses to them are
 //!   discarded and counted (request machine `LateDiscarded`), and an invoke
 //!   result after it cannot decide the outcome (R-28: flagged);
 //!
+//! Not here: the session order (nothing before the handshake, one invoke, no work after
+//! the completion or a cancel, one completion) is the `session` machine's `allows`,
+//! `outOfPlace` and `refusals` (note R-43), run by the engine.
 //! Not here: request ids (each party's prefix, a gapless count from 1, no reuse) and
 //! replies in the wrong direction or to ids never issued are the parties' `ids`
 //! in the contract, run by the generic engine ahead of this module, as is rukh.log intake
@@ -60,9 +61,6 @@ pub struct RukhPolicy {
     ended: HashSet<String>,
     init_id: Option<String>,
     invoke_id: Option<String>,
-    invoke_answered: bool,
-    /// The completion arrived or a cancel was accepted: no new work.
-    closing: bool,
     cancelled: bool,
     /// sessionId / invocationId pinned by rukh.initialize.
     context: Vec<(String, Value)>,
@@ -79,8 +77,6 @@ impl RukhPolicy {
             ended: HashSet::new(),
             init_id: None,
             invoke_id: None,
-            invoke_answered: false,
-            closing: false,
             cancelled: false,
             context: Vec::new(),
         }
@@ -163,39 +159,16 @@ impl RukhPolicy {
             }
             return vec![self.not_initialized(&method, Some(idv))];
         }
-        if method == INITIALIZE {
-            return vec![self.protocol_error(
-                "rukh.session.state",
-                "state_violation",
-                "a second rukh.initialize after the handshake".into(),
-                Some(idv),
-            )];
-        }
+        // A second rukh.initialize is out of place in the session machine: never here.
         if let Some(r) = self.context_mismatch(msg, &method) {
             return vec![r];
         }
+        // A second invoke and work after the completion or a cancel are the session
+        // machine's refusals (already_invoked, session_closing), run by the engine.
         if method == INVOKE {
-            if self.invoke_id.is_some() {
-                return vec![self.answered(
-                    "rukh.invoke.repeat",
-                    "already_invoked",
-                    Some(idv),
-                    "a second rukh.invoke in one session".into(),
-                    None,
-                )];
-            }
             self.invoke_id = Some(key.clone());
         }
         let counted = COUNTED.contains(&method.as_str());
-        if counted && self.closing {
-            return vec![self.answered(
-                "rukh.session.closing",
-                "session_closing",
-                Some(idv),
-                format!("{method} after the completion or an accepted cancel"),
-                None,
-            )];
-        }
         if counted {
             let max = self.limits().cap("pendingRequestsMax").ok();
             let n = self.counted.get(ctx.from).copied().unwrap_or(0);
@@ -218,7 +191,6 @@ impl RukhPolicy {
         }
         if method == CANCEL && !self.cancelled {
             self.cancelled = true;
-            self.closing = true;
             // The core stops waiting for its own outstanding requests (request machine WaitEnded).
             let core_ended: Vec<String> = self
                 .pending
@@ -320,15 +292,8 @@ impl RukhPolicy {
             return vec![self.not_initialized(&what, None)];
         }
         // A reply in the wrong direction or to an id never issued is the engine's (the
-        // parties' `ids`): it never gets here.
-        if self.invoke_answered && self.invoke_id.as_deref() == Some(key.as_str()) {
-            return vec![self.protocol_error(
-                "rukh.invoke.duplicate-completion",
-                "duplicate_completion",
-                "a second completion for rukh.invoke".into(),
-                None,
-            )];
-        }
+        // parties' `ids`), and a second completion the session machine's refusal: neither
+        // gets here.
         if self.untrack(&key).is_some() {
             let mut out = Vec::new();
             if self.init_id.as_deref() == Some(key.as_str()) {
@@ -338,18 +303,16 @@ impl RukhPolicy {
                     Phase::Refused
                 };
             }
-            if self.invoke_id.as_deref() == Some(key.as_str()) {
-                self.invoke_answered = true;
-                self.closing = true;
-                if self.cancelled {
-                    out.push(Ruling {
-                        rule: "rukh.cancel.precedence",
-                        seed: self.c().note_seed("R-28"),
-                        code: None,
-                        reason: "rukh.invoke result after an accepted cancel: the outcome stays cancelled".into(),
-                        act: Act::Flag,
-                    });
-                }
+            if self.invoke_id.as_deref() == Some(key.as_str()) && self.cancelled {
+                out.push(Ruling {
+                    rule: "rukh.cancel.precedence",
+                    seed: self.c().note_seed("R-28"),
+                    code: None,
+                    reason:
+                        "rukh.invoke result after an accepted cancel: the outcome stays cancelled"
+                            .into(),
+                    act: Act::Flag,
+                });
             }
             return out;
         }

@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 
 use super::{CodeIndex, Cx, Lint, carried, code_key};
-use crate::model::{Contract, Kind, LimitKind, Scope, StateMachine, Trigger};
+use crate::machine::Seen;
+use crate::model::{Contract, Kind, LimitKind, Refusal, Scope, StateMachine, Trigger};
 use crate::pointer::join;
 
 impl Cx<'_> {
@@ -36,6 +37,9 @@ impl Cx<'_> {
             if let Some(a) = &sm.out_of_place {
                 self.action_names(c, idx, &join(&base, ["outOfPlace"]), a);
             }
+            for (i, r) in sm.refusals.iter().enumerate() {
+                self.refusal(c, idx, &join(&base, ["refusals", &i.to_string()]), sm, r);
+            }
             if sm.untyped.is_some() && sm.is_typed() {
                 self.push(
                     Lint::StateMachine,
@@ -50,6 +54,46 @@ impl Cx<'_> {
                     self.trigger(c, idx, &at, trigger);
                 }
             }
+        }
+    }
+
+    /// A refusal names a governed message, declared states and a known action.
+    fn refusal(&mut self, c: &Contract, idx: &CodeIndex, at: &str, sm: &StateMachine, r: &Refusal) {
+        let message = join(at, ["message"]);
+        self.trigger(c, idx, &message, &r.message);
+        for (i, s) in r.states.iter().enumerate() {
+            if !sm.states.contains_key(s) {
+                self.push(
+                    Lint::StateMachine,
+                    join(at, ["states", &i.to_string()]),
+                    format!("state {s:?} is not declared"),
+                );
+            }
+        }
+        self.action_names(c, idx, &join(at, ["action"]), &r.action);
+        let Trigger::Message {
+            method: Some(method),
+            kind,
+            ..
+        } = &r.message
+        else {
+            let why = "a refusal names one method's message".to_string();
+            return self.push(Lint::StateMachine, message, why);
+        };
+        let Some(m) = c.methods.get(method) else {
+            return; // the trigger lint said so
+        };
+        let seen = Seen {
+            from: "",
+            kind: kind.unwrap_or(m.kind),
+            method: Some(method),
+            value: &serde_json::Value::Null,
+        };
+        if !sm.governs(c, &seen) {
+            let why = format!(
+                "{method} is not governed by the machine (no trigger or `allows` names it), so this refusal never applies"
+            );
+            self.push(Lint::StateMachine, message, why);
         }
     }
 

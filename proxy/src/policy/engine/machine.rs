@@ -190,7 +190,7 @@ fn judge_one(
     let action = if ignorable {
         None
     } else {
-        sm.out_of_place.as_ref()
+        sm.reaction(c, state, &Seen::of(from, msg))
     };
     let rule = "machine.out-of-place";
     Some(Err(broken(c, rule, &entry, action, msg, reason)))
