@@ -343,6 +343,24 @@ pub struct MachineIr {
     pub key_pointer: Option<String>,
     /// Why the machine has no typed trigger (`untyped`), when the contract says.
     pub untyped: Option<String>,
+    /// Refusals, for the docs: (message label, state wire names, action, code).
+    pub refusals: Vec<RefusalIr>,
+}
+
+/// One refusal of a machine, as the docs show it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusalIr {
+    /// The message in a few words (`rukh.invoke from core`).
+    pub message: String,
+    /// The states it is refused in (wire names).
+    pub states: Vec<String>,
+    /// The action's kebab-case name (`reply-error`).
+    pub action: String,
+    /// The action's code, as JSON text, when it has one.
+    pub code: Option<String>,
+    /// Why, in the seed's terms.
+    pub description: String,
 }
 
 /// One typed event of a machine: a distinct trigger of its transitions.
@@ -665,6 +683,7 @@ impl Ir {
                     _ => None,
                 },
                 untyped: sm.untyped.clone(),
+                refusals: sm.refusals.iter().map(refusal_ir).collect(),
             });
             let m = machines.last_mut().expect("just pushed");
             (m.events, m.moves) = typed_events(c, sm, &id);
@@ -848,6 +867,20 @@ pub fn kind_wire(k: Kind) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+fn refusal_ir(r: &contract::model::Refusal) -> RefusalIr {
+    let action = serde_json::to_value(r.action.action)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    RefusalIr {
+        message: trigger_label(&r.message),
+        states: r.states.clone(),
+        action,
+        code: r.action.code.as_ref().map(Value::to_string),
+        description: r.action.description.clone(),
+    }
 }
 
 fn trigger_label(t: &contract::model::Trigger) -> String {
