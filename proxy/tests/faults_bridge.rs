@@ -32,7 +32,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 mod common;
 mod harness;
 
-use harness::{DEADLINE, Proxy, ep, rss_kib, settled, wait_for};
+use harness::{Churn, DEADLINE, Proxy, ep, rss_kib, settled, wait_for};
 
 /// A transport on one side of the proxy.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -700,13 +700,8 @@ async fn one_exchange(r: &mut Rig) {
 /// What the proxy may grow by over the measured churn.
 const MAX_CHURN_GROWTH_KIB: u64 = 512;
 
-/// Many short connections leave no file descriptor and no memory behind.
-///
-/// Memory is judged by its trend, not one reading. After a warm-up of `n`
-/// connections, each phase of `n` more must end where it began (within the
-/// allowance); a phase that grows is given up to two more. A leak grows in every
-/// phase, while the allocator's own swings (up to 900 KiB once in a while with
-/// TLS, with no trend over 20,000 connections) do not repeat.
+/// Many short connections leave no file descriptor and no memory behind
+/// (`harness::Churn`: memory judged by its trend, after a warm-up of `n`).
 async fn churn(front: Side, back: Side) {
     let mut r = Rig::new(front, back, "enforce").await;
     let answering = answering_upstream(&r);
@@ -720,26 +715,17 @@ async fn churn(front: Side, back: Side) {
     for _ in 0..n {
         one_exchange(&mut r).await;
     }
-    let pid = r.p.pid();
-    let (fds0, mut rss0) = settled(pid, None).await;
-    let mut growth = Vec::new();
-    for _ in 0..3 {
+    let mut meter = Churn::start(r.p.pid()).await;
+    for _ in 0..Churn::PHASES {
         for _ in 0..n {
             one_exchange(&mut r).await;
         }
-        let (fds, rss) = settled(pid, Some(fds0)).await;
-        eprintln!(
-            "after {n} more connections: {fds} open files (from {fds0}), RSS {rss} KiB (from {rss0} KiB)"
-        );
-        assert_eq!(fds, fds0, "open files after {n} connections");
-        growth.push(rss.saturating_sub(rss0));
-        if rss <= rss0 + MAX_CHURN_GROWTH_KIB {
+        if meter.phase_ends_level(n, MAX_CHURN_GROWTH_KIB).await {
             answering.abort();
             return;
         }
-        rss0 = rss;
     }
-    panic!("RSS grew in every phase of {n} connections: {growth:?} KiB");
+    meter.leaked(n)
 }
 
 /// The upstream is gone: the client is turned away cleanly (EOF, or close 1011 on

@@ -416,6 +416,57 @@ pub async fn settled(pid: u32, want: Option<usize>) -> (usize, u64) {
     }
 }
 
+/// Many short connections judged by what they leave behind: open files must come back
+/// exactly, and memory is judged by its trend, not one reading. Each phase of
+/// connections must end where it began, within an allowance; a phase that grows is
+/// given up to two more. A leak grows in every phase, while the allocator's own swings
+/// (up to 900 KiB once in a while, with no trend over 20,000 connections) do not repeat.
+pub struct Churn {
+    pid: u32,
+    fds0: usize,
+    rss0: u64,
+    growth: Vec<u64>,
+}
+
+impl Churn {
+    /// Phases this many at most.
+    pub const PHASES: usize = 3;
+
+    /// Start measuring `pid` (after its warm-up).
+    pub async fn start(pid: u32) -> Churn {
+        let (fds0, rss0) = settled(pid, None).await;
+        Churn {
+            pid,
+            fds0,
+            rss0,
+            growth: Vec::new(),
+        }
+    }
+
+    /// A phase of `n` connections is over: whether it ended level (RSS within
+    /// `allowance_kib` of its start). Open files must be back either way.
+    pub async fn phase_ends_level(&mut self, n: usize, allowance_kib: u64) -> bool {
+        let (fds, rss) = settled(self.pid, Some(self.fds0)).await;
+        eprintln!(
+            "after {n} more connections: {fds} open files (from {}), RSS {rss} KiB (from {} KiB)",
+            self.fds0, self.rss0
+        );
+        assert_eq!(fds, self.fds0, "open files after {n} connections");
+        self.growth.push(rss.saturating_sub(self.rss0));
+        let level = rss <= self.rss0 + allowance_kib;
+        self.rss0 = rss;
+        level
+    }
+
+    /// The verdict once no phase ended level.
+    pub fn leaked(&self, n: usize) -> ! {
+        panic!(
+            "RSS grew in every phase of {n} connections: {:?} KiB",
+            self.growth
+        )
+    }
+}
+
 /// A unix endpoint as the proxy's flags spell it.
 pub fn ep(p: &Path) -> String {
     format!("unix:{}", p.display())
