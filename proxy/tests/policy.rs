@@ -193,39 +193,30 @@ fn rukh_whole_session_in_order_is_clean() {
 
 #[test]
 fn rukh_nothing_before_initialize() {
-    let mut s = Rukh::new();
-    let log = s.ex("rukh.log", "call", 0);
-    let r = s.send(&EXT, &log, None);
-    assert_eq!(rules(&r), ["machine.out-of-place"]);
-    assert_eq!(r[0].code, Some(json!(-32001)));
-    assert_eq!(
-        r[0].act,
-        Act::Refuse {
+    let before = contract::builtin("rukh")
+        .expect("rukh")
+        .violations
+        .before_handshake;
+    let code = before.and_then(|a| a.code);
+    // A notification, and a request too: each ends the invocation (`fail`, as every other
+    // protocol error), dropped with the connection and never answered.
+    for (method, id) in [("rukh.log", None), ("rukh.call", Some("e:1"))] {
+        let mut s = Rukh::new();
+        let msg = match id {
+            Some(id) => s.req(method, id),
+            None => s.ex(method, "call", 0),
+        };
+        let r = s.send(&EXT, &msg, None);
+        assert_eq!(rules(&r), ["machine.out-of-place"], "{method}");
+        assert_eq!(r[0].code, code, "{method}");
+        let dropped = Act::Refuse {
             reply: None,
-            close: Some(Closing::Drop)
-        },
-        "a notification is never answered"
-    );
-
-    // A request too ends the invocation (`fail`, as every other protocol error): it is
-    // dropped with the connection and never answered.
-    let mut s = Rukh::new();
-    let call = s.req("rukh.call", "e:1");
-    let r = s.send(&EXT, &call, None);
-    assert_eq!(rules(&r), ["machine.out-of-place"]);
-    assert_eq!(r[0].code, Some(json!(-32001)));
-    assert_eq!(
-        r[0].act,
-        Act::Refuse {
-            reply: None,
-            close: Some(Closing::Drop)
-        }
-    );
-    assert!(
-        r[0].reason.contains("/stateMachines/session"),
-        "{}",
-        r[0].reason
-    );
+            close: Some(Closing::Drop),
+        };
+        assert_eq!(r[0].act, dropped, "{method}");
+        let entry = "/stateMachines/session";
+        assert!(r[0].reason.contains(entry), "{}", r[0].reason);
+    }
 
     // The initialize exchange itself is allowed.
     let mut s = Rukh::new();
