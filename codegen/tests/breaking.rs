@@ -217,6 +217,14 @@ fn cases() -> Vec<(&'static str, Edit, Edit)> {
             |c| c["stateMachines"]["session"]["allows"]["job.start"] = json!(["ready"]),
         ),
         (
+            "reaction-changed",
+            |c| c["stateMachines"]["job"]["refusals"][0]["action"]["code"] = json!(-32001),
+            |c| {
+                c["stateMachines"]["job"]["refusals"][0]["action"]["description"] =
+                    json!("said otherwise")
+            },
+        ),
+        (
             "channel-removed",
             |c| {
                 let ch = c["channels"]["main"].clone();

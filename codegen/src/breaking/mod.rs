@@ -100,6 +100,7 @@ rules! {
     "transition-added", "state machines", Compatible, "a new transition";
     "allows-narrowed", "state machines", Wire, "a method is allowed in fewer states: old senders send it where new receivers refuse";
     "allows-widened", "state machines", Wire, "a method is allowed in more states: new senders send it where old receivers refuse";
+    "reaction-changed", "state machines", Wire, "a message out of place gets another action or code (outOfPlace, refusals, onInvalid): old and new receivers answer it differently";
     "extension-removed", "extensions", Wire, "a named extension is gone: receivers built to the old contract still run the rules its hook ran";
     "extension-added", "extensions", Wire, "a new named extension: its hook runs rules old senders do not keep";
     "channel-removed", "framing", Wire, "a channel is gone";

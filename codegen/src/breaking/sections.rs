@@ -442,6 +442,34 @@ fn machines(d: &Docs, out: &mut Vec<Finding>) {
         }
         transitions(d, &m, &at, out);
         allows(d, &m, &at, out);
+        reaction(d, &m, &at, out);
+    }
+}
+
+/// What a message out of place gets, without the prose: `onInvalid`, `outOfPlace`'s action
+/// and code, and each refusal's message, states, action and code.
+fn reaction(d: &Docs, m: &str, at: &str, out: &mut Vec<Finding>) {
+    let act = |a: Option<&Value>| a.map(|a| (a["action"].clone(), a["code"].clone()));
+    let of = |doc: &Value| {
+        let sm = doc.pointer(at);
+        let refusals: Vec<_> = sm
+            .and_then(|s| s["refusals"].as_array())
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                (
+                    r["message"].clone(),
+                    r["states"].clone(),
+                    act(r.get("action")),
+                )
+            })
+            .collect();
+        let get = |k: &str| sm.and_then(|s| s.get(k));
+        (get("onInvalid").cloned(), act(get("outOfPlace")), refusals)
+    };
+    if of(d.old) != of(d.new) {
+        let what = format!("{m}: what a message out of place gets changed");
+        out.push(d.changed("reaction-changed", at, what));
     }
 }
 
