@@ -870,16 +870,20 @@ pub fn kind_wire(k: Kind) -> String {
 }
 
 fn refusal_ir(r: &contract::model::Refusal) -> RefusalIr {
-    let action = serde_json::to_value(r.action.action)
-        .ok()
+    let a = r.action.as_ref();
+    let action = a
+        .and_then(|a| serde_json::to_value(a.action).ok())
         .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
+        .unwrap_or_else(|| "flag".into());
     RefusalIr {
         message: trigger_label(&r.message),
         states: r.states.clone(),
         action,
-        code: r.action.code.as_ref().map(Value::to_string),
-        description: r.action.description.clone(),
+        code: a.and_then(|a| a.code.as_ref()).map(Value::to_string),
+        description: a
+            .map(|a| a.description.clone())
+            .or_else(|| r.description.clone())
+            .unwrap_or_default(),
     }
 }
 

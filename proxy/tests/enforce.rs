@@ -1043,6 +1043,9 @@ async fn toolchannel_redials_supersede_or_are_refused() {
     let initialized = example(&c, "notifications/initialized", Part::Call, 0);
     ws_send(&mut w2, &initialized).await;
     assert_eq!(ws_json(&mut h2).await, initialized);
+    let ready = example(&c, "agentfy/ready", Part::Call, 0);
+    ws_send(&mut w2, &ready).await;
+    assert_eq!(ws_json(&mut h2).await, ready);
     let list = example(&c, "tools/list", Part::Call, 0);
     ws_send(&mut h2, &list).await;
     assert_eq!(ws_json(&mut w2).await, list);

@@ -628,9 +628,11 @@ fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
         assert_eq!(reply["id"], call["id"]);
         assert_eq!(reply["error"]["code"], code);
     }
-    // agentfy/ready before notifications/initialized: flagged, nothing to answer.
-    let r = t.send(&WORKER, &ex(&w, "agentfy/ready", "call", 0), None, t0);
-    assert_eq!(rules(&r), ["toolchannel.order"]);
+    // agentfy/ready before notifications/initialized: a refusal without an action (T-65):
+    // flagged, nothing to answer, and it moves nothing.
+    let ready = ex(&w, "agentfy/ready", "call", 0);
+    let r = t.send(&WORKER, &ready, None, t0);
+    assert_eq!(rules(&r), ["machine.out-of-place"]);
     assert_eq!(r[0].act, Act::Flag);
     // In order, nothing is said.
     let r = t.send(
@@ -640,13 +642,15 @@ fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
         t0,
     );
     assert!(r.is_empty(), "{r:?}");
-    // Ready, but tools/list not answered yet: still out of order.
-    let call = ex(&w, "tools/call", "call", 0);
-    assert_eq!(
-        rules(&t.send(&HOST, &call, None, t0)),
-        ["machine.out-of-place"]
+    // tools/list waits for agentfy/ready; tools/call for the tools/list answer.
+    let (list, call) = (
+        ex(&w, "tools/list", "call", 0),
+        ex(&w, "tools/call", "call", 0),
     );
-    let list = ex(&w, "tools/list", "call", 0);
+    let out_of_place = vec!["machine.out-of-place"];
+    assert_eq!(rules(&t.send(&HOST, &list, None, t0)), out_of_place);
+    assert!(t.send(&WORKER, &ready, None, t0).is_empty());
+    assert_eq!(rules(&t.send(&HOST, &call, None, t0)), out_of_place);
     assert!(t.send(&HOST, &list, None, t0).is_empty());
     let listed = ex(&w, "tools/list", "result", 0);
     assert!(t.send(&WORKER, &listed, Some("tools/list"), t0).is_empty());

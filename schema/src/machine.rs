@@ -160,11 +160,14 @@ impl StateMachine {
     /// What a governed message out of place in `state` gets: the first refusal naming the
     /// message and the state, else `outOfPlace` (`None`: only flagged).
     pub fn reaction(&self, c: &Contract, state: &str, seen: &Seen) -> Option<&Action> {
-        self.refusals
+        let refusal = self
+            .refusals
             .iter()
-            .find(|r| r.states.iter().any(|s| s == state) && r.message.fires(c, seen))
-            .map(|r| &r.action)
-            .or(self.out_of_place.as_ref())
+            .find(|r| r.states.iter().any(|s| s == state) && r.message.fires(c, seen));
+        match refusal {
+            Some(r) => r.action.as_ref(),
+            None => self.out_of_place.as_ref(),
+        }
     }
 
     /// The state an instance is in once a connection on `channel` opened: `initial`, or

@@ -1002,8 +1002,12 @@ pub struct Refusal {
     pub message: Trigger,
     /// The states it is refused in.
     pub states: Vec<String>,
-    /// What it gets there.
-    pub action: Action,
+    /// What it gets there; when absent it is only reported (flagged), not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+    /// Why, for a refusal without an action (an action says its own why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// What one instance of a state machine follows.

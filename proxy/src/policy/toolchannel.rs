@@ -21,12 +21,8 @@
 //!   ([`Act::CloseConn`]). Any other redial of a known session (another
 //!   instanceId, or an attempt not greater) is refused: close 4002.
 //!
-//! - handshake order (T-31) beyond the hostSession machine's data: a tools/call before
-//!   the worker's agentfy/ready (where tools/list was answered early) is answered with
-//!   beforeHandshake's -32005 as the worker would, and an agentfy/ready before
-//!   notifications/initialized is flagged. tools/list before notifications/initialized
-//!   and tools/call before the tools/list answer are the machine's (`allows`,
-//!   `outOfPlace`), run by the engine.
+//! - handshake order (T-31) is the hostSession machine's data (`allows`, `outOfPlace`, a
+//!   refusal that only reports an early agentfy/ready; note T-65), run by the engine.
 //!
 //! Ten bad frames → 4006 is the inspector's (badFramesMax); not repeated here.
 
@@ -79,8 +75,6 @@ pub struct ToolPolicy {
     key: Option<(String, String)>,
     /// Host requests whose answer matters here, by id.
     asked: HashMap<String, String>,
-    /// The worker sent notifications/initialized on this socket.
-    initialized: bool,
     ready_seen: bool,
     listed: bool,
     released: bool,
@@ -96,7 +90,6 @@ impl ToolPolicy {
             conn,
             key: None,
             asked: HashMap::new(),
-            initialized: false,
             ready_seen: false,
             listed: false,
             released: false,
@@ -170,46 +163,6 @@ impl ToolPolicy {
                 reply: Some(reply),
                 close: None,
             },
-        })
-    }
-
-    /// Handshake order (workerLifecycle, T-31): a request the worker cannot take yet is
-    /// answered with beforeHandshake's code as the worker would; an early agentfy/ready
-    /// (a notification, nothing to answer) is flagged.
-    fn out_of_order(&self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
-        let method = msg.method.as_deref()?;
-        // tools/list before notifications/initialized and tools/call before the tools/list
-        // answer are the hostSession machine's (`allows`, `outOfPlace`): data the engine runs.
-        let early = match (msg.kind, method) {
-            (Kind::Request, "tools/call") if !self.ready_seen => {
-                "tools/call before the worker's agentfy/ready"
-            }
-            (Kind::Notification | Kind::Event, "agentfy/ready") if !self.initialized => {
-                "agentfy/ready before notifications/initialized"
-            }
-            _ => return None,
-        };
-        let before = self.c().violations.before_handshake.as_ref();
-        let code = before.and_then(|a| a.code.clone());
-        let seed = self.c().note_seed("T-31");
-        let reason = format!("{early} (from {}): out of handshake order", ctx.from);
-        let act = match (msg.kind, &code) {
-            (Kind::Request, Some(code)) => Act::Refuse {
-                reply: Some(self.c().jsonrpc_error(msg.id.as_ref(), code, &reason, None)),
-                close: None,
-            },
-            _ => Act::Flag,
-        };
-        Some(Ruling {
-            rule: "toolchannel.order",
-            seed,
-            code: if msg.kind == Kind::Request {
-                code
-            } else {
-                None
-            },
-            reason,
-            act,
         })
     }
 
@@ -344,9 +297,6 @@ impl Policy for ToolPolicy {
                 if let Some(r) = self.refused_prefix(ctx, msg) {
                     return vec![r];
                 }
-                if let Some(r) = self.out_of_order(ctx, msg) {
-                    return vec![r];
-                }
                 match method {
                     "initialize" | "tools/list" | "agentfy/release" => {
                         if let Some(id) = &msg.id
@@ -367,13 +317,9 @@ impl Policy for ToolPolicy {
                 vec![]
             }
             Kind::Notification | Kind::Event => {
-                let early = self.out_of_order(ctx, msg);
                 match method {
-                    "notifications/initialized" => {
-                        self.initialized = true;
-                        if self.due.handshake.take().is_some() {
-                            self.due.ready = self.arm(now, "readySeconds");
-                        }
+                    "notifications/initialized" if self.due.handshake.take().is_some() => {
+                        self.due.ready = self.arm(now, "readySeconds");
                     }
                     "agentfy/ready" => {
                         self.ready_seen = true;
@@ -381,7 +327,7 @@ impl Policy for ToolPolicy {
                     }
                     _ => {}
                 }
-                early.into_iter().collect()
+                vec![]
             }
             Kind::Response | Kind::Error => {
                 let Some(asked) = msg

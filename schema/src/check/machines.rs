@@ -70,7 +70,9 @@ impl Cx<'_> {
                 );
             }
         }
-        self.action_names(c, idx, &join(at, ["action"]), &r.action);
+        if let Some(a) = &r.action {
+            self.action_names(c, idx, &join(at, ["action"]), a);
+        }
         let Trigger::Message {
             method: Some(method),
             kind,
