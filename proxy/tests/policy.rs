@@ -1123,27 +1123,28 @@ const KSHELL: Side = Side {
     dir: Dir::Down,
 };
 
-/// Open connection `conn` of route `k` and complete the hello exchange, as a session does
-/// before anything else (the session machine answers anything earlier with not_ready).
-fn kernel_ready(p: &mut dyn Policy, w: &Wire, conn: u64, t: Instant) {
+/// The policy of connection 1 of route `k`, opened, with the hello exchange done, as a
+/// session does before anything else (the session machine answers anything earlier with
+/// not_ready).
+fn kernel_ready(w: &Arc<Wire>, shared: &Arc<SharedState>, t: Instant) -> Box<dyn Policy> {
+    let mut p = policy::for_contract(w, shared, 1, 1);
     assert!(p.on_open("k", t).is_empty());
     let hello = ex(w, "hello", "call", 0);
     let answer = ex(w, "hello", "result", 0);
-    assert!(feed(p, w, "control", "k", conn, &KSHELL, &hello, None, t).is_empty());
-    assert!(
-        feed(
-            p,
-            w,
-            "control",
-            "k",
-            conn,
-            &KCORE,
-            &answer,
-            Some("hello"),
-            t
-        )
-        .is_empty()
+    assert!(feed(&mut *p, w, "control", "k", 1, &KSHELL, &hello, None, t).is_empty());
+    let answered = feed(
+        &mut *p,
+        w,
+        "control",
+        "k",
+        1,
+        &KCORE,
+        &answer,
+        Some("hello"),
+        t,
     );
+    assert!(answered.is_empty());
+    p
 }
 
 #[test]
@@ -1229,8 +1230,7 @@ fn kernel_policy_feeds_the_gate_from_the_control_channel() {
     let w = wire("kernel");
     let shared = Arc::new(SharedState::new());
     let t0 = Instant::now();
-    let mut p = policy::for_contract(&w, &shared, 1, 1);
-    kernel_ready(&mut *p, &w, 1, Instant::now());
+    let mut p = kernel_ready(&w, &shared, t0);
     let open = ex(&w, "stream.open", "call", 0);
     let stream = open["payload"]["stream_id"].as_u64().expect("id");
     assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
@@ -1276,9 +1276,8 @@ fn kernel_policy_feeds_the_gate_from_the_control_channel() {
 #[test]
 fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
     let w = wire("kernel");
-    let mut p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
-    kernel_ready(&mut *p, &w, 1, Instant::now());
     let t0 = Instant::now();
+    let mut p = kernel_ready(&w, &Arc::new(SharedState::new()), t0);
     let chunk = ex(&w, "stream.chunk", "call", 0);
     let end = ex(&w, "stream.end", "call", 0);
     assert_eq!(chunk["stream_id"], end["stream_id"]);
@@ -1304,9 +1303,8 @@ fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
 #[test]
 fn kernel_a_task_event_after_its_final_event_is_flagged() {
     let w = wire("kernel");
-    let mut p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
-    kernel_ready(&mut *p, &w, 1, Instant::now());
     let t0 = Instant::now();
+    let mut p = kernel_ready(&w, &Arc::new(SharedState::new()), t0);
     let task = |method: &str, id: &str| {
         let mut v = ex(&w, method, "call", 0);
         v["payload"]["task_id"] = json!(id);
@@ -1454,9 +1452,8 @@ fn a_contract_without_the_credit_hook_gets_no_credit_gate() {
     let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
     let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
     let shared = Arc::new(SharedState::new());
-    let mut p = policy::for_contract(&w, &shared, 1, 1);
     let t0 = Instant::now();
-    kernel_ready(&mut *p, &w, 1, t0);
+    let mut p = kernel_ready(&w, &shared, t0);
     // Even a credit overrun setup says nothing: no kernel.credit-gate hook is named.
     let open = ex(&w, "stream.open", "call", 0);
     assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());

@@ -24,15 +24,7 @@ impl Cx<'_> {
                         format!("unknown method {method:?}"),
                     );
                 }
-                for (i, s) in states.iter().enumerate() {
-                    if !sm.states.contains_key(s) {
-                        self.push(
-                            Lint::StateMachine,
-                            join(&at, [&i.to_string()]),
-                            format!("state {s:?} is not declared"),
-                        );
-                    }
-                }
+                self.declared(sm, &at, states);
             }
             if let Some(a) = &sm.out_of_place {
                 self.action_names(c, idx, &join(&base, ["outOfPlace"]), a);
@@ -57,19 +49,24 @@ impl Cx<'_> {
         }
     }
 
-    /// A refusal names a governed message, declared states and a known action.
-    fn refusal(&mut self, c: &Contract, idx: &CodeIndex, at: &str, sm: &StateMachine, r: &Refusal) {
-        let message = join(at, ["message"]);
-        self.trigger(c, idx, &message, &r.message);
-        for (i, s) in r.states.iter().enumerate() {
+    /// Each of `states` (listed at `at`) is one of the machine's.
+    fn declared(&mut self, sm: &StateMachine, at: &str, states: &[String]) {
+        for (i, s) in states.iter().enumerate() {
             if !sm.states.contains_key(s) {
                 self.push(
                     Lint::StateMachine,
-                    join(at, ["states", &i.to_string()]),
+                    join(at, [&i.to_string()]),
                     format!("state {s:?} is not declared"),
                 );
             }
         }
+    }
+
+    /// A refusal names a governed message, declared states and a known action.
+    fn refusal(&mut self, c: &Contract, idx: &CodeIndex, at: &str, sm: &StateMachine, r: &Refusal) {
+        let message = join(at, ["message"]);
+        self.trigger(c, idx, &message, &r.message);
+        self.declared(sm, &join(at, ["states"]), &r.states);
         if let Some(a) = &r.action {
             self.action_names(c, idx, &join(at, ["action"]), a);
         }
