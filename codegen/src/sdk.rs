@@ -89,6 +89,7 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
         })).collect::<Vec<_>>(),
         "machines": ser("machines", serde_json::to_value(&ir.machines))?,
         "idRules": ser("idRules", serde_json::to_value(&ir.id_rules))?,
+        "credit": ser("credit", serde_json::to_value(&c.credit))?,
         "extensions": ser("extensions", serde_json::to_value(&c.extensions))?,
         "trace": ser("trace", serde_json::to_value(&c.trace))?,
         "files": ser("files", serde_json::to_value(&c.files))?,

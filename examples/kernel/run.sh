@@ -7,7 +7,7 @@
 #   3. run the pair directly                                  -> the shell must exit 0
 #   4. run the pair through contract-proxy (observe mode)     -> shell exit 0 and 0 violations
 #   5. core --break credit, directly                          -> the shell must catch it (exit 1)
-#   6. core --break credit, through the proxy                 -> violations > 0 (kernel.credit.exceeded)
+#   6. core --break credit, through the proxy                 -> violations > 0 (credit.overrun)
 #   7. shell --break trace-id, through the proxy              -> violations > 0 (missing trace_id)
 #   8. contract-proxy conformance --play shell against the core (--ttl 2)      -> exit 0, no skip
 #   9. the same against core --break credit                    -> exit 1, only kernel.15.5 fails
@@ -207,8 +207,8 @@ rc=$(run_pair credit-proxied --control "unix:$d/control.s" --data "unix:$d/data.
 v=$(stop_proxy credit-proxied)
 echo "   $(cat "$d/summary")"
 violations_seen credit-proxied
-flagged=0; grep -q 'kernel.credit.exceeded' "$d/proxy.jsonl" && flagged=1
-result $([ "$v" -gt 0 ] && [ "$flagged" = 1 ] && echo 1 || echo 0) "credit-proxied: proxy counted $v violations (want > 0, kernel.credit.exceeded among them)"
+flagged=0; grep -q 'credit.overrun' "$d/proxy.jsonl" && flagged=1
+result $([ "$v" -gt 0 ] && [ "$flagged" = 1 ] && echo 1 || echo 0) "credit-proxied: proxy counted $v violations (want > 0, credit.overrun among them)"
 result $([ "$rc" = 1 ] && echo 1 || echo 0) "credit-proxied: shell exit $rc (want 1)"
 
 # ---------------------------------------------------------------- 7. shell --break trace-id

@@ -683,7 +683,9 @@ impl Inspector {
         now: Instant,
     ) -> Inspection {
         use crate::policy::GateDecision;
-        let stream = frame.fields.first().copied().unwrap_or(0);
+        // The credit key's header field, where the contract has credit on this channel.
+        let key_at = crate::policy::engine::credit::key_field(self.wire.contract(), &self.channel);
+        let stream = frame.fields.get(key_at.unwrap_or(0)).copied().unwrap_or(0);
         let seq = frame.fields.get(1).copied().unwrap_or(0);
         let expected = self.seqs.entry((dir, stream)).or_insert(0);
         let verdict = if seq == *expected {
@@ -752,7 +754,9 @@ impl Inspector {
                 }
                 if let Some(a) = event.action.as_mut() {
                     a.push_str(&format!(
-                        "; sent protocol.credit_exceeded and stream.close to {from}, stream.close to {to} (on {})",
+                        "; sent {} to {from}, {} to {to} (on {})",
+                        o.said.0,
+                        o.said.1,
                         self.channel_of_primary()
                     ));
                     if o.dropped_held > 0 {
@@ -990,6 +994,7 @@ impl Inspector {
                 correlation,
                 trace,
                 version,
+                timestamp,
                 payload,
                 ..
             } => {
@@ -1027,15 +1032,10 @@ impl Inspector {
                         .unwrap_or(json!(1));
                     put(vp, v);
                 }
-                put(
-                    "/timestamp",
-                    json!(
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs_f64())
-                            .unwrap_or(0.0)
-                    ),
-                );
+                if let Some(t) = &timestamp {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                    put(t, json!(now.map(|d| d.as_secs_f64()).unwrap_or(0.0)));
+                }
                 put(&payload, body);
                 out
             }

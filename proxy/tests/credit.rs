@@ -204,7 +204,7 @@ async fn data_beyond_credit_waits_in_the_proxy_and_goes_out_in_order_when_grante
         .filter(|e| {
             e["action"]
                 .as_str()
-                .is_some_and(|a| a.contains("kernel.credit.release"))
+                .is_some_and(|a| a.contains("credit.release"))
         })
         .collect();
     assert_eq!(released.len(), 2, "{ev:#?}");
@@ -275,7 +275,7 @@ async fn a_sender_ignoring_credit_gets_the_overrun_answer_and_other_streams_keep
         .await;
     let overrun = ev
         .iter()
-        .find(|e| e["verdict"]["class"] == "kernel.credit.exceeded")
+        .find(|e| e["verdict"]["class"] == "credit.overrun")
         .unwrap_or_else(|| panic!("the overrun is reported: {ev:#?}"));
     assert_eq!(overrun["verdict"]["code"], "protocol.credit_exceeded");
     let action = overrun["action"].as_str().expect("action");
@@ -291,5 +291,123 @@ async fn a_sender_ignoring_credit_gets_the_overrun_answer_and_other_streams_keep
         .events_until("late data on stream 12", |e| e["stream"] == json!([12, 2]))
         .await;
     let late = ev.last().expect("event");
-    assert_eq!(late["verdict"]["class"], "kernel.stream.unknown", "{late}");
+    assert_eq!(late["verdict"]["class"], "credit.unknown-key", "{late}");
+}
+
+/// Credit is data: tests/fixtures/pipes.json, a made-up protocol (NDJSON control notes, a
+/// little-endian bulk channel), gets the same gate through the real binary with no Rust
+/// of its own: bytes wait for the sink's grant, and an overrun past the contract's hold
+/// bound is answered with the contract's own error and shut notes.
+#[tokio::test]
+async fn a_contract_file_of_its_own_gets_the_credit_gate() {
+    let fixture = harness_root().join("proxy/tests/fixtures/pipes.json");
+    let c = contract::load(&fixture).expect("pipes");
+    let hold = c.evaluated_limits().cap("holdMax").expect("holdMax") as usize;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (lc, lb) = (dir.path().join("ctl.p"), dir.path().join("bulk.p"));
+    let (uc, ub) = (dir.path().join("ctl.s"), dir.path().join("bulk.s"));
+    let (sink_ctl, sink_bulk) = (
+        UnixListener::bind(&uc).expect("bind"),
+        UnixListener::bind(&ub).expect("bind"),
+    );
+    let mut proxy = harness::run(&[
+        "--contract",
+        fixture.to_str().expect("utf-8"),
+        "--mode",
+        "enforce",
+        "--listen",
+        &ep(&lc),
+        "--upstream",
+        &ep(&uc),
+        "--pair-listen",
+        &ep(&lb),
+        "--pair-upstream",
+        &ep(&ub),
+    ]);
+    wait_for(&lc).await;
+    wait_for(&lb).await;
+    let mut ctl = UnixStream::connect(&lc).await.expect("ctl");
+    let (mut sctl, _) = sink_ctl.accept().await.expect("accept ctl");
+    let mut bulk = UnixStream::connect(&lb).await.expect("bulk");
+    let (mut sbulk, _) = sink_bulk.accept().await.expect("accept bulk");
+    let note = |op: &str, n: &str, body: Value| json!({"k": "note", "op": op, "n": n, "ver": 1, "at": 1.0, "body": body});
+    let open = note("pipe.open", "s-1", json!({"pipe": 3}));
+    send_line(&mut ctl, &open).await;
+    assert_eq!(read_line(&mut sctl).await, open);
+    // Two frames with no credit yet: held. The grant covers the first alone.
+    let payload = hold / 2 - 6;
+    let bulk_frame = |seq: u32, len: usize| {
+        let mut b = ((6 + len) as u32).to_le_bytes().to_vec();
+        b.extend_from_slice(&3u16.to_le_bytes());
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.resize(10 + len, seq as u8);
+        b
+    };
+    bulk.write_all(&[bulk_frame(0, payload), bulk_frame(1, payload)].concat())
+        .await
+        .expect("bulk");
+    quiet(&mut sbulk, "nothing before a grant").await;
+    let grant = note("pipe.grant", "k-1", json!({"pipe": 3, "bytes": payload}));
+    send_line(&mut sctl, &grant).await;
+    assert_eq!(read_line(&mut ctl).await, grant);
+    let mut first = vec![0u8; 10 + payload];
+    tokio::time::timeout(DEADLINE, sbulk.read_exact(&mut first))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert_eq!(first, bulk_frame(0, payload));
+    quiet(&mut sbulk, "the second frame waits for more credit").await;
+    // One byte past holdMax: the sender hears pipe.overrun and the shut, the sink the shut.
+    bulk.write_all(&bulk_frame(2, payload + 1))
+        .await
+        .expect("bulk");
+    let error = read_line(&mut ctl).await;
+    assert_eq!(
+        (&error["k"], &error["body"]["code"], &error["body"]["pipe"]),
+        (&json!("err"), &json!("pipe.overrun"), &json!(3))
+    );
+    for side in [&mut ctl, &mut sctl] {
+        let shut = read_line(side).await;
+        assert_eq!(
+            (&shut["op"], &shut["body"]),
+            (&json!("pipe.shut"), &json!({"pipe": 3})),
+            "{shut}"
+        );
+    }
+    quiet(&mut sbulk, "nothing of the overrun pipe was forwarded").await;
+    let ev = proxy
+        .events_until("the overrun", |e| e["verdict"]["class"] == "credit.overrun")
+        .await;
+    let overrun = ev.last().expect("event");
+    assert_eq!(overrun["verdict"]["code"], "pipe.overrun");
+    assert!(
+        overrun["action"]
+            .as_str()
+            .is_some_and(|a| a.contains("1 held frame(s) dropped")),
+        "{overrun}"
+    );
+}
+
+fn harness_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+async fn send_line(s: &mut UnixStream, v: &Value) {
+    s.write_all(format!("{v}\n").as_bytes())
+        .await
+        .expect("write");
+}
+
+/// One NDJSON line, read a byte at a time so nothing after it is taken.
+async fn read_line(s: &mut UnixStream) -> Value {
+    let mut line = Vec::new();
+    loop {
+        let b = tokio::time::timeout(DEADLINE, s.read_u8())
+            .await
+            .expect("a line in time");
+        match b.expect("read") {
+            b'\n' => return serde_json::from_slice(&line).expect("json line"),
+            b => line.push(b),
+        }
+    }
 }

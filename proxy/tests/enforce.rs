@@ -1358,12 +1358,12 @@ async fn xsession_a_connection_over_the_cap_is_closed_unread() {
     );
     let ev =
         x.p.until("the refused connection", |e| {
-            class(e) == "xsession.connections.cap"
+            class(e) == "limit.connections"
         })
         .await;
     assert_eq!(ev["method"], "(open)", "{ev}");
     assert_eq!(
-        ev["action"], "xsession.connections.cap: refused, dropped the connection",
+        ev["action"], "limit.connections: refused, dropped the connection",
         "{ev}"
     );
     drop(held);

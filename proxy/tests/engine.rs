@@ -421,3 +421,218 @@ fn an_open_trigger_arms_only_on_its_own_channel() {
     assert!(on("main").is_some(), "armed on the channel it names");
     assert_eq!(on("elsewhere"), None, "not on another channel");
 }
+
+// ---------------------------------------------------------------- credit, from data
+
+/// tests/fixtures/pipes.json: a made-up protocol whose credit entry names its own methods,
+/// pointers, header layout (little-endian, key first of two fields) and bounds.
+struct Pipes {
+    w: Arc<Wire>,
+    ctl: Box<dyn Policy>,
+    bulk: Box<dyn Policy>,
+    t: Instant,
+}
+
+impl Pipes {
+    fn new() -> Self {
+        let path = common::root().join("proxy/tests/fixtures/pipes.json");
+        let w = Arc::new(Wire::new(Arc::new(contract::load(&path).expect("pipes"))).expect("wire"));
+        let shared = Arc::new(SharedState::new());
+        let on = |conn, channel: &str| {
+            let rules = policy::RouteRules {
+                channel: channel.into(),
+                ..Default::default()
+            };
+            policy::for_route(&w, &shared, conn, 1, rules)
+        };
+        let (mut ctl, mut bulk, t) = (on(1, "ctl"), on(2, "bulk"), Instant::now());
+        assert!(ctl.on_open("r", t).is_empty() && bulk.on_open("r", t).is_empty());
+        Pipes { w, ctl, bulk, t }
+    }
+
+    fn ctx(&self, from: &'static str, conn: u64) -> Ctx<'static> {
+        let (to, dir) = match from {
+            "sender" => ("sink", Dir::Up),
+            _ => ("sender", Dir::Down),
+        };
+        Ctx {
+            route: "r",
+            conn,
+            session: 1,
+            dir,
+            from,
+            to,
+            now: self.t,
+        }
+    }
+
+    /// A control note of `op` about `pipe` (and `bytes`), from `from`.
+    fn note(&mut self, from: &'static str, op: &str, pipe: u64, bytes: Option<u64>) -> Vec<Ruling> {
+        let mut body = json!({"pipe": pipe});
+        if let Some(b) = bytes {
+            body["bytes"] = json!(b);
+        }
+        let v = json!({"k": "note", "op": op, "n": format!("{from}-{op}"), "ver": 1, "at": 1.0, "body": body});
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let msg = self
+            .w
+            .decode("ctl", from, &bytes, None)
+            .expect("a valid note");
+        let ctx = self.ctx(from, 1);
+        self.ctl.on_message(&ctx, &msg, bytes.len())
+    }
+
+    /// A bulk frame of `payload` bytes on `pipe` from the sender (enforce mode).
+    fn bulk(&mut self, pipe: u64, seq: u64, payload: usize) -> policy::DataRuling {
+        let ctx = self.ctx("sender", 2);
+        self.bulk.on_data(&ctx, held(pipe, seq, payload), true)
+    }
+}
+
+fn held(pipe: u64, seq: u64, payload: usize) -> policy::Held {
+    let mut b = ((6 + payload) as u32).to_le_bytes().to_vec();
+    b.extend_from_slice(&(pipe as u16).to_le_bytes());
+    b.extend_from_slice(&(seq as u32).to_le_bytes());
+    b.resize(10 + payload, 7);
+    policy::Held {
+        stream: pipe,
+        seq,
+        payload_len: payload as u64,
+        bytes: b.into(),
+    }
+}
+
+/// Credit is data: held until granted, released in order, an overrun past the contract's
+/// own hold bound answered with its own error and close messages, and credit from the
+/// wrong party flagged. Every number and name comes from pipes.json.
+#[test]
+fn a_contract_of_its_own_gets_credit_from_its_data() {
+    use policy::GateDecision::{Exceeded, Forward, Hold};
+    let mut p = Pipes::new();
+    let c = p.w.contract().clone();
+    let hold = c.evaluated_limits().cap("holdMax").expect("holdMax");
+    assert_eq!(rules(&p.note("sender", "pipe.open", 3, None)), none());
+    // Nothing flows before a grant (startCredit 0): held, 6 header bytes each, up to holdMax.
+    let payload = (hold / 2 - 6) as usize;
+    assert_eq!(p.bulk(3, 0, payload).decision, Hold);
+    assert_eq!(p.bulk(3, 1, payload).decision, Hold);
+    // A grant that covers the first frame releases it alone.
+    let r = p.note("sink", "pipe.grant", 3, Some(payload as u64));
+    assert_eq!(rules(&r), ["credit.release"]);
+    assert_eq!(
+        r[0].act,
+        Act::Release {
+            frames: vec![held(3, 0, payload)]
+        }
+    );
+    let next = p.bulk(3, 2, 1);
+    assert_eq!(
+        (next.ready, next.decision),
+        (vec![held(3, 0, payload)], Hold)
+    );
+    // Credit from the sender is not the sink's grant.
+    assert_eq!(
+        rules(&p.note("sender", "pipe.grant", 3, Some(1))),
+        ["credit.grantor"]
+    );
+    // Past holdMax: the overrun, with the contract's code and its own messages.
+    let Exceeded(o) = p.bulk(3, 3, payload).decision else {
+        panic!("an overrun")
+    };
+    assert_eq!(o.ruling.rule, "credit.overrun");
+    assert_eq!(o.ruling.code.as_ref(), Some(&json!("pipe.overrun")));
+    assert_eq!(o.dropped_held, 2);
+    let [error, shut] = &o.to_sender[..] else {
+        panic!("{:?}", o.to_sender)
+    };
+    assert_eq!(
+        (&error["k"], &error["body"]["code"], &error["body"]["pipe"]),
+        (&json!("err"), &json!("pipe.overrun"), &json!(3))
+    );
+    assert_eq!(
+        (&shut["op"], &shut["body"]),
+        (&json!("pipe.shut"), &json!({"pipe": 3}))
+    );
+    for m in o.to_sender.iter().chain(&o.to_receiver) {
+        assert!(
+            m["n"].is_string() && m["at"].is_number() && m["ver"] == json!(1),
+            "{m}"
+        );
+        let bytes = serde_json::to_vec(m).expect("json");
+        p.w.decode("ctl", "sink", &bytes, None)
+            .unwrap_or_else(|e| panic!("{m}: {}", e.reason));
+    }
+    // The pipe is gone: later bytes are forwarded and flagged; another pipe is untouched.
+    let late = p.bulk(3, 4, 1);
+    assert_eq!(late.ruling.map(|r| r.rule), Some("credit.unknown-key"));
+    assert_eq!(late.decision, Forward(held(3, 4, 1)));
+    assert_eq!(rules(&p.note("sender", "pipe.open", 4, None)), none());
+    assert_eq!(rules(&p.note("sink", "pipe.grant", 4, Some(10))), none());
+    assert_eq!(p.bulk(4, 0, 10).decision, Forward(held(4, 0, 10)));
+    // A shut pipe with frames held drops them, as its sink would.
+    assert_eq!(p.bulk(4, 1, 1).decision, Hold);
+    assert_eq!(
+        rules(&p.note("sink", "pipe.shut", 4, None)),
+        ["credit.closed-held"]
+    );
+}
+
+/// A connection cap is data (`counts: open-connections`): pipes.json's listener keeps
+/// `sendersMax` connections; the next is dropped unread and never counted, another route has
+/// its own count, and a closed connection makes room.
+#[test]
+fn a_contract_of_its_own_caps_its_listeners_connections() {
+    let path = common::root().join("proxy/tests/fixtures/pipes.json");
+    let w = Arc::new(Wire::new(Arc::new(contract::load(&path).expect("pipes"))).expect("wire"));
+    let max = w
+        .contract()
+        .evaluated_limits()
+        .count("sendersMax")
+        .expect("a count");
+    let (shared, t) = (Arc::new(SharedState::new()), Instant::now());
+    let open = |conn: u64, route: &str| {
+        let mut p = policy::for_contract(&w, &shared, conn, conn);
+        let r = p.on_open(route, t);
+        (p, r)
+    };
+    let mut kept: Vec<_> = (1..=max).map(|conn| open(conn, "r")).collect();
+    assert!(kept.iter().all(|(_, r)| r.is_empty()));
+    let (_, r) = open(max + 1, "r");
+    assert_eq!(rules(&r), ["limit.connections"]);
+    assert_eq!(
+        r[0].act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    );
+    assert!(
+        r[0].reason.ends_with("(/limits/sendersMax)"),
+        "{}",
+        r[0].reason
+    );
+    assert_eq!(
+        shared.open_connections("r"),
+        max as usize,
+        "the refused one never counted"
+    );
+    assert!(
+        open(max + 2, "elsewhere").1.is_empty(),
+        "another listener has its own count"
+    );
+    let (mut first, _) = kept.remove(0);
+    let ctx = Ctx {
+        route: "r",
+        conn: 1,
+        session: 1,
+        dir: Dir::Up,
+        from: "sender",
+        to: "sink",
+        now: t,
+    };
+    first.on_close(&ctx);
+    assert!(
+        open(max + 3, "r").1.is_empty(),
+        "a closed connection made room"
+    );
+}

@@ -13,7 +13,7 @@ use contract_proxy::conn::CloseFrame;
 use contract_proxy::inspect::{Closing, Dir};
 use contract_proxy::policy::ratelimit::{RateLimitError, RateLimitSpec, RateLimiter};
 use contract_proxy::policy::{
-    self, Act, CreditGate, Ctx, GateDecision, Held, Policy, Ruling, SharedState,
+    self, Act, CreditGate, Ctx, DataRuling, GateDecision, Held, Policy, Ruling, SharedState,
 };
 use serde_json::{Value, json};
 
@@ -997,10 +997,15 @@ fn xsession_connections_beyond_the_cap_are_dropped() {
         assert!(p.on_open("x", t0).is_empty(), "connection {conn}");
         open.push(p);
     }
-    assert_eq!(shared.xsession_open("x"), max as usize);
+    assert_eq!(shared.open_connections("x"), max as usize);
     let mut extra = policy::for_contract(&w, &shared, max + 1, max + 1);
     let r = extra.on_open("x", t0);
-    assert_eq!(rules(&r), ["xsession.connections.cap"]);
+    assert_eq!(rules(&r), ["limit.connections"]);
+    assert!(
+        r[0].reason.ends_with("(/limits/maxConnections)"),
+        "{}",
+        r[0].reason
+    );
     assert_eq!(
         r[0].act,
         Act::Refuse {
@@ -1010,7 +1015,7 @@ fn xsession_connections_beyond_the_cap_are_dropped() {
     );
     extra.on_close(&ctx("x", max + 1, &SENDER, t0));
     assert_eq!(
-        shared.xsession_open("x"),
+        shared.open_connections("x"),
         max as usize,
         "a refused connection never counted"
     );
@@ -1147,55 +1152,87 @@ fn kernel_ready(w: &Arc<Wire>, shared: &Arc<SharedState>, t: Instant) -> Box<dyn
     p
 }
 
+/// The data connection (2) of the session `kernel_ready` opened (1), opened.
+fn kernel_data(w: &Arc<Wire>, shared: &Arc<SharedState>, t: Instant) -> Box<dyn Policy> {
+    let rules = policy::RouteRules {
+        channel: "data".into(),
+        ..Default::default()
+    };
+    let mut d = policy::for_route(w, shared, 2, 1, rules);
+    assert!(d.on_open("k", t).is_empty());
+    d
+}
+
+/// One data frame through data connection `d`, from `side`'s sender.
+fn data(d: &mut dyn Policy, side: &Side, f: Held, enforce: bool, t: Instant) -> DataRuling {
+    let mut at = ctx("k", 2, side, t);
+    at.session = 1;
+    d.on_data(&at, f, enforce)
+}
+
+fn decision(r: DataRuling) -> GateDecision {
+    r.decision
+}
+
 #[test]
 fn kernel_no_data_before_credit_then_credit_releases_in_order() {
     let w = wire("kernel");
     assert_eq!(limit(&w, "initialCreditBytes"), 0.0);
-    let mut g = CreditGate::new(w.contract(), 1);
-    g.open(11, json!(1), json!("t-1"));
-    assert_eq!(g.offer(frame(11, 0, 100)), GateDecision::Hold);
-    assert_eq!(g.offer(frame(11, 1, 100)), GateDecision::Hold);
+    let mut g = CreditGate::new(w.contract(), "streams");
+    g.open(11, json!({}));
+    assert_eq!(g.offer(frame(11, 0, 100)).ok(), Some(GateDecision::Hold));
+    assert_eq!(g.offer(frame(11, 1, 100)).ok(), Some(GateDecision::Hold));
     // Only payload bytes count: 150 covers the first (100), not the second.
-    assert_eq!(g.grant(11, 150), vec![frame(11, 0, 100)]);
+    assert_eq!(g.grant(11, 150, "core"), Some(vec![frame(11, 0, 100)]));
     // A frame that credit covers may not overtake a held one.
-    assert_eq!(g.offer(frame(11, 2, 10)), GateDecision::Hold);
-    assert_eq!(g.grant(11, 60), vec![frame(11, 1, 100), frame(11, 2, 10)]);
+    assert_eq!(g.offer(frame(11, 2, 10)).ok(), Some(GateDecision::Hold));
+    let both = vec![frame(11, 1, 100), frame(11, 2, 10)];
+    assert_eq!(g.grant(11, 60, "core"), Some(both));
     assert_eq!(g.credit(11), Some(0));
     // Kept: data within credit goes straight through.
-    g.grant(11, 64);
-    assert_eq!(
-        g.offer(frame(11, 3, 64)),
-        GateDecision::Forward(frame(11, 3, 64))
-    );
+    g.grant(11, 64, "core");
+    let within = GateDecision::Forward(frame(11, 3, 64));
+    assert_eq!(g.offer(frame(11, 3, 64)).ok(), Some(within));
     // A stream the gate does not know is forwarded (K-3: the receiver discards it).
-    assert_eq!(
-        g.offer(frame(99, 0, 5)),
-        GateDecision::Forward(frame(99, 0, 5))
-    );
+    let unknown = GateDecision::Forward(frame(99, 0, 5));
+    assert_eq!(g.offer(frame(99, 0, 5)).ok(), Some(unknown));
 }
 
 #[test]
 fn kernel_overrun_beyond_the_held_bound_is_credit_exceeded() {
     let w = wire("kernel");
     let max_payload = limit(&w, "dataPayloadMax") as usize;
-    let mut g = CreditGate::new(w.contract(), 7);
-    g.open(11, json!(1), json!("t-mic"));
-    g.open(12, json!(1), json!("t-tts"));
-    assert!(g.granted_by(11, "core"));
-    assert!(g.granted_by(12, "shell"));
-    g.grant(12, 1000);
+    let (shared, t) = (Arc::new(SharedState::new()), Instant::now());
+    let mut p = kernel_ready(&w, &shared, t);
+    let mut d = kernel_data(&w, &shared, t);
+    for (stream, trace) in [(11, "t-mic"), (12, "t-tts")] {
+        let mut open = ex(&w, "stream.open", "call", 0);
+        open["payload"]["stream_id"] = json!(stream);
+        open["trace_id"] = json!(trace);
+        assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t).is_empty());
+    }
+    // The core receives stream 11 (it grants), the shell stream 12.
+    for (stream, side, bytes) in [(11, &KCORE, 1), (12, &KSHELL, 1000)] {
+        let mut credit = ex(&w, "stream.credit", "call", 0);
+        credit["stream_id"] = json!(stream);
+        credit["payload"]["bytes"] = json!(bytes);
+        assert!(feed(&mut *p, &w, "control", "k", 1, side, &credit, None, t).is_empty());
+    }
     // One maximal frame fits the held bound; the next does not.
-    assert_eq!(g.offer(frame(11, 0, max_payload)), GateDecision::Hold);
-    let GateDecision::Exceeded(o) = g.offer(frame(11, 1, 1)) else {
+    let held = data(&mut *d, &KSHELL, frame(11, 0, max_payload), true, t);
+    assert_eq!(decision(held), GateDecision::Hold);
+    let GateDecision::Exceeded(o) = decision(data(&mut *d, &KSHELL, frame(11, 1, 1), true, t))
+    else {
         panic!("overrun")
     };
-    assert_eq!(o.ruling.rule, "kernel.credit.exceeded");
+    assert_eq!(o.ruling.rule, "credit.overrun");
     assert_eq!(o.ruling.code, Some(json!("protocol.credit_exceeded")));
-    assert_eq!(o.ruling.act, Act::Discard);
-    assert_eq!(
-        (o.sender.as_deref(), o.receiver.as_deref()),
-        (Some("shell"), Some("core"))
+    assert!(
+        o.ruling.reason.ends_with("(/credit/streams)"),
+        "{}",
+        o.ruling.reason
     );
+    assert_eq!(o.ruling.act, Act::Discard);
     assert_eq!(o.dropped_held, 1);
     // What the relay sends: valid kernel messages, as the receiver (core) would.
     let [error, close] = &o.to_sender[..] else {
@@ -1205,24 +1242,22 @@ fn kernel_overrun_beyond_the_held_bound_is_credit_exceeded() {
         let bytes = serde_json::to_vec(v).expect("json");
         let m = w
             .decode("control", "core", &bytes, None)
-            .expect("valid kernel message");
+            .unwrap_or_else(|e| panic!("not a valid kernel message: {}: {v}", e.reason));
         assert_eq!(m.method.as_deref(), method);
         assert_eq!(v["stream_id"], json!(11));
         assert_eq!(v["trace_id"], json!("t-mic"));
     }
     assert_eq!(error["payload"]["code"], json!("protocol.credit_exceeded"));
+    assert_ne!(error["id"], close["id"]);
     let bytes = serde_json::to_vec(&o.to_receiver[0]).expect("json");
     let m = w.decode("control", "shell", &bytes, None).expect("valid");
     assert_eq!(m.method.as_deref(), Some("stream.close"));
-    // The other stream was never blocked, and the closed one now just forwards.
-    assert_eq!(
-        g.offer(frame(12, 0, 1000)),
-        GateDecision::Forward(frame(12, 0, 1000))
-    );
-    assert_eq!(
-        g.offer(frame(11, 2, 1)),
-        GateDecision::Forward(frame(11, 2, 1))
-    );
+    // The other stream was never blocked, and the closed one is now unknown: forwarded, flagged.
+    let other = decision(data(&mut *d, &KCORE, frame(12, 0, 1000), true, t));
+    assert_eq!(other, GateDecision::Forward(frame(12, 0, 1000)));
+    let late = data(&mut *d, &KSHELL, frame(11, 2, 1), true, t);
+    assert_eq!(late.ruling.map(|r| r.rule), Some("credit.unknown-key"));
+    assert_eq!(late.decision, GateDecision::Forward(frame(11, 2, 1)));
 }
 
 #[test]
@@ -1231,43 +1266,51 @@ fn kernel_policy_feeds_the_gate_from_the_control_channel() {
     let shared = Arc::new(SharedState::new());
     let t0 = Instant::now();
     let mut p = kernel_ready(&w, &shared, t0);
+    let mut d = kernel_data(&w, &shared, t0);
     let open = ex(&w, "stream.open", "call", 0);
     let stream = open["payload"]["stream_id"].as_u64().expect("id");
     assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
     // Data before any credit is held (enforce), then released by stream.credit.
-    assert_eq!(shared.offer(1, frame(stream, 0, 300)), GateDecision::Hold);
+    let first = data(&mut *d, &KSHELL, frame(stream, 0, 300), true, t0);
+    assert_eq!(decision(first), GateDecision::Hold);
     let mut credit = ex(&w, "stream.credit", "call", 0);
     credit["stream_id"] = json!(stream);
     credit["payload"]["bytes"] = json!(1000);
     let r = feed(&mut *p, &w, "control", "k", 1, &KCORE, &credit, None, t0);
-    assert_eq!(rules(&r), ["kernel.credit.release"]);
+    assert_eq!(rules(&r), ["credit.release"]);
+    let released = vec![frame(stream, 0, 300)];
     assert_eq!(
         r[0].act,
         Act::Release {
-            frames: vec![frame(stream, 0, 300)]
+            frames: released.clone()
         }
     );
-    assert_eq!(
-        shared.offer(1, frame(stream, 1, 700)),
-        GateDecision::Forward(frame(stream, 1, 700))
-    );
+    // The released frame goes out first, ahead of the next one toward the core.
+    let next = data(&mut *d, &KSHELL, frame(stream, 1, 700), true, t0);
+    assert_eq!(next.ready, released);
+    assert_eq!(next.decision, GateDecision::Forward(frame(stream, 1, 700)));
     // Observe mode accounts without holding, and flags the overrun.
-    assert_eq!(shared.account(1, stream, 0), None);
-    let flag = shared.account(1, stream, 1).expect("overrun");
-    assert_eq!((flag.rule, flag.act), ("kernel.credit.exceeded", Act::Flag));
+    assert!(
+        data(&mut *d, &KSHELL, frame(stream, 2, 0), false, t0)
+            .ruling
+            .is_none()
+    );
+    let flag = data(&mut *d, &KSHELL, frame(stream, 3, 1), false, t0)
+        .ruling
+        .expect("overrun");
+    assert_eq!((flag.rule, flag.act), ("credit.overrun", Act::Flag));
     // Credit from the data's sender is not the receiver's grant.
     let mut wrong = ex(&w, "stream.credit", "call", 1);
     wrong["stream_id"] = json!(stream);
     let r = feed(&mut *p, &w, "control", "k", 1, &KSHELL, &wrong, None, t0);
-    assert_eq!(rules(&r), ["kernel.credit.grantor"]);
-    // stream.close forgets it.
+    assert_eq!(rules(&r), ["credit.grantor"]);
+    // stream.close forgets it: later data is forwarded and flagged.
     let mut close = ex(&w, "stream.close", "call", 0);
     close["stream_id"] = json!(stream);
     assert!(feed(&mut *p, &w, "control", "k", 1, &KSHELL, &close, None, t0).is_empty());
-    assert_eq!(
-        shared.offer(1, frame(stream, 2, 5)),
-        GateDecision::Forward(frame(stream, 2, 5))
-    );
+    let late = data(&mut *d, &KSHELL, frame(stream, 4, 5), true, t0);
+    assert_eq!(late.decision, GateDecision::Forward(frame(stream, 4, 5)));
+    assert_eq!(late.ruling.map(|r| r.rule), Some("credit.unknown-key"));
 }
 
 /// kernel's text-stream machine is data (one instance per `/stream_id`, stream.end's reason
@@ -1438,8 +1481,40 @@ fn ratelimit_specs_are_checked() {
     assert!(RateLimiter::new(&[spec(None, f64::NAN, 1)], c.contract()).is_err());
 }
 
+/// A kernel request before hello is refused by the session machine's data, with a reply
+/// the shell can read: a valid envelope with its own id and send time (the binding's
+/// `id` and `timestamp`), correlated to the request, in its trace.
 #[test]
-fn a_contract_without_the_credit_hook_gets_no_credit_gate() {
+fn kernel_a_request_before_hello_gets_a_valid_stamped_reply() {
+    let w = wire("kernel");
+    let (shared, t) = (Arc::new(SharedState::new()), Instant::now());
+    let mut p = policy::for_contract(&w, &shared, 1, 1);
+    assert!(p.on_open("k", t).is_empty());
+    let asked = ex(&w, "programs.index", "call", 0);
+    let r = feed(&mut *p, &w, "control", "k", 1, &KCORE, &asked, None, t);
+    let Some(Act::Refuse {
+        reply: Some(reply), ..
+    }) = r.first().map(|r| &r.act)
+    else {
+        panic!("a refusal with a reply: {r:?}")
+    };
+    let bytes = serde_json::to_vec(reply).expect("json");
+    let m = w
+        .decode("control", "shell", &bytes, Some("programs.index"))
+        .unwrap_or_else(|e| panic!("not a valid kernel message: {}: {reply}", e.reason));
+    assert_eq!(m.kind, Kind::Error);
+    assert_eq!(reply["correlation_id"], asked["id"]);
+    assert_eq!(reply["trace_id"], asked["trace_id"]);
+    assert!(
+        reply["id"].is_string() && reply["timestamp"].is_number(),
+        "{reply}"
+    );
+}
+
+/// Credit is data: the kernel's document under another name, with no extension, holds data
+/// beyond credit from its `credit` entry alone; without the entry, nothing is held.
+#[test]
+fn credit_runs_from_the_contract_entry_alone() {
     let text = contract::BUILTIN
         .iter()
         .find(|(n, _)| *n == "kernel")
@@ -1447,26 +1522,24 @@ fn a_contract_without_the_credit_hook_gets_no_credit_gate() {
         .1;
     let mut doc: Value = serde_json::from_str(text).expect("json");
     doc["name"] = json!("elsewhere");
-    // The kernel's data without its named extension: what the engine runs, and nothing else.
-    doc.as_object_mut().expect("object").remove("extensions");
-    let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
-    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
-    let shared = Arc::new(SharedState::new());
-    let t0 = Instant::now();
-    let mut p = kernel_ready(&w, &shared, t0);
-    // Even a credit overrun setup says nothing: no kernel.credit-gate hook is named.
-    let open = ex(&w, "stream.open", "call", 0);
-    assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
-    assert_eq!(
-        shared.offer(1, frame(11, 0, 10)),
-        GateDecision::Forward(frame(11, 0, 10))
-    );
-    assert_eq!(p.next_deadline(), None);
-    assert!(p.on_tick(t0 + Duration::from_secs(3600)).is_empty());
-
-    // The kernel policy itself has nothing to say about hello.
-    let w = wire("kernel");
-    let mut p = policy::for_contract(&w, &shared, 1, 1);
-    let hello = ex(&w, "hello", "call", 0);
-    assert!(feed(&mut *p, &w, "control", "k", 1, &KSHELL, &hello, None, t0).is_empty());
+    assert!(doc.get("extensions").is_none(), "the kernel names no hook");
+    for with_credit in [true, false] {
+        if !with_credit {
+            doc.as_object_mut().expect("object").remove("credit");
+        }
+        let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
+        let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+        let (shared, t0) = (Arc::new(SharedState::new()), Instant::now());
+        let mut p = kernel_ready(&w, &shared, t0);
+        let mut d = kernel_data(&w, &shared, t0);
+        let open = ex(&w, "stream.open", "call", 0);
+        let stream = open["payload"]["stream_id"].as_u64().expect("id");
+        assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &open, None, t0).is_empty());
+        let first = decision(data(&mut *d, &KSHELL, frame(stream, 0, 10), true, t0));
+        let expected = match with_credit {
+            true => GateDecision::Hold,
+            false => GateDecision::Forward(frame(stream, 0, 10)),
+        };
+        assert_eq!(first, expected, "with the credit entry: {with_credit}");
+    }
 }

@@ -453,19 +453,6 @@ impl Contract {
         detail: &str,
         data: Option<Value>,
     ) -> Value {
-        let Binding::Envelope {
-            kind,
-            kinds,
-            method,
-            id,
-            correlation,
-            trace,
-            version,
-            payload,
-        } = binding
-        else {
-            return Value::Null;
-        };
         let mut body = json!({"code": code, "message": detail});
         if let Some(e) = self.error_for(code) {
             body["category"] = json!(e.category);
@@ -474,25 +461,113 @@ impl Contract {
         if let Some(d) = data {
             body["details"] = d;
         }
-        let mut out = Value::Object(Default::default());
-        let wire_kind = kinds
-            .iter()
-            .find(|(_, k)| **k == Kind::Error)
-            .map(|(w, _)| w);
-        set(&mut out, kind, json!(wire_kind));
-        let copy = |out: &mut Value, from: Option<&String>, to: Option<&String>| {
-            if let (Some(r), Some(f), Some(t)) = (request, from, to)
-                && let Some(v) = r.pointer(f)
-            {
-                set(out, t, v.clone());
+        let mut out = envelope(binding, Kind::Error, None, body);
+        if let (
+            Binding::Envelope {
+                method,
+                id,
+                correlation,
+                trace,
+                version,
+                ..
+            },
+            Some(r),
+        ) = (binding, request)
+        {
+            for (at, to) in [
+                (Some(method), Some(method)),
+                (id.as_ref(), correlation.as_ref()),
+                (trace.as_ref(), trace.as_ref()),
+                (version.as_ref(), version.as_ref()),
+            ] {
+                copy(&mut out, r, at, to);
             }
-        };
-        copy(&mut out, Some(method), Some(method));
-        copy(&mut out, id.as_ref(), correlation.as_ref());
-        copy(&mut out, trace.as_ref(), trace.as_ref());
-        copy(&mut out, version.as_ref(), version.as_ref());
-        set(&mut out, payload, body);
+        }
         out
+    }
+
+    /// A made-up message of `kind` and `method` on `channel` carrying `payload`: an
+    /// envelope, or a JSON-RPC request or notification (its id is the caller's to give).
+    /// Its id, send time, trace and version come from [`Contract::stamp`].
+    pub fn message(
+        &self,
+        channel: &str,
+        kind: Kind,
+        method: &str,
+        payload: Value,
+    ) -> Result<Value, AccessError> {
+        match self.channels.get(channel).and_then(|c| c.binding.as_ref()) {
+            Some(b @ Binding::Envelope { .. }) => Ok(envelope(b, kind, Some(method), payload)),
+            Some(Binding::Jsonrpc { version, .. }) => {
+                Ok(json!({"jsonrpc": version, "method": method, "params": payload}))
+            }
+            _ => Err(AccessError::NoBinding(channel.to_string())),
+        }
+    }
+
+    /// Give `msg`, made up for envelope `channel`, the id and send time (seconds since the
+    /// Unix epoch) its binding has fields for, and the trace and version of `like` (the
+    /// message it is about). Other bindings are left as they are.
+    pub fn stamp(
+        &self,
+        channel: &str,
+        msg: &mut Value,
+        like: Option<&Value>,
+        id: Value,
+        unix_secs: f64,
+    ) {
+        let binding = self.channels.get(channel).and_then(|c| c.binding.as_ref());
+        let Some(Binding::Envelope {
+            id: p,
+            timestamp,
+            trace,
+            version,
+            ..
+        }) = binding
+        else {
+            return;
+        };
+        if let Some(p) = p {
+            set(msg, p, id);
+        }
+        if let Some(t) = timestamp {
+            set(msg, t, json!(unix_secs));
+        }
+        if let Some(like) = like {
+            copy(msg, like, trace.as_ref(), trace.as_ref());
+            copy(msg, like, version.as_ref(), version.as_ref());
+        }
+    }
+}
+
+/// An envelope of `kind` (and `method`) carrying `payload`.
+fn envelope(binding: &Binding, kind: Kind, method: Option<&str>, payload: Value) -> Value {
+    let Binding::Envelope {
+        kind: kind_at,
+        kinds,
+        method: method_at,
+        payload: payload_at,
+        ..
+    } = binding
+    else {
+        return Value::Null;
+    };
+    let mut out = Value::Object(Default::default());
+    let wire_kind = kinds.iter().find(|(_, k)| **k == kind).map(|(w, _)| w);
+    set(&mut out, kind_at, json!(wire_kind));
+    if let Some(m) = method {
+        set(&mut out, method_at, json!(m));
+    }
+    set(&mut out, payload_at, payload);
+    out
+}
+
+/// Copy `from`'s value at pointer `at` into `out` at `to`, when all three are there.
+fn copy(out: &mut Value, from: &Value, at: Option<&String>, to: Option<&String>) {
+    if let (Some(f), Some(t)) = (at, to)
+        && let Some(v) = from.pointer(f)
+    {
+        set(out, t, v.clone());
     }
 }
 

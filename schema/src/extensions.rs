@@ -16,11 +16,6 @@ pub struct Hook {
 /// Every hook the tools implement.
 pub const KNOWN: &[Hook] = &[
     Hook {
-        name: "kernel.credit-gate",
-        summary: "holds data frames beyond a stream's credit across a session's two connections, \
-                  releases them when credit arrives, and turns an overrun into the contract's error",
-    },
-    Hook {
         name: "rukh.session",
         summary: "rukh's session order: one invoke, pinned context fields, completion and cancel \
                   ending work, pending caps on operation and UI requests",
@@ -33,7 +28,7 @@ pub const KNOWN: &[Hook] = &[
     Hook {
         name: "xsession.admission",
         summary: "per-sender and global admission with the duplicate check, reported to the \
-                  sender's own inbox as a delivery_status, and the connection cap",
+                  sender's own inbox as a delivery_status",
     },
 ];
 

@@ -188,6 +188,20 @@ pub struct Credit {
     /// Limit (by name) on the credit a sender may hold at once, if there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_held: Option<String>,
+    /// The message that opens a key with the `initial` allowance. Absent: every key is
+    /// open from its first frame or grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opens: Option<KeyAt>,
+    /// The messages that end a key for both sides. The first is what an overrun sends
+    /// each party, so that the key ends on both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closes: Vec<KeyAt>,
+    /// Limit (by name) on the frame bytes (header after the length field, and payload)
+    /// an intermediary may hold per key for a sender that ran ahead of its credit, to
+    /// absorb a race between the grant and the data. Absent: nothing is held; a frame
+    /// beyond the allowance is an overrun at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
     /// What a frame beyond the allowance gets.
     pub overrun: Action,
     /// What the mechanism is for, in the seed's words.
@@ -206,6 +220,16 @@ pub struct Grant {
     pub key: String,
     /// JSON pointer to the amount granted.
     pub amount: String,
+}
+
+/// A message that names a credit key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeyAt {
+    /// Its method.
+    pub method: String,
+    /// JSON pointer to the key in the message.
+    pub key: String,
 }
 
 /// What a data frame spends of its credit.
@@ -480,6 +504,10 @@ pub enum Binding {
         /// Pointer to the negotiated protocol version.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<String>,
+        /// Pointer to the send time, in seconds since the Unix epoch, when every
+        /// message carries one: a message an intermediary makes up gets it too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timestamp: Option<String>,
         /// Pointer to the payload (params, result or error body).
         payload: String,
     },
@@ -782,6 +810,10 @@ pub struct Limit {
     /// For rates: what one bucket is kept per.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<LimitKey>,
+    /// For counts the engine keeps: what it counts. `open-connections`: the connections a
+    /// listener (a route) has open at once; one beyond `value` gets the `action`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<LimitCounts>,
     /// For size caps on requests: whether the cap holds for the requests, their replies, or both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<Caps>,
@@ -799,6 +831,14 @@ pub struct Limit {
     pub description: String,
     /// Seed section.
     pub seed: String,
+}
+
+/// What a count limit counts, when the engine keeps the count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitCounts {
+    /// Connections a listener (a route) has open at once.
+    OpenConnections,
 }
 
 /// The messages a limit applies to: every condition given must hold.

@@ -25,13 +25,11 @@
 //! [`ratelimit`]; they are not tied to a contract rule.
 
 pub mod engine;
-pub mod kernel;
 pub mod ratelimit;
 pub mod rukh;
 pub mod toolchannel;
 pub mod xsession;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -40,7 +38,7 @@ use contract::wire::{Message, Wire};
 use serde_json::Value;
 
 pub use contract::Limits;
-pub use kernel::{CreditGate, GateDecision, Held, Overrun};
+pub use engine::{CreditGate, GateDecision, Held, Overrun};
 
 use crate::inspect::{Closing, Dir};
 
@@ -151,11 +149,7 @@ pub trait Policy: Send {
     /// overrun); otherwise it is only accounted. `ready` are frames released
     /// earlier toward the same receiver, to be written before this one.
     fn on_data(&mut self, _ctx: &Ctx, frame: Held, _enforce: bool) -> DataRuling {
-        DataRuling {
-            ready: Vec::new(),
-            decision: GateDecision::Forward(frame),
-            ruling: None,
-        }
+        DataRuling::forward(frame)
     }
     /// How long one frame may stay incomplete once its first byte arrived
     /// (rukh's `incompleteFrameSeconds`), and the ruling when it does.
@@ -181,6 +175,17 @@ pub struct DataRuling {
     pub decision: GateDecision,
     /// A ruling to report (observe: the overrun it would have refused).
     pub ruling: Option<Ruling>,
+}
+
+impl DataRuling {
+    /// Forward `frame`, with nothing released and nothing to report.
+    pub fn forward(frame: Held) -> DataRuling {
+        DataRuling {
+            ready: Vec::new(),
+            decision: GateDecision::Forward(frame),
+            ruling: None,
+        }
+    }
 }
 
 /// A policy for contracts without stateful rules.
@@ -260,7 +265,6 @@ struct Site<'a> {
 fn hook(name: &str, at: &Site) -> Option<Box<dyn Policy>> {
     let (w, shared) = (at.wire.clone(), at.shared.clone());
     Some(match name {
-        "kernel.credit-gate" => Box::new(kernel::KernelPolicy::new(w, shared, at.conn, at.session)),
         "rukh.session" => Box::new(rukh::RukhPolicy::new(w)),
         "toolchannel.host" => Box::new(toolchannel::ToolPolicy::new(w, shared, at.conn)),
         "xsession.admission" => Box::new(
@@ -314,13 +318,10 @@ impl Policy for Layered {
         }
         out
     }
-    /// Each hook in turn gates the frame; one that does not forward it ends the chain.
+    /// The engine, then each hook in turn, gates the frame; one that does not forward it
+    /// ends the chain.
     fn on_data(&mut self, ctx: &Ctx, frame: Held, enforce: bool) -> DataRuling {
-        let mut acc = DataRuling {
-            ready: Vec::new(),
-            decision: GateDecision::Forward(frame),
-            ruling: None,
-        };
+        let mut acc = self.engine.on_data(ctx, frame, enforce);
         for h in &mut self.hands {
             let GateDecision::Forward(frame) = acc.decision else {
                 break;
@@ -383,12 +384,7 @@ pub struct SharedState {
 struct Inner {
     xsession: xsession::Shared,
     toolchannel: toolchannel::Shared,
-    /// Kernel credit gates, by session.
-    gates: HashMap<u64, CreditGate>,
-    /// Frames a stream.credit released, by session and receiving party, until
-    /// the session's data connection writes them (bounded by the gates' held bound).
-    released: HashMap<(u64, String), Vec<Held>>,
-    /// The generic engine's machine instances and rate buckets.
+    /// The generic engine's machine instances, rate buckets and credit gates.
     engine: engine::Shared,
 }
 
@@ -404,85 +400,9 @@ impl SharedState {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Kernel, enforce mode: offer a data frame of `session` to its stream's
-    /// credit gate. A session without a gate (no stream.open seen) forwards.
-    pub fn offer(&self, session: u64, frame: Held) -> GateDecision {
-        let mut inner = self.lock();
-        match inner.gates.get_mut(&session) {
-            Some(g) => g.offer(frame),
-            None => GateDecision::Forward(frame),
-        }
-    }
-
-    /// [`SharedState::offer`], after taking the frames already released toward
-    /// `to`, in one step: a frame credit covers never overtakes a released one.
-    pub fn offer_in_order(&self, session: u64, to: &str, frame: Held) -> (Vec<Held>, GateDecision) {
-        let mut inner = self.lock();
-        let ready = inner
-            .released
-            .remove(&(session, to.to_string()))
-            .unwrap_or_default();
-        let decision = match inner.gates.get_mut(&session) {
-            Some(g) => g.offer(frame),
-            None => GateDecision::Forward(frame),
-        };
-        (ready, decision)
-    }
-
-    /// stream.credit from `party` on `session`: add it and move the held frames it
-    /// now covers to the outbox toward `party` (copies returned for the report).
-    /// `None` when the other party is the stream's receiver (K-37).
-    pub fn grant(
-        &self,
-        session: u64,
-        contract: &Contract,
-        stream: u64,
-        bytes: u64,
-        party: &str,
-    ) -> Option<Vec<Held>> {
-        let mut inner = self.lock();
-        let gate = inner
-            .gates
-            .entry(session)
-            .or_insert_with(|| CreditGate::new(contract, session));
-        if !gate.granted_by(stream, party) {
-            return None;
-        }
-        let frames = gate.grant(stream, bytes);
-        if !frames.is_empty() {
-            inner
-                .released
-                .entry((session, party.to_string()))
-                .or_default()
-                .extend(frames.iter().cloned());
-        }
-        Some(frames)
-    }
-
-    /// Whether kernel `session` has `stream` open.
-    pub fn knows_stream(&self, session: u64, stream: u64) -> bool {
-        self.lock()
-            .gates
-            .get(&session)
-            .is_some_and(|g| g.knows(stream))
-    }
-
-    /// The released frames waiting to be written toward `to` on `session`.
+    /// The frames credit released, waiting to be written toward `to` on `session`.
     pub fn take_released(&self, session: u64, to: &str) -> Vec<Held> {
-        self.lock()
-            .released
-            .remove(&(session, to.to_string()))
-            .unwrap_or_default()
-    }
-
-    /// Kernel, observe mode: spend credit for a forwarded data frame; a ruling
-    /// (act Flag) when it overran. Never holds.
-    pub fn account(&self, session: u64, stream: u64, payload_len: u64) -> Option<Ruling> {
-        let mut inner = self.lock();
-        inner
-            .gates
-            .get_mut(&session)
-            .and_then(|g| g.account(stream, payload_len))
+        self.lock().engine.credit.take_released(session, to)
     }
 
     /// Run `f` on the generic engine's state.
@@ -490,42 +410,9 @@ impl SharedState {
         f(&mut self.lock().engine)
     }
 
-    /// Run `f` on `session`'s credit gate, creating it for `contract` if needed.
-    pub fn with_gate<R>(
-        &self,
-        session: u64,
-        contract: &Contract,
-        f: impl FnOnce(&mut CreditGate) -> R,
-    ) -> R {
-        let mut inner = self.lock();
-        let gate = inner
-            .gates
-            .entry(session)
-            .or_insert_with(|| CreditGate::new(contract, session));
-        f(gate)
-    }
-
-    /// Forget `session`'s gate (its control connection closed); held frames are dropped.
-    pub fn drop_gate(&self, session: u64) -> usize {
-        let mut inner = self.lock();
-        let mut dropped = 0;
-        inner.released.retain(|(s, _), frames| {
-            if *s == session {
-                dropped += frames.len();
-            }
-            *s != session
-        });
-        dropped
-            + inner
-                .gates
-                .remove(&session)
-                .map(|g| g.held_frames())
-                .unwrap_or(0)
-    }
-
-    /// Open xsession connections on `route`, for the live view.
-    pub fn xsession_open(&self, route: &str) -> usize {
-        self.lock().xsession.open(route)
+    /// Open connections on `route`, where its contract caps them.
+    pub fn open_connections(&self, route: &str) -> usize {
+        self.lock().engine.open_connections(route)
     }
 }
 

@@ -12,11 +12,11 @@
 //!   limit's dropReason, as the recipient would ([`Act::Notify`]); without
 //!   `from` no status can be sent and the frame is just discarded.
 //!   Bodies are remembered by their SHA-256, never in clear.
-//! - maxConnections: a connection beyond the cap is dropped unread.
 //!
-//! Not here: parseableLineDeadline (X-7, from accept, restarted by every decoded line;
-//! garbage is never decoded, so it cannot extend the deadline) is the limit's `start` and
-//! `restart` triggers, run by the generic engine.
+//! Not here, run by the generic engine from the limits' data: parseableLineDeadline (X-7,
+//! from accept, restarted by every decoded line; garbage is never decoded, so it cannot
+//! extend the deadline) by its `start` and `restart` triggers, and maxConnections (X-8: a
+//! connection beyond the cap is dropped unread) by its `counts: open-connections`.
 //!
 //! Not distinguishable here: own-process and controller connections are exempt
 //! from the duplicate check, but their tokens are opaque to the proxy, so every
@@ -36,18 +36,11 @@ const USER: &str = "user";
 const AUTH: &str = "auth";
 const STATUS: &str = "delivery_status";
 
-/// Admission state of every route's recipient sessions, and open connections per route.
+/// Admission state of every route's recipient sessions.
 #[derive(Default)]
 pub(crate) struct Shared {
-    open: HashMap<String, usize>,
     sessions: HashMap<(String, String), Admission>,
     last_sweep: Option<Instant>,
-}
-
-impl Shared {
-    pub(crate) fn open(&self, route: &str) -> usize {
-        self.open.get(route).copied().unwrap_or(0)
-    }
 }
 
 /// One recipient session's buckets and recent bodies.
@@ -63,7 +56,6 @@ pub struct XsPolicy {
     wire: Arc<Wire>,
     shared: Arc<SharedState>,
     conn: u64,
-    route: Option<String>,
     next_id: u64,
     /// The inbox demands an auth line first (its record has an ipcToken).
     auth_required: bool,
@@ -83,7 +75,6 @@ impl XsPolicy {
             wire,
             shared,
             conn,
-            route: None,
             next_id: 0,
             auth_required: false,
             first_seen: false,
@@ -279,30 +270,6 @@ fn sweep(xs: &mut Shared, now: Instant, window: Option<std::time::Duration>) {
 }
 
 impl Policy for XsPolicy {
-    fn on_open(&mut self, route: &str, _now: Instant) -> Vec<Ruling> {
-        let max = self.limits().count("maxConnections").ok();
-        let mut inner = self.shared.lock();
-        let open = inner.xsession.open.entry(route.to_string()).or_insert(0);
-        if max.is_some_and(|m| *open as u64 >= m) {
-            let n = *open;
-            drop(inner);
-            return vec![Ruling {
-                rule: "xsession.connections.cap",
-                seed: self.limits().seed("maxConnections").to_string(),
-                code: self.limits().action_code("maxConnections").cloned(),
-                reason: format!("{n} connections already open (maxConnections): closed unread"),
-                act: Act::Refuse {
-                    reply: None,
-                    close: Some(Closing::Drop),
-                },
-            }];
-        }
-        *open += 1;
-        drop(inner);
-        self.route = Some(route.to_string());
-        vec![]
-    }
-
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
         if let Some(r) = self.first_line(Some(msg.method.as_deref().unwrap_or("unknown"))) {
             return vec![r];
@@ -315,18 +282,5 @@ impl Policy for XsPolicy {
 
     fn on_unreadable(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
         self.first_line(None).into_iter().collect()
-    }
-
-    fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
-        if let Some(route) = self.route.take() {
-            let mut inner = self.shared.lock();
-            if let Some(n) = inner.xsession.open.get_mut(&route) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    inner.xsession.open.remove(&route);
-                }
-            }
-        }
-        vec![]
     }
 }

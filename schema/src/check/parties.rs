@@ -143,9 +143,23 @@ impl Cx<'_> {
                 break;
             }
         }
+        let keyed = cr.opens.iter().map(|k| ("opens".to_string(), k));
+        let closes = cr.closes.iter().enumerate();
+        for (field, k) in keyed.chain(closes.map(|(i, k)| (format!("closes/{i}"), k))) {
+            let k_at = join(&at, [field.as_str()]);
+            let m_at = join(&k_at, ["method"]);
+            self.carried_by(
+                c,
+                (&m_at, &join(&k_at, ["key"])),
+                &k.method,
+                Part::Call,
+                &k.key,
+            );
+        }
         for (field, l) in [
             ("initial", Some(&cr.initial)),
             ("maxHeld", cr.max_held.as_ref()),
+            ("hold", cr.hold.as_ref()),
         ] {
             if let Some(l) = l.filter(|l| !c.limits.contains_key(*l)) {
                 self.push(

@@ -16,6 +16,8 @@
 //! party machines, rate buckets) lives in the run's [`SharedState`], keyed by route.
 
 mod caps;
+mod conns;
+pub mod credit;
 mod ids;
 mod machine;
 mod rate;
@@ -29,9 +31,10 @@ use contract::model::{Action, ActionKind, Kind, Trigger};
 use contract::wire::{Message, Wire};
 use serde_json::{Value, json};
 
-use super::{Act, Ctx, Policy, Ruling, SharedState};
+use super::{Act, Ctx, DataRuling, Policy, Ruling, SharedState};
 use crate::inspect::{Closing, closing_with};
 
+pub use credit::{CreditGate, GateDecision, Gates, Held, Overrun};
 pub use machine::Instances;
 pub use rate::Buckets;
 
@@ -43,12 +46,26 @@ pub struct Shared {
     pub(crate) machines: Instances,
     /// Token buckets of the contract's rate limits.
     pub(crate) buckets: Buckets,
+    /// Each session's credit gates.
+    pub(crate) credit: Gates,
+    /// Open connections per route, where a contract caps them.
+    pub(crate) conns: conns::Open,
 }
 
 impl Shared {
     /// The live machine instances.
     pub fn machines(&self) -> &Instances {
         &self.machines
+    }
+
+    /// How many connections `route` has open, where its contract caps them.
+    pub fn open_connections(&self, route: &str) -> usize {
+        self.conns.on(route)
+    }
+
+    /// The credit gates, by session.
+    pub fn credit(&mut self) -> &mut Gates {
+        &mut self.credit
     }
 }
 
@@ -65,6 +82,8 @@ pub struct Engine {
     channel: String,
     /// The route, once the connection opened.
     route: String,
+    /// The connection counts toward its route's connection cap.
+    counted: bool,
 }
 
 impl Engine {
@@ -80,6 +99,7 @@ impl Engine {
             timers: timer::Timers::default(),
             channel: String::new(),
             route: String::new(),
+            counted: false,
         }
     }
 
@@ -99,7 +119,13 @@ impl Engine {
 
     /// Whether `c` carries any behaviour this engine runs (else the route gets no policy work).
     pub fn has_behaviour(c: &Contract) -> bool {
-        machine::any(c) || rate::any(c) || ids::any(c) || caps::any(c) || timer::any(c)
+        machine::any(c)
+            || rate::any(c)
+            || ids::any(c)
+            || caps::any(c)
+            || timer::any(c)
+            || !c.credit.is_empty()
+            || c.limits.values().any(|l| l.counts.is_some())
     }
 }
 
@@ -137,6 +163,10 @@ impl Policy for Engine {
             let went_on = !out.iter().any(|r| matches!(r.act, Act::Refuse { .. }));
             if went_on {
                 s.machines.apply(moves);
+                if let Some(m) = msg.method.as_deref() {
+                    let at = (self.session, ctx.from);
+                    out.extend(s.credit.control(c, at, m, &msg.value));
+                }
             }
             went_on
         });
@@ -158,6 +188,10 @@ impl Policy for Engine {
         }
         let wire = self.wire.clone();
         let c = wire.contract();
+        match self.shared.with_engine(|s| s.conns.open(c, route)) {
+            Ok(counted) => self.counted = counted,
+            Err(refused) => return vec![*refused],
+        }
         self.timers.open(c, wire.limits(), &self.channel, now);
         // A machine whose first states come before the wire (rukh's `Prepared`) leaves
         // them by an `open` trigger: the observer joins it here.
@@ -194,12 +228,50 @@ impl Policy for Engine {
     }
 
     fn on_close(&mut self, ctx: &Ctx) -> Vec<Ruling> {
-        let conn = self.conn;
-        self.shared.with_engine(|s| {
+        let (conn, session) = (self.conn, self.session);
+        // The session's primary connection carries the session's number: its end ends
+        // the session's credit, and what was held is dropped, as its receiver would.
+        let dropped = self.shared.with_engine(|s| {
             s.machines.forget_connection(ctx.route, conn);
             s.buckets.forget_connection(ctx.route, conn);
+            if std::mem::take(&mut self.counted) {
+                s.conns.close(ctx.route);
+            }
+            (conn == session).then(|| s.credit.drop_session(session))
         });
-        Vec::new()
+        let c = self.wire.contract();
+        match (dropped, c.credit.keys().next()) {
+            (Some(n @ 1..), Some(name)) => {
+                let reason = format!("session ended with {n} held data frame(s): dropped");
+                let seed = &c.credit[name].seed;
+                let at = credit::entry(name);
+                vec![ruling(
+                    "credit.closed-held",
+                    &at,
+                    seed,
+                    None,
+                    reason,
+                    Act::Flag,
+                )]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_data(&mut self, ctx: &Ctx, frame: Held, enforce: bool) -> DataRuling {
+        let wire = self.wire.clone();
+        let c = wire.contract();
+        let Some((name, _)) = credit::on_channel(c, &self.channel) else {
+            return DataRuling::forward(frame);
+        };
+        let session = self.session;
+        let (ready, decision, ruling) = (self.shared)
+            .with_engine(|s| s.credit.data(c, (session, name), ctx.to, frame, enforce));
+        DataRuling {
+            ready,
+            decision,
+            ruling,
+        }
     }
 }
 
@@ -276,15 +348,22 @@ pub(crate) fn closing_for(a: &Action, reason: &str) -> Option<Closing> {
 /// The contract's error reply to request `msg` with `code`, shaped by the method's channel.
 fn error_reply(c: &Contract, code: &Value, msg: &Message, reason: &str) -> Option<Value> {
     let channel = &c.methods.get(msg.method.as_deref()?)?.channel;
-    c.error_reply(
-        channel,
-        Some(&msg.value),
-        None,
-        code,
-        reason,
-        Some(json!({"detail": reason})),
-    )
-    .ok()
+    let detail = Some(json!({"detail": reason}));
+    let mut reply = c.error_reply(channel, Some(&msg.value), None, code, reason, detail);
+    if let Ok(r) = reply.as_mut() {
+        stamp(c, channel, r, Some(&msg.value));
+    }
+    reply.ok()
+}
+
+/// Give a message the engine made up for `channel` its own id and send time, where the
+/// channel's binding has fields for them, and `like`'s trace and version.
+pub(crate) fn stamp(c: &Contract, channel: &str, msg: &mut Value, like: Option<&Value>) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let secs = now.map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    c.stamp(channel, msg, like, json!(format!("proxy-{n}")), secs);
 }
 
 /// A ruling from contract entry `entry` (a JSON pointer into the contract).
