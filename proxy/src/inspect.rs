@@ -234,15 +234,13 @@ pub enum Effect {
         /// How.
         close: Closing,
     },
-    /// xsession: deliver `message` to the sender's inbox as the recipient would (see
+    /// Report a dropped frame where it says, as its receiver would (see
     /// [`crate::policy::Act::Notify`]).
     Notify {
-        /// Inbox socket path.
-        to_inbox: String,
-        /// Auth line (carries a secret: never logged).
-        auth: Option<Value>,
-        /// The delivery_status frame.
-        message: Value,
+        /// The address (for xsession, the sender's inbox socket).
+        to: String,
+        /// The messages (they may carry a secret: never logged).
+        messages: Vec<Value>,
     },
 }
 
@@ -536,11 +534,7 @@ impl Inspector {
                     }
                     format!("{}: forwarded and answered", r.rule)
                 }
-                Act::Notify {
-                    to_inbox,
-                    auth,
-                    message,
-                } => {
+                Act::Notify { to, messages } => {
                     if matches!(decision, Decision::Forward) {
                         decision = Decision::Refuse {
                             reply: None,
@@ -549,16 +543,11 @@ impl Inspector {
                     }
                     if self.mode == Mode::Enforce {
                         self.effects.push(Effect::Notify {
-                            to_inbox: to_inbox.clone(),
-                            auth: auth.clone(),
-                            message: message.clone(),
+                            to: to.clone(),
+                            messages: messages.clone(),
                         });
                     }
-                    let status = message
-                        .get("status")
-                        .and_then(Value::as_str)
-                        .unwrap_or("delivery_status");
-                    format!("{}: dropped, {status} sent to the sender's inbox", r.rule)
+                    format!("{}: dropped, reported to the sender", r.rule)
                 }
                 Act::CloseConn { conn, close } => {
                     if self.mode == Mode::Enforce {
@@ -686,19 +675,26 @@ impl Inspector {
         // The credit key's header field, where the contract has credit on this channel.
         let key_at = crate::policy::engine::credit::key_field(self.wire.contract(), &self.channel);
         let stream = frame.fields.get(key_at.unwrap_or(0)).copied().unwrap_or(0);
-        let seq = frame.fields.get(1).copied().unwrap_or(0);
-        let expected = self.seqs.entry((dir, stream)).or_insert(0);
-        let verdict = if seq == *expected {
-            Verdict::Ok
-        } else {
-            Verdict::Violation {
-                class: "sequence",
-                code: None,
-                seed: None,
-                reason: format!("stream {stream}: seq {seq}, expected {expected}"),
+        // The contract's `sequence` field, where it names one: a gap is flagged.
+        let seq_at =
+            crate::policy::engine::credit::sequence_field(self.wire.contract(), &self.channel);
+        let seq = seq_at
+            .and_then(|i| frame.fields.get(i))
+            .copied()
+            .unwrap_or(0);
+        let mut verdict = Verdict::Ok;
+        if seq_at.is_some() {
+            let expected = self.seqs.entry((dir, stream)).or_insert(0);
+            if seq != *expected {
+                verdict = Verdict::Violation {
+                    class: "sequence",
+                    code: None,
+                    seed: None,
+                    reason: format!("stream {stream}: seq {seq}, expected {expected}"),
+                };
             }
-        };
-        *expected = seq.wrapping_add(1);
+            *expected = seq.wrapping_add(1);
+        }
         let mut event = self.blank(dir, frame.payload.len(), verdict);
         event.stream = Some((stream, seq));
         event.method = Some("data".into());
@@ -1195,5 +1191,36 @@ mod tests {
         let gap = ins.data_frame(Dir::Down, &f(3), Bytes::new(), now).event;
         assert_eq!(gap.stream, Some((7, 3)));
         assert!(!gap.verdict.is_ok());
+    }
+
+    /// Only a framing that names its `sequence` field has gaps: without it, the second
+    /// header field is just data (a contract of one's own need not number its frames).
+    #[test]
+    fn a_framing_without_a_sequence_field_has_no_gaps() {
+        let text = contract::BUILTIN
+            .iter()
+            .find(|(n, _)| *n == "kernel")
+            .map(|(_, t)| *t);
+        let mut doc: Value = serde_json::from_str(text.expect("kernel")).expect("json");
+        let framing = doc.pointer_mut("/channels/data/framing").expect("framing");
+        assert_eq!(
+            framing["sequence"], "seq",
+            "the kernel numbers its data frames"
+        );
+        framing.as_object_mut().expect("object").remove("sequence");
+        let c = contract::from_str("unnumbered", &doc.to_string()).expect("contract");
+        let wire = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+        let mut ins = Inspector::new(wire, "r", 1, "data", ("core", "shell"), Mode::Observe)
+            .expect("inspector");
+        for n in [5, 1, 9] {
+            let f = BinaryFrame {
+                fields: vec![7, n],
+                payload: Bytes::from_static(b"pcm"),
+            };
+            let event = ins
+                .data_frame(Dir::Down, &f, Bytes::new(), Instant::now())
+                .event;
+            assert!(event.verdict.is_ok(), "{n}: {:?}", event.verdict);
+        }
     }
 }

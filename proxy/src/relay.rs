@@ -302,28 +302,22 @@ impl Shared {
                         self.stats.closed.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Effect::Notify {
-                    to_inbox,
-                    auth,
-                    message,
-                } => {
+                Effect::Notify { to, messages } => {
                     let (shared, name) = (self.clone(), route.name.clone());
+                    let framed = frame_all(route, &messages);
                     tokio::spawn(async move {
-                        match notify(&to_inbox, auth.as_ref(), &message).await {
+                        let to_inbox = to;
+                        match notify(&to_inbox, framed).await {
                             Ok(()) => {
                                 shared.stats.notified.fetch_add(1, Ordering::Relaxed);
-                                shared.note(
-                                    &name,
-                                    conn,
-                                    &format!("delivery_status sent to {to_inbox}"),
-                                );
+                                shared.note(&name, conn, &format!("report sent to {to_inbox}"));
                             }
                             Err(e) => {
                                 shared.stats.notify_failed.fetch_add(1, Ordering::Relaxed);
                                 shared.note(
                                     &name,
                                     conn,
-                                    &format!("delivery_status to {to_inbox} not delivered: {e}"),
+                                    &format!("report to {to_inbox} not delivered: {e}"),
                                 );
                             }
                         }
@@ -369,26 +363,32 @@ impl Shared {
     }
 }
 
-/// How long delivering one delivery_status to a sender's inbox may take.
+/// How long delivering one report (an xsession delivery_status) to a sender may take.
 pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Deliver an xsession notice to `inbox` as its recipient would: a new
 /// connection, the auth line (when there is one), the frame, half-close.
-async fn notify(
-    inbox: &str,
-    auth: Option<&serde_json::Value>,
-    message: &serde_json::Value,
-) -> std::io::Result<()> {
+/// `messages` framed as the route's channel frames them (a report is written there).
+fn frame_all(route: &Route, messages: &[serde_json::Value]) -> std::io::Result<Vec<u8>> {
+    let mut codec = stream_codec(&route.wire, &route.channel).map_err(std::io::Error::other)?;
+    let mut out = bytes::BytesMut::new();
+    for m in messages {
+        let body = serde_json::to_vec(m).map_err(io_err)?;
+        codec
+            .encode_json(&body, &mut out)
+            .map_err(std::io::Error::other)?;
+    }
+    Ok(out.to_vec())
+}
+
+/// Dial `inbox` (a unix socket: the address a report names), write `framed`, half-close.
+async fn notify(inbox: &str, framed: std::io::Result<Vec<u8>>) -> std::io::Result<()> {
+    let framed = framed?;
     #[cfg(unix)]
     {
-        let mut lines = Vec::new();
-        for v in auth.into_iter().chain(std::iter::once(message)) {
-            serde_json::to_writer(&mut lines, v).map_err(io_err)?;
-            lines.push(b'\n');
-        }
         let send = async {
             let mut s = tokio::net::UnixStream::connect(inbox).await?;
-            s.write_all(&lines).await?;
+            s.write_all(&framed).await?;
             s.shutdown().await
         };
         tokio::time::timeout(NOTIFY_DEADLINE, send)
@@ -397,10 +397,10 @@ async fn notify(
     }
     #[cfg(not(unix))]
     {
-        let _ = (inbox, auth, message);
+        let _ = (inbox, framed);
         Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
-            "xsession inboxes are unix sockets",
+            "reports are dialed on unix sockets",
         ))
     }
 }

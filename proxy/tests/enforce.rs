@@ -1267,16 +1267,14 @@ async fn xsession_over_the_sender_burst_the_message_is_dropped_and_reported() {
     assert_eq!(status["status"], "dropped", "{status}");
     assert_eq!(status["dropReason"], reason, "{status}");
     assert_eq!(status["origMsgId"], dropped["msgId"], "{status}");
-    let ev =
-        x.p.until("the drop", |e| class(e) == "xsession.admission.rate")
-            .await;
+    let ev = x.p.until("the drop", |e| class(e) == "limit.rate").await;
     assert_eq!(ev["id"], dropped["msgId"], "{ev}");
     assert_eq!(ev["verdict"]["code"], reason, "{ev}");
     assert_eq!(
-        ev["action"], "xsession.admission.rate: dropped, dropped sent to the sender's inbox",
+        ev["action"], "limit.rate: dropped, reported to the sender",
         "{ev}"
     );
-    let note = x.p.note("delivery_status sent to").await;
+    let note = x.p.note("report sent to").await;
     assert!(note.contains(from.to_str().expect("utf-8")), "{note}");
 }
 
@@ -1310,7 +1308,7 @@ async fn xsession_a_duplicate_body_within_the_window_is_dropped_and_reported() {
     assert_eq!(ev["id"], "second", "{ev}");
     assert_eq!(ev["verdict"]["code"], reason, "{ev}");
     assert_eq!(
-        ev["action"], "xsession.admission.duplicate: dropped, dropped sent to the sender's inbox",
+        ev["action"], "xsession.admission.duplicate: dropped, reported to the sender",
         "{ev}"
     );
 
@@ -1375,15 +1373,15 @@ async fn xsession_a_connection_over_the_cap_is_closed_unread() {
 async fn xsession_closed_connections_free_their_slots() {
     let mut x = xsession().await;
     let max = limit_usize(&x.c, "maxConnections");
-    let from = x.sender_path.clone();
-    // One at a time, each closed before the next; distinct sessions keep the rate buckets out of it.
+    // One at a time, each closed before the next. Each carries an auth line only, so the
+    // admission buckets (per route: one inbox) stay out of it.
     for n in 0..=max {
-        let mut u = x.user(&from, &format!("seq-{n}"), &format!("body {n}"));
-        u["toSessionId"] = json!(format!("session-{n}"));
-        x.deliver(&u).await;
+        let mut auth = example(&x.c, "auth", Part::Call, 0);
+        auth["token"] = json!(format!("{n:064x}"));
+        x.deliver(&auth).await;
         let got = x.received().await;
         assert!(
-            got.contains(&format!("seq-{n}")),
+            got.contains(&format!("{n:064x}")),
             "connection {} of a run where at most one is open was refused: {got:?}",
             n + 1
         );

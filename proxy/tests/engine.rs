@@ -636,3 +636,51 @@ fn a_contract_of_its_own_caps_its_listeners_connections() {
         "a closed connection made room"
     );
 }
+
+/// A report is data: pipes.json's `opensRate` ignores a third quick pipe.open and, as its
+/// action's `report` says, shuts the pipe at the address the open names (`/body/replyTo`),
+/// with a pipe.shut built from the contract. An open naming no address is only dropped.
+#[test]
+fn a_contract_of_its_own_reports_a_drop_where_the_message_says() {
+    let mut p = Pipes::new();
+    let w = p.w.clone();
+    let burst = w.limits().rate("opensRate").expect("a rate").burst;
+    let open = |pipe: u64, reply: Option<&str>| {
+        let mut body = json!({"pipe": pipe});
+        if let Some(r) = reply {
+            body["replyTo"] = json!(r);
+        }
+        json!({"k": "note", "op": "pipe.open", "n": format!("o-{pipe}"), "ver": 1, "at": 1.0, "body": body})
+    };
+    let mut send = |v: Value| {
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let msg = w
+            .decode("ctl", "sender", &bytes, None)
+            .expect("a valid open");
+        let ctx = p.ctx("sender", 1);
+        p.ctl.on_message(&ctx, &msg, bytes.len())
+    };
+    for pipe in 0..burst {
+        assert_eq!(rules(&send(open(pipe, Some("/tmp/me.sock")))), none());
+    }
+    let r = send(open(50, Some("/tmp/me.sock")));
+    assert_eq!(rules(&r), ["limit.rate"]);
+    assert_eq!(r[0].code, Some(json!("pipe.busy")));
+    let Act::Notify { to, messages } = &r[0].act else {
+        panic!("a report: {r:?}")
+    };
+    assert_eq!(to, "/tmp/me.sock");
+    let [shut] = &messages[..] else {
+        panic!("{messages:?}")
+    };
+    assert_eq!(
+        (&shut["k"], &shut["op"], &shut["body"]),
+        (&json!("note"), &json!("pipe.shut"), &json!({"pipe": 50}))
+    );
+    assert!(shut["n"].is_string(), "{shut}");
+    let bytes = serde_json::to_vec(shut).expect("json");
+    w.decode("ctl", "sink", &bytes, None)
+        .unwrap_or_else(|e| panic!("{shut}: {}", e.reason));
+    let r = send(open(51, None));
+    assert_eq!((rules(&r), &r[0].act), (vec!["limit.rate"], &Act::Discard));
+}

@@ -872,17 +872,14 @@ impl Inbox {
 fn assert_dropped(w: &Wire, r: &[Ruling], inbox: &str, orig: &str, reason: &str) {
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(r[0].code, Some(json!(reason)));
-    let Act::Notify {
-        to_inbox,
-        auth,
-        message,
-    } = &r[0].act
-    else {
+    let Act::Notify { to, messages } = &r[0].act else {
         panic!("{r:?}")
     };
-    assert_eq!(to_inbox, inbox);
-    let auth =
-        serde_json::to_vec(auth.as_ref().expect("the frame had a replyToken")).expect("json");
+    assert_eq!(to, inbox);
+    let [auth, message] = &messages[..] else {
+        panic!("the frame had a replyToken: an auth line, then the status: {messages:?}")
+    };
+    let auth = serde_json::to_vec(auth).expect("json");
     let a = w
         .decode("inbox", "recipient", &auth, None)
         .expect("auth line");
@@ -890,7 +887,7 @@ fn assert_dropped(w: &Wire, r: &[Ruling], inbox: &str, orig: &str, reason: &str)
     let bytes = serde_json::to_vec(message).expect("json");
     let m = w
         .decode("inbox", "recipient", &bytes, None)
-        .expect("a valid delivery_status");
+        .unwrap_or_else(|e| panic!("not a valid delivery_status: {}: {message}", e.reason));
     assert_eq!(m.method.as_deref(), Some("delivery_status"));
     assert_eq!(m.correlation, Some(json!(orig)));
     assert_eq!(message["status"], json!("dropped"));
@@ -910,7 +907,12 @@ fn xsession_per_sender_burst_then_one_per_period() {
     }
     let r = x.deliver(&x.user("over", Some(a), "one too many"), t0);
     assert_dropped(&x.w, &r, a, "over", "rate-limited");
-    assert_eq!(r[0].rule, "xsession.admission.rate");
+    assert_eq!(r[0].rule, "limit.rate");
+    assert!(
+        r[0].reason.ends_with("(/limits/perSenderRate)"),
+        "{}",
+        r[0].reason
+    );
     // Another sender still has its own bucket.
     let b = "/run/user/1000/qwen-socks/2.sock";
     assert!(x.deliver(&x.user("b1", Some(b), "from b"), t0).is_empty());

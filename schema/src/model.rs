@@ -311,6 +311,10 @@ pub enum Framing {
         /// Limit (by name) capping the whole frame after the length field.
         #[serde(rename = "maxFrame", default, skip_serializing_if = "Option::is_none")]
         max_frame: Option<String>,
+        /// The header field that numbers frames from 0, +1 per frame, in each direction and
+        /// per credit key (a channel with `credit`), else per direction: a gap is flagged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sequence: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         description: Option<String>,
     },
@@ -675,10 +679,54 @@ pub struct Action {
     /// Limit (by name) this violation counts toward.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_toward: Option<String>,
+    /// Who is told, and how, when the message is dropped (`ignore`): the receiver's report
+    /// to an address the message names (xsession's delivery_status to the sender's inbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Report>,
     /// Why, in the seed's terms.
     pub description: String,
     /// Seed section.
     pub seed: String,
+}
+
+/// A report of a dropped message, sent where the message says: dial the address at `to`
+/// (on the route's transport), write `messages` in the channel's framing, half-close.
+/// Without an address at `to` no report can be sent, and the drop is only counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Report {
+    /// JSON pointer to the address in the dropped message.
+    pub to: String,
+    /// The messages written there, in order.
+    pub messages: Vec<ReportMessage>,
+}
+
+/// One message of a [`Report`]: its method's own `matches` fields, then these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReportMessage {
+    /// Its method.
+    pub method: String,
+    /// Pointer into the dropped message: the report message is written only when it is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Fields copied from the dropped message: pointer here → pointer there.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(with = "std::collections::BTreeMap<String, String>")]
+    pub copy: IndexMap<String, String>,
+    /// Fields with fixed values: pointer here → value.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(with = "std::collections::BTreeMap<String, serde_json::Value>")]
+    pub set: IndexMap<String, Value>,
+    /// Where the action's code goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Where a one-line reason goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Where a fresh message id goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 /// Reactions a contract can prescribe.

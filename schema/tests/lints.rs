@@ -674,6 +674,45 @@ fn credit_runs_on_a_binary_channel_with_a_grant_examples_show() {
         Lint::NameRef,
         "/credit/s/key",
     );
+    // What opens and closes a key is a method whose examples carry the key; `hold` a limit.
+    let mut ok = doc.clone();
+    ok["credit"]["s"]["opens"] = json!({"method": "echo", "key": "/id"});
+    ok["credit"]["s"]["closes"] = json!([{"method": "echo", "key": "/id"}]);
+    ok["credit"]["s"]["hold"] = json!("frameMax");
+    assert!(problems(&ok).is_empty(), "{:#?}", problems(&ok));
+    for (field, value, at) in [
+        (
+            "opens",
+            json!({"method": "nope", "key": "/id"}),
+            "/credit/s/opens/method",
+        ),
+        (
+            "opens",
+            json!({"method": "echo", "key": "/params/none"}),
+            "/credit/s/opens/key",
+        ),
+        (
+            "closes",
+            json!([{"method": "echo", "key": "/params/none"}]),
+            "/credit/s/closes/0/key",
+        ),
+        ("hold", json!("noSuchLimit"), "/credit/s/hold"),
+    ] {
+        let with = |d: &mut Value| {
+            *d = ok.clone();
+            d["credit"]["s"][field] = value;
+        };
+        assert_fires(with, Lint::NameRef, at);
+    }
+    // A binary framing's `sequence` names one of its header fields.
+    let mut numbered = doc.clone();
+    numbered["channels"]["data"]["framing"]["sequence"] = json!("stream_id");
+    assert!(problems(&numbered).is_empty(), "{:#?}", problems(&numbered));
+    let unnumbered = |d: &mut Value| {
+        with_data(d);
+        d["channels"]["data"]["framing"]["sequence"] = json!("seq");
+    };
+    assert_fires(unnumbered, Lint::NameRef, "/channels/data/framing/sequence");
 }
 
 #[test]

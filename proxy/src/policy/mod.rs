@@ -97,17 +97,15 @@ pub enum Act {
         /// Message for the sender.
         to_sender: Value,
     },
-    /// xsession: drop the frame and report it to the sender's own inbox, as the
-    /// recipient would: dial `to_inbox` (the user frame's `from`), write `auth`
-    /// (when present) and `message` as two lines, half-close. `auth` carries the
-    /// sender's replyToken: never log it.
+    /// Drop the frame and report it where the frame says, as its receiver would (an action's
+    /// `report`: xsession's delivery_status to the sender's own inbox): dial `to` on the
+    /// route's transport, write `messages` in the channel's framing, half-close. The
+    /// messages may carry the sender's secrets (xsession's replyToken): never log them.
     Notify {
-        /// The sender's inbox socket path.
-        to_inbox: String,
-        /// Auth line to write first.
-        auth: Option<Value>,
-        /// The delivery_status frame.
-        message: Value,
+        /// The address taken from the frame.
+        to: String,
+        /// The report's messages, in order.
+        messages: Vec<Value>,
     },
     /// Forward the frame; close ANOTHER connection of the route (toolchannel:
     /// a superseding redial closes the old socket with 4009).
@@ -234,7 +232,6 @@ pub fn for_route(
         wire,
         shared,
         conn,
-        session,
         rules: &rules,
     };
     let hands: Vec<Box<dyn Policy>> = (wire.contract().extensions.keys())
@@ -255,7 +252,6 @@ struct Site<'a> {
     wire: &'a Arc<Wire>,
     shared: &'a Arc<SharedState>,
     conn: u64,
-    session: u64,
     rules: &'a RouteRules,
 }
 
@@ -267,24 +263,30 @@ fn hook(name: &str, at: &Site) -> Option<Box<dyn Policy>> {
     Some(match name {
         "rukh.session" => Box::new(rukh::RukhPolicy::new(w)),
         "toolchannel.host" => Box::new(toolchannel::ToolPolicy::new(w, shared, at.conn)),
-        "xsession.admission" => Box::new(
-            xsession::XsPolicy::new(w, shared, at.conn, at.session)
-                .auth_required(at.rules.auth_required),
-        ),
+        "xsession.admission" => {
+            Box::new(xsession::XsPolicy::new(w, shared).auth_required(at.rules.auth_required))
+        }
         _ => return None,
     })
 }
 
 /// A contract's rules: the engine runs what it carries as data, the named extensions
 /// (hooks) what it does not. A hook sees a message only when the engine let it through (a
-/// request with a broken id is never acted on), and only when no hook before it refused it.
+/// request with a broken id is never acted on, a message over a rate is never judged again),
+/// and only when no hook before it refused or dropped it.
 struct Layered {
     engine: engine::Engine,
     hands: Vec<Box<dyn Policy>>,
 }
 
+/// Whether a ruling keeps the frame from its receiver (refused, discarded or reported).
 fn refuses(out: &[Ruling]) -> bool {
-    out.iter().any(|r| matches!(r.act, Act::Refuse { .. }))
+    out.iter().any(|r| {
+        matches!(
+            r.act,
+            Act::Refuse { .. } | Act::Discard | Act::Notify { .. }
+        )
+    })
 }
 
 impl Policy for Layered {
@@ -363,7 +365,6 @@ mod hooks {
             wire: &wire,
             shared: &shared,
             conn: 1,
-            session: 1,
             rules: &rules,
         };
         for h in contract::extensions::KNOWN {

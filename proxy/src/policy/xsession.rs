@@ -1,62 +1,54 @@
-//! xsession (seed 001 §2, §6): admission and the connection cap.
+//! xsession (seed 001 §2, §6): the duplicate check and the auth line first.
 //!
 //! Rules, with the contract text they come from:
-//! - admission (§6 step 1): a user frame takes a token from its sender's
-//!   bucket (perSenderRate, keyed by the exact `from`, X-4) and then from the
-//!   all-senders bucket (globalRate); tokens are not returned. Then the
-//!   duplicate check: the same `message.content` from the same `from` to the
-//!   same session within duplicateWindow of an earlier ADMITTED message with
-//!   another msgId. Buckets and bodies belong to the recipient session
-//!   (`toSessionId`) behind the route's inbox. A dropped message is reported to
-//!   the sender's own inbox with a delivery_status `dropped` frame carrying the
-//!   limit's dropReason, as the recipient would ([`Act::Notify`]); without
-//!   `from` no status can be sent and the frame is just discarded.
-//!   Bodies are remembered by their SHA-256, never in clear.
+//! - duplicates (§6 step 1, X-5): the same `message.content` from the same `from` to the
+//!   same session within duplicateWindow of an earlier ADMITTED message with another msgId
+//!   is dropped. The limit's action says what happens then, as data: it is ignored, and its
+//!   `report` tells the sender's own inbox with a delivery_status `dropped` (the engine's
+//!   [`act_for`]); without `from` no status can be sent. Bodies are remembered by
+//!   their SHA-256, never in clear.
+//! - beforeHandshake: on an inbox whose registry record has an ipcToken, the first line
+//!   must be the auth line. Whether the record has one is the route's to say.
 //!
-//! Not here, run by the generic engine from the limits' data: parseableLineDeadline (X-7,
-//! from accept, restarted by every decoded line; garbage is never decoded, so it cannot
-//! extend the deadline) by its `start` and `restart` triggers, and maxConnections (X-8: a
-//! connection beyond the cap is dropped unread) by its `counts: open-connections`.
+//! Not here, run by the generic engine from the contract's data: admission's two token
+//! buckets (perSenderRate keyed by `/from`, then globalRate; a route fronts one inbox, so
+//! one recipient session) with their reports, parseableLineDeadline by its `start`
+//! and `restart` triggers, and maxConnections by its `counts: open-connections`. The
+//! engine runs first: a message its buckets dropped never reaches the duplicate check.
 //!
-//! Not distinguishable here: own-process and controller connections are exempt
-//! from the duplicate check, but their tokens are opaque to the proxy, so every
-//! connection is judged as an ordinary peer.
+//! Not distinguishable here: own-process and controller connections are exempt from the
+//! duplicate check, but their tokens are opaque to the proxy, so every connection is
+//! judged as an ordinary peer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use contract::wire::{Message, Wire};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Act, Bucket, Ctx, Limits, Policy, Ruling, SharedState};
+use super::engine::act_for;
+use super::{Act, Ctx, Policy, Ruling, SharedState};
 use crate::inspect::Closing;
 
 const USER: &str = "user";
 const AUTH: &str = "auth";
-const STATUS: &str = "delivery_status";
+const WINDOW: &str = "duplicateWindow";
 
-/// Admission state of every route's recipient sessions.
+/// An admitted body: route, recipient session, sender, SHA-256 of the body.
+type Body = (String, String, String, [u8; 32]);
+
+/// The bodies of admitted messages: when each arrived and its msgId.
 #[derive(Default)]
 pub(crate) struct Shared {
-    sessions: HashMap<(String, String), Admission>,
+    bodies: HashMap<Body, (Instant, String)>,
     last_sweep: Option<Instant>,
-}
-
-/// One recipient session's buckets and recent bodies.
-struct Admission {
-    senders: HashMap<String, Bucket>,
-    global: Option<Bucket>,
-    /// (from, SHA-256 of the body) → (arrival of the admitted message, its msgId).
-    bodies: HashMap<(String, [u8; 32]), (Instant, String)>,
 }
 
 /// xsession's policy for one inbox connection.
 pub struct XsPolicy {
     wire: Arc<Wire>,
     shared: Arc<SharedState>,
-    conn: u64,
-    next_id: u64,
     /// The inbox demands an auth line first (its record has an ipcToken).
     auth_required: bool,
     /// A first line was seen (read or not).
@@ -64,18 +56,11 @@ pub struct XsPolicy {
 }
 
 impl XsPolicy {
-    /// The contract's limits, evaluated once for the route's wire.
-    fn limits(&self) -> &Limits {
-        self.wire.limits()
-    }
-
-    /// A policy for connection `conn`.
-    pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64, _session: u64) -> Self {
+    /// A policy for one connection.
+    pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>) -> Self {
         XsPolicy {
             wire,
             shared,
-            conn,
-            next_id: 0,
             auth_required: false,
             first_seen: false,
         }
@@ -112,27 +97,11 @@ impl XsPolicy {
         })
     }
 
-    /// The field values a method's frames carry to be recognised (`/type`, `/action`).
-    fn tagged(&self, method: &str) -> Value {
-        let mut out = json!({});
-        if let Some(m) = self.wire.contract().methods.get(method) {
-            for (ptr, v) in &m.matches {
-                if let Some(k) = ptr.strip_prefix('/') {
-                    out[k] = v.clone();
-                }
-            }
-        }
-        out
-    }
-
-    fn admit(&mut self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
+    /// The duplicate check of an admitted user frame.
+    fn duplicate(&mut self, ctx: &Ctx, msg: &Message) -> Option<Ruling> {
+        let window = self.wire.limits().duration(WINDOW).ok()?;
         let v = &msg.value;
-        let from = v
-            .get("from")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty());
-        let session = v.get("toSessionId").and_then(Value::as_str).unwrap_or("");
-        let msg_id = msg.id.as_ref().and_then(Value::as_str).unwrap_or("");
+        let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default();
         let body = match v.pointer("/message/content") {
             Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
@@ -141,117 +110,41 @@ impl XsPolicy {
         let digest = ring::digest::digest(&ring::digest::SHA256, body.as_bytes());
         let mut hash = [0u8; 32];
         hash.copy_from_slice(digest.as_ref());
+        let msg_id = msg.id.as_ref().and_then(Value::as_str).unwrap_or_default();
+        let key = (ctx.route.to_string(), text("/toSessionId").to_string());
+        let key = (key.0, key.1, text("/from").to_string(), hash);
         let now = ctx.now;
-        let window = self.limits().duration("duplicateWindow").ok();
-        let per_sender = self
-            .limits()
-            .rate("perSenderRate")
-            .ok()
-            .and_then(|r| r.token_period());
-        let global = self
-            .limits()
-            .rate("globalRate")
-            .ok()
-            .and_then(|r| r.token_period());
-
         let mut inner = self.shared.lock();
         let xs = &mut inner.xsession;
         sweep(xs, now, window);
-        let adm = xs
-            .sessions
-            .entry((ctx.route.to_string(), session.to_string()))
-            .or_insert_with(|| Admission {
-                senders: HashMap::new(),
-                global: global.and_then(|(p, b)| Bucket::new(p, b, now)),
-                bodies: HashMap::new(),
-            });
-        let sender = from.unwrap_or("").to_string();
-        let mut dropped = None;
-        if let Some((period, burst)) = per_sender
-            && !adm.senders.contains_key(&sender)
-            && let Some(fresh) = Bucket::new(period, burst, now)
-        {
-            adm.senders.insert(sender.clone(), fresh);
-        }
-        if adm
-            .senders
-            .get_mut(&sender)
-            .is_some_and(|b| !b.take(1, now))
-        {
-            dropped = Some("perSenderRate");
-        }
-        if dropped.is_none() && adm.global.as_mut().is_some_and(|b| !b.take(1, now)) {
-            dropped = Some("globalRate");
-        }
-        if dropped.is_none()
-            && let Some(window) = window
-        {
-            let key = (sender, hash);
-            match adm.bodies.get(&key) {
-                Some((t, id)) if now.saturating_duration_since(*t) < window => {
-                    if id != msg_id {
-                        dropped = Some("duplicateWindow");
-                    }
-                }
-                _ => {
-                    adm.bodies.insert(key, (now, msg_id.to_string()));
-                }
+        match xs.bodies.get(&key) {
+            Some((t, id)) if now.saturating_duration_since(*t) < window => {
+                (id != msg_id).then(|| self.dropped(msg))
+            }
+            _ => {
+                xs.bodies.insert(key, (now, msg_id.to_string()));
+                None
             }
         }
-        drop(inner);
-        let limit = dropped?;
-        Some(self.dropped(limit, from, msg))
     }
 
-    /// The ruling for a message dropped by `limit`.
-    fn dropped(&mut self, limit: &str, from: Option<&str>, msg: &Message) -> Ruling {
-        let code = self.limits().action_code(limit).cloned();
-        let reason = format!("user message dropped at admission: {limit}");
-        let act = match from {
-            None => Act::Discard,
-            Some(inbox) => {
-                self.next_id += 1;
-                let v = &msg.value;
-                let version = v.get("msgV").cloned().unwrap_or(Value::Null);
-                let mut status = self.tagged(STATUS);
-                status["msgV"] = version.clone();
-                status["msgId"] = json!(format!("proxy-{}-{}", self.conn, self.next_id));
-                status["status"] = json!("dropped");
-                status["origMsgId"] = msg.id.clone().unwrap_or(Value::Null);
-                status["reason"] = json!(reason);
-                if let Some(c) = &code {
-                    status["dropReason"] = c.clone();
-                }
-                let auth = v.get("replyToken").and_then(Value::as_str).map(|token| {
-                    let mut a = self.tagged(AUTH);
-                    a["msgV"] = version;
-                    a["token"] = json!(token);
-                    a
-                });
-                Act::Notify {
-                    to_inbox: inbox.to_string(),
-                    auth,
-                    message: status,
-                }
-            }
-        };
+    /// The ruling for a duplicate: the limit's action, run as data.
+    fn dropped(&self, msg: &Message) -> Ruling {
+        let c = self.wire.contract();
+        let a = self.wire.limits().action(WINDOW);
+        let reason = format!("user message dropped at admission: {WINDOW}");
         Ruling {
-            rule: match limit {
-                "duplicateWindow" => "xsession.admission.duplicate",
-                _ => "xsession.admission.rate",
-            },
-            seed: self.limits().seed(limit).to_string(),
-            code,
-            reason,
-            act,
+            rule: "xsession.admission.duplicate",
+            seed: self.wire.limits().seed(WINDOW).to_string(),
+            code: a.and_then(|a| a.code.clone()),
+            act: act_for(c, a, msg, &reason),
+            reason: format!("{reason} (/limits/{WINDOW})"),
         }
     }
 }
 
-/// Forget buckets that refilled and bodies past the window (a fresh entry is
-/// the same thing), at most once per window.
-fn sweep(xs: &mut Shared, now: Instant, window: Option<std::time::Duration>) {
-    let Some(window) = window else { return };
+/// Forget bodies past the window, at most once per window.
+fn sweep(xs: &mut Shared, now: Instant, window: Duration) {
     if xs
         .last_sweep
         .is_some_and(|t| now.saturating_duration_since(t) < window)
@@ -259,14 +152,8 @@ fn sweep(xs: &mut Shared, now: Instant, window: Option<std::time::Duration>) {
         return;
     }
     xs.last_sweep = Some(now);
-    xs.sessions.retain(|_, a| {
-        a.senders.retain(|_, b| !b.is_full_at(now));
-        a.bodies
-            .retain(|_, (t, _)| now.saturating_duration_since(*t) < window);
-        !(a.senders.is_empty()
-            && a.bodies.is_empty()
-            && a.global.as_ref().is_none_or(|g| g.is_full_at(now)))
-    });
+    xs.bodies
+        .retain(|_, (t, _)| now.saturating_duration_since(*t) < window);
 }
 
 impl Policy for XsPolicy {
@@ -277,7 +164,7 @@ impl Policy for XsPolicy {
         if msg.method.as_deref() != Some(USER) {
             return vec![];
         }
-        self.admit(ctx, msg).into_iter().collect()
+        self.duplicate(ctx, msg).into_iter().collect()
     }
 
     fn on_unreadable(&mut self, _ctx: &Ctx) -> Vec<Ruling> {

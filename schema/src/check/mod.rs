@@ -419,8 +419,21 @@ impl Cx<'_> {
                     }
                 }
                 Framing::Binary {
-                    max_frame, header, ..
+                    max_frame,
+                    header,
+                    sequence,
+                    ..
                 } => {
+                    if let Some(f) = sequence
+                        .as_ref()
+                        .filter(|f| !header.iter().any(|h| h.name == **f))
+                    {
+                        self.push(
+                            Lint::NameRef,
+                            join(&base, ["framing", "sequence"]),
+                            format!("no header field {f:?}"),
+                        );
+                    }
                     if let Some(l) = max_frame {
                         limit_refs.push((join(&base, ["framing", "maxFrame"]), l.clone()));
                     }
@@ -599,6 +612,11 @@ impl Cx<'_> {
                     code_key(code)
                 ),
             );
+        }
+        let reports = a.report.iter().flat_map(|r| r.messages.iter().enumerate());
+        for (i, m) in reports.filter(|(_, m)| !c.methods.contains_key(&m.method)) {
+            let at = join(ptr, ["report", "messages", &i.to_string(), "method"]);
+            self.push(Lint::NameRef, at, format!("unknown method {:?}", m.method));
         }
     }
 

@@ -143,10 +143,10 @@ impl Cx<'_> {
                 break;
             }
         }
-        let keyed = cr.opens.iter().map(|k| ("opens".to_string(), k));
+        let opens = cr.opens.iter().map(|k| (join(&at, ["opens"]), k));
         let closes = cr.closes.iter().enumerate();
-        for (field, k) in keyed.chain(closes.map(|(i, k)| (format!("closes/{i}"), k))) {
-            let k_at = join(&at, [field.as_str()]);
+        let closes = closes.map(|(i, k)| (join(&at, ["closes", &i.to_string()]), k));
+        for (k_at, k) in opens.chain(closes) {
             let m_at = join(&k_at, ["method"]);
             self.carried_by(
                 c,

@@ -267,6 +267,20 @@ pub fn key_field(c: &Contract, channel: &str) -> Option<usize> {
     }
 }
 
+/// The position of `channel`'s `sequence` header field among its fields after the length.
+pub fn sequence_field(c: &Contract, channel: &str) -> Option<usize> {
+    match &c.channels.get(channel)?.framing {
+        Framing::Binary {
+            header,
+            sequence: Some(seq),
+            ..
+        } => (header.iter())
+            .filter(|h| h.counts.is_none())
+            .position(|h| h.name == *seq),
+        _ => None,
+    }
+}
+
 /// The credit entry (name and entry) whose frames travel on `channel`.
 pub(crate) fn on_channel<'c>(c: &'c Contract, channel: &str) -> Option<(&'c str, &'c Credit)> {
     (c.credit.iter())

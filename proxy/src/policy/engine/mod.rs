@@ -21,6 +21,7 @@ pub mod credit;
 mod ids;
 mod machine;
 mod rate;
+mod report;
 mod timer;
 
 use std::sync::Arc;
@@ -326,8 +327,9 @@ pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reas
                 .flatten(),
             close: None,
         },
-        // The receiver would ignore it: the proxy drops it (counted and shown).
-        ActionKind::Ignore => Act::Discard,
+        // The receiver would ignore it: the proxy drops it (counted and shown), and tells
+        // the sender where the action's report says so.
+        ActionKind::Ignore => report::notify(c, a, msg, reason).unwrap_or(Act::Discard),
         _ => Act::Refuse {
             reply: None,
             close: closing_for(a, reason),
@@ -359,11 +361,16 @@ fn error_reply(c: &Contract, code: &Value, msg: &Message, reason: &str) -> Optio
 /// Give a message the engine made up for `channel` its own id and send time, where the
 /// channel's binding has fields for them, and `like`'s trace and version.
 pub(crate) fn stamp(c: &Contract, channel: &str, msg: &mut Value, like: Option<&Value>) {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     let secs = now.map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    c.stamp(channel, msg, like, json!(format!("proxy-{n}")), secs);
+    c.stamp(channel, msg, like, fresh_id(), secs);
+}
+
+/// A message id no peer uses: the proxy's own, unique in the run.
+pub(crate) fn fresh_id() -> Value {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    json!(format!("proxy-{n}"))
 }
 
 /// A ruling from contract entry `entry` (a JSON pointer into the contract).
