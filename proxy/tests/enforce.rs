@@ -523,14 +523,12 @@ async fn rukh_a_frame_left_incomplete_drops_the_connection() {
     );
     assert!(rest(&mut ext).await.is_empty(), "nothing was forwarded");
     let ev =
-        r.p.until("the incomplete frame", |e| {
-            class(e) == "rukh.frame.incomplete"
-        })
-        .await;
+        r.p.until("the incomplete frame", |e| class(e) == "frame.incomplete")
+            .await;
     assert_eq!(ev["verdict"]["code"], code, "{ev}");
     assert_eq!(ev["method"], "(incomplete frame)", "{ev}");
     assert_eq!(
-        ev["action"], "rukh.frame.incomplete: refused, dropped the connection",
+        ev["action"], "frame.incomplete: refused, dropped the connection",
         "{ev}"
     );
 }

@@ -1513,6 +1513,38 @@ fn kernel_a_request_before_hello_gets_a_valid_stamped_reply() {
     );
 }
 
+/// A framing's `frameDeadline` is data: rukh's document under another name and without its
+/// hook still has its incomplete-frame deadline, with the limit's action.
+#[test]
+fn a_frame_deadline_runs_from_the_framing_alone() {
+    let text = contract::BUILTIN
+        .iter()
+        .find(|(n, _)| *n == "rukh")
+        .expect("rukh")
+        .1;
+    let mut doc: Value = serde_json::from_str(text).expect("json");
+    doc["name"] = json!("elsewhere");
+    doc.as_object_mut().expect("object").remove("extensions");
+    let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
+    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+    let (after, r) = p.incomplete_frame().expect("a frame deadline");
+    assert_eq!(after, secs(&w, "incompleteFrameSeconds"));
+    assert_eq!(r.rule, "frame.incomplete");
+    assert_eq!(
+        r.act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    );
+    assert!(
+        r.reason.ends_with("(/limits/incompleteFrameSeconds)"),
+        "{}",
+        r.reason
+    );
+}
+
 /// Credit is data: the kernel's document under another name, with no extension, holds data
 /// beyond credit from its `credit` entry alone; without the entry, nothing is held.
 #[test]

@@ -149,8 +149,8 @@ pub trait Policy: Send {
     fn on_data(&mut self, _ctx: &Ctx, frame: Held, _enforce: bool) -> DataRuling {
         DataRuling::forward(frame)
     }
-    /// How long one frame may stay incomplete once its first byte arrived
-    /// (rukh's `incompleteFrameSeconds`), and the ruling when it does.
+    /// How long one frame may stay incomplete once its first byte arrived (a framing's
+    /// `frameDeadline`, rukh's `incompleteFrameSeconds`), and the ruling when it does.
     fn incomplete_frame(&self) -> Option<(Duration, Ruling)> {
         None
     }
@@ -336,7 +336,8 @@ impl Policy for Layered {
         acc
     }
     fn incomplete_frame(&self) -> Option<(Duration, Ruling)> {
-        self.hands.iter().find_map(|h| h.incomplete_frame())
+        let hands = self.hands.iter().find_map(|h| h.incomplete_frame());
+        self.engine.incomplete_frame().or(hands)
     }
     fn next_deadline(&self) -> Option<Instant> {
         let hands = self.hands.iter().filter_map(|h| h.next_deadline());

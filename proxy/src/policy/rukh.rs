@@ -16,9 +16,8 @@
 //! Not here: request ids (each party's prefix, a gapless count from 1, no reuse) and
 //! replies in the wrong direction or to ids never issued are the parties' `ids`
 //! in the contract, run by the generic engine ahead of this module, as is rukh.log intake
-//! (logIntakeRecordsRate and logIntakeBytesRate, R-26: the excess is discarded and counted). The framing's
-//! `frameDeadline` (2 s from a frame's first byte) is armed by the relay, which sees
-//! partial frames; this layer words the ruling.
+//! (logIntakeRecordsRate and logIntakeBytesRate, R-26: the excess is discarded and counted), and
+//! the framing's `frameDeadline` (2 s from a frame's first byte), which the relay arms.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -345,31 +344,6 @@ impl RukhPolicy {
 }
 
 impl Policy for RukhPolicy {
-    fn incomplete_frame(&self) -> Option<(std::time::Duration, Ruling)> {
-        // The framing names its deadline; this policy only words the ruling.
-        let (limit, after) = self
-            .c()
-            .channels
-            .keys()
-            .find_map(|ch| self.wire.frame_deadline(ch))?;
-        Some((
-            after,
-            Ruling {
-                rule: "rukh.frame.incomplete",
-                seed: self.limits().seed(limit).to_string(),
-                code: self.limits().action_code(limit).cloned(),
-                reason: format!(
-                    "a frame stayed incomplete {:.1} s after its first byte ({limit})",
-                    after.as_secs_f64()
-                ),
-                act: Act::Refuse {
-                    reply: None,
-                    close: Some(Closing::Drop),
-                },
-            },
-        ))
-    }
-
     fn on_message(&mut self, ctx: &Ctx, msg: &Message, _size: usize) -> Vec<Ruling> {
         match msg.kind {
             Kind::Request => self.on_request(ctx, msg),

@@ -127,6 +127,9 @@ impl Engine {
             || timer::any(c)
             || !c.credit.is_empty()
             || c.limits.values().any(|l| l.counts.is_some())
+            || c.channels
+                .values()
+                .any(|ch| has_frame_deadline(&ch.framing))
     }
 }
 
@@ -205,6 +208,30 @@ impl Policy for Engine {
         Vec::new()
     }
 
+    /// A framing's `frameDeadline`: the relay, which sees partial frames, arms it; its
+    /// limit's action is what happens to a frame still incomplete then.
+    fn incomplete_frame(&self) -> Option<(std::time::Duration, Ruling)> {
+        let (limit, after) = self.wire.frame_deadline(&self.channel)?;
+        let l = self.wire.limits();
+        let reason = format!(
+            "a frame stayed incomplete {:.1} s after its first byte",
+            after.as_secs_f64()
+        );
+        let entry = format!("/limits/{}", contract::escape_pointer(limit));
+        let act = match l.action(limit) {
+            Some(a) => Act::Refuse {
+                reply: None,
+                close: closing_for(a, &reason),
+            },
+            None => Act::Flag,
+        };
+        let (seed, code) = (l.seed(limit), l.action_code(limit));
+        Some((
+            after,
+            ruling("frame.incomplete", &entry, seed, code, reason, act),
+        ))
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         self.timers.next()
     }
@@ -274,6 +301,20 @@ impl Policy for Engine {
             ruling,
         }
     }
+}
+
+fn has_frame_deadline(f: &contract::model::Framing) -> bool {
+    use contract::model::Framing::{HeaderDelimited, LengthPrefixed};
+    matches!(
+        f,
+        LengthPrefixed {
+            frame_deadline: Some(_),
+            ..
+        } | HeaderDelimited {
+            frame_deadline: Some(_),
+            ..
+        }
+    )
 }
 
 /// A flag for an error answer whose `code` is neither in the contract's catalog nor among
