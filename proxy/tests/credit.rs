@@ -86,6 +86,14 @@ struct Session {
 
 /// A kernel session through an enforcing proxy: the core dials control, then data (K-1).
 async fn session() -> Session {
+    let mut s = paired("kernel").await;
+    hello(&mut s).await;
+    s
+}
+
+/// Two paired routes of `contract` through an enforcing proxy, on unix sockets: the client
+/// dials the first channel, then the other (the kernel's core: control, then data).
+async fn paired(contract: &str) -> Session {
     let dir = tempfile::tempdir().expect("tempdir");
     let (lc, ld) = (dir.path().join("control.p"), dir.path().join("data.p"));
     let (uc, ud) = (dir.path().join("control.s"), dir.path().join("data.s"));
@@ -93,7 +101,7 @@ async fn session() -> Session {
     let shell_data = UnixListener::bind(&ud).expect("bind");
     let proxy = harness::run(&[
         "--contract",
-        "kernel",
+        contract,
         "--mode",
         "enforce",
         "--listen",
@@ -111,16 +119,14 @@ async fn session() -> Session {
     let (sc, _) = shell_control.accept().await.expect("accept control");
     let core_data = UnixStream::connect(&ld).await.expect("data");
     let (sd, _) = shell_data.accept().await.expect("accept data");
-    let mut s = Session {
+    Session {
         _dir: dir,
         proxy,
         core_control,
         core_data,
         shell_control: sc,
         shell_data: sd,
-    };
-    hello(&mut s).await;
-    s
+    }
 }
 
 /// The hello exchange that opens every session (the session machine refuses all else first).
@@ -303,33 +309,14 @@ async fn a_contract_file_of_its_own_gets_the_credit_gate() {
     let fixture = harness_root().join("proxy/tests/fixtures/pipes.json");
     let c = contract::load(&fixture).expect("pipes");
     let hold = c.evaluated_limits().cap("holdMax").expect("holdMax") as usize;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (lc, lb) = (dir.path().join("ctl.p"), dir.path().join("bulk.p"));
-    let (uc, ub) = (dir.path().join("ctl.s"), dir.path().join("bulk.s"));
-    let (sink_ctl, sink_bulk) = (
-        UnixListener::bind(&uc).expect("bind"),
-        UnixListener::bind(&ub).expect("bind"),
-    );
-    let mut proxy = harness::run(&[
-        "--contract",
-        fixture.to_str().expect("utf-8"),
-        "--mode",
-        "enforce",
-        "--listen",
-        &ep(&lc),
-        "--upstream",
-        &ep(&uc),
-        "--pair-listen",
-        &ep(&lb),
-        "--pair-upstream",
-        &ep(&ub),
-    ]);
-    wait_for(&lc).await;
-    wait_for(&lb).await;
-    let mut ctl = UnixStream::connect(&lc).await.expect("ctl");
-    let (mut sctl, _) = sink_ctl.accept().await.expect("accept ctl");
-    let mut bulk = UnixStream::connect(&lb).await.expect("bulk");
-    let (mut sbulk, _) = sink_bulk.accept().await.expect("accept bulk");
+    let Session {
+        _dir,
+        mut proxy,
+        core_control: mut ctl,
+        core_data: mut bulk,
+        shell_control: mut sctl,
+        shell_data: mut sbulk,
+    } = paired(fixture.to_str().expect("utf-8")).await;
     let note = |op: &str, n: &str, body: Value| json!({"k": "note", "op": op, "n": n, "ver": 1, "at": 1.0, "body": body});
     let open = note("pipe.open", "s-1", json!({"pipe": 3}));
     send_line(&mut ctl, &open).await;

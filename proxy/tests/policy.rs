@@ -1513,17 +1513,23 @@ fn kernel_a_request_before_hello_gets_a_valid_stamped_reply() {
     );
 }
 
+/// Built-in contract `name`'s document, renamed: the same data, with nothing the proxy could
+/// recognise by name.
+fn renamed(name: &str) -> Value {
+    let text = contract::BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("built in");
+    let mut doc: Value = serde_json::from_str(text.1).expect("json");
+    doc["name"] = json!("elsewhere");
+    doc
+}
+
 /// A framing's `frameDeadline` is data: rukh's document under another name and without its
 /// hook still has its incomplete-frame deadline, with the limit's action.
 #[test]
 fn a_frame_deadline_runs_from_the_framing_alone() {
-    let text = contract::BUILTIN
-        .iter()
-        .find(|(n, _)| *n == "rukh")
-        .expect("rukh")
-        .1;
-    let mut doc: Value = serde_json::from_str(text).expect("json");
-    doc["name"] = json!("elsewhere");
+    let mut doc = renamed("rukh");
     doc.as_object_mut().expect("object").remove("extensions");
     let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
     let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
@@ -1549,13 +1555,7 @@ fn a_frame_deadline_runs_from_the_framing_alone() {
 /// beyond credit from its `credit` entry alone; without the entry, nothing is held.
 #[test]
 fn credit_runs_from_the_contract_entry_alone() {
-    let text = contract::BUILTIN
-        .iter()
-        .find(|(n, _)| *n == "kernel")
-        .expect("kernel")
-        .1;
-    let mut doc: Value = serde_json::from_str(text).expect("json");
-    doc["name"] = json!("elsewhere");
+    let mut doc = renamed("kernel");
     assert!(doc.get("extensions").is_none(), "the kernel names no hook");
     for with_credit in [true, false] {
         if !with_credit {
