@@ -683,4 +683,7 @@ fn a_contract_of_its_own_reports_a_drop_where_the_message_says() {
         .unwrap_or_else(|e| panic!("{shut}: {}", e.reason));
     let r = send(open(51, None));
     assert_eq!((rules(&r), &r[0].act), (vec!["limit.rate"], &Act::Discard));
+    // The dropped open opened nothing: bytes for its pipe are for a pipe not open.
+    let late = p.bulk(50, 0, 1);
+    assert_eq!(late.ruling.map(|r| r.rule), Some("credit.unknown-key"));
 }

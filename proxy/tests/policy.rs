@@ -1200,6 +1200,22 @@ fn kernel_no_data_before_credit_then_credit_releases_in_order() {
     assert_eq!(g.offer(frame(99, 0, 5)).ok(), Some(unknown));
 }
 
+/// A gate tracks a bounded number of keys: past it a new key is not tracked (its frames
+/// are forwarded and flagged), and the keys already open keep their credit.
+#[test]
+fn credit_keys_are_bounded() {
+    let w = wire("kernel");
+    let mut g = CreditGate::new(w.contract(), "streams");
+    let mut n = 0;
+    while g.open(n, json!({})) && g.knows(n) {
+        n += 1;
+        assert!(n < 1 << 20, "no bound on keys");
+    }
+    assert!(!g.knows(n), "key {n} is beyond the bound");
+    assert!(g.knows(0) && g.grant(0, 5, "core").is_some());
+    assert_eq!(g.credit(0), Some(5));
+}
+
 #[test]
 fn kernel_overrun_beyond_the_held_bound_is_credit_exceeded() {
     let w = wire("kernel");

@@ -280,7 +280,7 @@ struct Layered {
 }
 
 /// Whether a ruling keeps the frame from its receiver (refused, discarded or reported).
-fn refuses(out: &[Ruling]) -> bool {
+pub(crate) fn refuses(out: &[Ruling]) -> bool {
     out.iter().any(|r| {
         matches!(
             r.act,

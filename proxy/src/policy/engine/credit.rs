@@ -28,6 +28,10 @@ use serde_json::{Value, json};
 
 use super::{Act, Ruling, ruling};
 
+/// Keys one gate tracks at once: a memory guard against a peer naming keys without end.
+/// A key beyond it is not tracked; its frames are forwarded and flagged.
+const MAX_KEYS: usize = 4096;
+
 /// One data frame, as the relay read it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Held {
@@ -113,6 +117,10 @@ impl CreditGate {
     /// The opening message `like` opens `key`; false when it was already open.
     pub fn open(&mut self, key: u64, like: Value) -> bool {
         let fresh = !self.keys.contains_key(&key);
+        if fresh && self.keys.len() >= MAX_KEYS {
+            // Not tracked: its frames are forwarded and flagged as for a key never opened.
+            return true;
+        }
         let credit = self.initial;
         self.keys.insert(
             key,
@@ -127,7 +135,7 @@ impl CreditGate {
 
     /// Whether `key` is open (it was opened and not closed since, or opens at sight).
     pub fn knows(&self, key: u64) -> bool {
-        !self.explicit_open || self.keys.contains_key(&key)
+        self.keys.contains_key(&key) || (!self.explicit_open && self.keys.len() < MAX_KEYS)
     }
 
     fn key(&mut self, key: u64) -> Option<&mut Key> {
@@ -450,7 +458,7 @@ impl Gates {
         let gate = self.gate(c, session, name);
         if !gate.knows(frame.stream) {
             let reason = format!(
-                "data for key {}, which is not open (never opened, or closed)",
+                "data for key {}, which is not open (never opened, closed, or beyond the keys tracked)",
                 frame.stream
             );
             let r = ruling(

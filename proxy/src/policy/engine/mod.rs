@@ -164,7 +164,8 @@ impl Policy for Engine {
                 (self.conn, size),
                 msg,
             ));
-            let went_on = !out.iter().any(|r| matches!(r.act, Act::Refuse { .. }));
+            // A message refused, discarded or reported never reached its receiver.
+            let went_on = !super::refuses(&out);
             if went_on {
                 s.machines.apply(moves);
                 if let Some(m) = msg.method.as_deref() {
