@@ -288,6 +288,10 @@ pub struct Inspector {
     counts: HashMap<(Dir, String), u64>,
     /// Next sequence number expected per data stream and direction.
     seqs: HashMap<(Dir, u64), u64>,
+    /// Positions among a binary frame's fields of the credit key and of the sequence number,
+    /// where the contract names them for this channel (found once, read per frame).
+    key_at: Option<usize>,
+    seq_at: Option<usize>,
     next_id: u64,
     /// The contract's stateful rules for this connection (request ids, admission, refusals).
     policy: Option<Box<dyn crate::policy::Policy>>,
@@ -308,6 +312,8 @@ impl Inspector {
         mode: Mode,
     ) -> Result<Self, contract::wire::WireError> {
         wire.channel_wire(channel)?;
+        let key_at = crate::policy::engine::credit::key_field(wire.contract(), channel);
+        let seq_at = crate::policy::engine::credit::sequence_field(wire.contract(), channel);
         Ok(Inspector {
             route: route.to_string(),
             conn,
@@ -320,6 +326,8 @@ impl Inspector {
             pending_cap: contract::io::DEFAULT_PENDING,
             counts: HashMap::new(),
             seqs: HashMap::new(),
+            key_at,
+            seq_at,
             next_id: 0,
             policy: None,
             ratelimit: None,
@@ -673,17 +681,15 @@ impl Inspector {
     ) -> Inspection {
         use crate::policy::GateDecision;
         // The credit key's header field, where the contract has credit on this channel.
-        let key_at = crate::policy::engine::credit::key_field(self.wire.contract(), &self.channel);
-        let stream = frame.fields.get(key_at.unwrap_or(0)).copied().unwrap_or(0);
-        // The contract's `sequence` field, where it names one: a gap is flagged.
-        let seq_at =
-            crate::policy::engine::credit::sequence_field(self.wire.contract(), &self.channel);
-        let seq = seq_at
-            .and_then(|i| frame.fields.get(i))
+        let stream = frame
+            .fields
+            .get(self.key_at.unwrap_or(0))
             .copied()
             .unwrap_or(0);
+        // The contract's `sequence` field, where it names one: a gap is flagged.
+        let seq = (self.seq_at.and_then(|i| frame.fields.get(i)).copied()).unwrap_or(0);
         let mut verdict = Verdict::Ok;
-        if seq_at.is_some() {
+        if self.seq_at.is_some() {
             let expected = self.seqs.entry((dir, stream)).or_insert(0);
             if seq != *expected {
                 verdict = Verdict::Violation {

@@ -1180,7 +1180,7 @@ fn decision(r: DataRuling) -> GateDecision {
 fn kernel_no_data_before_credit_then_credit_releases_in_order() {
     let w = wire("kernel");
     assert_eq!(limit(&w, "initialCreditBytes"), 0.0);
-    let mut g = CreditGate::new(w.contract(), "streams");
+    let mut g = CreditGate::new(&w, "streams");
     g.open(11, json!({}));
     assert_eq!(g.offer(frame(11, 0, 100)).ok(), Some(GateDecision::Hold));
     assert_eq!(g.offer(frame(11, 1, 100)).ok(), Some(GateDecision::Hold));
@@ -1205,7 +1205,7 @@ fn kernel_no_data_before_credit_then_credit_releases_in_order() {
 #[test]
 fn credit_keys_are_bounded() {
     let w = wire("kernel");
-    let mut g = CreditGate::new(w.contract(), "streams");
+    let mut g = CreditGate::new(&w, "streams");
     let mut n = 0;
     while g.open(n, json!({})) && g.knows(n) {
         n += 1;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use contract::wire::{Message, Wire};
 use serde_json::Value;
 
-use super::engine::act_for;
+use super::engine::{act_for, limit_entry, ruling};
 use super::{Act, Ctx, Policy, Ruling, SharedState};
 use crate::inspect::Closing;
 
@@ -133,13 +133,13 @@ impl XsPolicy {
         let c = self.wire.contract();
         let a = self.wire.limits().action(WINDOW);
         let reason = format!("user message dropped at admission: {WINDOW}");
-        Ruling {
-            rule: "xsession.admission.duplicate",
-            seed: self.wire.limits().seed(WINDOW).to_string(),
-            code: a.and_then(|a| a.code.clone()),
-            act: act_for(c, a, msg, &reason),
-            reason: format!("{reason} (/limits/{WINDOW})"),
-        }
+        let (seed, code) = (
+            self.wire.limits().seed(WINDOW),
+            a.and_then(|a| a.code.as_ref()),
+        );
+        let act = act_for(c, a, msg, &reason);
+        let at = limit_entry(WINDOW);
+        ruling("xsession.admission.duplicate", &at, seed, code, reason, act)
     }
 }
 

@@ -5,10 +5,10 @@
 
 use std::collections::HashMap;
 
-use contract::Contract;
-use contract::model::{ActionKind, LimitCounts};
+use contract::model::LimitCounts;
+use contract::{Contract, Limits};
 
-use super::{Act, Ruling, closing_for, ruling};
+use super::{Ruling, limit_entry, on_connection, ruling};
 
 /// Open connections by route.
 #[derive(Default)]
@@ -23,14 +23,18 @@ impl Open {
     }
 
     /// A connection opens on `route`: counted, or the ruling of the first cap it breaks.
-    pub(crate) fn open(&mut self, c: &Contract, route: &str) -> Result<bool, Box<Ruling>> {
+    pub(crate) fn open(
+        &mut self,
+        c: &Contract,
+        limits: &Limits,
+        route: &str,
+    ) -> Result<bool, Box<Ruling>> {
         let caps: Vec<_> = (c.limits.iter())
             .filter(|(_, l)| l.counts == Some(LimitCounts::OpenConnections))
             .collect();
         if caps.is_empty() {
             return Ok(false);
         }
-        let limits = c.evaluated_limits();
         let n = self.on(route);
         for (name, l) in caps {
             let Ok(max) = limits.count(name) else {
@@ -40,16 +44,9 @@ impl Open {
                 continue;
             }
             let reason = format!("{n} connections already open on the route (cap {max})");
-            let entry = format!("/limits/{}", contract::escape_pointer(name));
+            let entry = limit_entry(name);
             let a = l.action.as_ref();
-            let act = match a {
-                None => Act::Flag,
-                Some(a) if a.action == ActionKind::Ignore => Act::Flag,
-                Some(a) => Act::Refuse {
-                    reply: None,
-                    close: closing_for(a, &reason),
-                },
-            };
+            let act = on_connection(a, &reason);
             let seed = a.map(|a| a.seed.as_str()).unwrap_or(&l.seed);
             let code = a.and_then(|a| a.code.as_ref());
             return Err(Box::new(ruling(

@@ -24,6 +24,7 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 use contract::Contract;
 use contract::model::{Credit, CreditCounts, Framing, Kind};
+use contract::wire::Wire;
 use serde_json::{Value, json};
 
 use super::{Act, Ruling, ruling};
@@ -99,9 +100,9 @@ pub struct CreditGate {
 }
 
 impl CreditGate {
-    /// A gate for credit entry `name` of `c`.
-    pub fn new(c: &Contract, name: &str) -> Self {
-        let limits = c.evaluated_limits();
+    /// A gate for credit entry `name` of `w`'s contract.
+    pub fn new(w: &Wire, name: &str) -> Self {
+        let (c, limits) = (w.contract(), w.limits());
         let cr = &c.credit[name];
         CreditGate {
             entry: name.to_string(),
@@ -389,21 +390,22 @@ pub struct Gates {
 
 impl Gates {
     /// `session`'s gate of credit entry `name`, made on first use.
-    pub fn gate(&mut self, c: &Contract, session: u64, name: &str) -> &mut CreditGate {
-        (self.gates.entry((session, name.to_string()))).or_insert_with(|| CreditGate::new(c, name))
+    pub fn gate(&mut self, w: &Wire, session: u64, name: &str) -> &mut CreditGate {
+        (self.gates.entry((session, name.to_string()))).or_insert_with(|| CreditGate::new(w, name))
     }
 
     /// A control message `msg` from `from` on `session` that opens, grants or closes a key.
     pub(crate) fn control(
         &mut self,
-        c: &Contract,
+        w: &Wire,
         (session, from): (u64, &str),
         method: &str,
         msg: &Value,
     ) -> Option<Ruling> {
+        let c = w.contract();
         let (name, m) = moves(c, method, msg)?;
         let (at, seed) = (entry(name), c.credit[name].seed.as_str());
-        let gate = self.gate(c, session, name);
+        let gate = self.gate(w, session, name);
         let (rule, reason, act) = match m {
             Move::Open(k) if !gate.open(k, msg.clone()) => (
                 "credit.reopen",
@@ -448,14 +450,15 @@ impl Gates {
     /// A data frame on `session`'s channel under entry `name`, from `from` to `to`.
     pub(crate) fn data(
         &mut self,
-        c: &Contract,
+        w: &Wire,
         (session, name): (u64, &str),
         to: &str,
         frame: Held,
         enforce: bool,
     ) -> (Vec<Held>, GateDecision, Option<Ruling>) {
+        let c = w.contract();
         let ready = self.take_released(session, to);
-        let gate = self.gate(c, session, name);
+        let gate = self.gate(w, session, name);
         if !gate.knows(frame.stream) {
             let reason = format!(
                 "data for key {}, which is not open (never opened, closed, or beyond the keys tracked)",

@@ -63,11 +63,6 @@ impl Shared {
     pub fn open_connections(&self, route: &str) -> usize {
         self.conns.on(route)
     }
-
-    /// The credit gates, by session.
-    pub fn credit(&mut self) -> &mut Gates {
-        &mut self.credit
-    }
 }
 
 /// One connection's engine.
@@ -170,7 +165,7 @@ impl Policy for Engine {
                 s.machines.apply(moves);
                 if let Some(m) = msg.method.as_deref() {
                     let at = (self.session, ctx.from);
-                    out.extend(s.credit.control(c, at, m, &msg.value));
+                    out.extend(s.credit.control(&wire, at, m, &msg.value));
                 }
             }
             went_on
@@ -193,7 +188,10 @@ impl Policy for Engine {
         }
         let wire = self.wire.clone();
         let c = wire.contract();
-        match self.shared.with_engine(|s| s.conns.open(c, route)) {
+        match self
+            .shared
+            .with_engine(|s| s.conns.open(c, wire.limits(), route))
+        {
             Ok(counted) => self.counted = counted,
             Err(refused) => return vec![*refused],
         }
@@ -218,14 +216,8 @@ impl Policy for Engine {
             "a frame stayed incomplete {:.1} s after its first byte",
             after.as_secs_f64()
         );
-        let entry = format!("/limits/{}", contract::escape_pointer(limit));
-        let act = match l.action(limit) {
-            Some(a) => Act::Refuse {
-                reply: None,
-                close: closing_for(a, &reason),
-            },
-            None => Act::Flag,
-        };
+        let entry = limit_entry(limit);
+        let act = on_connection(l.action(limit), &reason);
         let (seed, code) = (l.seed(limit), l.action_code(limit));
         Some((
             after,
@@ -294,8 +286,10 @@ impl Policy for Engine {
             return DataRuling::forward(frame);
         };
         let session = self.session;
-        let (ready, decision, ruling) = (self.shared)
-            .with_engine(|s| s.credit.data(c, (session, name), ctx.to, frame, enforce));
+        let (ready, decision, ruling) = (self.shared).with_engine(|s| {
+            s.credit
+                .data(&wire, (session, name), ctx.to, frame, enforce)
+        });
         DataRuling {
             ready,
             decision,
@@ -379,6 +373,18 @@ pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reas
     }
 }
 
+/// What enforce mode does for a ruling about a connection rather than a message (a cap
+/// reached, a deadline run out): the close `a` calls for, else only a flag.
+pub(crate) fn on_connection(a: Option<&Action>, reason: &str) -> Act {
+    match a.and_then(|a| closing_for(a, reason)) {
+        Some(close) => Act::Refuse {
+            reply: None,
+            close: Some(close),
+        },
+        None => Act::Flag,
+    }
+}
+
 /// The close `a` calls for when it ends the connection: `close` with its code;
 /// `drop-connection`, and `fail` (the session ends), without a word.
 pub(crate) fn closing_for(a: &Action, reason: &str) -> Option<Closing> {
@@ -413,6 +419,11 @@ pub(crate) fn fresh_id() -> Value {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     json!(format!("proxy-{n}"))
+}
+
+/// The pointer of limit `name`, as a ruling names its entry.
+pub(crate) fn limit_entry(name: &str) -> String {
+    format!("/limits/{}", contract::escape_pointer(name))
 }
 
 /// A ruling from contract entry `entry` (a JSON pointer into the contract).

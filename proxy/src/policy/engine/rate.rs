@@ -77,7 +77,7 @@ pub(crate) fn take(
         let Some((period, burst)) = rate.token_period() else {
             continue;
         };
-        let entry = format!("/limits/{}", contract::escape_pointer(name));
+        let entry = super::limit_entry(name);
         let id = (ctx.route.to_string(), name.clone(), key);
         if !buckets.map.contains_key(&id) && !buckets.room(ctx.now) {
             let reason = format!("{name}: over {MAX_BUCKETS} rate buckets; not tracked");

@@ -12,7 +12,7 @@ use contract::model::{Limit, LimitKind, Trigger};
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
-use super::{Act, Ruling, closing_for, fires, ruling};
+use super::{Ruling, fires, ruling};
 
 /// Whether the contract has a deadline this engine runs.
 pub(crate) fn any(c: &Contract) -> bool {
@@ -89,16 +89,10 @@ impl Timers {
 /// The ruling for deadline `name` running out: its action's close, else a flag.
 pub(crate) fn expired(c: &Contract, name: &str) -> Ruling {
     let l = &c.limits[name];
-    let entry = format!("/limits/{}", contract::escape_pointer(name));
+    let entry = super::limit_entry(name);
     let reason = format!("{name} ran out: {}", l.on_expiry);
     let a = l.action.as_ref();
-    let act = match a.and_then(|a| closing_for(a, &reason)) {
-        Some(close) => Act::Refuse {
-            reply: None,
-            close: Some(close),
-        },
-        None => Act::Flag,
-    };
+    let act = super::on_connection(a, &reason);
     ruling(
         "limit.deadline",
         &entry,
