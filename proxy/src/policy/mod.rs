@@ -1,8 +1,9 @@
-//! Sans-IO enforcement policies: the stateful rules of the four contracts.
+//! Sans-IO enforcement policies: the generic engine that runs any contract's behaviour,
+//! and the named extensions a contract declares where data cannot speak.
 //!
 //! The wire layer judges one frame at a time; the rules here need memory across
 //! frames (request-ID counters, handshakes, deadlines) or across connections
-//! (xsession admission buckets, toolchannel redials, kernel stream credit).
+//! (rate buckets, credit gates, an extension's own tables).
 //! Like mitmproxy's sans-IO layers, a policy takes events in and gives
 //! [`Ruling`]s out: it never reads a clock (every `Instant` is passed in),
 //! never touches a socket, and never sleeps, so tests assert exact sequences.
@@ -19,7 +20,8 @@
 //!   [`Policy::on_close`] when it ends;
 //! - a timer at [`Policy::next_deadline`], then [`Policy::on_tick`];
 //! - one [`SharedState`] per proxy run (keys carry the route), shared by all
-//!   connections: xsession admission, toolchannel redials, kernel credit gates.
+//!   connections: the engine's machines, buckets and credit gates, and a slot per
+//!   extension type ([`SharedState::with_extension`]), so the run names no protocol.
 //!
 //! The generic per-route rate limits of the proxy's config live in
 //! [`ratelimit`]; they are not tied to a contract rule.
@@ -30,6 +32,8 @@ pub mod rukh;
 pub mod toolchannel;
 pub mod xsession;
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -384,10 +388,11 @@ pub struct SharedState {
 
 #[derive(Default)]
 struct Inner {
-    xsession: xsession::Shared,
-    toolchannel: toolchannel::Shared,
     /// The generic engine's machine instances, rate buckets and credit gates.
     engine: engine::Shared,
+    /// Each extension's own cross-connection state, keyed by its type: the run knows no
+    /// protocol, an extension brings what it keeps (mitmproxy's addons keep their own).
+    extensions: HashMap<TypeId, Box<dyn Any + Send>>,
 }
 
 impl SharedState {
@@ -405,6 +410,28 @@ impl SharedState {
     /// The frames credit released, waiting to be written toward `to` on `session`.
     pub fn take_released(&self, session: u64, to: &str) -> Vec<Held> {
         self.lock().engine.credit.take_released(session, to)
+    }
+
+    /// Run `f` on an extension's state of type `T`, made with `T::default()` on first use.
+    pub(crate) fn with_extension<T: Default + Send + 'static, R>(
+        &self,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> R {
+        let mut inner = self.lock();
+        let slot = inner
+            .extensions
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::<T>::default());
+        match slot.downcast_mut::<T>() {
+            Some(t) => f(t),
+            // Unreachable: the slot is keyed by T's own TypeId. Rather than panic, start over.
+            None => {
+                let mut fresh = T::default();
+                let r = f(&mut fresh);
+                *slot = Box::new(fresh);
+                r
+            }
+        }
     }
 
     /// Run `f` on the generic engine's state.

@@ -47,7 +47,7 @@ const REFUSED: [(&str, &str); 3] = [
 
 /// The live socket of each session, by (route, sessionId).
 #[derive(Default)]
-pub(crate) struct Shared {
+struct Shared {
     live: HashMap<(String, String), Live>,
 }
 
@@ -178,33 +178,33 @@ impl ToolPolicy {
             return vec![];
         };
         let key = (ctx.route.to_string(), session.to_string());
-        let mut inner = self.shared.lock();
-        let live = &mut inner.toolchannel.live;
-        let verdict = match live.get_mut(&key) {
-            None => {
-                live.insert(
-                    key.clone(),
-                    Live {
-                        instance: instance.to_string(),
-                        attempt,
-                        conn: Some(self.conn),
-                    },
-                );
-                Ok(None)
+        let verdict = self.shared.with_extension(|tc: &mut Shared| {
+            let live = &mut tc.live;
+            match live.get_mut(&key) {
+                None => {
+                    live.insert(
+                        key.clone(),
+                        Live {
+                            instance: instance.to_string(),
+                            attempt,
+                            conn: Some(self.conn),
+                        },
+                    );
+                    Ok(None)
+                }
+                Some(l) if l.instance == instance && attempt > l.attempt => {
+                    let old = l.conn.filter(|c| *c != self.conn);
+                    l.attempt = attempt;
+                    l.conn = Some(self.conn);
+                    Ok(old.map(|o| (o, l.attempt)))
+                }
+                Some(l) => Err(if l.instance != instance {
+                    "a different instanceId for a live session".to_string()
+                } else {
+                    format!("attempt {attempt} is not greater than {}", l.attempt)
+                }),
             }
-            Some(l) if l.instance == instance && attempt > l.attempt => {
-                let old = l.conn.filter(|c| *c != self.conn);
-                l.attempt = attempt;
-                l.conn = Some(self.conn);
-                Ok(old.map(|o| (o, l.attempt)))
-            }
-            Some(l) => Err(if l.instance != instance {
-                "a different instanceId for a live session".to_string()
-            } else {
-                format!("attempt {attempt} is not greater than {}", l.attempt)
-            }),
-        };
-        drop(inner);
+        });
         match verdict {
             Ok(None) => {
                 self.key = Some(key);
@@ -263,12 +263,9 @@ impl ToolPolicy {
         let Some(key) = &self.key else {
             return true;
         };
-        self.shared
-            .lock()
-            .toolchannel
-            .live
-            .get(key)
-            .is_none_or(|l| l.conn == Some(self.conn))
+        self.shared.with_extension(|tc: &mut Shared| {
+            tc.live.get(key).is_none_or(|l| l.conn == Some(self.conn))
+        })
     }
 
     fn missed(&self, rule: &'static str, limit: &str, what: &str) -> Ruling {
@@ -365,15 +362,17 @@ impl Policy for ToolPolicy {
     fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
         self.due = Deadlines::default();
         if let Some(key) = self.key.take() {
-            let mut inner = self.shared.lock();
-            let live = &mut inner.toolchannel.live;
-            if live.get(&key).is_some_and(|l| l.conn == Some(self.conn)) {
-                if self.released {
-                    live.remove(&key);
-                } else if let Some(l) = live.get_mut(&key) {
-                    l.conn = None;
+            let (conn, released) = (self.conn, self.released);
+            self.shared.with_extension(|tc: &mut Shared| {
+                let live = &mut tc.live;
+                if live.get(&key).is_some_and(|l| l.conn == Some(conn)) {
+                    if released {
+                        live.remove(&key);
+                    } else if let Some(l) = live.get_mut(&key) {
+                        l.conn = None;
+                    }
                 }
-            }
+            });
         }
         vec![]
     }

@@ -40,7 +40,7 @@ type Body = (String, String, String, [u8; 32]);
 
 /// The bodies of admitted messages: when each arrived and its msgId.
 #[derive(Default)]
-pub(crate) struct Shared {
+struct Shared {
     bodies: HashMap<Body, (Instant, String)>,
     last_sweep: Option<Instant>,
 }
@@ -114,18 +114,17 @@ impl XsPolicy {
         let key = (ctx.route.to_string(), text("/toSessionId").to_string());
         let key = (key.0, key.1, text("/from").to_string(), hash);
         let now = ctx.now;
-        let mut inner = self.shared.lock();
-        let xs = &mut inner.xsession;
-        sweep(xs, now, window);
-        match xs.bodies.get(&key) {
-            Some((t, id)) if now.saturating_duration_since(*t) < window => {
-                (id != msg_id).then(|| self.dropped(msg))
+        let duplicate = self.shared.with_extension(|xs: &mut Shared| {
+            sweep(xs, now, window);
+            match xs.bodies.get(&key) {
+                Some((t, id)) if now.saturating_duration_since(*t) < window => id != msg_id,
+                _ => {
+                    xs.bodies.insert(key, (now, msg_id.to_string()));
+                    false
+                }
             }
-            _ => {
-                xs.bodies.insert(key, (now, msg_id.to_string()));
-                None
-            }
-        }
+        });
+        duplicate.then(|| self.dropped(msg))
     }
 
     /// The ruling for a duplicate: the limit's action, run as data.
