@@ -14,7 +14,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{FileConfig, Resolved, RouteSpec, TlsSpec};
 use crate::inspect::Mode;
 use crate::log::{Filter, Format, Logger};
-use crate::relay::{Shared, Sink, serve};
+use crate::relay::Sink;
+use crate::server::{Finished, Proxy};
+use crate::trace::{OtlpConfig, Tracer};
 
 /// Top-level arguments.
 #[derive(Debug, Parser)]
@@ -296,133 +298,62 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
     } else {
         Arc::new(Logger::new(args.log, args.filter.clone()))
     };
-    let recorder = match &args.record {
-        Some(path) => {
-            let c = routes[0].route.wire.contract();
-            let infos = routes
-                .iter()
-                .map(|r| crate::record::RouteInfo {
-                    name: r.route.name.clone(),
-                    listen: r.listen.to_string(),
-                    upstream: r.route.upstream.to_string(),
-                    channel: r.route.channel.clone(),
-                    client: r.route.client.clone(),
-                    server: r.route.server.clone(),
-                    contract: r.route.wire.contract().name.clone(),
-                    contract_version: r.route.wire.contract().version.clone(),
-                    contract_json: crate::record::contract_document(r.route.wire.contract()),
-                })
-                .collect();
-            Some(
-                crate::record::Recorder::create(path, crate::record::Header::new(c, infos))
-                    .map_err(|e| CliError::Usage(e.to_string()))?,
-            )
-        }
-        None => None,
-    };
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let tracer = match crate::trace::OtlpConfig::from_env(args.otlp.as_deref())
-        .map_err(|e| CliError::Usage(e.to_string()))?
-    {
-        Some(cfg) => {
-            Some(crate::trace::Tracer::new(&cfg).map_err(|e| CliError::Usage(e.to_string()))?)
-        }
-        None => None,
-    };
-    let mut sinks: Vec<Arc<dyn Sink>> = vec![logger];
-    if let Some(t) = &tracer {
-        sinks.push(Arc::new(t.clone()));
+    let usage = |e: &dyn std::fmt::Display| CliError::Usage(e.to_string());
+    let mut proxy = Proxy::new(routes);
+    proxy.sink(logger);
+    if let Some(cfg) = OtlpConfig::from_env(args.otlp.as_deref()).map_err(|e| usage(&e))? {
+        proxy.tracer(Tracer::new(&cfg).map_err(|e| usage(&e))?);
     }
-    let shared = Shared::with_recorder(sinks, recorder.as_ref().map(|r| r.sink()), stop_rx);
-    let mut listeners = Vec::new();
-    for r in routes {
-        let l = r
-            .listen
-            .listen(&r.route.opts)
-            .await
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        eprintln!(
-            "contract-proxy: {}: listening on {} → {} ({} / {}, {} connects, {:?} mode)",
-            r.route.name,
-            l.local(),
-            r.route.upstream,
-            r.route.wire.contract().name,
-            r.route.channel,
-            r.route.client,
-            r.route.mode,
-        );
-        if let Some(fp) = l.fingerprint() {
-            eprintln!("contract-proxy: {}: certificate SHA-256 {fp}", r.route.name);
+    if let Some(path) = &args.record {
+        proxy.record(path);
+    }
+    let bound = proxy.bind().await.map_err(|e| usage(&e))?;
+    for r in bound.routes() {
+        eprintln!("contract-proxy: {}: listening on {}", r.name, r.summary);
+        if let Some(fp) = r.fingerprint {
+            eprintln!("contract-proxy: {}: certificate SHA-256 {fp}", r.name);
         }
-        listeners.push((l, r.route));
     }
-    let mut set = tokio::task::JoinSet::new();
-    for (l, route) in listeners {
-        set.spawn(serve(l, route, shared.clone()));
-    }
-    let mut outcome = Outcome::Code(0);
-    let stop_signal = async {
+    let shutdown = async {
         if forwards_signals {
             std::future::pending::<()>().await
         } else {
-            wait_for_stop().await
+            wait_for_stop().await;
+            eprintln!("contract-proxy: stopping");
         }
     };
-    tokio::pin!(stop_signal);
-    loop {
-        tokio::select! {
-            done = set.join_next() => match done {
-                None => break,
-                Some(Ok(Ok(end))) => {
-                    #[cfg(unix)]
-                    if let Some(st) = end.child {
-                        outcome = Outcome::Child(st);
-                    }
-                    let _ = end;
-                    if stand_in {
-                        let _ = stop_tx.send(true);
-                    }
-                }
-                Some(Ok(Err(e))) => {
-                    let _ = stop_tx.send(true);
-                    outcome = Outcome::Code(1);
-                    eprintln!("contract-proxy: a route failed: {e}");
-                }
-                Some(Err(e)) => {
-                    let _ = stop_tx.send(true);
-                    outcome = Outcome::Code(1);
-                    eprintln!("contract-proxy: a route task failed: {e}");
-                }
-            },
-            _ = &mut stop_signal, if !*stop_tx.borrow() => {
-                eprintln!("contract-proxy: stopping");
-                let _ = stop_tx.send(true);
-            }
-        }
+    let done = bound.run(shutdown).await;
+    Ok(summarize(&done))
+}
+
+/// Print what a run did, and say how the process should exit.
+fn summarize(done: &Finished) -> Outcome {
+    let mut outcome = Outcome::Code(0);
+    for f in &done.failures {
+        eprintln!("contract-proxy: {f}");
+        outcome = Outcome::Code(1);
     }
-    if let Some(t) = tracer {
-        // Shutdown exports what is queued, within its own deadline, and blocks: off the runtime.
-        match tokio::task::spawn_blocking(move || t.shutdown()).await {
-            Ok(Ok(st)) => eprintln!(
-                "contract-proxy: traces: {} spans exported, {} dropped",
-                st.exported, st.dropped
-            ),
-            Ok(Err(e)) => eprintln!("contract-proxy: traces: {e}"),
-            Err(e) => eprintln!("contract-proxy: traces: {e}"),
-        }
+    #[cfg(unix)]
+    if let (Some(st), Outcome::Code(0)) = (done.child, &outcome) {
+        outcome = Outcome::Child(st);
     }
-    if let Some(r) = recorder {
-        match r.finish().await {
+    match &done.traces {
+        Some(Ok(st)) => eprintln!(
+            "contract-proxy: traces: {} spans exported, {} dropped",
+            st.exported, st.dropped
+        ),
+        Some(Err(e)) => eprintln!("contract-proxy: traces: {e}"),
+        None => {}
+    }
+    if let Some(r) = &done.recording {
+        match &r.result {
             Ok(st) => eprintln!(
                 "contract-proxy: recording {}: {} records, {} bytes, {} secrets redacted, {} not written",
-                args.record
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
+                r.path.display(),
                 st.records,
                 st.bytes,
                 st.redacted,
-                shared.unrecorded.load(std::sync::atomic::Ordering::Relaxed)
+                r.unrecorded
             ),
             Err(e) => {
                 eprintln!("contract-proxy: recording: {e}");
@@ -430,7 +361,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
             }
         }
     }
-    let s = &shared.stats;
+    let s = done.stats();
     use std::sync::atomic::Ordering::Relaxed;
     eprintln!(
         "contract-proxy: {} connections, {} frames, {} violations, {} refused",
@@ -440,7 +371,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         s.refused.load(Relaxed)
     );
     eprintln!("contract-proxy: {}", s.enforcement_line());
-    Ok(outcome)
+    outcome
 }
 
 async fn wait_for_stop() {

@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,7 +37,6 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Framed;
 
 use crate::config::{ConfigError, RouteSpec};
@@ -45,9 +44,10 @@ use crate::conn::{BoxIo, Conn};
 use crate::endpoint::{Endpoint, EndpointError, Listener};
 use crate::inspect::{Inspection, Mode, Verdict};
 use crate::log::{Format, Logger};
-use crate::record::{Header, Record, RecordError, Recorder, RouteInfo};
-use crate::relay::{Route, SHUTDOWN_DEADLINE, Shared, Sink, serve};
-use crate::trace::{OtlpConfig, TraceError, Tracer};
+use crate::record::RecordError;
+use crate::relay::{Route, Sink};
+use crate::server::{Proxy, ProxyError, Recording};
+use crate::trace::{OtlpConfig, TraceError, TraceStats, Tracer};
 
 /// How long a peer waits for any one message before its step fails.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -109,9 +109,6 @@ pub enum BreakRule {
 /// Why the demo could not run at all (a failing step is reported in the summary instead).
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
-    /// The built-in kernel contract did not load.
-    #[error("the kernel contract: {0}")]
-    Contract(#[from] contract::LoadError),
     /// The routes did not resolve.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -135,6 +132,16 @@ pub enum DemoError {
     /// This platform has no socket transport the demo knows.
     #[error("the demo needs unix sockets or TCP loopback")]
     Unsupported,
+}
+
+impl From<ProxyError> for DemoError {
+    fn from(e: ProxyError) -> Self {
+        match e {
+            ProxyError::Listen { source, .. } => DemoError::Endpoint(source),
+            ProxyError::Record(e) => DemoError::Record(e),
+            ProxyError::NoRoutes => DemoError::Unsupported,
+        }
+    }
 }
 
 impl DemoError {
@@ -242,7 +249,8 @@ pub enum RecordingOutcome {
         bytes: u64,
         /// Secret values replaced.
         redacted: u64,
-        /// Records lost on the way (queue full, writer stopped); 0 in a good run.
+        /// Records not written because the writer had stopped; 0 in a good run. (The
+        /// recording backpressures the relay rather than drop what does not fit.)
         lost: u64,
     },
     /// The writer failed; the file holds what was written before.
@@ -441,7 +449,10 @@ impl std::fmt::Display for DemoSummary {
                     path.display()
                 )?;
                 if *lost > 0 {
-                    writeln!(f, "  WARNING: {lost} records were lost on the way")?;
+                    writeln!(
+                        f,
+                        "  WARNING: {lost} records were not written (the recorder stopped)"
+                    )?;
                 }
             }
             RecordingOutcome::Failed { path, why, lost } => writeln!(
@@ -567,51 +578,6 @@ impl Sink for Tally {
     }
 
     fn note(&self, _route: &str, _conn: u64, _text: &str) {}
-}
-
-/// Hands frames to the recorder without blocking the relay: a bounded queue in
-/// front of the recorder's own (async, backpressuring) queue. What does not fit
-/// is counted and reported, never dropped silently.
-// TODO(lead): `contract-proxy run --record` needs the same adapter; it belongs in record.rs.
-struct RecordQueue {
-    tx: Mutex<Option<mpsc::Sender<Record>>>,
-    lost: AtomicU64,
-}
-
-impl RecordQueue {
-    fn push(&self, rec: Record) {
-        let sent = match self.tx.lock() {
-            Ok(tx) => tx.as_ref().is_some_and(|tx| tx.try_send(rec).is_ok()),
-            Err(_) => false,
-        };
-        if !sent {
-            self.lost.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// No more records: the forwarder drains the queue and ends.
-    fn close(&self) {
-        if let Ok(mut tx) = self.tx.lock() {
-            tx.take();
-        }
-    }
-}
-
-impl Sink for RecordQueue {
-    fn frame(&self, route: &Route, ins: &Inspection, raw: &[u8]) {
-        self.push(Record::frame(
-            &route.name,
-            ins.event.conn,
-            ins.event.dir,
-            &route.channel,
-            raw,
-            Some(&ins.event),
-        ));
-    }
-
-    fn note(&self, route: &str, conn: u64, text: &str) {
-        self.push(Record::note(route, conn, text));
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1589,10 +1555,60 @@ struct Cleanup {
 
 impl Cleanup {
     fn bound(&mut self, l: Listener) -> Listener {
-        if let Some(p) = l.local().strip_prefix("unix:") {
+        self.socket(&l.local());
+        l
+    }
+
+    /// Remove the socket at endpoint `local`, if it is one, at the end.
+    fn socket(&mut self, local: &str) {
+        if let Some(p) = local.strip_prefix("unix:") {
             self.sockets.push(PathBuf::from(p));
         }
-        l
+    }
+}
+
+/// The summary's word on the recording the proxy finished.
+fn recording_outcome(r: Option<&Recording>, path: &Path) -> RecordingOutcome {
+    let Some(r) = r else {
+        return RecordingOutcome::Failed {
+            path: path.to_path_buf(),
+            why: "the proxy kept no recording".into(),
+            lost: 0,
+        };
+    };
+    match &r.result {
+        Ok(st) => RecordingOutcome::Written {
+            path: r.path.clone(),
+            records: st.records,
+            bytes: st.bytes,
+            redacted: st.redacted,
+            lost: r.unrecorded,
+        },
+        Err(why) => RecordingOutcome::Failed {
+            path: r.path.clone(),
+            why: why.clone(),
+            lost: r.unrecorded,
+        },
+    }
+}
+
+/// The summary's word on the traces the proxy shut down.
+fn traces_outcome(r: &Result<TraceStats, String>, cfg: &OtlpConfig) -> TracesOutcome {
+    let endpoint = cfg
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| "OTEL_EXPORTER_OTLP_* endpoint".into());
+    match r {
+        Ok(s) => TracesOutcome::Exported {
+            endpoint,
+            spans: s.exported,
+            dropped: s.dropped,
+            last_error: s.last_error.clone(),
+        },
+        Err(why) => TracesOutcome::Failed {
+            endpoint,
+            why: why.clone(),
+        },
     }
 }
 
@@ -1636,7 +1652,6 @@ fn nonce() -> u64 {
 /// Run the demo: set up the peers and the proxy, play the script, tear down, summarize.
 /// `Err` only when it could not start; a failing step is in the summary (exit code 1).
 pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
-    let contract = Arc::new(contract::builtin("kernel")?);
     // Checked first, so a bad URL costs no directory.
     let otlp = OtlpConfig::from_env(args.otlp.as_deref())?;
     let tracer = match &otlp {
@@ -1694,76 +1709,40 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
             ..RouteSpec::default()
         },
     ];
-    let mut routes = Vec::new();
-    let mut listeners = Vec::new();
-    let mut infos = Vec::new();
-    let mut dials = Vec::new();
-    for (i, spec) in specs.iter().enumerate() {
-        let r = spec.resolve(i, Mode::Observe)?;
-        let l = cleanup.bound(r.listen.listen(&r.route.opts).await?);
-        let local = l.local();
-        dials.push(local.parse::<Endpoint>()?);
-        routes.push(format!(
-            "{}: {} → {} ({} / {}, {} connects, observe)",
-            r.route.name, local, r.route.upstream, contract.name, r.route.channel, r.route.client
-        ));
-        infos.push(RouteInfo {
-            name: r.route.name.clone(),
-            listen: local,
-            upstream: r.route.upstream.to_string(),
-            channel: r.route.channel.clone(),
-            client: r.route.client.clone(),
-            server: r.route.server.clone(),
-            contract: String::new(),
-            contract_version: String::new(),
-            contract_json: String::new(),
-        });
-        listeners.push((l, r.route));
-    }
-    let wire = listeners
+    let resolved = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| spec.resolve(i, Mode::Observe))
+        .collect::<Result<Vec<_>, _>>()?;
+    let wire = resolved
         .first()
-        .map(|(_, r)| r.wire.clone())
+        .map(|r| r.route.wire.clone())
         .ok_or(DemoError::Unsupported)?;
 
     // Sinks: the live view, the tally, the recording, the traces.
     let logger = Arc::new(Logger::new(args.log, Vec::new()));
     let tally = Arc::new(Tally::default());
-    let recorder = Recorder::create(&record_path, Header::new(&contract, infos))?;
-    let (rec_tx, mut rec_rx) = mpsc::channel::<Record>(crate::record::QUEUE);
-    let queue = Arc::new(RecordQueue {
-        tx: Mutex::new(Some(rec_tx)),
-        lost: AtomicU64::new(0),
-    });
-    let rec_sink = recorder.sink();
-    let forward = tokio::spawn(async move {
-        let mut failed = None;
-        while let Some(r) = rec_rx.recv().await {
-            if let Err(e) = rec_sink.record(r).await {
-                failed = Some(e.to_string());
-                break;
-            }
-        }
-        // Whatever is still queued after a failure is lost: count it.
-        rec_rx.close();
-        let mut lost = 0u64;
-        while rec_rx.try_recv().is_ok() {
-            lost += 1;
-        }
-        (failed, lost)
-    });
-    let mut sinks: Vec<Arc<dyn Sink>> = vec![logger.clone(), tally.clone(), queue.clone()];
-    if let Some(t) = &tracer {
-        sinks.push(Arc::new(t.clone()));
+    let mut proxy = Proxy::new(resolved);
+    proxy
+        .sink(logger.clone())
+        .sink(tally.clone())
+        .record(&record_path);
+    if let Some(t) = tracer {
+        proxy.tracer(t);
     }
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let shared = Shared::new(sinks, stop_rx);
-    for r in &routes {
-        logger.note("demo", &format!("proxy {r}"));
+    let bound = proxy.bind().await?;
+    let mut routes = Vec::new();
+    let mut dials = Vec::new();
+    for r in bound.routes() {
+        cleanup.socket(&r.local);
+        dials.push(r.local.parse::<Endpoint>()?);
+        logger.note("demo", &format!("proxy {}: {}", r.name, r.summary));
+        routes.push(format!("{}: {}", r.name, r.summary));
     }
-    let mut set = tokio::task::JoinSet::new();
-    for (l, route) in listeners {
-        set.spawn(serve(l, route, shared.clone()));
-    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(bound.run(async {
+        let _ = stop_rx.await;
+    }));
 
     // The script.
     let mut steps = vec![Step::Hello];
@@ -1860,88 +1839,28 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     // A failed script may leave connections open: dropping the peers closes them.
     drop(session);
 
-    // Stop the proxy and let every connection finish.
-    let _ = stop_tx.send(true);
-    let drained = tokio::time::timeout(SHUTDOWN_DEADLINE + Duration::from_secs(5), async {
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => logger.note("demo", &format!("a route failed: {e}")),
-                Err(e) => logger.note("demo", &format!("a route task failed: {e}")),
-            }
+    // Stop the proxy: it lets every connection finish, then finishes the recording and traces.
+    let _ = stop_tx.send(());
+    let done = match running.await {
+        Ok(done) => done,
+        Err(e) => {
+            return Err(DemoError::Io {
+                what: "running the proxy".into(),
+                source: std::io::Error::other(e),
+            });
         }
-    })
-    .await;
-    if drained.is_err() {
-        set.abort_all();
-        logger.note("demo", "routes did not stop in time: aborted");
+    };
+    for f in &done.failures {
+        logger.note("demo", f);
     }
     drop(shell_control);
     drop(shell_data);
-
-    // The recording: no more frames, drain, flush.
-    queue.close();
-    let (forward_failed, forward_lost) =
-        match tokio::time::timeout(crate::record::FINISH_DEADLINE, forward).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => (Some(format!("the recording forwarder died: {e}")), 0),
-            Err(_) => (Some("the recording forwarder did not finish".into()), 0),
-        };
-    let lost = queue.lost.load(Ordering::Relaxed) + forward_lost;
-    let recording = match (recorder.finish().await, forward_failed) {
-        (Ok(stats), None) => RecordingOutcome::Written {
-            path: record_path.clone(),
-            records: stats.records,
-            bytes: stats.bytes,
-            redacted: stats.redacted,
-            lost,
-        },
-        (Ok(_), Some(why)) | (Err(_), Some(why)) => RecordingOutcome::Failed {
-            path: record_path.clone(),
-            why,
-            lost,
-        },
-        (Err(e), None) => RecordingOutcome::Failed {
-            path: record_path.clone(),
-            why: e.to_string(),
-            lost,
-        },
-    };
-
-    let traces = match (tracer, &otlp) {
-        (Some(t), Some(cfg)) => {
-            let endpoint = cfg
-                .endpoint
-                .clone()
-                .unwrap_or_else(|| "OTEL_EXPORTER_OTLP_* endpoint".into());
-            let limit = cfg.deadline + Duration::from_secs(5);
-            match tokio::time::timeout(limit, tokio::task::spawn_blocking(move || t.shutdown()))
-                .await
-            {
-                Ok(Ok(Ok(s))) => TracesOutcome::Exported {
-                    endpoint,
-                    spans: s.exported,
-                    dropped: s.dropped,
-                    last_error: s.last_error,
-                },
-                Ok(Ok(Err(e))) => TracesOutcome::Failed {
-                    endpoint,
-                    why: e.to_string(),
-                },
-                Ok(Err(e)) => TracesOutcome::Failed {
-                    endpoint,
-                    why: format!("the shutdown task died: {e}"),
-                },
-                Err(_) => TracesOutcome::Failed {
-                    endpoint,
-                    why: format!("shutdown did not finish within {limit:?}"),
-                },
-            }
-        }
+    let recording = recording_outcome(done.recording.as_ref(), &record_path);
+    let traces = match (&done.traces, &otlp) {
+        (Some(r), Some(cfg)) => traces_outcome(r, cfg),
         _ => TracesOutcome::NotConfigured,
     };
-
-    let stats = &shared.stats;
+    let stats = done.stats();
     let t = match tally.0.lock() {
         Ok(mut t) => std::mem::take(&mut *t),
         Err(_) => TallyInner::default(),

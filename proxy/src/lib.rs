@@ -4,15 +4,13 @@
 //! transport, boxed as `conn::Conn`), are cut into frames and judged by the
 //! sans-IO `inspect::Inspector`, and leave through the relay (`relay`) toward
 //! the other side, re-framed for its transport. `cli` and `config` turn the
-//! command line or a TOML file into routes.
+//! command line or a TOML file into routes, and `server::Proxy` assembles and
+//! runs them (for `run`, the demo and the in-process tests alike).
 //!
 //! Every frame also reaches the sinks (`log` live view, `trace` OTLP spans) and
 //! the recording (`record`, read back by `show` and `replay`); `policy` holds the
-//! contracts' stateful rules the inspector applies.
-//!
-//! PARTIAL (issue 7): the relay reports but does not yet carry out three policy
-//! actions (notifying an xsession sender's inbox, closing a superseded
-//! toolchannel socket, holding kernel data until credit arrives).
+//! generic engine that runs each contract's stateful rules, and the named
+//! extensions a contract declares.
 #![deny(unsafe_code)]
 
 pub mod cli;
@@ -28,6 +26,7 @@ pub mod record;
 pub mod redact;
 pub mod relay;
 pub mod replay;
+pub mod server;
 pub mod trace;
 
 /// Resolve the contract a route names: a built-in name or a path.

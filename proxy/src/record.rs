@@ -80,7 +80,7 @@ pub struct RouteInfo {
     /// Route name.
     #[prost(string, tag = "1")]
     pub name: String,
-    /// Listen endpoint as written.
+    /// Listen endpoint as bound (the real port where 0 was asked for).
     #[prost(string, tag = "2")]
     pub listen: String,
     /// Upstream endpoint as written.

@@ -168,13 +168,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Shared state with these sinks, stopping when `stop` turns true.
-    pub fn new(sinks: Vec<Arc<dyn Sink>>, stop: watch::Receiver<bool>) -> Arc<Self> {
-        Self::with_recorder(sinks, None, stop)
-    }
-
-    /// Shared state that also records every frame and note to `recorder`.
-    pub fn with_recorder(
+    /// Shared state with these sinks and an optional recording, stopping when `stop` turns
+    /// true. Assembled by [`crate::server::Proxy`].
+    pub(crate) fn new(
         sinks: Vec<Arc<dyn Sink>>,
         recorder: Option<crate::record::RecordSink>,
         stop: watch::Receiver<bool>,
@@ -428,7 +424,7 @@ pub struct RouteEnd {
 
 /// Accept connections until stopped, relaying each. A one-connection listener
 /// (stdio, fd:N) ends the route with its connection, reporting the child's exit.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: Listener,
     route: Route,
     shared: Arc<Shared>,

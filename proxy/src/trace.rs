@@ -1080,6 +1080,11 @@ impl Tracer {
         self.inner.counters.dropped()
     }
 
+    /// How long a flush or the shutdown may take.
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> TraceStats {
         let c = &self.inner.counters;

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use contract_proxy::config::RouteSpec;
 use contract_proxy::inspect::Mode;
-use contract_proxy::relay::{Shared, Sink, serve};
+use contract_proxy::relay::Sink;
+use contract_proxy::server::{Finished, Proxy};
 use contract_proxy::trace::{OtlpConfig, Protocol, TraceStats, Tracer, carried_trace_id};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -28,7 +29,7 @@ use prost::Message;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 use tokio::time::timeout;
 
 mod harness;
@@ -215,8 +216,8 @@ fn event_names(s: &Span) -> Vec<&str> {
 struct Relay {
     listen: PathBuf,
     upstream: PathBuf,
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<std::io::Result<contract_proxy::relay::RouteEnd>>,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Finished>,
 }
 
 async fn start_relay(contract: &str, dir: &Path, tracer: &Tracer) -> (Relay, UnixListener) {
@@ -230,11 +231,14 @@ async fn start_relay(contract: &str, dir: &Path, tracer: &Tracer) -> (Relay, Uni
         ..RouteSpec::default()
     };
     let r = spec.resolve(0, Mode::Observe).expect("route resolves");
-    let l = r.listen.listen(&r.route.opts).await.expect("listen");
-    let (stop, rx) = watch::channel(false);
     let sink: Arc<dyn Sink> = Arc::new(tracer.clone());
-    let shared = Shared::new(vec![sink], rx);
-    let task = tokio::spawn(serve(l, r.route, shared));
+    let mut proxy = Proxy::new(vec![r]);
+    proxy.sink(sink);
+    let bound = proxy.bind().await.expect("listen");
+    let (stop, rx) = oneshot::channel();
+    let task = tokio::spawn(bound.run(async {
+        let _ = rx.await;
+    }));
     (
         Relay {
             listen,
@@ -248,12 +252,16 @@ async fn start_relay(contract: &str, dir: &Path, tracer: &Tracer) -> (Relay, Uni
 
 impl Relay {
     async fn stop(self) {
-        let _ = self.stop.send(true);
-        timeout(Duration::from_secs(15), self.task)
+        let _ = self.stop.send(());
+        let done = timeout(Duration::from_secs(15), self.task)
             .await
             .expect("relay stops in time")
-            .expect("relay task")
-            .expect("relay ends cleanly");
+            .expect("relay task");
+        assert!(
+            done.failures.is_empty(),
+            "relay ends cleanly: {:?}",
+            done.failures
+        );
     }
 }
 

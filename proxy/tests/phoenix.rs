@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use contract_proxy::config::RouteSpec;
 use contract_proxy::inspect::Mode;
-use contract_proxy::relay::{Shared, Sink, serve};
+use contract_proxy::relay::Sink;
+use contract_proxy::server::Proxy;
 use contract_proxy::trace::{OtlpConfig, Protocol, Tracer, carried_trace_id};
 use serde_json::{Value, json};
 use tokio::net::{UnixListener, UnixStream};
@@ -186,10 +187,14 @@ fn phoenix_child_session() {
         }
         .resolve(0, Mode::Observe)
         .expect("route");
-        let l = r.listen.listen(&r.route.opts).await.expect("listen");
-        let (stop, rx) = tokio::sync::watch::channel(false);
         let sink: Arc<dyn Sink> = Arc::new(tracer.clone());
-        let relay = tokio::spawn(serve(l, r.route, Shared::new(vec![sink], rx)));
+        let mut proxy = Proxy::new(vec![r]);
+        proxy.sink(sink);
+        let bound = proxy.bind().await.expect("listen");
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let relay = tokio::spawn(bound.run(async {
+            let _ = rx.await;
+        }));
 
         let mut core = timeout(WAIT, UnixStream::connect(&listen))
             .await
@@ -226,12 +231,12 @@ fn phoenix_child_session() {
         pass(&mut core, &mut shell, not_found).await;
         drop(core);
         drop(shell);
-        let _ = stop.send(true);
-        timeout(Duration::from_secs(15), relay)
+        let _ = stop.send(());
+        let done = timeout(Duration::from_secs(15), relay)
             .await
             .expect("relay stops in time")
-            .expect("relay task")
-            .expect("relay ends");
+            .expect("relay task");
+        assert!(done.failures.is_empty(), "relay ends: {:?}", done.failures);
         let stats = tokio::task::spawn_blocking(move || tracer.shutdown())
             .await
             .expect("shutdown task")
