@@ -2,9 +2,9 @@
 //! nothing to install beyond the build.
 //!
 //! Two in-process peers speak the kernel contract (`schema/contracts/kernel.json`)
-//! through the proxy, built exactly as `contract-proxy run` builds it: a control
+//! through the proxy, assembled as `contract-proxy run` assembles it ([`crate::server::Proxy`]): a control
 //! route and its paired data route, observe mode, the live view ([`Logger`]), a
-//! recording ([`Recorder`]) and, when a collector is configured, OTLP traces
+//! recording ([`crate::record::Recorder`]) and, when a collector is configured, OTLP traces
 //! ([`Tracer`]). The shell listens on the upstream sockets; the core dials the
 //! proxy's (control, then data: K-1). The script then walks the protocol's main
 //! exchanges: the handshake, a streamed answer, a credit-controlled audio stream

@@ -999,12 +999,12 @@ async fn toolchannel_redials_supersede_or_are_refused() {
     assert_eq!(ws_next(&mut w1).await, Got::Closed(Some(superseded)));
     assert_eq!(ws_next(&mut h1).await, Got::Closed(Some(superseded)));
     let ev = p
-        .until("the supersede", |e| class(e) == "toolchannel.supersede")
+        .until("the supersede", |e| class(e) == "claim.superseded")
         .await;
     assert_eq!(ev["verdict"]["code"], superseded, "{ev}");
     assert_eq!(
         ev["action"],
-        format!("toolchannel.supersede: closed connection #{old_conn} {superseded}"),
+        format!("claim.superseded: closed connection #{old_conn} {superseded}"),
         "{ev}"
     );
 
@@ -1026,13 +1026,11 @@ async fn toolchannel_redials_supersede_or_are_refused() {
             Got::Closed(Some(rejected)),
             "{what}: the result never reaches the host"
         );
-        let ev = p
-            .until(what, |e| class(e) == "toolchannel.duplicate-connection")
-            .await;
+        let ev = p.until(what, |e| class(e) == "claim.refused").await;
         assert_eq!(ev["verdict"]["code"], rejected, "{what}: {ev}");
         assert_eq!(
             ev["action"],
-            format!("toolchannel.duplicate-connection: refused, closed {rejected}"),
+            format!("claim.refused: refused, closed {rejected}"),
             "{what}: {ev}"
         );
     }

@@ -687,3 +687,115 @@ fn a_contract_of_its_own_reports_a_drop_where_the_message_says() {
     let late = p.bulk(50, 0, 1);
     assert_eq!(late.ruling.map(|r| r.rule), Some("credit.unknown-key"));
 }
+
+// ---------------------------------------------------------------- claims, from data
+
+/// One connection per identity is data: pipes.json's `claims.station`. A redial of the
+/// same sender process (same boot, greater try) supersedes the holder, which gets the
+/// entry's `superseded` action on its own connection while the redial's attach goes on;
+/// any other attach of a held station is refused on the attaching connection. A holder
+/// that closes keeps the station for a redial to take back; one that detached first
+/// gives it up, and anyone may attach it afresh.
+#[test]
+fn a_contract_of_its_own_keeps_one_connection_per_claimed_identity() {
+    let path = common::root().join("proxy/tests/fixtures/pipes.json");
+    let w = Arc::new(Wire::new(Arc::new(contract::load(&path).expect("pipes"))).expect("wire"));
+    let (shared, t) = (Arc::new(SharedState::new()), Instant::now());
+    let open = |conn: u64| {
+        let rules = policy::RouteRules {
+            channel: "ctl".into(),
+            ..Default::default()
+        };
+        let mut p = policy::for_route(&w, &shared, conn, conn, rules);
+        assert!(p.on_open("r", t).is_empty());
+        p
+    };
+    let ctx = |conn: u64| Ctx {
+        route: "r",
+        conn,
+        session: conn,
+        dir: Dir::Up,
+        from: "sender",
+        to: "sink",
+        now: t,
+    };
+    let send = |p: &mut Box<dyn Policy>, conn: u64, op: &str, body: Value| {
+        let v = json!({"k": "note", "op": op, "n": format!("s-{conn}"), "ver": 1, "at": 1.0, "body": body});
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let msg = w
+            .decode("ctl", "sender", &bytes, None)
+            .expect("a valid note");
+        p.on_message(&ctx(conn), &msg, bytes.len())
+    };
+    let attach = |p: &mut Box<dyn Policy>, conn: u64, boot: &str, try_: u64| {
+        let body = json!({"station": "north", "boot": boot, "try": try_});
+        send(p, conn, "pipe.attach", body)
+    };
+    let refused = |r: &[Ruling]| {
+        assert_eq!(rules(r), ["claim.refused"]);
+        assert_eq!(
+            r[0].act,
+            Act::Refuse {
+                reply: None,
+                close: Some(Closing::Drop)
+            }
+        );
+        assert!(r[0].reason.ends_with("(/claims/station/refused)"), "{r:?}");
+    };
+
+    let mut first = open(1);
+    assert_eq!(rules(&attach(&mut first, 1, "b-7", 0)), none());
+    assert_eq!(
+        rules(&attach(&mut first, 1, "b-7", 0)),
+        none(),
+        "the holder may say it again"
+    );
+    let mut second = open(2);
+    let r = attach(&mut second, 2, "b-7", 1);
+    assert_eq!(rules(&r), ["claim.superseded"]);
+    assert_eq!(
+        r[0].act,
+        Act::CloseConn {
+            conn: 1,
+            close: Closing::Drop
+        }
+    );
+    assert!(
+        r[0].reason.ends_with("(/claims/station/superseded)"),
+        "{r:?}"
+    );
+    first.on_close(&ctx(1));
+
+    // Another process, and the same process with a try not greater: refused.
+    for (conn, boot, try_) in [(3, "b-8", 5), (4, "b-7", 1)] {
+        let mut p = open(conn);
+        refused(&attach(&mut p, conn, boot, try_));
+        p.on_close(&ctx(conn));
+    }
+
+    // The holder closes without detaching: only a redial that may supersede takes it back.
+    second.on_close(&ctx(2));
+    let mut stranger = open(5);
+    refused(&attach(&mut stranger, 5, "b-8", 9));
+    stranger.on_close(&ctx(5));
+    let mut third = open(6);
+    assert_eq!(
+        rules(&attach(&mut third, 6, "b-7", 2)),
+        none(),
+        "nothing to close"
+    );
+
+    // Detached, then closed: the station is free for anyone.
+    assert_eq!(
+        rules(&send(
+            &mut third,
+            6,
+            "pipe.detach",
+            json!({"station": "north"})
+        )),
+        none()
+    );
+    third.on_close(&ctx(6));
+    let mut fresh = open(7);
+    assert_eq!(rules(&attach(&mut fresh, 7, "b-9", 0)), none());
+}

@@ -779,7 +779,7 @@ fn toolchannel_redial_supersedes_or_is_refused() {
     // Same process, greater attempt: forwarded, and the old socket is closed 4009.
     let mut second = Tool::new(&w, &shared, 2, t0);
     let r = second.handshake("inst_5b0e7c1d", 1, t0);
-    assert_eq!(rules(&r), ["toolchannel.supersede"]);
+    assert_eq!(rules(&r), ["claim.superseded"]);
     let Act::CloseConn {
         conn: 1,
         close: Closing::Code(CloseFrame { code: 4009, reason }),
@@ -796,11 +796,7 @@ fn toolchannel_redial_supersedes_or_is_refused() {
     for (conn, instance, attempt) in [(3, "inst_5b0e7c1d", 1), (4, "inst_other", 2)] {
         let mut t = Tool::new(&w, &shared, conn, t0);
         let r = t.handshake(instance, attempt, t0);
-        assert_eq!(
-            rules(&r),
-            ["toolchannel.duplicate-connection"],
-            "{instance}/{attempt}"
-        );
+        assert_eq!(rules(&r), ["claim.refused"], "{instance}/{attempt}");
         assert!(matches!(
             &r[0].act,
             Act::Refuse {

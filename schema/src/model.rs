@@ -69,6 +69,9 @@ pub struct Contract {
     /// Credit-based flow control, by name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub credit: IndexMap<String, Credit>,
+    /// One live connection per identity a message claims, across redials, by name.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub claims: IndexMap<String, Claim>,
     /// Rules no data can say yet, each run by a named hook of the tools (a small Rust
     /// extension with a documented interface), by hook name. See `contract::extensions`.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
@@ -230,6 +233,42 @@ pub struct KeyAt {
     pub method: String,
     /// JSON pointer to the key in the message.
     pub key: String,
+}
+
+/// One live connection per identity: a message claims an identity (a session id) for its
+/// connection, and a later connection that claims it again (a peer that redialled) either
+/// supersedes the holder, which is closed, or is refused. The identity outlives a closed
+/// holder, so only a redial that may supersede takes it back, until a `releases` message
+/// gives it up for good.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Claim {
+    /// What is claimed, and by whom.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+    /// The message that claims the identity (a `message` trigger: method, kind, sender,
+    /// matches).
+    pub message: Trigger,
+    /// JSON pointer to the identity in that message.
+    pub key: String,
+    /// JSON pointer to who claims it (a process instance): only the same claimant may
+    /// supersede. Absent: any claimant may.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimant: Option<String>,
+    /// JSON pointer to the redial's number: a claim supersedes only with a greater one.
+    /// Absent: any claim the claimant rule lets through supersedes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<String>,
+    /// What the connection holding the identity gets when a claim supersedes it (`close`
+    /// with its code, or `drop-connection`).
+    pub superseded: Action,
+    /// What a claim that may not supersede gets, on its own connection.
+    pub refused: Action,
+    /// The message after which the identity is given up for good once its holder closes
+    /// (a `message` trigger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub releases: Option<Trigger>,
 }
 
 /// What a data frame spends of its credit.

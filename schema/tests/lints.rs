@@ -716,6 +716,54 @@ fn credit_runs_on_a_binary_channel_with_a_grant_examples_show() {
 }
 
 #[test]
+fn a_claim_names_a_message_whose_examples_carry_its_pointers() {
+    let claim = || {
+        json!({"one": {"description": "d", "seed": "§8",
+            "message": {"event": "message", "method": "echo"},
+            "key": "/params/text", "attempt": "/id",
+            "superseded": {"action": "drop-connection", "description": "d", "seed": "§8"},
+            "refused": {"action": "close", "code": 4001, "description": "d", "seed": "§8"},
+            "releases": {"event": "message", "method": "echo", "kind": "response"}}})
+    };
+    let mut doc = fixture();
+    doc["claims"] = claim();
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let name_ref = [
+        ("key", json!("/params/none"), "/claims/one/key"),
+        ("claimant", json!("/params/none"), "/claims/one/claimant"),
+        (
+            "message",
+            json!({"event": "message", "method": "nope"}),
+            "/claims/one/message/method",
+        ),
+        (
+            "message",
+            json!({"event": "timer", "limit": "frameMax"}),
+            "/claims/one/message",
+        ),
+        (
+            "superseded",
+            json!({"action": "ignore", "description": "d", "seed": "§8"}),
+            "/claims/one/superseded/action",
+        ),
+    ]
+    .map(|(f, v, at)| (f, v, at, Lint::NameRef));
+    let unknown_code = (
+        "refused",
+        json!({"action": "close", "code": 4999, "description": "d", "seed": "§8"}),
+        "/claims/one/refused/code",
+        Lint::ErrorRef,
+    );
+    for (field, value, at, lint) in name_ref.into_iter().chain([unknown_code]) {
+        let with = |d: &mut Value| {
+            d["claims"] = claim();
+            d["claims"]["one"][field] = value;
+        };
+        assert_fires(with, lint, at);
+    }
+}
+
+#[test]
 fn an_extension_the_tools_lack_is_named_with_the_ones_they_have() {
     let unknown = |d: &mut Value| {
         d["extensions"] = json!({"acme.magic": {"description": "d", "reason": "r", "seed": "s"}});

@@ -300,7 +300,7 @@ pub fn section_of(pointer: &str) -> &'static str {
         "methods" => "methods",
         "parties" => "parties",
         "errors" | "codes" | "violations" => "errors and codes",
-        "limits" | "relations" | "credit" => "limits",
+        "limits" | "relations" | "credit" | "claims" => "limits",
         "stateMachines" => "state machines",
         "extensions" => "extensions",
         "channels" => "framing",

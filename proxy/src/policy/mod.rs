@@ -452,16 +452,4 @@ pub(crate) fn error_seed(c: &Contract, code: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// Truncate `s` to at most `max` bytes on a character boundary.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
-
 pub(crate) use contract::rate::Bucket;

@@ -1,4 +1,4 @@
-//! toolchannel: refused reverse requests, the host's deadlines, one live socket per session.
+//! toolchannel: refused reverse requests and the host's deadlines.
 //!
 //! Rules, with the contract text they come from:
 //! - a request whose method starts with `sampling/` is answered -32003
@@ -13,16 +13,15 @@
 //!   (4003), readySeconds from there to running = agentfy/ready seen and
 //!   tools/list answered (4003), hostHeartbeatSeconds (= grace + interval)
 //!   from running or the previous agentfy/heartbeat (4004, T-8),
-//!   releaseGraceSeconds from agentfy/release to its result (no code);
-//! - one live connection per session: the initialize RESULT's
-//!   `_meta.agentfy` {sessionId, instanceId, attempt} (the worker answers the
-//!   host's initialize). Same instanceId and a greater attempt supersedes the
-//!   old socket: the frame is forwarded and the old connection is closed 4009
-//!   ([`Act::CloseConn`]). Any other redial of a known session (another
-//!   instanceId, or an attempt not greater) is refused: close 4002.
+//!   releaseGraceSeconds from agentfy/release to its result (no code). A socket
+//!   a redial superseded runs none of them: the new socket does.
 //!
+//! Run by the engine from the contract's data, not here:
+//! - one live connection per session (`/claims/workerSession`): the initialize result's
+//!   `_meta.agentfy` claims the session; the same instanceId with a greater attempt
+//!   supersedes the old socket (closed 4009), any other redial is refused (4002);
 //! - handshake order (T-31) is the hostSession machine's data (`allows`, `outOfPlace`, a
-//!   refusal that only reports an early agentfy/ready; note T-65), run by the engine.
+//!   refusal that only reports an early agentfy/ready; note T-65).
 //!
 //! Ten bad frames → 4006 is the inspector's (badFramesMax); not repeated here.
 
@@ -30,13 +29,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use contract::model::{CodeKind, Kind};
+use contract::model::Kind;
 use contract::wire::{Message, Wire};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Act, Ctx, Limits, Policy, Ruling, SharedState, truncate};
-use crate::conn::CloseFrame;
-use crate::inspect::Closing;
+use super::{Act, Ctx, Limits, Policy, Ruling, SharedState};
 
 /// Method prefixes the host refuses before dispatch, and the catalog name of the answer (T-34).
 const REFUSED: [(&str, &str); 3] = [
@@ -44,19 +41,6 @@ const REFUSED: [(&str, &str); 3] = [
     ("elicitation/", "CAPABILITY_NOT_NEGOTIATED"),
     ("roots/", "CAPABILITY_NOT_NEGOTIATED"),
 ];
-
-/// The live socket of each session, by (route, sessionId).
-#[derive(Default)]
-struct Shared {
-    live: HashMap<(String, String), Live>,
-}
-
-struct Live {
-    instance: String,
-    attempt: u64,
-    /// The serving connection; None once it closed (a redial may follow).
-    conn: Option<u64>,
-}
 
 #[derive(Default)]
 struct Deadlines {
@@ -71,13 +55,12 @@ pub struct ToolPolicy {
     wire: Arc<Wire>,
     shared: Arc<SharedState>,
     conn: u64,
-    /// (route, sessionId) once the initialize result named it.
-    key: Option<(String, String)>,
+    /// The route, once the connection opened.
+    route: String,
     /// Host requests whose answer matters here, by id.
     asked: HashMap<String, String>,
     ready_seen: bool,
     listed: bool,
-    released: bool,
     due: Deadlines,
 }
 
@@ -88,11 +71,10 @@ impl ToolPolicy {
             wire,
             shared,
             conn,
-            key: None,
+            route: String::new(),
             asked: HashMap::new(),
             ready_seen: false,
             listed: false,
-            released: false,
             due: Deadlines::default(),
         }
     }
@@ -104,32 +86,6 @@ impl ToolPolicy {
 
     fn c(&self) -> &contract::Contract {
         self.wire.contract()
-    }
-
-    /// The close code named `name` in the contract's close-code table.
-    fn close_code(&self, name: &str) -> Option<u16> {
-        self.c()
-            .codes
-            .values()
-            .filter(|t| t.kind == CodeKind::CloseCode)
-            .flat_map(|t| t.values.iter())
-            .find(|v| v.name.as_deref() == Some(name))
-            .and_then(|v| v.value.as_u64())
-            .and_then(|v| u16::try_from(v).ok())
-    }
-
-    fn closing(&self, name: &str, reason: String) -> (Option<Value>, Closing) {
-        let max = self.limits().cap("closeReasonMaxBytes").unwrap_or(0) as usize;
-        match self.close_code(name) {
-            Some(code) => (
-                Some(json!(code)),
-                Closing::Code(CloseFrame {
-                    code,
-                    reason: truncate(&reason, max),
-                }),
-            ),
-            None => (None, Closing::Drop),
-        }
     }
 
     fn arm(&self, now: Instant, limit: &str) -> Option<Instant> {
@@ -166,91 +122,6 @@ impl ToolPolicy {
         })
     }
 
-    /// The initialize result: one live connection per session.
-    fn identity(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
-        let meta = msg.value.pointer("/result/_meta/agentfy");
-        let get = |k: &str| meta.and_then(|m| m.get(k));
-        let (Some(session), Some(instance), Some(attempt)) = (
-            get("sessionId").and_then(Value::as_str),
-            get("instanceId").and_then(Value::as_str),
-            get("attempt").and_then(Value::as_u64),
-        ) else {
-            return vec![];
-        };
-        let key = (ctx.route.to_string(), session.to_string());
-        let verdict = self.shared.with_extension(|tc: &mut Shared| {
-            let live = &mut tc.live;
-            match live.get_mut(&key) {
-                None => {
-                    live.insert(
-                        key.clone(),
-                        Live {
-                            instance: instance.to_string(),
-                            attempt,
-                            conn: Some(self.conn),
-                        },
-                    );
-                    Ok(None)
-                }
-                Some(l) if l.instance == instance && attempt > l.attempt => {
-                    let old = l.conn.filter(|c| *c != self.conn);
-                    l.attempt = attempt;
-                    l.conn = Some(self.conn);
-                    Ok(old.map(|o| (o, l.attempt)))
-                }
-                Some(l) => Err(if l.instance != instance {
-                    "a different instanceId for a live session".to_string()
-                } else {
-                    format!("attempt {attempt} is not greater than {}", l.attempt)
-                }),
-            }
-        });
-        match verdict {
-            Ok(None) => {
-                self.key = Some(key);
-                vec![]
-            }
-            Ok(Some((old, attempt))) => {
-                self.key = Some(key);
-                let (code, close) = self.closing(
-                    "SUPERSEDED",
-                    format!("SUPERSEDED by connection {} (attempt {attempt})", self.conn),
-                );
-                vec![Ruling {
-                    rule: "toolchannel.supersede",
-                    seed: self.c().note_seed("T-49"),
-                    code,
-                    reason: format!(
-                        "redial of the same worker process (attempt {attempt}) supersedes connection {old}"
-                    ),
-                    act: Act::CloseConn { conn: old, close },
-                }]
-            }
-            Err(why) => {
-                let (code, close) = self.closing(
-                    "SESSION_REJECTED",
-                    format!("SESSION_REJECTED duplicate connection: {why}"),
-                );
-                vec![Ruling {
-                    rule: "toolchannel.duplicate-connection",
-                    seed: self
-                        .c()
-                        .codes
-                        .values()
-                        .find(|t| t.kind == CodeKind::CloseCode)
-                        .map(|t| t.seed.clone())
-                        .unwrap_or_default(),
-                    code,
-                    reason: format!("duplicate connection for a known session: {why}"),
-                    act: Act::Refuse {
-                        reply: None,
-                        close: Some(close),
-                    },
-                }]
-            }
-        }
-    }
-
     fn maybe_running(&mut self, now: Instant) {
         if self.ready_seen && self.listed && self.due.ready.is_some() {
             self.due.ready = None;
@@ -258,14 +129,11 @@ impl ToolPolicy {
         }
     }
 
-    /// Whether this connection still carries its session (not superseded).
+    /// Whether this connection still carries its session: a redial's claim
+    /// (`/claims`, run by the engine) has not superseded it.
     fn is_live(&self) -> bool {
-        let Some(key) = &self.key else {
-            return true;
-        };
-        self.shared.with_extension(|tc: &mut Shared| {
-            tc.live.get(key).is_none_or(|l| l.conn == Some(self.conn))
-        })
+        let (route, conn) = (self.route.as_str(), self.conn);
+        !self.shared.with_engine(|s| s.superseded(route, conn))
     }
 
     fn missed(&self, rule: &'static str, limit: &str, what: &str) -> Ruling {
@@ -281,7 +149,8 @@ impl ToolPolicy {
 }
 
 impl Policy for ToolPolicy {
-    fn on_open(&mut self, _route: &str, now: Instant) -> Vec<Ruling> {
+    fn on_open(&mut self, route: &str, now: Instant) -> Vec<Ruling> {
+        self.route = route.to_string();
         self.due.handshake = self.arm(now, "hostHandshakeSeconds");
         vec![]
     }
@@ -295,7 +164,7 @@ impl Policy for ToolPolicy {
                     return vec![r];
                 }
                 match method {
-                    "initialize" | "tools/list" | "agentfy/release" => {
+                    "tools/list" | "agentfy/release" => {
                         if let Some(id) = &msg.id
                             && self.asked.len() < contract::io::DEFAULT_PENDING
                         {
@@ -336,7 +205,6 @@ impl Policy for ToolPolicy {
                 };
                 let ok = msg.kind == Kind::Response;
                 match asked.as_str() {
-                    "initialize" if ok => self.identity(ctx, msg),
                     "tools/list" if ok => {
                         self.listed = true;
                         self.maybe_running(now);
@@ -345,9 +213,7 @@ impl Policy for ToolPolicy {
                     "agentfy/release" => {
                         self.due.release = None;
                         let accepted = msg.value.pointer("/result/accepted") != Some(&json!(false));
-                        if ok && accepted {
-                            self.released = true;
-                        } else {
+                        if !(ok && accepted) {
                             // T-12: declined, back to running.
                             self.due.heartbeat = self.arm(now, "hostHeartbeatSeconds");
                         }
@@ -361,19 +227,6 @@ impl Policy for ToolPolicy {
 
     fn on_close(&mut self, _ctx: &Ctx) -> Vec<Ruling> {
         self.due = Deadlines::default();
-        if let Some(key) = self.key.take() {
-            let (conn, released) = (self.conn, self.released);
-            self.shared.with_extension(|tc: &mut Shared| {
-                let live = &mut tc.live;
-                if live.get(&key).is_some_and(|l| l.conn == Some(conn)) {
-                    if released {
-                        live.remove(&key);
-                    } else if let Some(l) = live.get_mut(&key) {
-                        l.conn = None;
-                    }
-                }
-            });
-        }
         vec![]
     }
 

@@ -1,12 +1,13 @@
 //! Lints of the behaviour a contract declares per party and per data channel: request-id
 //! rules (their pending limit, and every example id carrying the party's prefix),
 //! capability declarations (a method and pointer some example carries) and credit (a
-//! binary channel with the key field, a grant whose examples carry key and amount).
+//! binary channel with the key field, a grant whose examples carry key and amount) and
+//! claims (a claiming message whose examples carry the key, claimant and attempt).
 
 use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
-use crate::model::{Binding, Contract, Framing, Kind, LimitKind, Part};
+use crate::model::{ActionKind, Binding, Claim, Contract, Framing, Kind, LimitKind, Part, Trigger};
 use crate::pointer::join;
 
 impl Cx<'_> {
@@ -33,6 +34,54 @@ impl Cx<'_> {
         }
         for (name, cr) in &c.credit {
             self.credit(c, idx, name, cr);
+        }
+        for (name, cl) in &c.claims {
+            self.claim(c, idx, name, cl);
+        }
+    }
+
+    /// A claim names a message some example of which carries its pointers, actions that
+    /// exist, and a superseded action that ends the holder's connection.
+    fn claim(&mut self, c: &Contract, idx: &CodeIndex, name: &str, cl: &Claim) {
+        let at = join("/claims", [name]);
+        let message = join(&at, ["message"]);
+        self.trigger(c, idx, &message, &cl.message);
+        if let Some(r) = &cl.releases {
+            self.trigger(c, idx, &join(&at, ["releases"]), r);
+        }
+        self.action_names(c, idx, &join(&at, ["superseded"]), &cl.superseded);
+        self.action_names(c, idx, &join(&at, ["refused"]), &cl.refused);
+        if !matches!(
+            cl.superseded.action,
+            ActionKind::Close | ActionKind::DropConnection
+        ) {
+            let why = "a superseded holder is closed: `close` or `drop-connection`".to_string();
+            self.push(Lint::NameRef, join(&at, ["superseded", "action"]), why);
+        }
+        let Trigger::Message {
+            method: Some(method),
+            kind,
+            ..
+        } = &cl.message
+        else {
+            let why = "a claim is made by one method's message".to_string();
+            return self.push(Lint::NameRef, message, why);
+        };
+        let Some(m) = c.methods.get(method) else {
+            return; // the trigger lint said so
+        };
+        let part = match kind.unwrap_or(m.kind) {
+            Kind::Response => Part::Result,
+            Kind::Error => Part::Error,
+            _ => Part::Call,
+        };
+        let pointers = [("key", Some(&cl.key)), ("claimant", cl.claimant.as_ref())];
+        let pointers = pointers
+            .into_iter()
+            .chain([("attempt", cl.attempt.as_ref())]);
+        for (field, ptr) in pointers.filter_map(|(f, p)| Some((f, p?))) {
+            let at = (&join(&message, ["method"]), &join(&at, [field]));
+            self.carried_by(c, (at.0.as_str(), at.1.as_str()), method, part, ptr);
         }
     }
 

@@ -5,9 +5,11 @@
 //! triggers, `allows` and `outOfPlace` ([`machine`]); keyed rate limits ([`rate`]);
 //! each party's request-id rules and pending cap ([`ids`]); capability gating from the
 //! parties' declarations ([`caps`]); deadlines with start, stop and restart triggers
-//! ([`timer`]); and, for every contract, error codes the contract does not know
+//! ([`timer`]); connection caps ([`conns`]); credit ([`credit`]); drop reports
+//! ([`report`]); one live connection per claimed identity across redials ([`claims`]);
+//! and, for every contract, error codes the contract does not know
 //! ([`unknown_error_code`]). A contract the proxy has never seen gets all of it with no
-//! Rust change; a built-in protocol layers its hand-written module under it.
+//! Rust change; a contract that names extensions gets their hooks layered after it.
 //!
 //! Like every policy it is sans-IO: events in ([`Policy::on_message`] with the instant
 //! passed in), [`Ruling`]s out. Each ruling names the contract entry it comes from
@@ -16,6 +18,7 @@
 //! party machines, rate buckets) lives in the run's [`SharedState`], keyed by route.
 
 mod caps;
+mod claims;
 mod conns;
 pub mod credit;
 mod ids;
@@ -51,6 +54,8 @@ pub struct Shared {
     pub(crate) credit: Gates,
     /// Open connections per route, where a contract caps them.
     pub(crate) conns: conns::Open,
+    /// Identities claimed, and the connections holding them.
+    pub(crate) claims: claims::Claims,
 }
 
 impl Shared {
@@ -63,6 +68,12 @@ impl Shared {
     pub fn open_connections(&self, route: &str) -> usize {
         self.conns.on(route)
     }
+
+    /// Whether a redial's claim superseded connection `conn` of `route` (its own deadlines
+    /// no longer matter: the new connection runs them).
+    pub fn superseded(&self, route: &str, conn: u64) -> bool {
+        self.claims.is_superseded(route, conn)
+    }
 }
 
 /// One connection's engine.
@@ -74,6 +85,8 @@ pub struct Engine {
     ids: ids::IdState,
     caps: caps::Declared,
     timers: timer::Timers,
+    /// The identities this connection claimed.
+    claims: claims::Mine,
     /// The connection's channel (the contract's first until told).
     channel: String,
     /// The route, once the connection opened.
@@ -93,6 +106,7 @@ impl Engine {
             ids: ids::IdState::default(),
             caps: caps::Declared::default(),
             timers: timer::Timers::default(),
+            claims: claims::Mine::default(),
             channel: String::new(),
             route: String::new(),
             counted: false,
@@ -121,6 +135,7 @@ impl Engine {
             || caps::any(c)
             || timer::any(c)
             || !c.credit.is_empty()
+            || !c.claims.is_empty()
             || c.limits.values().any(|l| l.counts.is_some())
             || c.channels
                 .values()
@@ -151,6 +166,8 @@ impl Policy for Engine {
         let went_on = self.shared.with_engine(|s| {
             let (rulings, moves) = machine::judge(c, &s.machines, &at, ctx.from, msg);
             out.extend(rulings);
+            let (claimed, takes) = s.claims.judge(c, (ctx.route, at.conn), ctx.from, msg);
+            out.extend(claimed);
             out.extend(rate::take(
                 c,
                 wire.limits(),
@@ -163,6 +180,7 @@ impl Policy for Engine {
             let went_on = !super::refuses(&out);
             if went_on {
                 s.machines.apply(moves);
+                s.claims.take(takes, &mut self.claims);
                 if let Some(m) = msg.method.as_deref() {
                     let at = (self.session, ctx.from);
                     out.extend(s.credit.control(&wire, at, m, &msg.value));
@@ -175,6 +193,7 @@ impl Policy for Engine {
         }
         if went_on {
             self.caps.observe(c, ctx.from, msg);
+            self.claims.observe(c, ctx.from, msg);
             self.timers
                 .message(c, wire.limits(), ctx.from, msg, ctx.now);
         }
@@ -255,6 +274,7 @@ impl Policy for Engine {
         let dropped = self.shared.with_engine(|s| {
             s.machines.forget_connection(ctx.route, conn);
             s.buckets.forget_connection(ctx.route, conn);
+            s.claims.close(ctx.route, conn, &mut self.claims);
             if std::mem::take(&mut self.counted) {
                 s.conns.close(ctx.route);
             }
