@@ -395,7 +395,7 @@ async fn rukh_pending_requests_over_the_limit_are_refused_with_limit_exceeded() 
     assert_eq!(refusal["id"], json!(format!("e:{}", max + 1)), "{refusal}");
     assert_eq!(refusal["error"]["code"], code, "{refusal}");
     assert_eq!(
-        refusal["error"]["data"]["limit"], "pendingRequestsMax",
+        refusal["error"]["data"]["entry"], "/limits/pendingRequestsMax",
         "{refusal}"
     );
     // One answer frees one slot.
@@ -409,13 +409,13 @@ async fn rukh_pending_requests_over_the_limit_are_refused_with_limit_exceeded() 
         "the excess was not forwarded; the next request is"
     );
     let ev =
-        r.p.until("the refusal", |e| class(e) == "rukh.pending.limit")
+        r.p.until("the refusal", |e| class(e) == "limit.pending")
             .await;
     assert_eq!(ev["id"], json!(format!("e:{}", max + 1)), "{ev}");
     assert_eq!(ev["verdict"]["code"], code, "{ev}");
     assert_eq!(
         ev["action"],
-        format!("rukh.pending.limit: refused, replied {code}"),
+        format!("limit.pending: refused, replied {code}"),
         "{ev}"
     );
 }

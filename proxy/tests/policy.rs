@@ -276,9 +276,19 @@ fn rukh_responses_to_future_or_own_ids_are_protocol_errors() {
     assert_eq!(rules(&r), ["ids.wrong-direction"]);
 }
 
+/// The cap is data (`counts: pending-requests`): rukh under another name and without its
+/// hook keeps it.
 #[test]
 fn rukh_pending_requests_are_capped_per_direction() {
-    let mut s = Rukh::new();
+    let mut doc = renamed("rukh");
+    doc.as_object_mut().expect("object").remove("extensions");
+    let c = contract::from_str("elsewhere", &doc.to_string()).expect("contract");
+    for s in [Rukh::new(), Rukh::with(c)] {
+        pending_capped(s);
+    }
+}
+
+fn pending_capped(mut s: Rukh) {
     s.running();
     let max = limit(&s.w, "pendingRequestsMax") as u64;
     for n in 1..=max {
@@ -287,7 +297,7 @@ fn rukh_pending_requests_are_capped_per_direction() {
     }
     let over = format!("e:{}", max + 1);
     let r = s.send(&EXT, &s.req("rukh.call", &over), None);
-    assert_eq!(rules(&r), ["rukh.pending.limit"]);
+    assert_eq!(rules(&r), ["limit.pending"]);
     let Act::Refuse {
         reply: Some(reply),
         close: None,
@@ -297,7 +307,10 @@ fn rukh_pending_requests_are_capped_per_direction() {
     };
     assert_eq!(reply["id"], json!(over));
     assert_eq!(reply["error"]["code"], json!(-32006));
-    assert_eq!(reply["error"]["data"]["limit"], json!("pendingRequestsMax"));
+    assert_eq!(
+        reply["error"]["data"]["entry"],
+        json!("/limits/pendingRequestsMax")
+    );
     // The core's own direction is not affected.
     assert!(
         s.send(&CORE, &s.req("rukh.ui.event", "c:3"), None)

@@ -898,7 +898,9 @@ pub struct Limit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<LimitKey>,
     /// For counts the engine keeps: what it counts. `open-connections`: the connections a
-    /// listener (a route) has open at once; one beyond `value` gets the `action`.
+    /// listener (a route) has open at once; `pending-requests`: the requests it `applies`
+    /// to that one sender has awaiting an answer on a connection. One beyond `value` gets
+    /// the `action`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counts: Option<LimitCounts>,
     /// For size caps on requests: whether the cap holds for the requests, their replies, or both.
@@ -926,6 +928,9 @@ pub struct Limit {
 pub enum LimitCounts {
     /// Connections a listener (a route) has open at once.
     OpenConnections,
+    /// Requests (those the limit applies to) one sender has awaiting an answer on a
+    /// connection: rukh's operation and UI requests per direction.
+    PendingRequests,
 }
 
 /// The messages a limit applies to: every condition given must hold.

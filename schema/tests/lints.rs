@@ -716,6 +716,29 @@ fn credit_runs_on_a_binary_channel_with_a_grant_examples_show() {
 }
 
 #[test]
+fn what_a_count_counts_fits_it() {
+    let mut doc = fixture();
+    doc["limits"]["depthMax"]["counts"] = json!("pending-requests");
+    doc["limits"]["depthMax"]["applies"] = json!({"methods": ["echo"]});
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    assert_fires(
+        |d| d["limits"]["frameMax"]["counts"] = json!("open-connections"),
+        Lint::NameRef,
+        "/limits/frameMax/counts",
+    );
+    // Only requests wait for an answer.
+    assert_fires(
+        |d| {
+            d["methods"]["echo"]["kind"] = json!("notification");
+            d["limits"]["depthMax"]["counts"] = json!("pending-requests");
+            d["limits"]["depthMax"]["applies"] = json!({"methods": ["echo"]});
+        },
+        Lint::NameRef,
+        "/limits/depthMax/applies/methods/0",
+    );
+}
+
+#[test]
 fn a_claim_names_a_message_whose_examples_carry_its_pointers() {
     let claim = || {
         json!({"one": {"description": "d", "seed": "§8",

@@ -4,8 +4,6 @@
 //! - after a refused rukh.initialize, nothing more (violations.beforeHandshake, fail);
 //! - a repeated context field that differs from the pinned one (R-15,
 //!   `context_mismatch`): -32000, fail;
-//! - over pendingRequestsMax operation/UI requests per direction (R-21, -32006):
-//!   answered, not run;
 //! - an accepted cancel ends the core's waits: later responses to them are
 //!   discarded and counted (request machine `LateDiscarded`), and an invoke
 //!   result after it cannot decide the outcome (R-28: flagged);
@@ -16,7 +14,9 @@
 //! Not here: request ids (each party's prefix, a gapless count from 1, no reuse) and
 //! replies in the wrong direction or to ids never issued are the parties' `ids`
 //! in the contract, run by the generic engine ahead of this module, as is rukh.log intake
-//! (logIntakeRecordsRate and logIntakeBytesRate, R-26: the excess is discarded and counted), and
+//! (logIntakeRecordsRate and logIntakeBytesRate, R-26: the excess is discarded and counted),
+//! pendingRequestsMax (R-21: a `pending-requests` count on operation and UI requests, per
+//! direction, answered -32006 and not run), and
 //! the framing's `frameDeadline` (2 s from a frame's first byte), which the relay arms.
 
 use std::collections::{HashMap, HashSet};
@@ -32,8 +32,9 @@ use crate::inspect::Closing;
 const INITIALIZE: &str = "rukh.initialize";
 const INVOKE: &str = "rukh.invoke";
 const CANCEL: &str = "rukh.cancel";
-/// Requests that count toward pendingRequestsMax (its `from` text: operation and UI requests).
-const COUNTED: [&str; 2] = ["rukh.call", "rukh.ui.event"];
+/// The cap on pending operation and UI requests (the engine's); its methods are the waits
+/// a cancel ends.
+const PENDING_MAX: &str = "pendingRequestsMax";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -55,7 +56,6 @@ pub struct RukhPolicy {
     wire: Arc<Wire>,
     phase: Phase,
     pending: HashMap<String, Pending>,
-    counted: HashMap<String, u64>,
     /// Core requests whose wait ended without a response (cancel).
     ended: HashSet<String>,
     init_id: Option<String>,
@@ -72,7 +72,6 @@ impl RukhPolicy {
             wire,
             phase: Phase::Initializing,
             pending: HashMap::new(),
-            counted: HashMap::new(),
             ended: HashSet::new(),
             init_id: None,
             invoke_id: None,
@@ -120,26 +119,6 @@ impl RukhPolicy {
         self.c().error_code(name).cloned().unwrap_or(Value::Null)
     }
 
-    /// Answer a request with catalog error `name` instead of running it.
-    fn answered(
-        &self,
-        rule: &'static str,
-        name: &str,
-        id: Option<&Value>,
-        reason: String,
-        data: Option<Value>,
-    ) -> Ruling {
-        let code = self.code(name);
-        let reply = id.map(|id| self.c().jsonrpc_error(Some(id), &code, &reason, data));
-        Ruling {
-            rule,
-            seed: error_seed(self.c(), &code),
-            code: Some(code),
-            reason,
-            act: Act::Refuse { reply, close: None },
-        }
-    }
-
     fn on_request(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
         let method = msg.method.clone().unwrap_or_default();
         let Some(idv) = msg.id.as_ref() else {
@@ -167,27 +146,10 @@ impl RukhPolicy {
         if method == INVOKE {
             self.invoke_id = Some(key.clone());
         }
-        let counted = COUNTED.contains(&method.as_str());
-        if counted {
-            let max = self.limits().cap("pendingRequestsMax").ok();
-            let n = self.counted.get(ctx.from).copied().unwrap_or(0);
-            if let Some(max) = max
-                && n >= max
-            {
-                let mut r = self.answered(
-                    "rukh.pending.limit",
-                    "limit_exceeded",
-                    Some(idv),
-                    format!(
-                        "{method} from {}: {n} operation/UI requests already pending (pendingRequestsMax {max})",
-                        ctx.from
-                    ),
-                    Some(json!({"limit": "pendingRequestsMax"})),
-                );
-                r.seed = self.limits().seed("pendingRequestsMax").to_string();
-                return vec![r];
-            }
-        }
+        // The cap on pending operation and UI requests is /limits/pendingRequestsMax
+        // (`counts: pending-requests`), run by the engine; here they are the waits a
+        // cancel ends.
+        let counted = self.counted_methods().any(|m| *m == method);
         if method == CANCEL && !self.cancelled {
             self.cancelled = true;
             // The core stops waiting for its own outstanding requests (request machine WaitEnded).
@@ -252,15 +214,20 @@ impl RukhPolicy {
         None
     }
 
+    /// The methods `pendingRequestsMax` applies to: operation and UI requests.
+    fn counted_methods(&self) -> impl Iterator<Item = &String> {
+        let l = self.c().limits.get(PENDING_MAX);
+        l.and_then(|l| l.applies.as_ref())
+            .into_iter()
+            .flat_map(|a| &a.methods)
+    }
+
     fn track(&mut self, key: String, party: &str, counted: bool) {
-        // Uncounted (lifecycle) requests are few by the session order; the cap keeps
-        // a misbehaving peer from growing the table anyway.
-        let cap = self.limits().cap("pendingRequestsMax").unwrap_or(0) as usize;
-        if !counted && self.pending.len() >= cap.saturating_mul(2).max(1) {
+        // The engine caps counted requests; uncounted (lifecycle) ones are few by the
+        // session order, and this bound keeps a misbehaving peer from growing the table.
+        let cap = self.limits().cap(PENDING_MAX).unwrap_or(0) as usize;
+        if self.pending.len() >= cap.saturating_mul(2).max(1) {
             return;
-        }
-        if counted {
-            *self.counted.entry(party.to_string()).or_insert(0) += 1;
         }
         self.pending.insert(
             key,
@@ -272,13 +239,7 @@ impl RukhPolicy {
     }
 
     fn untrack(&mut self, key: &str) -> Option<Pending> {
-        let p = self.pending.remove(key)?;
-        if p.counted
-            && let Some(n) = self.counted.get_mut(&p.party)
-        {
-            *n = n.saturating_sub(1);
-        }
-        Some(p)
+        self.pending.remove(key)
     }
 
     fn on_reply(&mut self, msg: &Message) -> Vec<Ruling> {

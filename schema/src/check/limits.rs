@@ -1,9 +1,9 @@
 //! Lints of the limits' typed behaviour: what a limit applies to exists, a rate's key
-//! is carried by the messages it keys, a deadline's start and stop triggers are valid,
+//! is carried by the messages it keys, what a count counts fits it, a deadline's start and stop triggers are valid,
 //! and a timer some machine waits on is started somewhere.
 
 use super::{CodeIndex, Cx, Lint, carried};
-use crate::model::{Contract, LimitKey, LimitKind, Trigger};
+use crate::model::{Applies, Contract, Kind, LimitCounts, LimitKey, LimitKind, Trigger};
 use crate::pointer::join;
 
 impl Cx<'_> {
@@ -30,6 +30,13 @@ impl Cx<'_> {
                     self.party_known(c, join(&base, ["applies", "from"]), p);
                 }
             }
+            if l.counts.is_some() && l.kind != LimitKind::Count {
+                let why = "`counts` is for a count limit".to_string();
+                self.push(Lint::NameRef, join(&base, ["counts"]), why);
+            }
+            if l.counts == Some(LimitCounts::PendingRequests) {
+                self.pending_methods(c, &base, l.applies.as_ref());
+            }
             if let Some(LimitKey::Pointer { pointer }) = &l.key {
                 self.key_carried(c, &join(&base, ["key", "pointer"]), name, pointer);
             }
@@ -44,6 +51,18 @@ impl Cx<'_> {
             }
         }
         self.timers_started(c);
+    }
+
+    /// A pending-requests count applies to requests only: answers are what end a wait.
+    fn pending_methods(&mut self, c: &Contract, base: &str, applies: Option<&Applies>) {
+        let methods = applies.map(|a| a.methods.as_slice()).unwrap_or_default();
+        for (i, m) in methods.iter().enumerate() {
+            if c.methods.get(m).is_some_and(|m| m.kind != Kind::Request) {
+                let at = join(base, ["applies", "methods", &i.to_string()]);
+                let why = format!("{m} is not a request: nothing of it is pending");
+                self.push(Lint::NameRef, at, why);
+            }
+        }
     }
 
     /// Some example of a method the limit applies to carries the key.

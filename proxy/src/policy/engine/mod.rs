@@ -5,7 +5,7 @@
 //! triggers, `allows` and `outOfPlace` ([`machine`]); keyed rate limits ([`rate`]);
 //! each party's request-id rules and pending cap ([`ids`]); capability gating from the
 //! parties' declarations ([`caps`]); deadlines with start, stop and restart triggers
-//! ([`timer`]); connection caps ([`conns`]); credit ([`credit`]); drop reports
+//! ([`timer`]); connection caps ([`conns`]) and pending caps ([`pending`]); credit ([`credit`]); drop reports
 //! ([`report`]); one live connection per claimed identity across redials ([`claims`]);
 //! and, for every contract, error codes the contract does not know
 //! ([`unknown_error_code`]). A contract the proxy has never seen gets all of it with no
@@ -23,6 +23,7 @@ mod conns;
 pub mod credit;
 mod ids;
 mod machine;
+mod pending;
 mod rate;
 mod report;
 mod timer;
@@ -87,6 +88,8 @@ pub struct Engine {
     timers: timer::Timers,
     /// The identities this connection claimed.
     claims: claims::Mine,
+    /// Requests awaiting an answer, where a limit caps them.
+    waiting: pending::Waiting,
     /// The connection's channel (the contract's first until told).
     channel: String,
     /// The route, once the connection opened.
@@ -107,6 +110,7 @@ impl Engine {
             caps: caps::Declared::default(),
             timers: timer::Timers::default(),
             claims: claims::Mine::default(),
+            waiting: pending::Waiting::default(),
             channel: String::new(),
             route: String::new(),
             counted: false,
@@ -160,6 +164,14 @@ impl Policy for Engine {
             .ok()
             .flatten();
         out.extend(caps::check(c, &self.caps, ctx.from, msg));
+        let count = match msg.kind {
+            Kind::Request => (self.waiting)
+                .request(c, wire.limits(), ctx.from, msg)
+                .map_err(|r| out.push(*r))
+                .ok()
+                .flatten(),
+            _ => None,
+        };
         // One lock for judging and applying, so connections sharing an instance see
         // each other's messages in order. State follows what enforce mode lets
         // through: a refused message moves nothing.
@@ -192,6 +204,11 @@ impl Policy for Engine {
             self.ids.commit(a, went_on);
         }
         if went_on {
+            match count {
+                Some(n) => self.waiting.count(n),
+                None if !is_call(msg) => self.waiting.answered(ctx.to, msg),
+                None => {}
+            }
             self.caps.observe(c, ctx.from, msg);
             self.claims.observe(c, ctx.from, msg);
             self.timers
@@ -373,13 +390,25 @@ pub(crate) fn is_call(msg: &Message) -> bool {
 /// `drop-connection` and `fail` drop the connection; `ignore` drops the message; no action
 /// only flags.
 pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reason: &str) -> Act {
-    let Some(a) = action else {
+    act_at(c, action, msg, reason, None)
+}
+
+/// [`act_for`] from contract entry `entry`, which an error reply's data names too, so
+/// the refused peer learns which rule refused it.
+fn act_at(
+    c: &Contract,
+    a: Option<&Action>,
+    msg: &Message,
+    reason: &str,
+    entry: Option<&str>,
+) -> Act {
+    let Some(a) = a else {
         return Act::Flag;
     };
     match a.action {
         ActionKind::ReplyError => Act::Refuse {
             reply: (msg.kind == Kind::Request)
-                .then(|| error_reply(c, a.code.as_ref()?, msg, reason))
+                .then(|| error_reply(c, a.code.as_ref()?, msg, reason, entry))
                 .flatten(),
             close: None,
         },
@@ -416,9 +445,19 @@ pub(crate) fn closing_for(a: &Action, reason: &str) -> Option<Closing> {
 }
 
 /// The contract's error reply to request `msg` with `code`, shaped by the method's channel.
-fn error_reply(c: &Contract, code: &Value, msg: &Message, reason: &str) -> Option<Value> {
+fn error_reply(
+    c: &Contract,
+    code: &Value,
+    msg: &Message,
+    reason: &str,
+    entry: Option<&str>,
+) -> Option<Value> {
     let channel = &c.methods.get(msg.method.as_deref()?)?.channel;
-    let detail = Some(json!({"detail": reason}));
+    let mut detail = json!({"detail": reason});
+    if let Some(e) = entry {
+        detail["entry"] = json!(e);
+    }
+    let detail = Some(detail);
     let mut reply = c.error_reply(channel, Some(&msg.value), None, code, reason, detail);
     if let Ok(r) = reply.as_mut() {
         stamp(c, channel, r, Some(&msg.value));
@@ -473,7 +512,7 @@ pub(crate) fn broken(
     msg: &Message,
     reason: String,
 ) -> Ruling {
-    let act = act_for(c, action, msg, &reason);
+    let act = act_at(c, action, msg, &reason, Some(entry));
     let seed = action.map(|a| a.seed.as_str()).unwrap_or_default();
     ruling(
         rule,
