@@ -20,7 +20,7 @@
 //! `reply-error` actions with a code are checked.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use contract::Contract;
 use contract::model::{
@@ -30,6 +30,11 @@ use serde_json::{Value, json};
 
 use super::session::{Ctx, Incoming, Peer};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
+
+/// How long the handshake's first answer may take: a launched implementation's first
+/// answer also pays for its start-up (an interpreter importing its SDK on a loaded
+/// machine), which is not the protocol's latency. Later answers get `--deadline`.
+const STARTUP: Duration = Duration::from_secs(10);
 
 /// The checks derived from `c` for the party `role`.
 pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
@@ -363,7 +368,18 @@ impl Session {
 
     /// The answer to request `id`, checked against the contract; other traffic is skipped.
     async fn answer(&mut self, cx: &Ctx, id: &Value, what: &str) -> Result<Value, Failure> {
-        let until = cx.soon();
+        self.answer_by(cx, id, what, cx.soon()).await
+    }
+
+    /// [`Self::answer`], waiting until `until`.
+    async fn answer_by(
+        &mut self,
+        cx: &Ctx,
+        id: &Value,
+        what: &str,
+        until: Instant,
+    ) -> Result<Value, Failure> {
+        let waited = until.saturating_duration_since(Instant::now());
         loop {
             match self.peer.next(until).await {
                 Incoming::Control(got) => {
@@ -384,8 +400,7 @@ impl Session {
                 }
                 Incoming::Timeout => {
                     return Err(Failure::new(format!(
-                        "no answer to {what} within {:?}",
-                        cx.opts.deadline
+                        "no answer to {what} within {waited:?}"
                     )));
                 }
                 Incoming::ControlEnd(why) => {
@@ -401,6 +416,7 @@ impl Session {
     /// The handshake of `plan`.
     async fn handshake(&mut self, cx: &Ctx, plan: &Plan) -> Result<(), Failure> {
         let mut last = None;
+        let mut first = true;
         for step in &plan.steps {
             match step {
                 Step::Send(m) => last = self.send(cx, m).await?.map(|id| (id, m.clone())),
@@ -410,7 +426,12 @@ impl Session {
                         Some((id, _)) => id,
                         None => self.send(cx, m).await?.unwrap_or(Value::Null),
                     };
-                    self.answer(cx, &id, m).await?;
+                    // The first answer of a fresh session also pays for the launch.
+                    let wait = match std::mem::take(&mut first) {
+                        true => cx.opts.deadline.max(STARTUP),
+                        false => cx.opts.deadline,
+                    };
+                    self.answer_by(cx, &id, m, Instant::now() + wait).await?;
                 }
             }
         }
