@@ -93,6 +93,38 @@ fn suite_as_shell_passes_against_the_rust_core_and_writes_junit() {
     assert_eq!(report.test_suites[0].name.as_str(), "kernel.shell");
 }
 
+/// A reply with a wrong correlation_id fails the check that waited for it, and the
+/// failure shows the reply that came instead, with its bytes, not only the wait.
+#[test]
+fn a_misdirected_reply_is_shown_where_the_wait_fails() {
+    let target = core_target("--break correlation");
+    let r = fast_suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "shell",
+        "--target",
+        &target,
+        "--only",
+        "kernel.15.4",
+        "--deadline",
+        "2",
+    ]);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), ["kernel.15.4"], "{}", show(&r));
+    let fail = r
+        .stdout
+        .split("FAIL kernel.15.4")
+        .nth(1)
+        .expect("failure block");
+    assert!(fail.contains("came meanwhile"), "{fail}");
+    assert!(
+        fail.contains("a response correlated to \"s-never-sent\""),
+        "{fail}"
+    );
+    assert!(fail.contains("s-never-sent"), "the bytes: {fail}");
+}
+
 #[test]
 fn a_core_that_exceeds_credit_fails_exactly_the_credit_check() {
     let (_dir, junit) = tmp("broken.xml");

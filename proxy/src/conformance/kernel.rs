@@ -225,7 +225,13 @@ struct Sess {
     /// When the suite last sent anything.
     last_sent: Instant,
     notes: Vec<String>,
+    /// Answers and rejected messages nobody waited for, since the current wait began:
+    /// a wait that fails shows them, since a misdirected reply is the usual reason.
+    unclaimed: Vec<Got>,
 }
+
+/// Unclaimed messages kept per wait (the report shows at most this many).
+const UNCLAIMED_MAX: usize = 8;
 
 impl Sess {
     fn new(p: Peer, cx: &Ctx) -> Self {
@@ -248,6 +254,7 @@ impl Sess {
             opened: HashMap::new(),
             closed: HashSet::new(),
             last_sent: Instant::now(),
+            unclaimed: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -517,6 +524,10 @@ impl Sess {
                         return Ok(inc);
                     }
                     let g = g.clone();
+                    let answer = matches!(type_of(&g), Some("response" | "error"));
+                    if (answer || g.msg.is_err()) && self.unclaimed.len() < UNCLAIMED_MAX {
+                        self.unclaimed.push((*g).clone());
+                    }
                     self.background(&g).await?;
                 }
                 Incoming::Data { frame, raw, .. } => {
@@ -545,21 +556,47 @@ impl Sess {
         pred: impl Fn(&Got) -> bool + Send + Sync,
     ) -> Result<Got, Failure> {
         let start = Instant::now();
-        match self
+        self.unclaimed.clear();
+        let failure = match self
             .pump(until, &mut |i| matches!(i, Incoming::Control(g) if pred(g)))
             .await?
         {
-            Incoming::Control(g) => Ok(*g),
-            Incoming::ControlEnd(why) => Err(Failure::new(format!(
+            Incoming::Control(g) => return Ok(*g),
+            Incoming::ControlEnd(why) => Failure::new(format!(
                 "the {} ended the control channel ({why}) while the suite waited for {what}",
                 self.other
-            ))),
-            _ => Err(Failure::new(format!(
+            )),
+            _ => Failure::new(format!(
                 "waited {:.1} s for {what} from the {}",
                 start.elapsed().as_secs_f64(),
                 self.other
-            ))),
+            )),
+        };
+        Err(self.with_unclaimed(failure))
+    }
+
+    /// `f`, with the answers and rejected messages that came while it waited, as they came.
+    fn with_unclaimed(&mut self, mut f: Failure) -> Failure {
+        let got = std::mem::take(&mut self.unclaimed);
+        if !got.is_empty() {
+            f.why += &format!(
+                "; {} answer(s) or rejected message(s) came meanwhile",
+                got.len()
+            );
         }
+        for g in got {
+            let label = match &g.msg {
+                Err(v) => format!("came meanwhile, rejected: {}", vtext(v)),
+                Ok(_) => format!(
+                    "came meanwhile: a {} correlated to {}",
+                    type_of(&g).unwrap_or("message"),
+                    g.at_ptr("/correlation_id")
+                        .map_or("nothing".into(), Value::to_string)
+                ),
+            };
+            f = f.with(label, &g.raw);
+        }
+        f
     }
 
     /// The reply (response or error) to `req`.

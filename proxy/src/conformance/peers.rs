@@ -86,6 +86,8 @@ pub struct CoreArgs {
 pub enum CoreBreak {
     /// After the first stream.credit, send all audio regardless of credit.
     Credit,
+    /// Answer `conformance:stream` with a correlation_id the shell never sent.
+    Correlation,
 }
 
 /// `peer kernel-shell` arguments.
@@ -762,7 +764,11 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                             }
                             "conformance:stream" => {
                                 let s = next_stream; next_stream += 1;
-                                out.reply(&m.value, json!({"stream_id": s}));
+                                let mut to = m.value.clone();
+                                if a.break_rule == Some(CoreBreak::Correlation) {
+                                    to["id"] = json!("s-never-sent");
+                                }
+                                out.reply(&to, json!({"stream_id": s}));
                                 for piece in ["Столица Австралии — ", "Канберра", "."] {
                                     out.event("stream.chunk", &trace, json!({"text": piece}), Some(s));
                                 }

@@ -241,17 +241,19 @@ impl Report {
         }
     }
 
-    /// The closing line.
+    /// The closing line, with the time the checks took (they run one after another).
     pub fn summary(&self) -> String {
+        let took: Duration = self.results.iter().map(|r| r.elapsed).sum();
         format!(
-            "conformance {} as {} against {}: {} checks: {} passed, {} failed, {} skipped",
+            "conformance {} as {} against {}: {} checks: {} passed, {} failed, {} skipped, in {:.1} s",
             self.contract,
             self.role,
             self.target,
             self.results.len(),
             self.passed(),
             self.failed(),
-            self.skipped()
+            self.skipped(),
+            took.as_secs_f64()
         )
     }
 
