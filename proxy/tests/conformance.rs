@@ -36,6 +36,14 @@ fn suite(args: &[&str]) -> Run {
 /// A suite run whose contract durations (the 20 s heartbeat check) are scaled to a fifth:
 /// the suite and the Rust peers it launches read `CONTRACT_TIME_SCALE`. The two full
 /// passing runs above keep the contract's own timers.
+/// The block of the report under check `id`, which must be the run's only failure.
+fn only_failure<'r>(r: &'r Run, id: &str) -> &'r str {
+    assert_eq!(r.code, 1, "{}", show(r));
+    assert_eq!(r.with("FAIL"), [id], "{}", show(r));
+    let block = r.stdout.split(&format!("FAIL {id}")).nth(1);
+    block.expect("failure block")
+}
+
 fn fast_suite(args: &[&str]) -> Run {
     common::conformance_env(
         args,
@@ -110,13 +118,7 @@ fn a_misdirected_reply_is_shown_where_the_wait_fails() {
         "--deadline",
         "2",
     ]);
-    assert_eq!(r.code, 1, "{}", show(&r));
-    assert_eq!(r.with("FAIL"), ["kernel.15.4"], "{}", show(&r));
-    let fail = r
-        .stdout
-        .split("FAIL kernel.15.4")
-        .nth(1)
-        .expect("failure block");
+    let fail = only_failure(&r, "kernel.15.4");
     assert!(fail.contains("came meanwhile"), "{fail}");
     assert!(
         fail.contains("a response correlated to \"s-never-sent\""),
@@ -143,15 +145,9 @@ fn a_core_that_exceeds_credit_fails_exactly_the_credit_check() {
         "--junit",
         junit.to_str().expect("utf-8 path"),
     ]);
-    assert_eq!(r.code, 1, "{}", show(&r));
-    assert_eq!(r.with("FAIL"), ["kernel.15.5"], "{}", show(&r));
     assert_eq!(r.lines().len(), 14, "{}", show(&r));
     // The evidence is the offending data frame: its header names the stream.
-    let fail = r
-        .stdout
-        .split("FAIL kernel.15.5")
-        .nth(1)
-        .expect("failure block");
+    let fail = only_failure(&r, "kernel.15.5");
     assert!(fail.contains("only 4096 granted"), "{fail}");
     assert!(fail.contains("hex:  0000040c 00000007"), "{fail}");
     let (report, jids) = junit_ids(&junit);
@@ -237,13 +233,7 @@ fn a_shell_that_drops_trace_id_fails_the_trace_check() {
         "--deadline",
         "5",
     ]);
-    assert_eq!(r.code, 1, "{}", show(&r));
-    assert_eq!(r.with("FAIL"), ["kernel.15.12"], "{}", show(&r));
-    let fail = r
-        .stdout
-        .split("FAIL kernel.15.12")
-        .nth(1)
-        .expect("failure block");
+    let fail = only_failure(&r, "kernel.15.12");
     assert!(fail.contains("has no trace_id"), "{fail}");
     assert!(
         fail.contains("\"method\":\"command.handle\""),
