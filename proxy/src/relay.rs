@@ -98,11 +98,12 @@ pub struct Stats {
     pub held: AtomicU64,
     /// Messages the proxy sent as a party would (kernel overrun: error and stream.close).
     pub sent: AtomicU64,
-    /// Connections closed on another connection's word (toolchannel supersede).
+    /// Connections closed on another connection's word (a claim superseded them).
     pub closed: AtomicU64,
-    /// delivery_status frames delivered to senders' inboxes (xsession drops).
+    /// Drop reports delivered where the dropped message said (xsession: a delivery_status
+    /// to the sender's inbox).
     pub notified: AtomicU64,
-    /// delivery_status frames that could not be delivered (inbox gone or too slow).
+    /// Drop reports that could not be delivered (the address gone or too slow).
     pub notify_failed: AtomicU64,
     /// Bytes a peer sent after its connection was closed, read and dropped.
     pub discarded: AtomicU64,
@@ -113,7 +114,7 @@ impl Stats {
     pub fn enforcement_line(&self) -> String {
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
-            "{} held for credit, {} sent on a party's behalf, {} connections closed, {} inbox notices ({} failed), {} bytes discarded after a close",
+            "{} held for credit, {} sent on a party's behalf, {} connections closed, {} drop reports sent ({} failed), {} bytes discarded after a close",
             n(&self.held),
             n(&self.sent),
             n(&self.closed),
@@ -359,12 +360,11 @@ impl Shared {
     }
 }
 
-/// How long delivering one report (an xsession delivery_status) to a sender may take.
+/// How long delivering one drop report (xsession: a delivery_status) may take.
 pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Deliver an xsession notice to `inbox` as its recipient would: a new
-/// connection, the auth line (when there is one), the frame, half-close.
-/// `messages` framed as the route's channel frames them (a report is written there).
+/// `messages` framed as the route's channel frames them (a report is written there, as the
+/// dropped message's receiver would: xsession's auth line, then the delivery_status).
 fn frame_all(route: &Route, messages: &[serde_json::Value]) -> std::io::Result<Vec<u8>> {
     let mut codec = stream_codec(&route.wire, &route.channel).map_err(std::io::Error::other)?;
     let mut out = bytes::BytesMut::new();
