@@ -119,9 +119,10 @@ pub enum Act {
         /// How.
         close: Closing,
     },
-    /// Kernel: held data frames now covered by credit; forward them, in order,
-    /// toward the stream's receiver (the party that granted the credit). Not a
-    /// violation; applied in both modes (the gate holds only in enforce mode).
+    /// Held data frames now covered by credit (a contract's `credit` entry: the kernel's
+    /// streams); forward them, in order, toward the key's receiver (the party that granted
+    /// the credit). Not a violation; applied in both modes (the gate holds only in enforce
+    /// mode).
     Release {
         /// The frames, in arrival order.
         frames: Vec<Held>,
