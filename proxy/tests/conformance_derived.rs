@@ -59,6 +59,29 @@ fn python(script: &str) -> String {
     format!("{} {}", py.display(), path.display())
 }
 
+/// A reply to an id the suite never sent fails the check that waited, and the failure
+/// shows that reply, with its bytes, not only the wait.
+#[test]
+fn a_misdirected_answer_is_shown_where_the_wait_fails() {
+    let contract = common::root().join("schema/contracts/mcp.json");
+    let server = python("proxy/tests/peers/mcp_misdirect.py");
+    let target = format!("exec:{server} {}", contract.display());
+    let out = Command::new(common::BIN)
+        .args(["conformance", "--contract", "mcp", "--play", "client"])
+        .args(["--deadline", "1", "--only", "mcp.derived.call.ping"])
+        .args(["--target", &target])
+        .output()
+        .expect("run conformance");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let fail = stdout
+        .split("FAIL mcp.derived.call.ping")
+        .nth(1)
+        .expect("the ping check fails");
+    assert!(fail.contains("came meanwhile: a response to"), "{fail}");
+    assert!(fail.contains("never-"), "the bytes: {fail}");
+}
+
 /// FastMCP answers a missing resource or prompt with code 0, an unknown method and a
 /// request before initialize with -32602, ignores a frame that is not JSON and serves a
 /// reused id: each is a failed check, with the rest passing.

@@ -28,7 +28,7 @@ use contract::model::{
 };
 use serde_json::{Value, json};
 
-use super::session::{Ctx, Incoming, Peer};
+use super::session::{Ctx, Incoming, Peer, with_meanwhile};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
 
 /// How long the handshake's first answer may take: a launched implementation's first
@@ -380,13 +380,19 @@ impl Session {
         until: Instant,
     ) -> Result<Value, Failure> {
         let waited = until.saturating_duration_since(Instant::now());
+        // Answers to other ids, and rejected messages: shown if the wait fails.
+        let mut unclaimed = Vec::new();
         loop {
             match self.peer.next(until).await {
                 Incoming::Control(got) => {
-                    let Some(v) = got.value() else { continue };
-                    if v.get("method").is_some() || v.get("id") != Some(id) {
+                    let answer = got.value().filter(|v| v.get("method").is_none());
+                    if answer.and_then(|v| v.get("id")) != Some(id) {
+                        if (answer.is_some() || got.msg.is_err()) && unclaimed.len() < UNCLAIMED {
+                            unclaimed.push(*got);
+                        }
                         continue;
                     }
+                    let Some(v) = got.value() else { continue };
                     return match &got.msg {
                         Ok(m) => {
                             known_code(cx.wire.contract(), m, &got.raw, what).map(|()| v.clone())
@@ -399,14 +405,15 @@ impl Session {
                     };
                 }
                 Incoming::Timeout => {
-                    return Err(Failure::new(format!(
-                        "no answer to {what} within {waited:?}"
-                    )));
+                    let secs = waited.as_secs_f64();
+                    let f = Failure::new(format!("no answer to {what} within {secs:.1} s"));
+                    return Err(with_meanwhile(f, unclaimed));
                 }
                 Incoming::ControlEnd(why) => {
-                    return Err(Failure::new(format!(
+                    let f = Failure::new(format!(
                         "the channel ended before the answer to {what}: {why}"
-                    )));
+                    ));
+                    return Err(with_meanwhile(f, unclaimed));
                 }
                 Incoming::Data { .. } | Incoming::DataEnd(_) => {}
             }
@@ -438,6 +445,9 @@ impl Session {
         Ok(())
     }
 }
+
+/// Unclaimed messages kept per wait.
+const UNCLAIMED: usize = 8;
 
 /// An error answer must carry a code the contract knows.
 fn known_code(

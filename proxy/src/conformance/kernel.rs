@@ -22,6 +22,7 @@ use contract::model::Kind;
 use contract::wire::{BinaryFrame, Message, Violation};
 use serde_json::{Value, json};
 
+use super::session::with_meanwhile;
 use super::{Check, Ctx, Failure, Got, Incoming, Peer, Row, Verdict, now_secs, pass, skip, str_at};
 
 /// Capabilities the suite declares when it plays the shell (all the seed's).
@@ -572,31 +573,7 @@ impl Sess {
                 self.other
             )),
         };
-        Err(self.with_unclaimed(failure))
-    }
-
-    /// `f`, with the answers and rejected messages that came while it waited, as they came.
-    fn with_unclaimed(&mut self, mut f: Failure) -> Failure {
-        let got = std::mem::take(&mut self.unclaimed);
-        if !got.is_empty() {
-            f.why += &format!(
-                "; {} answer(s) or rejected message(s) came meanwhile",
-                got.len()
-            );
-        }
-        for g in got {
-            let label = match &g.msg {
-                Err(v) => format!("came meanwhile, rejected: {}", vtext(v)),
-                Ok(_) => format!(
-                    "came meanwhile: a {} correlated to {}",
-                    type_of(&g).unwrap_or("message"),
-                    g.at_ptr("/correlation_id")
-                        .map_or("nothing".into(), Value::to_string)
-                ),
-            };
-            f = f.with(label, &g.raw);
-        }
-        f
+        Err(with_meanwhile(failure, std::mem::take(&mut self.unclaimed)))
     }
 
     /// The reply (response or error) to `req`.

@@ -671,6 +671,34 @@ pub(crate) fn unsendable(me: &str, v: &Violation, bytes: &[u8]) -> Failure {
     .with("the message", bytes)
 }
 
+/// `f`, with what came while its wait ran and nobody took (answers to other requests,
+/// rejected messages), each labelled with what it answered or why it was rejected: a
+/// misdirected reply is the usual reason a wait fails.
+pub(crate) fn with_meanwhile(mut f: Failure, got: Vec<Got>) -> Failure {
+    if !got.is_empty() {
+        let n = got.len();
+        f.why += &format!("; {n} other answer(s) or rejected message(s) came meanwhile");
+    }
+    for g in got {
+        let label = match &g.msg {
+            Err(v) => format!("came meanwhile, rejected: {}", v.reason),
+            Ok(m) => {
+                let kind = match m.kind {
+                    Kind::Response => "response",
+                    Kind::Error => "error",
+                    _ => "message",
+                };
+                match &m.correlation {
+                    Some(c) => format!("came meanwhile: a {kind} to {c}"),
+                    None => format!("came meanwhile: a {kind} answering nothing"),
+                }
+            }
+        };
+        f = f.with(label, &g.raw);
+    }
+    f
+}
+
 /// One control frame received.
 #[derive(Debug, Clone)]
 pub struct Got {

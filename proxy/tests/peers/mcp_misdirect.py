@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""An MCP server over stdio that answers initialize with the contract's own example result,
+then answers every other request with an id it never received: a misdirected reply, for the
+derived conformance suite's evidence test. Usage: mcp_misdirect.py CONTRACT.json"""
+import json
+import sys
+
+
+def main() -> None:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        contract = json.load(f)
+    result = next(
+        e["message"]
+        for e in contract["methods"]["initialize"]["examples"]
+        if e["part"] == "result"
+    )
+    for line in sys.stdin:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(msg, dict) or "id" not in msg or "method" not in msg:
+            continue
+        if msg["method"] == "initialize":
+            out = dict(result, id=msg["id"])
+        else:
+            out = {"jsonrpc": "2.0", "id": f"never-{msg['id']}", "result": {}}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
