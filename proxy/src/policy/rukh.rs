@@ -160,7 +160,7 @@ impl RukhPolicy {
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in core_ended {
-                self.untrack(&k);
+                self.pending.remove(&k);
                 self.ended.insert(k);
             }
         }
@@ -223,10 +223,11 @@ impl RukhPolicy {
     }
 
     fn track(&mut self, key: String, party: &str, counted: bool) {
-        // The engine caps counted requests; uncounted (lifecycle) ones are few by the
-        // session order, and this bound keeps a misbehaving peer from growing the table.
+        // Counted requests are capped per direction by the engine, which refuses the excess
+        // before this hook sees it; uncounted (lifecycle) ones are few by the session order,
+        // and this bound keeps a misbehaving peer from growing the table with them.
         let cap = self.limits().cap(PENDING_MAX).unwrap_or(0) as usize;
-        if self.pending.len() >= cap.saturating_mul(2).max(1) {
+        if !counted && self.pending.len() >= cap.saturating_mul(2).max(1) {
             return;
         }
         self.pending.insert(
@@ -236,10 +237,6 @@ impl RukhPolicy {
                 counted,
             },
         );
-    }
-
-    fn untrack(&mut self, key: &str) -> Option<Pending> {
-        self.pending.remove(key)
     }
 
     fn on_reply(&mut self, msg: &Message) -> Vec<Ruling> {
@@ -254,7 +251,7 @@ impl RukhPolicy {
         // A reply in the wrong direction or to an id never issued is the engine's (the
         // parties' `ids`), and a second completion the session machine's refusal: neither
         // gets here.
-        if self.untrack(&key).is_some() {
+        if self.pending.remove(&key).is_some() {
             let mut out = Vec::new();
             if self.init_id.as_deref() == Some(key.as_str()) {
                 self.phase = if msg.kind == Kind::Response {

@@ -5,11 +5,11 @@
 //! triggers, `allows` and `outOfPlace` ([`machine`]); keyed rate limits ([`rate`]);
 //! each party's request-id rules and pending cap ([`ids`]); capability gating from the
 //! parties' declarations ([`caps`]); deadlines with start, stop and restart triggers
-//! ([`timer`]); connection caps ([`conns`]) and pending caps ([`pending`]); credit ([`credit`]); drop reports
-//! ([`report`]); one live connection per claimed identity across redials ([`claims`]);
-//! and, for every contract, error codes the contract does not know
-//! ([`unknown_error_code`]). A contract the proxy has never seen gets all of it with no
-//! Rust change; a contract that names extensions gets their hooks layered after it.
+//! ([`timer`]); connection caps ([`conns`]) and pending caps ([`pending`]); credit
+//! ([`credit`]); drop reports ([`report`]); one live connection per claimed identity
+//! across redials ([`claims`]); and, for every contract, error codes the contract does
+//! not know ([`unknown_error_code`]). A contract the proxy has never seen gets all of it
+//! with no Rust change; a contract that names extensions gets their hooks layered after it.
 //!
 //! Like every policy it is sans-IO: events in ([`Policy::on_message`] with the instant
 //! passed in), [`Ruling`]s out. Each ruling names the contract entry it comes from
