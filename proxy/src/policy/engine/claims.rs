@@ -53,19 +53,20 @@ pub(crate) struct Mine {
     released: HashSet<String>,
 }
 
+/// Which of a claim's two actions a ruling runs.
+#[derive(Clone, Copy)]
+enum Part {
+    Superseded,
+    Refused,
+}
+
 /// A ruling for the claim entry `name`'s action `part`.
-fn claim_ruling(name: &str, part: &str, cl: &Claim, reason: String, act: Act) -> Ruling {
-    let a = if part == "superseded" {
-        &cl.superseded
-    } else {
-        &cl.refused
+fn claim_ruling(name: &str, part: Part, cl: &Claim, reason: String, act: Act) -> Ruling {
+    let (a, field, rule) = match part {
+        Part::Superseded => (&cl.superseded, "superseded", "claim.superseded"),
+        Part::Refused => (&cl.refused, "refused", "claim.refused"),
     };
-    let entry = format!("/claims/{}/{part}", contract::escape_pointer(name));
-    let rule = if part == "superseded" {
-        "claim.superseded"
-    } else {
-        "claim.refused"
-    };
+    let entry = format!("/claims/{}/{field}", contract::escape_pointer(name));
     ruling(rule, &entry, &a.seed, a.code.as_ref(), reason, act)
 }
 
@@ -107,13 +108,13 @@ impl Claims {
                     Err(why) => {
                         let reason = format!("a claim of {key} refused: {why}");
                         let act = super::on_connection(Some(&cl.refused), &reason);
-                        out.push(claim_ruling(name, "refused", cl, reason, act));
+                        out.push(claim_ruling(name, Part::Refused, cl, reason, act));
                         continue;
                     }
                 },
                 None if self.held.len() >= MAX_HELD => {
                     let reason = format!("{MAX_HELD} identities held: {key} is not tracked");
-                    out.push(claim_ruling(name, "refused", cl, reason, Act::Flag));
+                    out.push(claim_ruling(name, Part::Refused, cl, reason, Act::Flag));
                     continue;
                 }
                 None => {}
@@ -199,7 +200,7 @@ fn superseding(name: &str, cl: &Claim, old: Option<u64>, conn: u64, new: &Holder
         Some(close) => Act::CloseConn { conn: old, close },
         None => Act::Flag,
     };
-    vec![claim_ruling(name, "superseded", cl, reason, act)]
+    vec![claim_ruling(name, Part::Superseded, cl, reason, act)]
 }
 
 /// An identity's text: a string as it is, anything else as JSON.
