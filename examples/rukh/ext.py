@@ -156,13 +156,13 @@ class Extension:
         self.check_core_id(req.id)
         raw_params = req.params if req.params is not msgspec.UNSET else {}
         if not self.initialized and req.method != "rukh.initialize":
-            await self.error(req, r.ErrorCode(-32001), "not initialized", req.method)
+            await self.error(req, r.ErrorCode.NOT_INITIALIZED, "not initialized", req.method)
             raise ProtocolError(f"state_violation: {req.method} before rukh.initialize")
         if req.method == "rukh.initialize":
             p = msgspec.convert(raw_params, r.InitializeParams)
             bad = [c for c in p.capabilities if c not in SUPPORTED_CAPS]
             if bad:
-                await self.error(req, r.ErrorCode(-32003), "capability not supported", bad[0])
+                await self.error(req, r.ErrorCode.INCOMPATIBLE_SESSION, "capability not supported", bad[0])
                 return 125
             self.session_id, self.kind = p.session_id, p.kind.value
             res = r.InitializeResult(session_id=p.session_id, contract=p.contract, protocol=p.protocol,
@@ -171,7 +171,7 @@ class Extension:
             self.initialized = True
         elif req.method == "rukh.invoke":
             if self.invoke_id is not None:
-                await self.error(req, r.ErrorCode(-32002), "session already invoked")
+                await self.error(req, r.ErrorCode.ALREADY_INVOKED, "session already invoked")
                 return None
             inv = msgspec.convert(raw_params, r.InvokeParams)
             kind = "execute" if isinstance(inv, r.ExecuteInvocation) else "describe"
@@ -199,7 +199,7 @@ class Extension:
             await self.reply(req, r.Ack())
             return self.exit_code
         else:
-            await self.error(req, r.ErrorCode(-32601), "method not found")
+            await self.error(req, r.ErrorCode.METHOD_NOT_FOUND, "method not found")
         return None
 
     async def on_response(self, resp: Any) -> None:
@@ -241,7 +241,13 @@ class Extension:
                 rule = f"/{e.rule}" if e.rule else ""
                 raise ProtocolError(f"invalid frame ({e.label}{rule}): {e}") from e
             if isinstance(msg, r.Request):
-                code = await self.on_request(msg)
+                try:
+                    code = await self.on_request(msg)
+                except msgspec.ValidationError as e:
+                    # Params that fail their schema are answered without running the
+                    # handler, and the session goes on.
+                    await self.error(msg, r.ErrorCode.INVALID_PARAMS, str(e))
+                    continue
                 if code is not None:
                     return code
             elif isinstance(msg, (r.SuccessResponse, r.ErrorResponse)):

@@ -82,38 +82,65 @@ fn a_misdirected_answer_is_shown_where_the_wait_fails() {
     assert!(fail.contains("never-"), "the bytes: {fail}");
 }
 
-/// FastMCP answers a missing resource or prompt with code 0, an unknown method and a
-/// request before initialize with -32602, ignores a frame that is not JSON and serves a
-/// reused id: each is a failed check, with the rest passing.
+/// Every check FastMCP (MCP SDK 1.30.0) fails, each a deviation from the contract shown
+/// with its bytes: code 0 for a missing resource or prompt; -32602 for an unknown method, a
+/// wrong-way request and a request before initialize; no answer to a frame that is not JSON,
+/// breaks the strict profile, is a batch or is no message; a duplicate key, an invalid UTF-8
+/// byte, 2^53, 1e400, a line over the cap and a reused id all served.
+const FASTMCP_FAILS: [&str; 17] = [
+    "mcp.derived.call.resources/read",
+    "mcp.derived.call.prompts/get",
+    "mcp.derived.out-of-place.lifecycle",
+    "mcp.derived.parse",
+    "mcp.derived.json.duplicate-key",
+    "mcp.derived.json.bom",
+    "mcp.derived.json.lone-surrogate",
+    "mcp.derived.json.invalid-utf8",
+    "mcp.derived.json.unsafe-integer",
+    "mcp.derived.json.non-finite",
+    "mcp.derived.json.trailing",
+    "mcp.derived.json.not-an-object",
+    "mcp.derived.frame.over-cap",
+    "mcp.derived.invalid",
+    "mcp.derived.unknown-method",
+    "mcp.derived.wrong-direction",
+    "mcp.derived.ids.reuse",
+];
+
+/// FastMCP fails exactly where it answers otherwise than the contract, and passes the rest:
+/// the handshake, the calls, a line at the cap, an ignored unknown notification, invalid
+/// params.
 #[test]
 fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
     let r = conformance("mcp", &format!("exec:{}", python("examples/mcp/server.py")));
-    let failed = ids(&[
-        "mcp.derived.call.resources/read",
-        "mcp.derived.call.prompts/get",
-        "mcp.derived.out-of-place.lifecycle",
-        "mcp.derived.unknown-method",
-        "mcp.derived.parse",
-        "mcp.derived.ids.reuse",
-    ]);
-    assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
+    assert_eq!(r.with("FAIL"), ids(&FASTMCP_FAILS), "{}", r.stdout);
+    for passed in [
+        "mcp.derived.handshake",
+        "mcp.derived.call.tools/call",
+        "mcp.derived.frame.at-cap",
+        "mcp.derived.unknown-notification",
+        "mcp.derived.invalid-params",
+    ] {
+        assert!(r.with("PASS").contains(passed), "{passed}: {}", r.stdout);
+    }
+    assert_eq!(r.with("PASS").len(), 14, "{}", r.stdout);
+    // A probe's failure shows what the suite sent, then what came back.
+    let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
+    let reuse = reuse
+        .and_then(|s| s.split("\nFAIL").next())
+        .unwrap_or_default();
+    assert!(reuse.contains("the suite sent"), "{reuse}");
     assert!(
-        r.with("PASS").contains("mcp.derived.handshake"),
-        "{}",
-        r.stdout
+        reuse.contains("{\"jsonrpc\":\"2.0\",\"jsonrpc\""),
+        "{reuse}"
     );
-    assert!(
-        r.with("PASS").contains("mcp.derived.call.tools/call"),
-        "{}",
-        r.stdout
-    );
-    assert_eq!(r.with("PASS").len(), 11, "{}", r.stdout);
 }
 
 /// The same server behind `contract-proxy run --mode enforce`: the engine answers the
-/// out-of-place request and the reused id, the wire layer the unknown method and the bad
-/// frame, all from the contract. Only the server's own code-0 answers still fail (the proxy
-/// flags an answer; it does not rewrite it).
+/// out-of-place request and the reused id, the wire layer every bad frame (not JSON, the
+/// strict profile, a batch, no message, an unknown or wrong-way method) and drops the
+/// connection on a line over the cap, all from the contract. Only the server's own code-0
+/// answers still fail (the proxy flags an answer; it does not rewrite it).
 #[test]
 fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
     let upstream = python("examples/mcp/server.py").replace(' ', "\\ ");
@@ -127,12 +154,15 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 15, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 29, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
-/// `initialized`, then calls. pygls answers a request before initialize with -32603, not
-/// ServerNotInitialized, and answers neither an unknown method nor a frame that is not JSON.
+/// `initialized`, then calls. pygls serves a body at the cap and ignores an unknown
+/// notification. It answers a request before initialize with -32603, not
+/// ServerNotInitialized; answers none of a bad frame, a batch, an unknown method, an object
+/// that is no message or invalid params (it shows a message instead); serves a body nested
+/// deeper than the contract's cap; and reads a body over the cap.
 #[test]
 fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
     let contract = common::root().join("examples/lsp/lsp.json");
@@ -142,11 +172,18 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
         "lsp.derived.handshake",
         "lsp.derived.call.shutdown",
         "lsp.derived.call.textDocument/hover",
+        "lsp.derived.frame.at-cap",
+        "lsp.derived.unknown-notification",
     ]);
     let failed = ids(&[
         "lsp.derived.out-of-place.lifecycle",
-        "lsp.derived.unknown-method",
         "lsp.derived.parse",
+        "lsp.derived.json.depth",
+        "lsp.derived.json.not-an-object",
+        "lsp.derived.frame.over-cap",
+        "lsp.derived.invalid",
+        "lsp.derived.unknown-method",
+        "lsp.derived.invalid-params",
     ]);
     assert_eq!(r.with("PASS"), passed, "{}", r.stdout);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
@@ -172,8 +209,7 @@ fn the_derived_suite_lists_and_refuses_an_unknown_party() {
 
 /// `--derived` runs the derived suite for a contract with a hand-written one too: rukh's
 /// core walks the session machine to Running and gets a call check for each other request
-/// it sends, and the probes its contract answers with a reply (rukh's id and parse rules
-/// end the session instead: not probed).
+/// it sends, and a probe for each rule about bad input, whatever its action.
 #[test]
 fn derived_lists_the_data_suite_of_a_built_in_contract() {
     let out = Command::new(common::BIN)
@@ -206,6 +242,17 @@ fn derived_lists_the_data_suite_of_a_built_in_contract() {
     );
     assert!(ids.contains("rukh.derived.call.rukh.ui.event"), "{text}");
     assert!(!ids.contains("rukh.derived.call.rukh.invoke"), "{text}");
-    assert!(!ids.contains("rukh.derived.ids.reuse"), "{text}");
-    assert!(!ids.contains("rukh.derived.parse"), "{text}");
+    // rukh's id and parse rules end the session: the channel's end is what is checked.
+    assert!(
+        text.contains(
+            "rukh.derived.ids.reuse  a request from the core reusing an id gets `fail` -32000"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "rukh.derived.parse  a frame that is not JSON gets `fail` -32700  [/violations/parse:"
+        ),
+        "{text}"
+    );
 }

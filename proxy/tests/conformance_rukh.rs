@@ -193,6 +193,47 @@ fn playing_the_extension_a_core_that_sends_before_initialize_fails_only_that_che
     assert!(r.stdout.contains("not rukh.initialize"), "{}", show(&r));
 }
 
+/// The suite derived from rukh's data (`--derived`): both reference extensions pass every
+/// generated check, the bad-input families included (each strict-JSON rule, the caps, the
+/// `violations` table, the id rule), so each generated check agrees with what the hand-written
+/// extensions do from the same contract.
+#[test]
+fn playing_the_core_both_extensions_pass_every_derived_check() {
+    for (name, target) in [("rust", rust_ext("")), ("python", python_ext(""))] {
+        let r = suite(&[
+            "--contract",
+            "rukh",
+            "--play",
+            "core",
+            "--derived",
+            "--deadline",
+            "5",
+            "--target",
+            &target,
+        ]);
+        assert_eq!(r.code, 0, "{name}: {}", show(&r));
+        let ids = sorted(r.with("PASS"));
+        for family in [
+            "json.duplicate-key",
+            "json.depth",
+            "frame.over-cap",
+            "ids.reuse",
+        ] {
+            let id = format!("rukh.derived.{family}");
+            assert!(
+                ids.contains(&id),
+                "{name}: {id} ran and passed: {}",
+                show(&r)
+            );
+        }
+        assert!(
+            r.with("FAIL").is_empty() && r.with("SKIP").is_empty(),
+            "{}",
+            show(&r)
+        );
+    }
+}
+
 #[test]
 fn list_usage_and_placeholders() {
     let r = suite(&[

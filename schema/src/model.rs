@@ -418,6 +418,24 @@ pub enum Framing {
     },
 }
 
+impl Framing {
+    /// The limit capping one frame's payload, with the framing field that names it
+    /// (`maxPayload`, `maxLine`, `maxMessage`); `None` when the contract sets no cap.
+    pub fn payload_cap(&self) -> Option<(&'static str, &str)> {
+        match self {
+            Framing::LengthPrefixed { max_payload, .. }
+            | Framing::HeaderDelimited { max_payload, .. } => {
+                max_payload.as_deref().map(|l| ("maxPayload", l))
+            }
+            Framing::Binary { .. } => None,
+            Framing::Ndjson { max_line, .. } => Some(("maxLine", max_line.as_str())),
+            Framing::WebsocketText { max_message, .. } => {
+                max_message.as_deref().map(|l| ("maxMessage", l))
+            }
+        }
+    }
+}
+
 /// One header field of a `header-delimited` framing. Names compare case-insensitively,
 /// as in HTTP, whose header syntax these protocols borrow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

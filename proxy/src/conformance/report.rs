@@ -110,6 +110,19 @@ impl Failure {
         }
         self
     }
+
+    /// Put what the suite sent first: a probe's failure reads from cause to effect.
+    pub fn sent(mut self, bytes: &[u8]) -> Self {
+        self.evidence.insert(
+            0,
+            Evidence {
+                label: "the suite sent".into(),
+                bytes: bytes.to_vec(),
+            },
+        );
+        self.evidence.truncate(EVIDENCE_MAX);
+        self
+    }
 }
 
 /// A value the suite needs and the contract does not hold fails the check, naming it.

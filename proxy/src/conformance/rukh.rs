@@ -409,23 +409,6 @@ fn id_of(g: &Got) -> Option<String> {
         .map(str::to_string)
 }
 
-/// A one-line description of a frame, for notes and failures.
-fn show(g: &Got) -> String {
-    let what = match (&g.msg, g.method()) {
-        (Err(v), _) => format!(
-            "a frame the contract rejects ({}: {})",
-            v.class.name(),
-            v.reason
-        ),
-        (Ok(m), Some(method)) => format!("{:?} {method}", m.kind).to_lowercase(),
-        (Ok(m), None) => format!("{:?}", m.kind).to_lowercase(),
-    };
-    match id_of(g) {
-        Some(id) => format!("{what} (id {id})"),
-        None => what,
-    }
-}
-
 fn error_code(g: &Got) -> Option<i64> {
     g.at_ptr("/error/code").and_then(Value::as_i64)
 }
@@ -654,7 +637,7 @@ impl CoreSide {
     fn last(&self, f: Failure) -> Failure {
         match self.peer.log.last() {
             Some(g) => f.with(
-                format!("last frame from the extension: {}", show(g)),
+                format!("last frame from the extension: {}", g.brief()),
                 &g.raw,
             ),
             None => f,
@@ -699,7 +682,7 @@ impl CoreSide {
             Ev::Msg(g) => Err(Failure::new(
                 "the extension sent a frame after acknowledging rukh.close",
             )
-            .with(show(&g), &g.raw)),
+            .with(g.brief(), &g.raw)),
         }
     }
 
@@ -727,7 +710,7 @@ impl CoreSide {
                     if k == Some(Kind::Request) || is_success(&g) {
                         return Err(Failure::new(format!(
                             "the extension acted on the bad frame: it sent {}",
-                            show(&g)
+                            g.brief()
                         ))
                         .with("that frame", &g.raw));
                     }
@@ -774,7 +757,7 @@ impl CoreSide {
             Failure::new(format!(
                 "the extension sent {} invalid frame(s); the first: {}",
                 self.invalid.len(),
-                show(g)
+                g.brief()
             ))
             .with("that frame", &g.raw),
         )
@@ -962,7 +945,7 @@ async fn core_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
     if let Some(e) = early.first() {
         return Err(Failure::new(format!(
             "the extension sent {} before the handshake was confirmed (only the initialize answer may travel)",
-            show(e)
+            e.brief()
         ))
         .with("that frame", &e.raw));
     }
@@ -1301,7 +1284,7 @@ async fn core_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
                 if kind(&g) == Some(Kind::Request) || is_success(&g) {
                     return Err(Failure::new(format!(
                         "the extension acted while a frame was incomplete: {}",
-                        show(&g)
+                        g.brief()
                     ))
                     .with("that frame", &g.raw));
                 }
@@ -1409,7 +1392,7 @@ async fn core_cancel(cx: &mut Ctx) -> Result<Verdict, Failure> {
                 if kind(&g) == Some(Kind::Request) {
                     return Err(Failure::new(format!(
                         "the extension started new work after rukh.cancel: {}",
-                        show(&g)
+                        g.brief()
                     ))
                     .with("that frame", &g.raw));
                 }
@@ -1735,7 +1718,7 @@ impl ExtSide {
 
     fn last(&self, f: Failure) -> Failure {
         match self.peer.log.last() {
-            Some(g) => f.with(format!("last frame from the core: {}", show(g)), &g.raw),
+            Some(g) => f.with(format!("last frame from the core: {}", g.brief()), &g.raw),
             None => f,
         }
     }
@@ -1891,7 +1874,7 @@ impl ExtSide {
                 f = f.with("the core's stdout", &out);
             }
             if let Some(g) = self.peer.log.last() {
-                f = f.with(format!("last frame from the core: {}", show(g)), &g.raw);
+                f = f.with(format!("last frame from the core: {}", g.brief()), &g.raw);
             }
             return Err(f);
         }
@@ -2010,7 +1993,7 @@ async fn ext_first(cx: &mut Ctx) -> Result<Verdict, Failure> {
     if !first.is(Kind::Request, "rukh.initialize") {
         return Err(Failure::new(format!(
             "the core's first message is {}, not rukh.initialize: before the handshake is confirmed only rukh.initialize travels",
-            show(&first)
+            first.brief()
         ))
         .with("that frame", &first.raw));
     }
@@ -2020,7 +2003,7 @@ async fn ext_first(cx: &mut Ctx) -> Result<Verdict, Failure> {
         Ev::Msg(g) => {
             return Err(Failure::new(format!(
                 "the core sent {} before the handshake was confirmed",
-                show(&g)
+                g.brief()
             ))
             .with("that frame", &g.raw));
         }

@@ -711,6 +711,27 @@ pub struct Got {
 }
 
 impl Got {
+    /// A one-line description, for notes and failures: kind, method and id.
+    pub fn brief(&self) -> String {
+        let what = match (&self.msg, self.method()) {
+            (Err(v), _) => format!(
+                "a frame the contract rejects ({}: {})",
+                v.class.name(),
+                v.reason
+            ),
+            (Ok(m), Some(method)) => format!("{:?} {method}", m.kind).to_lowercase(),
+            (Ok(m), None) => format!("{:?}", m.kind).to_lowercase(),
+        };
+        match self
+            .value()
+            .and_then(|v| v.get("id"))
+            .and_then(Value::as_str)
+        {
+            Some(id) => format!("{what} (id {id})"),
+            None => what,
+        }
+    }
+
     /// The decoded message's value, or what could be parsed of a rejected one.
     pub fn value(&self) -> Option<&Value> {
         match &self.msg {
@@ -949,6 +970,27 @@ impl Peer {
                 bytes.len()
             ))),
         }
+    }
+
+    /// The control channel's frame cap (payload bytes, or UTF-16 units for such lines).
+    pub fn control_cap(&self) -> Option<u64> {
+        self.wire.codec(&self.control_ch).ok().map(|c| c.cap())
+    }
+
+    /// Send `payload` as one control frame framed as any other but for the cap: the
+    /// frame-cap checks send one byte over it.
+    pub async fn send_uncapped(&mut self, payload: &[u8]) -> Result<(), Failure> {
+        if let Some(ControlIo::Msg(_)) = &self.control {
+            return self.send_raw(payload).await;
+        }
+        let codec = self.wire.codec(&self.control_ch);
+        let mut buf = BytesMut::new();
+        codec
+            .map_err(|e| Failure::new(e.to_string()))?
+            .with_cap(u64::MAX)
+            .encode_json(payload, &mut buf)
+            .map_err(|e| Failure::new(format!("the suite could not frame its probe: {e}")))?;
+        self.write_bytes(&buf, Duration::from_secs(10)).await
     }
 
     /// The exact bytes of a data frame.

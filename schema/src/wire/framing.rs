@@ -541,6 +541,31 @@ pub fn limit_bytes(contract: &Contract, name: &str) -> Result<u64, FrameError> {
 }
 
 impl ChannelCodec {
+    /// The largest frame the codec accepts: payload bytes (UTF-16 units for such lines);
+    /// for binary frames, the payload cap.
+    pub fn cap(&self) -> u64 {
+        match self {
+            ChannelCodec::LengthPrefixed(c) => c.max,
+            ChannelCodec::Binary(c) => c.max,
+            ChannelCodec::Ndjson(c) => c.max,
+            ChannelCodec::HeaderDelimited(c) => c.max(),
+            ChannelCodec::Message(c) => c.max,
+        }
+    }
+
+    /// The same framing with its cap set to `max`: a test peer that must send a frame over
+    /// the contract's cap frames it exactly as a conforming sender frames any other.
+    pub fn with_cap(mut self, max: u64) -> Self {
+        match &mut self {
+            ChannelCodec::LengthPrefixed(c) => c.max = max,
+            ChannelCodec::Binary(c) => c.max = max,
+            ChannelCodec::Ndjson(c) => c.max = max,
+            ChannelCodec::HeaderDelimited(c) => c.set_max(max),
+            ChannelCodec::Message(c) => c.max = max,
+        }
+        self
+    }
+
     /// Frame one JSON message for a byte stream (length-prefixed, NDJSON, header-delimited).
     pub fn encode_json(&mut self, item: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
         match self {

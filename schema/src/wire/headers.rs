@@ -59,6 +59,11 @@ impl HeaderDelimited {
         self.max
     }
 
+    /// Set the body cap (see [`super::framing::ChannelCodec::with_cap`]).
+    pub(crate) fn set_max(&mut self, max: u64) {
+        self.max = max;
+    }
+
     fn bad(why: impl Into<String>) -> FrameError {
         FrameError::BadHeader(why.into())
     }

@@ -22,7 +22,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use contract::io::IoError;
 use contract::model::{ActionKind, Kind};
-use contract::wire::{Message, ViolationClass};
+use contract::wire::Message;
 use contract_generated::rukh::{self, Channel, Method, Party, types};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::stat::{SFlag, fstat};
@@ -369,13 +369,18 @@ impl Ext {
                     let msg = match m {
                         Ok(Some(msg)) => msg,
                         Ok(None) => bail!("early EOF: the core closed the channel"),
-                        Err(IoError::Violation(v)) if v.class == ViolationClass::UnknownRequest => {
-                            if let Some(id) = v.partial.as_ref().and_then(|p| p.id.clone()) {
-                                self.check_core_id(&id)?;
-                                self.conn.send(&error(&id, -32601, "method not found", None)?).await?;
-                                continue;
-                            }
-                            bail!("unknown request without id");
+                        // What the contract answers with an error (an unknown method,
+                        // params that fail their schema: R-20) is answered with the
+                        // contract's code, the id consumed, and the session goes on.
+                        Err(IoError::Violation(v)) if v.action == Some(ActionKind::ReplyError) => {
+                            let id = v.partial.as_ref().and_then(|p| p.id.clone());
+                            let code = v.code.as_ref().and_then(Value::as_i64);
+                            let (Some(id), Some(code)) = (id, code) else {
+                                bail!("protocol_error {}: {}", v.class.name(), v.reason);
+                            };
+                            self.check_core_id(&id)?;
+                            self.conn.send(&error(&id, code, &v.reason, None)?).await?;
+                            continue;
                         }
                         // What the contract says to ignore (a notification the core
                         // may not send, R-20) is counted and the session goes on.

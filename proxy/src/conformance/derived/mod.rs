@@ -23,12 +23,15 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use contract::Contract;
-use contract::model::{
-    Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger, Violations,
-};
+use contract::model::{Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger};
 use serde_json::{Value, json};
 
-use super::session::{Ctx, Incoming, Peer, with_meanwhile};
+mod probes;
+
+use contract::wire::Wire;
+use probes::Probe;
+
+use super::session::{Ctx, Got, Incoming, Peer, with_meanwhile};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
 
 /// How long the handshake's first answer may take: a launched implementation's first
@@ -90,27 +93,40 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             Some(name),
         );
     }
-    if let Some(a) = reply_error(c.violations.unknown_request.as_ref()) {
-        let title = "a request of a method the contract does not know gets its error".into();
-        add(
-            "unknown-method".into(),
-            title,
-            &a.seed,
-            unknown_method,
-            None,
+    let wire = Wire::new(std::sync::Arc::new(c.clone())).map_err(|e| e.to_string())?;
+    let first = id_value(
+        c.parties[role]
+            .ids
+            .as_ref()
+            .and_then(|i| i.prefix.as_deref()),
+        1,
+    );
+    let carriers = carriers(c, role, &plan.callable(c), &first);
+    for p in Probe::ALL {
+        if let Some(b) = probes::build(p, &wire, role, &carriers) {
+            let seed = format!("{}: {}", b.pointer, b.seed);
+            add(
+                p.name().into(),
+                b.title(p),
+                &seed,
+                probes::body,
+                Some(p.name().into()),
+            );
+        }
+    }
+    if let Some((action, code)) = id_rule(c, role) {
+        let code = code.map(|c| format!(" {c}")).unwrap_or_default();
+        let title = format!(
+            "a request from the {role} reusing an id gets `{}`{code}",
+            probes::action_name(action)
         );
-    }
-    if let Some(a) = reply_error(c.violations.parse.as_ref()) {
-        let title = "a frame that is not JSON gets the contract's parse error".into();
-        add("parse".into(), title, &a.seed, parse, None);
-    }
-    let ids = c.parties[role].ids.as_ref();
-    if let Some(a) = ids
-        .filter(|i| i.unique)
-        .and_then(|i| reply_error(i.action.as_ref()))
-    {
-        let title = format!("a {role} request reusing an id gets the id-rule error");
-        add("ids.reuse".into(), title, &a.seed, id_reuse, None);
+        let seed = c.parties[role]
+            .ids
+            .as_ref()
+            .and_then(|i| i.action.as_ref())
+            .map(|a| format!("/parties/{role}/ids: {}", a.seed))
+            .unwrap_or_default();
+        add("ids.reuse".into(), title, &seed, id_reuse, None);
     }
     Ok(out)
 }
@@ -322,6 +338,27 @@ fn example(c: &Contract, method: &str, role: &str) -> Option<Value> {
         .map(|e| e.message.clone())
 }
 
+/// Request id number `n`, under the party's id prefix when it has one.
+fn id_value(prefix: Option<&str>, n: u64) -> Value {
+    match prefix {
+        Some(p) => json!(format!("{p}{n}")),
+        None => json!(n),
+    }
+}
+
+/// The call examples of `methods` (requests) with `id`.
+fn carriers(c: &Contract, role: &str, methods: &[String], id: &Value) -> Vec<Value> {
+    methods
+        .iter()
+        .filter_map(|m| example(c, m, role))
+        .filter(|v| v.get("id").is_some())
+        .map(|mut v| {
+            v["id"] = id.clone();
+            v
+        })
+        .collect()
+}
+
 /// The suite's session: the peer, and the ids it gave out.
 struct Session {
     peer: Peer,
@@ -350,13 +387,26 @@ impl Session {
         let mut v = example(c, method, &cx.role)
             .ok_or_else(|| Failure::new(format!("the contract has no call example of {method}")))?;
         if v.get("id").is_some() {
-            self.next += 1;
-            v["id"] = match &self.prefix {
-                Some(p) => json!(format!("{p}{}", self.next)),
-                None => json!(self.next),
-            };
+            v["id"] = self.take_id();
         }
         Ok(v)
+    }
+
+    /// The id the next request gets.
+    fn peek_id(&self) -> Value {
+        id_value(self.prefix.as_deref(), self.next + 1)
+    }
+
+    /// Give out the next id.
+    fn take_id(&mut self) -> Value {
+        let id = self.peek_id();
+        self.next += 1;
+        id
+    }
+
+    /// The examples of `methods`, each with the next id (only one of them is sent).
+    fn carriers(&self, cx: &Ctx, methods: &[String]) -> Vec<Value> {
+        carriers(cx.wire.contract(), &cx.role, methods, &self.peek_id())
     }
 
     /// Send `method`'s example; its id when it is a request.
@@ -379,14 +429,29 @@ impl Session {
         what: &str,
         until: Instant,
     ) -> Result<Value, Failure> {
+        let (v, _) = self
+            .wait_answer(cx, std::slice::from_ref(id), what, until)
+            .await?;
+        Ok(v)
+    }
+
+    /// The first answer to any of `ids`, with the other answers and the rejected messages
+    /// that came before it (shown if the wait fails, judged by a caller that expects none).
+    async fn wait_answer(
+        &mut self,
+        cx: &Ctx,
+        ids: &[Value],
+        what: &str,
+        until: Instant,
+    ) -> Result<(Value, Vec<Got>), Failure> {
         let waited = until.saturating_duration_since(Instant::now());
-        // Answers to other ids, and rejected messages: shown if the wait fails.
         let mut unclaimed = Vec::new();
         loop {
             match self.peer.next(until).await {
                 Incoming::Control(got) => {
                     let answer = got.value().filter(|v| v.get("method").is_none());
-                    if answer.and_then(|v| v.get("id")) != Some(id) {
+                    let to = answer.and_then(|v| v.get("id"));
+                    if !to.is_some_and(|id| ids.contains(id)) {
                         if (answer.is_some() || got.msg.is_err()) && unclaimed.len() < UNCLAIMED {
                             unclaimed.push(*got);
                         }
@@ -394,9 +459,8 @@ impl Session {
                     }
                     let Some(v) = got.value() else { continue };
                     return match &got.msg {
-                        Ok(m) => {
-                            known_code(cx.wire.contract(), m, &got.raw, what).map(|()| v.clone())
-                        }
+                        Ok(m) => known_code(cx.wire.contract(), m, &got.raw, what)
+                            .map(|()| (v.clone(), unclaimed)),
                         Err(bad) => Err(Failure::new(format!(
                             "the answer to {what} breaks the contract: {}",
                             bad.reason
@@ -542,72 +606,42 @@ fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {
     })
 }
 
-/// Send `bytes` raw after the handshake and expect `want` answering `id`.
-async fn probe(
-    cx: &mut Ctx,
-    bytes: &[u8],
-    id: &Value,
-    want: &Value,
-    what: &str,
-) -> Result<Verdict, Failure> {
-    let plan = plan_of(cx);
-    let mut s = Session::open(cx).await?;
-    s.handshake(cx, &plan).await?;
-    s.peer.send_raw(bytes).await?;
-    let got = s.answer(cx, id, what).await?;
-    expect_code(&got, want, what)
-}
-
-/// The code of the `violations` entry `pick` chooses.
-fn violation_code(cx: &Ctx, pick: fn(&Violations) -> Option<&Action>) -> Value {
-    pick(&cx.wire.contract().violations)
-        .and_then(|a| a.code.clone())
-        .unwrap_or_default()
-}
-
-fn unknown_method(cx: &mut Ctx) -> BodyFuture<'_> {
-    Box::pin(async move {
-        let want = violation_code(cx, |v| v.unknown_request.as_ref());
-        let id = json!(9_000_001);
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "conformance/no-such-method"});
-        let bytes = msg.to_string();
-        probe(cx, bytes.as_bytes(), &id, &want, "an unknown method").await
-    })
-}
-
-fn parse(cx: &mut Ctx) -> BodyFuture<'_> {
-    Box::pin(async move {
-        let want = violation_code(cx, |v| v.parse.as_ref());
-        let bad = b"{\"jsonrpc\": \"2.0\", \"id\": ";
-        probe(cx, bad, &Value::Null, &want, "a frame that is not JSON").await
-    })
+/// The reaction the party's id rule prescribes for a reused id, when the suite can see it.
+fn id_rule(c: &Contract, role: &str) -> Option<(ActionKind, Option<Value>)> {
+    let ids = c.parties.get(role)?.ids.as_ref().filter(|i| i.unique)?;
+    let a = ids.action.as_ref()?;
+    match (a.action, &a.code) {
+        (ActionKind::ReplyError, None) => None,
+        (kind, code) => Some((kind, code.clone())),
+    }
 }
 
 fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let plan = plan_of(cx);
         let c = cx.wire.contract().clone();
-        let want = c.parties[&cx.role]
-            .ids
-            .as_ref()
-            .and_then(|i| i.action.as_ref())
-            .and_then(|a| a.code.clone())
-            .unwrap_or_default();
-        let method = plan
-            .callable(&c)
-            .into_iter()
-            .next()
+        let (action, code) =
+            id_rule(&c, &cx.role).ok_or_else(|| Failure::new("suite bug: no id rule to probe"))?;
+        let callable = plan.callable(&c);
+        let method = callable
+            .first()
             .ok_or_else(|| Failure::new("no request to send after the handshake"))?;
         let mut s = Session::open(cx).await?;
         s.handshake(cx, &plan).await?;
-        let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
-        s.answer(cx, &id, &method).await?;
-        let mut again = s.message(cx, &method)?;
+        let id = s.send(cx, method).await?.unwrap_or(Value::Null);
+        s.answer(cx, &id, method).await?;
+        let mut again = s.message(cx, method)?;
         again["id"] = id.clone();
         s.peer.send_raw(again.to_string().as_bytes()).await?;
-        let got = s
-            .answer(cx, &id, &format!("{method} reusing id {id}"))
-            .await?;
-        expect_code(&got, &want, &format!("{method} reusing id {id}"))
+        let b = probes::Built {
+            bytes: Vec::new(),
+            ids: vec![id.clone(), Value::Null],
+            uncapped: false,
+            reaction: probes::Reaction::Rule { action, code },
+            pointer: String::new(),
+            seed: String::new(),
+        };
+        let what = format!("{method} reusing id {id}");
+        probes::react(&mut s, cx, &b, &what, &callable).await
     })
 }

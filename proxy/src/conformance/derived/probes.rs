@@ -1,0 +1,614 @@
+//! The bad-input families of the derived suite. For each rule the contract declares about
+//! input a receiver must not accept (the channel's JSON rules, its frame cap, the
+//! `violations` table), one check sends such input after the handshake and expects the
+//! reaction the contract prescribes:
+//! - `reply-error`: an answer with the contract's code, to the probe's id or to null;
+//! - `close`, `drop-connection`, `fail`: the channel ends;
+//! - `ignore`: no answer, and the next request is served as usual.
+//!
+//! What the contract prescribes is never restated here: a probe's bytes go through the
+//! suite's own compiled [`Wire`], whose verdict (class, action, code, seed) is the
+//! expectation. A probe the contract does not reject, or whose reaction it leaves open
+//! (`reply-error` without a code), is not made at all.
+
+use contract::Contract;
+use contract::model::{ActionKind, Kind};
+use contract::wire::{Violation, ViolationClass, Wire};
+use serde_json::{Map, Value, json};
+
+use super::{Session, error_code, expect_code, plan_of};
+use crate::conformance::session::{Ctx, Got, Incoming, with_meanwhile};
+use crate::conformance::{BodyFuture, Failure, Verdict, pass};
+
+/// One bad (or, for `frame.at-cap`, borderline) input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Probe {
+    DuplicateKey,
+    Bom,
+    LoneSurrogate,
+    InvalidUtf8,
+    UnsafeInteger,
+    NonFinite,
+    Trailing,
+    Depth,
+    Items,
+    NotAnObject,
+    OverCap,
+    AtCap,
+    Invalid,
+    UnknownRequest,
+    UnknownNotification,
+    Parse,
+    WrongDirection,
+    InvalidParams,
+}
+
+impl Probe {
+    /// Every probe, in the order the suite lists them.
+    pub const ALL: [Probe; 18] = [
+        Probe::Parse,
+        Probe::DuplicateKey,
+        Probe::Bom,
+        Probe::LoneSurrogate,
+        Probe::InvalidUtf8,
+        Probe::UnsafeInteger,
+        Probe::NonFinite,
+        Probe::Trailing,
+        Probe::Depth,
+        Probe::Items,
+        Probe::NotAnObject,
+        Probe::AtCap,
+        Probe::OverCap,
+        Probe::Invalid,
+        Probe::UnknownRequest,
+        Probe::UnknownNotification,
+        Probe::WrongDirection,
+        Probe::InvalidParams,
+    ];
+
+    /// The check's name after `<contract>.derived.`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::DuplicateKey => "json.duplicate-key",
+            Probe::Bom => "json.bom",
+            Probe::LoneSurrogate => "json.lone-surrogate",
+            Probe::InvalidUtf8 => "json.invalid-utf8",
+            Probe::UnsafeInteger => "json.unsafe-integer",
+            Probe::NonFinite => "json.non-finite",
+            Probe::Trailing => "json.trailing",
+            Probe::Depth => "json.depth",
+            Probe::Items => "json.items",
+            Probe::NotAnObject => "json.not-an-object",
+            Probe::OverCap => "frame.over-cap",
+            Probe::AtCap => "frame.at-cap",
+            Probe::Invalid => "invalid",
+            Probe::UnknownRequest => "unknown-method",
+            Probe::UnknownNotification => "unknown-notification",
+            Probe::Parse => "parse",
+            Probe::WrongDirection => "wrong-direction",
+            Probe::InvalidParams => "invalid-params",
+        }
+    }
+
+    pub fn named(name: &str) -> Option<Probe> {
+        Probe::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// What is sent, for titles and failures.
+    pub fn what(self) -> &'static str {
+        match self {
+            Probe::DuplicateKey => "a request with a duplicate key",
+            Probe::Bom => "a request after a byte-order mark",
+            Probe::LoneSurrogate => "a request with a lone surrogate escape",
+            Probe::InvalidUtf8 => "a request with an invalid UTF-8 byte",
+            Probe::UnsafeInteger => "a request with the integer 2^53",
+            Probe::NonFinite => "a request with the number 1e400",
+            Probe::Trailing => "a request followed by a second value in its frame",
+            Probe::Depth => "a request one level deeper than the depth cap",
+            Probe::Items => "a request with more items than the item cap",
+            Probe::NotAnObject => "a request wrapped in an array (a batch)",
+            Probe::OverCap => "a request padded one byte over the frame cap",
+            Probe::AtCap => "a request padded exactly to the frame cap",
+            Probe::Invalid => "an object with an id but no method, result or error",
+            Probe::UnknownRequest => "a request of a method the contract does not know",
+            Probe::UnknownNotification => "a notification the contract does not know",
+            Probe::Parse => "a frame that is not JSON",
+            Probe::WrongDirection => "a request only the other party may send",
+            Probe::InvalidParams => "a request whose params fail their schema",
+        }
+    }
+}
+
+/// What the contract says a receiver does with a probe, and the entry that says it.
+#[derive(Debug, Clone)]
+pub(super) enum Reaction {
+    /// Served like any other message (a frame exactly at its cap).
+    Answer,
+    /// The action of a rule, with its code when it has one.
+    Rule {
+        action: ActionKind,
+        code: Option<Value>,
+    },
+}
+
+/// A probe made for one contract and one party.
+#[derive(Debug, Clone)]
+pub(super) struct Built {
+    pub bytes: Vec<u8>,
+    /// Ids an answer to it may carry: its own, and null (a receiver that cannot read it).
+    pub ids: Vec<Value>,
+    /// Framed over the channel's cap.
+    pub uncapped: bool,
+    pub reaction: Reaction,
+    /// The contract entry prescribing the reaction (a JSON pointer).
+    pub pointer: String,
+    /// That entry's seed section.
+    pub seed: String,
+}
+
+impl Built {
+    /// The check's title.
+    pub fn title(&self, p: Probe) -> String {
+        match &self.reaction {
+            Reaction::Answer => format!("{} is served like any other", p.what()),
+            Reaction::Rule { action, code } => {
+                let code = code.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
+                format!("{} gets `{}`{code}", p.what(), action_name(*action))
+            }
+        }
+    }
+}
+
+pub(super) fn action_name(a: ActionKind) -> &'static str {
+    match a {
+        ActionKind::ReplyError => "reply-error",
+        ActionKind::Close => "close",
+        ActionKind::DropConnection => "drop-connection",
+        ActionKind::Ignore => "ignore",
+        ActionKind::Fail => "fail",
+    }
+}
+
+/// `p` for the party `role` of `wire`'s contract, built on the first of `carriers` (the
+/// party's requests, each with the next id) it fits; `None` when the contract prescribes
+/// nothing checkable for it.
+pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Option<Built> {
+    let c = wire.contract();
+    let ch = super::jsonrpc_channel(c)?;
+    if p == Probe::AtCap {
+        return at_cap(wire, ch, role, carriers);
+    }
+    let (carrier, bytes) = match p {
+        Probe::WrongDirection => wrong_direction(c, role, carriers.first()?)?,
+        Probe::InvalidParams => invalid_params(wire, ch, role, carriers)?,
+        _ => {
+            let m = carriers.first()?;
+            (m.clone(), bytes_of(p, wire, ch, m)?)
+        }
+    };
+    let violation = match p {
+        Probe::OverCap => wire.violation(ViolationClass::Oversize, "over the frame cap"),
+        _ => match wire.decode(ch, role, &bytes, None) {
+            Ok(_) => return None,
+            Err(v) => v,
+        },
+    };
+    let (action, code) = checkable(&violation)?;
+    let ids = match carrier.get("id") {
+        Some(id) if p != Probe::UnknownNotification => vec![id.clone(), Value::Null],
+        _ => vec![Value::Null],
+    };
+    Some(Built {
+        bytes,
+        ids,
+        uncapped: p == Probe::OverCap,
+        reaction: Reaction::Rule { action, code },
+        pointer: format!("/violations/{}", entry(c, violation.class)),
+        seed: violation.seed.unwrap_or_default(),
+    })
+}
+
+/// The action (and code) of a violation the suite can observe.
+fn checkable(v: &Violation) -> Option<(ActionKind, Option<Value>)> {
+    match (v.action?, &v.code) {
+        (ActionKind::ReplyError, None) => None,
+        (a, code) => Some((a, code.clone())),
+    }
+}
+
+/// The `violations` member the Wire took `class`'s action from.
+fn entry(c: &Contract, class: ViolationClass) -> &'static str {
+    let v = &c.violations;
+    let or_invalid = |own: bool, name| if own { name } else { "invalid" };
+    match class {
+        ViolationClass::Oversize => or_invalid(v.oversize.is_some(), "oversize"),
+        ViolationClass::Parse => "parse",
+        ViolationClass::Invalid => "invalid",
+        ViolationClass::UnknownRequest => "unknownRequest",
+        ViolationClass::UnknownNotification => "unknownNotification",
+        ViolationClass::WrongDirection => or_invalid(v.wrong_direction.is_some(), "wrongDirection"),
+        ViolationClass::InvalidParams => or_invalid(v.invalid_params.is_some(), "invalidParams"),
+    }
+}
+
+/// A JSON text with `member` (raw `"key":value`) inserted first in its top-level object.
+fn inject(text: &str, member: &str) -> Vec<u8> {
+    let rest = text.strip_prefix('{').unwrap_or(text);
+    let sep = if rest.starts_with('}') { "" } else { "," };
+    format!("{{{member}{sep}{rest}").into_bytes()
+}
+
+/// The bytes of the probes made by rewriting one carrier request.
+fn bytes_of(p: Probe, wire: &Wire, ch: &str, m: &Value) -> Option<Vec<u8>> {
+    let c = wire.contract();
+    let rules = c.channels.get(ch)?.json.as_ref();
+    let strict = rules.is_some_and(|r| r.strict);
+    let text = m.to_string();
+    let limit = |name: Option<&String>| -> Option<usize> {
+        usize::try_from(wire.limits().cap(name?).ok()?).ok()
+    };
+    let member = "\"conformance\":";
+    Some(match p {
+        Probe::DuplicateKey if strict => {
+            let (k, v) = m.as_object()?.iter().next()?;
+            inject(&text, &format!("{}:{v}", Value::from(k.as_str())))
+        }
+        Probe::Bom if strict => [&b"\xEF\xBB\xBF"[..], text.as_bytes()].concat(),
+        Probe::LoneSurrogate if strict => inject(&text, &format!("{member}\"\\ud800\"")),
+        Probe::InvalidUtf8 if strict => {
+            let mut b = inject(&text, &format!("{member}\"\u{1}\""));
+            let at = b.iter().position(|x| *x == 1)?;
+            b[at] = 0xff;
+            b
+        }
+        Probe::UnsafeInteger if strict => inject(&text, &format!("{member}{}", 1u64 << 53)),
+        Probe::NonFinite if strict => inject(&text, &format!("{member}1e400")),
+        Probe::Trailing if strict => format!("{text}{{}}").into_bytes(),
+        Probe::Depth => {
+            // The top-level object is depth 1: `max` nested arrays inside it make max + 1.
+            let max = limit(rules?.max_depth.as_ref())?;
+            inject(
+                &text,
+                &format!("{member}{}{}", "[".repeat(max), "]".repeat(max)),
+            )
+        }
+        Probe::Items => {
+            let max = limit(rules?.max_items.as_ref())?;
+            inject(
+                &text,
+                &format!("{member}[{}]", vec!["0"; max + 1].join(",")),
+            )
+        }
+        Probe::NotAnObject if rules.is_some_and(|r| r.object_only) => {
+            format!("[{text}]").into_bytes()
+        }
+        Probe::OverCap => {
+            let cap = over_cap_target(wire, ch)?;
+            padded(&text, cap.checked_add(1)?)?
+        }
+        Probe::Invalid => without(m, &["method", "params"]).to_string().into_bytes(),
+        Probe::UnknownRequest => renamed(m, "conformance/no-such-method").into_bytes(),
+        Probe::UnknownNotification => {
+            let n = without(m, &["id"]);
+            renamed(&n, "conformance/no-such-notification").into_bytes()
+        }
+        Probe::Parse => text.as_bytes()[..text.len() / 2].to_vec(),
+        _ => return None,
+    })
+}
+
+fn without(m: &Value, keys: &[&str]) -> Value {
+    let mut m = m.clone();
+    if let Some(o) = m.as_object_mut() {
+        for k in keys {
+            o.remove(*k);
+        }
+    }
+    m
+}
+
+fn renamed(m: &Value, method: &str) -> String {
+    let mut m = without(m, &["params"]);
+    m["method"] = json!(method);
+    m.to_string()
+}
+
+/// The channel's declared frame cap, when it is one the suite can pad to.
+fn over_cap_target(wire: &Wire, ch: &str) -> Option<u64> {
+    wire.contract().channels.get(ch)?.framing.payload_cap()?;
+    Some(wire.codec(ch).ok()?.cap())
+}
+
+/// `text` padded with spaces (JSON whitespace after the value) to `len` bytes; ASCII only,
+/// so a cap counted in UTF-16 units counts the same.
+fn padded(text: &str, len: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(len).ok()?;
+    if !text.is_ascii() || text.len() > len {
+        return None;
+    }
+    let mut b = text.as_bytes().to_vec();
+    b.resize(len, b' ');
+    Some(b)
+}
+
+/// A request padded exactly to the cap, which the contract accepts, on the first carrier
+/// no per-method cap holds below it.
+fn at_cap(wire: &Wire, ch: &str, role: &str, carriers: &[Value]) -> Option<Built> {
+    let cap = over_cap_target(wire, ch)?;
+    let (field, _) = wire.contract().channels.get(ch)?.framing.payload_cap()?;
+    carriers.iter().find_map(|m| {
+        let bytes = padded(&m.to_string(), cap)?;
+        wire.decode(ch, role, &bytes, None).ok()?;
+        Some(Built {
+            bytes,
+            ids: vec![m.get("id")?.clone()],
+            uncapped: false,
+            reaction: Reaction::Answer,
+            pointer: format!("/channels/{ch}/framing/{field}"),
+            seed: wire.contract().channels.get(ch)?.seed.clone(),
+        })
+    })
+}
+
+/// A request example of a method `role` may not send, with the carrier's id.
+fn wrong_direction(c: &Contract, role: &str, carrier: &Value) -> Option<(Value, Vec<u8>)> {
+    let id = carrier.get("id")?;
+    c.methods.values().find_map(|m| {
+        if m.kind != Kind::Request || m.from.iter().any(|p| p == role) {
+            return None;
+        }
+        let example = m
+            .examples
+            .iter()
+            .find(|e| e.part == contract::model::Part::Call)?;
+        let mut v = example.message.clone();
+        v.get("id")?;
+        v["id"] = id.clone();
+        let bytes = v.to_string().into_bytes();
+        Some((v, bytes))
+    })
+}
+
+/// The first carrier whose params the Wire calls invalid once mutated: a member of the
+/// wrong type or a member dropped (on any carrier), else params of the wrong shape.
+fn invalid_params(
+    wire: &Wire,
+    ch: &str,
+    role: &str,
+    carriers: &[Value],
+) -> Option<(Value, Vec<u8>)> {
+    let invalid = |m: &Value, p: Value| {
+        let mut v = m.clone();
+        v["params"] = p;
+        let bytes = v.to_string().into_bytes();
+        match wire.decode(ch, role, &bytes, None) {
+            Err(e) if e.class == ViolationClass::InvalidParams => Some((v, bytes)),
+            _ => None,
+        }
+    };
+    let members = |m: &Value| -> Vec<Value> {
+        let Some(params) = m.get("params").and_then(Value::as_object) else {
+            return Vec::new();
+        };
+        let mut tries = Vec::new();
+        for (k, v) in params {
+            let mut wrong = params.clone();
+            wrong.insert(k.clone(), wrong_type(v));
+            tries.push(Value::Object(wrong));
+            let mut dropped: Map<String, Value> = params.clone();
+            dropped.remove(k);
+            tries.push(Value::Object(dropped));
+        }
+        tries
+    };
+    let shapes = || {
+        [
+            json!(["conformance"]),
+            json!({"conformance": {"unexpected": true}}),
+        ]
+    };
+    carriers
+        .iter()
+        .find_map(|m| members(m).into_iter().find_map(|p| invalid(m, p)))
+        .or_else(|| {
+            carriers
+                .iter()
+                .find_map(|m| shapes().into_iter().find_map(|p| invalid(m, p)))
+        })
+}
+
+fn wrong_type(v: &Value) -> Value {
+    match v {
+        Value::String(_) => json!(12345),
+        _ => json!("conformance"),
+    }
+}
+
+/// The body of every probe check: the handshake, the probe, then the reaction.
+pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let name = cx.subject.clone().unwrap_or_default();
+        let p = Probe::named(&name)
+            .ok_or_else(|| Failure::new(format!("suite bug: no probe {name}")))?;
+        let plan = plan_of(cx);
+        let callable = plan.callable(cx.wire.contract());
+        let mut s = Session::open(cx).await?;
+        s.handshake(cx, &plan).await?;
+        let mut b = built(p, cx, &s, &callable)?;
+        if ends(&b.reaction) {
+            // An end the session would have reached anyway is no evidence: it must be
+            // alive right before the probe.
+            if let Some(m) = callable.first() {
+                let id = s.send(cx, m).await?.unwrap_or(Value::Null);
+                s.answer(cx, &id, &format!("{m} just before the probe"))
+                    .await?;
+                b = built(p, cx, &s, &callable)?;
+            }
+        }
+        if b.ids.first().is_some_and(|id| !id.is_null()) {
+            s.take_id();
+        }
+        let sent = match b.uncapped {
+            true => s.peer.send_uncapped(&b.bytes).await,
+            false => s.peer.send_raw(&b.bytes).await,
+        };
+        match sent {
+            // A receiver that reads a length over the cap and ends the channel at once
+            // (before allocating) makes the rest of the write fail: that is the reaction.
+            Err(f) if ends(&b.reaction) => {
+                return pass(format!(
+                    "the channel ended while the suite wrote: {}",
+                    f.why
+                ));
+            }
+            sent => sent.map_err(|f| f.sent(&b.bytes))?,
+        }
+        react(&mut s, cx, &b, p.what(), &callable)
+            .await
+            .map_err(|f| f.sent(&b.bytes))
+    })
+}
+
+/// `p` built on the session's next id.
+fn built(p: Probe, cx: &Ctx, s: &Session, callable: &[String]) -> Result<Built, Failure> {
+    let carriers = s.carriers(cx, callable);
+    build(p, &cx.wire, &cx.role, &carriers)
+        .ok_or_else(|| Failure::new(format!("suite bug: {} does not apply", p.name())))
+}
+
+/// Whether the reaction ends the channel.
+fn ends(r: &Reaction) -> bool {
+    matches!(r, Reaction::Rule { action, .. } if !matches!(action, ActionKind::ReplyError | ActionKind::Ignore))
+}
+
+/// Whether `g` answers one of `ids` with a result (served, not refused).
+fn served(g: &Got, ids: &[Value]) -> bool {
+    g.value().is_some_and(|v| {
+        v.get("result").is_some() && v.get("id").is_some_and(|id| ids.contains(id))
+    })
+}
+
+/// Whether `g` answers one of `ids` at all.
+fn answers(g: &Got, ids: &[Value]) -> bool {
+    g.value().is_some_and(|v| {
+        v.get("method").is_none() && v.get("id").is_some_and(|id| ids.contains(id))
+    })
+}
+
+/// Judge what the implementation did after `b` was sent.
+pub(super) async fn react(
+    s: &mut Session,
+    cx: &Ctx,
+    b: &Built,
+    what: &str,
+    callable: &[String],
+) -> Result<Verdict, Failure> {
+    match &b.reaction {
+        Reaction::Answer => {
+            let (v, _) = s.wait_answer(cx, &b.ids, what, cx.soon()).await?;
+            let refusing = rejection_codes(cx.wire.contract());
+            match error_code(&v).filter(|c| refusing.contains(c)) {
+                Some(code) => Err(Failure::new(format!(
+                    "{what} was refused with {code}, though the contract accepts it"
+                ))
+                .with("the answer", v.to_string().as_bytes())),
+                None => pass(format!("{what}: answered as any other")),
+            }
+        }
+        Reaction::Rule {
+            action: ActionKind::ReplyError,
+            code,
+        } => {
+            let (v, _) = s.wait_answer(cx, &b.ids, what, cx.soon()).await?;
+            expect_code(&v, code.as_ref().unwrap_or(&Value::Null), what)
+        }
+        Reaction::Rule {
+            action: ActionKind::Ignore,
+            ..
+        } => ignored(s, cx, b, what, callable).await,
+        Reaction::Rule { action, .. } => ended(s, cx, b, *action, what).await,
+    }
+}
+
+/// The codes of the contract's `violations` entries: a frame it accepts gets none of them.
+fn rejection_codes(c: &Contract) -> Vec<Value> {
+    let v = &c.violations;
+    [
+        &v.parse,
+        &v.invalid,
+        &v.oversize,
+        &v.unknown_request,
+        &v.wrong_direction,
+        &v.invalid_params,
+    ]
+    .into_iter()
+    .filter_map(|a| a.as_ref().and_then(|a| a.code.clone()))
+    .collect()
+}
+
+/// `ignore`: nothing answers the probe, and the party's next request is served.
+async fn ignored(
+    s: &mut Session,
+    cx: &Ctx,
+    b: &Built,
+    what: &str,
+    callable: &[String],
+) -> Result<Verdict, Failure> {
+    let follow = callable
+        .first()
+        .ok_or_else(|| Failure::new("no request to send after the probe"))?;
+    let id = s.send(cx, follow).await?.unwrap_or(Value::Null);
+    let (_, before) = s
+        .wait_answer(cx, std::slice::from_ref(&id), follow, cx.soon())
+        .await?;
+    match before.iter().find(|g| answers(g, &b.ids)) {
+        Some(g) => Err(Failure::new(format!(
+            "{what} was answered, where the contract says to ignore it"
+        ))
+        .with("the answer", &g.raw)),
+        None => pass(format!(
+            "{what}: not answered; {follow} was served after it"
+        )),
+    }
+}
+
+/// `close`, `drop-connection`, `fail`: the channel ends; serving the probe is a failure.
+async fn ended(
+    s: &mut Session,
+    cx: &Ctx,
+    b: &Built,
+    action: ActionKind,
+    what: &str,
+) -> Result<Verdict, Failure> {
+    let until = cx.soon();
+    let waited = until.saturating_duration_since(std::time::Instant::now());
+    let mut seen = Vec::new();
+    let action = action_name(action);
+    loop {
+        match s.peer.next(until).await {
+            Incoming::Control(g) if served(&g, &b.ids) => {
+                return Err(Failure::new(format!(
+                    "{what} was served, where the contract prescribes `{action}`"
+                ))
+                .with("the answer", &g.raw));
+            }
+            Incoming::Control(g) => {
+                if seen.len() < super::UNCLAIMED {
+                    seen.push(*g);
+                }
+            }
+            Incoming::ControlEnd(why) => {
+                let after: Vec<String> = seen.iter().map(Got::brief).collect();
+                return pass(format!("the channel ended ({why}) after {after:?}"));
+            }
+            Incoming::Timeout => {
+                let secs = waited.as_secs_f64();
+                let f = Failure::new(format!(
+                    "the channel was still open {secs:.1} s after {what}; the contract prescribes `{action}`"
+                ));
+                return Err(with_meanwhile(f, seen));
+            }
+            Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+        }
+    }
+}
