@@ -70,6 +70,9 @@ pub struct Check {
     /// What a check derived from the contract is about (a method name), handed to its body
     /// as [`Ctx::subject`]: one body serves every method.
     pub subject: Option<String>,
+    /// The check may run on the session the check before it kept ([`Ctx::kept`]) rather
+    /// than on a fresh one: a fresh session is not its point.
+    pub shares: bool,
 }
 
 impl std::fmt::Debug for Check {
@@ -107,6 +110,7 @@ pub fn table(role: &str, roles: [&str; 2], rows: Vec<Row>) -> Option<Vec<Check>>
                 seed: seed.into(),
                 body: if first { a } else { b },
                 subject: None,
+                shares: false,
             })
             .collect(),
     )
@@ -277,6 +281,32 @@ pub fn suite(contract: &contract::Contract, role: &str) -> Result<Vec<Check>, Co
     }
 }
 
+/// Run one check's body on `cx`. The context comes back when the check passed and kept
+/// its session for the next check; otherwise its target is ended here.
+async fn run_body(body: Body, mut cx: Ctx, limit: Duration) -> (Outcome, Option<Ctx>) {
+    cx.notes.clear();
+    let ran = tokio::time::timeout(limit, body(&mut cx)).await;
+    if cx.kept.is_some()
+        && let Ok(Ok(Verdict::Pass(d))) = ran
+    {
+        return (Outcome::Pass(d), Some(cx));
+    }
+    cx.kept = None;
+    cx.finish().await;
+    let mut outcome = match ran {
+        Ok(Ok(Verdict::Pass(d))) => Outcome::Pass(d),
+        Ok(Ok(Verdict::Skip(d))) => Outcome::Skip(d),
+        Ok(Err(f)) => Outcome::Fail(f),
+        Err(_) => Outcome::Fail(Failure::new(format!(
+            "the check did not finish within {limit:?} (--check-deadline)"
+        ))),
+    };
+    if let Outcome::Fail(f) = &mut outcome {
+        f.notes.append(&mut cx.notes);
+    }
+    (outcome, None)
+}
+
 /// One line on stdout; a reader that went away (`| head`) is not an error of the suite.
 fn say(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
@@ -380,33 +410,31 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
         args.target,
         checks.len()
     );
+    // The context (its launched target and its session) a passing check kept for the next.
+    let mut kept: Option<Ctx> = None;
     for c in &checks {
         let start = Instant::now();
         let outcome = match c.body {
             Err(why) => Outcome::Skip(format!("not applicable to the {}: {why}", args.play)),
             Ok(body) => {
-                let mut cx = Ctx::new(
-                    wire.clone(),
-                    &args.play,
-                    &other,
-                    opts.clone(),
-                    target.clone(),
-                );
-                cx.subject = c.subject.clone();
-                let ran = tokio::time::timeout(opts.check_deadline, body(&mut cx)).await;
-                cx.finish().await;
-                let mut outcome = match ran {
-                    Ok(Ok(Verdict::Pass(d))) => Outcome::Pass(d),
-                    Ok(Ok(Verdict::Skip(d))) => Outcome::Skip(d),
-                    Ok(Err(f)) => Outcome::Fail(f),
-                    Err(_) => Outcome::Fail(Failure::new(format!(
-                        "the check did not finish within {:?} (--check-deadline)",
-                        opts.check_deadline
-                    ))),
+                let mut cx = match kept.take() {
+                    Some(cx) if c.shares => cx,
+                    before => {
+                        if let Some(mut cx) = before {
+                            cx.finish().await;
+                        }
+                        Ctx::new(
+                            wire.clone(),
+                            &args.play,
+                            &other,
+                            opts.clone(),
+                            target.clone(),
+                        )
+                    }
                 };
-                if let Outcome::Fail(f) = &mut outcome {
-                    f.notes.append(&mut cx.notes);
-                }
+                cx.subject = c.subject.clone();
+                let (outcome, cx) = run_body(body, cx, opts.check_deadline).await;
+                kept = cx;
                 outcome
             }
         };
@@ -419,6 +447,9 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
         };
         say(format_args!("{r}"));
         report.results.push(r);
+    }
+    if let Some(mut cx) = kept {
+        cx.finish().await;
     }
     say(format_args!("{}", report.summary()));
     if let Some(path) = &args.junit {

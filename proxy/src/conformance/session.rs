@@ -229,6 +229,27 @@ pub struct Ctx {
     pub notes: Vec<String>,
     /// What a derived check is about (see [`super::Check::subject`]).
     pub subject: Option<String>,
+    /// A session the check leaves for the next one, which finds it here when it
+    /// [`super::Check::shares`]; the runner keeps it only when the check passed.
+    pub kept: Option<Kept>,
+}
+
+/// A session a check left for the next ([`Ctx::kept`]), of whatever type its suite uses.
+/// The mutex only makes it `Sync`, as a context shared by reference across awaits must be:
+/// one check at a time owns it.
+pub struct Kept(std::sync::Mutex<Box<dyn std::any::Any + Send>>);
+
+impl Kept {
+    /// Keep `session`.
+    pub fn new<T: Send + 'static>(session: T) -> Kept {
+        Kept(std::sync::Mutex::new(Box::new(session)))
+    }
+
+    /// The session, if it is a `T`.
+    pub fn take<T: 'static>(self) -> Option<T> {
+        let any = self.0.into_inner().unwrap_or_else(|e| e.into_inner());
+        any.downcast::<T>().ok().map(|b| *b)
+    }
 }
 
 /// A private directory for one session's sockets.
@@ -334,6 +355,7 @@ impl Ctx {
             last: None,
             notes: Vec::new(),
             subject: None,
+            kept: None,
         }
     }
 

@@ -31,7 +31,7 @@ mod probes;
 use contract::wire::Wire;
 use probes::Probe;
 
-use super::session::{Ctx, Got, Incoming, Peer, with_meanwhile};
+use super::session::{Ctx, Got, Incoming, Kept, Peer, with_meanwhile};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
 
 /// How long the handshake's first answer may take: a launched implementation's first
@@ -55,22 +55,24 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
     }
     let plan = Plan::new(c, role);
     let mut out = Vec::new();
-    let mut add =
-        |id: String, title: String, seed: &str, body: super::Body, subject: Option<String>| {
-            out.push(Check {
-                id: format!("{}.derived.{id}", c.name).into(),
-                title: title.into(),
-                seed: seed.to_string().into(),
-                body: Ok(body),
-                subject,
-            });
-        };
+    // `shares`: the check needs the handshake done and changes nothing it leads to, so it
+    // may run on the session the check before it kept.
+    let mut add = |id: String, title: String, seed: &str, body: super::Body, subject, shares| {
+        out.push(Check {
+            id: format!("{}.derived.{id}", c.name).into(),
+            title: title.into(),
+            seed: seed.to_string().into(),
+            body: Ok(body),
+            subject,
+            shares,
+        });
+    };
     if let Some((name, sm)) = &plan.machine {
         let title = format!(
             "the {name} machine reaches `{}` by the contract's own messages",
             plan.target
         );
-        add("handshake".into(), title, &sm.seed, handshake, None);
+        add("handshake".into(), title, &sm.seed, handshake, None, false);
     }
     for m in plan.callable(c) {
         let title = format!("an example {m} gets an answer the contract accepts");
@@ -79,7 +81,8 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             title,
             &c.methods[&m].seed,
             call,
-            Some(m),
+            Some(m.clone()),
+            plan.stays(c, &m),
         );
     }
     for (name, sm, method) in out_of_place_probes(c, role) {
@@ -91,6 +94,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             &sm.seed,
             out_of_place,
             Some(name),
+            false,
         );
     }
     let wire = Wire::new(std::sync::Arc::new(c.clone())).map_err(|e| e.to_string())?;
@@ -101,7 +105,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             .and_then(|i| i.prefix.as_deref()),
         1,
     );
-    let carriers = carriers(c, role, &plan.callable(c), &first);
+    let carriers = carriers(c, role, &plan.staying(c), &first);
     for p in Probe::ALL {
         if let Some(b) = probes::build(p, &wire, role, &carriers) {
             let seed = format!("{}: {}", b.pointer, b.seed);
@@ -111,6 +115,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
                 &seed,
                 probes::body,
                 Some(p.name().into()),
+                true,
             );
         }
     }
@@ -126,7 +131,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             .and_then(|i| i.action.as_ref())
             .map(|a| format!("/parties/{role}/ids: {}", a.seed))
             .unwrap_or_default();
-        add("ids.reuse".into(), title, &seed, id_reuse, None);
+        add("ids.reuse".into(), title, &seed, id_reuse, None, true);
     }
     Ok(out)
 }
@@ -194,6 +199,29 @@ impl Plan {
             .filter(|(n, _)| self.allowed(c, n))
             .map(|(n, _)| n.clone())
             .collect()
+    }
+
+    /// Whether the machine stays where the handshake took it when `method` is sent and
+    /// answered (LSP's `shutdown` moves it on its answer).
+    fn stays(&self, c: &Contract, method: &str) -> bool {
+        let Some((_, sm)) = &self.machine else {
+            return true;
+        };
+        !sm.transitions
+            .iter()
+            .filter(|t| t.from == self.target)
+            .any(|t| {
+                matches!(step_of(c, t.trigger.as_ref(), &self.role),
+                Some(Step::Send(m) | Step::Await(m)) if m == method)
+            })
+    }
+
+    /// The callable requests that leave the machine where it is: what the checks sharing a
+    /// session send.
+    fn staying(&self, c: &Contract) -> Vec<String> {
+        let mut all = self.callable(c);
+        all.retain(|m| self.stays(c, m));
+        all
     }
 
     fn allowed(&self, c: &Contract, method: &str) -> bool {
@@ -381,6 +409,21 @@ impl Session {
         })
     }
 
+    /// The session the check before kept, or a fresh one taken through the handshake.
+    async fn start(cx: &mut Ctx, plan: &Plan) -> Result<Session, Failure> {
+        if let Some(s) = cx.kept.take().and_then(Kept::take::<Session>) {
+            return Ok(s);
+        }
+        let mut s = Session::open(cx).await?;
+        s.handshake(cx, plan).await?;
+        Ok(s)
+    }
+
+    /// Leave the session, where the handshake took it, for the next check.
+    fn keep(self, cx: &mut Ctx) {
+        cx.kept = Some(Kept::new(self));
+    }
+
     /// `method`'s example as the played party writes it, with a fresh id for a request.
     fn message(&mut self, cx: &Ctx, method: &str) -> Result<Value, Failure> {
         let c = cx.wire.contract();
@@ -558,6 +601,7 @@ fn handshake(cx: &mut Ctx) -> BodyFuture<'_> {
         let plan = plan_of(cx);
         let mut s = Session::open(cx).await?;
         s.handshake(cx, &plan).await?;
+        s.keep(cx);
         pass(format!(
             "reached {} in {} steps: {:?}",
             plan.target,
@@ -571,11 +615,13 @@ fn call(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let method = cx.subject.clone().unwrap_or_default();
         let plan = plan_of(cx);
-        let mut s = Session::open(cx).await?;
-        s.handshake(cx, &plan).await?;
+        let mut s = Session::start(cx, &plan).await?;
         let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
         let started = Instant::now();
         let got = s.answer(cx, &id, &method).await?;
+        if plan.stays(cx.wire.contract(), &method) {
+            s.keep(cx);
+        }
         let how = if error_code(&got).is_some() {
             "an error the contract knows"
         } else {
@@ -622,12 +668,11 @@ fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
         let c = cx.wire.contract().clone();
         let (action, code) =
             id_rule(&c, &cx.role).ok_or_else(|| Failure::new("suite bug: no id rule to probe"))?;
-        let callable = plan.callable(&c);
+        let callable = plan.staying(&c);
         let method = callable
             .first()
             .ok_or_else(|| Failure::new("no request to send after the handshake"))?;
-        let mut s = Session::open(cx).await?;
-        s.handshake(cx, &plan).await?;
+        let mut s = Session::start(cx, &plan).await?;
         let id = s.send(cx, method).await?.unwrap_or(Value::Null);
         s.answer(cx, &id, method).await?;
         let mut again = s.message(cx, method)?;
@@ -642,6 +687,8 @@ fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
             seed: String::new(),
         };
         let what = format!("{method} reusing id {id}");
-        probes::react(&mut s, cx, &b, &what, &callable).await
+        let verdict = probes::react(&mut s, cx, &b, &what, &callable).await?;
+        probes::keep_unless_ended(s, cx, &b);
+        Ok(verdict)
     })
 }

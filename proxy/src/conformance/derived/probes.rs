@@ -431,9 +431,8 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let p = Probe::named(&name)
             .ok_or_else(|| Failure::new(format!("suite bug: no probe {name}")))?;
         let plan = plan_of(cx);
-        let callable = plan.callable(cx.wire.contract());
-        let mut s = Session::open(cx).await?;
-        s.handshake(cx, &plan).await?;
+        let callable = plan.staying(cx.wire.contract());
+        let mut s = Session::start(cx, &plan).await?;
         let mut b = built(p, cx, &s, &callable)?;
         if ends(&b.reaction) {
             // An end the session would have reached anyway is no evidence: it must be
@@ -463,10 +462,19 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             }
             sent => sent.map_err(|f| f.sent(&b.bytes))?,
         }
-        react(&mut s, cx, &b, p.what(), &callable)
+        let verdict = react(&mut s, cx, &b, p.what(), &callable)
             .await
-            .map_err(|f| f.sent(&b.bytes))
+            .map_err(|f| f.sent(&b.bytes))?;
+        keep_unless_ended(s, cx, &b);
+        Ok(verdict)
     })
+}
+
+/// After a passing probe, the session goes on unless the reaction ended it.
+pub(super) fn keep_unless_ended(s: Session, cx: &mut Ctx, b: &Built) {
+    if !ends(&b.reaction) {
+        s.keep(cx);
+    }
 }
 
 /// `p` built on the session's next id.
