@@ -86,8 +86,9 @@ fn a_misdirected_answer_is_shown_where_the_wait_fails() {
 /// with its bytes: code 0 for a missing resource or prompt; -32602 for an unknown method, a
 /// wrong-way request and a request before initialize; no answer to a frame that is not JSON,
 /// breaks the strict profile, is a batch or is no message; a duplicate key, an invalid UTF-8
-/// byte, 2^53, 1e400, a line over the cap and a reused id all served.
-const FASTMCP_FAILS: [&str; 17] = [
+/// byte, 2^53, 1e400, a line over the cap and a reused id all served; no tools/call refused
+/// beyond the contract's per-connection bucket.
+const FASTMCP_FAILS: [&str; 18] = [
     "mcp.derived.call.resources/read",
     "mcp.derived.call.prompts/get",
     "mcp.derived.out-of-place.lifecycle",
@@ -104,6 +105,7 @@ const FASTMCP_FAILS: [&str; 17] = [
     "mcp.derived.invalid",
     "mcp.derived.unknown-method",
     "mcp.derived.wrong-direction",
+    "mcp.derived.rate.toolsCallRate",
     "mcp.derived.ids.reuse",
 ];
 
@@ -137,9 +139,9 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
 }
 
 /// The same server behind `contract-proxy run --mode enforce`: the engine answers the
-/// out-of-place request and the reused id, the wire layer every bad frame (not JSON, the
-/// strict profile, a batch, no message, an unknown or wrong-way method) and drops the
-/// connection on a line over the cap, all from the contract. Only the server's own code-0
+/// out-of-place request, the reused id and the calls beyond the rate's bucket, the wire
+/// layer every bad frame (not JSON, the strict profile, a batch, no message, an unknown or
+/// wrong-way method) and drops the connection on a line over the cap, all from the contract. Only the server's own code-0
 /// answers still fail (the proxy flags an answer; it does not rewrite it).
 #[test]
 fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
@@ -154,7 +156,12 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 29, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 30, "{}", r.stdout);
+    assert!(
+        r.stdout.contains("refused with -32029 (bucket 5)"),
+        "{}",
+        r.stdout
+    );
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends

@@ -27,6 +27,7 @@ use contract::model::{Action, ActionKind, Binding, Kind, Part, Scope, StateMachi
 use serde_json::{Value, json};
 
 mod probes;
+mod rates;
 
 use contract::wire::Wire;
 use probes::Probe;
@@ -118,6 +119,18 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
                 true,
             );
         }
+    }
+    for r in rates::rate_probes(c, role, &plan.staying(c)) {
+        let title = format!(
+            "{} back-to-back {} get served up to the bucket of {}, then {}",
+            2 * r.burst + 1,
+            r.method,
+            r.burst,
+            r.code
+        );
+        // A fresh session: the bucket is full when the connection opens.
+        let id = format!("rate.{}", r.limit);
+        add(id, title, &r.seed, rates::body, Some(r.limit), false);
     }
     if let Some((action, code)) = id_rule(c, role) {
         let code = code.map(|c| format!(" {c}")).unwrap_or_default();
