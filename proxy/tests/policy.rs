@@ -325,6 +325,29 @@ fn pending_capped(mut s: Rukh) {
     assert!(s.send(&EXT, &s.req("rukh.call", &next), None).is_empty());
 }
 
+/// With both directions at their cap of pending requests, a lifecycle request (the core's
+/// rukh.close after the completion) is still tracked, so its ack is an answer, not a stray.
+#[test]
+fn rukh_lifecycle_requests_are_tracked_with_both_directions_at_their_cap() {
+    let mut s = Rukh::new();
+    s.running();
+    let max = limit(&s.w, "pendingRequestsMax") as u64;
+    for n in 1..=max {
+        let call = s.req("rukh.call", &format!("e:{n}"));
+        assert!(s.send(&EXT, &call, None).is_empty(), "call {n}");
+        let ui = s.req("rukh.ui.event", &format!("c:{}", n + 2));
+        assert!(s.send(&CORE, &ui, None).is_empty(), "ui event {n}");
+    }
+    let done = s.res("rukh.invoke", "c:2");
+    assert!(s.send(&EXT, &done, Some("rukh.invoke")).is_empty());
+    let id = format!("c:{}", max + 3);
+    let close = s.req("rukh.close", &id);
+    assert!(s.send(&CORE, &close, None).is_empty());
+    let ack = s.res("rukh.close", &id);
+    let r = s.send(&EXT, &ack, Some("rukh.close"));
+    assert!(r.is_empty(), "{r:?}");
+}
+
 #[test]
 fn rukh_log_intake_excess_is_discarded_and_counted() {
     let mut s = Rukh::new();

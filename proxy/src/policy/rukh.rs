@@ -225,9 +225,10 @@ impl RukhPolicy {
     fn track(&mut self, key: String, party: &str, counted: bool) {
         // Counted requests are capped per direction by the engine, which refuses the excess
         // before this hook sees it; uncounted (lifecycle) ones are few by the session order,
-        // and this bound keeps a misbehaving peer from growing the table with them.
+        // and this bound, on them alone, keeps a misbehaving peer from growing the table.
         let cap = self.limits().cap(PENDING_MAX).unwrap_or(0) as usize;
-        if !counted && self.pending.len() >= cap.saturating_mul(2).max(1) {
+        let lifecycle = self.pending.values().filter(|p| !p.counted).count();
+        if !counted && lifecycle >= cap.max(1) {
             return;
         }
         self.pending.insert(
