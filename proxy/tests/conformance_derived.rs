@@ -27,8 +27,12 @@ impl Outcomes {
 }
 
 fn conformance(contract: &str, target: &str) -> Outcomes {
+    conformance_as("client", contract, target)
+}
+
+fn conformance_as(role: &str, contract: &str, target: &str) -> Outcomes {
     let out = Command::new(common::BIN)
-        .args(["conformance", "--contract", contract, "--play", "client"])
+        .args(["conformance", "--contract", contract, "--play", role])
         .args(["--deadline", "2", "--target", target])
         .output()
         .expect("run conformance");
@@ -162,6 +166,56 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "{}",
         r.stdout
     );
+}
+
+/// The MCP SDK's client (a host script) launched with socat as its server command: socat
+/// bridges its stdio to the suite, which plays the server. The suite expects initialize,
+/// answers it with the contract's example, expects notifications/initialized, then sends
+/// each server request (ping, roots/list, sampling, elicitation) and probes the bad-input
+/// rules. The client passes the handshake and the calls, serves a line at the cap, ignores
+/// an unknown notification and answers invalid params with -32602. Like the SDK's server,
+/// it answers nothing that is not JSON, a BOM, a surrogate, trailing bytes or a batch,
+/// serves a duplicate key, 2^53, 1e400, a reused id and a line over the cap, answers
+/// sampling before initialize, and dies on an invalid UTF-8 byte.
+#[test]
+fn the_mcp_sdk_client_is_checked_with_the_suite_playing_the_server() {
+    let target = format!(
+        "exec:{} socat STDIO {{control}}",
+        python("proxy/tests/peers/mcp_host.py")
+    );
+    let r = conformance_as("server", "mcp", &target);
+    let passed = ids(&[
+        "mcp.derived.handshake",
+        "mcp.derived.call.ping",
+        "mcp.derived.call.roots/list",
+        "mcp.derived.call.sampling/createMessage",
+        "mcp.derived.call.elicitation/create",
+        "mcp.derived.frame.at-cap",
+        "mcp.derived.unknown-notification",
+        "mcp.derived.invalid-params",
+    ]);
+    assert_eq!(r.with("PASS"), passed, "{}", r.stdout);
+    assert_eq!(r.with("FAIL").len(), 15, "{}", r.stdout);
+    assert!(
+        r.stdout.contains("[Expect(\"initialize\"), Answer(\"initialize\"), Expect(\"notifications/initialized\")]"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// The same client with `contract-proxy run --mode enforce` as its server command, the
+/// proxy dialing the suite: every check passes, the proxy answering for the client what
+/// the contract prescribes.
+#[test]
+fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
+    let target = format!(
+        "exec:{} {} run --contract mcp --listen stdio --mode enforce --upstream {{control}}",
+        python("proxy/tests/peers/mcp_host.py"),
+        common::BIN
+    );
+    let r = conformance_as("server", "mcp", &target);
+    assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 23, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends

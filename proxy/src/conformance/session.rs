@@ -497,6 +497,9 @@ impl Ctx {
                 Endpoint::Tcp("127.0.0.1:0".into()),
             ),
         };
+        // A contract with one channel gets `{control}` only: nothing listens for, or dials, a
+        // second channel it does not have.
+        let two = channels(&self.wire).1.is_some();
         let listeners = if suite_listens {
             let bind = |e: &Endpoint| {
                 let e = e.clone();
@@ -507,7 +510,11 @@ impl Ctx {
                     })
                 }
             };
-            Some((bind(&control).await?, bind(&data).await?))
+            let data = match two {
+                true => Some(bind(&data).await?),
+                false => None,
+            };
+            Some((bind(&control).await?, data))
         } else {
             None
         };
@@ -516,18 +523,18 @@ impl Ctx {
             l.map(|l| l.local()).unwrap_or_else(|| e.to_string())
         };
         let c_text = shown(listeners.as_ref().map(|l| &l.0), &control);
-        let d_text = shown(listeners.as_ref().map(|l| &l.1), &data);
+        let d_text = shown(listeners.as_ref().and_then(|l| l.1.as_ref()), &data);
         let argv: Vec<String> = argv
             .iter()
             .map(|a| a.replace("{control}", &c_text).replace("{data}", &d_text))
             .collect();
         self.spawn(&argv, Stdout::Discard)?;
         let link = match listeners {
-            Some((lc, ld)) => Link::Accept(lc, Some(ld)),
+            Some((lc, ld)) => Link::Accept(lc, ld),
             None => {
                 let c: Endpoint = c_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
                 let d: Endpoint = d_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
-                Link::Dial(c, Some(d))
+                Link::Dial(c, two.then_some(d))
             }
         };
         self.reach(link).await

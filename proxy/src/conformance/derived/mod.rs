@@ -34,6 +34,7 @@ use probes::Probe;
 
 use super::session::{Ctx, Got, Incoming, Kept, Peer, with_meanwhile};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
+use crate::policy::engine::is_call as engine_is_call;
 
 /// How long the handshake's first answer may take: a launched implementation's first
 /// answer also pays for its start-up (an interpreter importing its SDK on a loaded
@@ -161,11 +162,15 @@ fn jsonrpc_channel(c: &Contract) -> Option<&str> {
         .map(|(n, _)| n.as_str())
 }
 
-/// One step of the handshake: send the party's example of a method, or await the answer.
+/// One step of the handshake. The played party sends its example of a method, or awaits
+/// the answer to it; or it expects the other party's message of a method, or answers the
+/// request it expected with its own result example (the answering party's walk).
 #[derive(Debug, Clone, PartialEq)]
 enum Step {
     Send(String),
     Await(String),
+    Expect(String),
+    Answer(String),
 }
 
 /// The lifecycle walk for one party.
@@ -201,8 +206,9 @@ impl Plan {
         let sent: Vec<&String> = self
             .steps
             .iter()
-            .map(|s| match s {
-                Step::Send(m) | Step::Await(m) => m,
+            .filter_map(|s| match s {
+                Step::Send(m) | Step::Await(m) => Some(m),
+                Step::Expect(_) | Step::Answer(_) => None,
             })
             .collect();
         c.methods
@@ -289,19 +295,27 @@ fn step_of(c: &Contract, t: Option<&Trigger>, role: &str) -> Option<Step> {
         return None;
     }
     let sender = from.as_deref();
-    match kind {
+    let (mine, theirs) = (
+        m.from.iter().any(|p| p == role),
+        m.from.iter().any(|p| p != role),
+    );
+    let step = match kind {
         None | Some(Kind::Request | Kind::Notification | Kind::Event)
-            if kind.is_none_or(|k| k == m.kind)
-                && sender.is_none_or(|p| p == role)
-                && m.from.iter().any(|p| p == role) =>
+            if kind.is_none_or(|k| k == m.kind) =>
         {
-            Some(Step::Send(method.clone()))
+            match sender {
+                None if mine => Step::Send,
+                Some(p) if p == role && mine => Step::Send,
+                None if theirs => Step::Expect,
+                Some(p) if p != role && theirs => Step::Expect,
+                _ => return None,
+            }
         }
-        Some(Kind::Response) if sender.is_none_or(|p| p != role) => {
-            Some(Step::Await(method.clone()))
-        }
-        _ => None,
-    }
+        Some(Kind::Response) if sender.is_none_or(|p| p != role) => Step::Await,
+        Some(Kind::Response) => Step::Answer,
+        _ => return None,
+    };
+    Some(step(method.clone()))
 }
 
 /// The state allowing `role` the most methods (the furthest on a tie) and the steps there.
@@ -371,11 +385,15 @@ fn out_of_place_probes<'c>(c: &'c Contract, role: &str) -> Vec<(String, &'c Stat
 
 /// `role`'s first call example of `method` (any call example when none names a sender).
 fn example(c: &Contract, method: &str, role: &str) -> Option<Value> {
+    example_of(c, method, Part::Call, role)
+}
+
+/// `role`'s first `part` example of `method` (one naming no sender when none names it).
+fn example_of(c: &Contract, method: &str, part: Part, role: &str) -> Option<Value> {
     let m = c.methods.get(method)?;
-    let calls = || m.examples.iter().filter(|e| e.part == Part::Call);
-    calls()
-        .find(|e| e.from.as_deref() == Some(role))
-        .or_else(|| calls().find(|e| e.from.is_none()))
+    let of = || m.examples.iter().filter(|e| e.part == part);
+    of().find(|e| e.from.as_deref() == Some(role))
+        .or_else(|| of().find(|e| e.from.is_none()))
         .map(|e| e.message.clone())
 }
 
@@ -543,8 +561,15 @@ impl Session {
     /// The handshake of `plan`.
     async fn handshake(&mut self, cx: &Ctx, plan: &Plan) -> Result<(), Failure> {
         let mut last = None;
+        // The request of the other party's the suite expected and has yet to answer.
+        let mut owed: Option<(Value, String)> = None;
         let mut first = true;
         for step in &plan.steps {
+            // The first message of a fresh session also pays for the launch.
+            let wait = match std::mem::take(&mut first) {
+                true => cx.opts.deadline.max(STARTUP),
+                false => cx.opts.deadline,
+            };
             match step {
                 Step::Send(m) => last = self.send(cx, m).await?.map(|id| (id, m.clone())),
                 Step::Await(m) => {
@@ -553,16 +578,91 @@ impl Session {
                         Some((id, _)) => id,
                         None => self.send(cx, m).await?.unwrap_or(Value::Null),
                     };
-                    // The first answer of a fresh session also pays for the launch.
-                    let wait = match std::mem::take(&mut first) {
-                        true => cx.opts.deadline.max(STARTUP),
-                        false => cx.opts.deadline,
-                    };
                     self.answer_by(cx, &id, m, Instant::now() + wait).await?;
+                }
+                Step::Expect(m) => {
+                    let got = self.expect(cx, m, Instant::now() + wait).await?;
+                    if let Some(previous) = owed.take() {
+                        self.reply(cx, &previous.1, &previous.0).await?;
+                    }
+                    owed = got.map(|id| (id, m.clone()));
+                }
+                Step::Answer(m) => {
+                    let (id, _) = owed
+                        .take()
+                        .filter(|(_, r)| r == m)
+                        .ok_or_else(|| Failure::new(format!("suite bug: no {m} to answer")))?;
+                    self.reply(cx, m, &id).await?;
                 }
             }
         }
+        if let Some((id, m)) = owed {
+            self.reply(cx, &m, &id).await?;
+        }
         Ok(())
+    }
+
+    /// Wait for the implementation's message of `method`; its id when it is a request.
+    /// Its other requests meanwhile are answered as any other.
+    async fn expect(
+        &mut self,
+        cx: &Ctx,
+        method: &str,
+        until: Instant,
+    ) -> Result<Option<Value>, Failure> {
+        let mut seen = Vec::new();
+        loop {
+            match self.peer.next(until).await {
+                Incoming::Control(got) => {
+                    let call = got.ok().filter(|m| m.method.as_deref() == Some(method));
+                    if let Some(m) = call.filter(|m| engine_is_call(m)) {
+                        return Ok(m.id.clone());
+                    }
+                    if !self.respond(cx, &got).await? && seen.len() < UNCLAIMED {
+                        seen.push(*got);
+                    }
+                }
+                Incoming::Timeout => {
+                    let f = Failure::new(format!("the implementation sent no {method}"));
+                    return Err(with_meanwhile(f, seen));
+                }
+                Incoming::ControlEnd(why) => {
+                    let f = Failure::new(format!("the channel ended before {method}: {why}"));
+                    return Err(with_meanwhile(f, seen));
+                }
+                Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+            }
+        }
+    }
+
+    /// Answer the implementation's request `method` (id `id`) with the played party's
+    /// result example.
+    async fn reply(&mut self, cx: &Ctx, method: &str, id: &Value) -> Result<(), Failure> {
+        let c = cx.wire.contract();
+        let mut v = example_of(c, method, Part::Result, &cx.role).ok_or_else(|| {
+            Failure::new(format!("the contract has no result example of {method}"))
+        })?;
+        v["id"] = id.clone();
+        self.peer.send(&v).await.map(|_| ())
+    }
+
+    /// Answer `got` if it is a request of the implementation's the played party serves
+    /// (a ping while the suite expects the next handshake message). Only the handshake
+    /// answers so: a request that comes later stays unanswered, so the implementation's own
+    /// work (a rukh command awaiting its rukh.call) does not move the session on while the
+    /// checks that share it run. Whether it answered.
+    async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {
+        let Some(m) = got.ok().filter(|m| m.kind == Kind::Request) else {
+            return Ok(false);
+        };
+        let (Some(method), Some(id)) = (m.method.clone(), m.id.clone()) else {
+            return Ok(false);
+        };
+        if example_of(cx.wire.contract(), &method, Part::Result, &cx.role).is_none() {
+            return Ok(false);
+        }
+        self.reply(cx, &method, &id).await?;
+        Ok(true)
     }
 }
 
