@@ -234,6 +234,51 @@ fn playing_the_core_both_extensions_pass_every_derived_check() {
     }
 }
 
+/// The derived suite playing the extension: the Rust core launches `socat FD:3 {control}`
+/// as its extension, and socat bridges the socketpair end the core hands it to the socket
+/// the suite listens on. No rukh-specific launcher: the walk expects rukh.initialize,
+/// answers it with the contract's example (echoing the session the core pinned) and
+/// expects rukh.invoke. The honest core passes all 21 checks; `--break before-initialize`
+/// fails the handshake alone, naming the message and state, and the rest skip.
+#[test]
+fn playing_the_extension_the_rust_core_passes_every_derived_check() {
+    let derived = |extra: &str| {
+        let target = format!(
+            "exec:{} --deadline-ms 30000 {extra} -- socat FD:3 {{control}}",
+            peers().join("rukh-core").display()
+        );
+        suite(&[
+            "--contract",
+            "rukh",
+            "--play",
+            "extension",
+            "--derived",
+            "--deadline",
+            "5",
+            "--target",
+            &target,
+        ])
+    };
+    let r = derived("");
+    assert_eq!(r.code, 0, "{}", show(&r));
+    assert_eq!(r.with("PASS").len(), 21, "{}", show(&r));
+    let r = derived("--break before-initialize");
+    assert_eq!(
+        sorted(r.with("FAIL")),
+        ["rukh.derived.handshake"],
+        "{}",
+        show(&r)
+    );
+    assert_eq!(r.with("SKIP").len(), 20, "{}", show(&r));
+    assert!(
+        r.stdout.contains(
+            "sent rukh.invoke in `Launching`, where the session machine does not allow it"
+        ),
+        "{}",
+        show(&r)
+    );
+}
+
 #[test]
 fn list_usage_and_placeholders() {
     let r = suite(&[

@@ -153,9 +153,12 @@ impl Target {
                 if data.is_some() {
                     return Err("--target-data goes with a dialed or listened target; a launched target gets {data}".into());
                 }
+                // A channel no party connects (rukh's socketpair) is listened on by the
+                // suite: a launched command given an address dials it (`socat FD:3
+                // {control}` bridging the end a core hands its extension).
                 Ok(Target::Launch {
                     argv,
-                    suite_listens: !suite_dials,
+                    suite_listens: connects.as_deref().is_none_or(|p| p != play),
                     sockets,
                 })
             }

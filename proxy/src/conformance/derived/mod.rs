@@ -178,6 +178,8 @@ struct Plan {
     machine: Option<(String, StateMachine)>,
     target: String,
     steps: Vec<Step>,
+    /// The state the machine is in before each step.
+    states: Vec<String>,
     role: String,
 }
 
@@ -188,14 +190,16 @@ impl Plan {
             .iter()
             .find(|(_, sm)| lifecycle(sm))
             .map(|(n, sm)| (n.clone(), sm.clone()));
-        let (target, steps) = match &machine {
+        let (target, path) = match &machine {
             Some((_, sm)) => walk(c, sm, role),
             None => (String::new(), Vec::new()),
         };
+        let (states, steps) = path.into_iter().unzip();
         Plan {
             machine,
             target,
             steps,
+            states,
             role: role.to_string(),
         }
     }
@@ -241,6 +245,47 @@ impl Plan {
         let mut all = self.callable(c);
         all.retain(|m| self.stays(c, m));
         all
+    }
+
+    /// What a check that needs the handshake done makes of its failure: a skip, since the
+    /// handshake check reports it (one broken rule, one failing check); a failure when there
+    /// is no handshake check.
+    fn unreached(&self, f: Failure) -> Result<Verdict, Failure> {
+        match &self.machine {
+            Some(_) => super::skip(format!(
+                "the handshake did not reach `{}` (its own check reports why): {}",
+                self.target, f.why
+            )),
+            None => Err(f),
+        }
+    }
+
+    /// A failure when the implementation's `call` is one the machine does not allow in
+    /// `state`.
+    fn out_of_place(
+        &self,
+        c: &Contract,
+        call: Option<&contract::wire::Message>,
+        state: &str,
+    ) -> Option<Failure> {
+        let (name, sm) = self.machine.as_ref()?;
+        let method = call?.method.as_deref()?;
+        let here = match sm.allows.get(method) {
+            Some(states) => states.iter().any(|s| s == state),
+            // A method the machine's transitions govern belongs where one of them leaves.
+            None => {
+                !governed(c, sm, method)
+                    || sm.transitions.iter().filter(|t| t.from == state).any(|t| {
+                        step_of(c, t.trigger.as_ref(), &self.role)
+                            == Some(Step::Expect(method.to_string()))
+                    })
+            }
+        };
+        (!here).then(|| {
+            Failure::new(format!(
+                "the implementation sent {method} in `{state}`, where the {name} machine does not allow it"
+            ))
+        })
     }
 
     fn allowed(&self, c: &Contract, method: &str) -> bool {
@@ -318,13 +363,15 @@ fn step_of(c: &Contract, t: Option<&Trigger>, role: &str) -> Option<Step> {
     Some(step(method.clone()))
 }
 
-/// The state allowing `role` the most methods (the furthest on a tie) and the steps there.
-fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<Step>) {
+/// The state allowing `role` the most methods (the furthest on a tie) and the steps there,
+/// each with the state it starts from.
+fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<(String, Step)>) {
     // The suite's connection is open before its first step.
     let start = sm
         .opened(jsonrpc_channel(c).unwrap_or_default())
         .to_string();
-    let mut paths: HashMap<String, Vec<Step>> = HashMap::from([(start.clone(), Vec::new())]);
+    let mut paths: HashMap<String, Vec<(String, Step)>> =
+        HashMap::from([(start.clone(), Vec::new())]);
     let mut order = vec![start.clone()];
     let mut queue = VecDeque::from([start]);
     while let Some(state) = queue.pop_front() {
@@ -336,7 +383,7 @@ fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<Step>) {
                 continue;
             }
             let mut path = paths[&state].clone();
-            path.push(step);
+            path.push((state.clone(), step));
             paths.insert(t.to.clone(), path);
             order.push(t.to.clone());
             queue.push_back(t.to.clone());
@@ -561,10 +608,12 @@ impl Session {
     /// The handshake of `plan`.
     async fn handshake(&mut self, cx: &Ctx, plan: &Plan) -> Result<(), Failure> {
         let mut last = None;
-        // The request of the other party's the suite expected and has yet to answer.
+        // The other party's request the suite expected and has yet to answer: answered by
+        // an `Answer` step, or before the next message is expected (the implementation may
+        // wait for it).
         let mut owed: Option<(Value, String)> = None;
         let mut first = true;
-        for step in &plan.steps {
+        for (step, state) in plan.steps.iter().zip(&plan.states) {
             // The first message of a fresh session also pays for the launch.
             let wait = match std::mem::take(&mut first) {
                 true => cx.opts.deadline.max(STARTUP),
@@ -581,32 +630,37 @@ impl Session {
                     self.answer_by(cx, &id, m, Instant::now() + wait).await?;
                 }
                 Step::Expect(m) => {
-                    let got = self.expect(cx, m, Instant::now() + wait).await?;
-                    if let Some(previous) = owed.take() {
-                        self.reply(cx, &previous.1, &previous.0).await?;
+                    let got = self
+                        .expect(cx, plan, state, m, Instant::now() + wait)
+                        .await?;
+                    if let Some((request, m)) = owed.take() {
+                        self.reply(cx, &m, &request).await?;
                     }
-                    owed = got.map(|id| (id, m.clone()));
+                    owed = got.map(|request| (request, m.clone()));
                 }
                 Step::Answer(m) => {
-                    let (id, _) = owed
+                    let (request, _) = owed
                         .take()
                         .filter(|(_, r)| r == m)
                         .ok_or_else(|| Failure::new(format!("suite bug: no {m} to answer")))?;
-                    self.reply(cx, m, &id).await?;
+                    self.reply(cx, m, &request).await?;
                 }
             }
         }
-        if let Some((id, m)) = owed {
-            self.reply(cx, &m, &id).await?;
-        }
+        // A request the walk ends on stays unanswered: its answer would move the machine
+        // on (rukh's invoke result completes the invocation).
+        drop(owed);
         Ok(())
     }
 
-    /// Wait for the implementation's message of `method`; its id when it is a request.
-    /// Its other requests meanwhile are answered as any other.
+    /// Wait for the implementation's message of `method` with the machine in `state`; the
+    /// message, when it is a request. Its other requests meanwhile are answered as any
+    /// other, unless the machine does not allow them in `state`: that fails.
     async fn expect(
         &mut self,
         cx: &Ctx,
+        plan: &Plan,
+        state: &str,
         method: &str,
         until: Instant,
     ) -> Result<Option<Value>, Failure> {
@@ -614,9 +668,12 @@ impl Session {
         loop {
             match self.peer.next(until).await {
                 Incoming::Control(got) => {
-                    let call = got.ok().filter(|m| m.method.as_deref() == Some(method));
-                    if let Some(m) = call.filter(|m| engine_is_call(m)) {
-                        return Ok(m.id.clone());
+                    let call = got.ok().filter(|m| engine_is_call(m));
+                    if let Some(m) = call.filter(|m| m.method.as_deref() == Some(method)) {
+                        return Ok(m.id.is_some().then(|| m.value.clone()));
+                    }
+                    if let Some(f) = plan.out_of_place(cx.wire.contract(), call, state) {
+                        return Err(f.with("the message", &got.raw));
                     }
                     if !self.respond(cx, &got).await? && seen.len() < UNCLAIMED {
                         seen.push(*got);
@@ -635,14 +692,16 @@ impl Session {
         }
     }
 
-    /// Answer the implementation's request `method` (id `id`) with the played party's
-    /// result example.
-    async fn reply(&mut self, cx: &Ctx, method: &str, id: &Value) -> Result<(), Failure> {
+    /// Answer the implementation's `request` of `method` with the played party's result
+    /// example, echoing what the example pair echoes (see [`echoed`]).
+    async fn reply(&mut self, cx: &Ctx, method: &str, request: &Value) -> Result<(), Failure> {
         let c = cx.wire.contract();
         let mut v = example_of(c, method, Part::Result, &cx.role).ok_or_else(|| {
             Failure::new(format!("the contract has no result example of {method}"))
         })?;
-        v["id"] = id.clone();
+        let call = example_of(c, method, Part::Call, &cx.other);
+        echoed(&mut v, call.as_ref(), request);
+        v["id"] = request.get("id").cloned().unwrap_or(Value::Null);
         self.peer.send(&v).await.map(|_| ())
     }
 
@@ -655,14 +714,33 @@ impl Session {
         let Some(m) = got.ok().filter(|m| m.kind == Kind::Request) else {
             return Ok(false);
         };
-        let (Some(method), Some(id)) = (m.method.clone(), m.id.clone()) else {
+        let (Some(method), Some(_)) = (m.method.clone(), m.id.as_ref()) else {
             return Ok(false);
         };
         if example_of(cx.wire.contract(), &method, Part::Result, &cx.role).is_none() {
             return Ok(false);
         }
-        self.reply(cx, &method, &id).await?;
+        self.reply(cx, &method, &m.value.clone()).await?;
         Ok(true)
+    }
+}
+
+/// Give `answer` (a result example) the request's own value of each member the contract's
+/// example pair echoes: a result member equal to the call example's params member of the
+/// same name (rukh's initialize confirms the session it was given).
+fn echoed(answer: &mut Value, call: Option<&Value>, request: &Value) {
+    let Some(example) = call.and_then(|c| c.get("params")) else {
+        return;
+    };
+    let Some(result) = answer.get_mut("result").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (k, v) in result.iter_mut() {
+        if example.get(k) == Some(v)
+            && let Some(actual) = request.pointer(&format!("/params/{k}"))
+        {
+            *v = actual.clone();
+        }
     }
 }
 
@@ -728,7 +806,10 @@ fn call(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let method = cx.subject.clone().unwrap_or_default();
         let plan = plan_of(cx);
-        let mut s = Session::start(cx, &plan).await?;
+        let mut s = match Session::start(cx, &plan).await {
+            Ok(s) => s,
+            Err(f) => return plan.unreached(f),
+        };
         let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
         let started = Instant::now();
         let got = s.answer(cx, &id, &method).await?;
@@ -785,7 +866,10 @@ fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
         let method = callable
             .first()
             .ok_or_else(|| Failure::new("no request to send after the handshake"))?;
-        let mut s = Session::start(cx, &plan).await?;
+        let mut s = match Session::start(cx, &plan).await {
+            Ok(s) => s,
+            Err(f) => return plan.unreached(f),
+        };
         let id = s.send(cx, method).await?.unwrap_or(Value::Null);
         s.answer(cx, &id, method).await?;
         let mut again = s.message(cx, method)?;

@@ -432,7 +432,10 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             .ok_or_else(|| Failure::new(format!("suite bug: no probe {name}")))?;
         let plan = plan_of(cx);
         let callable = plan.staying(cx.wire.contract());
-        let mut s = Session::start(cx, &plan).await?;
+        let mut s = match Session::start(cx, &plan).await {
+            Ok(s) => s,
+            Err(f) => return plan.unreached(f),
+        };
         let mut b = built(p, cx, &s, &callable)?;
         if ends(&b.reaction) {
             // An end the session would have reached anyway is no evidence: it must be

@@ -70,7 +70,10 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             .into_iter()
             .find(|p| p.limit == name)
             .ok_or_else(|| Failure::new(format!("suite bug: no rate probe {name}")))?;
-        let mut s = Session::start(cx, &plan).await?;
+        let mut s = match Session::start(cx, &plan).await {
+            Ok(s) => s,
+            Err(f) => return plan.unreached(f),
+        };
         let mut ids = Vec::new();
         for _ in 0..2 * p.burst + 1 {
             ids.push(s.send(cx, &p.method).await?.unwrap_or(Value::Null));
