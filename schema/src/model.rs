@@ -723,6 +723,24 @@ pub struct Violations {
     pub before_handshake: Option<Action>,
 }
 
+impl Violations {
+    /// The codes of the entries that carry one: what any method may be answered with.
+    pub fn codes(&self) -> impl Iterator<Item = &Value> {
+        [
+            &self.parse,
+            &self.invalid,
+            &self.oversize,
+            &self.unknown_request,
+            &self.unknown_notification,
+            &self.wrong_direction,
+            &self.invalid_params,
+            &self.before_handshake,
+        ]
+        .into_iter()
+        .filter_map(|a| a.as_ref()?.code.as_ref())
+    }
+}
+
 /// A receiver's reaction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -1202,19 +1202,7 @@ fn example_faults(
 
 /// Codes any method may answer with (the contract's own violation codes).
 fn is_generic_error(c: &Contract, code: &Value) -> bool {
-    let v = &c.violations;
-    [
-        &v.parse,
-        &v.invalid,
-        &v.oversize,
-        &v.unknown_request,
-        &v.wrong_direction,
-        &v.invalid_params,
-        &v.before_handshake,
-    ]
-    .into_iter()
-    .flatten()
-    .any(|a| a.code.as_ref().map(code_key) == Some(code_key(code)))
+    c.violations.codes().any(|v| code_key(v) == code_key(code))
 }
 
 /// The set of all error codes and code-table values, for callers that render them.

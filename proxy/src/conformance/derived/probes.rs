@@ -517,8 +517,9 @@ pub(super) async fn react(
     match &b.reaction {
         Reaction::Answer => {
             let (v, _) = s.wait_answer(cx, &b.ids, what, cx.soon()).await?;
-            let refusing = rejection_codes(cx.wire.contract());
-            match error_code(&v).filter(|c| refusing.contains(c)) {
+            let refusing =
+                |code: &&Value| cx.wire.contract().violations.codes().any(|c| c == *code);
+            match error_code(&v).filter(refusing) {
                 Some(code) => Err(Failure::new(format!(
                     "{what} was refused with {code}, though the contract accepts it"
                 ))
@@ -539,22 +540,6 @@ pub(super) async fn react(
         } => ignored(s, cx, b, what, callable).await,
         Reaction::Rule { action, .. } => ended(s, cx, b, *action, what).await,
     }
-}
-
-/// The codes of the contract's `violations` entries: a frame it accepts gets none of them.
-fn rejection_codes(c: &Contract) -> Vec<Value> {
-    let v = &c.violations;
-    [
-        &v.parse,
-        &v.invalid,
-        &v.oversize,
-        &v.unknown_request,
-        &v.wrong_direction,
-        &v.invalid_params,
-    ]
-    .into_iter()
-    .filter_map(|a| a.as_ref().and_then(|a| a.code.clone()))
-    .collect()
 }
 
 /// `ignore`: nothing answers the probe, and the party's next request is served.
