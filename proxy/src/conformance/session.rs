@@ -32,6 +32,10 @@ use crate::endpoint::process::{ChildProc, spawn_exec};
 /// How long a launched child gets to exit after SIGTERM before SIGKILL.
 #[cfg(unix)]
 const TERM_GRACE: Duration = Duration::from_secs(2);
+/// How long a launched implementation may take to connect, and to give its first answer:
+/// both also pay for its start-up (an interpreter importing its SDK on a loaded machine),
+/// which is not the protocol's latency. Later waits get `--deadline`.
+pub(crate) const STARTUP: Duration = Duration::from_secs(10);
 /// Pause between dial attempts while a launched implementation is still binding.
 const DIAL_RETRY: Duration = Duration::from_millis(50);
 /// Messages a session keeps for post-hoc checks; more are counted, not kept.
@@ -377,10 +381,13 @@ impl Ctx {
         let target = self.target.clone();
         match &*target {
             Target::Dial { control, data } => {
-                self.reach(Link::Dial(control.clone(), data.clone())).await
+                let wait = self.opts.deadline;
+                self.reach(Link::Dial(control.clone(), data.clone()), wait)
+                    .await
             }
             Target::Accept { control, data } => {
-                self.reach(Link::Accept(control.clone(), data.clone()))
+                let wait = self.opts.deadline;
+                self.reach(Link::Accept(control.clone(), data.clone()), wait)
                     .await
             }
             Target::Pipe(ep) => {
@@ -406,10 +413,9 @@ impl Ctx {
         }
     }
 
-    /// Both channels over `link` (dialed, or accepted, control first), as this session's
-    /// way to the implementation, remembered for [`Ctx::reopen`].
-    async fn reach(&mut self, link: Link) -> Result<Peer, Failure> {
-        let wait = self.opts.deadline;
+    /// Both channels over `link` (dialed, or accepted, control first) within `wait`, as this
+    /// session's way to the implementation, remembered for [`Ctx::reopen`].
+    async fn reach(&mut self, link: Link, wait: Duration) -> Result<Peer, Failure> {
         let opts = endpoint_options(&self.wire);
         let (c, d) = match &link {
             Link::Dial(c, d) => (
@@ -540,7 +546,8 @@ impl Ctx {
                 Link::Dial(c, two.then_some(d))
             }
         };
-        self.reach(link).await
+        // A process that just started pays for its start-up before it connects.
+        self.reach(link, self.opts.deadline.max(STARTUP)).await
     }
 
     #[cfg(not(unix))]
@@ -563,7 +570,7 @@ impl Ctx {
                 self.last = Some(Link::Pipe);
                 Ok(None)
             }
-            Some(link) => self.reach(link).await.map(Some),
+            Some(link) => self.reach(link, self.opts.deadline).await.map(Some),
         }
     }
 

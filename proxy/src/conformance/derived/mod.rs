@@ -20,7 +20,7 @@
 //! `reply-error` actions with a code are checked.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use contract::Contract;
 use contract::model::{Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger};
@@ -32,14 +32,9 @@ mod rates;
 use contract::wire::Wire;
 use probes::Probe;
 
-use super::session::{Ctx, Got, Incoming, Kept, Peer, with_meanwhile};
+use super::session::{Ctx, Got, Incoming, Kept, Peer, STARTUP, with_meanwhile};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
 use crate::policy::engine::is_call as engine_is_call;
-
-/// How long the handshake's first answer may take: a launched implementation's first
-/// answer also pays for its start-up (an interpreter importing its SDK on a loaded
-/// machine), which is not the protocol's latency. Later answers get `--deadline`.
-const STARTUP: Duration = Duration::from_secs(10);
 
 /// The checks derived from `c` for the party `role`.
 pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
