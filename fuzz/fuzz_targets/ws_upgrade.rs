@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok((hello, key)) = contract_proxy::endpoint::ws::parse_upgrade(data, "/worker") else {
+    let Ok((hello, key)) = contract_transport::endpoint::ws::parse_upgrade(data, "/worker") else {
         return;
     };
     assert!(hello.path.starts_with("/worker"), "path {:?}", hello.path);

@@ -280,7 +280,7 @@ impl RunArgs {
 pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
     let routes = args.routes()?;
     // A stand-in's stdout is its program's output: the live view goes to stderr then.
-    use crate::endpoint::Endpoint;
+    use contract_transport::endpoint::Endpoint;
     let listens_as_stand_in =
         |r: &&crate::config::Resolved| matches!(r.listen, Endpoint::Stdio | Endpoint::Fd(_));
     let stand_in = routes.iter().any(|r| listens_as_stand_in(&r));
@@ -418,9 +418,11 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             Ok(Outcome::Code(0))
         }
         Cmd::Replay(a) => {
-            let to: crate::endpoint::Endpoint =
+            let to: contract_transport::endpoint::Endpoint =
                 a.to.parse()
-                    .map_err(|e: crate::endpoint::EndpointError| CliError::Usage(e.to_string()))?;
+                    .map_err(|e: contract_transport::endpoint::EndpointError| {
+                        CliError::Usage(e.to_string())
+                    })?;
             let secrets = a
                 .secret
                 .iter()

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::endpoint::tls::TlsOpts;
-use crate::endpoint::{Endpoint, Options};
 use crate::inspect::Mode;
 use crate::relay::Route;
+use contract_transport::endpoint::tls::TlsOpts;
+use contract_transport::endpoint::{Endpoint, Options};
 
 /// Errors building routes.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum ConfigError {
     Wire(#[from] contract::wire::WireError),
     /// A bad endpoint.
     #[error(transparent)]
-    Endpoint(#[from] crate::endpoint::EndpointError),
+    Endpoint(#[from] contract_transport::endpoint::EndpointError),
     /// A route names something its contract does not have.
     #[error("route {route}: {why}")]
     Route {

@@ -40,14 +40,14 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::codec::Framed;
 
 use crate::config::{ConfigError, RouteSpec};
-use crate::conn::{BoxIo, Conn};
-use crate::endpoint::{Endpoint, EndpointError, Listener};
 use crate::inspect::{Inspection, Mode, Verdict};
 use crate::log::{Format, Logger};
 use crate::record::RecordError;
 use crate::relay::{Route, Sink};
 use crate::server::{Proxy, ProxyError, Recording};
 use crate::trace::{OtlpConfig, TraceError, TraceStats, Tracer};
+use contract_transport::conn::{BoxIo, Conn};
+use contract_transport::endpoint::{Endpoint, EndpointError, Listener};
 
 /// How long a peer waits for any one message before its step fails.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -923,14 +923,14 @@ impl Session {
         logger: Arc<Logger>,
         nonce: u64,
     ) -> Result<Self, String> {
-        let opts = crate::endpoint::Options::default();
+        let opts = contract_transport::endpoint::Options::default();
         let (core, shell) = tokio::join!(
             control_dial.connect(&opts, None),
             tokio::time::timeout(WAIT, control_listener.accept())
         );
         let core = core.map_err(|e| format!("core: {e}"))?;
         let shell = match shell {
-            Ok(Ok(crate::endpoint::Incoming::Conn { conn, .. })) => conn,
+            Ok(Ok(contract_transport::endpoint::Incoming::Conn { conn, .. })) => conn,
             Ok(Ok(_)) => return Err("shell: unexpected WebSocket handshake".into()),
             Ok(Err(e)) => return Err(format!("shell: accept failed: {e}")),
             Err(_) => {
@@ -1083,14 +1083,14 @@ impl Session {
         self.version = common;
         // Data after the handshake: by then the proxy has the control connection's session open,
         // so the data connection joins it.
-        let opts = crate::endpoint::Options::default();
+        let opts = contract_transport::endpoint::Options::default();
         let (core, shell) = tokio::join!(
             self.data_dial.connect(&opts, None),
             tokio::time::timeout(WAIT, self.data_listener.accept())
         );
         let core = core.map_err(|e| format!("core dialling data: {e}"))?;
         let shell = match shell {
-            Ok(Ok(crate::endpoint::Incoming::Conn { conn, .. })) => conn,
+            Ok(Ok(contract_transport::endpoint::Incoming::Conn { conn, .. })) => conn,
             Ok(Ok(_)) => return Err("shell: unexpected WebSocket handshake on data".into()),
             Ok(Err(e)) => return Err(format!("shell: data accept failed: {e}")),
             Err(_) => {
@@ -1683,7 +1683,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     };
 
     // The shell listens first: the proxy dials it for each connection the core makes.
-    let opts = crate::endpoint::Options::default();
+    let opts = contract_transport::endpoint::Options::default();
     let shell_control: Endpoint = socket(&sock_dir, "control.shell").parse()?;
     let shell_data: Endpoint = socket(&sock_dir, "data.shell").parse()?;
     let shell_control = cleanup.bound(shell_control.listen(&opts).await?);

@@ -16,7 +16,7 @@ use contract::wire::{BinaryFrame, FrameError, Violation, ViolationClass, Wire};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::conn::CloseFrame;
+use contract_transport::conn::CloseFrame;
 
 /// Which way a frame travels on a route.
 #[derive(

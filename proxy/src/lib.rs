@@ -16,9 +16,7 @@
 pub mod cli;
 pub mod config;
 pub mod conformance;
-pub mod conn;
 pub mod demo;
-pub mod endpoint;
 pub mod inspect;
 pub mod log;
 pub mod policy;

@@ -19,7 +19,7 @@ fn main() {
     match outcome {
         Ok(Outcome::Code(c)) => std::process::exit(c),
         #[cfg(unix)]
-        Ok(Outcome::Child(st)) => contract_proxy::endpoint::process::exit_like(st),
+        Ok(Outcome::Child(st)) => contract_transport::endpoint::process::exit_like(st),
         Err(e) => {
             eprintln!("contract-proxy: {e}");
             std::process::exit(e.exit_code());

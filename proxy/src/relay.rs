@@ -21,10 +21,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{Mutex, watch};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::conn::{BoxIo, BoxMsg, CloseFrame, Conn, Hello, Msg};
-use crate::endpoint::{Connected, Endpoint, Incoming, Listener, Options};
 use crate::inspect::{Closing, Decision, Dir, Effect, Inspection, Inspector, Mode};
 use crate::log::Logger;
+use contract_transport::conn::{BoxIo, BoxMsg, CloseFrame, Conn, Hello, Msg};
+use contract_transport::endpoint::{Connected, Endpoint, Incoming, Listener, Options};
 
 /// Bytes read per chunk in each direction.
 pub const CHUNK: usize = 64 * 1024;
@@ -489,8 +489,8 @@ pub(crate) async fn serve(
 }
 
 /// The answer to a WebSocket upgrade whose upstream cannot be reached.
-fn bad_gateway() -> crate::conn::HttpRefusal {
-    crate::conn::HttpRefusal {
+fn bad_gateway() -> contract_transport::conn::HttpRefusal {
+    contract_transport::conn::HttpRefusal {
         status: 502,
         headers: Vec::new(),
         body: Bytes::new(),
@@ -537,7 +537,7 @@ async fn handle(
             let is_ws_upstream = matches!(route.upstream, Endpoint::Ws { .. });
             if !is_ws_upstream {
                 // Bridging: the proxy answers the handshake itself, with the contract's subprotocols.
-                match crate::endpoint::ws::choose_subprotocol(
+                match contract_transport::endpoint::ws::choose_subprotocol(
                     &hello.subprotocols,
                     &route.opts.subprotocols,
                 ) {
@@ -570,7 +570,9 @@ async fn handle(
                             .map_err(|e| e.to_string())?;
                         (Conn::Messages(c), up)
                     }
-                    Err(crate::endpoint::EndpointError::Refused { refusal, .. }) => {
+                    Err(contract_transport::endpoint::EndpointError::Refused {
+                        refusal, ..
+                    }) => {
                         let text = format!("upstream refused the handshake: {refusal}; passed on");
                         pending.refuse(&refusal).await.map_err(|e| e.to_string())?;
                         return Err(text);
@@ -940,7 +942,7 @@ enum FrameOut {
         codec: ChannelCodec,
         out: BytesMut,
         /// Where the transport takes a close code of its own (QUIC), if it does.
-        code: Option<crate::conn::CloseCode>,
+        code: Option<contract_transport::conn::CloseCode>,
     },
     Msgs(SplitSink<BoxMsg, Msg>),
 }
@@ -1036,7 +1038,7 @@ impl FrameOut {
 fn split(conn: Conn, codec: &ChannelCodec, cap: u64) -> (FrameIn, FrameOut) {
     match conn {
         Conn::Stream(io) => {
-            let code = crate::endpoint::quic::close_code(&io);
+            let code = contract_transport::endpoint::quic::close_code(&io);
             let (rd, wr) = tokio::io::split(io);
             (
                 FrameIn::Stream {

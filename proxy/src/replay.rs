@@ -37,11 +37,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::conn::{BoxIo, BoxMsg, Conn, Msg};
-use crate::endpoint::{Endpoint, EndpointError, Options};
 use crate::inspect::Dir;
 use crate::record::{Reader, Record, RecordError};
 use crate::redact::{REDACTED, is_secret_key};
+use contract_transport::conn::{BoxIo, BoxMsg, Conn, Msg};
+use contract_transport::endpoint::{Endpoint, EndpointError, Options};
 
 /// Member names ignored at any depth when comparing replies: they carry clocks.
 pub const DEFAULT_IGNORE: &[&str] = &["timestamp", "ts", "time"];

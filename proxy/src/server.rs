@@ -19,10 +19,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Resolved;
-use crate::endpoint::Listener;
 use crate::record::{Header, RecordStats, Recorder, RouteInfo};
 use crate::relay::{Route, RouteEnd, SHUTDOWN_DEADLINE, Shared, Sink, Stats, serve};
 use crate::trace::{TraceStats, Tracer};
+use contract_transport::endpoint::Listener;
 
 /// Why a proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ pub enum ProxyError {
         /// The route.
         route: String,
         /// Why.
-        source: crate::endpoint::EndpointError,
+        source: contract_transport::endpoint::EndpointError,
     },
     /// The recording file could not be created.
     #[error(transparent)]

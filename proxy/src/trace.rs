@@ -46,9 +46,9 @@ use serde_json::Value;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::endpoint::Endpoint;
 use crate::inspect::{Decision, Dir, Event, Inspection, Verdict};
 use crate::relay::{Route, Sink};
+use contract_transport::endpoint::Endpoint;
 
 /// Request spans waiting for their reply, per connection; requests beyond are counted, not spanned.
 pub const PENDING_MAX: usize = 1024;

@@ -10,9 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use contract_proxy::conn::BoxIo;
-use contract_proxy::endpoint::Options;
-use contract_proxy::endpoint::tls::TlsOpts;
+use contract_transport::conn::BoxIo;
+use contract_transport::endpoint::Options;
+use contract_transport::endpoint::tls::TlsOpts;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
@@ -34,7 +34,7 @@ enum Kind {
 enum Up {
     Unix(tokio::net::UnixListener),
     Tcp(tokio::net::TcpListener),
-    Quic(contract_proxy::endpoint::quic::QuicListener),
+    Quic(contract_transport::endpoint::quic::QuicListener),
     /// Unplugged: nothing listens any more.
     Gone,
 }
@@ -95,7 +95,7 @@ impl Rig {
                     key: Some(pki.key.clone()),
                     ..TlsOpts::default()
                 };
-                let l = contract_proxy::endpoint::quic::QuicListener::bind(
+                let l = contract_transport::endpoint::quic::QuicListener::bind(
                     "127.0.0.1:0",
                     &Options::for_contract(&jobs_contract(), "main", tls),
                 )
@@ -179,7 +179,7 @@ impl Rig {
                 ),
                 Kind::Quic => {
                     let o = self.quic.as_ref().expect("quic options");
-                    contract_proxy::endpoint::quic::connect(&self.listen, o)
+                    contract_transport::endpoint::quic::connect(&self.listen, o)
                         .await
                         .expect("connect")
                 }
@@ -597,7 +597,7 @@ async fn an_upstream_that_never_accepts_is_given_up_on_at_the_connect_deadline()
         "a clean end: {end:?} {got:?}"
     );
     assert!(
-        began.elapsed() >= contract_proxy::endpoint::CONNECT_DEADLINE / 2,
+        began.elapsed() >= contract_transport::endpoint::CONNECT_DEADLINE / 2,
         "the proxy waited for the upstream"
     );
     let note = p.note("connect deadline passed").await;

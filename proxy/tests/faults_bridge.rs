@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use contract_proxy::conn::BoxIo;
-use contract_proxy::endpoint::tls::{self, TlsOpts};
+use contract_transport::conn::BoxIo;
+use contract_transport::endpoint::tls::{self, TlsOpts};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

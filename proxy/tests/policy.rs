@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use contract::model::Kind;
 use contract::wire::{Message, Wire};
-use contract_proxy::conn::CloseFrame;
 use contract_proxy::inspect::{Closing, Dir};
 use contract_proxy::policy::ratelimit::{RateLimitError, RateLimitSpec, RateLimiter};
 use contract_proxy::policy::{
     self, Act, CreditGate, Ctx, DataRuling, GateDecision, Held, Policy, Ruling, SharedState,
 };
+use contract_transport::conn::CloseFrame;
 use serde_json::{Value, json};
 
 fn wire(name: &str) -> Arc<Wire> {

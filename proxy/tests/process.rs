@@ -15,8 +15,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use command_fds::{CommandFdExt, FdMapping};
-use contract_proxy::conn::BoxIo;
-use contract_proxy::endpoint::process::{
+use contract_transport::conn::BoxIo;
+use contract_transport::endpoint::process::{
     ChildProc, exit_like, inherited_fd, spawn_exec, spawn_exec_fd, status_code, stdio,
 };
 use nix::errno::Errno;

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use contract_proxy::endpoint::quic::{self, QuicListener};
-use contract_proxy::endpoint::tls::{TlsError, TlsOpts};
-use contract_proxy::endpoint::{EndpointError, Options};
+use contract_transport::endpoint::quic::{self, QuicListener};
+use contract_transport::endpoint::tls::{TlsError, TlsOpts};
+use contract_transport::endpoint::{EndpointError, Options};
 use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use contract::wire::Wire;
-use contract_proxy::endpoint::Endpoint;
 use contract_proxy::inspect::{Dir, Event, Inspection, Inspector, Mode as InspectMode, Verdict};
 use contract_proxy::log::{Format, Logger};
 use contract_proxy::record::{
     self, Header, MAGIC, Reader, Record, RecordError, Recorder, RouteInfo, event_from_json,
 };
 use contract_proxy::replay::{ReplayOptions, Status, replay};
+use contract_transport::endpoint::Endpoint;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
@@ -681,9 +681,9 @@ async fn replay_of_a_contract_file_recording_needs_no_file() {
 /// gets the session and answers as recorded.
 #[tokio::test]
 async fn replay_to_a_quic_target_offers_the_contracts_alpn() {
-    use contract_proxy::endpoint::Options;
-    use contract_proxy::endpoint::quic::QuicListener;
-    use contract_proxy::endpoint::tls::TlsOpts;
+    use contract_transport::endpoint::Options;
+    use contract_transport::endpoint::quic::QuicListener;
+    use contract_transport::endpoint::tls::TlsOpts;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rukh.cprec");

@@ -11,10 +11,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
-use contract_proxy::conn::{BoxMsg, CloseFrame, HttpRefusal, Msg};
-use contract_proxy::endpoint::Options;
-use contract_proxy::endpoint::tls::TlsOpts;
-use contract_proxy::endpoint::ws::{self, Accepted, ConnectError, WsListener, WsSettings};
+use contract_transport::conn::{BoxMsg, CloseFrame, HttpRefusal, Msg};
+use contract_transport::endpoint::Options;
+use contract_transport::endpoint::tls::TlsOpts;
+use contract_transport::endpoint::ws::{self, Accepted, ConnectError, WsListener, WsSettings};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

@@ -29,8 +29,8 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::now_secs;
-use crate::conn::{BoxIo, Conn};
-use crate::endpoint::{Endpoint, Incoming, Listener, Options};
+use contract_transport::conn::{BoxIo, Conn};
+use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
 
 /// How long a connect or accept of the data channel may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);

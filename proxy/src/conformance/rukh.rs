@@ -1485,7 +1485,7 @@ fn core_argv(cx: &Ctx) -> Result<Vec<String>, Failure> {
     match cx.target() {
         // `exec:` with a placeholder other than {control}/{data} is a template target.
         super::Target::Template { argv }
-        | super::Target::Pipe(crate::endpoint::Endpoint::Exec(argv))
+        | super::Target::Pipe(contract_transport::endpoint::Endpoint::Exec(argv))
             if argv.iter().any(|a| a.contains(EXTENSION)) =>
         {
             Ok(argv.clone())
@@ -1600,7 +1600,7 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
         .map_err(|e| Failure::new(e.to_string()))?;
     let stream =
         tokio::net::UnixStream::from_std(stream).map_err(|e| Failure::new(e.to_string()))?;
-    let peer = cx.peer_on(crate::conn::Conn::Stream(Box::new(stream)))?;
+    let peer = cx.peer_on(contract_transport::conn::Conn::Stream(Box::new(stream)))?;
     Ok(ExtSide {
         peer,
         sp,

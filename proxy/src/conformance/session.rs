@@ -23,11 +23,11 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::codec::{Decoder, Encoder, Framed};
 
 use super::{Failure, Opts};
-use crate::conn::{BoxIo, BoxMsg, Conn, Msg};
-use crate::endpoint::{Endpoint, Incoming as Accepted, Listener, Options};
+use contract_transport::conn::{BoxIo, BoxMsg, Conn, Msg};
+use contract_transport::endpoint::{Endpoint, Incoming as Accepted, Listener, Options};
 
 #[cfg(unix)]
-use crate::endpoint::process::{ChildProc, spawn_exec};
+use contract_transport::endpoint::process::{ChildProc, spawn_exec};
 
 /// How long a launched child gets to exit after SIGTERM before SIGKILL.
 #[cfg(unix)]
@@ -588,10 +588,10 @@ impl Ctx {
     pub async fn terminate_last(&mut self, grace: Duration) -> Option<i32> {
         let child = self.children.last_mut()?;
         if let Ok(Some(st)) = child.wait_timeout(Duration::ZERO).await {
-            return Some(crate::endpoint::process::status_code(st));
+            return Some(contract_transport::endpoint::process::status_code(st));
         }
         match child.terminate(grace).await {
-            Ok(st) => Some(crate::endpoint::process::status_code(st)),
+            Ok(st) => Some(contract_transport::endpoint::process::status_code(st)),
             Err(e) => {
                 self.notes.push(format!("could not end the target: {e}"));
                 None
@@ -614,7 +614,7 @@ impl Ctx {
         {
             let child = self.children.last_mut()?;
             match child.wait_timeout(limit).await {
-                Ok(Some(st)) => Some(Some(crate::endpoint::process::status_code(st))),
+                Ok(Some(st)) => Some(Some(contract_transport::endpoint::process::status_code(st))),
                 Ok(None) => Some(None),
                 Err(e) => {
                     self.notes.push(format!("waiting for the target: {e}"));
@@ -653,7 +653,7 @@ impl Ctx {
         for mut child in self.children.drain(..) {
             match child.wait_timeout(Duration::ZERO).await {
                 Ok(Some(st)) => {
-                    let code = crate::endpoint::process::status_code(st);
+                    let code = contract_transport::endpoint::process::status_code(st);
                     if code != 0 {
                         self.notes
                             .push(format!("the target ({}) exited with {code}", child.name()));

@@ -34,9 +34,9 @@ use serde_json::{Value, json};
 
 use super::session::{free_port, unsendable};
 use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, first_channel, str_at};
-use crate::conn::{BoxMsg, CloseFrame, Hello, HttpRefusal, Msg};
-use crate::endpoint::ws::{ConnectError, WsListener, WsSettings, connect_with};
-use crate::endpoint::{Endpoint, Incoming, Listener, Options};
+use contract_transport::conn::{BoxMsg, CloseFrame, Hello, HttpRefusal, Msg};
+use contract_transport::endpoint::ws::{ConnectError, WsListener, WsSettings, connect_with};
+use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
 
 /// The request path of the WebSocket the suite serves or dials for a launched target.
 const PATH: &str = "/worker";
@@ -850,7 +850,10 @@ async fn host_berth(cx: &mut Ctx) -> Result<Berth, Failure> {
 }
 
 /// The next WebSocket upgrade request the worker sends, unanswered.
-async fn next_dial(dock: &Dock, wait: Duration) -> Result<crate::endpoint::ws::PendingWs, Failure> {
+async fn next_dial(
+    dock: &Dock,
+    wait: Duration,
+) -> Result<contract_transport::endpoint::ws::PendingWs, Failure> {
     let until = Instant::now() + wait;
     loop {
         let left = until.saturating_duration_since(Instant::now());
@@ -872,7 +875,10 @@ async fn next_dial(dock: &Dock, wait: Duration) -> Result<crate::endpoint::ws::P
 }
 
 /// Answer a dial with 101 and the spoken major.
-async fn admit(k: &Arc<K>, p: crate::endpoint::ws::PendingWs) -> Result<BoxMsg, Failure> {
+async fn admit(
+    k: &Arc<K>,
+    p: contract_transport::endpoint::ws::PendingWs,
+) -> Result<BoxMsg, Failure> {
     p.accept(Some(&k.majors[0]))
         .await
         .map_err(|e| Failure::new(format!("completing the worker's upgrade: {e}")))

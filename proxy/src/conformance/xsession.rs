@@ -254,7 +254,7 @@ mod imp {
     use tokio_util::codec::FramedRead;
 
     use super::super::{Ctx, Failure, Stdout, Target, Verdict, first_channel, pass, skip};
-    use crate::endpoint::Endpoint;
+    use contract_transport::endpoint::Endpoint;
 
     /// The name the suite's own session registers under (the target's `{peer}`).
     const SUITE_NAME: &str = "conformance-suite";

@@ -92,7 +92,7 @@ fn proxy_command(args: &[&str], scale: f64) -> Command {
 /// `run` with `--listen stdio`: the proxy's stdin and stdout are pipes, returned as
 /// the client's one byte stream, as for a program that launched the proxy in place
 /// of its server. The live view then shares stderr with the proxy's own lines.
-pub fn run_stdio(args: &[&str]) -> (Proxy, contract_proxy::conn::BoxIo) {
+pub fn run_stdio(args: &[&str]) -> (Proxy, contract_transport::conn::BoxIo) {
     use std::os::fd::OwnedFd;
     let (in_rd, in_wr) = std::io::pipe().expect("pipe");
     let (out_rd, out_wr) = std::io::pipe().expect("pipe");
