@@ -315,6 +315,15 @@ impl Contract {
         self.errors.iter().find(|e| &e.code == code)
     }
 
+    /// Whether an error with wire code `code` may answer `method`: the method lists it, or
+    /// the catalog holds it.
+    pub fn knows_error(&self, method: Option<&str>, code: &Value) -> bool {
+        let listed = method
+            .and_then(|m| self.methods.get(m))
+            .is_some_and(|m| m.errors.contains(code));
+        listed || self.error_for(code).is_some()
+    }
+
     /// A code table by name.
     pub fn code_table(&self, table: &str) -> Result<&CodeTable, AccessError> {
         self.codes

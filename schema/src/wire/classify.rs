@@ -130,6 +130,14 @@ pub struct Message {
     pub value: Value,
 }
 
+impl Message {
+    /// Whether it is a method's own message (a request, notification or event), not an
+    /// answer to one.
+    pub fn is_call(&self) -> bool {
+        !matches!(self.kind, Kind::Response | Kind::Error)
+    }
+}
+
 #[derive(Debug)]
 struct MethodWire {
     kind: Kind,

@@ -34,7 +34,6 @@ use probes::Probe;
 
 use super::session::{Ctx, Got, Incoming, Kept, Peer, STARTUP, with_meanwhile};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
-use crate::policy::engine::is_call as engine_is_call;
 
 /// The checks derived from `c` for the party `role`.
 pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
@@ -663,7 +662,7 @@ impl Session {
         loop {
             match self.peer.next(until).await {
                 Incoming::Control(got) => {
-                    let call = got.ok().filter(|m| engine_is_call(m));
+                    let call = got.ok().filter(|m| m.is_call());
                     if let Some(m) = call.filter(|m| m.method.as_deref() == Some(method)) {
                         return Ok(m.id.is_some().then(|| m.value.clone()));
                     }
@@ -757,12 +756,12 @@ fn known_code(
         .pointer("/error/code")
         .cloned()
         .unwrap_or(Value::Null);
-    match crate::policy::engine::unknown_error_code(c, m, &code) {
-        None => Ok(()),
-        Some(r) => {
-            Err(Failure::new(format!("the answer to {what}: {}", r.reason)).with("the answer", raw))
-        }
+    if c.knows_error(m.method.as_deref(), &code) {
+        return Ok(());
     }
+    let reason =
+        format!("the answer to {what}: error code {code} is not in the contract's catalog");
+    Err(Failure::new(reason).with("the answer", raw))
 }
 
 /// The error code of an answer, when it is an error.

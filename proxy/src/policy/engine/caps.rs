@@ -11,7 +11,7 @@ use contract::model::{DeclarationForm, Kind, Part};
 use contract::wire::Message;
 use serde_json::Value;
 
-use super::{Act, Ruling, is_call, ruling};
+use super::{Act, Ruling, ruling};
 
 /// The capabilities each party declared on one connection.
 #[derive(Debug, Default)]
@@ -52,7 +52,7 @@ impl Declared {
 
 /// A ruling when `msg` needs a capability its declaring party has declared without it.
 pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) -> Option<Ruling> {
-    if !is_call(msg) {
+    if !msg.is_call() {
         return None;
     }
     let method = msg.method.as_deref()?;

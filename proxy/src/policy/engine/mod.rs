@@ -206,7 +206,7 @@ impl Policy for Engine {
         if went_on {
             match count {
                 Some(n) => self.waiting.count(n),
-                None if !is_call(msg) => self.waiting.answered(ctx.to, msg),
+                None if !msg.is_call() => self.waiting.answered(ctx.to, msg),
                 None => {}
             }
             self.caps.observe(c, ctx.from, msg);
@@ -353,12 +353,7 @@ fn has_frame_deadline(f: &contract::model::Framing) -> bool {
 /// the errors its method lists: the contract does not know what it means (FastMCP answers
 /// a failed resources/read with code 0). Every contract gets this check.
 pub fn unknown_error_code(c: &Contract, msg: &Message, code: &Value) -> Option<Ruling> {
-    let listed = msg
-        .method
-        .as_deref()
-        .and_then(|m| c.methods.get(m))
-        .is_some_and(|m| m.errors.contains(code));
-    if listed || c.error_for(code).is_some() {
+    if c.knows_error(msg.method.as_deref(), code) {
         return None;
     }
     let method = msg.method.as_deref().unwrap_or("a request");
@@ -376,12 +371,6 @@ pub fn unknown_error_code(c: &Contract, msg: &Message, code: &Value) -> Option<R
 /// Whether `t` is a message trigger that `msg`, sent by `from`, fires.
 pub(crate) fn fires(c: &Contract, t: &Trigger, from: &str, msg: &Message) -> bool {
     t.fires(c, &contract::machine::Seen::of(from, msg))
-}
-
-/// Whether `msg` is a method's own message (a request, notification or event), not an
-/// answer to one.
-pub(crate) fn is_call(msg: &Message) -> bool {
-    !matches!(msg.kind, Kind::Response | Kind::Error)
 }
 
 /// What enforce mode does for a ruling under `action` about `msg`, as the inspector does for

@@ -16,7 +16,7 @@ use contract::model::Limit;
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
-use super::{Ctx, Ruling, broken, is_call};
+use super::{Ctx, Ruling, broken};
 use crate::policy::Bucket;
 
 /// Buckets kept at once per run before full ones are pruned; past it even after
@@ -60,7 +60,7 @@ pub(crate) fn take(
     (conn, size): (u64, usize),
     msg: &Message,
 ) -> Vec<Ruling> {
-    if !is_call(msg) {
+    if !msg.is_call() {
         return Vec::new();
     }
     let mut out = Vec::new();
