@@ -50,7 +50,7 @@ s_consumer() { stage consumer "$BIN/contract-consumer-example"; }
 s_windows() {
     stage_wait setup
     stage windows env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
-        cargo clippy --quiet --locked --target x86_64-pc-windows-gnu -p contract-transport -p contract-proxy --lib --bins -- -D warnings
+        cargo clippy --quiet --locked --target x86_64-pc-windows-gnu -p contract-transport -p contract-conformance -p contract-proxy --lib --bins -- -D warnings
 }
 s_sdk-csharp() { stage_wait setup; stage sdk-csharp sdk-tests/csharp/run.sh "$BIN/contractgen"; }
 s_sdk-python() { stage_wait setup; stage sdk-python sdk-tests/python/run.sh "$BIN/contractgen"; }

@@ -46,10 +46,10 @@ pub enum Cmd {
     /// Play a scripted kernel session between an in-process shell and core through the proxy.
     Demo(crate::demo::DemoArgs),
     /// Play one party of a contract against a real implementation of the other and run the seed's checks.
-    Conformance(crate::conformance::ConformanceArgs),
+    Conformance(contract_conformance::ConformanceArgs),
     /// Reference peers for testing the conformance suite (kernel-core, kernel-shell).
     #[command(hide = true)]
-    Peer(crate::conformance::peers::PeerArgs),
+    Peer(contract_conformance::peers::PeerArgs),
 }
 
 /// `show` arguments.
@@ -458,16 +458,16 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             Ok(Outcome::Code(if report.is_clean() { 0 } else { 1 }))
         }
         Cmd::Conformance(args) => {
-            use crate::conformance::ConformanceError;
-            let report = crate::conformance::run(args).await.map_err(|e| match e {
+            use contract_conformance::ConformanceError;
+            let report = contract_conformance::run(args).await.map_err(|e| match e {
                 ConformanceError::Usage(s) => CliError::Usage(s),
                 ConformanceError::Failed(s) => CliError::Failed(s),
             })?;
             Ok(Outcome::Code(report.exit_code()))
         }
         Cmd::Peer(args) => {
-            use crate::conformance::peers::PeerError;
-            match crate::conformance::peers::run(args).await {
+            use contract_conformance::peers::PeerError;
+            match contract_conformance::peers::run(args).await {
                 Ok(code) => Ok(Outcome::Code(code)),
                 Err(PeerError::Usage(s)) => Err(CliError::Usage(s)),
                 Err(PeerError::Failed(s)) => Err(CliError::Failed(s)),

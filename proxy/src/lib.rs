@@ -15,7 +15,6 @@
 
 pub mod cli;
 pub mod config;
-pub mod conformance;
 pub mod demo;
 pub mod inspect;
 pub mod log;

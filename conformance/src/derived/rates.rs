@@ -11,8 +11,8 @@ use contract::model::{ActionKind, LimitKey, LimitKind};
 use serde_json::Value;
 
 use super::{Session, error_code, plan_of};
-use crate::conformance::session::{Ctx, Got, Incoming, with_meanwhile};
-use crate::conformance::{BodyFuture, Failure, pass};
+use crate::session::{Ctx, Got, Incoming, with_meanwhile};
+use crate::{BodyFuture, Failure, pass};
 
 /// One rate limit the suite can probe.
 pub(super) struct RateProbe {
@@ -113,7 +113,7 @@ fn judge(
     ids: &[Value],
     answers: &HashMap<String, Got>,
     others: Vec<Got>,
-) -> Result<crate::conformance::Verdict, Failure> {
+) -> Result<crate::Verdict, Failure> {
     let refused = |id: &Value| {
         answers
             .get(&id.to_string())

@@ -17,8 +17,8 @@ use contract::wire::{Violation, ViolationClass, Wire};
 use serde_json::{Map, Value, json};
 
 use super::{Session, error_code, expect_code, plan_of};
-use crate::conformance::session::{Ctx, Got, Incoming, with_meanwhile};
-use crate::conformance::{BodyFuture, Failure, Verdict, pass};
+use crate::session::{Ctx, Got, Incoming, with_meanwhile};
+use crate::{BodyFuture, Failure, Verdict, pass};
 
 /// One bad (or, for `frame.at-cap`, borderline) input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

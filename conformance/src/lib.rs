@@ -26,12 +26,12 @@ use serde_json::Value;
 /// after `cx;`, for each `name => expression using cx`: a check's [`Body`] is a plain fn.
 macro_rules! bodies {
     ($cx:ident; $($name:ident => $e:expr),* $(,)?) => {
-        $(fn $name($cx: &mut $crate::conformance::Ctx) -> $crate::conformance::BodyFuture<'_> {
+        $(fn $name($cx: &mut $crate::Ctx) -> $crate::BodyFuture<'_> {
             Box::pin($e)
         })*
     };
     ($($name:ident => $f:path),* $(,)?) => {
-        $(fn $name(cx: &mut $crate::conformance::Ctx) -> $crate::conformance::BodyFuture<'_> {
+        $(fn $name(cx: &mut $crate::Ctx) -> $crate::BodyFuture<'_> {
             Box::pin($f(cx))
         })*
     };
