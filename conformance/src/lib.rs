@@ -11,8 +11,12 @@
 //! target the command line names (see [`session`] and docs/conformance.md).
 //!
 //! The checks themselves live per contract: [`kernel`], [`rukh`], [`toolchannel`] and
-//! [`xsession`]. [`peers`] holds small Rust reference peers (hidden `peer`
-//! subcommand) so the suite can be tested against real processes.
+//! [`xsession`]; [`derived`] is the suite any JSON-RPC contract gets from its data.
+//! [`handoff`] is what the suite launches in place of a party the implementation
+//! launches itself (`contract-proxy handoff`).
+
+// Unsafe only in small, commented OS calls (`handoff`: taking ownership of passed fds).
+#![deny(unsafe_code)]
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -38,8 +42,8 @@ macro_rules! bodies {
 }
 
 pub mod derived;
+pub mod handoff;
 pub mod kernel;
-pub mod peers;
 pub mod report;
 pub mod rukh;
 pub mod session;

@@ -15,9 +15,9 @@
 //! **Playing the extension**, the target is a core, and a core launches its
 //! extension itself: `--target 'exec:rukh-core … -- {extension}'`. Per check the
 //! suite listens on a private unix socket, launches the core with
-//! `{extension}` replaced by a hidden stand-in (`contract-proxy peer rukh-link`)
+//! `{extension}` replaced by the handoff (`contract-proxy handoff`, [`crate::handoff`])
 //! and receives, over that socket, the very channel end the core passed the
-//! stand-in (`SCM_RIGHTS`); the stand-in closes its copy and later exits with the
+//! handoff (`SCM_RIGHTS`); the handoff closes its copy and later exits with the
 //! code the suite names, so the core sees a real extension process whose exit
 //! status the suite controls (the outcome checks need exactly that).
 //! `{deadline_ms}` in the command, if present, is replaced by the invocation
@@ -35,7 +35,6 @@
 #![cfg_attr(not(unix), allow(dead_code, unused_imports, unused_mut))]
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,7 +43,6 @@ use contract::wire::Wire;
 use contract::wire::json::{depth, items};
 use serde_json::{Map, Value, json};
 
-use super::peers::PeerError;
 use super::{Body, Check, Ctx, Failure, Got, Incoming, Peer, Row, Stdout, Verdict};
 
 /// Session identity the suite pins when it plays the core (correlation only, R-32).
@@ -68,8 +66,6 @@ const STDOUT_KEEP: usize = 64 * 1024;
 /// Log records sent per flood burst and the pause between bursts.
 const FLOOD_BURST: u64 = 20;
 const FLOOD_PAUSE: Duration = Duration::from_millis(20);
-/// Exit code of the stand-in extension when the suite is gone without a word.
-const LINK_ORPHAN_EXIT: i32 = 1;
 /// Placeholders in a core's command line.
 const EXTENSION: &str = "{extension}";
 const DEADLINE_MS: &str = "{deadline_ms}";
@@ -1498,14 +1494,14 @@ fn has_deadline_placeholder(cx: &Ctx) -> bool {
     core_argv(cx).is_ok_and(|a| a.iter().any(|s| s.contains(DEADLINE_MS)))
 }
 
-/// The suite's end of a core session, with the stand-in extension process it talks through.
+/// The suite's end of a core session, with the handoff process it talks through.
 #[cfg(unix)]
 struct ExtSide {
     peer: Peer,
     sp: Spec,
     wait: Duration,
     next: u64,
-    /// The stand-in's instruction socket.
+    /// The handoff's instruction socket.
     link: Option<std::os::unix::net::UnixStream>,
     stdout: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
     /// Valid requests of the core, in arrival order (before they are handled).
@@ -1532,17 +1528,13 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
     let sock = cx.private_dir()?.join("link.sock");
     let listener = UnixListener::bind(&sock)
         .map_err(|e| Failure::new(format!("cannot listen on {}: {e}", sock.display())))?;
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::new(format!("cannot find the contract-proxy binary: {e}")))?;
-    let link_words = [
-        exe.to_string_lossy().to_string(),
-        "peer".into(),
-        "rukh-link".into(),
+    let mut link_words = crate::handoff::command().map_err(|e| Failure::new(e.to_string()))?;
+    link_words.extend([
         "--socket".into(),
         sock.to_string_lossy().to_string(),
         "--wait".into(),
         format!("{}", cx.opts.check_deadline.as_secs_f64()),
-    ];
+    ]);
     let quoted = link_words
         .iter()
         .map(|w| shell_quote(w))
@@ -1567,9 +1559,7 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
     let conn = match tokio::time::timeout(wait, listener.accept()).await {
         Ok(Ok((conn, _))) => conn,
         Ok(Err(e)) => {
-            return Err(Failure::new(format!(
-                "accepting the stand-in extension: {e}"
-            )));
+            return Err(Failure::new(format!("accepting the handoff process: {e}")));
         }
         Err(_) => {
             let why = match cx.child_exit(Duration::ZERO).await {
@@ -1583,17 +1573,17 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
     };
     let std_link = conn
         .into_std()
-        .map_err(|e| Failure::new(format!("the stand-in's socket: {e}")))?;
+        .map_err(|e| Failure::new(format!("the handoff's socket: {e}")))?;
     let (std_link, fd) = tokio::task::spawn_blocking(move || {
         let r = std_link
             .set_nonblocking(false)
             .and_then(|()| std_link.set_read_timeout(Some(wait)))
-            .and_then(|()| recv_fd(&std_link));
+            .and_then(|()| crate::handoff::receive(&std_link));
         r.map(|fd| (std_link, fd))
     })
     .await
     .map_err(|e| Failure::new(format!("receiving the channel end: {e}")))?
-    .map_err(|e| Failure::new(format!("receiving the channel end from the stand-in: {e}")))?;
+    .map_err(|e| Failure::new(format!("receiving the channel end from the handoff: {e}")))?;
     let stream = std::os::unix::net::UnixStream::from(fd);
     stream
         .set_nonblocking(true)
@@ -1614,49 +1604,6 @@ async fn launch_core(cx: &mut Ctx, deadline: Option<Duration>) -> Result<ExtSide
         cancel: None,
         close: None,
     })
-}
-
-/// Receive one descriptor passed with `SCM_RIGHTS`.
-#[cfg(unix)]
-#[allow(unsafe_code)]
-fn recv_fd(sock: &std::os::unix::net::UnixStream) -> std::io::Result<std::os::fd::OwnedFd> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let mut byte = [0u8; 1];
-    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(space.as_mut_slice()),
-        MsgFlags::empty(),
-    )
-    .map_err(std::io::Error::from)?;
-    let mut raw = Vec::new();
-    for c in msg.cmsgs().map_err(std::io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            raw.extend(fds);
-        }
-    }
-    // SAFETY: SCM_RIGHTS installed each of these descriptors in this process just
-    // now; nothing else knows their numbers, so each OwnedFd is the only owner.
-    let mut owned: Vec<OwnedFd> = raw
-        .into_iter()
-        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
-        .collect();
-    if owned.is_empty() {
-        return Err(std::io::Error::other(
-            "the stand-in sent no descriptor (is fd 3 open in the extension the core launched?)",
-        ));
-    }
-    let fd = owned.swap_remove(0);
-    // Not for any process the suite launches later.
-    nix::fcntl::fcntl(
-        &fd,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-    )
-    .map_err(std::io::Error::from)?;
-    Ok(fd)
 }
 
 #[cfg(unix)]
@@ -1811,7 +1758,7 @@ impl ExtSide {
         )))
     }
 
-    /// Wait for rukh.close, acknowledge it, then end: channel closed, stand-in exits `code`.
+    /// Wait for rukh.close, acknowledge it, then end: channel closed, handoff exits `code`.
     async fn closing(&mut self, code: i64) -> Result<(), Failure> {
         let until = Instant::now() + self.wait;
         while self.close.is_none() {
@@ -1833,7 +1780,7 @@ impl ExtSide {
         Ok(())
     }
 
-    /// Close the suite's end and let the stand-in exit with `code`.
+    /// Close the suite's end and let the handoff exit with `code`.
     fn release(&mut self, code: i64) {
         use std::io::Write;
         self.peer.drop_channels();
@@ -2877,72 +2824,6 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .rejected(cx, None, &format!("commandResult without {cap}"))
         .await?;
     Ok(Verdict::Pass(r))
-}
-
-// ---------------------------------------------------------------------------
-// The stand-in extension (`contract-proxy peer rukh-link`).
-
-/// `peer rukh-link` arguments.
-#[derive(Debug, Clone, clap::Args)]
-pub struct LinkArgs {
-    /// The suite's private unix socket.
-    #[arg(long)]
-    pub socket: PathBuf,
-    /// The inherited control end (default: $RUKH_IPC_FD, else 3).
-    #[arg(long)]
-    pub fd: Option<i32>,
-    /// Longest wait for the suite's exit instruction, in seconds.
-    #[arg(long, default_value_t = 120.0)]
-    pub wait: f64,
-}
-
-/// Hand the inherited control end to the suite, close our copy, and exit with the code
-/// the suite writes back (a decimal line); `LINK_ORPHAN_EXIT` if the suite goes away.
-#[cfg(unix)]
-pub fn link(a: LinkArgs) -> Result<i32, PeerError> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    use std::io::BufRead;
-    use std::os::fd::AsRawFd;
-    let fd =
-        a.fd.or_else(|| {
-            std::env::var("RUKH_IPC_FD")
-                .ok()
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(3);
-    if fd <= 2 {
-        return Err(PeerError::Usage(format!("--fd {fd} is a standard stream")));
-    }
-    let wait = Duration::try_from_secs_f64(a.wait)
-        .map_err(|e| PeerError::Usage(format!("--wait: {e}")))?;
-    let sock = std::os::unix::net::UnixStream::connect(&a.socket)
-        .map_err(|e| PeerError::Failed(format!("connecting {}: {e}", a.socket.display())))?;
-    let fds = [fd];
-    sendmsg::<()>(
-        sock.as_raw_fd(),
-        &[std::io::IoSlice::new(b"F")],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::empty(),
-        None,
-    )
-    .map_err(|e| PeerError::Failed(format!("passing fd {fd}: {e}")))?;
-    // The suite holds the end now; ours must not keep the channel open.
-    nix::unistd::close(fd).map_err(|e| PeerError::Failed(format!("closing fd {fd}: {e}")))?;
-    sock.set_read_timeout(Some(wait))
-        .map_err(|e| PeerError::Failed(e.to_string()))?;
-    let mut line = String::new();
-    match std::io::BufReader::new(&sock).read_line(&mut line) {
-        Ok(n) if n > 0 => line
-            .trim()
-            .parse()
-            .map_err(|e| PeerError::Failed(format!("bad exit instruction {line:?}: {e}"))),
-        _ => {
-            eprintln!(
-                "contract-proxy peer rukh-link: the suite went away; exiting {LINK_ORPHAN_EXIT}"
-            );
-            Ok(LINK_ORPHAN_EXIT)
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------

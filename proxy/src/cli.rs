@@ -47,9 +47,9 @@ pub enum Cmd {
     Demo(crate::demo::DemoArgs),
     /// Play one party of a contract against a real implementation of the other and run the seed's checks.
     Conformance(contract_conformance::ConformanceArgs),
-    /// Reference peers for testing the conformance suite (kernel-core, kernel-shell).
-    #[command(hide = true)]
-    Peer(contract_conformance::peers::PeerArgs),
+    /// Launched by the conformance suite in place of a party the implementation launches
+    /// itself (rukh's extension): passes its inherited socket end to the suite.
+    Handoff(contract_conformance::handoff::HandoffArgs),
 }
 
 /// `show` arguments.
@@ -465,12 +465,12 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             })?;
             Ok(Outcome::Code(report.exit_code()))
         }
-        Cmd::Peer(args) => {
-            use contract_conformance::peers::PeerError;
-            match contract_conformance::peers::run(args).await {
+        Cmd::Handoff(args) => {
+            use contract_conformance::handoff::{HandoffError, run};
+            match run(args) {
                 Ok(code) => Ok(Outcome::Code(code)),
-                Err(PeerError::Usage(s)) => Err(CliError::Usage(s)),
-                Err(PeerError::Failed(s)) => Err(CliError::Failed(s)),
+                Err(HandoffError::Usage(s)) => Err(CliError::Usage(s)),
+                Err(HandoffError::Failed(s)) => Err(CliError::Failed(s)),
             }
         }
         Cmd::Demo(args) => {

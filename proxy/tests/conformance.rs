@@ -1,9 +1,10 @@
 //! `contract-proxy conformance` against real processes: the Rust reference
-//! peers (`contract-proxy peer kernel-core|kernel-shell`) launched per check,
+//! peers (`kernel-peer core|shell`, examples/kernel/peers) launched per check,
 //! dialed or dialing in, correct and with one rule broken on purpose; the exit
 //! codes, the per-check lines and the JUnit file.
 
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -53,12 +54,23 @@ fn fast_suite(args: &[&str]) -> Run {
     )
 }
 
+/// The reference peers' binary, built once into contract-proxy's target directory.
+fn peer() -> &'static str {
+    static BUILT: OnceLock<String> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        common::cargo_build(&["kernel-peer"]);
+        common::bin_dir().join("kernel-peer").display().to_string()
+    })
+}
+
 fn core_target(extra: &str) -> String {
-    format!("exec:{BIN} peer kernel-core --control {{control}} --data {{data}} --ttl 2 {extra}")
+    let peer = peer();
+    format!("exec:{peer} core --control {{control}} --data {{data}} --ttl 2 {extra}")
 }
 
 fn shell_target(extra: &str) -> String {
-    format!("exec:{BIN} peer kernel-shell --control {{control}} --data {{data}} {extra}")
+    let peer = peer();
+    format!("exec:{peer} shell --control {{control}} --data {{data}} {extra}")
 }
 
 #[test]
@@ -245,10 +257,9 @@ fn dials_a_running_shell_and_reconnects_to_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = format!("unix:{}", dir.path().join("c.sock").display());
     let d = format!("unix:{}", dir.path().join("d.sock").display());
-    let mut shell = Command::new(BIN)
+    let mut shell = Command::new(peer())
         .args([
-            "peer",
-            "kernel-shell",
+            "shell",
             "--control",
             &c,
             "--data",
@@ -321,8 +332,8 @@ fn listens_for_a_core_started_elsewhere() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut core = Command::new(BIN)
-        .args(["peer", "kernel-core", "--control", &c, "--data", &d])
+    let mut core = Command::new(peer())
+        .args(["core", "--control", &c, "--data", &d])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

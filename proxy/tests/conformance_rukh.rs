@@ -1,9 +1,9 @@
 //! `contract-proxy conformance --contract rukh` against the real reference peers
 //! of examples/rukh: playing the core against the Rust extension (`rukh-ext`) and
 //! the Python one (`ext.py`, on its generated SDK), and playing the extension
-//! against the Rust core (`rukh-core`, which launches the suite's stand-in). The
-//! honest peers pass every check that applies; each `--break` fails exactly its
-//! check; the JUnit file is well-formed.
+//! against the Rust core (`rukh-core`, which launches the suite's handoff, also
+//! run here alone). The honest peers pass every check that applies; each
+//! `--break` fails exactly its check; the JUnit file is well-formed.
 
 #![cfg(unix)]
 
@@ -320,4 +320,88 @@ fn list_usage_and_placeholders() {
     ]);
     assert_eq!(r.code, 1, "{}", show(&r));
     assert!(r.stdout.contains("{extension}"), "{}", show(&r));
+}
+
+/// Run `contract-proxy handoff` as a core runs its extension (fd 3 an inherited socketpair
+/// end) and play the suite's side of it: the end arrives, the process exits with the
+/// code written back, or with `ORPHAN_EXIT` when the suite goes away without a word.
+fn handoff(instruction: Option<&[u8]>) -> Run {
+    use command_fds::{CommandFdExt, FdMapping};
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("h.sock");
+    let listener = UnixListener::bind(&path).expect("bind");
+    let (mut ours, theirs) = UnixStream::pair().expect("socketpair");
+    let mut cmd = Command::new(common::BIN);
+    cmd.args(["handoff", "--socket", path.to_str().expect("utf-8")])
+        .args(["--wait", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.fd_mappings(vec![FdMapping {
+        parent_fd: theirs.into(),
+        child_fd: 3,
+    }])
+    .expect("fd 3");
+    let child = cmd.spawn().expect("spawn the handoff");
+    drop(cmd);
+    let link = accept_within(&listener, Duration::from_secs(20));
+    link.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let end = contract_conformance::handoff::receive(&link).expect("the passed end");
+    UnixStream::from(end).write_all(b"ping").expect("write");
+    let mut got = [0u8; 4];
+    ours.read_exact(&mut got)
+        .expect("read through the passed end");
+    assert_eq!(&got, b"ping");
+    if let Some(line) = instruction {
+        (&link).write_all(line).expect("instruction");
+    }
+    drop(link);
+    common::finish(child, Duration::from_secs(20))
+}
+
+fn accept_within(
+    l: &std::os::unix::net::UnixListener,
+    limit: Duration,
+) -> std::os::unix::net::UnixStream {
+    l.set_nonblocking(true).expect("nonblocking");
+    let start = std::time::Instant::now();
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).expect("blocking");
+                return s;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(start.elapsed() < limit, "the handoff never connected");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+#[test]
+fn the_handoff_passes_its_end_and_exits_as_the_suite_says() {
+    let r = handoff(Some(b"7\n"));
+    assert_eq!(r.code, 7, "{}", show(&r));
+    let r = handoff(None);
+    assert_eq!(
+        r.code,
+        contract_conformance::handoff::ORPHAN_EXIT,
+        "{}",
+        show(&r)
+    );
+    assert!(r.stderr.contains("the suite went away"), "{}", show(&r));
+    let child = std::process::Command::new(common::BIN)
+        .args(["handoff", "--socket", "/nonexistent", "--fd", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let r = common::finish(child, Duration::from_secs(20));
+    assert_eq!(r.code, 2, "{}", show(&r));
+    assert!(r.stderr.contains("standard stream"), "{}", show(&r));
 }

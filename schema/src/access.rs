@@ -96,7 +96,7 @@ impl Rate {
 }
 
 /// The environment variable by which a test run scales every contract duration: the
-/// conformance suite, the proxy's stand-in peers and the reference peers read it, so a
+/// conformance suite and the reference peers read it, so a
 /// 20-second heartbeat check can run in 4 s (`CONTRACT_TIME_SCALE=0.2`). Unset means 1.
 pub const TIME_SCALE_ENV: &str = "CONTRACT_TIME_SCALE";
 

@@ -1,8 +1,6 @@
-//! Rust reference peers of the kernel contract, for testing the conformance
-//! suite against real processes: `contract-proxy peer kernel-core` (dials the
-//! shell's control and data endpoints, K-1) and `contract-proxy peer
-//! kernel-shell` (listens on both and takes one core session after another, as
-//! a shell that restarts its core would). Hidden from `--help`.
+//! The two kernel peers: `kernel-peer core` (dials the shell's control and
+//! data endpoints, K-1) and `kernel-peer shell` (listens on both and takes one
+//! core session after another, as a shell that restarts its core would).
 //!
 //! They speak the contract through the wire layer (`contract::wire::Wire`
 //! validates what they send and receive), keep control and data on separate
@@ -28,7 +26,6 @@ use tokio::io::ReadHalf;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::now_secs;
 use contract_transport::conn::{BoxIo, Conn};
 use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
 
@@ -43,28 +40,16 @@ const AUDIO_FRAME: usize = 1024;
 /// Bytes per second of 16 kHz mono pcm_s16le.
 const PCM_RATE: u64 = 32_000;
 
-/// `contract-proxy peer` arguments.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PeerArgs {
-    /// Which peer.
-    #[command(subcommand)]
-    pub which: PeerCmd,
-}
-
-/// The reference peers.
+/// The peers.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum PeerCmd {
     /// A kernel core: dials the shell's control and data endpoints.
-    KernelCore(CoreArgs),
+    Core(CoreArgs),
     /// A kernel shell: listens on control and data and takes core sessions one after another.
-    KernelShell(ShellArgs),
-    /// The rukh suite's stand-in extension process: hands its inherited control end to the
-    /// suite over a private unix socket, then exits with the code the suite names.
-    #[cfg(unix)]
-    RukhLink(super::rukh::LinkArgs),
+    Shell(ShellArgs),
 }
 
-/// `peer kernel-core` arguments.
+/// `kernel-peer core` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CoreArgs {
     /// The shell's control endpoint (unix:PATH, tcp:HOST:PORT).
@@ -90,7 +75,7 @@ pub enum CoreBreak {
     Correlation,
 }
 
-/// `peer kernel-shell` arguments.
+/// `kernel-peer shell` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShellArgs {
     /// Control endpoint to listen on.
@@ -132,13 +117,19 @@ pub enum PeerError {
 }
 
 /// Run a peer; its exit code.
-pub async fn run(args: PeerArgs) -> Result<i32, PeerError> {
-    match args.which {
-        PeerCmd::KernelCore(a) => core(kernel_wire()?, a).await,
-        PeerCmd::KernelShell(a) => shell(kernel_wire()?, a).await,
-        #[cfg(unix)]
-        PeerCmd::RukhLink(a) => super::rukh::link(a),
+pub async fn run(which: PeerCmd) -> Result<i32, PeerError> {
+    match which {
+        PeerCmd::Core(a) => core(kernel_wire()?, a).await,
+        PeerCmd::Shell(a) => shell(kernel_wire()?, a).await,
     }
+}
+
+/// Seconds since the epoch, the envelope's `timestamp`.
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as f64 / 1000.0)
+        .unwrap_or(0.0)
 }
 
 fn kernel_wire() -> Result<Arc<Wire>, PeerError> {
@@ -386,7 +377,7 @@ enum Beat {
 
 impl Liveness {
     fn new(wire: &Wire) -> Result<Self, PeerError> {
-        let scale = super::time_scale().map_err(|e| PeerError::Usage(e.to_string()))?;
+        let scale = contract::env_time_scale().map_err(PeerError::Usage)?;
         let l = wire.limits().clone().time_scaled(scale);
         let failed = |e: contract::AccessError| PeerError::Failed(e.to_string());
         let missed = l.count("missedPingsDead").map_err(failed)?;
