@@ -36,12 +36,27 @@ pub enum Lang {
     Csharp,
 }
 
+impl Lang {
+    /// Every target, in the order a several-target run writes them.
+    pub const ALL: [Lang; 4] = [Lang::Rust, Lang::Docs, Lang::Python, Lang::Csharp];
+
+    /// The target's directory in a several-target run, as `--lang` spells it.
+    pub fn dir(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+            Lang::Docs => "docs",
+            Lang::Python => "python",
+            Lang::Csharp => "csharp",
+        }
+    }
+}
+
 /// Configuration for one generation run.
 #[derive(Debug, Clone)]
 pub struct Config {
     contracts: Vec<PathBuf>,
     out_dir: Option<PathBuf>,
-    lang: Lang,
+    langs: Vec<Lang>,
     templates: Option<PathBuf>,
     breaking_against: Option<String>,
     accepted: Vec<String>,
@@ -59,7 +74,7 @@ impl Config {
         Config {
             contracts: Vec::new(),
             out_dir: None,
-            lang: Lang::Rust,
+            langs: vec![Lang::Rust],
             templates: None,
             breaking_against: None,
             accepted: Vec::new(),
@@ -88,7 +103,19 @@ impl Config {
 
     /// Choose the target language.
     pub fn lang(&mut self, lang: Lang) -> &mut Self {
-        self.lang = lang;
+        self.langs = vec![lang];
+        self
+    }
+
+    /// Generate several targets in one run: the contracts are loaded and their IR built
+    /// once, and each target's files are named `<lang>/…` (`rust/kernel.rs`).
+    pub fn langs<I: IntoIterator<Item = Lang>>(&mut self, langs: I) -> &mut Self {
+        self.langs = Vec::new();
+        for l in langs {
+            if !self.langs.contains(&l) {
+                self.langs.push(l);
+            }
+        }
         self
     }
 
@@ -173,11 +200,26 @@ impl Config {
                 .unwrap_or_default();
             irs.push((Ir::build(contract)?, source));
         }
+        if let [lang] = self.langs.as_slice() {
+            return self.render(*lang, &irs);
+        }
+        let mut files = Vec::new();
+        for &lang in &self.langs {
+            files.extend(self.render(lang, &irs)?.into_iter().map(|f| GeneratedFile {
+                name: format!("{}/{}", lang.dir(), f.name),
+                contents: f.contents,
+            }));
+        }
+        Ok(files)
+    }
+
+    /// One target's files for the built IRs (each with the name of its contract file).
+    fn render(&self, lang: Lang, irs: &[(Ir, String)]) -> Result<Vec<GeneratedFile>, GenError> {
         let (name, templates, register): (
             &str,
             &[crate::sdk::Template],
             fn(&mut handlebars::Handlebars<'static>),
-        ) = match self.lang {
+        ) = match lang {
             Lang::Rust => {
                 return irs
                     .iter()
@@ -193,7 +235,7 @@ impl Config {
             Lang::Python => ("python", crate::python::TEMPLATES, crate::python::register),
             Lang::Csharp => ("csharp", crate::csharp::TEMPLATES, crate::csharp::register),
         };
-        let irs: Vec<Ir> = irs.into_iter().map(|(ir, _)| ir).collect();
+        let irs: Vec<&Ir> = irs.iter().map(|(ir, _)| ir).collect();
         crate::sdk::generate(name, &irs, templates, register, self.templates.as_deref())
     }
 

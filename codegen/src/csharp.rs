@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 
 use handlebars::{Handlebars, handlebars_helper};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::ir::pascal;
@@ -53,7 +54,7 @@ fn find<'a>(types: &'a Value, name: &str) -> Option<&'a Value> {
 }
 
 fn tref(v: &Value) -> TypeRef {
-    serde_json::from_value(v.clone()).unwrap_or(TypeRef::Any)
+    TypeRef::deserialize(v).unwrap_or(TypeRef::Any)
 }
 
 /// The non-null branch of a `X | null` union.
@@ -772,14 +773,14 @@ fn table_values(t: &Value) -> Value {
     )
 }
 
-handlebars_helper!(cs_type_helper: |ty: Value, types: Value| cs_type(&tref(&ty), &types));
-handlebars_helper!(cs_literal_helper: |v: Value| cs_literal(&v));
-handlebars_helper!(cs_string_helper: |v: Value| match v {
-    Value::String(s) => cs_string(&s),
+handlebars_helper!(cs_type_helper: |ty: Json, types: Json| cs_type(&tref(ty), types));
+handlebars_helper!(cs_literal_helper: |v: Json| cs_literal(v));
+handlebars_helper!(cs_string_helper: |v: Json| match v {
+    Value::String(s) => cs_string(s),
     other => cs_string(&other.to_string()),
 });
 // The message trigger of a machine's event, as a `MessageTrigger` (null for other events).
-handlebars_helper!(cs_trigger_helper: |events: Value, ident: str| {
+handlebars_helper!(cs_trigger_helper: |events: Json, ident: str| {
     let e = events.as_array().into_iter().flatten().find(|e| e["ident"] == ident);
     match e {
         Some(e) if e["on"] == "message" => {
@@ -793,7 +794,7 @@ handlebars_helper!(cs_trigger_helper: |events: Value, ident: str| {
     }
 });
 // A keyed rate limit's `new KeyedRate(...)`, from its IR.
-handlebars_helper!(cs_keyed_helper: |l: Value| {
+handlebars_helper!(cs_keyed_helper: |l: Json| {
     let k = &l["keyed"];
     let opt = |v: &Value| v.as_str().map_or("null".to_string(), cs_string);
     let list = |v: &Value| match v.as_array() {
@@ -809,7 +810,7 @@ handlebars_helper!(cs_keyed_helper: |l: Value| {
     )
 });
 // A party's `new IdRules(...)`, from its IR.
-handlebars_helper!(cs_id_rules_helper: |r: Value| {
+handlebars_helper!(cs_id_rules_helper: |r: Json| {
     let flag = |k: &str| if r[k] == true { "true" } else { "false" };
     format!(
         "new IdRules({}, {}, {}, {}, {})",
@@ -818,23 +819,23 @@ handlebars_helper!(cs_id_rules_helper: |r: Value| {
         flag("increasing"), flag("gapless"), flag("unique"),
     )
 });
-handlebars_helper!(cs_fields_helper: |def: Value, types: Value| fields(&def, &types));
-handlebars_helper!(cs_required_mask_helper: |def: Value| required_mask(&def));
-handlebars_helper!(cs_literal_mask_helper: |def: Value, types: Value| literal_mask(&def, &types));
-handlebars_helper!(cs_union_helper: |def: Value, types: Value| union_info(&def, &types));
-handlebars_helper!(cs_base_helper: |name: str, types: Value| base_of(name, &types).map(|p| format!("{p}, ")).unwrap_or_default());
-handlebars_helper!(cs_abstract_base_helper: |name: str, types: Value| base_of(name, &types).map(|p| format!(" : {p}")).unwrap_or_default());
-handlebars_helper!(cs_limit_helper: |l: Value| limit_members(&l));
-handlebars_helper!(cs_doc_helper: |text: Value, indent: str| doc(text.as_str().unwrap_or(""), indent));
-handlebars_helper!(cs_table_values_helper: |t: Value| table_values(&t));
+handlebars_helper!(cs_fields_helper: |def: Json, types: Json| fields(def, types));
+handlebars_helper!(cs_required_mask_helper: |def: Json| required_mask(def));
+handlebars_helper!(cs_literal_mask_helper: |def: Json, types: Json| literal_mask(def, types));
+handlebars_helper!(cs_union_helper: |def: Json, types: Json| union_info(def, types));
+handlebars_helper!(cs_base_helper: |name: str, types: Json| base_of(name, types).map(|p| format!("{p}, ")).unwrap_or_default());
+handlebars_helper!(cs_abstract_base_helper: |name: str, types: Json| base_of(name, types).map(|p| format!(" : {p}")).unwrap_or_default());
+handlebars_helper!(cs_limit_helper: |l: Json| limit_members(l));
+handlebars_helper!(cs_doc_helper: |text: Json, indent: str| doc(text.as_str().unwrap_or(""), indent));
+handlebars_helper!(cs_table_values_helper: |t: Json| table_values(t));
 handlebars_helper!(cs_enum_member_helper: |ident: str, enum_name: str| if ident == enum_name { format!("{ident}Value") } else { ident.to_string() });
 // `typeof(X)` for the type a vector names (aliases resolve to what they spell).
-handlebars_helper!(cs_typeof_helper: |name: str, types: Value| {
-    let t = cs_type(&TypeRef::Named { name: name.to_string() }, &types);
+handlebars_helper!(cs_typeof_helper: |name: str, types: Json| {
+    let t = cs_type(&TypeRef::Named { name: name.to_string() }, types);
     format!("typeof({t})")
 });
-handlebars_helper!(cs_channel_helper: |c: Value, types: Value| channel_view(&c, &types));
-handlebars_helper!(cs_union_style_helper: |def: Value, types: Value| union_style(&types, &def));
+handlebars_helper!(cs_channel_helper: |c: Json, types: Json| channel_view(c, types));
+handlebars_helper!(cs_union_style_helper: |def: Json, types: Json| union_style(types, def));
 
 /// Register the C# helpers.
 pub fn register(hb: &mut Handlebars<'static>) {

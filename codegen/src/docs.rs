@@ -3,6 +3,7 @@
 //! Mermaid state diagrams; the templates lay out the page.
 
 use handlebars::{Handlebars, handlebars_helper};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::sdk::Template;
@@ -42,12 +43,12 @@ pub fn md_type(t: &TypeRef) -> String {
     }
 }
 
-handlebars_helper!(md_type_helper: |v: Value| {
-    serde_json::from_value::<TypeRef>(v).map(|t| md_type(&t)).unwrap_or_else(|_| "?".into())
+handlebars_helper!(md_type_helper: |v: Json| {
+    TypeRef::deserialize(v).map(|t| md_type(&t)).unwrap_or_else(|_| "?".into())
 });
 
 // The byte layout of a framing, as a fenced diagram.
-handlebars_helper!(byte_diagram: |framing: Value, cap: Value| {
+handlebars_helper!(byte_diagram: |framing: Json, cap: Json| {
     let cap_text = cap.get("bytes").and_then(Value::as_u64).map(|b| format!("≤ {b} bytes")).unwrap_or_else(|| "no cap".into());
     let cells: Vec<String> = match framing.get("kind").and_then(Value::as_str) {
         Some("length-prefixed") => vec![
@@ -81,7 +82,7 @@ handlebars_helper!(byte_diagram: |framing: Value, cap: Value| {
 });
 
 // A state machine as a Mermaid stateDiagram.
-handlebars_helper!(mermaid: |m: Value| {
+handlebars_helper!(mermaid: |m: Json| {
     let mut out = String::from("```mermaid\nstateDiagram-v2\n");
     let id = |s: &str| s.to_string();
     out.push_str(&format!("    [*] --> {}\n", id(m["initial"].as_str().unwrap_or(""))));
@@ -98,30 +99,30 @@ handlebars_helper!(mermaid: |m: Value| {
 });
 
 // Rows describing a named type: one per field for structs, one per branch for unions.
-handlebars_helper!(type_rows: |types: Value, name: Value| {
+handlebars_helper!(type_rows: |types: Json, name: Json| {
     let name = name.as_str().unwrap_or("");
     let t = types.as_array().into_iter().flatten().find(|t| t["name"] == name);
     let rows: Vec<Value> = match t {
         None => vec![],
         Some(t) => match t["kind"].as_str() {
             Some("struct") => t["fields"].as_array().into_iter().flatten().map(|f| json!({
-                "name": f["wire"], "type": serde_json::from_value::<TypeRef>(f["ty"].clone()).map(|x| md_type(&x)).unwrap_or_default(),
+                "name": f["wire"], "type": TypeRef::deserialize(&f["ty"]).map(|x| md_type(&x)).unwrap_or_default(),
                 "required": f["required"], "description": f["description"],
             })).collect(),
             Some("union") => t["variants"].as_array().into_iter().flatten().map(|v| json!({
                 "name": v["tagValue"].as_str().map(|s| format!("{}={s}", t["tag"].as_str().unwrap_or(""))).unwrap_or_else(|| "one of".into()),
-                "type": serde_json::from_value::<TypeRef>(v["ty"].clone()).map(|x| md_type(&x)).unwrap_or_default(),
+                "type": TypeRef::deserialize(&v["ty"]).map(|x| md_type(&x)).unwrap_or_default(),
                 "required": true, "description": "",
             })).collect(),
             Some("stringEnum") => vec![json!({"name": "(value)", "type": t["values"].as_array().into_iter().flatten().map(|v| format!("`{}`", v[1].as_str().unwrap_or(""))).collect::<Vec<_>>().join(", "), "required": true, "description": t["description"]})],
-            _ => vec![json!({"name": "(value)", "type": serde_json::from_value::<TypeRef>(t["target"].clone()).map(|x| md_type(&x)).unwrap_or_default(), "required": true, "description": t["description"]})],
+            _ => vec![json!({"name": "(value)", "type": TypeRef::deserialize(&t["target"]).map(|x| md_type(&x)).unwrap_or_default(), "required": true, "description": t["description"]})],
         },
     };
     Value::Array(rows)
 });
 
 // Direction text: `shell → core`.
-handlebars_helper!(arrow: |from: Value, parties: Value| {
+handlebars_helper!(arrow: |from: Json, parties: Json| {
     let from: Vec<String> = from.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect();
     let to: Vec<String> = parties.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str().map(str::to_string)).filter(|p| !from.contains(p)).collect();
     format!("{} → {}", from.join(", "), if to.is_empty() { "any".into() } else { to.join(", ") })

@@ -5,14 +5,14 @@ use serde_json::Value;
 
 use crate::ir::{lower_snake, pascal, upper_snake};
 
-handlebars_helper!(json: |v: Value| serde_json::to_string(&v).unwrap_or_default());
-handlebars_helper!(json_pretty: |v: Value| serde_json::to_string_pretty(&v).unwrap_or_default());
+handlebars_helper!(json: |v: Json| serde_json::to_string(v).unwrap_or_default());
+handlebars_helper!(json_pretty: |v: Json| serde_json::to_string_pretty(v).unwrap_or_default());
 handlebars_helper!(to_pascal: |s: str| pascal(s));
 handlebars_helper!(to_snake: |s: str| lower_snake(s));
 handlebars_helper!(to_upper_snake: |s: str| upper_snake(s));
 // A table cell: pipes escaped, newlines folded, so Markdown tables stay intact.
-handlebars_helper!(cell: |v: Value| {
-    let s = match v { Value::String(s) => s, Value::Null => String::new(), other => other.to_string() };
+handlebars_helper!(cell: |v: Json| {
+    let s = match v { Value::String(s) => s.clone(), Value::Null => String::new(), other => other.to_string() };
     s.replace('|', "\\|").replace('\n', " ")
 });
 // Prefix every line of `text` with `prefix` (for doc comments).

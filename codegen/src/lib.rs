@@ -38,6 +38,38 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// A `--lang` value: one target, or every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LangArg {
+    /// Rust, via typify (one module file per contract).
+    Rust,
+    /// Markdown protocol pages (one per contract).
+    Docs,
+    /// A Python package using msgspec.
+    Python,
+    /// A net8.0 C# class library using System.Text.Json (C# 7.3 syntax).
+    Csharp,
+    /// Every target, each into OUT/<lang>/.
+    All,
+}
+
+impl LangArg {
+    /// The targets the values name; `all` among them means every target.
+    fn expand(args: &[LangArg]) -> Vec<Lang> {
+        if args.contains(&LangArg::All) {
+            return Lang::ALL.to_vec();
+        }
+        let lang = |a: &LangArg| match a {
+            LangArg::Rust => Some(Lang::Rust),
+            LangArg::Docs => Some(Lang::Docs),
+            LangArg::Python => Some(Lang::Python),
+            LangArg::Csharp => Some(Lang::Csharp),
+            LangArg::All => None,
+        };
+        args.iter().filter_map(lang).collect()
+    }
+}
+
 /// `contractgen` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -52,9 +84,10 @@ pub enum Command {
     },
     /// Generate code or docs from contracts.
     Generate {
-        /// Target language.
-        #[arg(long, value_enum)]
-        lang: Lang,
+        /// Target language; several (`--lang rust,docs`, or `all`) generate each into
+        /// OUT/<lang>/ in one run.
+        #[arg(long, value_enum, value_delimiter = ',', required = true)]
+        lang: Vec<LangArg>,
         /// Output directory (created if missing).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
@@ -155,7 +188,9 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             if let Some(t) = templates {
                 cfg.templates(t);
             }
-            cfg.lang(*lang).out_dir(dir).contracts(contracts);
+            cfg.langs(LangArg::expand(lang))
+                .out_dir(dir)
+                .contracts(contracts);
             match cfg.generate() {
                 Err(e) => {
                     let _ = writeln!(err, "contractgen: {e}");

@@ -24,6 +24,7 @@
 use std::collections::{HashMap, HashSet};
 
 use handlebars::{Handlebars, handlebars_helper};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::ir::{lower_snake, upper_snake};
@@ -205,15 +206,15 @@ pub fn py_type(t: &TypeRef) -> String {
     py_type_with(t, &HashMap::new(), &HashSet::new())
 }
 
-handlebars_helper!(py_type_helper: |v: Value| {
-    serde_json::from_value::<TypeRef>(v).map(|t| py_type(&t)).unwrap_or_else(|_| "Any".into())
+handlebars_helper!(py_type_helper: |v: Json| {
+    TypeRef::deserialize(v).map(|t| py_type(&t)).unwrap_or_else(|_| "Any".into())
 });
-handlebars_helper!(py_literal_helper: |v: Value| py_literal(&v));
-handlebars_helper!(py_doc_helper: |v: Value| py_doc(v.as_str().unwrap_or_default()));
-handlebars_helper!(py_module_helper: |ctx: Value| py_module(&ctx));
+handlebars_helper!(py_literal_helper: |v: Json| py_literal(v));
+handlebars_helper!(py_doc_helper: |v: Json| py_doc(v.as_str().unwrap_or_default()));
+handlebars_helper!(py_module_helper: |ctx: Json| py_module(ctx));
 
 fn tref(v: &Value) -> TypeRef {
-    serde_json::from_value(v.clone()).unwrap_or(TypeRef::Any)
+    TypeRef::deserialize(v).unwrap_or(TypeRef::Any)
 }
 
 struct Types<'a> {

@@ -227,42 +227,55 @@ fn load(
     Ok(out)
 }
 
+/// The registry key of a file template, apart from the partials' names.
+fn file_key(name: &str) -> String {
+    format!("file:{name}")
+}
+
 /// Render a template target for `irs`.
 pub fn generate(
     lang: &str,
-    irs: &[Ir],
+    irs: &[&Ir],
     embedded: &[Template],
     register: fn(&mut Handlebars<'static>),
     dir: Option<&Path>,
 ) -> Result<Vec<GeneratedFile>, GenError> {
-    let hb = engine(lang, register);
+    let mut hb = engine(lang, register);
     let templates = load(lang, embedded, dir)?;
-    let mut contexts: Vec<Value> = irs.iter().map(context).collect::<Result<_, _>>()?;
+    // Each template is parsed once, not once per contract it renders.
+    for (name, text) in &templates {
+        hb.register_template_string(&file_key(name), text)
+            .map_err(|e| GenError::Template {
+                template: format!("{lang}/{name}"),
+                reason: e.to_string(),
+            })?;
+    }
+    let mut contexts: Vec<Value> = irs.iter().map(|ir| context(ir)).collect::<Result<_, _>>()?;
     // Whole-run files (indexes, package metadata) must not depend on argument order.
     contexts.sort_by(|a, b| a["module"].as_str().cmp(&b["module"].as_str()));
     let mut files = Vec::new();
-    let render = |name: &str, text: &str, ctx: &Value| -> Result<String, GenError> {
-        hb.render_template(text, ctx)
+    let render = |name: &str, ctx: &Value| -> Result<String, GenError> {
+        hb.render(&file_key(name), ctx)
             .map_err(|e| GenError::Template {
                 template: format!("{lang}/{name}"),
                 reason: e.to_string(),
             })
     };
-    for (name, text) in &templates {
+    for (name, _) in &templates {
         let out_name = name.trim_end_matches(".hbs");
         if out_name.contains("{{module}}") {
             for ctx in &contexts {
                 let module = ctx["module"].as_str().unwrap_or_default();
                 files.push(GeneratedFile {
                     name: out_name.replace("{{module}}", module),
-                    contents: render(name, text, ctx)?,
+                    contents: render(name, ctx)?,
                 });
             }
         } else {
             let ctx = json!({ "contracts": contexts });
             files.push(GeneratedFile {
                 name: out_name.to_string(),
-                contents: render(name, text, &ctx)?,
+                contents: render(name, &ctx)?,
             });
         }
     }

@@ -174,3 +174,77 @@ fn docs_draw_typed_triggers_on_machine_edges() {
         "{page}"
     );
 }
+
+/// The files under `dir`, by path relative to it.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).expect("under dir").to_path_buf();
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn one_run_of_every_target_writes_what_each_target_writes_alone() {
+    let contracts: Vec<PathBuf> = std::fs::read_dir(root().join("schema/contracts"))
+        .expect("contracts")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let all = dir.path().join("all");
+    contractgen()
+        .args(["generate", "--lang", "all", "--out"])
+        .arg(&all)
+        .args(&contracts)
+        .assert()
+        .success();
+    let mut alone = std::collections::BTreeMap::new();
+    for lang in ["rust", "docs", "python", "csharp"] {
+        let out = dir.path().join(lang);
+        contractgen()
+            .args(["generate", "--lang", lang, "--out"])
+            .arg(&out)
+            .args(&contracts)
+            .assert()
+            .success();
+        for (rel, bytes) in tree(&out) {
+            alone.insert(PathBuf::from(lang).join(rel), bytes);
+        }
+    }
+    let together = tree(&all);
+    assert_eq!(
+        together.keys().collect::<Vec<_>>(),
+        alone.keys().collect::<Vec<_>>()
+    );
+    assert!(together == alone, "a file differs between the runs");
+    // A list of targets is the same run; --check reads the same layout.
+    contractgen()
+        .args(["generate", "--lang", "python,csharp", "--check", "--out"])
+        .arg(&all)
+        .args(&contracts)
+        .assert()
+        .success();
+    std::fs::write(all.join("docs/kernel.md"), "edited").expect("edit");
+    let out = contractgen()
+        .args(["generate", "--lang", "rust,docs", "--check", "--out"])
+        .arg(&all)
+        .args(&contracts)
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("docs/kernel.md"), "{out}");
+}
