@@ -191,21 +191,23 @@ impl Config {
                 }
             }
         }
-        let mut irs = Vec::new();
-        for path in &self.contracts {
-            let contract = contract::load(path)?;
+        // Contracts load, and targets render, independently: one thread each.
+        let irs = parallel(&self.contracts, |path| {
             let source = path
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            irs.push((Ir::build(contract)?, source));
-        }
+            Ok((Ir::build(contract::load(path)?)?, source))
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, GenError>>()?;
         if let [lang] = self.langs.as_slice() {
             return self.render(*lang, &irs);
         }
         let mut files = Vec::new();
-        for &lang in &self.langs {
-            files.extend(self.render(lang, &irs)?.into_iter().map(|f| GeneratedFile {
+        let rendered = parallel(&self.langs, |&lang| self.render(lang, &irs));
+        for (lang, out) in self.langs.iter().zip(rendered) {
+            files.extend(out?.into_iter().map(|f| GeneratedFile {
                 name: format!("{}/{}", lang.dir(), f.name),
                 contents: f.contents,
             }));
@@ -262,6 +264,21 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// `f` of each item on its own thread, results in the items' order. A panic in a thread
+/// is the same panic as in a one-item run.
+fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if let [one] = items {
+        return vec![f(one)];
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = items.iter().map(|i| s.spawn(move || f(i))).collect();
+        (jobs.into_iter())
+            .map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// Write `contents` to `path` unless it already holds exactly that; returns whether it wrote.

@@ -4,7 +4,7 @@
 //! fault and a one-line reason. Lints never stop at the first problem, so one
 //! run shows everything wrong with a contract.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::OnceLock;
 
@@ -688,10 +688,11 @@ impl Cx<'_> {
 
     /// Every example validates against the schemas its binding implies.
     fn examples(&mut self, c: &Contract, idx: &CodeIndex) {
+        let mut sc = Schemas::new(c);
         for (mname, m) in &c.methods {
             for (i, ex) in m.examples.iter().enumerate() {
                 let ptr = join("/methods", [mname, "examples", &i.to_string(), "message"]);
-                for reason in example_faults(c, idx, mname, m, ex) {
+                for reason in example_faults(&mut sc, idx, mname, m, ex) {
                     self.push(Lint::BadExample, ptr.clone(), reason);
                 }
             }
@@ -699,7 +700,7 @@ impl Cx<'_> {
         for (fname, f) in &c.files {
             for (i, ex) in f.examples.iter().enumerate() {
                 let ptr = join("/files", [fname, "examples", &i.to_string()]);
-                for reason in schema_faults(c, &f.schema, ex, "") {
+                for reason in sc.faults(&f.schema, ex, "") {
                     self.push(Lint::BadExample, ptr.clone(), reason);
                 }
             }
@@ -1060,33 +1061,54 @@ pub fn rooted(c: &Contract, schema: &Value) -> Value {
     Value::Object(root)
 }
 
-/// Reasons `instance` fails `schema` (rooted at the contract), prefixed by `at`.
-fn schema_faults(c: &Contract, schema: &Value, instance: &Value, at: &str) -> Vec<String> {
-    let root = rooted(c, schema);
-    match jsonschema::draft202012::new(&root) {
-        Err(e) => vec![format!("schema does not compile: {e}")],
-        Ok(v) => v
-            .iter_errors(instance)
-            .map(|e| format!("{at}{}: {e}", e.instance_path()))
-            .collect(),
+/// The contract's schema fragments, each compiled once per check however many examples
+/// it validates (compiling, with the contract's `$defs` rooted in, is the check's cost).
+struct Schemas<'c> {
+    c: &'c Contract,
+    /// By the fragment's address in `c`, which stays put while `c` is borrowed.
+    compiled: HashMap<*const Value, Result<jsonschema::Validator, String>>,
+}
+
+impl<'c> Schemas<'c> {
+    fn new(c: &'c Contract) -> Self {
+        Schemas {
+            c,
+            compiled: HashMap::new(),
+        }
+    }
+
+    /// Reasons `instance` fails `schema` (rooted at the contract), prefixed by `at`.
+    fn faults(&mut self, schema: &'c Value, instance: &Value, at: &str) -> Vec<String> {
+        let c = self.c;
+        let compiled = (self.compiled.entry(std::ptr::from_ref(schema))).or_insert_with(|| {
+            jsonschema::draft202012::new(&rooted(c, schema)).map_err(|e| e.to_string())
+        });
+        match compiled {
+            Err(e) => vec![format!("schema does not compile: {e}")],
+            Ok(v) => v
+                .iter_errors(instance)
+                .map(|e| format!("{at}{}: {e}", e.instance_path()))
+                .collect(),
+        }
+    }
+
+    /// Whether a JSON-RPC call may leave `params` out: its schema accepts `null` or `{}`
+    /// (the rule `wire::classify` applies to live traffic).
+    fn params_omittable(&mut self, schema: &'c Value) -> bool {
+        [Value::Null, Value::Object(Default::default())]
+            .iter()
+            .any(|v| self.faults(schema, v, "").is_empty())
     }
 }
 
-/// Whether a JSON-RPC call may leave `params` out: its schema accepts `null` or `{}`
-/// (the rule `wire::classify` applies to live traffic).
-fn params_omittable(c: &Contract, schema: &Value) -> bool {
-    [Value::Null, Value::Object(Default::default())]
-        .iter()
-        .any(|v| schema_faults(c, schema, v, "").is_empty())
-}
-
-fn example_faults(
-    c: &Contract,
+fn example_faults<'c>(
+    sc: &mut Schemas<'c>,
     idx: &CodeIndex,
     mname: &str,
-    m: &Method,
+    m: &'c Method,
     ex: &Example,
 ) -> Vec<String> {
+    let c = sc.c;
     let mut out = Vec::new();
     let Some(ch) = c.channels.get(&m.channel) else {
         return out;
@@ -1102,7 +1124,7 @@ fn example_faults(
         ));
     }
     if let Some(s) = &ch.message {
-        out.extend(schema_faults(c, s, msg, "envelope "));
+        out.extend(sc.faults(s, msg, "envelope "));
     }
     let (payload_ptr, method_ptr, error_code_ptr): (String, Option<String>, Option<String>) =
         match &ch.binding {
@@ -1171,10 +1193,10 @@ fn example_faults(
     };
     if let Some(s) = schema {
         match msg.pointer(&payload_ptr) {
-            Some(p) => out.extend(schema_faults(c, s, p, &format!("{payload_ptr} "))),
+            Some(p) => out.extend(sc.faults(s, p, &format!("{payload_ptr} "))),
             // JSON-RPC lets a call leave `params` out; the wire layer accepts that when
             // the method's schema accepts no parameters, and so does this lint.
-            None if jsonrpc_call && params_omittable(c, s) => {}
+            None if jsonrpc_call && sc.params_omittable(s) => {}
             None => out.push(format!("{payload_ptr} is missing")),
         }
     }
