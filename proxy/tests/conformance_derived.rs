@@ -317,3 +317,31 @@ fn derived_lists_the_data_suite_of_a_built_in_contract() {
         "{text}"
     );
 }
+
+/// Every derived check of a contract the project did not write cites the contract entry it
+/// comes from: a JSON pointer that resolves in the contract's document, then a seed section.
+#[test]
+fn every_derived_check_cites_an_entry_of_the_contract() {
+    let path = common::root().join("examples/lsp/lsp.json");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("lsp.json")).expect("json");
+    for role in ["client", "server"] {
+        let out = Command::new(common::BIN)
+            .args(["conformance", "--contract"])
+            .arg(&path)
+            .args(["--play", role, "--list"])
+            .output()
+            .expect("list");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.lines().count() > 0, "{role}: no checks");
+        for line in text.lines() {
+            let cited = line.rsplit_once('[').map(|(_, c)| c).unwrap_or_default();
+            let pointer = cited.split_once(": ").map(|(p, _)| p).unwrap_or_default();
+            assert!(
+                pointer.starts_with('/') && doc.pointer(pointer).is_some(),
+                "{pointer:?} does not name an entry of lsp.json: {line}"
+            );
+        }
+    }
+}

@@ -23,6 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use contract::Contract;
+use contract::join_pointer as join;
 use contract::model::{Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger};
 use serde_json::{Value, json};
 
@@ -68,14 +69,15 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             "the {name} machine reaches `{}` by the contract's own messages",
             plan.target
         );
-        add("handshake".into(), title, &sm.seed, handshake, None, false);
+        let seed = cite(join("/stateMachines", [name]), &sm.seed);
+        add("handshake".into(), title, &seed, handshake, None, false);
     }
     for m in plan.callable(c) {
         let title = format!("an example {m} gets an answer the contract accepts");
         add(
             format!("call.{m}"),
             title,
-            &c.methods[&m].seed,
+            &cite(join("/methods", [&m]), &c.methods[&m].seed),
             call,
             Some(m.clone()),
             plan.stays(c, &m),
@@ -87,7 +89,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         add(
             format!("out-of-place.{name}"),
             title,
-            &sm.seed,
+            &cite(join("/stateMachines", [&name, "outOfPlace"]), &sm.seed),
             out_of_place,
             Some(name),
             false,
@@ -104,7 +106,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
     let carriers = carriers(c, role, &plan.staying(c), &first);
     for p in Probe::ALL {
         if let Some(b) = probes::build(p, &wire, role, &carriers) {
-            let seed = format!("{}: {}", b.pointer, b.seed);
+            let seed = cite(b.pointer.clone(), &b.seed);
             add(
                 p.name().into(),
                 b.title(p),
@@ -137,11 +139,17 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             .ids
             .as_ref()
             .and_then(|i| i.action.as_ref())
-            .map(|a| format!("/parties/{role}/ids: {}", a.seed))
+            .map(|a| cite(join("/parties", [role, "ids"]), &a.seed))
             .unwrap_or_default();
         add("ids.reuse".into(), title, &seed, id_reuse, None, true);
     }
     Ok(out)
+}
+
+/// A check's citation: the contract entry it comes from, then the seed section that
+/// entry cites.
+fn cite(pointer: String, seed: &str) -> String {
+    format!("{pointer}: {seed}")
 }
 
 /// An action the suite can check: a reply with a code.

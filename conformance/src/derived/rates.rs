@@ -55,7 +55,7 @@ pub(super) fn rate_probes(c: &Contract, role: &str, staying: &[String]) -> Vec<R
                 method: method.clone(),
                 burst: limits.rate(name).ok()?.burst,
                 code: a.code.clone()?,
-                seed: format!("/limits/{name}: {}", l.seed),
+                seed: format!("{}: {}", contract::join_pointer("/limits", [name]), l.seed),
             })
         })
         .collect()
