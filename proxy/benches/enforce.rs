@@ -177,13 +177,34 @@ fn session_with(dir: &Path, tag: &str, extra: &[&str], stderr: Stdio) -> Session
         s.set_read_timeout(Some(DEADLINE)).expect("timeout");
         s.set_write_timeout(Some(DEADLINE)).expect("timeout");
     }
-    Session {
+    let mut s = Session {
         proxy: Some(proxy),
         core_control,
         core_data,
         shell_control,
         shell_data,
-    }
+    };
+    hello(&mut s);
+    s
+}
+
+/// The shell's hello and the core's answer, as every kernel session starts: an enforcing
+/// proxy refuses other work before it (the session machine's `outOfPlace`).
+fn hello(s: &mut Session) {
+    let c = contract::builtin("kernel").expect("kernel");
+    let examples = &c.methods["hello"].examples;
+    let mut call = examples[0].message.clone();
+    call["id"] = json!("s-hello");
+    let mut answer = (examples.iter())
+        .find(|e| e.part == contract::model::Part::Result)
+        .expect("a hello result example")
+        .message
+        .clone();
+    answer["correlation_id"] = call["id"].clone();
+    s.shell_control.write_all(&control(&call)).expect("hello");
+    read_control(&mut s.core_control).expect("hello relayed");
+    s.core_control.write_all(&control(&answer)).expect("answer");
+    read_control(&mut s.shell_control).expect("hello answer relayed");
 }
 
 /// The same four sockets without a proxy: control and data each a socket pair.
@@ -194,13 +215,15 @@ fn direct() -> Session {
         s.set_read_timeout(Some(DEADLINE)).expect("timeout");
         s.set_write_timeout(Some(DEADLINE)).expect("timeout");
     }
-    Session {
+    let mut s = Session {
         proxy: None,
         core_control,
         core_data,
         shell_control,
         shell_data,
-    }
+    };
+    hello(&mut s);
+    s
 }
 
 /// The core answers every ping with a pong and every settings.describe with its
