@@ -2,7 +2,9 @@
 # Runs every benchmark (each prints its baseline from the same run beside it, and the
 # ratios) and appends a dated results section to docs/benchmarks.md, with the machine's
 # 1-minute load average before and after each benchmark. A benchmark that starts with
-# more than half the cores busy is marked UNDER LOAD: compare idle runs with idle runs.
+# more than half the cores busy (after waiting up to 3 min for the load to fade) is
+# marked UNDER LOAD: compare idle runs with idle runs. A benchmark that fails is recorded
+# as failed with the end of its stderr, and the script exits 1 after the others ran.
 #
 # usage: scripts/bench.sh [BENCH...]    (default: wire relay enforce generate)
 #        BENCH_DOC=FILE to write somewhere else; BENCH_DRY=1 to print without writing
@@ -23,19 +25,31 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 scripts/setup.sh apt peers >&2
 
 section=$(mktemp)
-trap 'rm -f "$section" "$section.out"' EXIT
+trap 'rm -f "$section" "$section.out" "$section.err"' EXIT
 {
     echo
     echo "## Results $(date -u '+%Y-%m-%d %H:%M') UTC, $(git rev-parse --short HEAD), $cores cores"
 } >"$section"
+busy() { awk -v l="$(load)" -v c="$cores" 'BEGIN { exit !(l > c / 2) }'; }
+# Let the load of what ran before (a build, the previous benchmark) fade, for at most 3 min.
+settle() {
+    local i
+    for i in $(seq 18); do busy || return 0; sleep 10; done
+}
+# Criterion's per-measurement blocks stay in target/criterion; the page keeps the summary
+# lines each benchmark prints (ratios, verdicts, tables).
+summary() { grep -vE '^( |$|Found |[A-Za-z0-9_-]+/[A-Za-z0-9_/.-]+( |$))' || true; }
+failed=0
 for b in "${benches[@]}"; do
     # Built before the load is read: compiling is not the benchmark's load.
     cargo bench --no-run -p "${PKG[$b]}" --bench "$b" >&2
+    settle
     before=$(load)
-    cargo bench -p "${PKG[$b]}" --bench "$b" 2>/dev/null | tee "$section.out"
-    after=$(load)
     mark=""
-    awk -v l="$before" -v c="$cores" 'BEGIN { exit !(l > c / 2) }' && mark=" **UNDER LOAD**"
+    busy && mark=" **UNDER LOAD**"
+    status=0
+    cargo bench -p "${PKG[$b]}" --bench "$b" 2>"$section.err" | tee "$section.out" || status=$?
+    after=$(load)
     {
         echo
         echo "### \`cargo bench -p ${PKG[$b]} --bench $b\`"
@@ -43,9 +57,14 @@ for b in "${benches[@]}"; do
         echo "Load average (1 min): $before before, $after after.$mark"
         echo
         echo '```'
-        cat "$section.out"
+        summary <"$section.out"
+        if [ "$status" -ne 0 ]; then
+            echo "FAILED (exit $status); the end of its stderr:"
+            tail -n 15 "$section.err"
+        fi
         echo '```'
     } >>"$section"
+    [ "$status" -eq 0 ] || { failed=1; tail -n 15 "$section.err" >&2; }
 done
 if [ -n "${BENCH_DRY:-}" ]; then
     cat "$section"
@@ -53,3 +72,4 @@ else
     cat "$section" >>"$DOC"
     echo "bench.sh: results appended to $DOC" >&2
 fi
+exit "$failed"
