@@ -155,10 +155,7 @@ fn main() {
     });
     let shared = SHARED_TARGETS.join(",");
     let same = median(rounds, || generate(&shared, &tmp.path().join("shared")));
-    println!(
-        "contracts: {n} ({})",
-        root().join("schema/contracts").display()
-    );
+    println!("contracts: {n} (schema/contracts)");
     println!("{:<52} {:>7} {:>10}", "run", "outputs", "median ms");
     let row = |what: &str, outputs: usize, d: Duration| {
         println!("{what:<52} {outputs:>7} {:>10.1}", ms(d));

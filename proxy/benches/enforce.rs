@@ -481,6 +481,9 @@ fn rss_under_flood(dir: &Path, mib: usize) {
     open["payload"]["kind"] = json!("audio.output");
     let mut cc = s.core_control.try_clone().expect("clone");
     cc.write_all(&control(&open)).expect("open");
+    // The data must not overtake the open (data for a stream not open is only flagged).
+    let mut sc = s.shell_control.try_clone().expect("clone");
+    read_control(&mut sc).expect("open relayed");
     // Both control sides read what the proxy says about the overrun.
     let core_heard = drain(s.core_control.try_clone().expect("clone"));
     let shell_heard = drain(s.shell_control.try_clone().expect("clone"));
