@@ -191,7 +191,7 @@ impl Config {
                 }
             }
         }
-        // Contracts load, and targets render, independently: one thread each.
+        // Contracts load, and targets render, independently: in parallel.
         let irs = parallel(&self.contracts, |path| {
             let source = path
                 .file_name()
@@ -266,19 +266,37 @@ impl Config {
     }
 }
 
-/// `f` of each item on its own thread, results in the items' order. A panic in a thread
-/// is the same panic as in a one-item run.
+/// `f` of each item, on as many threads as the machine runs at once, results in the
+/// items' order. A panic in a thread is the same panic as in a one-thread run.
 fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    if let [one] = items {
-        return vec![f(one)];
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if workers <= 1 {
+        return items.iter().map(f).collect();
     }
-    let f = &f;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(item) = items.get(i) else {
+                return done;
+            };
+            done.push((i, f(item)));
+        }
+    };
+    let mut out: Vec<Option<R>> = items.iter().map(|_| None).collect();
     std::thread::scope(|s| {
-        let jobs: Vec<_> = items.iter().map(|i| s.spawn(move || f(i))).collect();
-        (jobs.into_iter())
-            .map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
+        let jobs: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
+        for j in jobs {
+            let done = j.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            for (i, r) in done {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter().flatten().collect()
 }
 
 /// Write `contents` to `path` unless it already holds exactly that; returns whether it wrote.
