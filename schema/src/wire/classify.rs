@@ -18,6 +18,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::framing::{ChannelCodec, FrameError, cap_of, duration_of};
+use super::json::MAX_DEPTH_SUPPORTED;
 use super::json::{self, JsonError, JsonLimits};
 use crate::check::rooted;
 use crate::model::{Action, ActionKind, Binding, Channel, Contract, Kind};
@@ -340,10 +341,16 @@ impl Wire {
                     }
                 };
                 let d = JsonLimits::default();
+                let max_depth = lim(&j.max_depth, d.max_depth)?;
+                if max_depth > MAX_DEPTH_SUPPORTED {
+                    return Err(framing_err(FrameError::Unsupported(format!(
+                        "a JSON depth cap of {max_depth}: the wire parses at most {MAX_DEPTH_SUPPORTED} levels"
+                    ))));
+                }
                 Some(JsonLimits {
                     strict: j.strict,
                     object_only: j.object_only,
-                    max_depth: lim(&j.max_depth, d.max_depth)?,
+                    max_depth,
                     max_items: lim(&j.max_items, d.max_items)?,
                 })
             }

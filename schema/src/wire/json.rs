@@ -31,9 +31,12 @@ pub struct JsonLimits {
     pub max_items: usize,
 }
 
+/// The deepest JSON a contract may allow: the parser recurses once per level, on the
+/// stack of whatever thread decodes (a runtime worker's 2 MiB), so the cap bounds it.
+pub const MAX_DEPTH_SUPPORTED: usize = 512;
+
 impl Default for JsonLimits {
     fn default() -> Self {
-        // serde_json's own recursion guard is 128; stay under it so ours fires first.
         JsonLimits {
             strict: false,
             object_only: false,
@@ -174,6 +177,9 @@ fn parse_body(bytes: &[u8], limits: &JsonLimits) -> Result<Value, JsonError> {
         big_float: false,
     };
     let mut de = serde_json::Deserializer::from_slice(bytes);
+    // serde_json's own guard stops at 128 levels, below a contract's cap of 128 (LSP's):
+    // ours, checked before each level is entered, is the one that bounds the recursion.
+    de.disable_recursion_limit();
     let value = match (ValueSeed {
         state: &mut state,
         depth: 1,
@@ -583,6 +589,32 @@ mod tests {
     #[test]
     fn safe_integer_bounds_are_inclusive() {
         assert!(parse(br#"{"a":9007199254740991,"b":-9007199254740991}"#, &STRICT).is_ok());
+    }
+
+    #[test]
+    fn the_deepest_supported_cap_is_parsed_exactly_on_a_default_stack() {
+        let max = MAX_DEPTH_SUPPORTED;
+        let limits = JsonLimits {
+            max_depth: max,
+            ..JsonLimits::default()
+        };
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        // A thread with the stack a runtime worker has.
+        let parsed = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                (
+                    parse(nested(max).as_bytes(), &limits).is_ok(),
+                    parse(nested(max + 1).as_bytes(), &limits).err(),
+                    parse(nested(100_000).as_bytes(), &limits).err(),
+                )
+            })
+            .expect("a thread")
+            .join()
+            .expect("no stack overflow");
+        assert!(parsed.0, "{max} levels are allowed");
+        assert_eq!(parsed.1, Some(JsonError::TooDeep { max }));
+        assert_eq!(parsed.2, Some(JsonError::TooDeep { max }));
     }
 
     #[test]
