@@ -51,11 +51,14 @@ pub mod toolchannel;
 pub mod xsession;
 
 pub use report::{CheckResult, Evidence, Failure, Outcome, Report, Verdict};
-pub use session::{Ctx, Got, Incoming, Peer, SocketKind, Spawned, Stdout, Target};
+pub use session::{Ctx, EndHook, Got, Incoming, Opener, Peer, SocketKind, Spawned, Stdout, Target};
 
 /// A boxed check body: plays the role on the context's sessions.
-pub type BodyFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Verdict, Failure>> + Send + 'a>>;
+pub type BodyFuture<'a> = BodyFutureOf<'a, Verdict>;
+
+/// A boxed step of a check that yields a `T` or the failure it met.
+pub type BodyFutureOf<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Failure>> + Send + 'a>>;
 
 /// A check's body.
 pub type Body = for<'a> fn(&'a mut Ctx) -> BodyFuture<'a>;
@@ -257,32 +260,68 @@ impl Opts {
     }
 }
 
-/// The suite for `contract` played as `role`, in order: a built-in contract's hand-written
-/// suite, else the suite [`derived`] from the contract's data.
-pub fn suite(contract: &contract::Contract, role: &str) -> Result<Vec<Check>, ConformanceError> {
-    match contract.name.as_str() {
-        "kernel" => kernel::checks(role).ok_or_else(|| {
-            ConformanceError::Usage(format!(
-                "--play {role:?}: the kernel suite plays shell or core"
-            ))
-        }),
-        "rukh" => rukh::checks(role).ok_or_else(|| {
-            ConformanceError::Usage(format!(
-                "--play {role:?}: the rukh suite plays core or extension"
-            ))
-        }),
-        "toolchannel" => toolchannel::checks(role).ok_or_else(|| {
-            ConformanceError::Usage(format!(
-                "--play {role:?}: the toolchannel suite plays host or worker"
-            ))
-        }),
-        "xsession" => xsession::checks(role).ok_or_else(|| {
-            ConformanceError::Usage(format!(
-                "--play {role:?}: the xsession suite plays sender or recipient"
-            ))
-        }),
-        _ => derived::checks(contract, role).map_err(ConformanceError::Usage),
-    }
+/// A contract's suite for one role: its checks in order, and the hook that opens a session
+/// where the contract's data cannot say how ([`Ctx::opener`]).
+pub struct Suite {
+    /// The checks, in the order they run.
+    pub checks: Vec<Check>,
+    /// The hand-written suite's session opener, if it has one.
+    pub opener: Option<Opener>,
+}
+
+/// A built-in contract's hand-written checks: what the data cannot speak.
+struct HandWritten {
+    /// The parties the suite plays, in the order of its rows' body columns.
+    roles: [&'static str; 2],
+    checks: fn(&str) -> Option<Vec<Check>>,
+    /// Opens a session on a template target for the derived checks.
+    opener: Option<Opener>,
+    /// Whether the derived checks run before the hand-written ones (the derived suite can
+    /// reach the implementation the way the hand-written one does).
+    derived: bool,
+}
+
+fn hand_written(name: &str) -> Option<HandWritten> {
+    let (roles, checks, opener, derived): (_, fn(&str) -> _, _, _) = match name {
+        "kernel" => (["shell", "core"], kernel::checks, None, false),
+        "rukh" => (["core", "extension"], rukh::checks, rukh::OPENER, true),
+        "toolchannel" => (["host", "worker"], toolchannel::checks, None, false),
+        "xsession" => (["sender", "recipient"], xsession::checks, None, false),
+        _ => return None,
+    };
+    Some(HandWritten {
+        roles,
+        checks,
+        opener,
+        derived,
+    })
+}
+
+/// The suite for `contract` played as `role`, in order: the checks [`derived`] from the
+/// contract's data, then a built-in contract's hand-written checks.
+pub fn suite(contract: &contract::Contract, role: &str) -> Result<Suite, ConformanceError> {
+    let Some(own) = hand_written(&contract.name) else {
+        let checks = derived::checks(contract, role).map_err(ConformanceError::Usage)?;
+        return Ok(Suite {
+            checks,
+            opener: None,
+        });
+    };
+    let hand = (own.checks)(role).ok_or_else(|| {
+        ConformanceError::Usage(format!(
+            "--play {role:?}: the {} suite plays {} or {}",
+            contract.name, own.roles[0], own.roles[1]
+        ))
+    })?;
+    let mut checks = match own.derived {
+        true => derived::checks(contract, role).map_err(ConformanceError::Usage)?,
+        false => Vec::new(),
+    };
+    checks.extend(hand);
+    Ok(Suite {
+        checks,
+        opener: own.opener,
+    })
 }
 
 /// Run one check's body on `cx`. The context comes back when the check passed and kept
@@ -332,9 +371,10 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     let contract = contract::resolve(&args.contract)
         .map_err(|e| ConformanceError::Usage(format!("--contract: {e}")))?;
     let name = contract.name.clone();
+    let Suite { checks, opener } = suite(&contract, &args.play)?;
     let checks = match args.derived {
         true => derived::checks(&contract, &args.play).map_err(ConformanceError::Usage)?,
-        false => suite(&contract, &args.play)?,
+        false => checks,
     };
     for id in &args.only {
         if !checks.iter().any(|c| c.id == id.as_str()) {
@@ -437,6 +477,7 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
                     }
                 };
                 cx.subject = c.subject.clone();
+                cx.opener = opener;
                 let (outcome, cx) = run_body(body, cx, opts.check_deadline).await;
                 kept = cx;
                 outcome

@@ -1,6 +1,9 @@
-//! The rukh suite (ADR-0003 process IPC, seed 003): strict JSON and framing,
-//! request IDs, the handshake, one invocation per session, cancellation, log
-//! intake, limits, the outcomes and the CLI exit codes, played as the core
+//! The hand-written rukh checks (ADR-0003 process IPC, seed 003): what rukh's data
+//! cannot speak. The strict-JSON rules, the frame cap, the `violations` table and id
+//! reuse are checked by the suite derived from the contract, which runs first; here
+//! are the lifecycle-frame cap, split frames, stalled frames, the request-ID rules
+//! beyond reuse, the handshake, one invocation per session, cancellation, log
+//! intake, the outcomes and the CLI exit codes, played as the core
 //! against a real extension (`--play core`) or as the extension against a real
 //! core (`--play extension`).
 //!
@@ -25,10 +28,12 @@
 //! Cancellation from the CLI is SIGINT (user_request) and SIGTERM
 //! (owner_shutdown), sent to the core process.
 //!
+//! The derived checks' sessions playing the extension open the same way ([`OPENER`]).
+//!
 //! One rule, one failing check: request-ID gaps of the implementation under test
-//! fail only `rukh.ids.own`, and a message before `rukh.initialize` only
-//! `rukh.handshake.before-initialize`; the other checks tolerate both, so that
-//! each reference peer's `--break` fails exactly its check.
+//! fail only `rukh.ids.own`, and a core's message before `rukh.initialize` only
+//! `rukh.derived.handshake`; the other checks tolerate both, so that each
+//! reference peer's `--break` fails exactly its check.
 
 // The launchers (socketpairs, fd passing, signals) are unix-only; elsewhere the checks
 // report that they need a unix platform, and the helpers they would use go unused.
@@ -40,7 +45,6 @@ use std::time::{Duration, Instant};
 
 use contract::model::{Kind, Part};
 use contract::wire::Wire;
-use contract::wire::json::{depth, items};
 use serde_json::{Map, Value, json};
 
 use super::{Body, Check, Ctx, Failure, Got, Incoming, Peer, Row, Stdout, Verdict};
@@ -139,10 +143,6 @@ impl Spec {
         })
     }
 
-    fn num(&self, name: &str) -> Result<f64, Failure> {
-        Ok(self.wire.limits().number(name)?)
-    }
-
     /// A size or count cap (a rate's amount per period, too).
     fn count(&self, name: &str) -> Result<usize, Failure> {
         let n = self.wire.limits().cap(name)?;
@@ -213,164 +213,11 @@ fn sized(msg: &Value, ptr: &str, key: &str, size: usize) -> Result<Vec<u8>, Fail
     )))
 }
 
-/// `msg` with a chain of objects under `ptr`/`key` so the whole message is `target` deep.
-fn deep(msg: &Value, ptr: &str, key: &str, target: usize) -> Value {
-    let base = depth(&with(msg.clone(), ptr, key, json!({})));
-    let mut v = json!({});
-    for _ in base..target {
-        v = json!({ "d": v });
-    }
-    with(msg.clone(), ptr, key, v)
-}
-
-/// `msg` with an array of distinct strings under `ptr`/`key` so the message has `target` items.
-fn wide(msg: &Value, ptr: &str, key: &str, target: usize) -> Value {
-    let base = items(&with(msg.clone(), ptr, key, json!([])));
-    let n = target.saturating_sub(base);
-    let arr: Vec<Value> = (0..n).map(|i| json!(format!("i{i}"))).collect();
-    with(msg.clone(), ptr, key, Value::Array(arr))
-}
-
 /// The frame of `payload`: 4-byte big-endian length, then the payload (P3.1).
 fn framed(payload: &[u8]) -> Vec<u8> {
     let mut out = (payload.len() as u32).to_be_bytes().to_vec();
     out.extend_from_slice(payload);
     out
-}
-
-/// Labelled bad payloads, and the labelled payload exactly at the limit (if the rule has one).
-type Variants = (Vec<(String, Vec<u8>)>, Option<(String, Vec<u8>)>);
-
-/// One strict-JSON rule: the bad frame, and the same message within the limit.
-#[derive(Clone, Copy, Debug)]
-enum JsonCase {
-    DuplicateKey,
-    Bom,
-    LoneSurrogate,
-    InvalidUtf8,
-    UnsafeInteger,
-    NonFinite,
-    Trailing,
-    Depth,
-    Items,
-    NonObject,
-}
-
-/// Where a carrier message keeps its open object and a padding array.
-struct Carrier {
-    msg: Value,
-    /// Pointer to an open object the receiver does not constrain (inputs, input).
-    open: &'static str,
-    /// Pointer and key of an array or string the receiver does not echo back.
-    pad: (&'static str, &'static str),
-}
-
-/// The bad variants of a carrier for `case` (each a complete payload), and an accepted
-/// variant exactly at the limit where the rule has one.
-fn json_case(sp: &Spec, case: JsonCase, c: &Carrier) -> Result<Variants, Failure> {
-    let plain = to_bytes(&c.msg);
-    let text = String::from_utf8_lossy(&plain).to_string();
-    // Insert raw JSON text as the member `k` of the open object (after its opening brace).
-    let open_key = c.open.rsplit('/').next().unwrap_or("");
-    let inject = |raw: &str| -> Vec<u8> {
-        let probe = with(c.msg.clone(), c.open, "k", json!(0));
-        let s = String::from_utf8_lossy(&to_bytes(&probe)).to_string();
-        s.replacen("\"k\":0", raw, 1).into_bytes()
-    };
-    let safe = sp.num("jsonSafeIntegerMax")? as i64;
-    Ok(match case {
-        JsonCase::DuplicateKey => {
-            let k = format!("\"{open_key}\":");
-            let dup = text.replacen(&k, &format!("{k}{{}},{k}"), 1);
-            (vec![("a duplicate key".into(), dup.into_bytes())], None)
-        }
-        JsonCase::Bom => {
-            let mut b = "\u{feff}".as_bytes().to_vec();
-            b.extend_from_slice(&plain);
-            (vec![("a byte-order mark".into(), b)], None)
-        }
-        JsonCase::LoneSurrogate => (
-            vec![(
-                "a lone surrogate escape".into(),
-                inject("\"k\":\"\\ud800\""),
-            )],
-            None,
-        ),
-        JsonCase::InvalidUtf8 => {
-            let mut b = inject("\"k\":\"\u{1}\"");
-            if let Some(p) = b.iter().position(|x| *x == 1) {
-                b[p] = 0xff;
-            }
-            (vec![("an invalid UTF-8 byte".into(), b)], None)
-        }
-        JsonCase::UnsafeInteger => (
-            vec![
-                (
-                    format!("the integer {}", safe as i128 + 1),
-                    inject(&format!("\"k\":{}", safe as i128 + 1)),
-                ),
-                (
-                    format!("the integer {}", -(safe as i128) - 1),
-                    inject(&format!("\"k\":{}", -(safe as i128) - 1)),
-                ),
-            ],
-            Some((
-                format!("the integers ±{safe}"),
-                inject(&format!("\"k\":{safe},\"m\":{}", -safe)),
-            )),
-        ),
-        JsonCase::NonFinite => (
-            vec![
-                ("the number 1e400 (infinite)".into(), inject("\"k\":1e400")),
-                ("the literal NaN".into(), inject("\"k\":NaN")),
-            ],
-            None,
-        ),
-        JsonCase::Trailing => {
-            let mut b = plain.clone();
-            b.extend_from_slice(b"{}");
-            (vec![("a second value after the object".into(), b)], None)
-        }
-        JsonCase::Depth => {
-            let max = sp.count("jsonDepthMax")?;
-            (
-                vec![(
-                    format!("depth {}", max + 1),
-                    to_bytes(&deep(&c.msg, c.open, "k", max + 1)),
-                )],
-                Some((
-                    format!("depth {max}"),
-                    to_bytes(&deep(&c.msg, c.open, "k", max)),
-                )),
-            )
-        }
-        JsonCase::Items => {
-            let max = sp.count("jsonItemsMax")?;
-            let (ptr, key) = c.pad;
-            (
-                vec![(
-                    format!("{} items", max + 1),
-                    to_bytes(&wide(&c.msg, ptr, key, max + 1)),
-                )],
-                Some((
-                    format!("{max} items"),
-                    to_bytes(&wide(&c.msg, ptr, key, max)),
-                )),
-            )
-        }
-        JsonCase::NonObject => {
-            let mut batch = b"[".to_vec();
-            batch.extend_from_slice(&plain);
-            batch.push(b']');
-            (
-                vec![
-                    ("a batch array".into(), batch),
-                    ("a bare string".into(), b"\"rukh\"".to_vec()),
-                ],
-                None,
-            )
-        }
-    })
 }
 
 // ---------------------------------------------------------------------------
@@ -780,26 +627,6 @@ fn error_is(
     Ok(want)
 }
 
-/// The answer `g` to an unknown method, which must be method_not_found (R-20); its code.
-fn unknown_refused(sp: &Spec, g: &Got) -> Result<i64, Failure> {
-    let what = ("an unknown method was answered", " (R-20)");
-    error_is(sp, g, "method_not_found", what, "the answer")
-}
-
-/// A notification of a method no one knows: ignored by the receiver (R-20).
-fn unknown_note() -> Value {
-    json!({"jsonrpc": "2.0", "method": "conformance.unknown", "params": {}})
-}
-
-/// A carrier for the core playing: an execute invoke.
-fn invoke_carrier(id: &str) -> Carrier {
-    Carrier {
-        msg: CoreSide::invoke_msg(id, json!({})),
-        open: "/params/inputs",
-        pad: ("/params", "explicit"),
-    }
-}
-
 /// Wait for the launched extension to exit; its code.
 async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
     match cx.child_exit(limit).await {
@@ -811,51 +638,6 @@ async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
             "the target is not a launched process: its exit cannot be judged (use exec-fd:N:CMD)",
         )),
     }
-}
-
-/// Open, confirm, then send `payload` as one frame in place of the invoke; judge the rejection.
-async fn core_reject_invoke(cx: &mut Ctx, payload: &[u8], what: &str) -> Result<String, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let id = s.id();
-    s.reject(payload, Some(&id), &format!("the frame with {what}"))
-        .await
-        .map(|d| format!("{what}: {d}"))
-}
-
-/// A full session with an accepted invoke payload: completion, close, exit.
-async fn core_accept_invoke(cx: &mut Ctx, payload: &[u8], what: &str) -> Result<String, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let id = s.id();
-    s.peer.send_raw(payload).await?;
-    let until = Instant::now() + s.wait;
-    let g = s.reply(&id, "rukh.invoke", until).await.map_err(|f| {
-        f.with(
-            format!("the frame with {what}, within the limit"),
-            &framed(payload),
-        )
-    })?;
-    success(
-        &g,
-        "its answer",
-        format!("the extension refused an invoke with {what}, which is within the limit"),
-    )
-    .map_err(|f| f.with("the frame", &framed(payload)))?;
-    s.close().await?;
-    Ok(format!("{what} accepted"))
-}
-
-async fn core_json(cx: &mut Ctx, case: JsonCase) -> Result<Verdict, Failure> {
-    let sp = Spec::new(cx)?;
-    // The invoke goes out as c:2, after initialize c:1.
-    let (bad, good) = json_case(&sp, case, &invoke_carrier("c:2"))?;
-    let mut seen = Vec::new();
-    if let Some((what, payload)) = good {
-        seen.push(core_accept_invoke(cx, &payload, &what).await?);
-    }
-    for (what, payload) in bad {
-        seen.push(core_reject_invoke(cx, &payload, &what).await?);
-    }
-    Ok(Verdict::Pass(seen.join("; ")))
 }
 
 async fn core_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
@@ -1097,10 +879,6 @@ async fn core_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
     core_bad_id(cx, "c:3", "a skipped").await
 }
 
-async fn core_ids_repeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    core_bad_id(cx, "c:1", "a repeated (and decreasing)").await
-}
-
 async fn core_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
     core_bad_id(cx, "e:2", "the extension's direction prefix in an").await
 }
@@ -1111,40 +889,6 @@ async fn core_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
     s.reject(&bytes, None, "the response")
         .await
         .map(|d| Verdict::Pass(format!("a response to the never-issued e:99: {d}")))
-}
-
-async fn core_frame_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let sp = Spec::new(cx)?;
-    let max = sp.count("framePayloadMax")?;
-    let carrier = CoreSide::invoke_msg("c:2", json!({}));
-    let carrier = with(carrier, "/params", "explicit", json!([""]));
-    // Pad the one explicit parameter id: it is not echoed back.
-    let good = {
-        let empty = to_bytes(&carrier).len();
-        let pad = max.saturating_sub(empty);
-        to_bytes(&with(
-            carrier.clone(),
-            "/params",
-            "explicit",
-            json!(["x".repeat(pad)]),
-        ))
-    };
-    let ok = core_accept_invoke(cx, &good, &format!("a {max}-byte frame")).await?;
-    // Over the cap: the length prefix alone must be refused (checked before allocating).
-    let mut s = CoreSide::confirmed(cx).await?;
-    let prefix = ((max + 1) as u32).to_be_bytes();
-    s.peer.write_bytes(&prefix, s.wait).await?;
-    // The payload follows; the extension may already have stopped reading.
-    let body = vec![b' '; max + 1];
-    let _ = s.peer.write_bytes(&body, Duration::from_millis(500)).await;
-    let d = s
-        .rejected(None)
-        .await
-        .map_err(|f| f.with("the length prefix", &prefix))?;
-    Ok(Verdict::Pass(format!(
-        "{ok}; a {}-byte length prefix: {d}",
-        max + 1
-    )))
 }
 
 async fn core_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
@@ -1311,36 +1055,6 @@ async fn core_denial(cx: &mut Ctx) -> Result<Verdict, Failure> {
     )))
 }
 
-async fn core_unknown_method(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let (id, msg) = s.request("conformance.unknown", json!({}));
-    s.peer.send_raw(&to_bytes(&msg)).await?;
-    let g = s.reply(&id, "an unknown method", s.soon()).await?;
-    let want = unknown_refused(&s.sp, &g)?;
-    s.peer.send_raw(&to_bytes(&unknown_note())).await?;
-    let c = s.invoke(json!({}), s.soon()).await?;
-    success(
-        &c,
-        "the answer",
-        "after an unknown method and notification the invocation did not complete",
-    )?;
-    s.close().await?;
-    Ok(Verdict::Pass(format!(
-        "unknown method answered {want}, unknown notification ignored, the session went on"
-    )))
-}
-
-async fn core_wrong_direction(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let (id, msg) = s.request(
-        "rukh.call",
-        json!({"operation": "conformance.probe", "version": "1", "input": {}}),
-    );
-    s.reject(&to_bytes(&msg), Some(&id), "the request")
-        .await
-        .map(|d| Verdict::Pass(format!("rukh.call from the core: {d}")))
-}
-
 async fn core_cancel(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::confirmed(cx).await?;
     let long = (cx.opts.check_deadline.as_millis() as u64).saturating_mul(2);
@@ -1492,6 +1206,48 @@ fn core_argv(cx: &Ctx) -> Result<Vec<String>, Failure> {
 
 fn has_deadline_placeholder(cx: &Ctx) -> bool {
     core_argv(cx).is_ok_and(|a| a.iter().any(|s| s.contains(DEADLINE_MS)))
+}
+
+/// The derived checks' session playing the extension: the core launched with the handoff
+/// in place of `{extension}`, as the hand-written checks launch it.
+#[cfg(unix)]
+pub const OPENER: Option<super::Opener> = Some(open_core);
+/// Playing the extension needs descriptor passing (unix).
+#[cfg(not(unix))]
+pub const OPENER: Option<super::Opener> = None;
+
+#[cfg(unix)]
+fn open_core(cx: &mut Ctx) -> super::BodyFutureOf<'_, Peer> {
+    Box::pin(async move {
+        let side = launch_core(cx, None).await?;
+        cx.hold((side.link, side.stdout));
+        cx.on_end = Some(core_failed);
+        Ok(side.peer)
+    })
+}
+
+/// After a protocol error ended the session, the core reports `execution_failed`: its
+/// exit code is the one the contract maps that outcome to.
+#[cfg(unix)]
+fn core_failed(cx: &mut Ctx) -> super::BodyFutureOf<'_, String> {
+    Box::pin(async move {
+        let want = Spec::new(cx)?.exit("execution_failed")?;
+        // The handoff exits now, as an extension whose channel ended would.
+        cx.release();
+        let wait = cx.opts.deadline;
+        match cx.child_exit(wait).await {
+            Some(Some(code)) if i64::from(code) == want => {
+                Ok(format!("the core exited {code} (execution_failed)"))
+            }
+            Some(Some(code)) => Err(Failure::new(format!(
+                "the core exited {code}; a protocol error is execution_failed, exit {want}"
+            ))),
+            Some(None) => Err(Failure::new(format!(
+                "the core was still running {wait:?} after the session ended"
+            ))),
+            None => Ok("no core process to watch".into()),
+        }
+    })
 }
 
 /// The suite's end of a core session, with the handoff process it talks through.
@@ -1925,47 +1681,6 @@ async fn ext_session(cx: &mut Ctx, result: Value, code: i64) -> Result<i32, Fail
 }
 
 #[cfg(unix)]
-async fn ext_first(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = launch_core(cx, None).await?;
-    let until = Instant::now() + s.wait;
-    let first = match s.recv(until).await? {
-        Ev::Msg(g) => g,
-        Ev::End(e) => {
-            return Err(Failure::new(format!(
-                "the core ended the session at once: {e}"
-            )));
-        }
-        Ev::Timeout => return Err(Failure::new("the core sent nothing")),
-    };
-    if !first.is(Kind::Request, "rukh.initialize") {
-        return Err(Failure::new(format!(
-            "the core's first message is {}, not rukh.initialize: before the handshake is confirmed only rukh.initialize travels",
-            first.brief()
-        ))
-        .with("that frame", &first.raw));
-    }
-    // Hold the confirmation a moment: nothing else may come meanwhile.
-    let hold = Instant::now() + QUIET;
-    match s.recv(hold).await? {
-        Ev::Msg(g) => {
-            return Err(Failure::new(format!(
-                "the core sent {} before the handshake was confirmed",
-                g.brief()
-            ))
-            .with("that frame", &g.raw));
-        }
-        Ev::End(e) => return Err(Failure::new(format!("the core ended the session: {e}"))),
-        Ev::Timeout => {}
-    }
-    s.ready().await?;
-    s.wrap_up().await?;
-    let code = s.exit(cx).await?;
-    Ok(Verdict::Pass(format!(
-        "rukh.initialize first, nothing else before the confirmation; the session ran (exit {code})"
-    )))
-}
-
-#[cfg(unix)]
 async fn ext_early_request(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = launch_core(cx, None).await?;
     s.initialize().await?;
@@ -2133,33 +1848,6 @@ async fn ext_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 #[cfg(unix)]
-async fn ext_ids_repeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    let (a, msg) = s.call_msg(json!({}));
-    s.peer.send(&msg).await?;
-    s.answer(&a).await?;
-    s.peer.send_raw(&to_bytes(&msg)).await?;
-    let r = s
-        .rejected(cx, None, &format!("a second rukh.call {a}"))
-        .await?;
-    let answers = s
-        .peer
-        .log
-        .iter()
-        .filter(|g| {
-            matches!(kind(g), Some(Kind::Response | Kind::Error))
-                && id_of(g).as_deref() == Some(a.as_str())
-        })
-        .count();
-    if answers > 1 {
-        return Err(Failure::new(format!(
-            "the core answered {a} {answers} times"
-        )));
-    }
-    Ok(Verdict::Pass(r))
-}
-
-#[cfg(unix)]
 async fn ext_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
     ext_reject_after_invoke(
         cx,
@@ -2192,70 +1880,6 @@ async fn ext_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
     .map(Verdict::Pass)
 }
 
-/// A carrier for the extension playing: a rukh.call with an open input.
-fn call_carrier(id: &str) -> Carrier {
-    Carrier {
-        msg: json!({"jsonrpc": "2.0", "id": id, "method": "rukh.call",
-                    "params": {"operation": "conformance.probe", "version": "1", "input": {}}}),
-        open: "/params/input",
-        pad: ("/params/input", "pad"),
-    }
-}
-
-/// An accepted rukh.call (any answer but a protocol error), then a normal end: exit 0.
-#[cfg(unix)]
-async fn ext_accept_call(
-    cx: &mut Ctx,
-    payload: &[u8],
-    id: &str,
-    what: &str,
-) -> Result<String, Failure> {
-    let mut s = ext_ready(cx).await?;
-    s.next += 1;
-    s.peer.send_raw(payload).await?;
-    let g = s.answer(id).await.map_err(|f| {
-        f.with(
-            format!("the rukh.call with {what}"),
-            &framed(&payload[..payload.len().min(256)]),
-        )
-    })?;
-    if let Some(code) = error_code(&g)
-        && s.sp.rejecting.contains(&code)
-        && Some(code) != s.sp.error("operation_error").ok()
-    {
-        return Err(Failure::new(format!(
-            "the core refused a rukh.call with {what}, within the limit, with protocol error {code}"
-        ))
-        .with("its answer", &g.raw));
-    }
-    s.wrap_up().await?;
-    s.expect_exit(cx, "succeeded", &format!("{what} accepted"))
-        .await
-}
-
-#[cfg(unix)]
-async fn ext_json(cx: &mut Ctx, case: JsonCase) -> Result<Verdict, Failure> {
-    let sp = Spec::new(cx)?;
-    let (bad, good) = json_case(&sp, case, &call_carrier("e:1"))?;
-    let mut seen = Vec::new();
-    if let Some((what, payload)) = good {
-        seen.push(ext_accept_call(cx, &payload, "e:1", &what).await?);
-    }
-    for (what, payload) in bad {
-        let r = ext_reject_after_invoke(
-            cx,
-            |s| {
-                s.next += 1;
-                (Some("e:1".into()), vec![payload.clone()])
-            },
-            &what,
-        )
-        .await?;
-        seen.push(r);
-    }
-    Ok(Verdict::Pass(seen.join("; ")))
-}
-
 #[cfg(unix)]
 async fn ext_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let code = Spec::new(cx)?.error("internal_error")?;
@@ -2271,25 +1895,6 @@ async fn ext_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
     )
     .await
     .map(Verdict::Pass)
-}
-
-#[cfg(unix)]
-async fn ext_frame_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let sp = Spec::new(cx)?;
-    let max = sp.count("framePayloadMax")?;
-    let c = call_carrier("e:1");
-    let good = sized(&c.msg, "/params/input", "pad", max)?;
-    let ok = ext_accept_call(cx, &good, "e:1", &format!("a {max}-byte frame")).await?;
-    let mut s = ext_ready(cx).await?;
-    let prefix = ((max + 1) as u32).to_be_bytes();
-    s.peer.write_bytes(&prefix, s.wait).await?;
-    let body = vec![b' '; max + 1];
-    let _ = s.peer.write_bytes(&body, Duration::from_millis(500)).await;
-    let r = s
-        .rejected(cx, None, &format!("a {}-byte length prefix", max + 1))
-        .await
-        .map_err(|f| f.with("the length prefix", &prefix))?;
-    Ok(Verdict::Pass(format!("{ok}; {r}")))
 }
 
 #[cfg(unix)]
@@ -2389,37 +1994,6 @@ async fn ext_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
         limit + QUIET,
         took.as_millis()
     )))
-}
-
-#[cfg(unix)]
-async fn ext_unknown_method(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    let id = s.id();
-    let msg = json!({"jsonrpc": "2.0", "id": id, "method": "conformance.unknown", "params": {}});
-    s.peer.send_raw(&to_bytes(&msg)).await?;
-    let g = s.answer(&id).await?;
-    let want = unknown_refused(&s.sp, &g)?;
-    s.peer.send_raw(&to_bytes(&unknown_note())).await?;
-    s.wrap_up().await?;
-    let e = s
-        .expect_exit(cx, "succeeded", "after an unknown method and notification")
-        .await?;
-    Ok(Verdict::Pass(format!("answered {want}; {e}")))
-}
-
-#[cfg(unix)]
-async fn ext_wrong_direction(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    ext_reject_after_invoke(
-        cx,
-        |s| {
-            let id = s.id();
-            let msg = CoreSide::invoke_msg(&id, json!({}));
-            (Some(id), vec![to_bytes(&msg)])
-        },
-        "a rukh.invoke request from the extension",
-    )
-    .await
-    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
@@ -2830,18 +2404,7 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
 // The table.
 
 bodies! { cx;
-    c_dup => core_json(cx, JsonCase::DuplicateKey),
-    c_bom => core_json(cx, JsonCase::Bom),
-    c_sur => core_json(cx, JsonCase::LoneSurrogate),
-    c_utf => core_json(cx, JsonCase::InvalidUtf8),
-    c_int => core_json(cx, JsonCase::UnsafeInteger),
-    c_nan => core_json(cx, JsonCase::NonFinite),
-    c_trail => core_json(cx, JsonCase::Trailing),
-    c_depth => core_json(cx, JsonCase::Depth),
-    c_items => core_json(cx, JsonCase::Items),
-    c_nonobj => core_json(cx, JsonCase::NonObject),
     c_shape => core_response_shape(cx),
-    c_fsize => core_frame_size(cx),
     c_lsize => core_lifecycle_size(cx),
     c_split => core_split_merge(cx),
     c_incomplete => core_incomplete(cx),
@@ -2852,12 +2415,9 @@ bodies! { cx;
     c_kind => core_kind(cx),
     c_ids_own => core_ids_own(cx),
     c_ids_gap => core_ids_gap(cx),
-    c_ids_repeat => core_ids_repeat(cx),
     c_ids_prefix => core_ids_prefix(cx),
     c_ids_unknown => core_ids_unknown(cx),
     c_denial => core_denial(cx),
-    c_unknown => core_unknown_method(cx),
-    c_wrongdir => core_wrong_direction(cx),
     c_cancel => core_cancel(cx),
     c_ok => core_outcome(cx, false),
     c_failed => core_outcome(cx, true),
@@ -2865,22 +2425,10 @@ bodies! { cx;
 
 #[cfg(unix)]
 bodies! { cx;
-    e_dup => ext_json(cx, JsonCase::DuplicateKey),
-    e_bom => ext_json(cx, JsonCase::Bom),
-    e_sur => ext_json(cx, JsonCase::LoneSurrogate),
-    e_utf => ext_json(cx, JsonCase::InvalidUtf8),
-    e_int => ext_json(cx, JsonCase::UnsafeInteger),
-    e_nan => ext_json(cx, JsonCase::NonFinite),
-    e_trail => ext_json(cx, JsonCase::Trailing),
-    e_depth => ext_json(cx, JsonCase::Depth),
-    e_items => ext_json(cx, JsonCase::Items),
-    e_nonobj => ext_json(cx, JsonCase::NonObject),
     e_shape => ext_response_shape(cx),
-    e_fsize => ext_frame_size(cx),
     e_lsize => ext_lifecycle_size(cx),
     e_split => ext_split_merge(cx),
     e_incomplete => ext_incomplete(cx),
-    e_first => ext_first(cx),
     e_confirm => ext_confirm(cx),
     e_incompat => ext_refuse(cx, false),
     e_mismatch => ext_refuse(cx, true),
@@ -2889,11 +2437,8 @@ bodies! { cx;
     e_once => ext_once(cx),
     e_ids_own => ext_ids_own(cx),
     e_ids_gap => ext_ids_gap(cx),
-    e_ids_repeat => ext_ids_repeat(cx),
     e_ids_prefix => ext_ids_prefix(cx),
     e_ids_unknown => ext_ids_unknown(cx),
-    e_unknown => ext_unknown_method(cx),
-    e_wrongdir => ext_wrong_direction(cx),
     e_context => ext_context(cx),
     e_after => ext_after_completion(cx),
     e_log => ext_log_intake(cx),
@@ -2933,88 +2478,11 @@ const ONLY_CORE: &str = "the rule binds the core; run --play extension against a
 pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
         (
-            "rukh.json.duplicate-key",
-            "a duplicate object key is rejected before any handler; the session ends",
-            "Frame format and value representation; P3.6 rule 3; P3.7 item 5 (R-19)",
-            Ok(c_dup),
-            ext!(e_dup),
-        ),
-        (
-            "rukh.json.bom",
-            "a byte-order mark is rejected",
-            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
-            Ok(c_bom),
-            ext!(e_bom),
-        ),
-        (
-            "rukh.json.lone-surrogate",
-            "a lone surrogate (not a Unicode scalar value) is rejected",
-            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
-            Ok(c_sur),
-            ext!(e_sur),
-        ),
-        (
-            "rukh.json.invalid-utf8",
-            "invalid UTF-8 is rejected",
-            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
-            Ok(c_utf),
-            ext!(e_utf),
-        ),
-        (
-            "rukh.json.unsafe-integer",
-            "integers ±(2^53−1) pass; one beyond either end is rejected",
-            "Frame format and value representation; P3.6 rule 3; P3.7 item 5 (jsonSafeIntegerMax, R-36)",
-            Ok(c_int),
-            ext!(e_int),
-        ),
-        (
-            "rukh.json.non-finite",
-            "non-finite numbers (1e400, NaN) are rejected",
-            "Frame format and value representation; P3.6 rule 3; P3.7 item 5",
-            Ok(c_nan),
-            ext!(e_nan),
-        ),
-        (
-            "rukh.json.trailing-bytes",
-            "bytes after the JSON object in a frame are rejected",
-            "Frame format and value representation; P3.6 rule 4",
-            Ok(c_trail),
-            ext!(e_trail),
-        ),
-        (
-            "rukh.json.depth",
-            "depth 32 passes, 33 is rejected (the top-level object is depth 1)",
-            "Load, log and UI events (limits); P3.7 item 5 (jsonDepthMax, R-5)",
-            Ok(c_depth),
-            ext!(e_depth),
-        ),
-        (
-            "rukh.json.items",
-            "4 096 fields plus elements pass, 4 097 are rejected",
-            "Load, log and UI events (limits); P3.7 item 5 (jsonItemsMax)",
-            Ok(c_items),
-            ext!(e_items),
-        ),
-        (
-            "rukh.json.non-object",
-            "a batch array or a bare value is rejected (one JSON object per frame)",
-            "Frame format and value representation; Requests, responses and events; P3.6 rule 4 (R-3)",
-            Ok(c_nonobj),
-            ext!(e_nonobj),
-        ),
-        (
             "rukh.profile.response-shape",
             "a response with both result and error is rejected",
             "Requests, responses and events; P3.6 rule 6",
             Ok(c_shape),
             ext!(e_shape),
-        ),
-        (
-            "rukh.frame.size",
-            "a 1 MiB frame passes; a longer length prefix is rejected",
-            "Load, log and UI events (limits); P3.6 rule 1; P3.7 item 5 (framePayloadMax)",
-            Ok(c_fsize),
-            ext!(e_fsize),
         ),
         (
             "rukh.frame.lifecycle-size",
@@ -3042,7 +2510,7 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "before the confirmation only rukh.initialize and its answer travel; nothing else reaches a handler",
             "Session identity and handshake; P3.6 rule 8; P3.7 item 9 (R-38)",
             Ok(c_before),
-            ext!(e_first),
+            Err("playing the extension, rukh.derived.handshake checks what the core sends first"),
         ),
         (
             "rukh.handshake.confirm",
@@ -3103,13 +2571,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             ext!(e_ids_gap),
         ),
         (
-            "rukh.ids.repeat",
-            "a repeated (or decreasing) request id is a protocol error: not performed, never answered twice",
-            "Requests, responses and events (request IDs); P3.6 rule 7; P3.7 item 6",
-            Ok(c_ids_repeat),
-            ext!(e_ids_repeat),
-        ),
-        (
             "rukh.ids.wrong-prefix",
             "a request id with the other direction's prefix is a protocol error",
             "Requests, responses and events (request IDs); P3.6 rule 7",
@@ -3129,20 +2590,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Requests, responses and events; P3.7 item 10 (R-30)",
             Ok(c_denial),
             Err(ONLY_EXT),
-        ),
-        (
-            "rukh.call.unknown-method",
-            "an unknown method is answered -32601 and the session goes on; an unknown notification is ignored",
-            "Requests, responses and events (R-20)",
-            Ok(c_unknown),
-            ext!(e_unknown),
-        ),
-        (
-            "rukh.call.wrong-direction",
-            "a method of the other direction is a protocol error",
-            "Requests, responses and events; P3.2 method table (R-19)",
-            Ok(c_wrongdir),
-            ext!(e_wrongdir),
         ),
         (
             "rukh.call.context",

@@ -239,7 +239,25 @@ pub struct Ctx {
     /// A session the check leaves for the next one, which finds it here when it
     /// [`super::Check::shares`]; the runner keeps it only when the check passed.
     pub kept: Option<Kept>,
+    /// How [`Ctx::open`] reaches a template target ([`Target::Template`]): the hook of the
+    /// contract's hand-written suite, where the data cannot say how a session starts.
+    pub opener: Option<Opener>,
+    /// What a derived check that ended the session also expects of the implementation
+    /// (rukh: the core exits as `execution_failed` says), set by the [`Opener`] that
+    /// opened it.
+    pub on_end: Option<EndHook>,
+    /// What lives as long as the sessions of this context (a launcher's helper socket).
+    held: Vec<Kept>,
 }
+
+/// A hand-written suite's hook that opens one session on a template target: launch the
+/// command with its placeholders filled in and return the suite's end of the session.
+/// What it must keep alive for the session it gives to [`Ctx::hold`].
+pub type Opener = for<'a> fn(&'a mut Ctx) -> super::BodyFutureOf<'a, Peer>;
+
+/// A hand-written suite's hook run after a derived check saw the session end as the
+/// contract prescribes: what else the implementation must do then, in one line.
+pub type EndHook = for<'a> fn(&'a mut Ctx) -> super::BodyFutureOf<'a, String>;
 
 /// A session a check left for the next ([`Ctx::kept`]), of whatever type its suite uses.
 /// The mutex only makes it `Sync`, as a context shared by reference across awaits must be:
@@ -363,6 +381,9 @@ impl Ctx {
             notes: Vec::new(),
             subject: None,
             kept: None,
+            opener: None,
+            on_end: None,
+            held: Vec::new(),
         }
     }
 
@@ -407,9 +428,12 @@ impl Ctx {
                 suite_listens,
                 sockets,
             } => self.launch(argv, *suite_listens, *sockets, &opts).await,
-            Target::Template { .. } => Err(Failure::new(
-                "this target's placeholders belong to the contract's suite, which launches it itself",
-            )),
+            Target::Template { .. } => match self.opener {
+                Some(open) => open(self).await,
+                None => Err(Failure::new(
+                    "this target's placeholders belong to the contract's suite, which launches it itself",
+                )),
+            },
         }
     }
 
@@ -574,6 +598,16 @@ impl Ctx {
         }
     }
 
+    /// Keep `thing` alive until the check's sessions end ([`Ctx::finish`]).
+    pub fn hold(&mut self, thing: impl Send + 'static) {
+        self.held.push(Kept::new(thing));
+    }
+
+    /// Let go of what [`Ctx::hold`] kept, now.
+    pub fn release(&mut self) {
+        self.held.clear();
+    }
+
     /// A fresh private (0700) directory, removed when the check ends.
     #[cfg(unix)]
     pub fn private_dir(&mut self) -> Result<PathBuf, Failure> {
@@ -649,6 +683,9 @@ impl Ctx {
 
     /// End every launched process and remove the socket directories.
     pub async fn finish(&mut self) {
+        // First, so a launcher's helper (rukh's handoff) exits and its parent need not
+        // wait out its own stop deadline for it.
+        self.release();
         #[cfg(unix)]
         for mut child in self.children.drain(..) {
             match child.wait_timeout(Duration::ZERO).await {

@@ -114,8 +114,8 @@ const FASTMCP_FAILS: [&str; 18] = [
 ];
 
 /// FastMCP fails exactly where it answers otherwise than the contract, and passes the rest:
-/// the handshake, the calls, a line at the cap, an ignored unknown notification, invalid
-/// params.
+/// the handshake, the calls, the largest safe integers, a line at the cap, an ignored
+/// unknown notification, invalid params.
 #[test]
 fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
     let r = conformance("mcp", &format!("exec:{}", python("examples/mcp/server.py")));
@@ -123,13 +123,14 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
     for passed in [
         "mcp.derived.handshake",
         "mcp.derived.call.tools/call",
+        "mcp.derived.json.safe-integer",
         "mcp.derived.frame.at-cap",
         "mcp.derived.unknown-notification",
         "mcp.derived.invalid-params",
     ] {
         assert!(r.with("PASS").contains(passed), "{passed}: {}", r.stdout);
     }
-    assert_eq!(r.with("PASS").len(), 14, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 15, "{}", r.stdout);
     // A probe's failure shows what the suite sent, then what came back.
     let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
     let reuse = reuse
@@ -160,7 +161,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 30, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 31, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",
@@ -172,7 +173,8 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
 /// bridges its stdio to the suite, which plays the server. The suite expects initialize,
 /// answers it with the contract's example, expects notifications/initialized, then sends
 /// each server request (ping, roots/list, sampling, elicitation) and probes the bad-input
-/// rules. The client passes the handshake and the calls, serves a line at the cap, ignores
+/// rules. The client passes the handshake and the calls, serves the largest safe integers
+/// and a line at the cap, ignores
 /// an unknown notification and answers invalid params with -32602. Like the SDK's server,
 /// it answers nothing that is not JSON, a BOM, a surrogate, trailing bytes or a batch,
 /// serves a duplicate key, 2^53, 1e400, a reused id and a line over the cap, answers
@@ -190,6 +192,7 @@ fn the_mcp_sdk_client_is_checked_with_the_suite_playing_the_server() {
         "mcp.derived.call.roots/list",
         "mcp.derived.call.sampling/createMessage",
         "mcp.derived.call.elicitation/create",
+        "mcp.derived.json.safe-integer",
         "mcp.derived.frame.at-cap",
         "mcp.derived.unknown-notification",
         "mcp.derived.invalid-params",
@@ -215,12 +218,13 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
     );
     let r = conformance_as("server", "mcp", &target);
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 23, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 24, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
-/// `initialized`, then calls. pygls serves a body at the cap and ignores an unknown
-/// notification. It answers a request before initialize with -32603, not
+/// `initialized`, then calls. pygls serves a body nested exactly to the contract's depth
+/// cap (128, one more than serde_json's own guard allowed the suite's wire) and a body at
+/// the size cap, and ignores an unknown notification. It answers a request before initialize with -32603, not
 /// ServerNotInitialized; answers none of a bad frame, a batch, an unknown method, an object
 /// that is no message or invalid params (it shows a message instead); serves a body nested
 /// deeper than the contract's cap; and reads a body over the cap.
@@ -233,6 +237,7 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
         "lsp.derived.handshake",
         "lsp.derived.call.shutdown",
         "lsp.derived.call.textDocument/hover",
+        "lsp.derived.json.depth.at-cap",
         "lsp.derived.frame.at-cap",
         "lsp.derived.unknown-notification",
     ]);

@@ -887,7 +887,6 @@ fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
         };
         let what = format!("{method} reusing id {id}");
         let verdict = probes::react(&mut s, cx, &b, &what, &callable).await?;
-        probes::keep_unless_ended(s, cx, &b);
-        Ok(verdict)
+        probes::settle(s, cx, &b, verdict).await
     })
 }

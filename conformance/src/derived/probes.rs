@@ -20,7 +20,7 @@ use super::{Session, error_code, expect_code, plan_of};
 use crate::session::{Ctx, Got, Incoming, with_meanwhile};
 use crate::{BodyFuture, Failure, Verdict, pass};
 
-/// One bad (or, for `frame.at-cap`, borderline) input.
+/// One bad (or, for the `at-cap` and `safe-integer` probes, borderline) input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Probe {
     DuplicateKey,
@@ -31,7 +31,10 @@ pub(super) enum Probe {
     NonFinite,
     Trailing,
     Depth,
+    DepthAtCap,
     Items,
+    ItemsAtCap,
+    SafeInteger,
     NotAnObject,
     OverCap,
     AtCap,
@@ -45,16 +48,19 @@ pub(super) enum Probe {
 
 impl Probe {
     /// Every probe, in the order the suite lists them.
-    pub const ALL: [Probe; 18] = [
+    pub const ALL: [Probe; 21] = [
         Probe::Parse,
         Probe::DuplicateKey,
         Probe::Bom,
         Probe::LoneSurrogate,
         Probe::InvalidUtf8,
+        Probe::SafeInteger,
         Probe::UnsafeInteger,
         Probe::NonFinite,
         Probe::Trailing,
+        Probe::DepthAtCap,
         Probe::Depth,
+        Probe::ItemsAtCap,
         Probe::Items,
         Probe::NotAnObject,
         Probe::AtCap,
@@ -77,7 +83,10 @@ impl Probe {
             Probe::NonFinite => "json.non-finite",
             Probe::Trailing => "json.trailing",
             Probe::Depth => "json.depth",
+            Probe::DepthAtCap => "json.depth.at-cap",
             Probe::Items => "json.items",
+            Probe::ItemsAtCap => "json.items.at-cap",
+            Probe::SafeInteger => "json.safe-integer",
             Probe::NotAnObject => "json.not-an-object",
             Probe::OverCap => "frame.over-cap",
             Probe::AtCap => "frame.at-cap",
@@ -105,7 +114,10 @@ impl Probe {
             Probe::NonFinite => "a request with the number 1e400",
             Probe::Trailing => "a request followed by a second value in its frame",
             Probe::Depth => "a request one level deeper than the depth cap",
+            Probe::DepthAtCap => "a request nested exactly to the depth cap",
             Probe::Items => "a request with more items than the item cap",
+            Probe::ItemsAtCap => "a request with exactly the item cap's items",
+            Probe::SafeInteger => "a request with the integers ±(2^53 − 1)",
             Probe::NotAnObject => "a request wrapped in an array (a batch)",
             Probe::OverCap => "a request padded one byte over the frame cap",
             Probe::AtCap => "a request padded exactly to the frame cap",
@@ -175,8 +187,12 @@ pub(super) fn action_name(a: ActionKind) -> &'static str {
 pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Option<Built> {
     let c = wire.contract();
     let ch = super::jsonrpc_channel(c)?;
-    if p == Probe::AtCap {
-        return at_cap(wire, ch, role, carriers);
+    match p {
+        Probe::AtCap => return at_cap(wire, ch, role, carriers),
+        Probe::DepthAtCap | Probe::ItemsAtCap | Probe::SafeInteger => {
+            return json_borderline(p, wire, ch, role, carriers);
+        }
+        _ => {}
     }
     let (carrier, bytes) = match p {
         Probe::WrongDirection => wrong_direction(c, role, carriers.first()?)?,
@@ -350,6 +366,119 @@ fn at_cap(wire: &Wire, ch: &str, role: &str, carriers: &[Value]) -> Option<Built
     })
 }
 
+/// A request right at a JSON rule's edge (nested exactly to the depth cap, exactly the
+/// item cap's items, the largest safe integers), which the contract accepts: served like
+/// any other. The edge value goes where the suite's own wire accepts it: a new member of
+/// some object of a carrier, else in place of one of its members.
+fn json_borderline(
+    p: Probe,
+    wire: &Wire,
+    ch: &str,
+    role: &str,
+    carriers: &[Value],
+) -> Option<Built> {
+    let rules = wire.contract().channels.get(ch)?.json.as_ref()?;
+    let cap = |name: Option<&String>| -> Option<usize> {
+        usize::try_from(wire.limits().cap(name?).ok()?).ok()
+    };
+    let field = match p {
+        Probe::DepthAtCap => "maxDepth",
+        Probe::ItemsAtCap => "maxItems",
+        _ if rules.strict => "strict",
+        _ => return None,
+    };
+    let at_edge = |m: &Value, place: &Place| -> Option<Value> {
+        use contract::wire::json::{depth, items};
+        Some(match p {
+            Probe::DepthAtCap => {
+                let max = cap(rules.max_depth.as_ref())?;
+                // The object holding the value is depth `segments + 1`.
+                let nest = max.checked_sub(place.0.len() + 1)?;
+                let v = (0..nest).fold(json!(0), |v, _| json!([v]));
+                place.put(m, v).filter(|v| depth(v) == max)?
+            }
+            Probe::ItemsAtCap => {
+                let max = cap(rules.max_items.as_ref())?;
+                let n = max.checked_sub(items(&place.put(m, json!([]))?))?;
+                place
+                    .put(m, json!(vec![0; n]))
+                    .filter(|v| items(v) == max)?
+            }
+            _ => {
+                let safe = (1i64 << 53) - 1;
+                place.put(m, json!([safe, -safe]))?
+            }
+        })
+    };
+    carriers.iter().find_map(|m| {
+        places(m).iter().find_map(|place| {
+            let bytes = at_edge(m, place)?.to_string().into_bytes();
+            wire.decode(ch, role, &bytes, None).ok()?;
+            Some(Built {
+                bytes,
+                ids: vec![m.get("id")?.clone()],
+                uncapped: false,
+                reaction: Reaction::Answer,
+                pointer: format!("/channels/{ch}/json/{field}"),
+                seed: wire.contract().channels.get(ch)?.seed.clone(),
+            })
+        })
+    })
+}
+
+/// Where a probe puts a value in a message: the path to an object, then the member
+/// (`None`: a new member, `conformance`).
+struct Place(Vec<String>, Option<String>);
+
+impl Place {
+    /// `m` with `v` at this place (`None` if `m` has no such place).
+    fn put(&self, m: &Value, v: Value) -> Option<Value> {
+        let mut m = m.clone();
+        let mut at = &mut m;
+        for seg in &self.0 {
+            at = match at {
+                Value::Object(o) => o.get_mut(seg),
+                Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get_mut(i)),
+                _ => None,
+            }?;
+        }
+        let member = self.1.clone().unwrap_or_else(|| "conformance".into());
+        at.as_object_mut()?.insert(member, v);
+        Some(m)
+    }
+}
+
+/// Every place in `m`, outermost first: a new member of each object, then each member.
+fn places(m: &Value) -> Vec<Place> {
+    fn objects(v: &Value, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, Vec<String>)>) {
+        match v {
+            Value::Object(o) => {
+                out.push((path.clone(), o.keys().cloned().collect()));
+                for (k, child) in o {
+                    path.push(k.clone());
+                    objects(child, path, out);
+                    path.pop();
+                }
+            }
+            Value::Array(a) => {
+                for (i, child) in a.iter().enumerate() {
+                    path.push(i.to_string());
+                    objects(child, path, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    objects(m, &mut Vec::new(), &mut found);
+    let added = found.iter().map(|(p, _)| Place(p.clone(), None));
+    let replaced = found
+        .iter()
+        .flat_map(|(p, keys)| keys.iter().map(|k| Place(p.clone(), Some(k.clone()))));
+    added.chain(replaced).collect()
+}
+
 /// A request example of a method `role` may not send, with the carrier's id.
 fn wrong_direction(c: &Contract, role: &str, carrier: &Value) -> Option<(Value, Vec<u8>)> {
     let id = carrier.get("id")?;
@@ -454,30 +583,44 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             true => s.peer.send_uncapped(&b.bytes).await,
             false => s.peer.send_raw(&b.bytes).await,
         };
-        match sent {
+        let verdict = match sent {
             // A receiver that reads a length over the cap and ends the channel at once
             // (before allocating) makes the rest of the write fail: that is the reaction.
-            Err(f) if ends(&b.reaction) => {
-                return pass(format!(
-                    "the channel ended while the suite wrote: {}",
-                    f.why
-                ));
+            Err(f) if ends(&b.reaction) => Verdict::Pass(format!(
+                "the channel ended while the suite wrote: {}",
+                f.why
+            )),
+            sent => {
+                sent.map_err(|f| f.sent(&b.bytes))?;
+                react(&mut s, cx, &b, p.what(), &callable)
+                    .await
+                    .map_err(|f| f.sent(&b.bytes))?
             }
-            sent => sent.map_err(|f| f.sent(&b.bytes))?,
-        }
-        let verdict = react(&mut s, cx, &b, p.what(), &callable)
+        };
+        settle(s, cx, &b, verdict)
             .await
-            .map_err(|f| f.sent(&b.bytes))?;
-        keep_unless_ended(s, cx, &b);
-        Ok(verdict)
+            .map_err(|f| f.sent(&b.bytes))
     })
 }
 
-/// After a passing probe, the session goes on unless the reaction ended it.
-pub(super) fn keep_unless_ended(s: Session, cx: &mut Ctx, b: &Built) {
+/// After a passing probe: the session goes on for the next check, or, when the reaction
+/// ended it, the suite's end hook ([`Ctx::on_end`]) adds what it also expects.
+pub(super) async fn settle(
+    s: Session,
+    cx: &mut Ctx,
+    b: &Built,
+    verdict: Verdict,
+) -> Result<Verdict, Failure> {
     if !ends(&b.reaction) {
         s.keep(cx);
+        return Ok(verdict);
     }
+    drop(s);
+    let (Some(hook), Verdict::Pass(seen)) = (cx.on_end, &verdict) else {
+        return Ok(verdict);
+    };
+    let also = hook(cx).await?;
+    Ok(Verdict::Pass(format!("{seen}; {also}")))
 }
 
 /// `p` built on the session's next id.
