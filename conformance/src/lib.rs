@@ -11,7 +11,8 @@
 //! target the command line names (see [`session`] and docs/conformance.md).
 //!
 //! The checks themselves live per contract: [`kernel`], [`rukh`], [`toolchannel`] and
-//! [`xsession`]; [`derived`] is the suite any JSON-RPC contract gets from its data.
+//! [`xsession`]; [`derived`] is the suite any contract with a JSON-RPC or envelope channel gets
+//! from its data.
 //! [`handoff`] is what the suite launches in place of a party the implementation
 //! launches itself (`contract-proxy handoff`).
 

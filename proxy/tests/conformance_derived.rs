@@ -3,7 +3,9 @@
 //! FastMCP server, alone and behind the proxy in enforce mode, and LSP
 //! (examples/lsp/lsp.json) against a pygls server. The third-party servers fail exactly
 //! the checks where they answer otherwise than the contract says; the proxy, enforcing the
-//! same contract, supplies the answers the lifecycle, id and violation rules call for.
+//! same contract, supplies the answers the lifecycle, id and violation rules call for. A
+//! custom envelope (the kernel's control channel) gets the same suite: its reference peers
+//! pass it playing either party.
 
 mod common;
 
@@ -31,9 +33,13 @@ fn conformance(contract: &str, target: &str) -> Outcomes {
 }
 
 fn conformance_as(role: &str, contract: &str, target: &str) -> Outcomes {
+    run(&["--contract", contract, "--play", role, "--target", target])
+}
+
+fn run(args: &[&str]) -> Outcomes {
     let out = Command::new(common::BIN)
-        .args(["conformance", "--contract", contract, "--play", role])
-        .args(["--deadline", "2", "--target", target])
+        .args(["conformance", "--deadline", "2"])
+        .args(args)
         .output()
         .expect("run conformance");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -253,6 +259,66 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
     ]);
     assert_eq!(r.with("PASS"), passed, "{}", r.stdout);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
+}
+
+/// The kernel's control channel is an envelope (`type`, `id`, `correlation_id`,
+/// `payload`), not JSON-RPC: the derived suite reads and writes messages where its binding
+/// says, takes its string ids from the examples (`s-0001` → `s-1`) and its error codes from
+/// the payload. Playing the shell it awaits hello's answer; playing the core it expects
+/// hello and answers it, the walk's only step being the answer (the machine moves on it).
+/// The reference peers pass every check, the bad-input families and the outOfPlace probe
+/// included (the shell mirrors the session machine and answers protocol.not_ready too),
+/// but one: an oversize control frame, which the contract says the receiver skips unread
+/// and reports with protocol.frame_too_large, ends their channel (their codec stops at
+/// the length prefix), and the check says so with the bytes.
+#[test]
+fn the_kernel_reference_peers_pass_the_derived_checks_of_both_roles_but_oversize() {
+    common::cargo_build(&["kernel-peer"]);
+    let peer = common::bin_dir().join("kernel-peer");
+    let peer = peer.display();
+    for (play, target, checks) in [
+        (
+            "shell",
+            format!("exec:{peer} core --control {{control}} --data {{data}}"),
+            20,
+        ),
+        (
+            "core",
+            format!("exec:{peer} shell --control {{control}} --data {{data}}"),
+            17,
+        ),
+    ] {
+        let r = run(&[
+            "--contract",
+            "kernel",
+            "--derived",
+            "--play",
+            play,
+            "--target",
+            &target,
+        ]);
+        assert_eq!(r.with("PASS").len(), checks - 1, "{play}: {}", r.stdout);
+        assert_eq!(
+            r.with("FAIL"),
+            ids(&["kernel.derived.frame.over-cap"]),
+            "{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains("the channel ended while the suite wrote a request padded one byte over the frame cap, which gets `reply-error` \"protocol.frame_too_large\""),
+            "{}",
+            r.stdout
+        );
+        for family in [
+            "handshake",
+            "out-of-place.session",
+            "parse",
+            "invalid-params",
+        ] {
+            let id = format!("kernel.derived.{family}");
+            assert!(r.with("PASS").contains(&id), "{play}: {id}: {}", r.stdout);
+        }
+    }
 }
 
 /// The derived suite is listed like any other, and a party the contract lacks is a usage error.

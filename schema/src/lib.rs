@@ -23,7 +23,9 @@ pub use access::{AccessError, Limits, Rate, TIME_SCALE_ENV, env_time_scale};
 pub use check::{Problem, check_document};
 pub use io::{Connection, Embedded};
 pub use model::Contract;
-pub use pointer::{escape as escape_pointer, join as join_pointer, set as set_pointer};
+pub use pointer::{
+    escape as escape_pointer, join as join_pointer, remove as remove_pointer, set as set_pointer,
+};
 
 use std::path::Path;
 

@@ -41,9 +41,28 @@ pub fn set(root: &mut Value, ptr: &str, v: Value) {
     }
 }
 
+/// Remove the member at JSON pointer `ptr` from `root` (an object member, not an array
+/// element); what was there, if anything.
+pub fn remove(root: &mut Value, ptr: &str) -> Option<Value> {
+    let (parent, last) = ptr.rsplit_once('/')?;
+    let key = last.replace("~1", "/").replace("~0", "~");
+    root.pointer_mut(parent)?
+        .as_object_mut()?
+        .shift_remove(&key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removes_a_member_at_a_pointer() {
+        let mut v = serde_json::json!({"a": {"b/c": 1, "d": 2}});
+        assert_eq!(remove(&mut v, "/a/b~1c"), Some(serde_json::json!(1)));
+        assert_eq!(remove(&mut v, "/a/x"), None);
+        assert_eq!(remove(&mut v, ""), None);
+        assert_eq!(v, serde_json::json!({"a": {"d": 2}}));
+    }
 
     #[test]
     fn escapes_slash_and_tilde() {

@@ -1,5 +1,6 @@
-//! The suite derived from a contract's data, for any contract with a JSON-RPC channel: what
-//! a contract the project never saw gets from `conformance` with no Rust of its own.
+//! The suite derived from a contract's data, for any contract with a channel bound as
+//! JSON-RPC or as an envelope ([`shape`]): what a contract the project never saw gets from
+//! `conformance` with no Rust of its own.
 //!
 //! Every check reads the contract, never a protocol name:
 //! - `handshake`: the lifecycle machine (the first typed machine scoped to a connection or
@@ -24,14 +25,16 @@ use std::time::Instant;
 
 use contract::Contract;
 use contract::join_pointer as join;
-use contract::model::{Action, ActionKind, Binding, Kind, Part, Scope, StateMachine, Trigger};
+use contract::model::{Action, ActionKind, Kind, Part, Scope, StateMachine, Trigger};
 use serde_json::{Value, json};
 
 mod probes;
 mod rates;
+mod shape;
 
 use contract::wire::Wire;
 use probes::Probe;
+use shape::Shape;
 
 use super::session::{Ctx, Got, Incoming, Kept, Peer, STARTUP, with_meanwhile};
 use super::{BodyFuture, Check, Failure, Verdict, pass};
@@ -44,9 +47,9 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             "--play {role:?}: the contract's parties are {parties:?}"
         ));
     }
-    if jsonrpc_channel(c).is_none() {
+    if Shape::of(c).is_none() {
         return Err(format!(
-            "no conformance suite for contract {:?}: the derived suite needs a JSON-RPC channel",
+            "no conformance suite for contract {:?}: the derived suite needs a channel bound as JSON-RPC or an envelope",
             c.name
         ));
     }
@@ -96,13 +99,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         );
     }
     let wire = Wire::new(std::sync::Arc::new(c.clone())).map_err(|e| e.to_string())?;
-    let first = id_value(
-        c.parties[role]
-            .ids
-            .as_ref()
-            .and_then(|i| i.prefix.as_deref()),
-        1,
-    );
+    let first = id_value(id_prefix(c, role).as_deref(), 1);
     let carriers = carriers(c, role, &plan.staying(c), &first);
     for p in Probe::ALL {
         if let Some(b) = probes::build(p, &wire, role, &carriers) {
@@ -157,11 +154,9 @@ fn reply_error(a: Option<&Action>) -> Option<&Action> {
     a.filter(|a| a.action == ActionKind::ReplyError && a.code.is_some())
 }
 
-fn jsonrpc_channel(c: &Contract) -> Option<&str> {
-    c.channels
-        .iter()
-        .find(|(_, ch)| matches!(ch.binding, Some(Binding::Jsonrpc { .. })))
-        .map(|(n, _)| n.as_str())
+/// The channel the suite speaks on.
+fn channel(c: &Contract) -> String {
+    Shape::of(c).map(|s| s.channel).unwrap_or_default()
 }
 
 /// One step of the handshake. The played party sends its example of a method, or awaits
@@ -369,9 +364,7 @@ fn step_of(c: &Contract, t: Option<&Trigger>, role: &str) -> Option<Step> {
 /// each with the state it starts from.
 fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<(String, Step)>) {
     // The suite's connection is open before its first step.
-    let start = sm
-        .opened(jsonrpc_channel(c).unwrap_or_default())
-        .to_string();
+    let start = sm.opened(&channel(c)).to_string();
     let mut paths: HashMap<String, Vec<(String, Step)>> =
         HashMap::from([(start.clone(), Vec::new())]);
     let mut order = vec![start.clone()];
@@ -415,7 +408,7 @@ fn out_of_place_probes<'c>(c: &'c Contract, role: &str) -> Vec<(String, &'c Stat
         .iter()
         .filter(|(_, sm)| lifecycle(sm) && reply_error(sm.out_of_place.as_ref()).is_some())
         .filter_map(|(name, sm)| {
-            let first = sm.opened(jsonrpc_channel(c).unwrap_or_default());
+            let first = sm.opened(&channel(c));
             let method = sm.allows.iter().find_map(|(m, states)| {
                 let request = c
                     .methods
@@ -446,6 +439,28 @@ fn example_of(c: &Contract, method: &str, part: Part, role: &str) -> Option<Valu
         .map(|e| e.message.clone())
 }
 
+/// What the party's ids start with: the prefix its id rule declares, else what its
+/// examples' string ids have before their number (`s-0001`: `s-`); `None`: number ids.
+fn id_prefix(c: &Contract, role: &str) -> Option<String> {
+    if let Some(p) = c
+        .parties
+        .get(role)?
+        .ids
+        .as_ref()
+        .and_then(|i| i.prefix.clone())
+    {
+        return Some(p);
+    }
+    let shape = Shape::of(c)?;
+    let sent = c.methods.values().flat_map(|m| &m.examples);
+    let mut sent = sent.filter(|e| e.from.as_deref() == Some(role));
+    let id = sent.find_map(|e| shape.id(&e.message)?.as_str())?;
+    Some(
+        id.trim_end_matches(|ch: char| ch.is_ascii_digit())
+            .to_string(),
+    )
+}
+
 /// Request id number `n`, under the party's id prefix when it has one.
 fn id_value(prefix: Option<&str>, n: u64) -> Value {
     match prefix {
@@ -456,12 +471,15 @@ fn id_value(prefix: Option<&str>, n: u64) -> Value {
 
 /// The call examples of `methods` (requests) with `id`.
 fn carriers(c: &Contract, role: &str, methods: &[String], id: &Value) -> Vec<Value> {
+    let Some(shape) = Shape::of(c) else {
+        return Vec::new();
+    };
     methods
         .iter()
         .filter_map(|m| example(c, m, role))
-        .filter(|v| v.get("id").is_some())
+        .filter(|v| shape.id(v).is_some())
         .map(|mut v| {
-            v["id"] = id.clone();
+            shape.set_id(&mut v, id.clone());
             v
         })
         .collect()
@@ -470,20 +488,20 @@ fn carriers(c: &Contract, role: &str, methods: &[String], id: &Value) -> Vec<Val
 /// The suite's session: the peer, and the ids it gave out.
 struct Session {
     peer: Peer,
+    shape: Shape,
     next: u64,
     prefix: Option<String>,
 }
 
 impl Session {
     async fn open(cx: &mut Ctx) -> Result<Session, Failure> {
+        let c = cx.wire.contract().clone();
+        let shape = Shape::of(&c).ok_or_else(|| Failure::new("suite bug: no bound channel"))?;
         let peer = cx.open().await?;
-        let c = cx.wire.contract();
-        let prefix = c.parties[&cx.role]
-            .ids
-            .as_ref()
-            .and_then(|i| i.prefix.clone());
+        let prefix = id_prefix(&c, &cx.role);
         Ok(Session {
             peer,
+            shape,
             next: 0,
             prefix,
         })
@@ -509,8 +527,9 @@ impl Session {
         let c = cx.wire.contract();
         let mut v = example(c, method, &cx.role)
             .ok_or_else(|| Failure::new(format!("the contract has no call example of {method}")))?;
-        if v.get("id").is_some() {
-            v["id"] = self.take_id();
+        if self.shape.id(&v).is_some() {
+            let id = self.take_id();
+            self.shape.set_id(&mut v, id);
         }
         Ok(v)
     }
@@ -536,7 +555,7 @@ impl Session {
     async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
         let v = self.message(cx, method)?;
         self.peer.send(&v).await?;
-        Ok(v.get("id").cloned())
+        Ok(self.shape.id(&v).cloned())
     }
 
     /// The answer to request `id`, checked against the contract; other traffic is skipped.
@@ -572,17 +591,17 @@ impl Session {
         loop {
             match self.peer.next(until).await {
                 Incoming::Control(got) => {
-                    let answer = got.value().filter(|v| v.get("method").is_none());
-                    let to = answer.and_then(|v| v.get("id"));
-                    if !to.is_some_and(|id| ids.contains(id)) {
-                        if (answer.is_some() || got.msg.is_err()) && unclaimed.len() < UNCLAIMED {
+                    let to = got.value().and_then(|v| self.shape.answered(v));
+                    let answer = to.is_some();
+                    if !to.is_some_and(|id| ids.contains(&id)) {
+                        if (answer || got.msg.is_err()) && unclaimed.len() < UNCLAIMED {
                             unclaimed.push(*got);
                         }
                         continue;
                     }
                     let Some(v) = got.value() else { continue };
                     return match &got.msg {
-                        Ok(m) => known_code(cx.wire.contract(), m, &got.raw, what)
+                        Ok(m) => known_code(cx.wire.contract(), &self.shape, m, &got.raw, what)
                             .map(|()| (v.clone(), unclaimed)),
                         Err(bad) => Err(Failure::new(format!(
                             "the answer to {what} breaks the contract: {}",
@@ -641,10 +660,15 @@ impl Session {
                     owed = got.map(|request| (request, m.clone()));
                 }
                 Step::Answer(m) => {
-                    let (request, _) = owed
-                        .take()
-                        .filter(|(_, r)| r == m)
-                        .ok_or_else(|| Failure::new(format!("suite bug: no {m} to answer")))?;
+                    // A machine that moves on the answer alone (the kernel's hello) names no
+                    // step for the request: expect it first.
+                    let request = match owed.take().filter(|(_, r)| r == m) {
+                        Some((request, _)) => request,
+                        None => self
+                            .expect(cx, plan, state, m, Instant::now() + wait)
+                            .await?
+                            .ok_or_else(|| Failure::new(format!("{m} came without an id")))?,
+                    };
                     self.reply(cx, m, &request).await?;
                 }
             }
@@ -702,8 +726,9 @@ impl Session {
             Failure::new(format!("the contract has no result example of {method}"))
         })?;
         let call = example_of(c, method, Part::Call, &cx.other);
-        echoed(&mut v, call.as_ref(), request);
-        v["id"] = request.get("id").cloned().unwrap_or(Value::Null);
+        echoed(&self.shape, &mut v, call.as_ref(), request);
+        let own = self.shape.answers_have_ids().then(|| self.take_id());
+        self.shape.answer_to(&mut v, request, own);
         self.peer.send(&v).await.map(|_| ())
     }
 
@@ -730,16 +755,18 @@ impl Session {
 /// Give `answer` (a result example) the request's own value of each member the contract's
 /// example pair echoes: a result member equal to the call example's params member of the
 /// same name (rukh's initialize confirms the session it was given).
-fn echoed(answer: &mut Value, call: Option<&Value>, request: &Value) {
-    let Some(example) = call.and_then(|c| c.get("params")) else {
+fn echoed(shape: &Shape, answer: &mut Value, call: Option<&Value>, request: &Value) {
+    let params = shape.params_pointer();
+    let Some(example) = call.and_then(|c| c.pointer(params)) else {
         return;
     };
-    let Some(result) = answer.get_mut("result").and_then(Value::as_object_mut) else {
+    let result = answer.pointer_mut(shape.result_pointer());
+    let Some(result) = result.and_then(Value::as_object_mut) else {
         return;
     };
     for (k, v) in result.iter_mut() {
         if example.get(k) == Some(v)
-            && let Some(actual) = request.pointer(&format!("/params/{k}"))
+            && let Some(actual) = request.pointer(&join(params, [k]))
         {
             *v = actual.clone();
         }
@@ -752,6 +779,7 @@ const UNCLAIMED: usize = 8;
 /// An error answer must carry a code the contract knows.
 fn known_code(
     c: &Contract,
+    shape: &Shape,
     m: &contract::wire::Message,
     raw: &[u8],
     what: &str,
@@ -759,11 +787,7 @@ fn known_code(
     if m.kind != Kind::Error {
         return Ok(());
     }
-    let code = m
-        .value
-        .pointer("/error/code")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let code = shape.error_code(&m.value).cloned().unwrap_or(Value::Null);
     if c.knows_error(m.method.as_deref(), &code) {
         return Ok(());
     }
@@ -772,13 +796,8 @@ fn known_code(
     Err(Failure::new(reason).with("the answer", raw))
 }
 
-/// The error code of an answer, when it is an error.
-fn error_code(v: &Value) -> Option<&Value> {
-    v.pointer("/error/code")
-}
-
-fn expect_code(got: &Value, want: &Value, what: &str) -> Result<Verdict, Failure> {
-    match error_code(got) {
+fn expect_code(shape: &Shape, got: &Value, want: &Value, what: &str) -> Result<Verdict, Failure> {
+    match shape.error_code(got) {
         Some(code) if code == want => pass(format!("{what}: error {code}")),
         _ => Err(Failure::new(format!("{what}: expected error {want}"))
             .with("the answer", got.to_string().as_bytes())),
@@ -815,10 +834,11 @@ fn call(cx: &mut Ctx) -> BodyFuture<'_> {
         let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
         let started = Instant::now();
         let got = s.answer(cx, &id, &method).await?;
+        let refused = s.shape.error_code(&got).is_some();
         if plan.stays(cx.wire.contract(), &method) {
             s.keep(cx);
         }
-        let how = if error_code(&got).is_some() {
+        let how = if refused {
             "an error the contract knows"
         } else {
             "a valid result"
@@ -843,8 +863,8 @@ fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {
         let mut s = Session::open(cx).await?;
         let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
         let got = s.answer(cx, &id, &method).await?;
-        let first = sm.opened(jsonrpc_channel(&c).unwrap_or_default());
-        expect_code(&got, &want, &format!("{method} in `{first}`"))
+        let first = sm.opened(&s.shape.channel);
+        expect_code(&s.shape, &got, &want, &format!("{method} in `{first}`"))
     })
 }
 
@@ -875,7 +895,7 @@ fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
         let id = s.send(cx, method).await?.unwrap_or(Value::Null);
         s.answer(cx, &id, method).await?;
         let mut again = s.message(cx, method)?;
-        again["id"] = id.clone();
+        s.shape.set_id(&mut again, id.clone());
         s.peer.send_raw(again.to_string().as_bytes()).await?;
         let b = probes::Built {
             bytes: Vec::new(),

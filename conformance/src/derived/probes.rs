@@ -16,7 +16,8 @@ use contract::model::{ActionKind, Kind};
 use contract::wire::{Violation, ViolationClass, Wire};
 use serde_json::{Map, Value, json};
 
-use super::{Session, error_code, expect_code, plan_of};
+use super::shape::Shape;
+use super::{Session, expect_code, plan_of};
 use crate::session::{Ctx, Got, Incoming, with_meanwhile};
 use crate::{BodyFuture, Failure, Verdict, pass};
 
@@ -186,20 +187,27 @@ pub(super) fn action_name(a: ActionKind) -> &'static str {
 /// nothing checkable for it.
 pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Option<Built> {
     let c = wire.contract();
-    let ch = super::jsonrpc_channel(c)?;
+    let shape = Shape::of(c)?;
+    let ch = shape.channel.as_str();
     match p {
-        Probe::AtCap => return at_cap(wire, ch, role, carriers),
+        Probe::AtCap => return at_cap(wire, &shape, role, carriers),
         Probe::DepthAtCap | Probe::ItemsAtCap | Probe::SafeInteger => {
-            return json_borderline(p, wire, ch, role, carriers);
+            return json_borderline(p, wire, &shape, role, carriers);
         }
         _ => {}
     }
     let (carrier, bytes) = match p {
-        Probe::WrongDirection => wrong_direction(c, role, carriers.first()?)?,
-        Probe::InvalidParams => invalid_params(wire, ch, role, carriers)?,
+        Probe::WrongDirection => wrong_direction(c, &shape, role, carriers.first()?)?,
+        Probe::InvalidParams => invalid_params(wire, &shape, role, carriers)?,
+        // Padding counts bytes, so a cap counted otherwise (UTF-16 units) needs ASCII.
+        Probe::OverCap => {
+            let mut ascii = carriers.iter().filter(|m| m.to_string().is_ascii());
+            let m = ascii.next()?;
+            (m.clone(), bytes_of(p, wire, &shape, m)?)
+        }
         _ => {
             let m = carriers.first()?;
-            (m.clone(), bytes_of(p, wire, ch, m)?)
+            (m.clone(), bytes_of(p, wire, &shape, m)?)
         }
     };
     let violation = match p {
@@ -210,7 +218,7 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
         },
     };
     let (action, code) = checkable(&violation)?;
-    let ids = match carrier.get("id") {
+    let ids = match shape.id(&carrier) {
         Some(id) if p != Probe::UnknownNotification => vec![id.clone(), Value::Null],
         _ => vec![Value::Null],
     };
@@ -255,8 +263,9 @@ fn inject(text: &str, member: &str) -> Vec<u8> {
 }
 
 /// The bytes of the probes made by rewriting one carrier request.
-fn bytes_of(p: Probe, wire: &Wire, ch: &str, m: &Value) -> Option<Vec<u8>> {
+fn bytes_of(p: Probe, wire: &Wire, shape: &Shape, m: &Value) -> Option<Vec<u8>> {
     let c = wire.contract();
+    let ch = shape.channel.as_str();
     let rules = c.channels.get(ch)?.json.as_ref();
     let strict = rules.is_some_and(|r| r.strict);
     let text = m.to_string();
@@ -302,31 +311,18 @@ fn bytes_of(p: Probe, wire: &Wire, ch: &str, m: &Value) -> Option<Vec<u8>> {
             let cap = over_cap_target(wire, ch)?;
             padded(&text, cap.checked_add(1)?)?
         }
-        Probe::Invalid => without(m, &["method", "params"]).to_string().into_bytes(),
-        Probe::UnknownRequest => renamed(m, "conformance/no-such-method").into_bytes(),
+        Probe::Invalid => shape.stripped(m).to_string().into_bytes(),
+        Probe::UnknownRequest => {
+            let v = shape.renamed(m, "conformance/no-such-method");
+            v.to_string().into_bytes()
+        }
         Probe::UnknownNotification => {
-            let n = without(m, &["id"]);
-            renamed(&n, "conformance/no-such-notification").into_bytes()
+            let v = shape.renamed(&shape.one_way(m), "conformance/no-such-notification");
+            v.to_string().into_bytes()
         }
         Probe::Parse => text.as_bytes()[..text.len() / 2].to_vec(),
         _ => return None,
     })
-}
-
-fn without(m: &Value, keys: &[&str]) -> Value {
-    let mut m = m.clone();
-    if let Some(o) = m.as_object_mut() {
-        for k in keys {
-            o.remove(*k);
-        }
-    }
-    m
-}
-
-fn renamed(m: &Value, method: &str) -> String {
-    let mut m = without(m, &["params"]);
-    m["method"] = json!(method);
-    m.to_string()
 }
 
 /// The channel's declared frame cap, when it is one the suite can pad to.
@@ -349,7 +345,8 @@ fn padded(text: &str, len: u64) -> Option<Vec<u8>> {
 
 /// A request padded exactly to the cap, which the contract accepts, on the first carrier
 /// no per-method cap holds below it.
-fn at_cap(wire: &Wire, ch: &str, role: &str, carriers: &[Value]) -> Option<Built> {
+fn at_cap(wire: &Wire, shape: &Shape, role: &str, carriers: &[Value]) -> Option<Built> {
+    let ch = shape.channel.as_str();
     let cap = over_cap_target(wire, ch)?;
     let (field, _) = wire.contract().channels.get(ch)?.framing.payload_cap()?;
     carriers.iter().find_map(|m| {
@@ -357,7 +354,7 @@ fn at_cap(wire: &Wire, ch: &str, role: &str, carriers: &[Value]) -> Option<Built
         wire.decode(ch, role, &bytes, None).ok()?;
         Some(Built {
             bytes,
-            ids: vec![m.get("id")?.clone()],
+            ids: vec![shape.id(m)?.clone()],
             uncapped: false,
             reaction: Reaction::Answer,
             pointer: format!("/channels/{ch}/framing/{field}"),
@@ -373,10 +370,11 @@ fn at_cap(wire: &Wire, ch: &str, role: &str, carriers: &[Value]) -> Option<Built
 fn json_borderline(
     p: Probe,
     wire: &Wire,
-    ch: &str,
+    shape: &Shape,
     role: &str,
     carriers: &[Value],
 ) -> Option<Built> {
+    let ch = shape.channel.as_str();
     let rules = wire.contract().channels.get(ch)?.json.as_ref()?;
     let cap = |name: Option<&String>| -> Option<usize> {
         usize::try_from(wire.limits().cap(name?).ok()?).ok()
@@ -416,7 +414,7 @@ fn json_borderline(
             wire.decode(ch, role, &bytes, None).ok()?;
             Some(Built {
                 bytes,
-                ids: vec![m.get("id")?.clone()],
+                ids: vec![shape.id(m)?.clone()],
                 uncapped: false,
                 reaction: Reaction::Answer,
                 pointer: format!("/channels/{ch}/json/{field}"),
@@ -480,8 +478,13 @@ fn places(m: &Value) -> Vec<Place> {
 }
 
 /// A request example of a method `role` may not send, with the carrier's id.
-fn wrong_direction(c: &Contract, role: &str, carrier: &Value) -> Option<(Value, Vec<u8>)> {
-    let id = carrier.get("id")?;
+fn wrong_direction(
+    c: &Contract,
+    shape: &Shape,
+    role: &str,
+    carrier: &Value,
+) -> Option<(Value, Vec<u8>)> {
+    let id = shape.id(carrier)?;
     c.methods.values().find_map(|m| {
         if m.kind != Kind::Request || m.from.iter().any(|p| p == role) {
             return None;
@@ -491,8 +494,8 @@ fn wrong_direction(c: &Contract, role: &str, carrier: &Value) -> Option<(Value, 
             .iter()
             .find(|e| e.part == contract::model::Part::Call)?;
         let mut v = example.message.clone();
-        v.get("id")?;
-        v["id"] = id.clone();
+        shape.id(&v)?;
+        shape.set_id(&mut v, id.clone());
         let bytes = v.to_string().into_bytes();
         Some((v, bytes))
     })
@@ -502,13 +505,14 @@ fn wrong_direction(c: &Contract, role: &str, carrier: &Value) -> Option<(Value, 
 /// wrong type or a member dropped (on any carrier), else params of the wrong shape.
 fn invalid_params(
     wire: &Wire,
-    ch: &str,
+    shape: &Shape,
     role: &str,
     carriers: &[Value],
 ) -> Option<(Value, Vec<u8>)> {
+    let (ch, at) = (shape.channel.as_str(), shape.params_pointer());
     let invalid = |m: &Value, p: Value| {
         let mut v = m.clone();
-        v["params"] = p;
+        contract::set_pointer(&mut v, at, p);
         let bytes = v.to_string().into_bytes();
         match wire.decode(ch, role, &bytes, None) {
             Err(e) if e.class == ViolationClass::InvalidParams => Some((v, bytes)),
@@ -516,7 +520,7 @@ fn invalid_params(
         }
     };
     let members = |m: &Value| -> Vec<Value> {
-        let Some(params) = m.get("params").and_then(Value::as_object) else {
+        let Some(params) = m.pointer(at).and_then(Value::as_object) else {
             return Vec::new();
         };
         let mut tries = Vec::new();
@@ -591,7 +595,17 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
                 f.why
             )),
             sent => {
-                sent.map_err(|f| f.sent(&b.bytes))?;
+                // The implementation ended the channel under the probe, where the contract
+                // keeps it open (an oversize frame it should skip and report).
+                sent.map_err(|f| {
+                    Failure::new(format!(
+                        "the channel ended while the suite wrote {}, which {}: {}",
+                        p.what(),
+                        b.title(p).trim_start_matches(p.what()).trim(),
+                        f.why
+                    ))
+                    .sent(&b.bytes)
+                })?;
                 react(&mut s, cx, &b, p.what(), &callable)
                     .await
                     .map_err(|f| f.sent(&b.bytes))?
@@ -636,17 +650,15 @@ fn ends(r: &Reaction) -> bool {
 }
 
 /// Whether `g` answers one of `ids` with a result (served, not refused).
-fn served(g: &Got, ids: &[Value]) -> bool {
-    g.value().is_some_and(|v| {
-        v.get("result").is_some() && v.get("id").is_some_and(|id| ids.contains(id))
-    })
+fn served(shape: &Shape, g: &Got, ids: &[Value]) -> bool {
+    g.value()
+        .is_some_and(|v| shape.is_result(v) && answers(shape, g, ids))
 }
 
 /// Whether `g` answers one of `ids` at all.
-fn answers(g: &Got, ids: &[Value]) -> bool {
-    g.value().is_some_and(|v| {
-        v.get("method").is_none() && v.get("id").is_some_and(|id| ids.contains(id))
-    })
+fn answers(shape: &Shape, g: &Got, ids: &[Value]) -> bool {
+    let to = g.value().and_then(|v| shape.answered(v));
+    to.is_some_and(|id| ids.contains(&id))
 }
 
 /// Judge what the implementation did after `b` was sent.
@@ -662,7 +674,7 @@ pub(super) async fn react(
             let (v, _) = s.wait_answer(cx, &b.ids, what, cx.soon()).await?;
             let refusing =
                 |code: &&Value| cx.wire.contract().violations.codes().any(|c| c == *code);
-            match error_code(&v).filter(refusing) {
+            match s.shape.error_code(&v).filter(refusing) {
                 Some(code) => Err(Failure::new(format!(
                     "{what} was refused with {code}, though the contract accepts it"
                 ))
@@ -675,7 +687,7 @@ pub(super) async fn react(
             code,
         } => {
             let (v, _) = s.wait_answer(cx, &b.ids, what, cx.soon()).await?;
-            expect_code(&v, code.as_ref().unwrap_or(&Value::Null), what)
+            expect_code(&s.shape, &v, code.as_ref().unwrap_or(&Value::Null), what)
         }
         Reaction::Rule {
             action: ActionKind::Ignore,
@@ -700,7 +712,7 @@ async fn ignored(
     let (_, before) = s
         .wait_answer(cx, std::slice::from_ref(&id), follow, cx.soon())
         .await?;
-    match before.iter().find(|g| answers(g, &b.ids)) {
+    match before.iter().find(|g| answers(&s.shape, g, &b.ids)) {
         Some(g) => Err(Failure::new(format!(
             "{what} was answered, where the contract says to ignore it"
         ))
@@ -725,7 +737,7 @@ async fn ended(
     let action = action_name(action);
     loop {
         match s.peer.next(until).await {
-            Incoming::Control(g) if served(&g, &b.ids) => {
+            Incoming::Control(g) if served(&s.shape, &g, &b.ids) => {
                 return Err(Failure::new(format!(
                     "{what} was served, where the contract prescribes `{action}`"
                 ))

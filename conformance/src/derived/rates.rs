@@ -10,7 +10,8 @@ use contract::Contract;
 use contract::model::{ActionKind, LimitKey, LimitKind};
 use serde_json::Value;
 
-use super::{Session, error_code, plan_of};
+use super::shape::Shape;
+use super::{Session, plan_of};
 use crate::session::{Ctx, Got, Incoming, with_meanwhile};
 use crate::{BodyFuture, Failure, pass};
 
@@ -79,7 +80,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             ids.push(s.send(cx, &p.method).await?.unwrap_or(Value::Null));
         }
         let (answers, others) = collect(&mut s, cx, &ids).await;
-        judge(&p, &ids, &answers, others)
+        judge(&s.shape, &p, &ids, &answers, others)
     })
 }
 
@@ -109,6 +110,7 @@ async fn collect(s: &mut Session, cx: &Ctx, ids: &[Value]) -> (HashMap<String, G
 }
 
 fn judge(
+    shape: &Shape,
     p: &RateProbe,
     ids: &[Value],
     answers: &HashMap<String, Got>,
@@ -118,7 +120,7 @@ fn judge(
         answers
             .get(&id.to_string())
             .and_then(|g| g.value())
-            .and_then(error_code)
+            .and_then(|v| shape.error_code(v))
             == Some(&p.code)
     };
     let n = ids.len();

@@ -1080,6 +1080,10 @@ async fn shell_session(
                                 break "handshake refused".to_string();
                             }
                         }
+                    } else if m.kind == Kind::Request {
+                        // The shell mirrors the session machine: before the handshake a
+                        // request gets protocol.not_ready, as the core's would.
+                        out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.not_ready", true, "the handshake is not done", json!({"method": method}));
                     }
                     continue;
                 }

@@ -1,0 +1,222 @@
+//! Where the channel's binding keeps the parts of a message the derived suite reads and
+//! writes: JSON-RPC's members, or the pointers of a custom envelope (the kernel's `type`,
+//! `id`, `correlation_id`, `payload`). The checks speak of ids, answers and error codes;
+//! only this module knows where a binding puts them.
+
+use contract::Contract;
+use contract::model::{Binding, Kind};
+use contract::{remove_pointer, set_pointer};
+use serde_json::Value;
+
+/// The parts of a message of one channel, by binding.
+#[derive(Debug, Clone)]
+pub(super) struct Shape {
+    /// The channel the suite speaks on.
+    pub channel: String,
+    form: Form,
+}
+
+#[derive(Debug, Clone)]
+enum Form {
+    Jsonrpc,
+    Envelope {
+        kind: String,
+        /// Each message kind's wire value.
+        kinds: Vec<(Kind, Value)>,
+        method: String,
+        id: Option<String>,
+        correlation: Option<String>,
+        payload: String,
+    },
+}
+
+impl Shape {
+    /// The first channel bound as JSON-RPC or as an envelope; `None` without one (a tagged
+    /// binding names no method field to probe with).
+    pub fn of(c: &Contract) -> Option<Shape> {
+        c.channels.iter().find_map(|(name, ch)| {
+            let form = match ch.binding.as_ref()? {
+                Binding::Jsonrpc { .. } => Form::Jsonrpc,
+                Binding::Envelope {
+                    kind,
+                    kinds,
+                    method,
+                    id,
+                    correlation,
+                    payload,
+                    ..
+                } => Form::Envelope {
+                    kind: kind.clone(),
+                    kinds: kinds
+                        .iter()
+                        .map(|(w, k)| (*k, Value::from(w.as_str())))
+                        .collect(),
+                    method: method.clone(),
+                    id: id.clone(),
+                    correlation: correlation.clone(),
+                    payload: payload.clone(),
+                },
+                Binding::Tagged { .. } => return None,
+            };
+            Some(Shape {
+                channel: name.clone(),
+                form,
+            })
+        })
+    }
+
+    fn wire_kind(&self, v: &Value) -> Option<Kind> {
+        match &self.form {
+            Form::Jsonrpc => None,
+            Form::Envelope { kind, kinds, .. } => {
+                let w = v.pointer(kind)?;
+                kinds.iter().find(|(_, x)| x == w).map(|(k, _)| *k)
+            }
+        }
+    }
+
+    /// The message's own id.
+    pub fn id<'v>(&self, v: &'v Value) -> Option<&'v Value> {
+        match &self.form {
+            Form::Jsonrpc => v.get("id"),
+            Form::Envelope { id, .. } => v.pointer(id.as_deref()?),
+        }
+    }
+
+    /// Give the message `id` as its own.
+    pub fn set_id(&self, v: &mut Value, id: Value) {
+        match &self.form {
+            Form::Jsonrpc => v["id"] = id,
+            Form::Envelope { id: Some(p), .. } => set_pointer(v, p, id),
+            Form::Envelope { id: None, .. } => {}
+        }
+    }
+
+    /// Whether the message answers a request (a result or an error).
+    pub fn is_answer(&self, v: &Value) -> bool {
+        match &self.form {
+            Form::Jsonrpc => v.get("method").is_none(),
+            Form::Envelope { .. } => {
+                matches!(self.wire_kind(v), Some(Kind::Response | Kind::Error))
+            }
+        }
+    }
+
+    /// The id of the request an answer answers (null: it could not tell).
+    pub fn answered(&self, v: &Value) -> Option<Value> {
+        if !self.is_answer(v) {
+            return None;
+        }
+        let to = match &self.form {
+            Form::Jsonrpc => v.get("id"),
+            Form::Envelope { correlation, .. } => correlation.as_deref().and_then(|p| v.pointer(p)),
+        };
+        Some(to.cloned().unwrap_or(Value::Null))
+    }
+
+    /// Whether an answer is a result (the request was served).
+    pub fn is_result(&self, v: &Value) -> bool {
+        match &self.form {
+            Form::Jsonrpc => v.get("result").is_some(),
+            Form::Envelope { .. } => self.wire_kind(v) == Some(Kind::Response),
+        }
+    }
+
+    /// An error answer's code.
+    pub fn error_code<'v>(&self, v: &'v Value) -> Option<&'v Value> {
+        match &self.form {
+            Form::Jsonrpc => v.pointer("/error/code"),
+            Form::Envelope { payload, .. } if self.wire_kind(v) == Some(Kind::Error) => {
+                v.pointer(&format!("{payload}/code"))
+            }
+            Form::Envelope { .. } => None,
+        }
+    }
+
+    /// Where a call carries its params.
+    pub fn params_pointer(&self) -> &str {
+        match &self.form {
+            Form::Jsonrpc => "/params",
+            Form::Envelope { payload, .. } => payload,
+        }
+    }
+
+    /// Where a result answer carries its result.
+    pub fn result_pointer(&self) -> &str {
+        match &self.form {
+            Form::Jsonrpc => "/result",
+            Form::Envelope { payload, .. } => payload,
+        }
+    }
+
+    /// Whether an answer carries an id of its own (an envelope's every message does),
+    /// which the answering party gives out like a request's.
+    pub fn answers_have_ids(&self) -> bool {
+        matches!(&self.form, Form::Envelope { id: Some(_), .. })
+    }
+
+    /// Make `reply` (a result example) the answer to `request`, with `own` as its own id
+    /// (see [`Shape::answers_have_ids`]).
+    pub fn answer_to(&self, reply: &mut Value, request: &Value, own: Option<Value>) {
+        let to = self.id(request).cloned().unwrap_or(Value::Null);
+        match &self.form {
+            Form::Jsonrpc => reply["id"] = to,
+            Form::Envelope {
+                correlation, id, ..
+            } => {
+                if let Some(p) = correlation {
+                    set_pointer(reply, p, to);
+                }
+                if let (Some(p), Some(own)) = (id, own) {
+                    set_pointer(reply, p, own);
+                }
+            }
+        }
+    }
+
+    /// The message as a call of `method` (params kept where the binding needs a payload).
+    pub fn renamed(&self, v: &Value, method: &str) -> Value {
+        let mut v = v.clone();
+        match &self.form {
+            Form::Jsonrpc => {
+                remove_pointer(&mut v, "/params");
+                v["method"] = Value::from(method);
+            }
+            Form::Envelope { method: p, .. } => set_pointer(&mut v, p, Value::from(method)),
+        }
+        v
+    }
+
+    /// The call as a one-way message (no answer expected).
+    pub fn one_way(&self, v: &Value) -> Value {
+        let mut v = v.clone();
+        match &self.form {
+            Form::Jsonrpc => {
+                remove_pointer(&mut v, "/id");
+            }
+            Form::Envelope { kind, kinds, .. } => {
+                let one_way = kinds
+                    .iter()
+                    .find(|(k, _)| matches!(k, Kind::Notification | Kind::Event));
+                if let Some((_, w)) = one_way {
+                    set_pointer(&mut v, kind, w.clone());
+                }
+            }
+        }
+        v
+    }
+
+    /// The call with what makes it a message taken away: its method and params (JSON-RPC),
+    /// or its kind and method (an envelope); its id stays.
+    pub fn stripped(&self, v: &Value) -> Value {
+        let mut v = v.clone();
+        let gone: Vec<&str> = match &self.form {
+            Form::Jsonrpc => vec!["/method", "/params"],
+            Form::Envelope { kind, method, .. } => vec![kind, method],
+        };
+        for p in gone {
+            remove_pointer(&mut v, p);
+        }
+        v
+    }
+}
