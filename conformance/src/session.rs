@@ -13,10 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use contract::io::JsonCodec;
-use contract::model::Kind;
+use contract::io::{JsonCodec, SkipOversize};
+use contract::model::{ActionKind, Kind};
 use contract::wire::framing::BinaryCodec;
-use contract::wire::{BinaryFrame, ChannelCodec, Correlator, Message, Violation, Wire};
+use contract::wire::{
+    BinaryFrame, ChannelCodec, Correlator, FrameError, Message, Violation, ViolationClass, Wire,
+};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -727,7 +729,9 @@ pub struct Spawned {
 }
 
 enum ControlIo {
-    Stream(Framed<BoxIo, JsonCodec>),
+    /// An oversize frame of the implementation's is skipped unread and comes out as its
+    /// error: a receiver the contract keeps the channel open for reads on (the kernel).
+    Stream(Framed<BoxIo, SkipOversize>),
     Msg(BoxMsg),
 }
 
@@ -770,7 +774,11 @@ pub(crate) fn with_meanwhile(mut f: Failure, got: Vec<Got>) -> Failure {
                 }
             }
         };
-        f = f.with(label, &g.raw);
+        // A frame skipped unread has no bytes to show.
+        match g.raw.is_empty() {
+            true => f.notes.push(label),
+            false => f = f.with(label, &g.raw),
+        }
     }
     f
 }
@@ -904,7 +912,7 @@ impl Peer {
                 let codec = json_codec.clone().ok_or_else(|| {
                     Failure::new(format!("channel {control_ch} has no stream framing"))
                 })?;
-                ControlIo::Stream(Framed::new(io, codec))
+                ControlIo::Stream(Framed::new(io, SkipOversize::new(codec)))
             }
             Conn::Messages(m) => ControlIo::Msg(m),
         };
@@ -1141,10 +1149,34 @@ impl Peer {
         got
     }
 
+    /// An oversize frame the codec skipped: a message the contract rejects, kept and
+    /// shown like any other when its oversize rule keeps the channel open (the receiver
+    /// skips and reports it); else the channel's end, as the rule says.
+    fn oversize(&mut self, e: FrameError) -> Incoming {
+        let v = self
+            .wire
+            .violation(ViolationClass::Oversize, format!("{e}, skipped unread"));
+        if !matches!(v.action, Some(ActionKind::ReplyError | ActionKind::Ignore)) {
+            self.control = None;
+            return Incoming::ControlEnd(e.to_string());
+        }
+        let got = Got {
+            raw: Bytes::new(),
+            msg: Err(Box::new(v)),
+            at: Instant::now(),
+        };
+        if self.log.len() < LOG_MAX {
+            self.log.push(got.clone());
+        } else {
+            self.unlogged += 1;
+        }
+        Incoming::Control(Box::new(got))
+    }
+
     /// The next thing to arrive on either channel, or [`Incoming::Timeout`] at `until`.
     pub async fn next(&mut self, until: Instant) -> Incoming {
         enum Raw {
-            C(Option<Result<Bytes, String>>),
+            C(Option<Result<Result<Bytes, FrameError>, String>>),
             D(Option<Result<(BinaryFrame, Bytes), String>>),
             T,
         }
@@ -1169,7 +1201,8 @@ impl Peer {
                 self.control = None;
                 Incoming::ControlEnd(e)
             }
-            Raw::C(Some(Ok(b))) => Incoming::Control(Box::new(self.decode(b))),
+            Raw::C(Some(Ok(Ok(b)))) => Incoming::Control(Box::new(self.decode(b))),
+            Raw::C(Some(Ok(Err(e)))) => self.oversize(e),
             Raw::D(None) => {
                 self.data = None;
                 Incoming::DataEnd("end of stream".into())
@@ -1221,13 +1254,16 @@ impl Peer {
     }
 }
 
-async fn recv_control(c: &mut Option<ControlIo>) -> Option<Result<Bytes, String>> {
+/// The next control frame, or a skipped oversize one; `Err`: the channel broke.
+async fn recv_control(
+    c: &mut Option<ControlIo>,
+) -> Option<Result<Result<Bytes, FrameError>, String>> {
     match c.as_mut()? {
         ControlIo::Stream(f) => f.next().await.map(|r| r.map_err(|e| e.to_string())),
         ControlIo::Msg(m) => match m.next().await {
             None | Some(Ok(Msg::Close(_))) => None,
             Some(Err(e)) => Some(Err(e.to_string())),
-            Some(Ok(Msg::Text(b) | Msg::Binary(b))) => Some(Ok(b)),
+            Some(Ok(Msg::Text(b) | Msg::Binary(b))) => Some(Ok(Ok(b))),
         },
     }
 }

@@ -106,6 +106,76 @@ impl JsonCodec {
     }
 }
 
+/// A [`JsonCodec`] that lives through an oversize length-prefixed frame, for a receiver
+/// the contract tells to skip it and report (the kernel: `protocol.frame_too_large`, the
+/// connection stays up): the announced bytes are read and dropped, never buffered, and the
+/// frame comes out as an [`FrameError::Oversize`] item; the next frame decodes as usual.
+/// Any other framing error (and an oversize line or body, which has no length to skip by)
+/// still ends the stream.
+#[derive(Debug, Clone)]
+pub struct SkipOversize {
+    inner: JsonCodec,
+    /// Bytes of a skipped frame still to drop.
+    skip: u64,
+}
+
+impl SkipOversize {
+    /// Skip oversize frames of `inner`.
+    pub fn new(inner: JsonCodec) -> Self {
+        SkipOversize { inner, skip: 0 }
+    }
+
+    /// Drop what is left of a skipped frame; whether it is all gone.
+    fn drop_skipped(&mut self, src: &mut BytesMut) -> bool {
+        let n = usize::try_from(self.skip).map_or(src.len(), |s| s.min(src.len()));
+        let _ = src.split_to(n);
+        self.skip -= n as u64;
+        self.skip == 0
+    }
+}
+
+impl Decoder for SkipOversize {
+    type Item = Result<Bytes, FrameError>;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, FrameError> {
+        if !self.drop_skipped(src) {
+            return Ok(None);
+        }
+        let width = match &self.inner {
+            JsonCodec::LengthPrefixed(c) => Some(c.width()),
+            _ => None,
+        };
+        match (width, self.inner.decode(src)) {
+            (Some(width), Err(FrameError::Oversize { len, max })) => {
+                let _ = src.split_to(width);
+                self.skip = len;
+                self.drop_skipped(src);
+                Ok(Some(Err(FrameError::Oversize { len, max })))
+            }
+            (_, r) => r.map(|f| f.map(Ok)),
+        }
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, FrameError> {
+        match self.decode(src)? {
+            Some(f) => Ok(Some(f)),
+            None if src.is_empty() && self.skip == 0 => Ok(None),
+            None => Err(FrameError::Truncated {
+                buffered: src.len(),
+            }),
+        }
+    }
+}
+
+impl Encoder<Bytes> for SkipOversize {
+    type Error = FrameError;
+
+    fn encode(&mut self, item: Bytes, dst: &mut BytesMut) -> Result<(), FrameError> {
+        self.inner.encode(item, dst)
+    }
+}
+
 /// One side of one channel: validated messages in and out.
 ///
 /// Reads go through our own buffer rather than `Framed`, because the framing's

@@ -139,3 +139,48 @@ fn every_contract_round_trips_through_its_model() {
         assert_eq!(again, c, "{name}");
     }
 }
+
+/// An oversize length prefix, fed a few bytes at a time: the codec reports it once, drops
+/// the announced bytes without buffering them (the buffer never holds more than one
+/// read), and decodes the frame after it; a plain `JsonCodec` ends there.
+#[test]
+fn skip_oversize_drops_the_announced_bytes_and_goes_on() {
+    use bytes::BytesMut;
+    use contract::io::{JsonCodec, SkipOversize};
+    use tokio_util::codec::Decoder;
+    let c = contract::builtin("kernel").expect("kernel");
+    let wire = Wire::new(Arc::new(c)).expect("wire");
+    let codec = JsonCodec::for_channel(&wire, "control").expect("a JSON stream");
+    let max = wire.limits().cap("controlPayloadMax").expect("the cap");
+    let len = max + 1;
+    let mut stream = (len as u32).to_be_bytes().to_vec();
+    stream.extend(std::iter::repeat_n(b'x', len as usize));
+    let next = frame(&json!({"after": true}));
+    stream.extend_from_slice(&next);
+    let mut plain = codec.clone();
+    let mut buf = BytesMut::from(&stream[..64]);
+    assert!(matches!(
+        plain.decode(&mut buf),
+        Err(FrameError::Oversize { .. })
+    ));
+
+    let mut skipping = SkipOversize::new(codec);
+    let mut buf = BytesMut::new();
+    let mut items = Vec::new();
+    for chunk in stream.chunks(4096) {
+        buf.extend_from_slice(chunk);
+        while let Some(item) = skipping.decode(&mut buf).expect("no stream error") {
+            items.push(item);
+        }
+        assert!(
+            buf.len() <= 4096 + next.len(),
+            "nothing of the skipped frame is kept"
+        );
+    }
+    assert!(skipping.decode_eof(&mut buf).expect("clean end").is_none());
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert!(
+        matches!(&items[0], Err(FrameError::Oversize { len: l, max: m }) if *l == len && *m == max)
+    );
+    assert_eq!(items[1].as_ref().expect("the next frame")[..], next[4..]);
+}

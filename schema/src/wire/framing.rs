@@ -146,6 +146,11 @@ impl LengthPrefixed {
     pub fn max(&self) -> u64 {
         self.max
     }
+
+    /// The length prefix's width in bytes.
+    pub fn width(&self) -> usize {
+        self.width
+    }
 }
 
 impl Decoder for LengthPrefixed {

@@ -16,13 +16,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use contract::io::JsonCodec;
+use contract::io::{JsonCodec, SkipOversize};
 use contract::model::{ActionKind, Kind};
 use contract::wire::framing::BinaryCodec;
-use contract::wire::{BinaryFrame, ChannelCodec, Correlator, Message, ViolationClass, Wire};
+use contract::wire::{
+    BinaryFrame, ChannelCodec, Correlator, FrameError, Message, ViolationClass, Wire,
+};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::ReadHalf;
+use tokio::io::{AsyncWriteExt, ReadHalf};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
@@ -73,6 +75,8 @@ pub enum CoreBreak {
     Credit,
     /// Answer `conformance:stream` with a correlation_id the shell never sent.
     Correlation,
+    /// Answer settings.describe with a control frame one byte over controlPayloadMax.
+    Oversize,
 }
 
 /// `kernel-peer shell` arguments.
@@ -273,7 +277,8 @@ impl Out {
 
 struct Link {
     out: Out,
-    control: FramedRead<ReadHalf<BoxIo>, JsonCodec>,
+    /// Control frames; an oversize one is skipped unread and comes out as its error (K-2).
+    control: FramedRead<ReadHalf<BoxIo>, SkipOversize>,
     data: Option<FramedRead<ReadHalf<BoxIo>, BinaryCodec>>,
     writers: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -297,10 +302,24 @@ impl Link {
         };
         let (r, w) = tokio::io::split(control);
         let (tx, mut rx) = mpsc::channel::<Bytes>(OUT_QUEUE);
+        let cap = match &codec {
+            JsonCodec::LengthPrefixed(c) => c.max(),
+            _ => u64::MAX,
+        };
         let mut fw = FramedWrite::new(w, codec.clone());
         let mut writers = vec![tokio::spawn(async move {
             while let Some(b) = rx.recv().await {
-                if fw.send(b).await.is_err() {
+                // Only `--break oversize` queues a payload over the cap, which the codec
+                // refuses to frame: its 4-byte big-endian prefix is written by hand.
+                let sent = match u32::try_from(b.len()) {
+                    Ok(n) if u64::from(n) > cap => {
+                        let io = fw.get_mut();
+                        let r = io.write_all(&n.to_be_bytes()).await;
+                        r.is_ok() && io.write_all(&b).await.is_ok()
+                    }
+                    _ => fw.send(b).await.is_ok(),
+                };
+                if !sent {
                     break;
                 }
             }
@@ -331,7 +350,7 @@ impl Link {
                 tx,
                 data: data_tx,
             },
-            control: FramedRead::new(r, codec),
+            control: FramedRead::new(r, SkipOversize::new(codec)),
             data: data_rd,
             writers,
         })
@@ -569,6 +588,13 @@ fn track(pending: &mut Correlator, m: &Message, sender: &str, other: &str) {
     }
 }
 
+/// A control frame over the cap was skipped unread: report it, without a correlation_id
+/// (its id was never read), as the contract's oversize rule says (K-2).
+fn answer_oversize(out: &Out, wire: &Wire, e: &FrameError, not_ready: bool) {
+    let v = wire.violation(ViolationClass::Oversize, e.to_string());
+    answer_violation(out, &v, &[], not_ready);
+}
+
 /// Answer a message the contract rejects as K-15 says: requests get the violation's code,
 /// events are ignored. `not_ready` answers everything but hello before the handshake.
 fn answer_violation(out: &Out, v: &contract::wire::Violation, raw: &[u8], not_ready: bool) {
@@ -706,7 +732,8 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                 let bytes = match f {
                     None => break 0,
                     Some(Err(e)) => { eprintln!("core: control framing: {e}"); break 1; }
-                    Some(Ok(b)) => b,
+                    Some(Ok(Err(e))) => { answer_oversize(&out, &wire, &e, !ready); continue; }
+                    Some(Ok(Ok(b))) => b,
                 };
                 live.heard();
                 let m = match decode(&wire, "shell", &bytes, &pending, "core") {
@@ -812,6 +839,12 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                             Some(TaskState::Cancelled | TaskState::Cancelling) => out.reply(&m.value, json!({"accepted": false, "status": "cancelled"})),
                             None => out.reply(&m.value, json!({"accepted": false, "status": "unknown"})),
                         }
+                    }
+                    (Kind::Request, "settings.describe") if a.break_rule == Some(CoreBreak::Oversize) => {
+                        let cap = wire.limits().cap("controlPayloadMax").unwrap_or(0);
+                        let pad = "x".repeat(usize::try_from(cap).unwrap_or(0));
+                        eprintln!("core: --break oversize: answering settings.describe with more than {cap} bytes");
+                        out.reply(&m.value, json!({"settings": {"voice.enabled": true}, "pad": pad}));
                     }
                     (Kind::Request, "settings.describe") => out.reply(&m.value, json!({"settings": {"voice.enabled": true}})),
                     (Kind::Request, _) => out.error(m.id.as_ref(), Some(&trace), "protocol.unknown_method", false, "unknown method", json!({"method": method})),
@@ -1057,7 +1090,8 @@ async fn shell_session(
                 let bytes = match f {
                     None => break "the core closed the control channel".to_string(),
                     Some(Err(e)) => break format!("control framing: {e}"),
-                    Some(Ok(b)) => b,
+                    Some(Ok(Err(e))) => { answer_oversize(&out, wire, &e, !ready); continue; }
+                    Some(Ok(Ok(b))) => b,
                 };
                 live.heard();
                 let m = match decode(wire, "core", &bytes, &pending, "shell") {
