@@ -349,6 +349,37 @@ fn an_oversize_frame_from_the_implementation_fails_only_the_check_it_answers() {
     );
 }
 
+/// A core whose invalid-params error carries another category than the catalog's
+/// (`--break category`): the suite's wire holds every error answer to the catalog, so the
+/// one check that draws that answer fails, saying which member disagrees.
+#[test]
+fn an_error_off_the_catalog_fails_the_check_that_drew_it() {
+    let peer = kernel_peer();
+    let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break category");
+    let r = run(&[
+        "--contract",
+        "kernel",
+        "--derived",
+        "--play",
+        "shell",
+        "--target",
+        &target,
+    ]);
+    assert_eq!(
+        r.with("FAIL"),
+        ids(&["kernel.derived.invalid-params"]),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.with("PASS").len(), 19, "{}", r.stdout);
+    assert!(
+        r.stdout.contains("breaks the contract: error"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("category is"), "{}", r.stdout);
+}
+
 fn kernel_peer() -> String {
     common::cargo_build(&["kernel-peer"]);
     common::bin_dir().join("kernel-peer").display().to_string()

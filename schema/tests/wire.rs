@@ -589,3 +589,59 @@ fn an_oversize_request_keeps_its_id_for_the_refusal() {
     assert_eq!(partial.id.as_ref(), call.get("id"));
     assert_eq!(partial.kind, Kind::Request);
 }
+
+/// An error answer whose `category` or `retryable` disagrees with the catalog entry of its
+/// code breaks the contract (`invalidParams` of the answer), as a result failing its
+/// schema does; the reply `Contract::error_reply` writes from the same entry passes.
+#[test]
+fn an_error_answer_must_agree_with_the_catalog() {
+    let w = wire("kernel");
+    let c = w.contract();
+    let request = serde_json::from_slice::<Value>(&kernel_envelope(
+        "request",
+        "settings.describe",
+        json!({}),
+    ))
+    .expect("json");
+    let entry = c.errors.first().expect("a catalog entry");
+    let other = c
+        .errors
+        .iter()
+        .find(|e| e.category != entry.category)
+        .expect("two categories");
+    let mut reply = c
+        .error_reply(
+            "control",
+            Some(&request),
+            Some(json!("c-1")),
+            &entry.code,
+            "x",
+            None,
+        )
+        .expect("an error reply");
+    reply["timestamp"] = json!(1756750000.5);
+    let decode = |v: &Value| {
+        w.decode(
+            "control",
+            "core",
+            v.to_string().as_bytes(),
+            Some("settings.describe"),
+        )
+        .map_err(Box::new)
+    };
+    assert!(decode(&reply).is_ok(), "the catalog's own reply: {reply}");
+    for (member, wrong) in [
+        ("category", json!(other.category)),
+        ("retryable", json!(!entry.retryable)),
+    ] {
+        let mut bad = reply.clone();
+        bad["payload"][member] = wrong.clone();
+        let v = decode(&bad).expect_err("off the catalog");
+        assert_eq!(v.class, ViolationClass::InvalidParams, "{member}");
+        assert!(
+            v.reason.contains(&format!("{member} is {wrong}")),
+            "{member}: {}",
+            v.reason
+        );
+    }
+}

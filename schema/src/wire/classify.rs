@@ -880,6 +880,22 @@ impl Wire {
         })
     }
 
+    /// Why an error body disagrees with the catalog entry of its code: a `category` or a
+    /// `retryable` member (where the body carries one) other than the entry's.
+    fn off_catalog(&self, body: &Value) -> Option<String> {
+        let code = body.get("code")?;
+        let e = self.contract.error_for(code)?;
+        let want = [
+            ("category", Value::from(e.category.as_str())),
+            ("retryable", Value::from(e.retryable)),
+        ];
+        want.into_iter().find_map(|(member, want)| {
+            let got = body.get(member)?;
+            (*got != want)
+                .then(|| format!("error {code}: {member} is {got}, the catalog says {want}"))
+        })
+    }
+
     fn check_method(
         &self,
         ch: &ChannelWire,
@@ -900,6 +916,14 @@ impl Wire {
             Kind::Response | Kind::Error => {
                 if msg.method.is_none() {
                     msg.method = answers.map(str::to_string);
+                }
+                if msg.kind == Kind::Error
+                    && let Some(body) = lookup(&msg.value, payload_ptr)
+                    && let Some(why) = self.off_catalog(body)
+                {
+                    let mut viol = self.violation(ViolationClass::InvalidParams, why);
+                    viol.partial = Some(Box::new(msg));
+                    return Err(viol);
                 }
                 if msg.kind == Kind::Response
                     && let Some(m) = answers.and_then(|a| ch.methods.get(a))

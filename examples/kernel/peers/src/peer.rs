@@ -77,6 +77,9 @@ pub enum CoreBreak {
     Correlation,
     /// Answer settings.describe with a control frame one byte over controlPayloadMax.
     Oversize,
+    /// Answer invalid params (protocol.invalid_payload) with another category than the
+    /// catalog's.
+    Category,
 }
 
 /// `kernel-peer shell` arguments.
@@ -165,6 +168,8 @@ struct Out {
     v: Arc<AtomicU64>,
     tx: mpsc::Sender<Bytes>,
     data: Option<mpsc::Sender<BinaryFrame>>,
+    /// `--break category`: this code's errors carry another category than the catalog's.
+    off_catalog: Option<String>,
 }
 
 impl Out {
@@ -247,19 +252,25 @@ impl Out {
         to: Option<&Value>,
         trace: Option<&str>,
         code: &str,
-        retryable: bool,
         message: &str,
         details: Value,
     ) {
         let trace = trace
             .map(str::to_string)
             .unwrap_or_else(|| format!("t-{}", self.id()));
-        let category = self
-            .wire
-            .contract()
-            .error_for(&json!(code))
-            .map(|e| e.category.clone())
-            .unwrap_or_else(|| "protocol".into());
+        // Category and retryable are the catalog's, never the caller's to restate.
+        let c = self.wire.contract();
+        let entry = c.error_for(&json!(code));
+        let mut category = entry.map_or("protocol", |e| e.category.as_str());
+        let retryable = entry.is_some_and(|e| e.retryable);
+        let broken = self.off_catalog.as_deref() == Some(code);
+        if broken && let Some(other) = c.errors.iter().find(|e| e.category != category) {
+            eprintln!(
+                "{}: --break category: {code} as {}",
+                self.me, other.category
+            );
+            category = other.category.as_str();
+        }
         let mut body =
             json!({"code": code, "category": category, "retryable": retryable, "message": message});
         if details.is_object()
@@ -271,7 +282,8 @@ impl Out {
         if let (Some(id), Some(o)) = (to, m.as_object_mut()) {
             o.insert("correlation_id".into(), id.clone());
         }
-        self.send(&m);
+        // A broken error is sent as is: checking it would stop it.
+        self.push(&m, !broken);
     }
 }
 
@@ -349,6 +361,7 @@ impl Link {
                 v: Arc::new(AtomicU64::new(1)),
                 tx,
                 data: data_tx,
+                off_catalog: None,
             },
             control: FramedRead::new(r, SkipOversize::new(codec)),
             data: data_rd,
@@ -616,7 +629,6 @@ fn answer_violation(out: &Out, v: &contract::wire::Violation, raw: &[u8], not_re
             id.as_ref(),
             trace,
             "protocol.not_ready",
-            true,
             "Рукопожатие ещё не выполнено.",
             json!({"method": method}),
         );
@@ -645,14 +657,7 @@ fn answer_violation(out: &Out, v: &contract::wire::Violation, raw: &[u8], not_re
     } else {
         json!({})
     };
-    out.error(
-        id.as_ref(),
-        trace,
-        code,
-        code == "protocol.not_ready",
-        &v.reason,
-        details,
-    );
+    out.error(id.as_ref(), trace, code, &v.reason, details);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -704,6 +709,12 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
         stream_of(control.conn)?,
         Some(stream_of(data.conn)?),
     )?;
+    if a.break_rule == Some(CoreBreak::Category) {
+        // The code the contract answers invalid params with.
+        let code = wire.violation(ViolationClass::InvalidParams, "").code;
+        let code = code.as_ref().and_then(Value::as_str).map(str::to_string);
+        link.out.off_catalog = code;
+    }
     let out = link.out.clone();
     let ignore_credit = a.break_rule == Some(CoreBreak::Credit);
     let mut pending = Correlator::new(contract::io::DEFAULT_PENDING);
@@ -751,19 +762,19 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                             out.reply(&m.value, json!({"protocol_versions": [1], "protocol_version": 1, "core_version": "4.0.0-rust", "capabilities": ["stt", "tts", "reminders", "llm", "plugins"], "session_id": session}));
                             ready = true;
                         } else {
-                            out.error(m.id.as_ref(), Some(&trace), "protocol.incompatible", false, &format!("Оболочка поддерживает версии протокола {offered:?}, ядро — только версию 1. Обновите оболочку или ядро."), json!({"shell_versions": offered, "core_versions": [1]}));
+                            out.error(m.id.as_ref(), Some(&trace), "protocol.incompatible", &format!("Оболочка поддерживает версии протокола {offered:?}, ядро — только версию 1. Обновите оболочку или ядро."), json!({"shell_versions": offered, "core_versions": [1]}));
                         }
                     } else if m.kind != Kind::Response && m.kind != Kind::Error {
-                        out.error(m.id.as_ref(), Some(&trace), "protocol.not_ready", true, "Рукопожатие ещё не выполнено.", json!({"method": method}));
+                        out.error(m.id.as_ref(), Some(&trace), "protocol.not_ready", "Рукопожатие ещё не выполнено.", json!({"method": method}));
                     }
                     continue;
                 }
                 if m.value.get("v").and_then(Value::as_u64) != Some(1) {
-                    out.error(m.id.as_ref(), Some(&trace), "protocol.invalid_envelope", false, "v is not the negotiated version", json!({"fields": ["v"]}));
+                    out.error(m.id.as_ref(), Some(&trace), "protocol.invalid_envelope", "v is not the negotiated version", json!({"fields": ["v"]}));
                     continue;
                 }
                 match (m.kind, method.as_str()) {
-                    (Kind::Request, "hello") => out.error(m.id.as_ref(), Some(&trace), "protocol.unknown_method", false, "the handshake is done", json!({"method": "hello"})),
+                    (Kind::Request, "hello") => out.error(m.id.as_ref(), Some(&trace), "protocol.unknown_method", "the handshake is done", json!({"method": "hello"})),
                     (Kind::Request, "command.handle") => {
                         let text = m.value.pointer("/payload/text").and_then(Value::as_str).unwrap_or("").to_string();
                         let mut words = text.split_whitespace();
@@ -804,7 +815,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                                 if !shell_caps.iter().any(|c| c == "permissions") {
                                     // Nobody can confirm: the tool refuses without a confirmation.
                                     if let Err((code, msg)) = power_action(&mut confirmations, &fingerprint, None) {
-                                        out.error(m.id.as_ref(), Some(&trace), code, false, msg, json!({"tool": "power_action"}));
+                                        out.error(m.id.as_ref(), Some(&trace), code, msg, json!({"tool": "power_action"}));
                                     }
                                     continue;
                                 }
@@ -847,7 +858,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                         out.reply(&m.value, json!({"settings": {"voice.enabled": true}, "pad": pad}));
                     }
                     (Kind::Request, "settings.describe") => out.reply(&m.value, json!({"settings": {"voice.enabled": true}})),
-                    (Kind::Request, _) => out.error(m.id.as_ref(), Some(&trace), "protocol.unknown_method", false, "unknown method", json!({"method": method})),
+                    (Kind::Request, _) => out.error(m.id.as_ref(), Some(&trace), "protocol.unknown_method", "unknown method", json!({"method": method})),
                     (Kind::Response | Kind::Error, _) => {
                         let corr = m.correlation.as_ref().and_then(Value::as_str).unwrap_or("").to_string();
                         let Some(ask) = asks.remove(&corr) else { continue };
@@ -856,7 +867,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                             && m.value.pointer("/payload/granted") == Some(&json!(true))
                             && m.value.pointer("/payload/request_id").and_then(Value::as_str) == Some(ask.request_id.as_str());
                         if !granted {
-                            out.error(ask.command.get("id"), ct.as_deref(), "permission.denied", false, "Пользователь не разрешил выключение.", json!({"permission": "system.power"}));
+                            out.error(ask.command.get("id"), ct.as_deref(), "permission.denied", "Пользователь не разрешил выключение.", json!({"permission": "system.power"}));
                             continue;
                         }
                         // Yes: the core issues itself a single-use confirmation and calls the tool with it.
@@ -864,7 +875,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                         confirmations.insert(cid.clone(), Confirmation { fingerprint: ask.fingerprint.clone(), expires: Instant::now() + Duration::from_secs(a.ttl), used: false });
                         match power_action(&mut confirmations, &ask.fingerprint, Some(&cid)) {
                             Ok(()) => out.reply(&ask.command, json!({"text": "Выключаю компьютер."})),
-                            Err((code, msg)) => out.error(ask.command.get("id"), ct.as_deref(), code, false, msg, json!({"tool": "power_action"})),
+                            Err((code, msg)) => out.error(ask.command.get("id"), ct.as_deref(), code, msg, json!({"tool": "power_action"})),
                         }
                     }
                     (Kind::Event, "ping") => out.pong(&m, &trace),
@@ -881,7 +892,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
             Some(Internal::AskExpired(env_id)) = irx.recv() => {
                 if let Some(ask) = asks.remove(&env_id) {
                     let ct = ask.command.get("trace_id").and_then(Value::as_str).map(str::to_string);
-                    out.error(ask.command.get("id"), ct.as_deref(), "permission.expired", false, "Время на ответ истекло: выключение отменено.", json!({"permission": "system.power"}));
+                    out.error(ask.command.get("id"), ct.as_deref(), "permission.expired", "Время на ответ истекло: выключение отменено.", json!({"permission": "system.power"}));
                 }
             }
             _ = tick.tick() => {
@@ -1117,7 +1128,7 @@ async fn shell_session(
                     } else if m.kind == Kind::Request {
                         // The shell mirrors the session machine: before the handshake a
                         // request gets protocol.not_ready, as the core's would.
-                        out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.not_ready", true, "the handshake is not done", json!({"method": method}));
+                        out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.not_ready", "the handshake is not done", json!({"method": method}));
                     }
                     continue;
                 }
@@ -1127,7 +1138,7 @@ async fn shell_session(
                         out.reply(&m.value, json!({"request_id": rid, "granted": true, "scope": "once"}));
                     }
                     (Kind::Request, "programs.index") => out.reply(&m.value, json!({"programs": [{"name": "Telegram", "path": "/usr/bin/telegram-desktop", "aliases": ["телеграм"]}]})),
-                    (Kind::Request, _) => out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.unknown_method", false, "unknown method", json!({"method": method})),
+                    (Kind::Request, _) => out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.unknown_method", "unknown method", json!({"method": method})),
                     (Kind::Event, "ping") => {
                         let t = m.trace.clone().unwrap_or_else(&mut trace);
                         out.pong(&m, &t);
