@@ -276,12 +276,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            20,
+            21,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            17,
+            18,
         ),
     ] {
         let r = run(&[
@@ -303,7 +303,7 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
             "handshake",
             "out-of-place.session",
             "frame.over-cap",
-            "invalid-params",
+            "json.null",
         ] {
             let id = format!("kernel.derived.{family}");
             assert!(r.with("PASS").contains(&id), "{play}: {id}: {}", r.stdout);
@@ -334,7 +334,7 @@ fn an_oversize_frame_from_the_implementation_fails_only_the_check_it_answers() {
         "{}",
         r.stdout
     );
-    assert_eq!(r.with("PASS").len(), 19, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 20, "{}", r.stdout);
     let kernel = contract::builtin("kernel").expect("kernel");
     let cap = kernel
         .evaluated_limits()
@@ -371,7 +371,7 @@ fn an_error_off_the_catalog_fails_the_check_that_drew_it() {
         "{}",
         r.stdout
     );
-    assert_eq!(r.with("PASS").len(), 19, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 20, "{}", r.stdout);
     assert!(
         r.stdout.contains("breaks the contract: error"),
         "{}",

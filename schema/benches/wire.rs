@@ -453,6 +453,7 @@ fn breakdown(cases: &[Case]) {
             object_only: j.object_only,
             max_depth: lim(&j.max_depth, JsonLimits::default().max_depth),
             max_items: lim(&j.max_items, JsonLimits::default().max_items),
+            no_null: j.no_null,
         };
         let compile = |s: &Value| {
             jsonschema::draft202012::new(&contract::check::rooted(&c, s)).expect("schema")

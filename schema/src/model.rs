@@ -529,6 +529,10 @@ pub struct JsonRules {
     /// Limit (by name) on object members plus array elements in one frame.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_items: Option<String>,
+    /// No `null` anywhere in a message: an absent optional member is omitted (the kernel's
+    /// K-22). A null is an `invalid` message.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_null: bool,
     /// Seed section.
     pub seed: String,
 }

@@ -501,7 +501,7 @@ proptest! {
 
     #[test]
     fn strict_json_roundtrips_what_serde_writes(v in arb_json()) {
-        let limits = contract::wire::JsonLimits { strict: true, object_only: false, max_depth: 32, max_items: 4096 };
+        let limits = contract::wire::JsonLimits { strict: true, object_only: false, max_depth: 32, max_items: 4096, no_null: false };
         let bytes = serde_json::to_vec(&v).expect("ser");
         let back = contract::wire::json::parse(&bytes, &limits).expect("parse");
         prop_assert_eq!(back, v);

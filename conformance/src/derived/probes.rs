@@ -36,6 +36,7 @@ pub(super) enum Probe {
     Items,
     ItemsAtCap,
     SafeInteger,
+    Null,
     NotAnObject,
     OverCap,
     AtCap,
@@ -49,7 +50,7 @@ pub(super) enum Probe {
 
 impl Probe {
     /// Every probe, in the order the suite lists them.
-    pub const ALL: [Probe; 21] = [
+    pub const ALL: [Probe; 22] = [
         Probe::Parse,
         Probe::DuplicateKey,
         Probe::Bom,
@@ -63,6 +64,7 @@ impl Probe {
         Probe::Depth,
         Probe::ItemsAtCap,
         Probe::Items,
+        Probe::Null,
         Probe::NotAnObject,
         Probe::AtCap,
         Probe::OverCap,
@@ -88,6 +90,7 @@ impl Probe {
             Probe::Items => "json.items",
             Probe::ItemsAtCap => "json.items.at-cap",
             Probe::SafeInteger => "json.safe-integer",
+            Probe::Null => "json.null",
             Probe::NotAnObject => "json.not-an-object",
             Probe::OverCap => "frame.over-cap",
             Probe::AtCap => "frame.at-cap",
@@ -119,6 +122,7 @@ impl Probe {
             Probe::Items => "a request with more items than the item cap",
             Probe::ItemsAtCap => "a request with exactly the item cap's items",
             Probe::SafeInteger => "a request with the integers ±(2^53 − 1)",
+            Probe::Null => "a request with a null member",
             Probe::NotAnObject => "a request wrapped in an array (a batch)",
             Probe::OverCap => "a request padded one byte over the frame cap",
             Probe::AtCap => "a request padded exactly to the frame cap",
@@ -304,6 +308,7 @@ fn bytes_of(p: Probe, wire: &Wire, shape: &Shape, m: &Value) -> Option<Vec<u8>> 
                 &format!("{member}[{}]", vec!["0"; max + 1].join(",")),
             )
         }
+        Probe::Null if rules.is_some_and(|r| r.no_null) => inject(&text, &format!("{member}null")),
         Probe::NotAnObject if rules.is_some_and(|r| r.object_only) => {
             format!("[{text}]").into_bytes()
         }

@@ -352,6 +352,7 @@ impl Wire {
                     object_only: j.object_only,
                     max_depth,
                     max_items: lim(&j.max_items, d.max_items)?,
+                    no_null: j.no_null,
                 })
             }
         };
@@ -513,7 +514,7 @@ impl Wire {
             .get(channel)
             .and_then(|c| c.json.as_ref());
         let limit = match e {
-            JsonError::NotAnObject => return ViolationClass::Invalid,
+            JsonError::NotAnObject | JsonError::Null { .. } => return ViolationClass::Invalid,
             JsonError::TooDeep { .. } => rules.and_then(|r| r.max_depth.as_ref()),
             JsonError::TooManyItems { .. } => rules.and_then(|r| r.max_items.as_ref()),
             _ => None,

@@ -29,6 +29,8 @@ pub struct JsonLimits {
     pub max_depth: usize,
     /// Maximum object members plus array elements in one frame.
     pub max_items: usize,
+    /// A `null` anywhere is refused.
+    pub no_null: bool,
 }
 
 /// The deepest JSON a contract may allow: the parser recurses once per level, on the
@@ -42,6 +44,7 @@ impl Default for JsonLimits {
             object_only: false,
             max_depth: 100,
             max_items: usize::MAX,
+            no_null: false,
         }
     }
 }
@@ -104,6 +107,12 @@ pub enum JsonError {
     /// The top-level value is not an object.
     #[error("the frame must hold a JSON object")]
     NotAnObject,
+    /// A `null` where the channel allows none.
+    #[error("null at {pointer} (the channel sends no null)")]
+    Null {
+        /// JSON pointer of the null.
+        pointer: String,
+    },
     /// Anything else that is not JSON.
     #[error("not JSON: {message} at line {line} column {column}")]
     Syntax {
@@ -423,6 +432,10 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_, '_> {
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        if self.state.limits.no_null {
+            let pointer = self.pointer.to_string();
+            return Err(self.state.fail(JsonError::Null { pointer }));
+        }
         Ok(Value::Null)
     }
 
@@ -495,7 +508,28 @@ mod tests {
         object_only: true,
         max_depth: 32,
         max_items: 4096,
+        no_null: false,
     };
+
+    #[test]
+    fn no_null_names_where_the_null_is() {
+        let limits = JsonLimits {
+            no_null: true,
+            ..STRICT
+        };
+        let e = parse(br#"{"a":{"b":[1,null]}}"#, &limits).expect_err("a null");
+        assert_eq!(
+            e,
+            JsonError::Null {
+                pointer: "/a/b/1".into()
+            }
+        );
+        assert!(parse(br#"{"a":{"b":[1,2]}}"#, &limits).is_ok());
+        assert!(
+            parse(br#"{"a":null}"#, &STRICT).is_ok(),
+            "allowed unless the channel says"
+        );
+    }
 
     fn err(s: &[u8]) -> JsonError {
         parse(s, &STRICT).expect_err("must be rejected")
