@@ -645,3 +645,23 @@ fn an_error_answer_must_agree_with_the_catalog() {
         );
     }
 }
+
+/// K-42: permission.request carries exactly its own members, so a core that leaks the
+/// call's arguments into it sends invalid params.
+#[test]
+fn a_permission_request_carrying_the_calls_arguments_is_invalid() {
+    let w = wire("kernel");
+    let example = w.contract().methods["permission.request"]
+        .examples
+        .iter()
+        .find(|e| e.part == contract::model::Part::Call)
+        .expect("a call example")
+        .message
+        .clone();
+    let bytes = |v: &Value| v.to_string().into_bytes();
+    assert!(w.decode("control", "core", &bytes(&example), None).is_ok());
+    let mut leaking = example;
+    leaking["payload"]["arguments"] = json!({"mode": "shutdown", "delay": 0});
+    let v = violation(&w, "control", "core", &bytes(&leaking));
+    assert_eq!(v.class, ViolationClass::InvalidParams, "{}", v.reason);
+}
