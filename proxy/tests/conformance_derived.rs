@@ -380,6 +380,43 @@ fn an_error_off_the_catalog_fails_the_check_that_drew_it() {
     assert!(r.stdout.contains("category is"), "{}", r.stdout);
 }
 
+/// The Python reference core (examples/kernel/core.py, on the SDK contractgen generates):
+/// it asks the shell for its program index before it launches a program, and the suite,
+/// waiting for command.handle's answer, answers that request with the shell's result
+/// example. It passes every derived check but json.null: the Python SDK runtime does not
+/// hold the channel's noNull rule yet, so it serves a request with a null member.
+#[test]
+fn the_python_kernel_core_passes_the_derived_checks_but_the_null_rule() {
+    let sdk = common::python_sdk("kernel");
+    let target = format!(
+        "exec:{} --sdk {} --control {{control}} --data {{data}} --ttl 2",
+        python("examples/kernel/core.py"),
+        sdk.display()
+    );
+    let r = run(&[
+        "--contract",
+        "kernel",
+        "--derived",
+        "--play",
+        "shell",
+        "--target",
+        &target,
+    ]);
+    assert_eq!(
+        r.with("FAIL"),
+        ids(&["kernel.derived.json.null"]),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.with("PASS")
+            .contains("kernel.derived.call.command.handle"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.with("SKIP").is_empty(), "{}", r.stdout);
+}
+
 fn kernel_peer() -> String {
     common::cargo_build(&["kernel-peer"]);
     common::bin_dir().join("kernel-peer").display().to_string()

@@ -594,6 +594,9 @@ impl Session {
                     let to = got.value().and_then(|v| self.shape.answered(v));
                     let answer = to.is_some();
                     if !to.is_some_and(|id| ids.contains(&id)) {
+                        if !answer && self.respond(cx, &got).await? {
+                            continue;
+                        }
                         if (answer || got.msg.is_err()) && unclaimed.len() < UNCLAIMED {
                             unclaimed.push(*got);
                         }
@@ -732,11 +735,13 @@ impl Session {
         self.peer.send(&v).await.map(|_| ())
     }
 
-    /// Answer `got` if it is a request of the implementation's the played party serves
-    /// (a ping while the suite expects the next handshake message). Only the handshake
-    /// answers so: a request that comes later stays unanswered, so the implementation's own
-    /// work (a rukh command awaiting its rukh.call) does not move the session on while the
-    /// checks that share it run. Whether it answered.
+    /// Answer `got` if it is a request of the implementation's the played party serves:
+    /// a ping while the suite expects the next handshake message, or a request the
+    /// implementation makes while it serves one of the suite's (the kernel's core asks the
+    /// shell for its program index before it launches a program). A request that comes
+    /// at any other time stays unanswered, so the implementation's own work (a rukh
+    /// command awaiting its rukh.call) does not move the session on between the checks
+    /// that share it. Whether it answered.
     async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {
         let Some(m) = got.ok().filter(|m| m.kind == Kind::Request) else {
             return Ok(false);
