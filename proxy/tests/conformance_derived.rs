@@ -284,15 +284,7 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
             18,
         ),
     ] {
-        let r = run(&[
-            "--contract",
-            "kernel",
-            "--derived",
-            "--play",
-            play,
-            "--target",
-            &target,
-        ]);
+        let r = kernel_derived(play, &target);
         assert_eq!(r.with("PASS").len(), checks, "{play}: {}", r.stdout);
         assert!(
             r.with("FAIL").is_empty() && r.with("SKIP").is_empty(),
@@ -317,24 +309,7 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
 /// saying what came instead.
 #[test]
 fn an_oversize_frame_from_the_implementation_fails_only_the_check_it_answers() {
-    let peer = kernel_peer();
-    let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break oversize");
-    let r = run(&[
-        "--contract",
-        "kernel",
-        "--derived",
-        "--play",
-        "shell",
-        "--target",
-        &target,
-    ]);
-    assert_eq!(
-        r.with("FAIL"),
-        ids(&["kernel.derived.call.settings.describe"]),
-        "{}",
-        r.stdout
-    );
-    assert_eq!(r.with("PASS").len(), 20, "{}", r.stdout);
+    let r = kernel_core_breaking("oversize", "kernel.derived.call.settings.describe");
     let kernel = contract::builtin("kernel").expect("kernel");
     let cap = kernel
         .evaluated_limits()
@@ -354,24 +329,7 @@ fn an_oversize_frame_from_the_implementation_fails_only_the_check_it_answers() {
 /// one check that draws that answer fails, saying which member disagrees.
 #[test]
 fn an_error_off_the_catalog_fails_the_check_that_drew_it() {
-    let peer = kernel_peer();
-    let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break category");
-    let r = run(&[
-        "--contract",
-        "kernel",
-        "--derived",
-        "--play",
-        "shell",
-        "--target",
-        &target,
-    ]);
-    assert_eq!(
-        r.with("FAIL"),
-        ids(&["kernel.derived.invalid-params"]),
-        "{}",
-        r.stdout
-    );
-    assert_eq!(r.with("PASS").len(), 20, "{}", r.stdout);
+    let r = kernel_core_breaking("category", "kernel.derived.invalid-params");
     assert!(
         r.stdout.contains("breaks the contract: error"),
         "{}",
@@ -393,15 +351,7 @@ fn the_python_kernel_core_passes_the_derived_checks_but_the_null_rule() {
         python("examples/kernel/core.py"),
         sdk.display()
     );
-    let r = run(&[
-        "--contract",
-        "kernel",
-        "--derived",
-        "--play",
-        "shell",
-        "--target",
-        &target,
-    ]);
+    let r = kernel_derived("shell", &target);
     assert_eq!(
         r.with("FAIL"),
         ids(&["kernel.derived.json.null"]),
@@ -415,6 +365,30 @@ fn the_python_kernel_core_passes_the_derived_checks_but_the_null_rule() {
         r.stdout
     );
     assert!(r.with("SKIP").is_empty(), "{}", r.stdout);
+}
+
+/// The derived suite playing the shell against the reference core breaking `rule`: only
+/// `check` fails, the other 20 checks pass.
+fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
+    let peer = kernel_peer();
+    let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
+    let r = kernel_derived("shell", &target);
+    assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 20, "{rule}: {}", r.stdout);
+    r
+}
+
+/// The kernel's derived checks, playing `play` against `target`.
+fn kernel_derived(play: &str, target: &str) -> Outcomes {
+    run(&[
+        "--contract",
+        "kernel",
+        "--derived",
+        "--play",
+        play,
+        "--target",
+        target,
+    ])
 }
 
 fn kernel_peer() -> String {

@@ -238,6 +238,17 @@ fn kernel_missing_envelope_fields_are_listed() {
     );
 }
 
+/// `method`'s first call example.
+fn call_example(w: &Wire, method: &str) -> Value {
+    w.contract().methods[method]
+        .examples
+        .iter()
+        .find(|e| e.part == contract::model::Part::Call)
+        .expect("a call example")
+        .message
+        .clone()
+}
+
 fn kernel_envelope(kind: &str, method: &str, payload: Value) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "v": 1, "type": kind, "id": "s-1", "method": method, "timestamp": 1756750000.123,
@@ -571,14 +582,7 @@ fn depth_and_items_measure_what_the_parser_limits() {
 #[test]
 fn an_oversize_request_keeps_its_id_for_the_refusal() {
     let w = wire("rukh");
-    let c = w.contract().clone();
-    let call = c.methods["rukh.cancel"]
-        .examples
-        .iter()
-        .find(|e| e.part == contract::model::Part::Call)
-        .expect("a call example")
-        .message
-        .clone();
+    let call = call_example(&w, "rukh.cancel");
     let cap =
         contract::wire::framing::limit_bytes(w.contract(), "lifecyclePayloadMax").expect("cap");
     let mut big = call.clone();
@@ -651,13 +655,7 @@ fn an_error_answer_must_agree_with_the_catalog() {
 #[test]
 fn a_permission_request_carrying_the_calls_arguments_is_invalid() {
     let w = wire("kernel");
-    let example = w.contract().methods["permission.request"]
-        .examples
-        .iter()
-        .find(|e| e.part == contract::model::Part::Call)
-        .expect("a call example")
-        .message
-        .clone();
+    let example = call_example(&w, "permission.request");
     let bytes = |v: &Value| v.to_string().into_bytes();
     assert!(w.decode("control", "core", &bytes(&example), None).is_ok());
     let mut leaking = example;

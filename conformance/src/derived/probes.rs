@@ -354,17 +354,32 @@ fn at_cap(wire: &Wire, shape: &Shape, role: &str, carriers: &[Value]) -> Option<
     let ch = shape.channel.as_str();
     let cap = over_cap_target(wire, ch)?;
     let (field, _) = wire.contract().channels.get(ch)?.framing.payload_cap()?;
+    let pointer = format!("/channels/{ch}/framing/{field}");
     carriers.iter().find_map(|m| {
         let bytes = padded(&m.to_string(), cap)?;
-        wire.decode(ch, role, &bytes, None).ok()?;
-        Some(Built {
-            bytes,
-            ids: vec![shape.id(m)?.clone()],
-            uncapped: false,
-            reaction: Reaction::Answer,
-            pointer: format!("/channels/{ch}/framing/{field}"),
-            seed: wire.contract().channels.get(ch)?.seed.clone(),
-        })
+        served_as_is(wire, shape, role, m, bytes, &pointer)
+    })
+}
+
+/// `bytes` (carrier `m` at an edge the contract accepts) as a probe served like any
+/// other, if the suite's own wire accepts them; `pointer` names the rule.
+fn served_as_is(
+    wire: &Wire,
+    shape: &Shape,
+    role: &str,
+    m: &Value,
+    bytes: Vec<u8>,
+    pointer: &str,
+) -> Option<Built> {
+    let ch = shape.channel.as_str();
+    wire.decode(ch, role, &bytes, None).ok()?;
+    Some(Built {
+        bytes,
+        ids: vec![shape.id(m)?.clone()],
+        uncapped: false,
+        reaction: Reaction::Answer,
+        pointer: pointer.to_string(),
+        seed: wire.contract().channels.get(ch)?.seed.clone(),
     })
 }
 
@@ -413,18 +428,11 @@ fn json_borderline(
             }
         })
     };
+    let pointer = format!("/channels/{ch}/json/{field}");
     carriers.iter().find_map(|m| {
         places(m).iter().find_map(|place| {
             let bytes = at_edge(m, place)?.to_string().into_bytes();
-            wire.decode(ch, role, &bytes, None).ok()?;
-            Some(Built {
-                bytes,
-                ids: vec![shape.id(m)?.clone()],
-                uncapped: false,
-                reaction: Reaction::Answer,
-                pointer: format!("/channels/{ch}/json/{field}"),
-                seed: wire.contract().channels.get(ch)?.seed.clone(),
-            })
+            served_as_is(wire, shape, role, m, bytes, &pointer)
         })
     })
 }
