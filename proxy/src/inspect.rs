@@ -889,13 +889,8 @@ impl Inspector {
     }
 
     fn error_code(&self, v: &Value) -> Option<Value> {
-        match self.binding() {
-            Some(Binding::Jsonrpc { .. }) => v.pointer("/error/code").cloned(),
-            Some(Binding::Envelope { payload, .. }) => {
-                v.pointer(&format!("{payload}/code")).cloned()
-            }
-            _ => None,
-        }
+        let body = self.wire.contract().error_body_pointer(&self.channel)?;
+        v.pointer(&format!("{body}/code")).cloned()
     }
 
     fn binding(&self) -> Option<&Binding> {

@@ -426,6 +426,17 @@ impl Contract {
         }
     }
 
+    /// Where an error message on `channel` keeps its body (`code`, `message`, …), as
+    /// [`Contract::error_reply`] writes it: JSON-RPC's `/error`, an envelope's payload;
+    /// `None` for a channel with neither binding.
+    pub fn error_body_pointer(&self, channel: &str) -> Option<&str> {
+        match self.channels.get(channel)?.binding.as_ref()? {
+            Binding::Jsonrpc { .. } => Some("/error"),
+            Binding::Envelope { payload, .. } => Some(payload),
+            Binding::Tagged { .. } => None,
+        }
+    }
+
     /// A JSON-RPC error response answering `id` (null when absent) with catalog `code`:
     /// the message is the entry's symbolic name, else `detail`.
     pub fn jsonrpc_error(

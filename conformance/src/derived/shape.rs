@@ -13,6 +13,8 @@ use serde_json::Value;
 pub(super) struct Shape {
     /// The channel the suite speaks on.
     pub channel: String,
+    /// Where an error answer keeps its code.
+    error_code: String,
     form: Form,
 }
 
@@ -58,8 +60,10 @@ impl Shape {
                 },
                 Binding::Tagged { .. } => return None,
             };
+            let body = c.error_body_pointer(name)?;
             Some(Shape {
                 channel: name.clone(),
+                error_code: format!("{body}/code"),
                 form,
             })
         })
@@ -125,11 +129,8 @@ impl Shape {
     /// An error answer's code.
     pub fn error_code<'v>(&self, v: &'v Value) -> Option<&'v Value> {
         match &self.form {
-            Form::Jsonrpc => v.pointer("/error/code"),
-            Form::Envelope { payload, .. } if self.wire_kind(v) == Some(Kind::Error) => {
-                v.pointer(&format!("{payload}/code"))
-            }
-            Form::Envelope { .. } => None,
+            Form::Envelope { .. } if self.wire_kind(v) != Some(Kind::Error) => None,
+            _ => v.pointer(&self.error_code),
         }
     }
 
