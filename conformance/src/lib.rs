@@ -213,8 +213,9 @@ pub struct ConformanceArgs {
     /// List the checks for the contract and role, then exit.
     #[arg(long)]
     pub list: bool,
-    /// Run the suite derived from the contract's data (docs/conformance.md), also for a
-    /// contract that has a hand-written suite.
+    /// Run only the checks derived from the contract's data (docs/conformance.md): a
+    /// built-in contract's hand-written checks are left out (the kernel's and toolchannel's
+    /// default suites are hand-written only).
     #[arg(long)]
     pub derived: bool,
     /// A value the contract's suite needs for a target it does not launch (toolchannel:
