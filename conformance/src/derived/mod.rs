@@ -491,6 +491,9 @@ struct Session {
     shape: Shape,
     next: u64,
     prefix: Option<String>,
+    /// The trace id each of the suite's requests carried, by request id (a binding that
+    /// names a trace field): the implementation's requests on that trace serve it.
+    traces: HashMap<String, String>,
 }
 
 impl Session {
@@ -504,6 +507,7 @@ impl Session {
             shape,
             next: 0,
             prefix,
+            traces: HashMap::new(),
         })
     }
 
@@ -554,8 +558,12 @@ impl Session {
     /// Send `method`'s example; its id when it is a request.
     async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
         let v = self.message(cx, method)?;
-        self.peer.send(&v).await?;
-        Ok(self.shape.id(&v).cloned())
+        let sent = self.peer.send(&v).await?;
+        let id = self.shape.id(&v).cloned();
+        if let (Some(id), Some(trace)) = (&id, sent.trace) {
+            self.traces.insert(id.to_string(), trace);
+        }
+        Ok(id)
     }
 
     /// The answer to request `id`, checked against the contract; other traffic is skipped.
@@ -594,7 +602,7 @@ impl Session {
                     let to = got.value().and_then(|v| self.shape.answered(v));
                     let answer = to.is_some();
                     if !to.is_some_and(|id| ids.contains(&id)) {
-                        if !answer && self.respond(cx, &got).await? {
+                        if !answer && self.serves(ids, &got) && self.respond(cx, &got).await? {
                             continue;
                         }
                         if (answer || got.msg.is_err()) && unclaimed.len() < UNCLAIMED {
@@ -735,11 +743,31 @@ impl Session {
         self.peer.send(&v).await.map(|_| ())
     }
 
+    /// Remember the trace of a request the suite sends as raw bytes (a probe), when the
+    /// contract accepts them: see [`Session::serves`].
+    fn remember(&mut self, cx: &Ctx, bytes: &[u8]) {
+        if let Ok(m) = cx.wire.decode(&self.shape.channel, &cx.role, bytes, None)
+            && let (Some(id), Some(trace)) = (m.id, m.trace)
+        {
+            self.traces.insert(id.to_string(), trace);
+        }
+    }
+
+    /// Whether `got` is a request the implementation makes to serve one of `ids`: it
+    /// carries that request's trace id (the kernel core's programs.index on the trace of
+    /// the command it launches a program for).
+    fn serves(&self, ids: &[Value], got: &Got) -> bool {
+        let trace = got.ok().and_then(|m| m.trace.as_deref());
+        trace.is_some_and(|t| {
+            ids.iter()
+                .any(|id| self.traces.get(&id.to_string()).is_some_and(|x| x == t))
+        })
+    }
+
     /// Answer `got` if it is a request of the implementation's the played party serves:
     /// a ping while the suite expects the next handshake message, or a request the
-    /// implementation makes while it serves one of the suite's (the kernel's core asks the
-    /// shell for its program index before it launches a program). A request that comes
-    /// at any other time stays unanswered, so the implementation's own work (a rukh
+    /// implementation makes to serve one of the suite's ([`Session::serves`]). A request
+    /// that comes otherwise stays unanswered, so the implementation's own work (a rukh
     /// command awaiting its rukh.call) does not move the session on between the checks
     /// that share it. Whether it answered.
     async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {

@@ -596,6 +596,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if b.ids.first().is_some_and(|id| !id.is_null()) {
             s.take_id();
         }
+        s.remember(cx, &b.bytes);
         let sent = match b.uncapped {
             true => s.peer.send_uncapped(&b.bytes).await,
             false => s.peer.send_raw(&b.bytes).await,
