@@ -682,7 +682,11 @@ fn channel_view(c: &Value, types: &Value) -> Value {
         if let Some(i) = wr["maxItems"]["limit"].as_str() {
             doc.push(format!("at most {} members plus elements", limit(i)));
         }
+        if wr["noNull"] == true {
+            doc.push("no null".into());
+        }
         json!({
+            "noNull": cs_bool(wr["noNull"] == true),
             "strict": cs_bool(wr["strict"] == true),
             "objectOnly": cs_bool(wr["objectOnly"] == true),
             "maxDepth": cap_expr(&wr["maxDepth"]),
@@ -896,7 +900,7 @@ mod tests {
         assert_eq!(
             ipc["rules"],
             json!({
-                "strict": "true", "objectOnly": "true",
+                "strict": "true", "objectOnly": "true", "noNull": "false",
                 "maxDepth": "Limits.JsonDepthMax", "maxItems": "Limits.JsonItemsMax",
                 "doc": "the strict profile, an object at the top, depth at most Limits.JsonDepthMax, at most Limits.JsonItemsMax members plus elements",
             })

@@ -810,6 +810,7 @@ pub fn py_module(ctx: &Value) -> Value {
                 let object_only = wr["objectOnly"] == true;
                 let depth = wr["maxDepth"]["ident"].as_str();
                 let items = wr["maxItems"]["ident"].as_str();
+                let no_null = wr["noNull"] == true;
                 let mut doc = Vec::new();
                 if strict {
                     doc.push("the strict profile".to_string());
@@ -823,7 +824,11 @@ pub fn py_module(ctx: &Value) -> Value {
                 if let Some(i) = items {
                     doc.push(format!("at most ``{i}`` members plus elements"));
                 }
+                if no_null {
+                    doc.push("no null".into());
+                }
                 v["rules"] = json!({
+                    "noNull": py_bool(no_null),
                     "strict": py_bool(strict),
                     "objectOnly": py_bool(object_only),
                     "maxDepth": depth.unwrap_or("None"),

@@ -110,9 +110,9 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
 ///   request it answers, as unescaped member names (JSON-RPC: `method`, `id`; an envelope:
 ///   its pointers); null where the binding has none.
 /// - `wireRules`: null when a plain decode is all the channel needs; else
-///   `{strict, objectOnly, maxDepth, maxItems}` with each cap `{limit, ident}` or null. It is
-///   set when the channel's `json` section is strict or caps depth or items, or when a
-///   method of the channel has a cap of its own.
+///   `{strict, objectOnly, maxDepth, maxItems, noNull}` with each cap `{limit, ident}` or
+///   null. It is set when the channel's `json` section is strict, caps depth or items or
+///   says noNull, or when a method of the channel has a cap of its own.
 fn wire_rules(ir: &Ir, key: &str, model: &contract::model::Channel, out: &mut Value) {
     use contract::model::{ActionKind, Binding};
     let limit = |name: &str| -> Option<Value> {
@@ -153,17 +153,19 @@ fn wire_rules(ir: &Ir, key: &str, model: &contract::model::Channel, out: &mut Va
         ),
         _ => (Value::Null, Value::Null),
     };
-    let (strict, object_only, depth, items) = match &model.json {
+    let (strict, object_only, depth, items, no_null) = match &model.json {
         Some(j) => (
             j.strict,
             j.object_only,
             j.max_depth.as_deref().and_then(limit),
             j.max_items.as_deref().and_then(limit),
+            j.no_null,
         ),
-        None => (false, false, None, None),
+        None => (false, false, None, None, false),
     };
-    out["wireRules"] = if strict || depth.is_some() || items.is_some() || !caps.is_empty() {
-        json!({"strict": strict, "objectOnly": object_only, "maxDepth": depth, "maxItems": items})
+    let any = strict || no_null || depth.is_some() || items.is_some() || !caps.is_empty();
+    out["wireRules"] = if any {
+        json!({"strict": strict, "objectOnly": object_only, "maxDepth": depth, "maxItems": items, "noNull": no_null})
     } else {
         Value::Null
     };

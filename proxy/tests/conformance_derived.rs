@@ -341,10 +341,9 @@ fn an_error_off_the_catalog_fails_the_check_that_drew_it() {
 /// The Python reference core (examples/kernel/core.py, on the SDK contractgen generates):
 /// it asks the shell for its program index before it launches a program, and the suite,
 /// waiting for command.handle's answer, answers that request with the shell's result
-/// example. It passes every derived check but json.null: the Python SDK runtime does not
-/// hold the channel's noNull rule yet, so it serves a request with a null member.
+/// example. It passes every derived check, json.null by its SDK runtime's noNull rule.
 #[test]
-fn the_python_kernel_core_passes_the_derived_checks_but_the_null_rule() {
+fn the_python_kernel_core_passes_every_derived_check() {
     let sdk = common::python_sdk("kernel");
     let target = format!(
         "exec:{} --sdk {} --control {{control}} --data {{data}} --ttl 2",
@@ -352,15 +351,11 @@ fn the_python_kernel_core_passes_the_derived_checks_but_the_null_rule() {
         sdk.display()
     );
     let r = kernel_derived("shell", &target);
-    assert_eq!(
-        r.with("FAIL"),
-        ids(&["kernel.derived.json.null"]),
-        "{}",
-        r.stdout
-    );
+    assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
     assert!(
         r.with("PASS")
-            .contains("kernel.derived.call.command.handle"),
+            .contains("kernel.derived.call.command.handle")
+            && r.with("PASS").contains("kernel.derived.json.null"),
         "{}",
         r.stdout
     );

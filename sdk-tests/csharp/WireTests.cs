@@ -581,6 +581,10 @@ public static partial class Tests
         Accepts(id + "items-100000", delegate { return Contract.Sdk.Kernel.Channels.DecodeControlMessage(fits); }, "EventMessage");
         ExpectRule(id + "items-100001", delegate { Contract.Sdk.Kernel.Channels.DecodeControlMessage(tooMany); }, JsonRuleNames.Items, "more than 100000");
 
+        // noNull (K-22): a null anywhere is refused, by its own rule, where it is.
+        Expect(rules.NoNull, id + "no-null-from-contract", "ControlJsonRules.NoNull = " + rules.NoNull);
+        ExpectRule(id + "no-null", delegate { Contract.Sdk.Kernel.Channels.DecodeControlMessage(KernelEvent("{\"a\":{\"b\":[1,null]}}")); }, JsonRuleNames.Null, "$.payload.a.b[1]");
+
         // Malformed JSON on a channel that is not strict is a parse rejection without a rule.
         var syntax = ParseError(id + "syntax", delegate { Contract.Sdk.Kernel.Channels.DecodeControlMessage("{\"v\":1,"); });
         if (syntax != null) Expect(syntax.Rule == null, id + "syntax-no-rule", "rule " + syntax.Rule);

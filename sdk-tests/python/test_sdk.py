@@ -359,12 +359,14 @@ def test_ipc_json_rules_come_from_the_contract() -> None:
     c = contract("rukh")
     rules = c["channels"]["ipc"]["json"]
     assert rules["strict"] is True and rules["objectOnly"] is True
-    assert r.IPC_JSON_RULES == (True, True, c["limits"][rules["maxDepth"]]["value"], c["limits"][rules["maxItems"]]["value"])
+    caps = (c["limits"][rules["maxDepth"]]["value"], c["limits"][rules["maxItems"]]["value"])
+    assert r.IPC_JSON_RULES == (True, True, *caps, rules.get("noNull", False))
     assert r.IPC_JSON_RULES.max_depth == r.JSON_DEPTH_MAX == 32 and r.IPC_JSON_RULES.max_items == r.JSON_ITEMS_MAX == 4096
     # Non-strict channels with caps keep msgspec but get the caps.
     k, t = sdk("kernel"), sdk("toolchannel")
-    assert k.CONTROL_JSON_RULES == (False, True, k.JSON_MAX_DEPTH, k.JSON_MAX_ITEMS)
-    assert t.WS_JSON_RULES == (False, True, t.MAX_JSON_DEPTH, t.MAX_JSON_ITEMS)
+    no_null = contract("kernel")["channels"]["control"]["json"].get("noNull", False)
+    assert k.CONTROL_JSON_RULES == (False, True, k.JSON_MAX_DEPTH, k.JSON_MAX_ITEMS, no_null)
+    assert t.WS_JSON_RULES == (False, True, t.MAX_JSON_DEPTH, t.MAX_JSON_ITEMS, False)
     assert not hasattr(sdk("xsession"), "INBOX_JSON_RULES")
 
 
@@ -646,3 +648,16 @@ def test_incomplete_frame_asyncio() -> None:
         wb.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_kernel_control_refuses_null_anywhere() -> None:
+    """The control channel says noNull (K-22): a null is refused by its own rule, with
+    its JSON pointer, where msgspec alone would keep it."""
+    k = sdk("kernel")
+    assert k.CONTROL_JSON_RULES.no_null
+    event = {"v": 1, "type": "event", "id": "e", "timestamp": 1.5, "trace_id": "t", "method": "ping"}
+    with pytest.raises(k.DecodeFailure) as e:
+        k.decode_control_message(json.dumps({**event, "payload": {"a": {"b": [1, None]}}}).encode())
+    assert e.value.label == "parse" and e.value.rule == "null", e.value
+    assert "/payload/a/b/1" in e.value.detail
+    assert k.decode_control_message(json.dumps({**event, "payload": {"a": {"b": [1, 2]}}}).encode())
