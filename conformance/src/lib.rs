@@ -300,14 +300,24 @@ fn hand_written(name: &str) -> Option<HandWritten> {
 }
 
 /// The suite for `contract` played as `role`, in order: the checks [`derived`] from the
-/// contract's data, then a built-in contract's hand-written checks.
-pub fn suite(contract: &contract::Contract, role: &str) -> Result<Suite, ConformanceError> {
-    let Some(own) = hand_written(&contract.name) else {
-        let checks = derived::checks(contract, role).map_err(ConformanceError::Usage)?;
-        return Ok(Suite {
-            checks,
-            opener: None,
-        });
+/// contract's data, then a built-in contract's hand-written checks (none when
+/// `derived_only`, the `--derived` run; its hooks stay).
+pub fn suite(
+    contract: &contract::Contract,
+    role: &str,
+    derived_only: bool,
+) -> Result<Suite, ConformanceError> {
+    let derived = || derived::checks(contract, role).map_err(ConformanceError::Usage);
+    let own = hand_written(&contract.name);
+    let opener = own.as_ref().and_then(|o| o.opener);
+    let own = match own {
+        Some(own) if !derived_only => own,
+        _ => {
+            return Ok(Suite {
+                checks: derived()?,
+                opener,
+            });
+        }
     };
     let hand = (own.checks)(role).ok_or_else(|| {
         ConformanceError::Usage(format!(
@@ -316,7 +326,7 @@ pub fn suite(contract: &contract::Contract, role: &str) -> Result<Suite, Conform
         ))
     })?;
     let mut checks = match own.derived {
-        true => derived::checks(contract, role).map_err(ConformanceError::Usage)?,
+        true => derived()?,
         false => Vec::new(),
     };
     checks.extend(hand);
@@ -373,11 +383,7 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     let contract = contract::resolve(&args.contract)
         .map_err(|e| ConformanceError::Usage(format!("--contract: {e}")))?;
     let name = contract.name.clone();
-    let Suite { checks, opener } = suite(&contract, &args.play)?;
-    let checks = match args.derived {
-        true => derived::checks(&contract, &args.play).map_err(ConformanceError::Usage)?,
-        false => checks,
-    };
+    let Suite { checks, opener } = suite(&contract, &args.play, args.derived)?;
     for id in &args.only {
         if !checks.iter().any(|c| c.id == id.as_str()) {
             return Err(ConformanceError::Usage(format!(

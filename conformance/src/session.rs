@@ -1136,11 +1136,15 @@ impl Peer {
             }
             Err(v) => Err(Box::new(v)),
         };
-        let got = Got {
+        self.logged(Got {
             raw,
             msg,
             at: Instant::now(),
-        };
+        })
+    }
+
+    /// `got`, kept for post-hoc checks while the log has room (counted when it has not).
+    fn logged(&mut self, got: Got) -> Got {
         if self.log.len() < LOG_MAX {
             self.log.push(got.clone());
         } else {
@@ -1160,16 +1164,11 @@ impl Peer {
             self.control = None;
             return Incoming::ControlEnd(e.to_string());
         }
-        let got = Got {
+        let got = self.logged(Got {
             raw: Bytes::new(),
             msg: Err(Box::new(v)),
             at: Instant::now(),
-        };
-        if self.log.len() < LOG_MAX {
-            self.log.push(got.clone());
-        } else {
-            self.unlogged += 1;
-        }
+        });
         Incoming::Control(Box::new(got))
     }
 

@@ -18,8 +18,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::framing::{ChannelCodec, FrameError, cap_of, duration_of};
-use super::json::MAX_DEPTH_SUPPORTED;
-use super::json::{self, JsonError, JsonLimits};
+use super::json::{self, JsonError, JsonLimits, MAX_DEPTH_SUPPORTED};
 use crate::check::rooted;
 use crate::model::{Action, ActionKind, Binding, Channel, Contract, Kind};
 
