@@ -37,6 +37,11 @@ use crate::conn::{BoxIo, CloseCode};
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once; further clients are refused until one ends.
 pub const MAX_PENDING: usize = 64;
+
+/// The first pause before dialing again a server that refused the handshake;
+/// it doubles up to [`REFUSED_MAX_PAUSE`], all within the dial's deadline.
+const REFUSED_FIRST_PAUSE: Duration = Duration::from_millis(10);
+const REFUSED_MAX_PAUSE: Duration = Duration::from_millis(250);
 /// Connections past their handshake still waiting to open their stream. A QUIC
 /// stream shows only with its first byte, so a client that connects and has not
 /// spoken yet (a proxy in front of this one, holding a half-received frame) waits
@@ -257,11 +262,24 @@ async fn open(
     clients: &ClientEndpoints,
 ) -> io::Result<QuicStream> {
     let endpoint = clients.for_address(to)?;
-    let conn = endpoint
-        .connect_with(config, to, host)
-        .map_err(io::Error::other)?
-        .await
-        .map_err(io::Error::other)?;
+    let mut pause = REFUSED_FIRST_PAUSE;
+    let conn = loop {
+        let connecting = endpoint
+            .connect_with(config.clone(), to, host)
+            .map_err(io::Error::other)?;
+        match connecting.await {
+            Ok(conn) => break conn,
+            // A server at its handshake cap (ours: MAX_PENDING) refuses; that is
+            // "busy, come back", so try again until the caller's deadline.
+            Err(quinn::ConnectionError::ConnectionClosed(c))
+                if c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(REFUSED_MAX_PAUSE);
+            }
+            Err(e) => return Err(io::Error::other(e)),
+        }
+    };
     let (send, recv) = conn.open_bi().await.map_err(io::Error::other)?;
     Ok(QuicStream::new(conn, send, recv, Some(clients.clone())))
 }
@@ -425,5 +443,55 @@ impl Drop for QuicStream {
                 let _ = tokio::time::timeout(LINGER, clients.wait_idle()).await;
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that refuses its first three handshakes (as ours does past
+    /// [`MAX_PENDING`]) is dialed again until it takes one.
+    #[tokio::test]
+    async fn a_refused_dial_is_tried_again_until_the_server_has_room() {
+        let mut opts = Options {
+            alpn: b"test/1".to_vec(),
+            ..Options::default()
+        };
+        let made = tls::server(&opts.tls, &alpn(&opts).expect("alpn")).expect("tls");
+        let crypto = QuicServerConfig::try_from(made.config).expect("quic tls");
+        let config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        let server =
+            quinn::Endpoint::server(config, (Ipv4Addr::LOCALHOST, 0).into()).expect("bind");
+        let addr = server.local_addr().expect("addr");
+        let echo = tokio::spawn(async move {
+            for _ in 0..3 {
+                server.accept().await.expect("incoming").refuse();
+            }
+            let conn = server
+                .accept()
+                .await
+                .expect("incoming")
+                .await
+                .expect("conn");
+            let (mut send, mut recv) = conn.accept_bi().await.expect("stream");
+            let mut b = [0u8; 1];
+            recv.read_exact(&mut b).await.expect("a byte");
+            send.write_all(&b).await.expect("echo");
+            send.finish().expect("finish");
+            conn.closed().await
+        });
+        opts.tls.pin = Some(made.fingerprint);
+        let mut s = tokio::time::timeout(CONNECT_DEADLINE, connect(&addr.to_string(), &opts))
+            .await
+            .expect("within the dial's deadline")
+            .expect("connected on the fourth try");
+        s.write_all(b"x").await.expect("write");
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.expect("echoed");
+        assert_eq!(&b, b"x");
+        drop(s);
+        echo.abort();
     }
 }
