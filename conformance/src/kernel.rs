@@ -46,7 +46,6 @@ const HEARTBEAT_SLACK: Duration = Duration::from_millis(2500);
 bodies! {
     s_3a => shell_3a, c_3a => core_3a,
     s_1 => shell_1, c_1 => core_1,
-    s_2 => shell_2, c_2 => core_2,
     s_3 => shell_3, c_3 => core_3,
     s_4 => shell_4, c_4 => core_4,
     s_5 => shell_5, c_5 => core_5,
@@ -76,13 +75,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§3, §5, §15 item 1 (K-4)",
             Ok(s_1),
             Ok(c_1),
-        ),
-        (
-            "kernel.15.2",
-            "unknown method → protocol.unknown_method; unknown event → silently ignored",
-            "§3, §15 item 2",
-            Ok(s_2),
-            Ok(c_2),
         ),
         (
             "kernel.15.3",
@@ -995,62 +987,6 @@ async fn core_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
         "{} shell messages, all with the full envelope; {got}",
         s.p.log.len()
     ))
-}
-
-// ---------------------------------------------------------------------------------------------
-// 2. Unknown method vs unknown event.
-
-async fn unknowns(s: &mut Sess) -> Result<Verdict, Failure> {
-    let t = s.trace();
-    // Unknown on purpose: sent without the suite's own validation.
-    let req = s.env("request", Some("conformance.no_such_method"), &t, json!({}));
-    s.send_raw(&serde_json::to_vec(&req).unwrap_or_default())
-        .await?;
-    let req = Message {
-        kind: Kind::Request,
-        method: None,
-        id: req.get("id").cloned(),
-        correlation: None,
-        trace: Some(t.clone()),
-        value: req,
-    };
-    let g = s.reply_to(&req, "the reply to an unknown method").await?;
-    let code = code_of(&g);
-    if type_of(&g) != Some("error") || code != "protocol.unknown_method" {
-        return Err(s.bad(
-            &g,
-            format!("an unknown method was answered {code:?}, not error protocol.unknown_method"),
-        ));
-    }
-    let ev = s.env("event", Some("conformance.no_such_event"), &t, json!({}));
-    s.send_raw(&serde_json::to_vec(&ev).unwrap_or_default())
-        .await?;
-    let ev_id = ev.get("id").cloned();
-    let mark = s.p.log.len();
-    s.ping().await?;
-    for g in s.p.log.iter().skip(mark) {
-        let is_reply = g.at_ptr("/correlation_id") == ev_id.as_ref();
-        let is_error = type_of(g) == Some("error");
-        if is_reply || is_error {
-            return Err(s.bad(
-                g,
-                "an unknown event was answered; it must be ignored silently",
-            ));
-        }
-    }
-    pass(
-        "unknown request → protocol.unknown_method; unknown event ignored (the next message was the pong)",
-    )
-}
-
-async fn shell_2(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = shell_session(cx).await?;
-    unknowns(&mut s).await
-}
-
-async fn core_2(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = core_session(cx).await?;
-    unknowns(&mut s).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -285,7 +285,7 @@ struct HandWritten {
 
 fn hand_written(name: &str) -> Option<HandWritten> {
     let (roles, checks, opener, derived): (_, fn(&str) -> _, _, _) = match name {
-        "kernel" => (["shell", "core"], kernel::checks, None, false),
+        "kernel" => (["shell", "core"], kernel::checks, None, true),
         "rukh" => (["core", "extension"], rukh::checks, rukh::OPENER, true),
         "toolchannel" => (["host", "worker"], toolchannel::checks, None, false),
         "xsession" => (["sender", "recipient"], xsession::checks, None, false),

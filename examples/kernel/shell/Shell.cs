@@ -374,6 +374,20 @@ namespace KernelShell
             Send(e, typeof(ErrorMessage), false);
         }
 
+        /// <summary>Reads and drops <paramref name="length"/> bytes; false when the channel ended first.</summary>
+        static bool Skip(Stream s, ulong length)
+        {
+            var buf = new byte[64 * 1024];
+            while (length > 0)
+            {
+                int want = (int)Math.Min((ulong)buf.Length, length);
+                int n = s.Read(buf, 0, want);
+                if (n == 0) return false;
+                length -= (ulong)n;
+            }
+            return true;
+        }
+
         /// <summary>An error answering the core's request <paramref name="correlation"/>.</summary>
         void ErrorReply(Codes.ErrorCode code, string text, string trace, string correlation, ErrorDetails details)
         {
@@ -402,7 +416,10 @@ namespace KernelShell
             JsonElement root;
             try
             {
-                using (var doc = JsonDocument.Parse(frame)) root = doc.RootElement.Clone();
+                // Deeper than System.Text.Json's default of 64, so a frame refused for its depth
+                // still shows its id.
+                var deep = new JsonDocumentOptions { MaxDepth = 1024 };
+                using (var doc = JsonDocument.Parse(frame, deep)) root = doc.RootElement.Clone();
             }
             catch (JsonException)
             {
@@ -479,7 +496,22 @@ namespace KernelShell
             {
                 while (true)
                 {
-                    byte[] frame = controlFraming.ReadFrame(control);
+                    byte[] frame;
+                    try
+                    {
+                        frame = controlFraming.ReadFrame(control);
+                    }
+                    catch (FrameTooLargeException e)
+                    {
+                        // Skip the declared bytes unread, then report without correlation_id:
+                        // the frame's id was never read (K-2).
+                        Say("shell: skipping a control frame of " + e.Length + " bytes (cap " + e.Cap + ")");
+                        if (!Skip(control, e.Length)) break;
+                        var d = new ErrorDetails();
+                        d.Length = (long)e.Length;
+                        ErrorReply(Codes.ErrorCode.ProtocolFrameTooLarge, "Кадр в " + e.Length + " байт больше предела " + e.Cap + ".", NewTrace("oversize"), null, d);
+                        continue;
+                    }
                     if (frame == null) break;
                     Interlocked.Exchange(ref lastRxTicks, DateTime.UtcNow.Ticks);
                     // Any message counts as a pong (§13).
@@ -497,11 +529,13 @@ namespace KernelShell
                         if (serving) Say("shell: " + what); else Check(false, what);
                         string type, rid, rtrace;
                         var fields = EnvelopeFault(frame, e, out type, out rid, out rtrace);
-                        // A request gets protocol.invalid_envelope naming the fields (K-4); other kinds are only logged.
-                        if (type == "request" && rid != null)
+                        // A request, or a frame whose kind cannot be read, gets protocol.invalid_envelope
+                        // naming the fields (K-4), to its id when readable; responses, events and errors
+                        // are only logged (K-15).
+                        if (type != "response" && type != "event" && type != "error")
                         {
                             var d = new ErrorDetails();
-                            d.Fields = fields;
+                            if (fields.Count > 0) d.Fields = fields;
                             ErrorReply(Codes.ErrorCode.ProtocolInvalidEnvelope, "Неверный конверт сообщения: " + e.Message,
                                        rtrace ?? NewTrace("invalid"), rid, d);
                         }
@@ -671,7 +705,8 @@ namespace KernelShell
         bool Generic(Message m)
         {
             var rq = m as RequestMessage;
-            if (rq == null || rq.Method != Methods.ProgramsIndex) return false;
+            // Before the handshake every request is out of place (Hello answers it).
+            if (rq == null || rq.Method != Methods.ProgramsIndex || !ready) return false;
             Say("shell: <- programs.index " + rq.Id + " trace=" + rq.TraceId);
             try
             {
@@ -1096,6 +1131,17 @@ namespace KernelShell
                     if (serving) Say("shell: hello refused: " + er.Payload.Code + ": " + er.Payload.Message);
                     else Check(false, "hello refused: " + er.Payload.Code + ": " + er.Payload.Message);
                     return false;
+                }
+                var early = m as RequestMessage;
+                if (early != null)
+                {
+                    // The session machine allows the core no request before the handshake (§4).
+                    var d = new ErrorDetails();
+                    d.Method = early.Method;
+                    ErrorReply(Codes.ErrorCode.ProtocolNotReady, "Рукопожатие ещё не выполнено.", early.TraceId, early.Id, d);
+                    if (serving) Say("shell: <- " + Describe(m) + " before the handshake: protocol.not_ready");
+                    else Unexpected(m, "hello");
+                    continue;
                 }
                 if (r == null || r.CorrelationId != req.Id)
                 {
