@@ -287,7 +287,12 @@ fn hand_written(name: &str) -> Option<HandWritten> {
     let (roles, checks, opener, derived): (_, fn(&str) -> _, _, _) = match name {
         "kernel" => (["shell", "core"], kernel::checks, None, true),
         "rukh" => (["core", "extension"], rukh::checks, rukh::OPENER, true),
-        "toolchannel" => (["host", "worker"], toolchannel::checks, None, false),
+        "toolchannel" => (
+            ["host", "worker"],
+            toolchannel::checks,
+            toolchannel::OPENER,
+            false,
+        ),
         "xsession" => (["sender", "recipient"], xsession::checks, None, false),
         _ => return None,
     };

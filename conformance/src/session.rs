@@ -248,6 +248,11 @@ pub struct Ctx {
     /// (rukh: the core exits as `execution_failed` says), set by the [`Opener`] that
     /// opened it.
     pub on_end: Option<EndHook>,
+    /// Values the contract's examples stand for in this session, set by the [`Opener`]
+    /// that opened it (toolchannel: the example's session id is the one the launched
+    /// worker was given): the derived checks write the second of each pair wherever a
+    /// message they send from an example holds the first.
+    pub aliases: Vec<(Value, Value)>,
     /// What lives as long as the sessions of this context (a launcher's helper socket).
     held: Vec<Kept>,
 }
@@ -385,6 +390,7 @@ impl Ctx {
             kept: None,
             opener: None,
             on_end: None,
+            aliases: Vec::new(),
             held: Vec::new(),
         }
     }

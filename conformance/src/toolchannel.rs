@@ -699,6 +699,47 @@ impl Chan {
 // ---------------------------------------------------------------------------------------------
 // Reaching the implementation.
 
+/// The derived checks' sessions on a template target, opened the way the hand-written
+/// checks open theirs: playing the host, the worker launched with a fresh token and
+/// session id and its upgrade admitted; playing the worker, the host launched and
+/// dialed with the token. The contract's examples carry one session id: the session's
+/// own stands in for it ([`Ctx::aliases`]).
+pub const OPENER: Option<super::Opener> = Some(open_session);
+
+fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
+    Box::pin(async move {
+        let k = K::new(cx)?;
+        let (io, session) = match cx.role.as_str() {
+            "host" => {
+                let dock = worker_dock(cx).await?;
+                let io = admit(&k, next_dial(&dock, cx.opts.deadline).await?).await?;
+                let session = dock.session.clone();
+                cx.hold(dock);
+                (io, session)
+            }
+            _ => {
+                let b = host_berth(cx).await?;
+                (dial_host(cx, &k, &b).await?, b.session)
+            }
+        };
+        cx.aliases = example_session(cx)
+            .map(|e| (e, Value::String(session)))
+            .into_iter()
+            .collect();
+        cx.peer_on(contract_transport::conn::Conn::Messages(io))
+    })
+}
+
+/// The session id the contract's initialize example carries.
+fn example_session(cx: &Ctx) -> Option<Value> {
+    let m = cx.wire.contract().methods.get("initialize")?;
+    m.examples
+        .iter()
+        .find(|e| e.part == contract::model::Part::Call)
+        .and_then(|e| e.message.pointer("/params/_meta/agentfy/sessionId"))
+        .cloned()
+}
+
 /// Where a worker under test dials the suite (the suite plays the host).
 struct Dock {
     l: Arc<Listener>,
@@ -1584,6 +1625,12 @@ async fn worker_session(cx: &mut Ctx) -> Result<(Arc<K>, Berth, Sess), Failure> 
 
 /// Playing the worker: dial the host with the token and the spoken major.
 async fn worker_dial(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
+    let io = dial_host(cx, k, b).await?;
+    Ok(Sess::new(k, false, io, &b.session, cx.opts.deadline))
+}
+
+/// The upgrade a valid worker sends: the token and the spoken major.
+async fn dial_host(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failure> {
     match dial(
         b,
         Some(format!("Bearer {}", b.token)),
@@ -1592,7 +1639,7 @@ async fn worker_dial(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
     )
     .await?
     {
-        Ok(io) => Ok(Sess::new(k, false, io, &b.session, cx.opts.deadline)),
+        Ok(io) => Ok(io),
         Err(r) => Err(
             Failure::new(format!("the host refused a valid upgrade: {r}"))
                 .with("response body", &r.body),

@@ -299,7 +299,10 @@ class Worker:
         try:
             msg = tc.decode_ws_message(raw)
         except tc.DecodeFailure as e:
-            await self.bad_frame(E.PARSE_ERROR if e.label == "parse" else E.INVALID_REQUEST, f"{e.label} {e.detail}")
+            # JSON, but not a message this channel takes: a top level that is no object, or
+            # past the depth or item cap, is invalid (-32600), not a parse error (note T-18).
+            parse = e.label == "parse" and e.rule not in ("depth", "items", "non-object", "null")
+            await self.bad_frame(E.PARSE_ERROR if parse else E.INVALID_REQUEST, f"{e.label} {e.detail}")
             return
         if isinstance(msg, tc.JsonRpcRequest):
             await self.on_request(msg)

@@ -229,7 +229,7 @@ impl Plan {
         };
         !sm.transitions
             .iter()
-            .filter(|t| t.from == self.target)
+            .filter(|t| t.from == self.target && t.to != self.target)
             .any(|t| {
                 matches!(step_of(c, t.trigger.as_ref(), &self.role),
                 Some(Step::Send(m) | Step::Await(m)) if m == method)
@@ -285,12 +285,39 @@ impl Plan {
         })
     }
 
+    /// The other party's requests whose transitions keep the machine in the walk's target.
+    fn keeps(&self, c: &Contract) -> Vec<String> {
+        let Some((_, sm)) = &self.machine else {
+            return Vec::new();
+        };
+        sm.transitions
+            .iter()
+            .filter(|t| t.from == self.target && t.to == self.target)
+            .filter_map(|t| match step_of(c, t.trigger.as_ref(), &self.role) {
+                Some(Step::Expect(m))
+                    if c.methods.get(&m).is_some_and(|x| x.kind == Kind::Request) =>
+                {
+                    Some(m)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     fn allowed(&self, c: &Contract, method: &str) -> bool {
         let Some((_, sm)) = &self.machine else {
             return true;
         };
         match sm.allows.get(method) {
-            Some(states) => states.contains(&self.target),
+            Some(states) if states.contains(&self.target) => true,
+            // A transition that keeps the machine there allows it too, as the engine
+            // judges (toolchannel's heartbeat in `running`).
+            Some(_) => sm.transitions.iter().any(|t| {
+                t.from == self.target
+                    && t.to == self.target
+                    && step_of(c, t.trigger.as_ref(), &self.role)
+                        == Some(Step::Send(method.to_string()))
+            }),
             None => !governed(c, sm, method) || leaves(c, sm, &self.target, method, &self.role),
         }
     }
@@ -384,21 +411,70 @@ fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<(String, St
             queue.push_back(t.to.clone());
         }
     }
-    let score = |s: &String| {
-        let allowed = sm
-            .allows
-            .values()
-            .filter(|states| states.contains(s))
-            .count();
-        (allowed, paths[s].len())
-    };
+    // On a tie the furthest state wins (max_by_key keeps the last): rukh's `Running`,
+    // past the invoke, where the core's requests come.
     let best = order
         .iter()
-        .max_by_key(|s| score(s))
+        .max_by_key(|s| allowed_in(sm, s))
         .cloned()
         .unwrap_or_default();
-    let steps = paths.remove(&best).unwrap_or_default();
+    let mut steps = Vec::new();
+    for (state, step) in paths.remove(&best).unwrap_or_default() {
+        steps.extend(only_here(c, sm, &state, role, &step).map(|s| (state.clone(), s)));
+        steps.push((state, step));
+    }
     (best, steps)
+}
+
+/// How many methods `sm` allows in `state`: those its `allows` lists there, and those
+/// whose transitions leave it (or keep it there: a heartbeat in a running session).
+fn allowed_in(sm: &StateMachine, state: &str) -> usize {
+    let mut methods: Vec<&str> = sm
+        .allows
+        .iter()
+        .filter(|(_, states)| states.iter().any(|s| s == state))
+        .map(|(m, _)| m.as_str())
+        .collect();
+    for t in sm.transitions.iter().filter(|t| t.from == state) {
+        if let Some(Trigger::Message {
+            method: Some(m), ..
+        }) = &t.trigger
+            && !methods.contains(&m.as_str())
+        {
+            methods.push(m);
+        }
+    }
+    methods.len()
+}
+
+/// The requests `sm` allows only in `state`, where the walk passes on its way out by
+/// `next` (toolchannel's initialize, which the host sends in `handshaking` while the
+/// machine waits for the worker's notification): sent and awaited by the party that
+/// sends them, answered by the other.
+fn only_here(
+    c: &Contract,
+    sm: &StateMachine,
+    state: &str,
+    role: &str,
+    next: &Step,
+) -> impl Iterator<Item = Step> {
+    let steps: Vec<Step> = sm
+        .allows
+        .iter()
+        .filter(|(_, states)| states.len() == 1 && states[0] == state)
+        .filter_map(|(m, _)| {
+            let method = c.methods.get(m).filter(|x| x.kind == Kind::Request)?;
+            let next_too = matches!(next,
+                Step::Send(n) | Step::Await(n) | Step::Expect(n) | Step::Answer(n) if n == m);
+            // The suite needs its own example: a call to send, or a result to answer with.
+            let (step, part) = match method.from.iter().any(|p| p == role) {
+                true => (Step::Await(m.clone()), Part::Call),
+                false => (Step::Answer(m.clone()), Part::Result),
+            };
+            (!next_too && example_of(c, m, part, role).is_some()).then_some(step)
+        })
+        .collect();
+    steps.into_iter()
 }
 
 /// The probes of machines with an `outOfPlace` error: (machine, its definition, a request
@@ -494,6 +570,10 @@ struct Session {
     /// The trace id each of the suite's requests carried, by request id (a binding that
     /// names a trace field): the implementation's requests on that trace serve it.
     traces: HashMap<String, String>,
+    /// The implementation's requests that keep the machine where the handshake took it
+    /// (a worker's heartbeat in `running`): answered whenever they come, so a session
+    /// shared by many checks lives as long as they take.
+    keeps: Vec<String>,
 }
 
 impl Session {
@@ -508,6 +588,7 @@ impl Session {
             next: 0,
             prefix,
             traces: HashMap::new(),
+            keeps: Plan::new(&c, &cx.role).keeps(&c),
         })
     }
 
@@ -531,6 +612,7 @@ impl Session {
         let c = cx.wire.contract();
         let mut v = example(c, method, &cx.role)
             .ok_or_else(|| Failure::new(format!("the contract has no call example of {method}")))?;
+        dealias(&cx.aliases, &mut v);
         if self.shape.id(&v).is_some() {
             let id = self.take_id();
             self.shape.set_id(&mut v, id);
@@ -552,7 +634,9 @@ impl Session {
 
     /// The examples of `methods`, each with the next id (only one of them is sent).
     fn carriers(&self, cx: &Ctx, methods: &[String]) -> Vec<Value> {
-        carriers(cx.wire.contract(), &cx.role, methods, &self.peek_id())
+        let mut all = carriers(cx.wire.contract(), &cx.role, methods, &self.peek_id());
+        all.iter_mut().for_each(|v| dealias(&cx.aliases, v));
+        all
     }
 
     /// Send `method`'s example; its id when it is a request.
@@ -602,7 +686,8 @@ impl Session {
                     let to = got.value().and_then(|v| self.shape.answered(v));
                     let answer = to.is_some();
                     if !to.is_some_and(|id| ids.contains(&id)) {
-                        if !answer && self.serves(ids, &got) && self.respond(cx, &got).await? {
+                        let ours = self.serves(ids, &got) || self.keeps_alive(&got);
+                        if !answer && ours && self.respond(cx, &got).await? {
                             continue;
                         }
                         if (answer || got.msg.is_err()) && unclaimed.len() < UNCLAIMED {
@@ -736,6 +821,7 @@ impl Session {
         let mut v = example_of(c, method, Part::Result, &cx.role).ok_or_else(|| {
             Failure::new(format!("the contract has no result example of {method}"))
         })?;
+        dealias(&cx.aliases, &mut v);
         let call = example_of(c, method, Part::Call, &cx.other);
         echoed(&self.shape, &mut v, call.as_ref(), request);
         let own = self.shape.answers_have_ids().then(|| self.take_id());
@@ -764,6 +850,13 @@ impl Session {
         })
     }
 
+    /// Whether `got` is one of the requests in [`Session::keeps`].
+    fn keeps_alive(&self, got: &Got) -> bool {
+        got.ok()
+            .and_then(|m| m.method.as_ref())
+            .is_some_and(|m| self.keeps.contains(m))
+    }
+
     /// Answer `got` if it is a request of the implementation's the played party serves:
     /// a ping while the suite expects the next handshake message, or a request the
     /// implementation makes to serve one of the suite's ([`Session::serves`]). A request
@@ -782,6 +875,19 @@ impl Session {
         }
         self.reply(cx, &method, &m.value.clone()).await?;
         Ok(true)
+    }
+}
+
+/// Write the session's value for each example value `aliases` names, throughout `v`.
+fn dealias(aliases: &[(Value, Value)], v: &mut Value) {
+    if let Some((_, to)) = aliases.iter().find(|(from, _)| from == v) {
+        *v = to.clone();
+        return;
+    }
+    match v {
+        Value::Array(a) => a.iter_mut().for_each(|x| dealias(aliases, x)),
+        Value::Object(o) => o.values_mut().for_each(|x| dealias(aliases, x)),
+        _ => {}
     }
 }
 

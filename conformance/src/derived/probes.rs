@@ -139,8 +139,9 @@ impl Probe {
 /// What the contract says a receiver does with a probe, and the entry that says it.
 #[derive(Debug, Clone)]
 pub(super) enum Reaction {
-    /// Served like any other message (a frame exactly at its cap).
-    Answer,
+    /// Served like any other message (a frame exactly at its cap): answered as `plain`,
+    /// the request it was built on, is.
+    Answer { plain: Value },
     /// The action of a rule, with its code when it has one.
     Rule {
         action: ActionKind,
@@ -167,7 +168,7 @@ impl Built {
     /// The check's title.
     pub fn title(&self, p: Probe) -> String {
         match &self.reaction {
-            Reaction::Answer => format!("{} is served like any other", p.what()),
+            Reaction::Answer { .. } => format!("{} is served like any other", p.what()),
             Reaction::Rule { action, code } => {
                 let code = code.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
                 format!("{} gets `{}`{code}", p.what(), action_name(*action))
@@ -377,7 +378,7 @@ fn served_as_is(
         bytes,
         ids: vec![shape.id(m)?.clone()],
         uncapped: false,
-        reaction: Reaction::Answer,
+        reaction: Reaction::Answer { plain: m.clone() },
         pointer: pointer.to_string(),
         seed: wire.contract().channels.get(ch)?.seed.clone(),
     })
@@ -684,16 +685,35 @@ pub(super) async fn react(
     callable: &[String],
 ) -> Result<Verdict, Failure> {
     match &b.reaction {
-        Reaction::Answer => {
+        Reaction::Answer { plain } => {
             let (v, _) = s.wait_answer(cx, &b.ids, what, cx.soon()).await?;
             let refusing =
                 |code: &&Value| cx.wire.contract().violations.codes().any(|c| c == *code);
-            match s.shape.error_code(&v).filter(refusing) {
-                Some(code) => Err(Failure::new(format!(
+            let Some(code) = s.shape.error_code(&v).filter(refusing).cloned() else {
+                return pass(format!("{what}: answered as any other"));
+            };
+            // A code the contract also gives bad input may be the method's own answer to
+            // this request (MCP's unknown tool is invalid params): ask without the edge.
+            let refused = || {
+                Failure::new(format!(
                     "{what} was refused with {code}, though the contract accepts it"
                 ))
-                .with("the answer", v.to_string().as_bytes())),
-                None => pass(format!("{what}: answered as any other")),
+                .with("the answer", v.to_string().as_bytes())
+            };
+            let mut plain = plain.clone();
+            let id = s.take_id();
+            s.shape.set_id(&mut plain, id.clone());
+            s.peer.send(&plain).await.map_err(|_| refused())?;
+            let (w, _) = s
+                .wait_answer(cx, &[id], "the request without the edge", cx.soon())
+                .await?;
+            match s.shape.error_code(&w) == Some(&code) {
+                true => pass(format!(
+                    "{what}: answered {code}, as the request without the edge is"
+                )),
+                false => {
+                    Err(refused().with("the answer without the edge", w.to_string().as_bytes()))
+                }
             }
         }
         Reaction::Rule {

@@ -46,9 +46,9 @@ use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Message as Ws, Utf8Bytes};
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as Ws, Utf8Bytes};
 
 const SUBPROTOCOL: &str = "agentfy.worker.v1";
 const MCP_VERSION: &str = "2025-06-18";
@@ -111,6 +111,16 @@ enum Event {
     Opened(u64, Box<WebSocketStream<TcpStream>>),
     Frame(u64, Ws),
     Gone(u64, String),
+    /// A message over the contract's maxMessageBytes, left unread.
+    TooBig(u64, String),
+}
+
+/// Messages over the contract's cap are refused unread (then closed 1009, note T-32).
+fn ws_config() -> WebSocketConfig {
+    let cap = usize::try_from(toolchannel::limits::MAX_MESSAGE_BYTES).unwrap_or(usize::MAX);
+    WebSocketConfig::default()
+        .max_message_size(Some(cap))
+        .max_frame_size(Some(cap))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -457,6 +467,17 @@ impl Host {
     ) -> anyhow::Result<()> {
         match method.parse::<Method>() {
             Ok(Method::AgentfyHeartbeat) => {
+                // The session machine allows a heartbeat once the session serves (its
+                // outOfPlace error, note T-31); before that the version is not agreed.
+                if self
+                    .conns
+                    .get(&conn)
+                    .is_none_or(|c| c.phase != Phase::Serving)
+                {
+                    return self
+                        .reply_error(conn, id, -32005, "SESSION_NOT_RUNNING")
+                        .await;
+                }
                 let p: types::HeartbeatParams = serde_json::from_value(value["params"].clone())?;
                 if p.session_id.as_str() != self.args.session_id {
                     self.reply_error(conn, id, -32002, "SESSION_MISMATCH")
@@ -926,7 +947,11 @@ async fn run() -> anyhow::Result<u8> {
             tokio::spawn(async move {
                 let up = tokio::time::timeout(
                     Duration::from_secs(10),
-                    tokio_tungstenite::accept_hdr_async(tcp, upgrade_check(token)),
+                    tokio_tungstenite::accept_hdr_async_with_config(
+                        tcp,
+                        upgrade_check(token),
+                        Some(ws_config()),
+                    ),
                 )
                 .await;
                 match up {
@@ -999,6 +1024,10 @@ async fn run() -> anyhow::Result<u8> {
                                         break String::new();
                                     }
                                 }
+                                Some(Err(WsError::Capacity(e))) => {
+                                    let _ = tx.send(Event::TooBig(id, e.to_string())).await;
+                                    break String::new();
+                                }
                                 Some(Err(e)) => break format!("1006 transport break: {e}"),
                                 None => break "1006 transport break".to_string(),
                             }
@@ -1010,6 +1039,7 @@ async fn run() -> anyhow::Result<u8> {
                     host.opened(id, sink).await?;
                 }
                 Some(Event::Frame(id, m)) => host.frame(id, m).await?,
+                Some(Event::TooBig(id, why)) => host.close(id, 1009, &format!("1009 {why}")).await,
                 Some(Event::Gone(id, why)) => {
                     if host.conns.contains_key(&id) {
                         host.gone(id, why).await;
