@@ -291,7 +291,7 @@ fn hand_written(name: &str) -> Option<HandWritten> {
             ["host", "worker"],
             toolchannel::checks,
             toolchannel::OPENER,
-            false,
+            true,
         ),
         "xsession" => (["sender", "recipient"], xsession::checks, None, false),
         _ => return None,
