@@ -2291,7 +2291,7 @@ mod tests {
         for role in ["shell", "core"] {
             let c = checks(role).expect("role");
             let ids: Vec<_> = c.iter().map(|c| c.id.as_ref()).collect();
-            assert_eq!(ids.len(), 14, "{ids:?}");
+            assert_eq!(ids.len(), 13, "{ids:?}");
             assert_eq!(ids[0], "kernel.15.3a");
             assert!(ids.contains(&"kernel.15.12") && ids.contains(&"kernel.13.heartbeat"));
         }
