@@ -83,7 +83,6 @@ bodies! {
     h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
     h_lost => host_lost, w_lost => worker_lost,
     h_frames => host_frames, w_frames => worker_frames,
-    h_notrunning => host_notrunning,
     h_closes => host_closes,
     h_handshake => host_handshake, w_handshake => worker_handshake,
     h_release => host_release, w_release => worker_release,
@@ -186,13 +185,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Framing; P4.8 #23 (T-9, T-47, T-50)",
             Ok(h_frames),
             Ok(w_frames),
-        ),
-        (
-            "toolchannel.call.not-running",
-            "tools/call before the session serves (before tools/list acknowledged ready) → -32005 SESSION_NOT_RUNNING",
-            "Error codes (-32005); P4.8 #20 (T-31)",
-            Ok(h_notrunning),
-            Err("the worker gates tools/call; a host never receives one"),
         ),
         (
             "toolchannel.close.exit",
@@ -2312,35 +2304,6 @@ async fn worker_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
     s.settle().await?;
     let what = frames(&mut s).await?;
     pass(&s, what)
-}
-
-async fn host_notrunning(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (_dock, mut s) = host_session(cx, &k).await?;
-    s.init().await?;
-    let until = s.soon();
-    let ready = s
-        .until("agentfy/ready", until, |g| {
-            is_notification(g, "agentfy/ready").then(|| g.clone())
-        })
-        .await?;
-    let tool = ready
-        .at_ptr("/params/tools/0")
-        .and_then(Value::as_str)
-        .unwrap_or("echo")
-        .to_string();
-    let want = k.err("SESSION_NOT_RUNNING")?;
-    let id =
-        s.ch.request("tools/call", json!({"name": tool, "arguments": {}}))
-            .await?;
-    let g = s
-        .answer("the answer to tools/call before tools/list", &id, s.soon())
-        .await?;
-    s.coded(&g, want, "tools/call before the session serves", "")?;
-    pass(
-        &s,
-        format!("tools/call {tool} after agentfy/ready but before tools/list → {want}"),
-    )
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 17] = [
+const HAND_WRITTEN: [&str; 16] = [
     "toolchannel.upgrade.401",
     "toolchannel.upgrade.426",
     "toolchannel.handshake.order",
@@ -37,14 +37,13 @@ const HAND_WRITTEN: [&str; 17] = [
     "toolchannel.heartbeat",
     "toolchannel.heartbeat.lost",
     "toolchannel.frames.bad",
-    "toolchannel.call.not-running",
     "toolchannel.close.exit",
     "toolchannel.deadline.handshake",
     "toolchannel.release",
 ];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
 const NOT_FOR_HOST: [&str; 2] = ["toolchannel.handshake.order", "toolchannel.redial.refuse"];
-const NOT_FOR_WORKER: [&str; 2] = ["toolchannel.call.not-running", "toolchannel.close.exit"];
+const NOT_FOR_WORKER: [&str; 1] = ["toolchannel.close.exit"];
 
 /// The Rust host, built once if missing.
 fn host() -> &'static PathBuf {

@@ -98,6 +98,22 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             false,
         );
     }
+    if let Some((name, sm)) = &plan.machine {
+        for (state, method) in out_of_place_on_the_way(c, &plan) {
+            let title = format!(
+                "{method} in `{state}`, on the way to `{}`, gets the {name} machine's outOfPlace error",
+                plan.target
+            );
+            add(
+                format!("out-of-place.{name}.{state}"),
+                title,
+                &cite(join("/stateMachines", [name, "outOfPlace"]), &sm.seed),
+                out_of_place_at,
+                Some(state),
+                false,
+            );
+        }
+    }
     let wire = Wire::new(std::sync::Arc::new(c.clone())).map_err(|e| e.to_string())?;
     let first = id_value(id_prefix(c, role).as_deref(), 1);
     let carriers = carriers(c, role, &plan.staying(c), &first);
@@ -484,21 +500,74 @@ fn out_of_place_probes<'c>(c: &'c Contract, role: &str) -> Vec<(String, &'c Stat
         .iter()
         .filter(|(_, sm)| lifecycle(sm) && reply_error(sm.out_of_place.as_ref()).is_some())
         .filter_map(|(name, sm)| {
-            let first = sm.opened(&channel(c));
-            let method = sm.allows.iter().find_map(|(m, states)| {
-                let request = c
-                    .methods
-                    .get(m)
-                    .is_some_and(|x| x.kind == Kind::Request && x.from.iter().any(|p| p == role));
-                (request
-                    && !states.iter().any(|s| s == first)
-                    && !leaves(c, sm, first, m, role)
-                    && example(c, m, role).is_some())
-                .then(|| m.clone())
-            })?;
+            let method = misplaced(c, sm, sm.opened(&channel(c)), role, None)?;
             Some((name.clone(), sm, method))
         })
         .collect()
+}
+
+/// A request of `role` (with an example) that `sm` does not allow in `state` and that does
+/// not leave it; preferring one `later` allows (a call made too early, toolchannel's
+/// tools/call before the tool list) to one never allowed there.
+fn misplaced(
+    c: &Contract,
+    sm: &StateMachine,
+    state: &str,
+    role: &str,
+    later: Option<&str>,
+) -> Option<String> {
+    let candidates: Vec<&String> = sm
+        .allows
+        .iter()
+        .filter(|(m, states)| {
+            let request = c
+                .methods
+                .get(*m)
+                .is_some_and(|x| x.kind == Kind::Request && x.from.iter().any(|p| p == role));
+            request
+                && !states.iter().any(|s| s == state)
+                && !leaves(c, sm, state, m, role)
+                && example(c, m, role).is_some()
+        })
+        .map(|(m, _)| m)
+        .collect();
+    let early = |m: &&&String| later.is_some_and(|l| sm.allows[m.as_str()].iter().any(|s| s == l));
+    candidates
+        .iter()
+        .find(early)
+        .or(candidates.first())
+        .map(|m| (*m).clone())
+}
+
+/// Out-of-place probes in the states the walk passes after the first and before its
+/// target: (state, the request `role` sends there). Only where the machine waits for the
+/// suite (its next step is the suite's to take): where it waits for the implementation,
+/// the implementation may have moved on before the probe reaches it.
+fn out_of_place_on_the_way(c: &Contract, plan: &Plan) -> Vec<(String, String)> {
+    let Some((_, sm)) = &plan.machine else {
+        return Vec::new();
+    };
+    if reply_error(sm.out_of_place.as_ref()).is_none() {
+        return Vec::new();
+    }
+    let mut seen = vec![sm.opened(&channel(c)).to_string(), plan.target.clone()];
+    let mut out = Vec::new();
+    for (n, state) in plan.states.iter().enumerate() {
+        let in_flight = |m: &String| n > 0 && plan.steps[n - 1] == Step::Send(m.clone());
+        let waits_for_suite = match &plan.steps[n] {
+            Step::Send(_) | Step::Answer(_) => true,
+            Step::Await(m) => !in_flight(m),
+            Step::Expect(_) => false,
+        };
+        if seen.contains(state) || !waits_for_suite {
+            continue;
+        }
+        seen.push(state.clone());
+        if let Some(m) = misplaced(c, sm, state, &plan.role, Some(&plan.target)) {
+            out.push((state.clone(), m));
+        }
+    }
+    out
 }
 
 /// `role`'s first call example of `method` (any call example when none names a sender).
@@ -724,13 +793,18 @@ impl Session {
 
     /// The handshake of `plan`.
     async fn handshake(&mut self, cx: &Ctx, plan: &Plan) -> Result<(), Failure> {
+        self.walk_to(cx, plan, plan.steps.len()).await
+    }
+
+    /// The first `n` steps of `plan`'s handshake.
+    async fn walk_to(&mut self, cx: &Ctx, plan: &Plan, n: usize) -> Result<(), Failure> {
         let mut last = None;
         // The other party's request the suite expected and has yet to answer: answered by
         // an `Answer` step, or before the next message is expected (the implementation may
         // wait for it).
         let mut owed: Option<(Value, String)> = None;
         let mut first = true;
-        for (step, state) in plan.steps.iter().zip(&plan.states) {
+        for (step, state) in plan.steps.iter().zip(&plan.states).take(n) {
             // The first message of a fresh session also pays for the launch.
             let wait = match std::mem::take(&mut first) {
                 true => cx.opts.deadline.max(STARTUP),
@@ -1004,6 +1078,33 @@ fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {
         let got = s.answer(cx, &id, &method).await?;
         let first = sm.opened(&s.shape.channel);
         expect_code(&s.shape, &got, &want, &format!("{method} in `{first}`"))
+    })
+}
+
+/// A request the machine does not allow in a state the walk passes, sent once the walk
+/// is there, gets the machine's outOfPlace error.
+fn out_of_place_at(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let state = cx.subject.clone().unwrap_or_default();
+        let c = cx.wire.contract().clone();
+        let plan = plan_of(cx);
+        let (_, method) = out_of_place_on_the_way(&c, &plan)
+            .into_iter()
+            .find(|(s, _)| *s == state)
+            .ok_or_else(|| Failure::new(format!("suite bug: no probe in {state}")))?;
+        let want = plan
+            .machine
+            .as_ref()
+            .and_then(|(_, sm)| sm.out_of_place.as_ref()?.code.clone())
+            .unwrap_or_default();
+        let n = plan.states.iter().position(|s| *s == state).unwrap_or(0);
+        let mut s = Session::open(cx).await?;
+        if let Err(f) = s.walk_to(cx, &plan, n).await {
+            return plan.unreached(f);
+        }
+        let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
+        let got = s.answer(cx, &id, &method).await?;
+        expect_code(&s.shape, &got, &want, &format!("{method} in `{state}`"))
     })
 }
 
