@@ -922,117 +922,6 @@ async fn core_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
     Ok(Verdict::Pass(seen.join("; ")))
 }
 
-/// Write `bytes` in pieces: every 16 bytes, and once inside the first multi-byte UTF-8
-/// character, so the reader sees the frame, and a character, in several reads. Few enough
-/// writes that the frame completes far inside incompleteFrameSeconds on a loaded machine
-/// (one write per byte, each followed by a sleep, did not).
-async fn write_split(peer: &mut Peer, bytes: &[u8], wait: Duration) -> Result<(), Failure> {
-    let inside = bytes.iter().position(|b| *b >= 0xC0).map(|i| i + 1);
-    let mut cuts: Vec<usize> = (16..bytes.len()).step_by(16).chain(inside).collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut start = 0;
-    for end in cuts.into_iter().chain([bytes.len()]) {
-        peer.write_bytes(&bytes[start..end], wait).await?;
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        start = end;
-    }
-    Ok(())
-}
-
-async fn core_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    let (id, msg) = s.request("rukh.initialize", s.init_params(&[])?);
-    // A command name with multi-byte UTF-8, split across writes.
-    let msg = with(msg, "/params", "command", json!("démo ёж ✓"));
-    write_split(&mut s.peer, &framed(&to_bytes(&msg)), s.wait).await?;
-    let g = s.reply(&id, "rukh.initialize", s.soon()).await?;
-    success(
-        &g,
-        "the answer",
-        "the byte-by-byte rukh.initialize was refused",
-    )?;
-    // Two frames in one write: a UI event and the invoke.
-    let (ui, ui_msg) = s.request(
-        "rukh.ui.event",
-        json!({"view": "conformance", "stateVersion": 0, "sequence": 1, "event": {"type": "noop"}}),
-    );
-    let inv = s.id();
-    let mut merged = framed(&to_bytes(&ui_msg));
-    merged.extend(framed(&to_bytes(&CoreSide::invoke_msg(&inv, json!({})))));
-    s.peer.write_bytes(&merged, s.wait).await?;
-    // One deadline for both answers.
-    let until = s.soon();
-    let a = s.reply(&ui, "rukh.ui.event", until).await?;
-    success(
-        &a,
-        "the answer",
-        "the first of two merged frames (rukh.ui.event) was refused",
-    )?;
-    let c = s.reply(&inv, "rukh.invoke", until).await?;
-    success(
-        &c,
-        "the answer",
-        "the second of two merged frames (rukh.invoke) did not complete",
-    )?;
-    s.close().await?;
-    Ok(Verdict::Pass(
-        "a frame split across writes (one inside a UTF-8 character) and two frames in one write were parsed".into(),
-    ))
-}
-
-async fn core_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let limit = s.sp.secs("incompleteFrameSeconds")?;
-    // Idle is not an incomplete frame: wait past the frame deadline, then expect an answer.
-    tokio::time::sleep(limit + QUIET).await;
-    let ui = s
-        .send(
-            "rukh.ui.event",
-            json!({"view": "conformance", "stateVersion": 0, "sequence": 1, "event": {"type": "noop"}}),
-        )
-        .await?;
-    let until = Instant::now() + s.wait;
-    s.reply(&ui, "rukh.ui.event after an idle period", until)
-        .await?;
-    // Now begin a frame and stall.
-    let (_, msg) = s.request(
-        "rukh.ui.event",
-        json!({"view": "x", "stateVersion": 0, "sequence": 2}),
-    );
-    let bytes = framed(&to_bytes(&msg));
-    let part = &bytes[..bytes.len() / 2];
-    let start = Instant::now();
-    s.peer.write_bytes(part, s.wait).await?;
-    let bound = limit + SLACK;
-    loop {
-        match next_ev(&mut s.peer, start + bound).await {
-            Ev::End(_) => {
-                return Ok(Verdict::Pass(format!(
-                    "idle {:?} kept the session; a stalled frame ended it after {} ms",
-                    limit + QUIET,
-                    start.elapsed().as_millis()
-                )));
-            }
-            Ev::Timeout => {
-                return Err(Failure::new(format!(
-                    "a frame begun and stalled did not end the session within {bound:?} ({limit:?} from its first byte, P3.5)"
-                ))
-                .with("the partial frame", part));
-            }
-            Ev::Msg(g) => {
-                if kind(&g) == Some(Kind::Request) || is_success(&g) {
-                    return Err(Failure::new(format!(
-                        "the extension acted while a frame was incomplete: {}",
-                        g.brief()
-                    ))
-                    .with("that frame", &g.raw));
-                }
-            }
-        }
-    }
-}
-
 async fn core_denial(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::open(cx).await?;
     s.policy = CallPolicy::Deny;
@@ -1933,70 +1822,6 @@ async fn ext_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 #[cfg(unix)]
-async fn ext_split_merge(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    let (a, msg) = s.call_msg(json!({"text": "démo ёж ✓"}));
-    write_split(&mut s.peer, &framed(&to_bytes(&msg)), s.wait).await?;
-    let g = s.answer(&a).await?;
-    if g.at_ptr("/error/code").and_then(Value::as_i64) == s.sp.error("parse_error").ok() {
-        return Err(
-            Failure::new("a rukh.call split across writes was not parsed")
-                .with("the answer", &g.raw),
-        );
-    }
-    // A call and the completion in one write.
-    let (b, call) = s.call_msg(json!({}));
-    let inv = s.invoke_id();
-    let done = json!({"jsonrpc": "2.0", "id": inv, "result": succeeded()});
-    let mut merged = framed(&to_bytes(&call));
-    merged.extend(framed(&to_bytes(&done)));
-    s.peer.write_bytes(&merged, s.wait).await?;
-    s.answer(&b).await?;
-    s.closing(0).await?;
-    let e = s
-        .expect_exit(cx, "succeeded", "split and merged frames")
-        .await?;
-    Ok(Verdict::Pass(e))
-}
-
-#[cfg(unix)]
-async fn ext_incomplete(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    let limit = s.sp.secs("incompleteFrameSeconds")?;
-    // Idle is not an incomplete frame.
-    tokio::time::sleep(limit + QUIET).await;
-    s.call(json!({})).await?;
-    let (_, msg) = s.call_msg(json!({}));
-    let bytes = framed(&to_bytes(&msg));
-    let part = bytes[..bytes.len() / 2].to_vec();
-    let start = Instant::now();
-    s.peer.write_bytes(&part, s.wait).await?;
-    let bound = limit + SLACK;
-    loop {
-        match s.recv(start + bound).await? {
-            Ev::Msg(_) => {}
-            Ev::End(_) => break,
-            Ev::Timeout => {
-                return Err(Failure::new(format!(
-                    "a frame begun and stalled did not end the session within {bound:?} ({limit:?} from its first byte, P3.5)"
-                ))
-                .with("the partial frame", &part));
-            }
-        }
-    }
-    let took = start.elapsed();
-    s.release(0);
-    let e = s
-        .expect_exit(cx, "execution_failed", "a stalled frame")
-        .await?;
-    Ok(Verdict::Pass(format!(
-        "idle {:?} kept the session; the stalled frame ended it after {} ms; {e}",
-        limit + QUIET,
-        took.as_millis()
-    )))
-}
-
-#[cfg(unix)]
 async fn ext_context(cx: &mut Ctx) -> Result<Verdict, Failure> {
     ext_reject_after_invoke(
         cx,
@@ -2406,8 +2231,6 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
 bodies! { cx;
     c_shape => core_response_shape(cx),
     c_lsize => core_lifecycle_size(cx),
-    c_split => core_split_merge(cx),
-    c_incomplete => core_incomplete(cx),
     c_before => core_before_init(cx),
     c_confirm => core_confirm(cx),
     c_incompat => core_incompatible(cx),
@@ -2427,8 +2250,6 @@ bodies! { cx;
 bodies! { cx;
     e_shape => ext_response_shape(cx),
     e_lsize => ext_lifecycle_size(cx),
-    e_split => ext_split_merge(cx),
-    e_incomplete => ext_incomplete(cx),
     e_confirm => ext_confirm(cx),
     e_incompat => ext_refuse(cx, false),
     e_mismatch => ext_refuse(cx, true),
@@ -2490,20 +2311,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Load, log and UI events (limits); P3.6 rule 1; P3.7 item 5 (lifecyclePayloadMax, R-4)",
             Ok(c_lsize),
             ext!(e_lsize),
-        ),
-        (
-            "rukh.frame.split-merge",
-            "a frame split across writes (one inside a UTF-8 character) and two frames in one write are parsed",
-            "Frame format and value representation; P3.7 item 4",
-            Ok(c_split),
-            ext!(e_split),
-        ),
-        (
-            "rukh.frame.incomplete",
-            "idle is allowed; a begun frame must complete within 2 s or the session ends",
-            "Load, log and UI events (limits); P3.6 rule 2; P3.7 item 8 (incompleteFrameSeconds)",
-            Ok(c_incomplete),
-            ext!(e_incomplete),
         ),
         (
             "rukh.handshake.before-initialize",

@@ -136,7 +136,7 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
     ] {
         assert!(r.with("PASS").contains(passed), "{passed}: {}", r.stdout);
     }
-    assert_eq!(r.with("PASS").len(), 15, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 17, "{}", r.stdout);
     // A probe's failure shows what the suite sent, then what came back.
     let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
     let reuse = reuse
@@ -167,7 +167,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 31, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 33, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",
@@ -201,6 +201,8 @@ fn the_mcp_sdk_client_is_checked_with_the_suite_playing_the_server() {
         "mcp.derived.call.elicitation/create",
         "mcp.derived.json.safe-integer",
         "mcp.derived.frame.at-cap",
+        "mcp.derived.frame.split",
+        "mcp.derived.frame.merged",
         "mcp.derived.unknown-notification",
         "mcp.derived.invalid-params",
     ]);
@@ -225,7 +227,7 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
     );
     let r = conformance_as("server", "mcp", &target);
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 25, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 27, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
@@ -246,6 +248,8 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
         "lsp.derived.call.textDocument/hover",
         "lsp.derived.json.depth.at-cap",
         "lsp.derived.frame.at-cap",
+        "lsp.derived.frame.split",
+        "lsp.derived.frame.merged",
         "lsp.derived.unknown-notification",
     ]);
     let failed = ids(&[
@@ -278,12 +282,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            21,
+            23,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            18,
+            20,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -365,13 +369,13 @@ fn the_python_kernel_core_passes_every_derived_check() {
 }
 
 /// The derived suite playing the shell against the reference core breaking `rule`: only
-/// `check` fails, the other 20 checks pass.
+/// `check` fails, the other 22 checks pass.
 fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
     let peer = kernel_peer();
     let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
     let r = kernel_derived("shell", &target);
     assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 20, "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 22, "{rule}: {}", r.stdout);
     r
 }
 

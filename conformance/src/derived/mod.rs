@@ -28,6 +28,7 @@ use contract::join_pointer as join;
 use contract::model::{Action, ActionKind, Kind, Part, Scope, StateMachine, Trigger};
 use serde_json::{Value, json};
 
+mod framing;
 mod probes;
 mod rates;
 mod shape;
@@ -129,6 +130,18 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
                 true,
             );
         }
+    }
+    for (f, pointer) in framing::applies(c, &wire, &plan.staying(c)) {
+        let ch = Shape::of(c).map(|s| s.channel).unwrap_or_default();
+        let deadline = wire.frame_deadline(&ch).map(|(n, _)| n.to_string());
+        add(
+            f.name().into(),
+            f.title(deadline.as_deref()),
+            &cite(pointer, &c.channels[&ch].seed),
+            framing::body,
+            Some(f.name().into()),
+            f != framing::Family::Stalled,
+        );
     }
     for r in rates::rate_probes(c, role, &plan.staying(c)) {
         let title = format!(

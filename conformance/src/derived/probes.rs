@@ -440,11 +440,11 @@ fn json_borderline(
 
 /// Where a probe puts a value in a message: the path to an object, then the member
 /// (`None`: a new member, `conformance`).
-struct Place(Vec<String>, Option<String>);
+pub(super) struct Place(Vec<String>, Option<String>);
 
 impl Place {
     /// `m` with `v` at this place (`None` if `m` has no such place).
-    fn put(&self, m: &Value, v: Value) -> Option<Value> {
+    pub(super) fn put(&self, m: &Value, v: Value) -> Option<Value> {
         let mut m = m.clone();
         let mut at = &mut m;
         for seg in &self.0 {
@@ -461,7 +461,7 @@ impl Place {
 }
 
 /// Every place in `m`, outermost first: a new member of each object, then each member.
-fn places(m: &Value) -> Vec<Place> {
+pub(super) fn places(m: &Value) -> Vec<Place> {
     fn objects(v: &Value, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, Vec<String>)>) {
         match v {
             Value::Object(o) => {
@@ -661,7 +661,12 @@ fn built(p: Probe, cx: &Ctx, s: &Session, callable: &[String]) -> Result<Built, 
 
 /// Whether the reaction ends the channel.
 fn ends(r: &Reaction) -> bool {
-    matches!(r, Reaction::Rule { action, .. } if !matches!(action, ActionKind::ReplyError | ActionKind::Ignore))
+    matches!(r, Reaction::Rule { action, .. } if ends_the_channel(*action))
+}
+
+/// Whether `action` ends the channel (close, drop-connection, fail).
+pub(super) fn ends_the_channel(action: ActionKind) -> bool {
+    !matches!(action, ActionKind::ReplyError | ActionKind::Ignore)
 }
 
 /// Whether `g` answers one of `ids` with a result (served, not refused).
