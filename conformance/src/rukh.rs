@@ -866,23 +866,6 @@ async fn core_ids_own(cx: &mut Ctx) -> Result<Verdict, Failure> {
     judge_ids("extension", "e:", &s.ext_ids, requests)
 }
 
-/// Confirm (c:1), then send an invoke with `id` (a rule-breaking id): not run, session ends.
-async fn core_bad_id(cx: &mut Ctx, id: &str, what: &str) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let bytes = to_bytes(&CoreSide::invoke_msg(id, json!({})));
-    s.reject(&bytes, Some(id), "the invoke")
-        .await
-        .map(|d| Verdict::Pass(format!("rukh.invoke with {what} id {id}: {d}")))
-}
-
-async fn core_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    core_bad_id(cx, "c:3", "a skipped").await
-}
-
-async fn core_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    core_bad_id(cx, "e:2", "the extension's direction prefix in an").await
-}
-
 async fn core_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::confirmed(cx).await?;
     let bytes = to_bytes(&json!({"jsonrpc": "2.0", "id": "e:99", "result": {"output": {}}}));
@@ -1724,34 +1707,6 @@ async fn ext_reject_after_invoke(
 }
 
 #[cfg(unix)]
-async fn ext_ids_gap(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    let (a, _) = s.call(json!({})).await?;
-    s.next += 1;
-    let (b, msg) = s.call_msg(json!({}));
-    s.peer.send_raw(&to_bytes(&msg)).await?;
-    let r = s
-        .rejected(cx, Some(&b), &format!("rukh.call {b} after {a}"))
-        .await?;
-    Ok(Verdict::Pass(r))
-}
-
-#[cfg(unix)]
-async fn ext_ids_prefix(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    ext_reject_after_invoke(
-        cx,
-        |s| {
-            let (_, msg) = s.call_msg(json!({}));
-            let msg = with(msg, "", "id", json!("c:1"));
-            (Some("c:1".into()), vec![to_bytes(&msg)])
-        },
-        "a rukh.call with the core's prefix (id c:1)",
-    )
-    .await
-    .map(Verdict::Pass)
-}
-
-#[cfg(unix)]
 async fn ext_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
     ext_reject_after_invoke(
         cx,
@@ -2237,8 +2192,6 @@ bodies! { cx;
     c_once => core_once(cx),
     c_kind => core_kind(cx),
     c_ids_own => core_ids_own(cx),
-    c_ids_gap => core_ids_gap(cx),
-    c_ids_prefix => core_ids_prefix(cx),
     c_ids_unknown => core_ids_unknown(cx),
     c_denial => core_denial(cx),
     c_cancel => core_cancel(cx),
@@ -2257,8 +2210,6 @@ bodies! { cx;
     e_kind => ext_kind(cx),
     e_once => ext_once(cx),
     e_ids_own => ext_ids_own(cx),
-    e_ids_gap => ext_ids_gap(cx),
-    e_ids_prefix => ext_ids_prefix(cx),
     e_ids_unknown => ext_ids_unknown(cx),
     e_context => ext_context(cx),
     e_after => ext_after_completion(cx),
@@ -2369,20 +2320,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Requests, responses and events (request IDs); P3.6 rule 7 (R-10)",
             Ok(c_ids_own),
             ext!(e_ids_own),
-        ),
-        (
-            "rukh.ids.gap",
-            "a skipped request id is a protocol error: not performed, the session ends",
-            "Requests, responses and events (request IDs); P3.6 rule 7; P3.7 item 6",
-            Ok(c_ids_gap),
-            ext!(e_ids_gap),
-        ),
-        (
-            "rukh.ids.wrong-prefix",
-            "a request id with the other direction's prefix is a protocol error",
-            "Requests, responses and events (request IDs); P3.6 rule 7",
-            Ok(c_ids_prefix),
-            ext!(e_ids_prefix),
         ),
         (
             "rukh.ids.unknown-response",

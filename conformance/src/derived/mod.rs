@@ -155,10 +155,14 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let id = format!("rate.{}", r.limit);
         add(id, title, &r.seed, rates::body, Some(r.limit), false);
     }
-    if let Some((action, code)) = id_rule(c, role) {
+    for probe in IdProbe::ALL {
+        let Some((action, code)) = id_rule(c, role, probe) else {
+            continue;
+        };
         let code = code.map(|c| format!(" {c}")).unwrap_or_default();
         let title = format!(
-            "a request from the {role} reusing an id gets `{}`{code}",
+            "{} gets `{}`{code}",
+            probe.what(role),
             probes::action_name(action)
         );
         let seed = c.parties[role]
@@ -167,7 +171,8 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             .and_then(|i| i.action.as_ref())
             .map(|a| cite(join("/parties", [role, "ids"]), &a.seed))
             .unwrap_or_default();
-        add("ids.reuse".into(), title, &seed, id_reuse, None, true);
+        let name = probe.name();
+        add(name.into(), title, &seed, id_probe, Some(name.into()), true);
     }
     Ok(out)
 }
@@ -1121,9 +1126,53 @@ fn out_of_place_at(cx: &mut Ctx) -> BodyFuture<'_> {
     })
 }
 
-/// The reaction the party's id rule prescribes for a reused id, when the suite can see it.
-fn id_rule(c: &Contract, role: &str) -> Option<(ActionKind, Option<Value>)> {
-    let ids = c.parties.get(role)?.ids.as_ref().filter(|i| i.unique)?;
+/// A request id that breaks the party's id rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdProbe {
+    /// The id of the request just answered (`unique`).
+    Reuse,
+    /// The next id but one (`gapless`).
+    Gap,
+    /// The other party's prefix (`prefix`).
+    Prefix,
+}
+
+impl IdProbe {
+    const ALL: [IdProbe; 3] = [IdProbe::Reuse, IdProbe::Gap, IdProbe::Prefix];
+
+    fn name(self) -> &'static str {
+        match self {
+            IdProbe::Reuse => "ids.reuse",
+            IdProbe::Gap => "ids.gap",
+            IdProbe::Prefix => "ids.prefix",
+        }
+    }
+
+    fn what(self, role: &str) -> String {
+        match self {
+            IdProbe::Reuse => format!("a request from the {role} reusing an id"),
+            IdProbe::Gap => format!("a request from the {role} skipping an id"),
+            IdProbe::Prefix => format!("a request from the {role} with another id prefix"),
+        }
+    }
+
+    fn applies(self, ids: &contract::model::IdRules) -> bool {
+        match self {
+            IdProbe::Reuse => ids.unique,
+            IdProbe::Gap => ids.gapless,
+            IdProbe::Prefix => ids.prefix.is_some(),
+        }
+    }
+}
+
+/// The reaction the party's id rule prescribes for `probe`, when the suite can see it.
+fn id_rule(c: &Contract, role: &str, probe: IdProbe) -> Option<(ActionKind, Option<Value>)> {
+    let ids = c
+        .parties
+        .get(role)?
+        .ids
+        .as_ref()
+        .filter(|i| probe.applies(i))?;
     let a = ids.action.as_ref()?;
     match (a.action, &a.code) {
         (ActionKind::ReplyError, None) => None,
@@ -1131,12 +1180,34 @@ fn id_rule(c: &Contract, role: &str) -> Option<(ActionKind, Option<Value>)> {
     }
 }
 
-fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
+/// The id `probe` sends after the session answered `last`: the same, one skipped, or
+/// the next number with another party's prefix (none when no other party has one).
+fn probe_id(c: &Contract, s: &mut Session, cx: &Ctx, probe: IdProbe, last: &Value) -> Value {
+    match probe {
+        IdProbe::Reuse => last.clone(),
+        IdProbe::Gap => {
+            s.take_id();
+            s.take_id()
+        }
+        IdProbe::Prefix => {
+            let other = c
+                .parties
+                .get(&cx.other)
+                .and_then(|p| p.ids.as_ref()?.prefix.clone());
+            id_value(other.as_deref(), s.next + 1)
+        }
+    }
+}
+
+fn id_probe(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let plan = plan_of(cx);
         let c = cx.wire.contract().clone();
-        let (action, code) =
-            id_rule(&c, &cx.role).ok_or_else(|| Failure::new("suite bug: no id rule to probe"))?;
+        let name = cx.subject.clone().unwrap_or_default();
+        let probe = IdProbe::ALL.into_iter().find(|p| p.name() == name);
+        let rule = probe.and_then(|p| Some((p, id_rule(&c, &cx.role, p)?)));
+        let (probe, (action, code)) =
+            rule.ok_or_else(|| Failure::new(format!("suite bug: no id rule for {name}")))?;
         let callable = plan.staying(&c);
         let method = callable
             .first()
@@ -1145,21 +1216,25 @@ fn id_reuse(cx: &mut Ctx) -> BodyFuture<'_> {
             Ok(s) => s,
             Err(f) => return plan.unreached(f),
         };
-        let id = s.send(cx, method).await?.unwrap_or(Value::Null);
-        s.answer(cx, &id, method).await?;
-        let mut again = s.message(cx, method)?;
-        s.shape.set_id(&mut again, id.clone());
-        s.peer.send_raw(again.to_string().as_bytes()).await?;
+        // Answered right before the probe: an end it would have reached anyway is no evidence.
+        let last = s.send(cx, method).await?.unwrap_or(Value::Null);
+        s.answer(cx, &last, method).await?;
+        let id = probe_id(&c, &mut s, cx, probe, &last);
+        let mut bad = s.message(cx, method)?;
+        s.shape.set_id(&mut bad, id.clone());
+        s.peer.send_raw(bad.to_string().as_bytes()).await?;
         let b = probes::Built {
-            bytes: Vec::new(),
+            bytes: bad.to_string().into_bytes(),
             ids: vec![id.clone(), Value::Null],
             uncapped: false,
             reaction: probes::Reaction::Rule { action, code },
             pointer: String::new(),
             seed: String::new(),
         };
-        let what = format!("{method} reusing id {id}");
-        let verdict = probes::react(&mut s, cx, &b, &what, &callable).await?;
+        let what = format!("{method} with id {id} after {last}");
+        let verdict = probes::react(&mut s, cx, &b, &what, &callable)
+            .await
+            .map_err(|f| f.sent(&b.bytes))?;
         probes::settle(s, cx, &b, verdict).await
     })
 }
