@@ -13,7 +13,8 @@
 #   9. the same against core --break credit                    -> exit 1, only kernel.15.5 fails
 #  10. contract-proxy conformance --play core against the shell (--core none)  -> exit 0,
 #      skipped only the two checks that do not apply to a shell (15.8, 15.10)
-#  11. the same against shell --break trace-id                 -> exit 1, only kernel.15.12 fails
+#  11. the same against shell --break trace-id                 -> exit 1, only kernel.derived.messages
+#      fails (a message without trace_id breaks the envelope's schema)
 #      (8-11 write --junit; the JUnit file must list every check the suite lists)
 #
 # usage: examples/kernel/run.sh [--build-only]
@@ -293,8 +294,8 @@ TIME_SCALE=0.2 conformance suite-core-credit shell 1 "kernel.15.5" "" "$py_core 
 say "(h) conformance --play core against the C# shell (--core none): every applicable check passes"
 conformance suite-shell core 0 "" "$not_for_shells" "$cs_shell"
 
-say "(i) conformance --play core against shell --break trace-id: exactly kernel.15.12 fails"
-TIME_SCALE=0.2 conformance suite-shell-trace core 1 "kernel.15.12" "$not_for_shells" "$cs_shell --break trace-id"
+say "(i) conformance --play core against shell --break trace-id: exactly kernel.derived.messages fails"
+TIME_SCALE=0.2 conformance suite-shell-trace core 1 "kernel.derived.messages" "$not_for_shells" "$cs_shell --break trace-id"
 
 echo
 if [ "$failures" = 0 ]; then echo "kernel pair: all runs as expected"; else echo "kernel pair: $failures run check(s) failed"; fi

@@ -29,6 +29,7 @@ use contract::model::{Action, ActionKind, Kind, Part, Scope, StateMachine, Trigg
 use serde_json::{Value, json};
 
 mod framing;
+mod messages;
 mod probes;
 mod rates;
 mod shape;
@@ -173,6 +174,17 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             .unwrap_or_default();
         let name = probe.name();
         add(name.into(), title, &seed, id_probe, Some(name.into()), true);
+    }
+    if let Some(shape) = Shape::of(c) {
+        let ch = &shape.channel;
+        add(
+            "messages".into(),
+            "every message the implementation sends of its own, through the handshake and a call of each request, is one the contract accepts".into(),
+            &cite(join("/channels", [ch.as_str()]), &c.channels[ch].seed),
+            messages::body,
+            None,
+            false,
+        );
     }
     Ok(out)
 }

@@ -80,6 +80,8 @@ pub enum CoreBreak {
     /// Answer invalid params (protocol.invalid_payload) with another category than the
     /// catalog's.
     Category,
+    /// After answering a plain command, send a task.progress event with an empty payload.
+    Event,
 }
 
 /// `kernel-peer shell` arguments.
@@ -834,7 +836,13 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                                     let _ = itx.send(Internal::AskExpired(env_id)).await;
                                 });
                             }
-                            _ => out.reply(&m.value, json!({"text": format!("Вы сказали: {text}")})),
+                            _ => {
+                                out.reply(&m.value, json!({"text": format!("Вы сказали: {text}")}));
+                                if a.break_rule == Some(CoreBreak::Event) {
+                                    // Unchecked: the point is a message the contract rejects.
+                                    out.push(&out.msg("event", Some("task.progress"), &trace, json!({})), false);
+                                }
+                            }
                         }
                     }
                     (Kind::Request, "task.cancel") => {
