@@ -32,29 +32,7 @@ const HAND_WRITTEN: [&str; 13] = [
 
 /// Every check id the suite lists for `play`: derived ones first, then [`HAND_WRITTEN`].
 fn ids(play: &str) -> Vec<String> {
-    let r = suite(&[
-        "--contract",
-        "kernel",
-        "--play",
-        play,
-        "--target",
-        "exec:true",
-        "--list",
-    ]);
-    assert_eq!(r.code, 0, "{}", show(&r));
-    let ids: Vec<String> = r
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-        .collect();
-    let (derived, hand) = ids.split_at(ids.len().saturating_sub(HAND_WRITTEN.len()));
-    assert_eq!(hand, HAND_WRITTEN, "{}", show(&r));
-    assert!(
-        derived.len() > 10 && derived.iter().all(|d| d.starts_with("kernel.derived.")),
-        "{}",
-        show(&r)
-    );
-    ids
+    common::listed_ids("kernel", play, "exec:true", &HAND_WRITTEN)
 }
 
 fn suite(args: &[&str]) -> Run {

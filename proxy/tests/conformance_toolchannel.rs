@@ -10,12 +10,11 @@
 //! own target directory when they are missing.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{BIN, Run, bin_dir, cargo_build, conformance, finish, junit_ids, peers_python, show};
+use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, show};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// A whole suite run.
@@ -125,32 +124,12 @@ fn expect_skips(r: &Run, not_for: &[&str]) {
 
 /// Every check id the suite lists for `role`: the derived ones, then [`HAND_WRITTEN`].
 fn ids(role: &str) -> Vec<String> {
-    let child = Command::new(BIN)
-        .args(["conformance", "--contract", "toolchannel", "--play", role])
-        .args(["--target", "ws://127.0.0.1:9/worker", "--list"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start");
-    let r = finish(child, Duration::from_secs(30));
-    assert_eq!(r.code, 0, "{}", show(&r));
-    let ids: Vec<String> = r
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-        .collect();
-    let (derived, hand) = ids.split_at(ids.len().saturating_sub(HAND_WRITTEN.len()));
-    assert_eq!(hand, HAND_WRITTEN, "{}", show(&r));
-    assert!(
-        derived.len() > 10
-            && derived
-                .iter()
-                .all(|d| d.starts_with("toolchannel.derived."))
-            && derived[0] == "toolchannel.derived.handshake",
-        "{}",
-        show(&r)
-    );
-    ids
+    common::listed_ids(
+        "toolchannel",
+        role,
+        "ws://127.0.0.1:9/worker",
+        &HAND_WRITTEN,
+    )
 }
 
 #[test]

@@ -145,6 +145,38 @@ pub fn conformance_env(
     finish(cmd.spawn().expect("start contract-proxy"), limit)
 }
 
+/// Every check id `conformance --list` gives for `contract` played as `play`: the checks
+/// derived from the contract first (the handshake leading), then `hand_written`, in order.
+pub fn listed_ids(contract: &str, play: &str, target: &str, hand_written: &[&str]) -> Vec<String> {
+    let args = [
+        "--contract",
+        contract,
+        "--play",
+        play,
+        "--target",
+        target,
+        "--list",
+    ];
+    let r = conformance(&args, None, Duration::from_secs(30));
+    assert_eq!(r.code, 0, "{}", show(&r));
+    let ids: Vec<String> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    let (derived, hand) = ids.split_at(ids.len().saturating_sub(hand_written.len()));
+    assert_eq!(hand, hand_written, "{}", show(&r));
+    let prefix = format!("{contract}.derived.");
+    assert!(
+        derived.len() > 10
+            && derived.iter().all(|d| d.starts_with(&prefix))
+            && derived[0] == format!("{prefix}handshake"),
+        "{}",
+        show(&r)
+    );
+    ids
+}
+
 /// The JUnit file a run wrote, and the check id of each test case in it.
 pub fn junit_ids(path: &Path) -> (quick_junit::Report, Vec<String>) {
     let xml = std::fs::read_to_string(path).expect("junit written");
