@@ -10,12 +10,17 @@
 //! - `call.<method>`: after the handshake, each request the party may send gets an answer
 //!   the contract accepts: a result valid against the method's schema, or an error whose
 //!   code the catalog or the method lists;
-//! - `out-of-place.<machine>`: a request the machine does not allow where a new connection
-//!   puts it (its initial state, or where an `open` trigger takes it), sent first, gets the
+//! - `out-of-place.<machine>[.<state>]`: a request the machine does not allow where a new
+//!   connection puts it (its initial state, or where an `open` trigger takes it), sent
+//!   first, or in a state the walk passes where the machine waits for the suite, gets the
 //!   machine's `outOfPlace` error;
-//! - `unknown-method`, `parse`: an unknown method and a frame that is not JSON get the
-//!   contract's `violations` replies;
-//! - `ids.reuse`: a request reusing an id gets the party's id-rule error.
+//! - the bad-input families ([`probes`]) and the framing family ([`framing`]) get the
+//!   contract's `violations` reactions, or are served like any other;
+//! - `ids.reuse`, `ids.gap`, `ids.prefix`: a request breaking the party's id rule gets
+//!   its reaction;
+//! - `rate.<limit>` ([`rates`]): a connection's token bucket refuses with its code;
+//! - `messages` ([`messages`]): every message the implementation sends of its own is one
+//!   the contract accepts.
 //!
 //! A probe whose answer the contract leaves to the implementation is not made: only
 //! `reply-error` actions with a code are checked.
