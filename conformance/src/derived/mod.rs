@@ -1,5 +1,5 @@
 //! The suite derived from a contract's data, for any contract with a channel bound as
-//! JSON-RPC or as an envelope ([`shape`]): what a contract the project never saw gets from
+//! JSON-RPC or as an envelope (`shape`): what a contract the project never saw gets from
 //! `conformance` with no Rust of its own.
 //!
 //! Every check reads the contract, never a protocol name:
@@ -14,12 +14,12 @@
 //!   connection puts it (its initial state, or where an `open` trigger takes it), sent
 //!   first, or in a state the walk passes where the machine waits for the suite, gets the
 //!   machine's `outOfPlace` error;
-//! - the bad-input families ([`probes`]) and the framing family ([`framing`]) get the
+//! - the bad-input families (`probes`) and the framing family (`framing`) get the
 //!   contract's `violations` reactions, or are served like any other;
 //! - `ids.reuse`, `ids.gap`, `ids.prefix`: a request breaking the party's id rule gets
 //!   its reaction;
-//! - `rate.<limit>` ([`rates`]): a connection's token bucket refuses with its code;
-//! - `messages` ([`messages`]): every message the implementation sends of its own is one
+//! - `rate.<limit>` (`rates`): a connection's token bucket refuses with its code;
+//! - `messages` (`messages`): every message the implementation sends of its own is one
 //!   the contract accepts.
 //!
 //! A probe whose answer the contract leaves to the implementation is not made: only
