@@ -136,7 +136,7 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
     ] {
         assert!(r.with("PASS").contains(passed), "{passed}: {}", r.stdout);
     }
-    assert_eq!(r.with("PASS").len(), 18, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 19, "{}", r.stdout);
     // A probe's failure shows what the suite sent, then what came back.
     let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
     let reuse = reuse
@@ -167,7 +167,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 34, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 35, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",
@@ -205,6 +205,7 @@ fn the_mcp_sdk_client_is_checked_with_the_suite_playing_the_server() {
         "mcp.derived.frame.merged",
         "mcp.derived.unknown-notification",
         "mcp.derived.invalid-params",
+        "mcp.derived.capabilities",
         "mcp.derived.messages",
     ]);
     assert_eq!(r.with("PASS"), passed, "{}", r.stdout);
@@ -228,7 +229,7 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
     );
     let r = conformance_as("server", "mcp", &target);
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 28, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 29, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
@@ -284,12 +285,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            24,
+            25,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            21,
+            22,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -360,6 +361,14 @@ fn an_invalid_message_of_its_own_fails_only_the_messages_check() {
     assert!(r.stdout.contains("task_id"), "{}", r.stdout);
 }
 
+/// A core that asks the shell's permission though the shell declared no `permissions`
+/// (the capabilities check's session declares none): that check fails alone.
+#[test]
+fn a_capability_the_suite_did_not_declare_fails_only_the_capabilities_check() {
+    let r = kernel_core_breaking("capability", "kernel.derived.capabilities");
+    assert!(r.stdout.contains("needs `permissions`"), "{}", r.stdout);
+}
+
 /// The Python reference core (examples/kernel/core.py, on the SDK contractgen generates):
 /// it asks the shell for its program index before it launches a program, and the suite,
 /// waiting for command.handle's answer, answers that request with the shell's result
@@ -385,13 +394,13 @@ fn the_python_kernel_core_passes_every_derived_check() {
 }
 
 /// The derived suite playing the shell against the reference core breaking `rule`: only
-/// `check` fails, the other 23 checks pass.
+/// `check` fails, the other 24 checks pass.
 fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
     let peer = kernel_peer();
     let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
     let r = kernel_derived("shell", &target);
     assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 23, "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 24, "{rule}: {}", r.stdout);
     r
 }
 

@@ -19,6 +19,8 @@
 //! - `ids.reuse`, `ids.gap`, `ids.prefix`: a request breaking the party's id rule gets
 //!   its reaction;
 //! - `rate.<limit>` (`rates`): a connection's token bucket refuses with its code;
+//! - `capabilities` (`capabilities`): with the played party declaring none, the
+//!   implementation uses no capability it would have had to declare;
 //! - `messages` (`messages`): every message the implementation sends of its own is one
 //!   the contract accepts.
 //!
@@ -33,6 +35,7 @@ use contract::join_pointer as join;
 use contract::model::{ActionKind, Kind, Part};
 use serde_json::Value;
 
+mod capabilities;
 mod framing;
 mod messages;
 mod plan;
@@ -185,6 +188,20 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let name = probe.name();
         add(name.into(), title, &seed, id_probe, Some(name.into()), true);
     }
+    if let Some((caps, seed)) = capabilities::applies(c, role) {
+        let title = format!(
+            "with the {role} declaring no capability, the implementation uses none of {}",
+            caps.join(", ")
+        );
+        add(
+            "capabilities".into(),
+            title,
+            &seed,
+            capabilities::body,
+            None,
+            false,
+        );
+    }
     if let Some(shape) = Shape::of(c) {
         let ch = &shape.channel;
         add(
@@ -218,6 +235,9 @@ struct Session {
     /// (a worker's heartbeat in `running`): answered whenever they come, so a session
     /// shared by many checks lives as long as they take.
     keeps: Vec<String>,
+    /// The played party's capability declaration, written empty in the messages the suite
+    /// sends from examples (the capabilities check).
+    declares_none: Option<contract::model::Declaration>,
 }
 
 impl Session {
@@ -233,6 +253,7 @@ impl Session {
             prefix,
             traces: HashMap::new(),
             keeps: Plan::new(&c, &cx.role).keeps(&c),
+            declares_none: None,
         })
     }
 
@@ -257,11 +278,27 @@ impl Session {
         let mut v = example(c, method, &cx.role)
             .ok_or_else(|| Failure::new(format!("the contract has no call example of {method}")))?;
         dealias(&cx.aliases, &mut v);
+        self.undeclare(method, Part::Call, &mut v);
         if self.shape.id(&v).is_some() {
             let id = self.take_id();
             self.shape.set_id(&mut v, id);
         }
         Ok(v)
+    }
+
+    /// `v` (the `part` of `method`) declaring no capability, where it is the played
+    /// party's declaration and [`Session::declares_none`] is set.
+    fn undeclare(&self, method: &str, part: Part, v: &mut Value) {
+        let Some(d) = self.declares_none.as_ref() else {
+            return;
+        };
+        if d.method == method && d.part == part {
+            let empty = match d.form {
+                contract::model::DeclarationForm::List => Value::Array(Vec::new()),
+                contract::model::DeclarationForm::ObjectKeys => Value::Object(Default::default()),
+            };
+            contract::set_pointer(v, &d.pointer, empty);
+        }
     }
 
     /// The id the next request gets.
@@ -471,6 +508,7 @@ impl Session {
             Failure::new(format!("the contract has no result example of {method}"))
         })?;
         dealias(&cx.aliases, &mut v);
+        self.undeclare(method, Part::Result, &mut v);
         let call = example_of(c, method, Part::Call, &cx.other);
         echoed(&self.shape, &mut v, call.as_ref(), request);
         let own = self.shape.answers_have_ids().then(|| self.take_id());

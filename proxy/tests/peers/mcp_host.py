@@ -5,7 +5,8 @@ Usage: mcp_host.py CMD [ARG...]
 
 Launches CMD as its MCP server over stdio, as a host is configured to (the suite's tests
 give it `socat STDIO UNIX-CONNECT:{control}`, so the server is the suite), initializes with
-sampling, roots and elicitation callbacks, lists the tools, then serves the server's
+sampling, roots and elicitation callbacks, lists the tools if the server declared them,
+then serves the server's
 requests until the server goes away.
 """
 
@@ -38,8 +39,10 @@ async def main() -> None:
         async with ClientSession(read, write, sampling_callback=sampling,
                                  list_roots_callback=roots,
                                  elicitation_callback=elicitation) as s:
-            await s.initialize()
-            await s.list_tools()
+            init = await s.initialize()
+            # A host calls only what the server declared (the SDK leaves that to it).
+            if init.capabilities.tools is not None:
+                await s.list_tools()
             # Serve the server's requests (the SDK answers them in the background) until
             # the server ends the stream; the suite ends this process after its last check.
             await asyncio.sleep(3600)

@@ -82,6 +82,8 @@ pub enum CoreBreak {
     Category,
     /// After answering a plain command, send a task.progress event with an empty payload.
     Event,
+    /// After answering a plain command, ask permission.request whatever the shell declared.
+    Capability,
 }
 
 /// `kernel-peer shell` arguments.
@@ -841,6 +843,9 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                                 if a.break_rule == Some(CoreBreak::Event) {
                                     // Unchecked: the point is a message the contract rejects.
                                     out.push(&out.msg("event", Some("task.progress"), &trace, json!({})), false);
+                                }
+                                if a.break_rule == Some(CoreBreak::Capability) {
+                                    out.request("permission.request", &trace, json!({"request_id": format!("ask-{}", out.id()), "permission": "system.power", "action": "shutdown", "reason": "--break capability", "preview": "Компьютер будет выключен.", "ttl": a.ttl}));
                                 }
                             }
                         }
