@@ -4,14 +4,12 @@
 //! not send a message whose method needs a capability the played party declares: it
 //! was never declared.
 
-use std::time::{Duration, Instant};
-
-use contract::Contract;
-use serde_json::Value;
+use std::time::Duration;
 
 use super::{Session, cite, plan_of};
-use crate::session::{Ctx, Incoming};
+use crate::session::Ctx;
 use crate::{BodyFuture, Failure, pass};
+use contract::Contract;
 
 /// How long the suite listens after the last answer for what the calls set off.
 const LINGER: Duration = Duration::from_millis(500);
@@ -58,13 +56,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &plan).await {
             return plan.unreached(f);
         }
-        for m in plan.staying(&c) {
-            let id = s.send(cx, &m).await?.unwrap_or(Value::Null);
-            // What the answer is, is its call check's to judge.
-            let _ = s.wait_answer(cx, &[id], &m, cx.soon()).await;
-        }
-        let until = Instant::now() + LINGER;
-        while let Incoming::Control(_) | Incoming::Data { .. } = s.peer.next(until).await {}
+        s.call_each(cx, &plan.staying(&c), LINGER).await?;
         let caps = gated(&c, &cx.role);
         let uses = |m: &str| c.methods.get(m).and_then(|x| x.capability.clone());
         for g in &s.peer.log {

@@ -6,12 +6,10 @@
 //! the call checks) must be one the contract accepts from it.
 
 use std::ops::Range;
-use std::time::{Duration, Instant};
-
-use serde_json::Value;
+use std::time::Duration;
 
 use super::{Session, plan_of};
-use crate::session::{Ctx, Got, Incoming};
+use crate::session::{Ctx, Got};
 use crate::{BodyFuture, Failure, pass};
 
 /// How long the suite listens after the last answer for what the calls set off.
@@ -27,17 +25,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         }
         // Frames that came while the suite waited in vain for an answer: what stood in for
         // it (an oversize answer skipped unread) is its call check's to report.
-        let mut waits_in_vain: Vec<Range<usize>> = Vec::new();
-        for m in plan.staying(&c) {
-            let id = s.send(cx, &m).await?.unwrap_or(Value::Null);
-            let from = s.peer.log.len();
-            // Whether the answer is one the contract accepts is its call check's to say.
-            if s.wait_answer(cx, &[id], &m, cx.soon()).await.is_err() {
-                waits_in_vain.push(from..s.peer.log.len());
-            }
-        }
-        let until = Instant::now() + LINGER;
-        while let Incoming::Control(_) | Incoming::Data { .. } = s.peer.next(until).await {}
+        let waits_in_vain = s.call_each(cx, &plan.staying(&c), LINGER).await?;
         judge(&s, &waits_in_vain)
     })
 }

@@ -301,6 +301,28 @@ impl Session {
         }
     }
 
+    /// Send each of `methods` once and wait for its answer (what it is, is its call
+    /// check's to judge), then listen `linger` more for what the calls set off. The
+    /// stretches of the log that came while the suite waited in vain for an answer.
+    async fn call_each(
+        &mut self,
+        cx: &Ctx,
+        methods: &[String],
+        linger: std::time::Duration,
+    ) -> Result<Vec<std::ops::Range<usize>>, Failure> {
+        let mut in_vain = Vec::new();
+        for m in methods {
+            let id = self.send(cx, m).await?.unwrap_or(Value::Null);
+            let from = self.peer.log.len();
+            if self.wait_answer(cx, &[id], m, cx.soon()).await.is_err() {
+                in_vain.push(from..self.peer.log.len());
+            }
+        }
+        let until = Instant::now() + linger;
+        while let Incoming::Control(_) | Incoming::Data { .. } = self.peer.next(until).await {}
+        Ok(in_vain)
+    }
+
     /// The id the next request gets.
     fn peek_id(&self) -> Value {
         id_value(self.prefix.as_deref(), self.next + 1)
