@@ -1091,6 +1091,10 @@ pub const OPENER: Option<super::Opener> = None;
 #[cfg(unix)]
 fn open_core(cx: &mut Ctx) -> super::BodyFutureOf<'_, Peer> {
     Box::pin(async move {
+        // Only a template launches the core with the handoff; any other target as written.
+        if !matches!(cx.target(), super::Target::Template { .. }) {
+            return cx.open_plain().await;
+        }
         let side = launch_core(cx, None).await?;
         cx.hold((side.link, side.stdout));
         cx.on_end = Some(core_failed);

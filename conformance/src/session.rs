@@ -257,8 +257,9 @@ pub struct Ctx {
     held: Vec<Kept>,
 }
 
-/// A hand-written suite's hook that opens one session on a template target: launch the
-/// command with its placeholders filled in and return the suite's end of the session.
+/// A hand-written suite's hook that opens one session: launch a template target with its
+/// placeholders filled in (or reach another the way the suite's protocol needs: a token on
+/// an upgrade) and return the suite's end of the session.
 /// What it must keep alive for the session it gives to [`Ctx::hold`].
 pub type Opener = for<'a> fn(&'a mut Ctx) -> super::BodyFutureOf<'a, Peer>;
 
@@ -404,8 +405,18 @@ impl Ctx {
         Peer::new(&self.wire, &self.role, &self.other, control, data)
     }
 
-    /// Open a fresh session with the implementation (launching it if the target says so).
+    /// Open a fresh session with the implementation (launching it if the target says so),
+    /// by the hand-written suite's [`Opener`] when it has one (it may hand back to
+    /// [`Ctx::open_plain`] for a target it has nothing to add to).
     pub async fn open(&mut self) -> Result<Peer, Failure> {
+        match self.opener {
+            Some(open) => open(self).await,
+            None => self.open_plain().await,
+        }
+    }
+
+    /// [`Ctx::open`] without the suite's opener: the target reached as written.
+    pub async fn open_plain(&mut self) -> Result<Peer, Failure> {
         let opts = endpoint_options(&self.wire);
         let target = self.target.clone();
         match &*target {
@@ -436,12 +447,9 @@ impl Ctx {
                 suite_listens,
                 sockets,
             } => self.launch(argv, *suite_listens, *sockets, &opts).await,
-            Target::Template { .. } => match self.opener {
-                Some(open) => open(self).await,
-                None => Err(Failure::new(
-                    "this target's placeholders belong to the contract's suite, which launches it itself",
-                )),
-            },
+            Target::Template { .. } => Err(Failure::new(
+                "this target's placeholders belong to the contract's suite, which launches it itself",
+            )),
         }
     }
 

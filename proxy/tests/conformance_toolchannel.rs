@@ -215,3 +215,47 @@ fn as_worker_a_host_that_answers_sampling_fails_exactly_the_sampling_check() {
     assert_eq!(jids, ids("worker"));
     assert_eq!(report.failures, 1);
 }
+
+/// A host the suite does not launch (`--target ws://…` with `--param token=… --param
+/// session=…`): the derived checks dial it with the token too, through the suite's opener.
+#[test]
+fn as_worker_a_host_started_elsewhere_is_dialed_with_the_token_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port_file = dir.path().join("port");
+    let mut h = std::process::Command::new(host())
+        .args(["--listen", "127.0.0.1:0", "--port-file"])
+        .arg(&port_file)
+        .args(["--token", "tok-elsewhere", "--session-id", "sess-elsewhere"])
+        .args(["--heartbeat-interval-seconds", "1", "--heartbeats", "100"])
+        .args(["--handshake-seconds", "5", "--ready-seconds", "10"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the host");
+    let started = std::time::Instant::now();
+    let port = loop {
+        match std::fs::read_to_string(&port_file) {
+            Ok(p) if p.ends_with('\n') => break p.trim().to_string(),
+            _ if started.elapsed() > Duration::from_secs(20) => panic!("the host never listened"),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let target = format!("ws://127.0.0.1:{port}/worker");
+    let only = "toolchannel.derived.handshake,toolchannel.derived.call.sampling/createMessage";
+    let r = suite(&[
+        "--play",
+        "worker",
+        "--target",
+        &target,
+        "--param",
+        "token=tok-elsewhere",
+        "--param",
+        "session=sess-elsewhere",
+        "--only",
+        only,
+    ]);
+    let _ = h.kill();
+    let _ = h.wait();
+    assert_eq!(r.code, 0, "{}", show(&r));
+    assert_eq!(r.with("PASS").len(), 2, "{}", show(&r));
+}
