@@ -685,11 +685,11 @@ impl Chan {
 // ---------------------------------------------------------------------------------------------
 // Reaching the implementation.
 
-/// The derived checks' sessions on a template target, opened the way the hand-written
-/// checks open theirs: playing the host, the worker launched with a fresh token and
-/// session id and its upgrade admitted; playing the worker, the host launched and
-/// dialed with the token. The contract's examples carry one session id: the session's
-/// own stands in for it ([`Ctx::aliases`]).
+/// The derived checks' sessions, opened the way the hand-written checks open theirs:
+/// playing the host, the worker launched with a fresh token and session id (or dialing
+/// in with the `--param` ones) and its upgrade admitted; playing the worker, the host
+/// launched (or named) and dialed with the token. The contract's examples carry one
+/// session id: the session's own stands in for it ([`Ctx::aliases`]).
 pub const OPENER: Option<super::Opener> = Some(open_session);
 
 fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {

@@ -4,15 +4,10 @@
 //! not send a message whose method needs a capability the played party declares: it
 //! was never declared.
 
-use std::time::Duration;
-
 use super::{Session, cite, plan_of};
 use crate::session::Ctx;
 use crate::{BodyFuture, Failure, pass};
 use contract::Contract;
-
-/// How long the suite listens after the last answer for what the calls set off.
-const LINGER: Duration = Duration::from_millis(500);
 
 /// The capabilities `role` declares that a method of the other party needs, and the
 /// citation of `role`'s declaration; `None` when there are none or `role` declares
@@ -56,7 +51,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &plan).await {
             return plan.unreached(f);
         }
-        s.call_each(cx, &plan.staying(&c), LINGER).await?;
+        s.call_each(cx, &plan.staying(&c)).await?;
         let caps = gated(&c, &cx.role);
         let uses = |m: &str| c.methods.get(m).and_then(|x| x.capability.clone());
         for g in &s.peer.log {

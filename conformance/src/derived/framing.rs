@@ -128,28 +128,13 @@ fn widened(cx: &Ctx, shape: &Shape, carrier: &Value) -> Value {
 
 /// A probe of `m`, answered like any other.
 fn answered(shape: &Shape, m: &Value, plain: &Value) -> Built {
-    Built {
-        bytes: Vec::new(),
-        ids: shape.id(m).into_iter().cloned().collect(),
-        uncapped: false,
-        reaction: Reaction::Answer {
-            plain: plain.clone(),
-        },
-        pointer: String::new(),
-        seed: String::new(),
-    }
-}
-
-/// `carrier` with the session's next id, given out.
-fn fresh(s: &mut Session, carrier: &Value) -> Value {
-    let mut m = carrier.clone();
-    let id = s.take_id();
-    s.shape.set_id(&mut m, id);
-    m
+    let ids = shape.id(m).into_iter().cloned().collect();
+    let plain = plain.clone();
+    Built::expecting(Vec::new(), ids, Reaction::Answer { plain })
 }
 
 async fn split(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict, Failure> {
-    let m = fresh(&mut s, &carrier);
+    let m = s.numbered(carrier.clone());
     let m = widened(cx, &s.shape, &m);
     // Its trace (the implementation's requests on it are served: see Session::serves).
     s.remember(cx, m.to_string().as_bytes());
@@ -181,8 +166,8 @@ async fn split(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict, 
 }
 
 async fn merged(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict, Failure> {
-    let first = fresh(&mut s, &carrier);
-    let second = fresh(&mut s, &carrier);
+    let first = s.numbered(carrier.clone());
+    let second = s.numbered(carrier.clone());
     for m in [&first, &second] {
         s.remember(cx, m.to_string().as_bytes());
     }
@@ -212,14 +197,12 @@ async fn stalled(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict
         .ok_or_else(|| Failure::new("suite bug: no frame deadline"))?;
     // Idle past the deadline, then a request: served, as no frame had begun.
     tokio::time::sleep(limit + EARLY).await;
-    let m = fresh(&mut s, &carrier);
-    let id = s.shape.id(&m).cloned().unwrap_or(Value::Null);
-    s.remember(cx, m.to_string().as_bytes());
-    s.peer.send(&m).await?;
+    let m = s.numbered(carrier.clone());
+    let id = s.send_value(&m).await?.unwrap_or(Value::Null);
     s.answer(cx, &id, &format!("a request after {limit:?} idle"))
         .await?;
     // Then half a frame, and nothing more.
-    let half = fresh(&mut s, &carrier);
+    let half = s.numbered(carrier.clone());
     let framed = s.peer.framed(half.to_string().as_bytes());
     let part = framed[..framed.len() / 2].to_vec();
     let start = Instant::now();
@@ -251,14 +234,7 @@ async fn stalled(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict
         .action(&name)
         .map(|a| (a.action, a.code.clone()));
     let (action, code) = action.ok_or_else(|| Failure::new("suite bug: no frame action"))?;
-    let b = Built {
-        bytes: part,
-        ids: Vec::new(),
-        uncapped: false,
-        reaction: Reaction::Rule { action, code },
-        pointer: String::new(),
-        seed: String::new(),
-    };
+    let b = Built::expecting(part, Vec::new(), Reaction::Rule { action, code });
     let seen = format!(
         "idle {:?}, then a request served; the stalled frame ended the session after {} ms",
         limit + EARLY,

@@ -6,14 +6,10 @@
 //! the call checks) must be one the contract accepts from it.
 
 use std::ops::Range;
-use std::time::Duration;
 
 use super::{Session, plan_of};
 use crate::session::{Ctx, Got};
 use crate::{BodyFuture, Failure, pass};
-
-/// How long the suite listens after the last answer for what the calls set off.
-const LINGER: Duration = Duration::from_millis(500);
 
 pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
@@ -25,7 +21,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         }
         // Frames that came while the suite waited in vain for an answer: what stood in for
         // it (an oversize answer skipped unread) is its call check's to report.
-        let waits_in_vain = s.call_each(cx, &plan.staying(&c), LINGER).await?;
+        let waits_in_vain = s.call_each(cx, &plan.staying(&c)).await?;
         judge(&s, &waits_in_vain)
     })
 }

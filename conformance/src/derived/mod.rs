@@ -279,11 +279,16 @@ impl Session {
             .ok_or_else(|| Failure::new(format!("the contract has no call example of {method}")))?;
         dealias(&cx.aliases, &mut v);
         self.undeclare(method, Part::Call, &mut v);
+        Ok(self.numbered(v))
+    }
+
+    /// `v` with the next id given out, when it is a request.
+    fn numbered(&mut self, mut v: Value) -> Value {
         if self.shape.id(&v).is_some() {
             let id = self.take_id();
             self.shape.set_id(&mut v, id);
         }
-        Ok(v)
+        v
     }
 
     /// `v` (the `part` of `method`) declaring no capability, where it is the played
@@ -302,13 +307,12 @@ impl Session {
     }
 
     /// Send each of `methods` once and wait for its answer (what it is, is its call
-    /// check's to judge), then listen `linger` more for what the calls set off. The
+    /// check's to judge), then listen [`LINGER`] more for what the calls set off. The
     /// stretches of the log that came while the suite waited in vain for an answer.
     async fn call_each(
         &mut self,
         cx: &Ctx,
         methods: &[String],
-        linger: std::time::Duration,
     ) -> Result<Vec<std::ops::Range<usize>>, Failure> {
         let mut in_vain = Vec::new();
         for m in methods {
@@ -318,7 +322,7 @@ impl Session {
                 in_vain.push(from..self.peer.log.len());
             }
         }
-        let until = Instant::now() + linger;
+        let until = Instant::now() + LINGER;
         while let Incoming::Control(_) | Incoming::Data { .. } = self.peer.next(until).await {}
         Ok(in_vain)
     }
@@ -345,8 +349,14 @@ impl Session {
     /// Send `method`'s example; its id when it is a request.
     async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
         let v = self.message(cx, method)?;
-        let sent = self.peer.send(&v).await?;
-        let id = self.shape.id(&v).cloned();
+        self.send_value(&v).await
+    }
+
+    /// Send `v`, remembering the trace it carries (see [`Session::serves`]); its id when
+    /// it is a request.
+    async fn send_value(&mut self, v: &Value) -> Result<Option<Value>, Failure> {
+        let sent = self.peer.send(v).await?;
+        let id = self.shape.id(v).cloned();
         if let (Some(id), Some(trace)) = (&id, sent.trace) {
             self.traces.insert(id.to_string(), trace);
         }
@@ -624,6 +634,10 @@ fn echoed(shape: &Shape, answer: &mut Value, call: Option<&Value>, request: &Val
 /// Unclaimed messages kept per wait.
 const UNCLAIMED: usize = 8;
 
+/// How long the suite listens after its calls for what they set off (a stream's chunks, a
+/// task's events): the messages and capabilities checks.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// An error answer must carry a code the contract knows.
 fn known_code(
     c: &Contract,
@@ -840,14 +854,11 @@ fn id_probe(cx: &mut Ctx) -> BodyFuture<'_> {
         let mut bad = s.message(cx, method)?;
         s.shape.set_id(&mut bad, id.clone());
         s.peer.send_raw(bad.to_string().as_bytes()).await?;
-        let b = probes::Built {
-            bytes: bad.to_string().into_bytes(),
-            ids: vec![id.clone(), Value::Null],
-            uncapped: false,
-            reaction: probes::Reaction::Rule { action, code },
-            pointer: String::new(),
-            seed: String::new(),
-        };
+        let b = probes::Built::expecting(
+            bad.to_string().into_bytes(),
+            vec![id.clone(), Value::Null],
+            probes::Reaction::Rule { action, code },
+        );
         let what = format!("{method} with id {id} after {last}");
         let verdict = probes::react(&mut s, cx, &b, &what, &callable)
             .await

@@ -165,6 +165,19 @@ pub(super) struct Built {
 }
 
 impl Built {
+    /// What a check other than a probe (its bytes already sent) expects: `reaction`, to
+    /// an answer carrying one of `ids`. Its check cites its own entry.
+    pub fn expecting(bytes: Vec<u8>, ids: Vec<Value>, reaction: Reaction) -> Built {
+        Built {
+            bytes,
+            ids,
+            uncapped: false,
+            reaction,
+            pointer: String::new(),
+            seed: String::new(),
+        }
+    }
+
     /// The check's title.
     pub fn title(&self, p: Probe) -> String {
         match &self.reaction {
@@ -705,10 +718,9 @@ pub(super) async fn react(
                 ))
                 .with("the answer", v.to_string().as_bytes())
             };
-            let mut plain = plain.clone();
-            let id = s.take_id();
-            s.shape.set_id(&mut plain, id.clone());
-            s.peer.send(&plain).await.map_err(|_| refused())?;
+            let plain = s.numbered(plain.clone());
+            let sent = s.send_value(&plain).await.map_err(|_| refused())?;
+            let id = sent.unwrap_or(Value::Null);
             let (w, _) = s
                 .wait_answer(cx, &[id], "the request without the edge", cx.soon())
                 .await?;
