@@ -149,20 +149,25 @@ impl Plan {
         })
     }
 
-    /// The other party's requests whose transitions keep the machine in the walk's target.
-    pub fn keeps(&self, c: &Contract) -> Vec<String> {
+    /// The steps of the transitions that keep the machine in the walk's target.
+    fn self_loops(&self, c: &Contract) -> Vec<Step> {
         let Some((_, sm)) = &self.machine else {
             return Vec::new();
         };
         sm.transitions
             .iter()
             .filter(|t| t.from == self.target && t.to == self.target)
-            .filter_map(|t| match step_of(c, t.trigger.as_ref(), &self.role) {
-                Some(Step::Expect(m))
-                    if c.methods.get(&m).is_some_and(|x| x.kind == Kind::Request) =>
-                {
-                    Some(m)
-                }
+            .filter_map(|t| step_of(c, t.trigger.as_ref(), &self.role))
+            .collect()
+    }
+
+    /// The other party's requests whose transitions keep the machine in the walk's target.
+    pub fn keeps(&self, c: &Contract) -> Vec<String> {
+        let request = |m: &String| c.methods.get(m).is_some_and(|x| x.kind == Kind::Request);
+        self.self_loops(c)
+            .into_iter()
+            .filter_map(|step| match step {
+                Step::Expect(m) if request(&m) => Some(m),
                 _ => None,
             })
             .collect()
@@ -176,12 +181,7 @@ impl Plan {
             Some(states) if states.contains(&self.target) => true,
             // A transition that keeps the machine there allows it too, as the engine
             // judges (toolchannel's heartbeat in `running`).
-            Some(_) => sm.transitions.iter().any(|t| {
-                t.from == self.target
-                    && t.to == self.target
-                    && step_of(c, t.trigger.as_ref(), &self.role)
-                        == Some(Step::Send(method.to_string()))
-            }),
+            Some(_) => self.self_loops(c).contains(&Step::Send(method.to_string())),
             None => !governed(c, sm, method) || leaves(c, sm, &self.target, method, &self.role),
         }
     }
