@@ -34,11 +34,19 @@ pub enum Lang {
     Python,
     /// A net8.0 C# class library using System.Text.Json (C# 7.3 syntax).
     Csharp,
+    /// A Wireshark Lua dissector (one per contract).
+    Wireshark,
 }
 
 impl Lang {
     /// Every target, in the order a several-target run writes them.
-    pub const ALL: [Lang; 4] = [Lang::Rust, Lang::Docs, Lang::Python, Lang::Csharp];
+    pub const ALL: [Lang; 5] = [
+        Lang::Rust,
+        Lang::Docs,
+        Lang::Python,
+        Lang::Csharp,
+        Lang::Wireshark,
+    ];
 
     /// The target's directory in a several-target run, as `--lang` spells it.
     pub fn dir(self) -> &'static str {
@@ -47,6 +55,7 @@ impl Lang {
             Lang::Docs => "docs",
             Lang::Python => "python",
             Lang::Csharp => "csharp",
+            Lang::Wireshark => "wireshark",
         }
     }
 }
@@ -217,6 +226,7 @@ impl Config {
 
     /// One target's files for the built IRs (each with the name of its contract file).
     fn render(&self, lang: Lang, irs: &[(Ir, String)]) -> Result<Vec<GeneratedFile>, GenError> {
+        let mut target: Option<crate::sdk::TargetView> = None;
         let (name, templates, register): (
             &str,
             &[crate::sdk::Template],
@@ -236,9 +246,18 @@ impl Config {
             Lang::Docs => ("docs", crate::docs::TEMPLATES, crate::docs::register),
             Lang::Python => ("python", crate::python::TEMPLATES, crate::python::register),
             Lang::Csharp => ("csharp", crate::csharp::TEMPLATES, crate::csharp::register),
+            Lang::Wireshark => {
+                target = Some(crate::wireshark::view);
+                (
+                    "wireshark",
+                    crate::wireshark::TEMPLATES,
+                    crate::wireshark::register,
+                )
+            }
         };
         let irs: Vec<&Ir> = irs.iter().map(|(ir, _)| ir).collect();
-        crate::sdk::generate(name, &irs, templates, register, self.templates.as_deref())
+        let dir = self.templates.as_deref();
+        crate::sdk::generate(name, &irs, templates, (register, target), dir)
     }
 
     /// Generate and write into the output directory (default `OUT_DIR`), touching only

@@ -16,6 +16,7 @@ pub mod rust;
 pub mod sdk;
 pub mod types;
 pub mod vectors;
+pub mod wireshark;
 
 pub use config::{Config, GeneratedFile, Lang, write_file_if_changed};
 pub use ir::{GenError, Ir};
@@ -49,6 +50,8 @@ pub enum LangArg {
     Python,
     /// A net8.0 C# class library using System.Text.Json (C# 7.3 syntax).
     Csharp,
+    /// A Wireshark Lua dissector per contract.
+    Wireshark,
     /// Every target, each into OUT/<lang>/.
     All,
 }
@@ -64,6 +67,7 @@ impl LangArg {
             LangArg::Docs => Some(Lang::Docs),
             LangArg::Python => Some(Lang::Python),
             LangArg::Csharp => Some(Lang::Csharp),
+            LangArg::Wireshark => Some(Lang::Wireshark),
             LangArg::All => None,
         };
         args.iter().filter_map(lang).collect()

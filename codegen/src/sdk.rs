@@ -234,12 +234,16 @@ fn file_key(name: &str) -> String {
     format!("file:{name}")
 }
 
-/// Render a template target for `irs`.
+/// A target's own view of a contract, which its per-contract templates see as `target`.
+pub type TargetView = fn(&Ir) -> Result<Value, GenError>;
+
+/// Render a template target for `irs`: `register` adds the target's helpers, `target`
+/// (when given) its own view to each contract's context.
 pub fn generate(
     lang: &str,
     irs: &[&Ir],
     embedded: &[Template],
-    register: fn(&mut Handlebars<'static>),
+    (register, target): (fn(&mut Handlebars<'static>), Option<TargetView>),
     dir: Option<&Path>,
 ) -> Result<Vec<GeneratedFile>, GenError> {
     let mut hb = engine(lang, register);
@@ -252,7 +256,14 @@ pub fn generate(
                 reason: e.to_string(),
             })?;
     }
-    let mut contexts: Vec<Value> = irs.iter().map(|ir| context(ir)).collect::<Result<_, _>>()?;
+    let with_target = |ir: &&Ir| -> Result<Value, GenError> {
+        let mut ctx = context(ir)?;
+        if let Some(view) = target {
+            ctx["target"] = view(ir)?;
+        }
+        Ok(ctx)
+    };
+    let mut contexts: Vec<Value> = irs.iter().map(with_target).collect::<Result<_, _>>()?;
     // Whole-run files (indexes, package metadata) must not depend on argument order.
     contexts.sort_by(|a, b| a["module"].as_str().cmp(&b["module"].as_str()));
     let mut files = Vec::new();

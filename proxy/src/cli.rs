@@ -63,6 +63,15 @@ pub struct ShowArgs {
     /// Show only frames matching KEY=VALUE (as for `run`).
     #[arg(long, value_name = "KEY=VALUE")]
     pub filter: Vec<Filter>,
+    /// Write the recording as pcapng to OUT instead of printing it: each connection a
+    /// TCP conversation, each frame framed as it travelled, with the proxy's verdict as
+    /// the packet comment (open it with the `contractgen generate --lang wireshark`
+    /// dissector; docs/wireshark.md).
+    #[arg(long, value_name = "OUT")]
+    pub pcap: Option<PathBuf>,
+    /// The contract (a built-in name or a file) when the recording's own is not wanted.
+    #[arg(long, value_name = "NAME|PATH", requires = "pcap")]
+    pub contract: Option<String>,
 }
 
 /// `replay` arguments.
@@ -407,6 +416,31 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             Ok(Outcome::Code(0))
         }
         Cmd::Run(args) => run(*args).await,
+        Cmd::Show(ShowArgs {
+            file,
+            pcap: Some(out),
+            contract,
+            ..
+        }) => {
+            let st = crate::pcap::export(&file, &out, contract.as_deref())
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            eprintln!(
+                "contract-proxy: wrote {}: {} connections, {} frames, {} packets{}",
+                out.display(),
+                st.connections,
+                st.frames,
+                st.packets,
+                if st.headerless > 0 {
+                    format!(
+                        "; {} data frames recorded without their header (zeros written)",
+                        st.headerless
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            Ok(Outcome::Code(0))
+        }
         Cmd::Show(a) => {
             let logger = Logger::new(a.log, a.filter);
             let st = crate::record::show(&a.file, &logger)

@@ -161,6 +161,23 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// One line for people: `ok`, `VIOLATION <class> <code> <reason>`, `FRAMING <reason>`.
+    pub fn text(&self) -> String {
+        match self {
+            Verdict::Ok => "ok".into(),
+            Verdict::Violation {
+                class,
+                code,
+                reason,
+                ..
+            } => format!(
+                "VIOLATION {class} {} {reason}",
+                code.as_ref().map(|c| c.to_string()).unwrap_or_default()
+            ),
+            Verdict::Framing { reason } => format!("FRAMING {reason}"),
+        }
+    }
+
     fn of(v: &Violation) -> Self {
         Verdict::Violation {
             class: v.class.name(),
@@ -244,11 +261,29 @@ pub enum Effect {
     },
 }
 
+/// What a frame's recorded bytes hold, so a capture can frame them again as they travelled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RawForm {
+    /// A message's payload: the channel's framing goes around it.
+    #[default]
+    Payload,
+    /// A binary frame's payload, with its header values after the length, in wire order.
+    Data(Vec<u64>),
+    /// The bytes as they travelled, framing included: what a broken framing left.
+    AsTravelled,
+    /// A binary message on a message transport.
+    BinaryMessage,
+    /// No frame: an event about the connection (a deadline, the close).
+    NoFrame,
+}
+
 /// The outcome of inspecting one frame.
 #[derive(Debug, Clone)]
 pub struct Inspection {
     /// For the live view, log, recording and traces.
     pub event: Event,
+    /// What the frame's bytes are, for the recording.
+    pub form: RawForm,
     /// The decoded message, when it parsed.
     pub message: Option<Value>,
     /// What to do with the frame.
@@ -411,6 +446,7 @@ impl Inspector {
             let decision = self.apply(vec![r], &mut event).unwrap_or(Decision::Forward);
             out.push(Inspection {
                 event,
+                form: RawForm::NoFrame,
                 message: None,
                 decision,
                 effects: std::mem::take(&mut self.effects),
@@ -647,6 +683,7 @@ impl Inspector {
         }
         Inspection {
             event,
+            form: RawForm::AsTravelled,
             message: None,
             decision,
             effects: std::mem::take(&mut self.effects),
@@ -663,6 +700,7 @@ impl Inspector {
         let decision = self.enforce(&v, None, &mut event);
         Inspection {
             event,
+            form: RawForm::BinaryMessage,
             message: None,
             decision,
             effects: std::mem::take(&mut self.effects),
@@ -769,6 +807,7 @@ impl Inspector {
         }
         Inspection {
             event,
+            form: RawForm::Data(frame.fields.clone()),
             message: None,
             decision,
             effects: std::mem::take(&mut self.effects),
@@ -808,6 +847,7 @@ impl Inspector {
             .unwrap_or(Decision::Forward);
         Inspection {
             event,
+            form: RawForm::NoFrame,
             message: None,
             decision,
             effects: std::mem::take(&mut self.effects),
@@ -882,6 +922,7 @@ impl Inspector {
         };
         Inspection {
             event,
+            form: RawForm::Payload,
             message: msg.map(|m| m.value),
             decision,
             effects: std::mem::take(&mut self.effects),

@@ -18,6 +18,7 @@ pub mod config;
 pub mod demo;
 pub mod inspect;
 pub mod log;
+pub mod pcap;
 pub mod policy;
 pub mod record;
 pub mod redact;

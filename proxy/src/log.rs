@@ -156,21 +156,11 @@ impl Logger {
                 self.line(&v.to_string());
             }
             Format::Pretty => {
-                let (verdict, color) = match &e.verdict {
-                    Verdict::Ok => ("ok".to_string(), "32"),
-                    Verdict::Violation {
-                        class,
-                        code,
-                        reason,
-                        ..
-                    } => (
-                        format!(
-                            "VIOLATION {class} {} {reason}",
-                            code.as_ref().map(|c| c.to_string()).unwrap_or_default()
-                        ),
-                        "31",
-                    ),
-                    Verdict::Framing { reason } => (format!("FRAMING {reason}"), "31"),
+                let verdict = e.verdict.text();
+                let color = if matches!(e.verdict, Verdict::Ok) {
+                    "32"
+                } else {
+                    "31"
                 };
                 let secs = t as u64;
                 let what = match (&e.stream, &e.method) {

@@ -26,7 +26,7 @@ use prost::Message as _;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::inspect::{Dir, Event, Inspection, Verdict};
+use crate::inspect::{Dir, Event, Inspection, RawForm, Verdict};
 use crate::log::Logger;
 use crate::redact;
 
@@ -49,6 +49,28 @@ pub fn contract_document(c: &contract::Contract) -> String {
         return String::new();
     }
     serde_json::to_string(c).unwrap_or_default()
+}
+
+/// The contract a recorded route speaks: `given` (a name or path) when there is one,
+/// else the document the route carries (a contract loaded from a file), else the name
+/// it records.
+pub fn route_contract(
+    path: &Path,
+    header: &Header,
+    route: &RouteInfo,
+    given: Option<&str>,
+) -> Result<contract::Contract, contract::LoadError> {
+    if let Some(c) = given {
+        return contract::resolve(c);
+    }
+    if !route.contract_json.is_empty() {
+        let origin = format!("{} (route {})", path.display(), route.name);
+        return contract::from_str(&origin, &route.contract_json);
+    }
+    let name = Some(route.contract.as_str())
+        .filter(|c| !c.is_empty())
+        .unwrap_or(&header.contract);
+    contract::resolve(name)
 }
 
 /// First message of a recording (proto `Header`).
@@ -155,6 +177,28 @@ pub struct Record {
     /// Connection note (empty: none).
     #[prost(string, tag = "8")]
     pub note: String,
+    /// Binary data frames: the header values after the length, in the framing's order.
+    #[prost(uint64, repeated, tag = "9")]
+    pub header: Vec<u64>,
+    /// What `raw` holds ([`Form`] as i32).
+    #[prost(enumeration = "Form", tag = "10")]
+    pub form: i32,
+}
+
+/// What a frame record's `raw` holds (proto `Form`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum Form {
+    /// A message's payload; the channel's framing goes around it.
+    Payload = 0,
+    /// A binary frame's payload; `header` holds its header values.
+    Data = 1,
+    /// The bytes as they travelled, framing included.
+    AsTravelled = 2,
+    /// A binary message on a message transport.
+    BinaryMessage = 3,
+    /// No frame: an event about the connection.
+    NoFrame = 4,
 }
 
 /// Nanoseconds since the Unix epoch, now (0 if the clock is before 1970).
@@ -229,7 +273,7 @@ impl Record {
             channel: channel.to_string(),
             raw: raw.to_vec(),
             decoded_json,
-            note: String::new(),
+            ..Default::default()
         }
     }
 
@@ -237,7 +281,7 @@ impl Record {
     /// the event; the decoded message is kept when it parsed. Stamped now.
     pub fn inspected(raw: &[u8], inspection: &Inspection) -> Self {
         let e = &inspection.event;
-        Record::build(
+        let mut r = Record::build(
             &e.route,
             e.conn,
             e.dir,
@@ -245,7 +289,19 @@ impl Record {
             raw,
             Some(e),
             inspection.message.as_ref(),
-        )
+        );
+        let form = match &inspection.form {
+            RawForm::Payload => Form::Payload,
+            RawForm::Data(header) => {
+                r.header = header.clone();
+                Form::Data
+            }
+            RawForm::AsTravelled => Form::AsTravelled,
+            RawForm::BinaryMessage => Form::BinaryMessage,
+            RawForm::NoFrame => Form::NoFrame,
+        };
+        r.form = form as i32;
+        r
     }
 
     /// A note about connection `conn` (opened, closed, close code, enforcement action), stamped now.

@@ -462,27 +462,6 @@ fn choose_conn(path: &Path, side: Dir, want: Option<u64>) -> Result<u64, ReplayE
     )))
 }
 
-/// The contract to replay with: `--contract` when given, else the document the route
-/// carries (a contract loaded from a file), else the name it records.
-fn recorded_contract(
-    path: &Path,
-    header: &crate::record::Header,
-    route: &crate::record::RouteInfo,
-    opts: &ReplayOptions,
-) -> Result<contract::Contract, ReplayError> {
-    if let Some(c) = &opts.contract {
-        return Ok(contract::resolve(c)?);
-    }
-    if !route.contract_json.is_empty() {
-        let origin = format!("{} (route {})", path.display(), route.name);
-        return Ok(contract::from_str(&origin, &route.contract_json)?);
-    }
-    let name = Some(route.contract.as_str())
-        .filter(|c| !c.is_empty())
-        .unwrap_or(&header.contract);
-    Ok(contract::resolve(name)?)
-}
-
 fn plan(
     path: &Path,
     side: Dir,
@@ -512,8 +491,11 @@ fn plan(
             path.display()
         ))
     })?;
-    let wire = Arc::new(Wire::new(Arc::new(recorded_contract(
-        path, &header, route, opts,
+    let wire = Arc::new(Wire::new(Arc::new(crate::record::route_contract(
+        path,
+        &header,
+        route,
+        opts.contract.as_deref(),
     )?))?);
     let (me, peer) = match side {
         Dir::Up => (route.client.clone(), route.server.clone()),
