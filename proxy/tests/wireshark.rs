@@ -18,6 +18,7 @@ use contract::wire::Wire;
 use contract::wire::framing::BinaryFrame;
 use contract_proxy::inspect::{Dir, Event, Inspector, Mode};
 use contract_proxy::record::{self, Header, Record, Recorder, RouteInfo};
+use serde_json::Value;
 
 mod common;
 
@@ -130,7 +131,19 @@ struct Expect {
     stream: Option<(u64, u64)>,
     /// The expert info it must raise, if any (a piece of the message).
     expert: Option<&'static str>,
+    /// Whether the inspector flagged it (then the dissector may too).
+    flagged: bool,
 }
+
+/// Pieces of the dissector's expert messages: a frame the inspector passed raises none.
+const EXPERTS: &[&str] = &[
+    "Not JSON",
+    "over the",
+    "is not on channel",
+    "comes from",
+    "not in the catalog",
+    "No message kind",
+];
 
 fn expect_of(e: &Event) -> Expect {
     Expect {
@@ -145,7 +158,70 @@ fn expect_of(e: &Event) -> Expect {
         },
         stream: e.stream,
         expert: None,
+        flagged: !matches!(e.verdict, contract_proxy::inspect::Verdict::Ok),
     }
+}
+
+fn expert(piece: &'static str) -> Expect {
+    Expect {
+        kind: String::new(),
+        method: String::new(),
+        stream: None,
+        expert: Some(piece),
+        flagged: true,
+    }
+}
+
+/// Frames that break what one frame can show, each with the expert info it raises: a
+/// request for a method the channel lacks, a message from a party the contract does not
+/// let send it (where the channel says who connects), an error code off the catalog.
+fn bent(c: &contract::Contract, key: &str, client: &str) -> Vec<(Dir, Value, &'static str)> {
+    use contract::model::{Binding, Kind, Part};
+    let ch = &c.channels[key];
+    let calls = || {
+        c.methods
+            .values()
+            .filter(move |m| m.channel == key)
+            .flat_map(|m| m.examples.iter().map(move |e| (m, e)))
+    };
+    let mut out = Vec::new();
+    let method_at = match &ch.binding {
+        Some(Binding::Jsonrpc { .. }) => Some("/method".to_string()),
+        Some(Binding::Envelope { method, .. }) => Some(method.clone()),
+        _ => None,
+    };
+    let request = calls().find(|(m, e)| m.kind == Kind::Request && e.part == Part::Call);
+    if let (Some(at), Some((_, e))) = (&method_at, request) {
+        let mut v = e.message.clone();
+        *v.pointer_mut(at).expect("method") = "no.such.method".into();
+        out.push((Dir::Up, v, "is not on channel"));
+    }
+    if ch.connects.is_some() {
+        let one_sided = calls().find(|(m, e)| {
+            e.part == Part::Call && m.from.len() == 1 && c.parties.len() == 2 && method_at.is_some()
+        });
+        if let Some((m, e)) = one_sided {
+            let dir = if m.from[0] == client {
+                Dir::Down
+            } else {
+                Dir::Up
+            };
+            out.push((dir, e.message.clone(), "comes from"));
+        }
+    }
+    let code_at = c.error_body_pointer(key).map(|p| format!("{p}/code"));
+    let error = calls().find(|(_, e)| e.part == Part::Error);
+    if let (Some(at), Some((_, e))) = (code_at, error) {
+        let mut v = e.message.clone();
+        let code = v.pointer_mut(&at).expect("code");
+        *code = if code.is_string() {
+            "no.such.code".into()
+        } else {
+            987_654_321.into()
+        };
+        out.push((Dir::Down, v, "not in the catalog"));
+    }
+    out
 }
 
 /// A recording of every example of `c`, channel by channel (one route and connection
@@ -205,25 +281,25 @@ async fn examples_recording(c: &contract::Contract, path: &Path) -> Vec<Expect> 
                     expect.push(expect_of(&i.event));
                 }
             }
+            for (dir, v, piece) in bent(c, key, &client) {
+                let body = serde_json::to_vec(&v).expect("body");
+                let i = ins.frame(dir, &body, Instant::now());
+                recs.push(Record::inspected(&body, &i));
+                expect.push(Expect {
+                    expert: Some(piece),
+                    flagged: true,
+                    ..expect_of(&i.event)
+                });
+            }
             recs.push(Record::frame(key, conn, Dir::Up, key, b"{\"half\":", None));
-            expect.push(Expect {
-                kind: String::new(),
-                method: String::new(),
-                stream: None,
-                expert: Some("Not JSON"),
-            });
+            expect.push(expert("Not JSON"));
             if let Some((_, limit)) = ch.framing.payload_cap() {
                 let cap = contract::wire::framing::limit_bytes(c, limit).expect("cap");
                 let mut big = b"{\"pad\":\"".to_vec();
                 big.resize(cap as usize + 1 - 2, b'x');
                 big.extend_from_slice(b"\"}");
                 recs.push(Record::frame(key, conn, Dir::Up, key, &big, None));
-                expect.push(Expect {
-                    kind: "?".into(),
-                    method: String::new(),
-                    stream: None,
-                    expert: Some("over the"),
-                });
+                expect.push(expert("over the"));
             }
         }
         recs.push(Record::note(key, conn, "closed"));
@@ -288,7 +364,9 @@ async fn examples_dissect(name: &str) {
         seq.as_ref()
             .map_or("frame.number".into(), |s| format!("{p}.{s}")),
         "_ws.expert.message".into(),
+        format!("{p}.error.category"),
     ];
+    let catalog = !c.errors.is_empty();
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
     let rows = dissect(&lua, &pcap, &p, &fields);
     assert_eq!(
@@ -310,9 +388,13 @@ async fn examples_dissect(name: &str) {
                 if !want.method.is_empty() {
                     assert_eq!(row[1], want.method, "{name} frame {i}: {row:?}");
                 }
+                // An error's code is looked up in the catalog: its category shows.
+                if catalog && want.kind == "error" && !want.flagged {
+                    assert!(!row[5].is_empty(), "{name} frame {i}: no category: {row:?}");
+                }
                 assert!(
-                    !experts.contains("Not JSON") && !experts.contains("over the"),
-                    "{name} frame {i}: a good frame raised {experts}"
+                    want.flagged || EXPERTS.iter().all(|e| !experts.contains(e)),
+                    "{name} frame {i}: a frame the proxy passed raised {experts}"
                 );
             }
         }
