@@ -45,6 +45,10 @@ fn every_dissector_is_deterministic_and_marked_generated() {
     assert_eq!(a, b);
     assert_eq!(a.len(), all().len(), "one dissector per contract");
     for f in &a {
-        assert!(f.contents.starts_with("-- @generated"), "{}: header", f.name);
+        assert!(
+            f.contents.starts_with("-- @generated"),
+            "{}: header",
+            f.name
+        );
     }
 }

@@ -172,6 +172,10 @@ pub struct RunArgs {
     /// Record every frame, raw and decoded, to this file (see docs/recording.md); it must not exist.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Write every frame to this file as pcapng while it passes: a TCP conversation per
+    /// connection, the verdict as each packet's comment (see docs/wireshark.md).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
     /// Export every relayed exchange as OpenTelemetry spans to this OTLP collector
     /// (http://HOST:4317 gRPC, :4318 HTTP); OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME are honoured too.
     #[arg(long, value_name = "URL")]
@@ -316,6 +320,9 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
     if let Some(path) = &args.record {
         proxy.record(path);
     }
+    if let Some(path) = &args.pcap {
+        proxy.pcap(path);
+    }
     let bound = proxy.bind().await.map_err(|e| usage(&e))?;
     for r in bound.routes() {
         eprintln!("contract-proxy: {}: listening on {}", r.name, r.summary);
@@ -356,14 +363,28 @@ fn summarize(done: &Finished) -> Outcome {
     }
     if let Some(r) = &done.recording {
         match &r.result {
-            Ok(st) => eprintln!(
-                "contract-proxy: recording {}: {} records, {} bytes, {} secrets redacted, {} not written",
-                r.path.display(),
-                st.records,
-                st.bytes,
-                st.redacted,
-                r.unrecorded
-            ),
+            Ok(st) => {
+                if let Some(path) = &r.path {
+                    eprintln!(
+                        "contract-proxy: recording {}: {} records, {} bytes, {} secrets redacted, {} not written",
+                        path.display(),
+                        st.records,
+                        st.bytes,
+                        st.redacted,
+                        r.unrecorded
+                    );
+                }
+                if let (Some(path), Some(p)) = (&r.pcap, &st.pcap) {
+                    eprintln!(
+                        "contract-proxy: pcap {}: {} connections, {} frames, {} packets, {} not written",
+                        path.display(),
+                        p.connections,
+                        p.frames,
+                        p.packets,
+                        r.unrecorded
+                    );
+                }
+            }
             Err(e) => {
                 eprintln!("contract-proxy: recording: {e}");
                 outcome = Outcome::Code(1);

@@ -1578,14 +1578,14 @@ fn recording_outcome(r: Option<&Recording>, path: &Path) -> RecordingOutcome {
     };
     match &r.result {
         Ok(st) => RecordingOutcome::Written {
-            path: r.path.clone(),
+            path: r.path.clone().unwrap_or_else(|| path.to_path_buf()),
             records: st.records,
             bytes: st.bytes,
             redacted: st.redacted,
             lost: r.unrecorded,
         },
         Err(why) => RecordingOutcome::Failed {
-            path: r.path.clone(),
+            path: r.path.clone().unwrap_or_else(|| path.to_path_buf()),
             why: why.clone(),
             lost: r.unrecorded,
         },

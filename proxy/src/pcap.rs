@@ -121,6 +121,8 @@ pub struct Capture<W: Write> {
     path: String,
     routes: HashMap<String, RouteWire>,
     conns: HashMap<(String, u64), Conv>,
+    /// Notes of connections that have sent no frame yet.
+    early: HashMap<(String, u64), Vec<String>>,
     segment: usize,
     stats: PcapStats,
     /// The time of the last record.
@@ -163,6 +165,7 @@ impl<W: Write> Capture<W> {
             path: path.to_string(),
             routes,
             conns: HashMap::new(),
+            early: HashMap::new(),
             segment: SEGMENT,
             stats: PcapStats::default(),
             last: Duration::ZERO,
@@ -190,12 +193,21 @@ impl<W: Write> Capture<W> {
         };
         let key = (rec.route.clone(), rec.conn);
         let mut out: Vec<Packet> = Vec::new();
+        // A connection becomes a conversation at its first frame; notes before it wait.
+        if !self.conns.contains_key(&key) && rec.direction().is_none() {
+            if rec.note == "closed" {
+                self.early.remove(&key);
+            } else if !rec.note.is_empty() {
+                self.early.entry(key).or_default().push(rec.note.clone());
+            }
+            return Ok(out);
+        }
         if !self.conns.contains_key(&key) {
             let mut conv = Conv {
                 client_port: CLIENT_PORTS + (rec.conn % 6_000) as u16,
                 server_port: wire.server_port,
                 next: ISN,
-                notes: Vec::new(),
+                notes: self.early.remove(&key).unwrap_or_default(),
             };
             let mut opening = handshake(&mut conv);
             if let Framer::WebSocket { subprotocol } = &wire.framer {
@@ -203,7 +215,9 @@ impl<W: Write> Capture<W> {
                 opening.extend(segments(&mut conv, 0, &up, self.segment));
                 opening.extend(segments(&mut conv, 1, &down, self.segment));
             }
-            out.extend(opening.into_iter().map(|p| (p, Vec::new())));
+            // The notes so far (`connected from …`) go on the SYN.
+            let notes = std::mem::take(&mut conv.notes);
+            out = with_comments(out, opening, notes);
             self.conns.insert(key.clone(), conv);
             self.stats.connections += 1;
         }
@@ -240,6 +254,11 @@ impl<W: Write> Capture<W> {
         comments.push(verdict_comment(rec));
         let segs = segments(conv, side, &bytes, self.segment);
         Ok(with_comments(out, segs, comments))
+    }
+
+    /// Make what was written so far visible to a reader of the file.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.get_mut().flush()
     }
 
     /// Close every connection still open and flush; what was written.

@@ -387,6 +387,9 @@ impl Record {
 /// Errors writing or reading a recording.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// The live pcapng capture failed.
+    #[error("pcap: {0}")]
+    Capture(String),
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -466,6 +469,17 @@ pub struct RecordStats {
     pub bytes: u64,
     /// Secret values removed (distinct values per record, summed over records).
     pub redacted: u64,
+    /// What the live pcapng capture holds, when there is one.
+    pub pcap: Option<crate::pcap::PcapStats>,
+}
+
+/// Where a [`Recorder`] writes: the recording, a live pcapng capture (`run --pcap`), or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outputs {
+    /// The recording file; it must not exist.
+    pub recording: Option<PathBuf>,
+    /// The pcapng file, written as records arrive (replaced if it exists).
+    pub pcap: Option<PathBuf>,
 }
 
 enum Cmd {
@@ -510,43 +524,53 @@ impl Recorder {
     /// Create `path` (never overwriting an existing file; mode 0600 on unix) and write the
     /// magic line and `header`, then start the writer thread.
     pub fn create(path: &Path, header: Header) -> Result<Self, RecordError> {
-        let io = |source| RecordError::Io {
-            path: path.to_path_buf(),
-            source,
+        Recorder::start(
+            &Outputs {
+                recording: Some(path.to_path_buf()),
+                pcap: None,
+            },
+            header,
+        )
+    }
+
+    /// Open every output of `outputs` (the recording as [`Recorder::create`] does), then
+    /// start the writer thread.
+    pub fn start(outputs: &Outputs, header: Header) -> Result<Self, RecordError> {
+        let mut stats = RecordStats::default();
+        let out = match &outputs.recording {
+            Some(path) => {
+                let (out, bytes) = open_recording(path, &header)?;
+                stats.bytes = bytes;
+                Some(out)
+            }
+            None => None,
         };
-        let mut opts = std::fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            // Redacted, but still a transcript of private traffic.
-            opts.mode(0o600);
-        }
-        let file = opts.open(path).map_err(io)?;
-        let mut out = BufWriter::new(file);
-        let head = header.encode_length_delimited_to_vec();
-        out.write_all(MAGIC).map_err(io)?;
-        out.write_all(&head).map_err(io)?;
-        out.flush().map_err(io)?;
-        let stats = RecordStats {
-            bytes: (MAGIC.len() + head.len()) as u64,
-            ..Default::default()
+        let pcap = match &outputs.pcap {
+            Some(path) => Some(open_capture(path, &header)?),
+            None => None,
         };
         let (tx, rx) = mpsc::channel(QUEUE);
         let (done_tx, done) = oneshot::channel();
         let failed = Arc::new(Mutex::new(None));
         let slot = failed.clone();
-        let p = path.to_path_buf();
+        let p = outputs
+            .recording
+            .clone()
+            .or_else(|| outputs.pcap.clone())
+            .unwrap_or_default();
         let thread = std::thread::Builder::new()
             .name("contract-proxy-recorder".into())
             .spawn(move || {
-                let r = write_loop(out, rx, stats, &p);
+                let r = write_loop(Writers { out, pcap }, rx, stats, &p);
                 if let (Err(e), Ok(mut f)) = (&r, slot.lock()) {
                     *f = Some(e.to_string());
                 }
                 let _ = done_tx.send(r);
             })
-            .map_err(io)?;
+            .map_err(|source| RecordError::Io {
+                path: PathBuf::from("recorder thread"),
+                source,
+            })?;
         Ok(Recorder {
             sink: RecordSink { tx, failed },
             done,
@@ -583,8 +607,73 @@ impl Recorder {
     }
 }
 
+/// Create the recording at `path` (never overwriting; mode 0600 on unix) with its magic
+/// line and header; the bytes written.
+fn open_recording(path: &Path, header: &Header) -> Result<(BufWriter<File>, u64), RecordError> {
+    let io = |source| RecordError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Redacted, but still a transcript of private traffic.
+        opts.mode(0o600);
+    }
+    let file = opts.open(path).map_err(io)?;
+    let mut out = BufWriter::new(file);
+    let head = header.encode_length_delimited_to_vec();
+    out.write_all(MAGIC).map_err(io)?;
+    out.write_all(&head).map_err(io)?;
+    out.flush().map_err(io)?;
+    Ok((out, (MAGIC.len() + head.len()) as u64))
+}
+
+/// Create the live capture at `path` for the routes of `header`.
+fn open_capture(
+    path: &Path,
+    header: &Header,
+) -> Result<crate::pcap::Capture<BufWriter<File>>, RecordError> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let file = opts.open(path).map_err(|source| RecordError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let name = path.display().to_string();
+    crate::pcap::Capture::new(BufWriter::new(file), &name, header, |r| {
+        route_contract(path, header, r, None)
+    })
+    .map_err(|e| RecordError::Capture(e.to_string()))
+}
+
+/// The writer thread's outputs.
+struct Writers {
+    out: Option<BufWriter<File>>,
+    pcap: Option<crate::pcap::Capture<BufWriter<File>>>,
+}
+
+impl Writers {
+    fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(o) = self.out.as_mut() {
+            o.flush()?;
+        }
+        if let Some(c) = self.pcap.as_mut() {
+            c.flush()?;
+        }
+        Ok(())
+    }
+}
+
 fn write_loop(
-    mut out: BufWriter<File>,
+    mut w: Writers,
     mut rx: mpsc::Receiver<Cmd>,
     mut stats: RecordStats,
     path: &Path,
@@ -599,7 +688,7 @@ fn write_loop(
             Ok(c) => c,
             Err(mpsc::error::TryRecvError::Empty) => {
                 // Idle: make what we have visible (a live `show`, or a crash, sees it all).
-                out.flush().map_err(io)?;
+                w.flush().map_err(io)?;
                 match rx.blocking_recv() {
                     Some(c) => c,
                     None => Cmd::Finish,
@@ -610,17 +699,32 @@ fn write_loop(
         match cmd {
             Cmd::Rec(mut rec) => {
                 stats.redacted += rec.seal() as u64;
+                if let Some(c) = w.pcap.as_mut() {
+                    c.record(&rec)
+                        .map_err(|e| RecordError::Capture(e.to_string()))?;
+                }
+                stats.records += 1;
+                let Some(out) = w.out.as_mut() else {
+                    continue;
+                };
                 buf.clear();
                 rec.encode_length_delimited(&mut buf)
                     .map_err(|e| io(std::io::Error::other(e)))?;
                 out.write_all(&buf).map_err(io)?;
-                stats.records += 1;
                 stats.bytes += buf.len() as u64;
             }
             Cmd::Finish => {
                 rx.close();
-                out.flush().map_err(io)?;
-                out.get_ref().sync_data().map_err(io)?;
+                if let Some(c) = w.pcap.take() {
+                    stats.pcap = Some(
+                        c.finish()
+                            .map_err(|e| RecordError::Capture(e.to_string()))?,
+                    );
+                }
+                if let Some(mut out) = w.out.take() {
+                    out.flush().map_err(io)?;
+                    out.get_ref().sync_data().map_err(io)?;
+                }
                 return Ok(stats);
             }
         }

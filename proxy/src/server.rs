@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Resolved;
-use crate::record::{Header, RecordStats, Recorder, RouteInfo};
+use crate::record::{Header, Outputs, RecordStats, Recorder, RouteInfo};
 use crate::relay::{Route, RouteEnd, SHUTDOWN_DEADLINE, Shared, Sink, Stats, serve};
 use crate::trace::{TraceStats, Tracer};
 use contract_transport::endpoint::Listener;
@@ -48,6 +48,7 @@ pub struct Proxy {
     routes: Vec<Resolved>,
     sinks: Vec<Arc<dyn Sink>>,
     record: Option<PathBuf>,
+    pcap: Option<PathBuf>,
     tracer: Option<Tracer>,
 }
 
@@ -58,6 +59,7 @@ impl Proxy {
             routes,
             sinks: Vec::new(),
             record: None,
+            pcap: None,
             tracer: None,
         }
     }
@@ -74,6 +76,12 @@ impl Proxy {
         self
     }
 
+    /// Write every frame to `path` as pcapng as it passes (see docs/wireshark.md).
+    pub fn pcap(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.pcap = Some(path.into());
+        self
+    }
+
     /// Export spans through `tracer`; the run shuts it down at the end.
     pub fn tracer(&mut self, tracer: Tracer) -> &mut Self {
         self.tracer = Some(tracer);
@@ -86,6 +94,7 @@ impl Proxy {
             routes,
             mut sinks,
             record,
+            pcap,
             tracer,
         } = self;
         let first = routes
@@ -106,26 +115,27 @@ impl Proxy {
                 })?;
             listeners.push((l, r.route));
         }
-        let recorder = match &record {
-            Some(path) => {
-                let infos = listeners.iter().map(|(l, r)| route_info(l, r)).collect();
-                Some(Recorder::create(
-                    path,
-                    Header::new(first.contract(), infos),
-                )?)
-            }
-            None => None,
+        let outputs = Outputs {
+            recording: record,
+            pcap,
+        };
+        let recorder = if outputs == Outputs::default() {
+            None
+        } else {
+            let infos = listeners.iter().map(|(l, r)| route_info(l, r)).collect();
+            let header = Header::new(first.contract(), infos);
+            Some((Recorder::start(&outputs, header)?, outputs))
         };
         if let Some(t) = &tracer {
             sinks.push(Arc::new(t.clone()));
         }
         let (stop, stop_rx) = watch::channel(false);
-        let shared = Shared::new(sinks, recorder.as_ref().map(Recorder::sink), stop_rx);
+        let shared = Shared::new(sinks, recorder.as_ref().map(|(r, _)| r.sink()), stop_rx);
         Ok(Bound {
             listeners,
             shared,
             stop,
-            recorder: recorder.zip(record),
+            recorder,
             tracer,
         })
     }
@@ -166,7 +176,7 @@ pub struct Bound {
     listeners: Vec<(Listener, Route)>,
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
-    recorder: Option<(Recorder, PathBuf)>,
+    recorder: Option<(Recorder, Outputs)>,
     tracer: Option<Tracer>,
 }
 
@@ -237,8 +247,9 @@ impl Bound {
             None => None,
         };
         let recording = match recorder {
-            Some((r, path)) => Some(Recording {
-                path,
+            Some((r, outputs)) => Some(Recording {
+                path: outputs.recording,
+                pcap: outputs.pcap,
                 result: r.finish().await.map_err(|e| e.to_string()),
                 unrecorded: shared.unrecorded.load(Ordering::Relaxed),
             }),
@@ -308,8 +319,10 @@ async fn shut_tracer(t: Tracer) -> Result<TraceStats, String> {
 /// How a recording ended.
 #[derive(Debug)]
 pub struct Recording {
-    /// The file.
-    pub path: PathBuf,
+    /// The recording file, if one was asked for.
+    pub path: Option<PathBuf>,
+    /// The pcapng file, if one was asked for.
+    pub pcap: Option<PathBuf>,
     /// What it holds, or why it could not be finished.
     pub result: Result<RecordStats, String>,
     /// Records that could not be written because the recorder had stopped.

@@ -21,6 +21,7 @@ use contract_proxy::record::{self, Header, Record, Recorder, RouteInfo};
 use serde_json::Value;
 
 mod common;
+mod harness;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -644,4 +645,89 @@ fn a_tcpdump_capture_of_a_kernel_session_dissects_in_tshark() {
             "a good session raised expert info: {r:?}"
         );
     }
+}
+
+/// `run --pcap` writes the capture as frames pass: a rukh exchange through the proxy
+/// is in the file, dissected, while the proxy still runs; the stop closes each
+/// conversation with its FINs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_pcap_writes_the_capture_live() {
+    use harness::{ep, frame, read_frame, wait_for};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lua = dissector(dir.path(), &contract_file("rukh"));
+    let (listen, upstream) = (dir.path().join("p.sock"), dir.path().join("ext.sock"));
+    let pcap = dir.path().join("live.pcapng");
+    let ext = tokio::net::UnixListener::bind(&upstream).expect("bind");
+    // An extension that answers each request with an empty result.
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = ext.accept().await else {
+            return;
+        };
+        let mut len = [0u8; 4];
+        while s.read_exact(&mut len).await.is_ok() {
+            let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+            if s.read_exact(&mut body).await.is_err() {
+                return;
+            }
+            let req: Value = serde_json::from_slice(&body).expect("json");
+            let reply = serde_json::json!({"jsonrpc": "2.0", "id": req["id"], "result": {}});
+            let bytes = serde_json::to_vec(&reply).expect("reply");
+            if s.write_all(&frame(&bytes)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut p = harness::run(&[
+        "--contract",
+        "rukh",
+        "--client",
+        "extension",
+        "--pcap",
+        pcap.to_str().expect("utf-8"),
+        "--listen",
+        &ep(&listen),
+        "--upstream",
+        &ep(&upstream),
+    ]);
+    wait_for(&listen).await;
+    let mut c = tokio::net::UnixStream::connect(&listen)
+        .await
+        .expect("connect");
+    for id in 1..=2 {
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": format!("e:{id}"), "method": "rukh.call", "params": {"operation": "fs.read", "version": "1", "input": {}, "timeoutMs": 1000}});
+        c.write_all(&frame(serde_json::to_vec(&call).expect("call")))
+            .await
+            .expect("send");
+        read_frame(&mut c).await;
+    }
+    let _ = p.events(4).await;
+    let fields = ["rukh.kind", "rukh.method", "rukh.id"];
+    let deadline = Instant::now() + LIMIT;
+    let live = loop {
+        let rows = dissect(&lua, &pcap, "rukh", &fields);
+        if rows.len() >= 4 || Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let seen: Vec<(&str, &str, &str)> = live
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str(), r[2].as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("request", "rukh.call", "e:1"),
+            ("response", "rukh.call", "e:1"),
+            ("request", "rukh.call", "e:2"),
+            ("response", "rukh.call", "e:2"),
+        ],
+        "in the file while the proxy runs"
+    );
+    drop(c);
+    p.signal("TERM");
+    p.exited().await;
+    let fins = dissect(&lua, &pcap, "tcp.flags.fin == 1", &["frame.number"]);
+    assert_eq!(fins.len(), 2, "the closed connection's FINs");
 }
