@@ -16,3 +16,8 @@ if [ ! -x "$PY" ]; then
     "$ROOT/scripts/peers-venv.sh" >/dev/null || { echo "FAIL: scripts/peers-venv.sh" >&2; exit 1; }
 fi
 export CONTRACTGEN PROXY PY
+
+# pcap_check CONTRACT PCAP LOG: the capture `run --pcap` wrote reads in tshark, with the
+# contract's generated Wireshark dissector, as the proxy logged it (examples/pcap_check.py).
+# Prints one line; non-zero on a difference.
+pcap_check() { "$PY" "$ROOT/examples/pcap_check.py" "$@" 2>&1 | tail -n 1; return "${PIPESTATUS[0]}"; }

@@ -210,7 +210,7 @@ fn one_run_of_every_target_writes_what_each_target_writes_alone() {
         .assert()
         .success();
     let mut alone = std::collections::BTreeMap::new();
-    for lang in ["rust", "docs", "python", "csharp"] {
+    for lang in contractgen::Lang::ALL.map(contractgen::Lang::dir) {
         let out = dir.path().join(lang);
         contractgen()
             .args(["generate", "--lang", lang, "--out"])

@@ -41,7 +41,7 @@ case_run() {
         cmd=("$CORE" "$@" -- $ext)
     else
         cmd=("$CORE" "$@" -- "$PROXY" run --contract "$PROXY_CONTRACT" --log json
-             --listen fd:3 --upstream "exec-fd:3:$ext")
+             --pcap "$log.pcapng" --listen fd:3 --upstream "exec-fd:3:$ext")
     fi
     local rc=0
     timeout 60 "${cmd[@]}" >"$log.out" 2>"$log.err" || rc=$?
@@ -73,6 +73,12 @@ EOF
         if [ "$viol" = none ] && [ "$n" != 0 ]; then ok=0; why="$why proxy flagged $n violation(s), want none"; fi
         if [ "$viol" = some ] && [ "$n" = 0 ]; then ok=0; why="$why proxy flagged nothing, want a violation"; fi
         why="$why [proxy violations: $n]"
+        local seen
+        if seen=$(pcap_check "$PROXY_CONTRACT" "$log.pcapng" "$log.out"); then
+            why="$why [wireshark: $seen]"
+        else
+            ok=0; why="$why $seen"
+        fi
     fi
     if [ $ok = 1 ]; then
         passes=$((passes + 1)); echo "PASS $name (exit $rc)$why"

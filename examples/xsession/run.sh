@@ -103,7 +103,7 @@ auth_required = true
 EOF
     socks+=("$dir/$n.in" "$dir/$n.st")
   done
-  "$PROXY" run --config "$cfg" --log json >"$dir/proxy.log" 2>"$dir/proxy.err" &
+  "$PROXY" run --config "$cfg" --log json --pcap "$dir/capture.pcapng" >"$dir/proxy.log" 2>"$dir/proxy.err" &
   PROXY_PID=$!
   PIDS+=("$PROXY_PID")
   wait_sockets 10 "${socks[@]}" || { fail "proxy did not start (see $dir/proxy.err)"; cat "$dir/proxy.err"; return 1; }
@@ -183,6 +183,11 @@ if start_proxy "$WORK/b" alpha beta; then
     "sum(1 for e in s if e.get('method')=='auth')>=4 and sum(1 for e in s if e.get('method')=='delivery_status')>=5"
   check "b/proxy: proxy saw 0 violations" "$WORK/b/proxy.log" \
     "all(e['verdict']['verdict']=='ok' for e in s if 'verdict' in e)"
+  if seen=$(pcap_check "$ROOT/schema/contracts/xsession.json" "$WORK/b/capture.pcapng" "$WORK/b/proxy.log"); then
+    pass "b/proxy: wireshark: $seen"
+  else
+    fail "b/proxy: wireshark: $seen"
+  fi
 fi
 
 echo "== (c) --break no-auth, direct"

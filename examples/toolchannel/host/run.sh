@@ -92,7 +92,7 @@ pair() {
     if [ "$viol" != "-" ]; then
         local pport
         pport=$(free_port)
-        "$PROXY" run --contract "$PROXY_CONTRACT" --log json \
+        "$PROXY" run --contract "$PROXY_CONTRACT" --log json --pcap "$log.pcapng" \
             --listen "ws://127.0.0.1:$pport/worker" --upstream "$url" >"$log.proxy" 2>"$log.proxy.err" &
         ppid=$!
         PIDS+=("$ppid")
@@ -119,6 +119,12 @@ pair() {
         why="$why, proxy violations by the host $n"
         if [ "$viol" = none ] && [ "$n" != 0 ]; then ok=0; why="$why (want none)"; fi
         if [ "$viol" = some ] && [ "$n" = 0 ]; then ok=0; why="$why (want some)"; fi
+        local seen
+        if seen=$(pcap_check "$PROXY_CONTRACT" "$log.pcapng" "$log.proxy"); then
+            why="$why; wireshark: $seen"
+        else
+            ok=0; why="$why; $seen"
+        fi
     fi
     if [ $ok = 1 ]; then
         passes=$((passes + 1)); echo "PASS $name: $why"

@@ -1,0 +1,84 @@
+"""Check a capture the proxy wrote (`run --pcap`) against what it logged (`--log json`).
+
+usage: pcap_check.py CONTRACT PCAP LOG
+
+Generates CONTRACT's Wireshark dissector with $CONTRACTGEN, reads PCAP with tshark, and
+checks that every frame the proxy logged is in the capture, in the same order, with the
+same kind and method (an answer the proxy could not pair may show its envelope's method),
+and that a frame the proxy passed raises none of the dissector's expert info. Prints one
+line and exits 0 when they agree, 1 (with the first difference) when not.
+Used by the reference peers' run scripts (examples/*/run.sh).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+EXPERTS = ("Not JSON", "over the", "is not on channel", "comes from", "not in the catalog")
+
+
+def logged(path):
+    """The frames of a --log json file: (kind, method, flagged) in order."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(e, dict) or "verdict" not in e or "dir" not in e:
+                continue
+            method = e.get("method") or ""
+            if method.startswith("("):  # a deadline or the close: no frame
+                continue
+            if e.get("stream") is not None:
+                method = ""
+            verdict = e["verdict"]
+            ok = verdict == "ok" or (isinstance(verdict, dict) and verdict.get("verdict") == "ok")
+            out.append((e.get("kind") or "", method, not ok))
+    return out
+
+
+def dissected(contract, pcap, workdir):
+    """The dissector's rows for PCAP: (kind, method, experts), and the filter name."""
+    gen = subprocess.run(
+        [os.environ["CONTRACTGEN"], "generate", "--lang", "wireshark", "--out", workdir, contract],
+        capture_output=True, text=True, check=True)
+    del gen
+    [lua] = [f for f in os.listdir(workdir) if f.endswith(".lua")]
+    script = f"lua_script:{os.path.join(workdir, lua)}"
+    names = subprocess.run(["tshark", "-G", "protocols", "-X", script],
+                           capture_output=True, text=True, check=True).stdout
+    wanted = lua[:-len(".lua")]
+    known = {line.split("\t")[2] for line in names.splitlines() if line.count("\t") >= 2}
+    proto = f"{wanted}_contract" if f"{wanted}_contract" in known else wanted
+    run = subprocess.run(
+        ["tshark", "-X", script, "-r", pcap, "-Y", proto, "-T", "fields",
+         "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=|",
+         "-e", f"{proto}.kind", "-e", f"{proto}.method", "-e", "_ws.expert.message"],
+        capture_output=True, text=True)
+    if run.returncode != 0 or "Lua Error" in run.stderr:
+        sys.exit(f"FAIL: tshark: {run.stderr.strip()}")
+    rows = [(line.split("\t") + ["", "", ""])[:3] for line in run.stdout.splitlines()]
+    return rows, proto
+
+
+def main():
+    contract, pcap, log = sys.argv[1:4]
+    want = logged(log)
+    with tempfile.TemporaryDirectory() as d:
+        rows, proto = dissected(contract, pcap, d)
+    if len(rows) != len(want):
+        sys.exit(f"FAIL: {pcap}: {len(rows)} frames dissected as {proto}, the proxy logged {len(want)}")
+    for i, ((kind, method, experts), (wkind, wmethod, flagged)) in enumerate(zip(rows, want)):
+        if kind.replace("?", "") != wkind or (wmethod and method != wmethod):
+            sys.exit(f"FAIL: {pcap} frame {i}: dissected {kind} {method}, logged {wkind} {wmethod}")
+        if not flagged and any(x in experts for x in EXPERTS):
+            sys.exit(f"FAIL: {pcap} frame {i}: a frame the proxy passed raised {experts}")
+    print(f"ok: {pcap}: {len(rows)} frames dissected as {proto}, as the proxy logged them")
+
+
+if __name__ == "__main__":
+    main()
