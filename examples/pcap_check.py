@@ -1,6 +1,7 @@
 """Check a capture the proxy wrote (`run --pcap`) against what it logged (`--log json`).
 
-usage: pcap_check.py CONTRACT PCAP LOG
+usage: pcap_check.py CONTRACT PCAP LOG...   (the proxy's --log json may share a file with
+other output, or be in one of several files: every JSON event line of them is read)
 
 Generates CONTRACT's Wireshark dissector with $CONTRACTGEN, reads PCAP with tshark, and
 checks that every frame the proxy logged is in the capture, in the same order, with the
@@ -19,34 +20,39 @@ import tempfile
 EXPERTS = ("Not JSON", "over the", "is not on channel", "comes from", "not in the catalog")
 
 
-def logged(path):
-    """The frames of a --log json file: (kind, method, flagged) in order."""
+def lines(paths):
+    for p in paths:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            yield from f
+
+
+def logged(paths):
+    """The frames of --log json files: (kind, method, flagged) in order."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(e, dict) or "verdict" not in e or "dir" not in e:
-                continue
-            method = e.get("method") or ""
-            if method.startswith("("):  # a deadline or the close: no frame
-                continue
-            if e.get("stream") is not None:
-                method = ""
-            verdict = e["verdict"]
-            ok = verdict == "ok" or (isinstance(verdict, dict) and verdict.get("verdict") == "ok")
-            out.append((e.get("kind") or "", method, not ok))
+    for line in lines(paths):
+        # A peer sharing the file may have written into the line's start.
+        try:
+            e = json.loads(line[line.index("{"):])
+        except ValueError:
+            continue
+        if not isinstance(e, dict) or "verdict" not in e or "dir" not in e:
+            continue
+        method = e.get("method") or ""
+        if method.startswith("("):  # a deadline or the close: no frame
+            continue
+        if e.get("stream") is not None:
+            method = ""
+        verdict = e["verdict"]
+        ok = verdict == "ok" or (isinstance(verdict, dict) and verdict.get("verdict") == "ok")
+        out.append((e.get("kind") or "", method, not ok))
     return out
 
 
 def dissected(contract, pcap, workdir):
     """The dissector's rows for PCAP: (kind, method, experts), and the filter name."""
-    gen = subprocess.run(
+    subprocess.run(
         [os.environ["CONTRACTGEN"], "generate", "--lang", "wireshark", "--out", workdir, contract],
         capture_output=True, text=True, check=True)
-    del gen
     [lua] = [f for f in os.listdir(workdir) if f.endswith(".lua")]
     script = f"lua_script:{os.path.join(workdir, lua)}"
     names = subprocess.run(["tshark", "-G", "protocols", "-X", script],
@@ -66,8 +72,8 @@ def dissected(contract, pcap, workdir):
 
 
 def main():
-    contract, pcap, log = sys.argv[1:4]
-    want = logged(log)
+    contract, pcap, logs = sys.argv[1], sys.argv[2], sys.argv[3:]
+    want = logged(logs)
     with tempfile.TemporaryDirectory() as d:
         rows, proto = dissected(contract, pcap, d)
     if len(rows) != len(want):

@@ -74,7 +74,7 @@ EOF
         if [ "$viol" = some ] && [ "$n" = 0 ]; then ok=0; why="$why proxy flagged nothing, want a violation"; fi
         why="$why [proxy violations: $n]"
         local seen
-        if seen=$(pcap_check "$PROXY_CONTRACT" "$log.pcapng" "$log.out"); then
+        if seen=$(pcap_check "$PROXY_CONTRACT" "$log.pcapng" "$log.out" "$log.err"); then
             why="$why [wireshark: $seen]"
         else
             ok=0; why="$why $seen"
