@@ -114,7 +114,7 @@ channel = "data"
 listen = "unix:$d/data.p"
 upstream = "unix:$d/data.s"
 EOF
-    "$proxy" run --config "$d/proxy.toml" --log json >"$d/proxy.jsonl" 2>"$d/proxy.err" &
+    "$proxy" run --config "$d/proxy.toml" --log json --pcap "$d/capture.pcapng" >"$d/proxy.jsonl" 2>"$d/proxy.err" &
     proxy_pid=$!
     for _ in $(seq 1 200); do
         [ -S "$d/control.p" ] && [ -S "$d/data.p" ] && return 0
@@ -189,6 +189,11 @@ echo "   $(cat "$d/summary")"
 violations_seen proxied
 result $([ "$rc" = 0 ] && echo 1 || echo 0) "proxied: shell exit $rc (want 0)"
 result $([ "$v" = 0 ] && echo 1 || echo 0) "proxied: proxy counted $v violations (want 0)"
+if seen=$(pcap_check "$root/schema/contracts/kernel.json" "$d/capture.pcapng" "$d/proxy.jsonl"); then
+    result 1 "proxied: wireshark: $seen"
+else
+    result 0 "proxied: wireshark: $seen"
+fi
 [ "$rc" = 0 ] || { tail -n 40 "$work/proxied.out" "$work/proxied.err" >&2; }
 
 # ---------------------------------------------------------------- 5./6. core --break credit
