@@ -29,10 +29,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO, PROXY, CONTRACT, MODE, LOG = sys.argv[1:6]
 SERVER = " ".join([sys.executable, os.path.join(HERE, "server.py"), *sys.argv[6:]])
 
+# PCAP (environment): also write the session as pcapng there (`run --pcap`).
+PCAP = ["--pcap", os.environ["PCAP"]] if os.environ.get("PCAP") else []
 PARAMS = StdioServerParameters(
     command=PROXY,
     args=["run", "--contract", CONTRACT, "--listen", "stdio", "--upstream", f"exec:{SERVER}",
-          "--log", "json", "--mode", MODE],
+          "--log", "json", "--mode", MODE, *PCAP],
 )
 
 

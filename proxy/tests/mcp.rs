@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use contract::Contract;
@@ -26,8 +26,15 @@ fn mcp() -> Contract {
 /// proxy's log events.
 fn scenario(name: &str, server_args: &[&str]) -> (Value, Vec<Value>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("proxy.jsonl");
+    scenario_in(dir.path(), name, server_args)
+}
+
+/// [`scenario`], its files in `dir`: the proxy's log `proxy.jsonl`, and its capture
+/// `capture.pcapng` (`run --pcap`).
+fn scenario_in(dir: &Path, name: &str, server_args: &[&str]) -> (Value, Vec<Value>) {
+    let log = dir.join("proxy.jsonl");
     let out = Command::new(common::peers_python())
+        .env("PCAP", dir.join("capture.pcapng"))
         .arg(common::root().join("examples/mcp/client.py"))
         .args([name, common::BIN])
         .arg(contract_path())
@@ -66,7 +73,25 @@ fn violations(events: &[Value]) -> Vec<&Value> {
 
 #[test]
 fn a_whole_sdk_session_passes_enforcement_untouched() {
-    let (summary, events) = scenario("session", &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (summary, events) = scenario_in(dir.path(), "session", &[]);
+    // Its capture reads in tshark, with the contract's generated dissector, frame by
+    // frame as the proxy logged it (the check the reference peers' scripts run).
+    common::cargo_build(&["contractgen"]);
+    let check = Command::new(common::peers_python())
+        .arg(common::root().join("examples/pcap_check.py"))
+        .arg(contract_path())
+        .arg(dir.path().join("capture.pcapng"))
+        .arg(dir.path().join("proxy.jsonl"))
+        .env("CONTRACTGEN", common::bin_dir().join("contractgen"))
+        .output()
+        .expect("pcap_check");
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
     assert_eq!(summary["server"], "contract-mcp-example", "{summary}");
     assert_eq!(
         summary["completion"],
