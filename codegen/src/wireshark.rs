@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::ir::{GenError, Ir};
 use crate::sdk::Template;
-use contract::model::{Binding, Framing, Kind};
+use contract::model::{Binding, Framing};
 
 /// The built-in Wireshark templates.
 pub const TEMPLATES: &[Template] = &[(
@@ -137,16 +137,6 @@ struct ErrorView {
     code: String,
     name: Option<String>,
     category: Option<String>,
-}
-
-fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::Request => "request",
-        Kind::Response => "response",
-        Kind::Notification => "notification",
-        Kind::Event => "event",
-        Kind::Error => "error",
-    }
 }
 
 /// The filter-name form of `s`: lowercase letters, digits and `_`.
@@ -318,10 +308,7 @@ fn binding(c: &contract::Contract, key: &str, b: &Binding) -> BindingView {
             model: "envelope",
             version: None,
             kind: Some(kind.clone()),
-            kinds: kinds
-                .iter()
-                .map(|(w, k)| (w.clone(), kind_name(*k)))
-                .collect(),
+            kinds: kinds.iter().map(|(w, k)| (w.clone(), k.name())).collect(),
             method: Some(method.clone()),
             id: id.clone(),
             correlation: correlation.clone(),
@@ -350,7 +337,7 @@ fn methods(ir: &Ir, key: &str) -> Vec<MethodView> {
         .filter(|m| m.channel == key)
         .map(|m| MethodView {
             wire: m.wire.clone(),
-            kind: kind_name(m.kind),
+            kind: m.kind.name(),
             from: m.from.clone(),
             matches: ir.contract.methods[m.wire.as_str()]
                 .matches

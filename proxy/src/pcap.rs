@@ -5,7 +5,7 @@
 //! handshake at its first record, a FIN at its `closed` note. Each frame is
 //! framed again as it travelled (length prefix, newline, header lines, binary
 //! header; a WebSocket frame after a synthetic HTTP upgrade offering the
-//! channel's subprotocol) and cut into segments of at most [`Capture::segment`]
+//! channel's subprotocol) and cut into segments of at most [`SEGMENT`]
 //! bytes, so a dissector reassembles it as it would on a real capture. The
 //! first segment of each frame carries a comment with the proxy's verdict;
 //! connection notes ride on the next packet of their connection. QUIC, pipe
@@ -31,7 +31,7 @@ use tokio_util::codec::Encoder;
 
 use crate::record::{Form, Header, Reader, Record, RecordError, RouteInfo};
 
-/// Largest TCP segment a capture writes unless told otherwise (loopback's MTU is larger;
+/// Largest TCP segment a capture writes (loopback's MTU is larger;
 /// this keeps big frames in several segments, as real captures often have them).
 pub const SEGMENT: usize = 32 * 1024;
 
@@ -123,7 +123,6 @@ pub struct Capture<W: Write> {
     conns: HashMap<(String, u64), Conv>,
     /// Notes of connections that have sent no frame yet.
     early: HashMap<(String, u64), Vec<String>>,
-    segment: usize,
     stats: PcapStats,
     /// The time of the last record.
     last: Duration,
@@ -166,16 +165,9 @@ impl<W: Write> Capture<W> {
             routes,
             conns: HashMap::new(),
             early: HashMap::new(),
-            segment: SEGMENT,
             stats: PcapStats::default(),
             last: Duration::ZERO,
         })
-    }
-
-    /// Cut frames into segments of at most `bytes` (at least 1).
-    pub fn segment(&mut self, bytes: usize) -> &mut Self {
-        self.segment = bytes.max(1);
-        self
     }
 
     /// Write one record: a frame as packets, a note as a comment on what follows.
@@ -188,72 +180,79 @@ impl<W: Write> Capture<W> {
 
     /// The packets a record makes, each with its comments.
     fn packets_for(&mut self, rec: &Record) -> Result<Vec<Packet>, PcapError> {
-        let Some(wire) = self.routes.get_mut(&rec.route) else {
+        if !self.routes.contains_key(&rec.route) {
             return Ok(Vec::new());
-        };
+        }
         let key = (rec.route.clone(), rec.conn);
-        let mut out: Vec<Packet> = Vec::new();
+        let frame = rec.direction().is_some() && rec.form != Form::NoFrame as i32;
         // A connection becomes a conversation at its first frame; notes before it wait.
-        if !self.conns.contains_key(&key) && rec.direction().is_none() {
+        if !self.conns.contains_key(&key) && !frame {
             if rec.note == "closed" {
                 self.early.remove(&key);
             } else if !rec.note.is_empty() {
                 self.early.entry(key).or_default().push(rec.note.clone());
             }
-            return Ok(out);
+            return Ok(Vec::new());
         }
-        if !self.conns.contains_key(&key) {
-            let mut conv = Conv {
-                client_port: CLIENT_PORTS + (rec.conn % 6_000) as u16,
-                server_port: wire.server_port,
-                next: ISN,
-                notes: self.early.remove(&key).unwrap_or_default(),
-            };
-            let mut opening = handshake(&mut conv);
-            if let Framer::WebSocket { subprotocol } = &wire.framer {
-                let (up, down) = upgrade(subprotocol.as_deref(), wire.server_port);
-                opening.extend(segments(&mut conv, 0, &up, self.segment));
-                opening.extend(segments(&mut conv, 1, &down, self.segment));
-            }
-            // The notes so far (`connected from …`) go on the SYN.
-            let notes = std::mem::take(&mut conv.notes);
-            out = with_comments(out, opening, notes);
-            self.conns.insert(key.clone(), conv);
-            self.stats.connections += 1;
-        }
-        let Some(conv) = self.conns.get_mut(&key) else {
+        let out = self.open(&key);
+        let (Some(wire), Some(conv)) = (self.routes.get_mut(&rec.route), self.conns.get_mut(&key))
+        else {
             return Ok(out);
         };
         if !rec.note.is_empty() {
             conv.notes.push(rec.note.clone());
         }
         let side = match rec.direction() {
-            Some(crate::inspect::Dir::Up) => 0,
-            Some(crate::inspect::Dir::Down) => 1,
-            None if rec.note == "closed" => {
+            _ if !frame && rec.note == "closed" => {
                 let comments = std::mem::take(&mut conv.notes);
                 let fin = close(conv);
                 self.conns.remove(&key);
                 return Ok(with_comments(out, fin, comments));
             }
-            None => return Ok(out),
+            Some(crate::inspect::Dir::Up) if frame => 0,
+            Some(crate::inspect::Dir::Down) if frame => 1,
+            _ => return Ok(out),
         };
         let bytes = framed(wire, rec, side == 0).map_err(|e| PcapError::Channel {
             route: rec.route.clone(),
             channel: rec.channel.clone(),
             reason: e.to_string(),
         })?;
-        let Some(bytes) = bytes else {
-            return Ok(out);
-        };
         if rec.form == Form::Data as i32 && rec.header.is_empty() {
             self.stats.headerless += 1;
         }
         self.stats.frames += 1;
         let mut comments = std::mem::take(&mut conv.notes);
         comments.push(verdict_comment(rec));
-        let segs = segments(conv, side, &bytes, self.segment);
+        let segs = segments(conv, side, &bytes, SEGMENT);
         Ok(with_comments(out, segs, comments))
+    }
+
+    /// The opening packets of `key`'s conversation (none when it is open): the handshake,
+    /// and a WebSocket channel's upgrade. Notes that came before carry on the SYN.
+    fn open(&mut self, key: &(String, u64)) -> Vec<Packet> {
+        let Some(wire) = self.routes.get(&key.0) else {
+            return Vec::new();
+        };
+        if self.conns.contains_key(key) {
+            return Vec::new();
+        }
+        let mut conv = Conv {
+            client_port: CLIENT_PORTS + (key.1 % 6_000) as u16,
+            server_port: wire.server_port,
+            next: ISN,
+            notes: Vec::new(),
+        };
+        let mut opening = handshake(&mut conv);
+        if let Framer::WebSocket { subprotocol } = &wire.framer {
+            let (up, down) = upgrade(subprotocol.as_deref(), wire.server_port);
+            opening.extend(segments(&mut conv, 0, &up, SEGMENT));
+            opening.extend(segments(&mut conv, 1, &down, SEGMENT));
+        }
+        let notes = self.early.remove(key).unwrap_or_default();
+        self.conns.insert(key.clone(), conv);
+        self.stats.connections += 1;
+        with_comments(Vec::new(), opening, notes)
     }
 
     /// Make what was written so far visible to a reader of the file.
@@ -388,16 +387,11 @@ fn listen_port(listen: &str) -> Option<u16> {
         .filter(|p| *p != 0)
 }
 
-/// The bytes a record's frame travelled as; `None` for a record that is no frame.
-fn framed(
-    wire: &mut RouteWire,
-    rec: &Record,
-    from_client: bool,
-) -> Result<Option<Vec<u8>>, FrameError> {
+/// The bytes a record's frame travelled as.
+fn framed(wire: &mut RouteWire, rec: &Record, from_client: bool) -> Result<Vec<u8>, FrameError> {
     let form = Form::try_from(rec.form).unwrap_or(Form::Payload);
     let mut dst = BytesMut::new();
     match (&mut wire.framer, form) {
-        (_, Form::NoFrame) => return Ok(None),
         (Framer::Stream(_), Form::AsTravelled | Form::BinaryMessage) => {
             dst.extend_from_slice(&rec.raw)
         }
@@ -433,7 +427,7 @@ fn framed(
             dst.extend_from_slice(&out);
         }
     }
-    Ok(Some(dst.to_vec()))
+    Ok(dst.to_vec())
 }
 
 fn mask_key(rec: &Record) -> [u8; 4] {

@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
+mod common;
 mod harness;
+use common::write_recording;
 
 const LIMIT: Duration = Duration::from_secs(20);
 const TOKEN: &str = "9f2c4e6a8b0d1f3a5c7e9b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a";
@@ -75,20 +77,6 @@ fn examples(contract: &str) -> Vec<(String, Value)> {
         }
     }
     out
-}
-
-async fn write_recording(path: &Path, header: Header, recs: Vec<Record>) -> record::RecordStats {
-    let rec = Recorder::create(path, header).expect("create");
-    for r in recs {
-        tokio::time::timeout(LIMIT, rec.record(r))
-            .await
-            .expect("in time")
-            .expect("queued");
-    }
-    tokio::time::timeout(LIMIT, rec.finish())
-        .await
-        .expect("in time")
-        .expect("finished")
 }
 
 fn read_all(path: &Path) -> (Header, Vec<Record>) {

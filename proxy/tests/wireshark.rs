@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use contract::wire::Wire;
 use contract::wire::framing::BinaryFrame;
 use contract_proxy::inspect::{Dir, Event, Inspector, Mode};
-use contract_proxy::record::{self, Header, Record, Recorder, RouteInfo};
+use contract_proxy::record::{self, Header, Record, RouteInfo};
 use serde_json::Value;
 
 mod common;
@@ -305,17 +305,7 @@ async fn examples_recording(c: &contract::Contract, path: &Path) -> Vec<Expect> 
         }
         recs.push(Record::note(key, conn, "closed"));
     }
-    let rec = Recorder::create(path, Header::new(c, routes)).expect("create");
-    for r in recs {
-        tokio::time::timeout(LIMIT, rec.record(r))
-            .await
-            .expect("in time")
-            .expect("queued");
-    }
-    tokio::time::timeout(LIMIT, rec.finish())
-        .await
-        .expect("in time")
-        .expect("finished");
+    common::write_recording(path, Header::new(c, routes), recs).await;
     expect
 }
 

@@ -606,6 +606,19 @@ pub enum Kind {
     Error,
 }
 
+impl Kind {
+    /// The kind as contracts spell it (`request`, `notification`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Request => "request",
+            Kind::Response => "response",
+            Kind::Notification => "notification",
+            Kind::Event => "event",
+            Kind::Error => "error",
+        }
+    }
+}
+
 /// A capability a party declares.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -329,3 +329,24 @@ impl PyPeer {
         self.child.kill().await.expect("kill the peer");
     }
 }
+
+/// Write `recs` to a new recording at `path` through the proxy's recorder (each queued
+/// and the whole finished within a deadline); what the recorder wrote.
+pub async fn write_recording(
+    path: &Path,
+    header: contract_proxy::record::Header,
+    recs: Vec<contract_proxy::record::Record>,
+) -> contract_proxy::record::RecordStats {
+    const LIMIT: Duration = Duration::from_secs(20);
+    let rec = contract_proxy::record::Recorder::create(path, header).expect("create");
+    for r in recs {
+        tokio::time::timeout(LIMIT, rec.record(r))
+            .await
+            .expect("in time")
+            .expect("queued");
+    }
+    tokio::time::timeout(LIMIT, rec.finish())
+        .await
+        .expect("in time")
+        .expect("finished")
+}

@@ -207,8 +207,8 @@ impl Cx<'_> {
                 join(at, ["kind"]),
                 format!(
                     "{method} is a {}, so it has no {} to trigger on",
-                    kind_name(m.kind),
-                    kind_name(kind.unwrap_or(m.kind))
+                    m.kind.name(),
+                    kind.unwrap_or(m.kind).name()
                 ),
             );
         } else if let Some(k) = kind.filter(|_| !answer)
@@ -217,11 +217,7 @@ impl Cx<'_> {
             self.push(
                 Lint::NameRef,
                 join(at, ["kind"]),
-                format!(
-                    "{method} is a {}, not a {}",
-                    kind_name(m.kind),
-                    kind_name(k)
-                ),
+                format!("{method} is a {}, not a {}", m.kind.name(), k.name()),
             );
         }
         let Some(p) = from else { return };
@@ -272,15 +268,5 @@ impl Cx<'_> {
                 );
             }
         }
-    }
-}
-
-fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::Request => "request",
-        Kind::Response => "response",
-        Kind::Notification => "notification",
-        Kind::Event => "event",
-        Kind::Error => "error",
     }
 }
