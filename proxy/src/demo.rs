@@ -506,10 +506,6 @@ struct TallyInner {
 #[derive(Default)]
 struct Tally(Mutex<TallyInner>);
 
-fn kind_name(k: Kind) -> String {
-    format!("{k:?}").to_lowercase()
-}
-
 impl Sink for Tally {
     fn frame(&self, _route: &Route, ins: &Inspection, _raw: &[u8]) {
         let e = &ins.event;
@@ -521,9 +517,9 @@ impl Sink for Tally {
             .or_default() += 1;
         let key = match (&e.stream, &e.method, e.kind) {
             (Some(_), _, _) => "data".to_string(),
-            (None, Some(m), Some(k)) => format!("{m} {}", kind_name(k)),
+            (None, Some(m), Some(k)) => format!("{m} {}", k.name()),
             (None, Some(m), None) => m.clone(),
-            (None, None, Some(k)) => format!("? {}", kind_name(k)),
+            (None, None, Some(k)) => format!("? {}", k.name()),
             (None, None, None) => "?".to_string(),
         };
         let key = if t.methods.len() < METHODS_MAX || t.methods.contains_key(&key) {
@@ -679,7 +675,7 @@ impl Peer {
 
     /// The next control message, which must be a valid `kind` of `method`.
     async fn expect(&mut self, kind: Kind, method: &str) -> Result<Message, String> {
-        let what = format!("{method} {}", kind_name(kind));
+        let what = format!("{method} {}", kind.name());
         let m = self.recv_any(&what).await?.map_err(|v| {
             format!(
                 "{} received a message the contract rejects ({}) while waiting for {what}: {}",
@@ -693,7 +689,7 @@ impl Peer {
                 "{} expected {what}, got {} {}",
                 self.me,
                 m.method.as_deref().unwrap_or("?"),
-                kind_name(m.kind)
+                m.kind.name()
             ));
         }
         Ok(m)
@@ -793,7 +789,7 @@ impl Peer {
                 Ok(Ok(Some(m))) => Some(Err(format!(
                     "{} {}",
                     m.method.as_deref().unwrap_or("?"),
-                    kind_name(m.kind)
+                    m.kind.name()
                 ))),
                 Ok(Err(e)) => Some(Err(e.to_string())),
             }

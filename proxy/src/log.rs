@@ -178,7 +178,7 @@ impl Logger {
                     e.from,
                     e.to,
                     e.kind
-                        .map(|k| format!("{k:?}").to_lowercase())
+                        .map(|k| k.name().to_string())
                         .unwrap_or_else(|| if e.stream.is_some() {
                             "data".into()
                         } else {

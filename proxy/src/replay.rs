@@ -273,7 +273,7 @@ impl ReplayReport {
             format!(
                 "{} {} id {}: {}",
                 s.kind
-                    .map(|k| format!("{k:?}").to_lowercase())
+                    .map(|k| k.name().to_string())
                     .unwrap_or_else(|| "?".into()),
                 s.method.as_deref().unwrap_or("-"),
                 s.id.as_ref()

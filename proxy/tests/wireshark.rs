@@ -148,10 +148,7 @@ const EXPERTS: &[&str] = &[
 
 fn expect_of(e: &Event) -> Expect {
     Expect {
-        kind: e
-            .kind
-            .map(|k| format!("{k:?}").to_lowercase())
-            .unwrap_or_default(),
+        kind: e.kind.map(|k| k.name().to_string()).unwrap_or_default(),
         method: if e.stream.is_some() {
             String::new()
         } else {
