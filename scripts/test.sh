@@ -30,7 +30,7 @@ BIN=$TARGET/debug
 RUSTC_WORKSPACE_WRAPPER=$(dirname "$(rustup which cargo)")/clippy-driver
 export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
-ALL=(setup fmt build contracts docs consumer windows sdk-csharp sdk-python cargo-test peers)
+ALL=(setup fmt build contracts docs consumer windows sdk-csharp sdk-python cargo-test wine peers)
 
 s_setup() {
     # Phoenix is large and only cargo-test needs it: it installs while the build runs,
@@ -52,6 +52,10 @@ s_windows() {
     stage windows env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
         cargo clippy --quiet --locked --target x86_64-pc-windows-gnu -p contract-transport -p contract-conformance -p contract-proxy --lib --bins -- -D warnings
 }
+# The Windows build run under Wine, beside the reference pairs (which sleep more than they
+# compute), waited for at the end. It builds into a target directory of its own, so the
+# cargo calls of the stages beside it do not wait for its lock.
+s_wine() { stage_wait setup; stage_bg wine scripts/wine-test.sh; }
 s_sdk-csharp() { stage_wait setup; stage sdk-csharp sdk-tests/csharp/run.sh "$BIN/contractgen"; }
 s_sdk-python() { stage_wait setup; stage sdk-python sdk-tests/python/run.sh "$BIN/contractgen"; }
 s_cargo-test() {
@@ -88,4 +92,5 @@ for s in "${want[@]}"; do
     fi
 done
 stage_wait setup phoenix
+case " ${want[*]} " in *" wine "*) stage_wait wine ;; esac
 stage_table

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The proxy on Windows, run for real under Wine: contract-proxy.exe and the Rust
+# kernel peers (kernel-peer.exe) built for x86_64-pc-windows-gnu, in a Wine prefix
+# kept under the target directory (docs/proxy.md, "Windows").
+#
+#   (a) a kernel session over named pipes, control and data, shell <-> proxy <-> core:
+#       the live view (--log json) shows the shell's script answered, no violation;
+#       the recording reads on Linux (`show`); the capture (--pcap) reads in tshark as
+#       the proxy logged it; Ctrl-C (SIGINT, which Wine turns into the console's
+#       CTRL_C_EVENT) stops the proxy with its summary;
+#   (b) a pipe bridged to TCP, and (c) TCP bridged to a pipe: the same session.
+#
+# usage: scripts/wine-test.sh   (env: KEEP=1 keeps the work dir; WINE: the wine64 loader)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+# shellcheck source=../examples/tools.sh
+. "$ROOT/examples/tools.sh"
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+# The Windows build's own target directory: cargo locks one per build, and the Linux
+# stages running beside this one must not wait for it.
+WIN_TARGET=${WIN_TARGET:-$TARGET/windows}
+WIN=$WIN_TARGET/x86_64-pc-windows-gnu/debug
+WINE=${WINE:-$(command -v wine64 || echo /usr/lib/wine/wine64)}
+export WINEPREFIX=$TARGET/wine WINEDEBUG=-all
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/wine-test.XXXXXX")
+PIDS=()
+failures=0
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    "$(dirname "$WINE")/wineserver" -k 2>/dev/null || true
+    if [ "${KEEP:-0}" = 1 ]; then echo "work dir kept: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+say() { printf '\n== %s\n' "$*"; }
+result() { # ok? text
+    if [ "$1" = 1 ]; then printf 'PASS  %s\n' "$2"; else printf 'FAIL  %s\n' "$2"; failures=$((failures + 1)); fi
+}
+die() { echo "FAIL  $*"; exit 1; }
+
+[ -x "$WINE" ] || die "no wine64 (scripts/setup.sh apt installs Debian's wine64)"
+t0=$(date +%s)
+env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo build --quiet --locked --target-dir "$WIN_TARGET" \
+    --target x86_64-pc-windows-gnu -p contract-proxy -p kernel-peer || die "the Windows build"
+echo "windows build: $(($(date +%s) - t0)) s"
+
+# The prefix, once: Wine's own setup, then the bcryptprimitives.dll Wine 8.0 lacks.
+dll=$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll
+if [ ! -f "$dll" ]; then
+    t0=$(date +%s)
+    "$WINE" wineboot --init >/dev/null 2>&1
+    x86_64-w64-mingw32-gcc -shared -O2 -o "$WORK/bcryptprimitives.dll" \
+        scripts/wine/bcryptprimitives.c scripts/wine/bcryptprimitives.def -lbcrypt || die "the DLL stand-in"
+    cp "$WORK/bcryptprimitives.dll" "$dll"
+    echo "wine prefix: $(($(date +%s) - t0)) s"
+fi
+"$WINE" "$WIN/contract-proxy.exe" --version >/dev/null 2>&1 || die "contract-proxy.exe does not start under Wine"
+
+# bg NAME EXE ARGS...: start a Windows program; its pid in LAST.
+bg() {
+    local name=$1 exe=$2
+    shift 2
+    "$WINE" "$WIN/$exe" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    LAST=$!
+    PIDS+=("$LAST")
+}
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# answers LOG: the number of responses the proxy logged.
+answers() { grep -c '"kind":"response"' "$1" 2>/dev/null || true; }
+# until_answers LOG N SECONDS
+until_answers() {
+    local i=0
+    while [ "$(answers "$1")" -lt "$2" ]; do
+        i=$((i + 1)); [ $i -gt $(($3 * 10)) ] && return 1; sleep 0.1
+    done
+}
+# stop PID SECONDS: SIGINT, then wait; 0 when it ended in time.
+stop() {
+    kill -INT "$1" 2>/dev/null
+    local i=0
+    while kill -0 "$1" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt $(($2 * 10)) ] && return 1; sleep 0.1
+    done
+}
+# The shell's script, as the proxy logged it: requests from the shell, in order.
+script_of() {
+    "$PY" - "$1" <<'EOF'
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8"):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if e.get("kind") == "request" and e.get("from") == "shell":
+        print(e["method"], end=" ")
+EOF
+}
+violations() { grep '"verdict":{' "$1" | grep -vc '"verdict":{"verdict":"ok"}' || true; }
+SCRIPT="hello command.handle settings.describe command.handle command.handle "
+
+# session NAME SHELL_CONTROL SHELL_DATA PROXY_CONTROL PROXY_DATA: shell, proxy and core;
+# checks the live view, then stops the proxy with Ctrl-C.
+session() {
+    local name=$1 sc=$2 sd=$3 pc=$4 pd=$5 d=$WORK/$1
+    mkdir -p "$d"
+    cat >"$d/proxy.toml" <<EOF
+mode = "observe"
+
+[[route]]
+name = "control"
+contract = "kernel"
+channel = "control"
+listen = "$pc"
+upstream = "$sc"
+
+[[route]]
+name = "data"
+contract = "kernel"
+channel = "data"
+listen = "$pd"
+upstream = "$sd"
+EOF
+    bg "$name.shell" kernel-peer.exe shell --control "$sc" --data "$sd" --sessions 1
+    local shell=$LAST
+    sleep 1
+    bg "$name.proxy" contract-proxy.exe run --config "$d/proxy.toml" --log json \
+        --record "$d/session.cprec" --pcap "$d/session.pcapng"
+    local proxy=$LAST
+    local i=0
+    until grep -q "data: listening" "$WORK/$name.proxy.err" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.05
+    done
+    bg "$name.core" kernel-peer.exe core --control "$pc" --data "$pd"
+    local core=$LAST
+    local log=$WORK/$name.proxy.out
+    until_answers "$log" 5 60
+    result $([ "$(script_of "$log")" = "$SCRIPT" ] && echo 1 || echo 0) \
+        "$name: the proxy relayed the shell's script ($(script_of "$log"))"
+    result $([ "$(answers "$log")" -ge 5 ] && echo 1 || echo 0) "$name: every request answered ($(answers "$log") responses)"
+    result $([ "$(violations "$log")" = 0 ] && echo 1 || echo 0) "$name: no violation ($(violations "$log"))"
+    kill -KILL "$core" 2>/dev/null
+    wait "$core" 2>/dev/null
+    stop "$proxy" 20
+    local stopped=$?
+    result $([ $stopped = 0 ] && grep -q '^contract-proxy: stopping' "$WORK/$name.proxy.err" &&
+        grep -qE '^contract-proxy: [0-9]+ connections, [0-9]+ frames' "$WORK/$name.proxy.err" && echo 1 || echo 0) \
+        "$name: Ctrl-C stopped the proxy with its summary"
+    kill -KILL "$shell" 2>/dev/null
+    wait "$shell" 2>/dev/null
+    local frames shown
+    frames=$(grep -c '"verdict":{' "$log" || true)
+    shown=$("$PROXY" show --log json "$d/session.cprec" 2>/dev/null | grep -c '"verdict":{' || true)
+    result $([ "$shown" = "$frames" ] && [ "$frames" -gt 0 ] && echo 1 || echo 0) \
+        "$name: the recording reads on Linux ($shown of $frames frames)"
+    local seen
+    if seen=$(pcap_check "$ROOT/schema/contracts/kernel.json" "$d/session.pcapng" "$log"); then
+        result 1 "$name: wireshark: $seen"
+    else
+        result 0 "$name: wireshark: $seen"
+    fi
+}
+
+tag=w$$
+say "(a) named pipes: shell <-> contract-proxy.exe <-> core"
+session pipes "pipe:$tag-sc" "pipe:$tag-sd" "pipe:$tag-pc" "pipe:$tag-pd"
+
+say "(b) a pipe bridged to TCP: the core dials pipes, the shell listens on TCP"
+p1=$(free_port); p2=$(free_port)
+session pipe-to-tcp "tcp:127.0.0.1:$p1" "tcp:127.0.0.1:$p2" "pipe:$tag-bc" "pipe:$tag-bd"
+
+say "(c) TCP bridged to a pipe: the core dials TCP, the shell listens on pipes"
+p3=$(free_port); p4=$(free_port)
+session tcp-to-pipe "pipe:$tag-tc" "pipe:$tag-td" "tcp:127.0.0.1:$p3" "tcp:127.0.0.1:$p4"
+
+echo
+if [ "$failures" = 0 ]; then echo "wine: all checks passed"; else echo "wine: $failures checks failed"; fi
+[ "$failures" = 0 ]
