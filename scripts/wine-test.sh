@@ -8,7 +8,9 @@
 #       the recording reads on Linux (`show`); the capture (--pcap) reads in tshark as
 #       the proxy logged it; Ctrl-C (SIGINT, which Wine turns into the console's
 #       CTRL_C_EVENT) stops the proxy with its summary;
-#   (b) a pipe bridged to TCP, and (c) TCP bridged to a pipe: the same session.
+#   (b) a pipe bridged to TCP, and (c) TCP bridged to a pipe: the same session;
+#   (d) clients arriving together on one pipe: each finds an instance (the listener
+#       keeps the next one ready) or retries ERROR_PIPE_BUSY, and each is answered.
 #
 # usage: scripts/wine-test.sh   (env: KEEP=1 keeps the work dir; WINE: the wine64 loader)
 set -uo pipefail
@@ -160,6 +162,36 @@ EOF
     fi
 }
 
+CLIENTS=8
+# burst: a Linux echo server (rukh framing) behind proxy A (pipe listener), proxy B (TCP
+# listener, pipe upstream) in front; CLIENTS connections to B at once, one call each.
+burst() {
+    local e b
+    e=$(free_port); b=$(free_port)
+    "$PY" "$ROOT/scripts/wine/echo.py" serve "$e" >"$WORK/echo.out" 2>&1 &
+    PIDS+=("$!")
+    bg burst.a contract-proxy.exe run --contract rukh --client extension --log json \
+        --listen "pipe:$tag-burst" --upstream "tcp:127.0.0.1:$e"
+    local a=$LAST
+    sleep 1
+    bg burst.b contract-proxy.exe run --contract rukh --client extension --log json \
+        --listen "tcp:127.0.0.1:$b" --upstream "pipe:$tag-burst"
+    local bp=$LAST
+    local i=0
+    until grep -q "listening on" "$WORK/burst.b.err" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 300 ] && break; sleep 0.1
+    done
+    local got
+    got=$("$PY" "$ROOT/scripts/wine/echo.py" burst "$b" "$CLIENTS")
+    result $([ "$got" = "$CLIENTS" ] && echo 1 || echo 0) \
+        "burst: $got of $CLIENTS clients at once went through the pipe and were answered"
+    local conns
+    conns=$(grep -c 'connected from pipe' "$WORK/burst.a.out" || true)
+    result $([ "$conns" = "$CLIENTS" ] && echo 1 || echo 0) "burst: proxy A accepted $conns pipe clients"
+    stop "$bp" 20
+    stop "$a" 20
+}
+
 tag=w$$
 say "(a) named pipes: shell <-> contract-proxy.exe <-> core"
 session pipes "pipe:$tag-sc" "pipe:$tag-sd" "pipe:$tag-pc" "pipe:$tag-pd"
@@ -172,6 +204,8 @@ say "(c) TCP bridged to a pipe: the core dials TCP, the shell listens on pipes"
 p3=$(free_port); p4=$(free_port)
 session tcp-to-pipe "pipe:$tag-tc" "pipe:$tag-td" "tcp:127.0.0.1:$p3" "tcp:127.0.0.1:$p4"
 
+say "(d) $CLIENTS clients at once on one pipe: TCP -> proxy B -> pipe -> proxy A -> TCP echo"
+burst
 echo
 if [ "$failures" = 0 ]; then echo "wine: all checks passed"; else echo "wine: $failures checks failed"; fi
 [ "$failures" = 0 ]
