@@ -10,7 +10,9 @@
 #       CTRL_C_EVENT) stops the proxy with its summary;
 #   (b) a pipe bridged to TCP, and (c) TCP bridged to a pipe: the same session;
 #   (d) clients arriving together on one pipe: each finds an instance (the listener
-#       keeps the next one ready) or retries ERROR_PIPE_BUSY, and each is answered.
+#       keeps the next one ready) or retries ERROR_PIPE_BUSY, and each is answered;
+#   (e) a stand-in (--listen stdio --upstream exec:…): a line through the child and
+#       back, and the child's exit code as the proxy's.
 #
 # usage: scripts/wine-test.sh   (env: KEEP=1 keeps the work dir; WINE: the wine64 loader)
 set -uo pipefail
@@ -206,6 +208,19 @@ session tcp-to-pipe "pipe:$tag-tc" "pipe:$tag-td" "tcp:127.0.0.1:$p3" "tcp:127.0
 
 say "(d) $CLIENTS clients at once on one pipe: TCP -> proxy B -> pipe -> proxy A -> TCP echo"
 burst
+
+say "(e) a stand-in: --listen stdio --upstream exec:…, the child's exit code passed through"
+line='{"jsonrpc":"2.0","id":1,"method":"ping"}'
+printf '%s\n' "$line" >"$WORK/ping.jsonl"
+rc=0
+timeout 60 "$WINE" "$WIN/contract-proxy.exe" run --contract mcp --listen stdio \
+    --upstream "exec:cmd /c more" <"$WORK/ping.jsonl" >"$WORK/standin.out" 2>"$WORK/standin.err" || rc=$?
+result $([ "$rc" = 0 ] && [ "$(tr -d '\r' <"$WORK/standin.out")" = "$line" ] && echo 1 || echo 0) \
+    "stand-in: the line went through the child and back (exit $rc)"
+rc=0
+timeout 60 "$WINE" "$WIN/contract-proxy.exe" run --contract mcp --listen stdio \
+    --upstream "exec:cmd /c exit 3" </dev/null >/dev/null 2>"$WORK/standin3.err" || rc=$?
+result $([ "$rc" = 3 ] && echo 1 || echo 0) "stand-in: the child's exit code 3 is the proxy's ($rc)"
 echo
 if [ "$failures" = 0 ]; then echo "wine: all checks passed"; else echo "wine: $failures checks failed"; fi
 [ "$failures" = 0 ]

@@ -209,7 +209,6 @@ pub enum Outcome {
     /// Exit with this code.
     Code(i32),
     /// Exit exactly as this child did (a stand-in).
-    #[cfg(unix)]
     Child(std::process::ExitStatus),
 }
 
@@ -349,7 +348,6 @@ fn summarize(done: &Finished) -> Outcome {
         eprintln!("contract-proxy: {f}");
         outcome = Outcome::Code(1);
     }
-    #[cfg(unix)]
     if let (Some(st), Outcome::Code(0)) = (done.child, &outcome) {
         outcome = Outcome::Child(st);
     }

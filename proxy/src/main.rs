@@ -18,7 +18,6 @@ fn main() {
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     match outcome {
         Ok(Outcome::Code(c)) => std::process::exit(c),
-        #[cfg(unix)]
         Ok(Outcome::Child(st)) => contract_transport::endpoint::process::exit_like(st),
         Err(e) => {
             eprintln!("contract-proxy: {e}");

@@ -418,7 +418,6 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 #[derive(Debug, Default)]
 pub struct RouteEnd {
     /// Exit status of the upstream child (exec, exec-fd), when the route had one connection.
-    #[cfg(unix)]
     pub child: Option<std::process::ExitStatus>,
 }
 
@@ -586,14 +585,9 @@ async fn handle(
         }
     };
     let Connected {
-        conn: up,
-        #[cfg(unix)]
-        child,
-        ..
+        conn: up, child, ..
     } = upstream;
-    #[allow(unused_mut)]
     let mut end = RouteEnd::default();
-    #[cfg(unix)]
     let relayed = match child {
         // A stand-in (stdio, fd:N) lives exactly as long as its child, as the launcher
         // expects: when the child exits, what it wrote drains to the launcher within one
@@ -656,8 +650,6 @@ async fn handle(
         }
         None => relay(client, up, route, shared, conn).await,
     };
-    #[cfg(not(unix))]
-    let relayed = relay(client, up, route, shared, conn).await;
     if let Err(e) = relayed {
         shared.note(&route.name, conn, &e);
     }

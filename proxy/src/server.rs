@@ -258,7 +258,6 @@ impl Bound {
         Finished {
             shared,
             failures: ended.failures,
-            #[cfg(unix)]
             child: ended.child,
             recording,
             traces,
@@ -270,7 +269,6 @@ impl Bound {
 #[derive(Default)]
 struct Ended {
     failures: Vec<String>,
-    #[cfg(unix)]
     child: Option<std::process::ExitStatus>,
 }
 
@@ -281,11 +279,9 @@ impl Ended {
     fn route(&mut self, done: RouteTask) -> bool {
         match done {
             Ok(Ok(end)) => {
-                #[cfg(unix)]
                 if let Some(st) = end.child {
                     self.child = Some(st);
                 }
-                let _ = end;
                 false
             }
             Ok(Err(e)) => {
@@ -335,7 +331,6 @@ pub struct Finished {
     /// Routes that failed, and a stop that had to abort.
     pub failures: Vec<String>,
     /// Exit status of a stand-in's child.
-    #[cfg(unix)]
     pub child: Option<std::process::ExitStatus>,
     /// The recording, when one was asked for.
     pub recording: Option<Recording>,

@@ -10,9 +10,13 @@ use std::time::Duration;
 
 use crate::conn::{Conn, Hello, HttpRefusal};
 
+mod child_io;
 #[cfg(windows)]
 pub mod pipe;
 #[cfg(unix)]
+pub mod process;
+#[cfg(windows)]
+#[path = "process_windows.rs"]
 pub mod process;
 pub mod quic;
 pub mod tcp;
@@ -285,7 +289,6 @@ pub struct Connected {
     /// The subprotocol the upstream chose (WebSocket).
     pub subprotocol: Option<String>,
     /// The child process behind it (exec, exec-fd); the proxy reports its exit.
-    #[cfg(unix)]
     pub child: Option<process::ChildProc>,
 }
 
@@ -295,7 +298,6 @@ impl Connected {
         Connected {
             conn,
             subprotocol: None,
-            #[cfg(unix)]
             child: None,
         }
     }
@@ -421,7 +423,6 @@ impl Endpoint {
                 ws::WsListener::bind(addr, path, *tls, opts).await?,
             )),
             Endpoint::Quic(addr) => Ok(Listener::Quic(quic::QuicListener::bind(addr, opts)?)),
-            #[cfg(unix)]
             Endpoint::Stdio => Ok(Listener::Once(
                 tokio::sync::Mutex::new(Some((Conn::Stream(process::stdio()), "stdio".into()))),
                 "stdio".into(),
@@ -479,12 +480,10 @@ impl Endpoint {
                     Connected {
                         conn: Conn::Messages(conn),
                         subprotocol,
-                        #[cfg(unix)]
                         child: None,
                     }
                 }
                 Endpoint::Quic(a) => Connected::plain(Conn::Stream(quic::connect(a, opts).await?)),
-                #[cfg(unix)]
                 Endpoint::Exec(argv) => {
                     let (io, child) = process::spawn_exec(argv).map_err(err)?;
                     Connected {

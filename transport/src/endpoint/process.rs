@@ -29,12 +29,12 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, pthread_sigmask, raise}
 use nix::sys::socket::{AddressFamily, SockType, SockaddrLike, SockaddrStorage, sockopt};
 use nix::sys::stat::{SFlag, fstat};
 use nix::unistd::Pid;
-use tokio::io::AsyncWrite;
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::child_io::{ClosingStdin, command, spawn_error};
 use crate::conn::BoxIo;
 
 /// How long [`ChildProc::wait`] sleeps between checks when no SIGCHLD arrives
@@ -452,15 +452,6 @@ pub fn inherited_fd(n: i32) -> io::Result<BoxIo> {
     }
 }
 
-fn command(argv: &[String]) -> io::Result<(Command, &str)> {
-    let (prog, args) = argv
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-    let mut cmd = Command::new(prog);
-    cmd.args(args);
-    Ok((cmd, prog))
-}
-
 /// Make every descriptor from 3 up, except `keep`, close-on-exec in the child
 /// just before it execs, so it gets only its stdio (and `keep`) whatever the
 /// proxy itself inherited from its launcher. Registered after any fd mapping,
@@ -517,46 +508,6 @@ fn only_stdio_and(cmd: &mut Command, keep: Option<RawFd>) {
     // async-signal-safe work is allowed: it makes raw fcntl/close_range system
     // calls on integers, with no allocation, locking or unwinding.
     unsafe { cmd.pre_exec(hook) };
-}
-
-fn spawn_error(prog: &str, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("cannot start {prog:?}: {e}"))
-}
-
-/// The write side of an `exec:` connection. Shutting it down closes the
-/// child's stdin, so a half-close reaches the child as EOF (tokio's
-/// `ChildStdin` only closes when dropped).
-struct ClosingStdin(Option<ChildStdin>);
-
-impl AsyncWrite for ClosingStdin {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.0.as_mut() {
-            Some(w) => Pin::new(w).poll_write(cx, buf),
-            None => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the child's stdin is already closed",
-            ))),
-        }
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.0.as_mut() {
-            Some(w) => Pin::new(w).poll_flush(cx),
-            None => Poll::Ready(Ok(())),
-        }
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Some(w) = self.0.as_mut() {
-            ready!(Pin::new(w).poll_flush(cx))?;
-        }
-        self.0 = None;
-        Poll::Ready(Ok(()))
-    }
 }
 
 /// Start `argv` with its stdin/stdout as the connection; its stderr is the
