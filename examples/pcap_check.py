@@ -4,8 +4,10 @@ usage: pcap_check.py CONTRACT PCAP LOG...   (the proxy's --log json may share a 
 other output, or be in one of several files: every JSON event line of them is read)
 
 Generates CONTRACT's Wireshark dissector with $CONTRACTGEN, reads PCAP with tshark, and
-checks that every frame the proxy logged is in the capture, in the same order, with the
-same kind and method (an answer the proxy could not pair may show its envelope's method),
+checks that every frame the proxy logged is in the capture, in the same order on each
+connection (connections are matched by the verdict comment each frame carries; between
+connections the log and the capture may interleave differently), with the same kind and
+method (an answer the proxy could not pair may show its envelope's method),
 and that a frame the proxy passed raises none of the dissector's expert info. Prints one
 line and exits 0 when they agree, 1 (with the first difference) when not.
 Used by the reference peers' run scripts (examples/*/run.sh).
@@ -13,6 +15,7 @@ Used by the reference peers' run scripts (examples/*/run.sh).
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,8 +30,8 @@ def lines(paths):
 
 
 def logged(paths):
-    """The frames of --log json files: (kind, method, flagged) in order."""
-    out = []
+    """The frames of --log json files, per (route, conn): (kind, method, flagged) in order."""
+    out = {}
     for line in lines(paths):
         # A peer sharing the file may have written into the line's start.
         try:
@@ -44,12 +47,25 @@ def logged(paths):
             method = ""
         verdict = e["verdict"]
         ok = verdict == "ok" or (isinstance(verdict, dict) and verdict.get("verdict") == "ok")
-        out.append((e.get("kind") or "", method, not ok))
+        key = (e.get("route"), str(e.get("conn")))
+        out.setdefault(key, []).append((e.get("kind") or "", method, not ok))
     return out
 
 
+def tshark(script, pcap, display, fields):
+    run = subprocess.run(
+        ["tshark", "-X", script, "-r", pcap, "-Y", display, "-T", "fields",
+         "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=|",
+         *[x for f in fields for x in ("-e", f)]],
+        capture_output=True, text=True)
+    if run.returncode != 0 or "Lua Error" in run.stderr:
+        sys.exit(f"FAIL: tshark: {run.stderr.strip()}")
+    return [(line.split("\t") + [""] * len(fields))[:len(fields)] for line in run.stdout.splitlines()]
+
+
 def dissected(contract, pcap, workdir):
-    """The dissector's rows for PCAP: (kind, method, experts), and the filter name."""
+    """The dissector's rows for PCAP per (route, conn): (kind, method, experts); the filter
+    name."""
     subprocess.run(
         [os.environ["CONTRACTGEN"], "generate", "--lang", "wireshark", "--out", workdir, contract],
         capture_output=True, text=True, check=True)
@@ -60,14 +76,17 @@ def dissected(contract, pcap, workdir):
     wanted = lua[:-len(".lua")]
     known = {line.split("\t")[2] for line in names.splitlines() if line.count("\t") >= 2}
     proto = f"{wanted}_contract" if f"{wanted}_contract" in known else wanted
-    run = subprocess.run(
-        ["tshark", "-X", script, "-r", pcap, "-Y", proto, "-T", "fields",
-         "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=|",
-         "-e", f"{proto}.kind", "-e", f"{proto}.method", "-e", "_ws.expert.message"],
-        capture_output=True, text=True)
-    if run.returncode != 0 or "Lua Error" in run.stderr:
-        sys.exit(f"FAIL: tshark: {run.stderr.strip()}")
-    rows = [(line.split("\t") + ["", "", ""])[:3] for line in run.stdout.splitlines()]
+    # Each frame's verdict comment names its route and connection.
+    conn_of = {}
+    for stream, comment in tshark(script, pcap, "frame.comment", ["tcp.stream", "frame.comment"]):
+        m = re.search(r"contract-proxy (\S+)#(\d+) ", comment)
+        if m:
+            conn_of.setdefault(stream, (m.group(1), m.group(2)))
+    rows = {}
+    for stream, kind, method, experts in tshark(
+            script, pcap, proto,
+            ["tcp.stream", f"{proto}.kind", f"{proto}.method", "_ws.expert.message"]):
+        rows.setdefault(conn_of.get(stream, ("?", stream)), []).append((kind, method, experts))
     return rows, proto
 
 
@@ -76,14 +95,19 @@ def main():
     want = logged(logs)
     with tempfile.TemporaryDirectory() as d:
         rows, proto = dissected(contract, pcap, d)
-    if len(rows) != len(want):
-        sys.exit(f"FAIL: {pcap}: {len(rows)} frames dissected as {proto}, the proxy logged {len(want)}")
-    for i, ((kind, method, experts), (wkind, wmethod, flagged)) in enumerate(zip(rows, want)):
-        if kind.replace("?", "") != wkind or (wmethod and method != wmethod):
-            sys.exit(f"FAIL: {pcap} frame {i}: dissected {kind} {method}, logged {wkind} {wmethod}")
-        if not flagged and any(x in experts for x in EXPERTS):
-            sys.exit(f"FAIL: {pcap} frame {i}: a frame the proxy passed raised {experts}")
-    print(f"ok: {pcap}: {len(rows)} frames dissected as {proto}, as the proxy logged them")
+    if sorted(rows) != sorted(want):
+        sys.exit(f"FAIL: {pcap}: connections {sorted(rows)} dissected as {proto}, the proxy logged {sorted(want)}")
+    for key, got in rows.items():
+        conn = f"{key[0]}#{key[1]}"
+        if len(got) != len(want[key]):
+            sys.exit(f"FAIL: {pcap} {conn}: {len(got)} frames dissected, the proxy logged {len(want[key])}")
+        for i, ((kind, method, experts), (wkind, wmethod, flagged)) in enumerate(zip(got, want[key])):
+            if kind.replace("?", "") != wkind or (wmethod and method != wmethod):
+                sys.exit(f"FAIL: {pcap} {conn} frame {i}: dissected {kind} {method}, logged {wkind} {wmethod}")
+            if not flagged and any(x in experts for x in EXPERTS):
+                sys.exit(f"FAIL: {pcap} {conn} frame {i}: a frame the proxy passed raised {experts}")
+    total = sum(len(v) for v in rows.values())
+    print(f"ok: {pcap}: {total} frames on {len(rows)} connections dissected as {proto}, as the proxy logged them")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 # kept under the target directory (docs/proxy.md, "Windows").
 #
 #   (a) a kernel session over named pipes, control and data, shell <-> proxy <-> core:
-#       the live view (--log json) shows the shell's script answered, no violation;
+#       the live view (--log json) shows the shell's script answered, no violation
+#       (no audio yet: see docs/proxy.md, "Windows", on the race it shows);
 #       the recording reads on Linux (`show`); the capture (--pcap) reads in tshark as
 #       the proxy logged it; Ctrl-C (SIGINT, which Wine turns into the console's
 #       CTRL_C_EVENT) stops the proxy with its summary;
@@ -101,6 +102,7 @@ EOF
 }
 violations() { grep '"verdict":{' "$1" | grep -vc '"verdict":{"verdict":"ok"}' || true; }
 SCRIPT="hello command.handle settings.describe command.handle command.handle "
+SCRIPT_N=5
 
 # session NAME SHELL_CONTROL SHELL_DATA PROXY_CONTROL PROXY_DATA: shell, proxy and core;
 # checks the live view, then stops the proxy with Ctrl-C.
@@ -137,10 +139,10 @@ EOF
     bg "$name.core" kernel-peer.exe core --control "$pc" --data "$pd"
     local core=$LAST
     local log=$WORK/$name.proxy.out
-    until_answers "$log" 5 60
+    until_answers "$log" "$SCRIPT_N" 60
     result $([ "$(script_of "$log")" = "$SCRIPT" ] && echo 1 || echo 0) \
         "$name: the proxy relayed the shell's script ($(script_of "$log"))"
-    result $([ "$(answers "$log")" -ge 5 ] && echo 1 || echo 0) "$name: every request answered ($(answers "$log") responses)"
+    result $([ "$(answers "$log")" -ge "$SCRIPT_N" ] && echo 1 || echo 0) "$name: every request answered ($(answers "$log") responses)"
     result $([ "$(violations "$log")" = 0 ] && echo 1 || echo 0) "$name: no violation ($(violations "$log"))"
     kill -KILL "$core" 2>/dev/null
     wait "$core" 2>/dev/null

@@ -104,6 +104,10 @@ pub struct ShellArgs {
     /// Seconds to wait for a core to connect before giving up.
     #[arg(long, default_value_t = 120)]
     pub accept_timeout: u64,
+    /// End the script with `conformance:speak N`: the core speaks N seconds of audio on
+    /// the data channel, under the credit the shell grants (0: no audio).
+    #[arg(long, default_value_t = 0)]
+    pub speak: u64,
     /// Break one rule on purpose.
     #[arg(long = "break", value_enum)]
     pub break_rule: Option<ShellBreak>,
@@ -1099,6 +1103,13 @@ async fn shell_session(
             json!({"text": "спасибо", "source": "typed"}),
         ),
     ];
+    let speak = format!("conformance:speak {}", a.speak);
+    if a.speak > 0 {
+        script.push((
+            "command.handle",
+            json!({"text": speak, "source": "typed"}),
+        ));
+    }
     script.reverse();
     let mut sent_script = 0usize;
     let mut live = match Liveness::new(wire) {
