@@ -174,6 +174,7 @@ burst() {
     e=$(free_port); b=$(free_port)
     "$PY" "$ROOT/scripts/wine/echo.py" serve "$e" >"$WORK/echo.out" 2>&1 &
     PIDS+=("$!")
+    disown "$!" # killed at the end, without bash reporting it
     bg burst.a contract-proxy.exe run --contract rukh --client extension --log json \
         --listen "pipe:$tag-burst" --upstream "tcp:127.0.0.1:$e"
     local a=$LAST
