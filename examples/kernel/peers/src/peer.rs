@@ -1105,10 +1105,7 @@ async fn shell_session(
     ];
     let speak = format!("conformance:speak {}", a.speak);
     if a.speak > 0 {
-        script.push((
-            "command.handle",
-            json!({"text": speak, "source": "typed"}),
-        ));
+        script.push(("command.handle", json!({"text": speak, "source": "typed"})));
     }
     script.reverse();
     let mut sent_script = 0usize;
