@@ -131,6 +131,8 @@ async fn the_proxy_stands_in_for_the_server_with_no_violation() {
     let c = contract::load(&contract_path()).expect("the LSP contract loads");
     let contract = contract_path();
     let upstream = format!("exec:{}", server_command());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pcap = dir.path().join("capture.pcapng");
     let mut child = tokio::process::Command::new(common::BIN)
         .arg("run")
         .arg("--contract")
@@ -143,6 +145,8 @@ async fn the_proxy_stands_in_for_the_server_with_no_violation() {
             "--log",
             "json",
         ])
+        .arg("--pcap")
+        .arg(&pcap)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -181,6 +185,10 @@ async fn the_proxy_stands_in_for_the_server_with_no_violation() {
         .filter(|v| v["verdict"]["verdict"] != "ok")
         .collect();
     assert!(bad.is_empty(), "violations: {bad:?}");
+    // The session's capture reads in tshark as the proxy logged it (header-delimited).
+    let log = dir.path().join("proxy.jsonl");
+    std::fs::write(&log, &text).expect("write the log");
+    common::pcap_check(&contract, &pcap, &log);
 }
 
 #[test]

@@ -77,20 +77,10 @@ fn a_whole_sdk_session_passes_enforcement_untouched() {
     let (summary, events) = scenario_in(dir.path(), "session", &[]);
     // Its capture reads in tshark, with the contract's generated dissector, frame by
     // frame as the proxy logged it (the check the reference peers' scripts run).
-    common::cargo_build(&["contractgen"]);
-    let check = Command::new(common::peers_python())
-        .arg(common::root().join("examples/pcap_check.py"))
-        .arg(contract_path())
-        .arg(dir.path().join("capture.pcapng"))
-        .arg(dir.path().join("proxy.jsonl"))
-        .env("CONTRACTGEN", common::bin_dir().join("contractgen"))
-        .output()
-        .expect("pcap_check");
-    assert!(
-        check.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
+    common::pcap_check(
+        &contract_path(),
+        &dir.path().join("capture.pcapng"),
+        &dir.path().join("proxy.jsonl"),
     );
     assert_eq!(summary["server"], "contract-mcp-example", "{summary}");
     assert_eq!(

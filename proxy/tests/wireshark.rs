@@ -6,8 +6,8 @@
 //! What tshark shows of each frame (kind, method, id, stream id and seq) must be
 //! what the proxy's own inspector said of it; display filters on the dissector's
 //! fields select the frames they name; a malformed frame and one over its cap
-//! raise expert info. The contracts: the five built in, and the jobs fixture,
-//! which is not.
+//! raise expert info. The contracts: the five built in, and two that are not: the
+//! jobs fixture and the LSP contract of examples/lsp (header-delimited framing).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,6 +39,9 @@ fn contract_file(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     if name == "jobs" {
         return root.join("proxy/tests/fixtures/jobs.json");
+    }
+    if name == "lsp" {
+        return root.join("examples/lsp/lsp.json");
     }
     root.join(format!("schema/contracts/{name}.json"))
 }
@@ -435,6 +438,12 @@ async fn mcp_examples_dissect_in_tshark_beside_wiresharks_own_mcp() {
 #[tokio::test]
 async fn a_contract_that_is_not_built_in_dissects_in_tshark() {
     examples_dissect("jobs").await;
+}
+
+/// LSP's `header-delimited` framing (`Content-Length:` lines, then the body).
+#[tokio::test]
+async fn lsp_examples_dissect_in_tshark_through_their_header_lines() {
+    examples_dissect("lsp").await;
 }
 
 /// The demo's kernel session (a real proxy between a shell and a core, both channels)

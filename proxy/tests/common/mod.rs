@@ -350,3 +350,23 @@ pub async fn write_recording(
         .expect("in time")
         .expect("finished")
 }
+
+/// examples/pcap_check.py: the capture `run --pcap` wrote reads in tshark, with
+/// `contract`'s generated Wireshark dissector, frame by frame as the proxy logged it.
+pub fn pcap_check(contract: &Path, pcap: &Path, log: &Path) {
+    cargo_build(&["contractgen"]);
+    let check = Command::new(peers_python())
+        .arg(root().join("examples/pcap_check.py"))
+        .arg(contract)
+        .arg(pcap)
+        .arg(log)
+        .env("CONTRACTGEN", bin_dir().join("contractgen"))
+        .output()
+        .expect("pcap_check");
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
