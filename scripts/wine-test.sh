@@ -69,6 +69,13 @@ bg() {
     LAST=$!
     PIDS+=("$LAST")
 }
+# says FILE TEXT SECONDS: wait (bounded) until FILE holds TEXT; 0 when it does.
+says() {
+    local i=0
+    until grep -q "$2" "$1" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt $(($3 * 10)) ] && return 1; sleep 0.1
+    done
+}
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # answers LOG: the number of responses the proxy logged.
 answers() { grep -c '"kind":"response"' "$1" 2>/dev/null || true; }
@@ -132,10 +139,7 @@ EOF
     bg "$name.proxy" contract-proxy.exe run --config "$d/proxy.toml" --log json \
         --record "$d/session.cprec" --pcap "$d/session.pcapng"
     local proxy=$LAST
-    local i=0
-    until grep -q "data: listening" "$WORK/$name.proxy.err" 2>/dev/null; do
-        i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.05
-    done
+    says "$WORK/$name.proxy.err" "data: listening" 20
     bg "$name.core" kernel-peer.exe core --control "$pc" --data "$pd"
     local core=$LAST
     local log=$WORK/$name.proxy.out
@@ -182,10 +186,7 @@ burst() {
     bg burst.b contract-proxy.exe run --contract rukh --client extension --log json \
         --listen "tcp:127.0.0.1:$b" --upstream "pipe:$tag-burst"
     local bp=$LAST
-    local i=0
-    until grep -q "listening on" "$WORK/burst.b.err" 2>/dev/null; do
-        i=$((i + 1)); [ $i -gt 300 ] && break; sleep 0.1
-    done
+    says "$WORK/burst.b.err" "listening on" 30
     local got
     got=$("$PY" "$ROOT/scripts/wine/echo.py" burst "$b" "$CLIENTS")
     result $([ "$got" = "$CLIENTS" ] && echo 1 || echo 0) \
