@@ -69,6 +69,15 @@ pub struct Config {
     templates: Option<PathBuf>,
     breaking_against: Option<String>,
     accepted: Vec<String>,
+    shown_from: Option<PathBuf>,
+}
+
+/// A contract loaded for a run: its IR, its file name (the Rust header names it) and its
+/// path as the generated docs and dissectors name it.
+struct Loaded {
+    ir: Ir,
+    file: String,
+    shown: String,
 }
 
 impl Default for Config {
@@ -87,6 +96,36 @@ impl Config {
             templates: None,
             breaking_against: None,
             accepted: Vec::new(),
+            shown_from: None,
+        }
+    }
+
+    /// Name the contracts in generated headers relative to `dir` (default: the working
+    /// directory, as a user typed the paths).
+    pub fn inputs_relative_to(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.shown_from = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// `path` as headers show it: relative to [`Config::inputs_relative_to`] (or the
+    /// working directory) when it lies below it, else as given; `/` separated.
+    fn shown(&self, path: &Path) -> String {
+        let base = self
+            .shown_from
+            .clone()
+            .or_else(|| std::env::current_dir().ok());
+        let rel = match (path.is_absolute(), base) {
+            (true, Some(b)) => path.strip_prefix(&b).ok(),
+            (false, _) => Some(path),
+            (true, None) => None,
+        };
+        match rel {
+            Some(r) => r
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/"),
+            None => path.display().to_string(),
         }
     }
 
@@ -202,11 +241,16 @@ impl Config {
         }
         // Contracts load, and targets render, independently: in parallel.
         let irs = parallel(&self.contracts, |path| {
-            let source = path
+            let file = path
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            Ok((Ir::build(contract::load(path)?)?, source))
+            let ir = Ir::build(contract::load(path)?)?;
+            Ok(Loaded {
+                ir,
+                file,
+                shown: self.shown(path),
+            })
         })
         .into_iter()
         .collect::<Result<Vec<_>, GenError>>()?;
@@ -225,7 +269,7 @@ impl Config {
     }
 
     /// One target's files for the built IRs (each with the name of its contract file).
-    fn render(&self, lang: Lang, irs: &[(Ir, String)]) -> Result<Vec<GeneratedFile>, GenError> {
+    fn render(&self, lang: Lang, irs: &[Loaded]) -> Result<Vec<GeneratedFile>, GenError> {
         let mut target: Option<crate::sdk::TargetView> = None;
         let (name, templates, register): (
             &str,
@@ -235,10 +279,10 @@ impl Config {
             Lang::Rust => {
                 return irs
                     .iter()
-                    .map(|(ir, source)| {
+                    .map(|l| {
                         Ok(GeneratedFile {
-                            name: format!("{}.rs", ir.module),
-                            contents: crate::rust::render(ir, source)?,
+                            name: format!("{}.rs", l.ir.module),
+                            contents: crate::rust::render(&l.ir, &l.file)?,
                         })
                     })
                     .collect();
@@ -255,7 +299,7 @@ impl Config {
                 )
             }
         };
-        let irs: Vec<&Ir> = irs.iter().map(|(ir, _)| ir).collect();
+        let irs: Vec<(&Ir, &str)> = irs.iter().map(|l| (&l.ir, l.shown.as_str())).collect();
         let dir = self.templates.as_deref();
         crate::sdk::generate(name, &irs, templates, (register, target), dir)
     }

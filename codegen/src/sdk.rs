@@ -237,11 +237,12 @@ fn file_key(name: &str) -> String {
 /// A target's own view of a contract, which its per-contract templates see as `target`.
 pub type TargetView = fn(&Ir) -> Result<Value, GenError>;
 
-/// Render a template target for `irs`: `register` adds the target's helpers, `target`
-/// (when given) its own view to each contract's context.
+/// Render a template target for `irs`, each with its contract's path as headers show it
+/// (the context's `input`): `register` adds the target's helpers, `target` (when given)
+/// its own view to each contract's context.
 pub fn generate(
     lang: &str,
-    irs: &[&Ir],
+    irs: &[(&Ir, &str)],
     embedded: &[Template],
     (register, target): (fn(&mut Handlebars<'static>), Option<TargetView>),
     dir: Option<&Path>,
@@ -256,8 +257,9 @@ pub fn generate(
                 reason: e.to_string(),
             })?;
     }
-    let with_target = |ir: &&Ir| -> Result<Value, GenError> {
+    let with_target = |(ir, input): &(&Ir, &str)| -> Result<Value, GenError> {
         let mut ctx = context(ir)?;
+        ctx["input"] = Value::String(input.to_string());
         if let Some(view) = target {
             ctx["target"] = view(ir)?;
         }

@@ -248,3 +248,47 @@ fn one_run_of_every_target_writes_what_each_target_writes_alone() {
     let out = String::from_utf8_lossy(&out);
     assert!(out.contains("docs/kernel.md"), "{out}");
 }
+
+/// The generated headers name the contract as the user gave it, relative to the working
+/// directory: a relative path as typed, an absolute one below the working directory
+/// made relative, one elsewhere as given.
+#[test]
+fn headers_name_the_input_path_as_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let protos = dir.path().join("protos");
+    std::fs::create_dir(&protos).expect("mkdir");
+    std::fs::copy(
+        root().join("schema/contracts/mcp.json"),
+        protos.join("my-mcp.json"),
+    )
+    .expect("copy");
+    let header = |arg: &str, lang: &str, file: &str| {
+        let out = dir.path().join(format!("out-{lang}"));
+        contractgen()
+            .current_dir(dir.path())
+            .args(["generate", "--lang", lang, "--out"])
+            .arg(&out)
+            .arg(arg)
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(out.join(file)).expect("generated");
+        text.lines().take(2).collect::<Vec<_>>().join("\n")
+    };
+    let absolute = protos.join("my-mcp.json");
+    for (arg, lang, file) in [
+        ("protos/my-mcp.json", "docs", "mcp.md"),
+        (absolute.to_str().expect("utf-8"), "wireshark", "mcp.lua"),
+        ("./protos/my-mcp.json", "python", "contract_sdk/mcp.py"),
+    ] {
+        let h = header(arg, lang, file);
+        assert!(
+            h.contains("from protos/my-mcp.json") || h.contains("from ./protos/my-mcp.json"),
+            "{lang} from {arg}: {h}"
+        );
+        assert!(!h.contains("schema/contracts"), "{lang}: {h}");
+    }
+    // Outside the working directory: the path as given.
+    let elsewhere = root().join("schema/contracts/mcp.json");
+    let h = header(elsewhere.to_str().expect("utf-8"), "csharp", "mcp.cs");
+    assert!(h.contains(&format!("from {}", elsewhere.display())), "{h}");
+}

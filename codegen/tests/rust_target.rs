@@ -189,6 +189,7 @@ fn committed_protocol_docs_are_fresh() {
     let mut cfg = Config::new();
     let names = contract::builtin_names();
     cfg.lang(contractgen::Lang::Docs)
+        .inputs_relative_to(root())
         .contracts(names.iter().map(|n| contract_path(n)));
     let files = cfg.generate().expect("docs");
     assert_eq!(

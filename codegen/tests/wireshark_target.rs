@@ -13,7 +13,9 @@ fn root() -> PathBuf {
 
 fn dissectors(paths: &[PathBuf]) -> Vec<contractgen::GeneratedFile> {
     let mut cfg = Config::new();
-    cfg.contracts(paths).lang(Lang::Wireshark);
+    cfg.contracts(paths)
+        .lang(Lang::Wireshark)
+        .inputs_relative_to(root());
     cfg.generate().expect("generate")
 }
 
