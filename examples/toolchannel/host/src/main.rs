@@ -36,7 +36,10 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use contract::model::Kind;
 use contract::wire::ViolationClass;
-use contract_generated::toolchannel::{self, Channel, DecodeError, Method, Party, types};
+use contract_generated::toolchannel::codes::CloseCodes;
+use contract_generated::toolchannel::{
+    self, Channel, DecodeError, ErrorCode, Method, Party, types,
+};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -115,7 +118,7 @@ enum Event {
     TooBig(u64, String),
 }
 
-/// Messages over the contract's cap are refused unread (then closed 1009, note T-32).
+/// Messages over the contract's cap are refused unread (then closed `MessageTooBig`, note T-32).
 fn ws_config() -> WebSocketConfig {
     let cap = usize::try_from(toolchannel::limits::MAX_MESSAGE_BYTES).unwrap_or(usize::MAX);
     WebSocketConfig::default()
@@ -173,6 +176,11 @@ enum CallState {
     NotYet,
     InFlight,
     Done,
+}
+
+/// A contract close code as a WebSocket close code (the contract's are all u16).
+fn wire(code: CloseCodes) -> u16 {
+    u16::try_from(code.value()).unwrap_or(CloseCode::Error.into())
 }
 
 fn close_frame(code: u16, reason: &str) -> Ws {
@@ -233,14 +241,19 @@ impl Host {
         .await
     }
 
+    /// An error reply with the catalog's `code`; its message is `detail`, or the code's
+    /// name when there is none.
     async fn reply_error(
         &mut self,
         conn: u64,
         id: Value,
-        code: i64,
-        message: &str,
+        code: ErrorCode,
+        detail: &str,
     ) -> anyhow::Result<()> {
-        let code = toolchannel::ErrorCode::try_from(code)?;
+        let message = match detail {
+            "" => code.symbol().unwrap_or_default(),
+            d => d,
+        };
         let msg =
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.code(), "message": message}});
         // Error replies to unreadable frames carry id null; the schema allows it.
@@ -301,8 +314,11 @@ impl Host {
         self.request(id, Method::Initialize, params).await
     }
 
-    async fn bad_frame(&mut self, conn: u64, code: i64, why: &str) -> anyhow::Result<()> {
-        eprintln!("toolchannel-host: conn#{conn} bad frame ({code}): {why}");
+    async fn bad_frame(&mut self, conn: u64, code: ErrorCode, why: &str) -> anyhow::Result<()> {
+        eprintln!(
+            "toolchannel-host: conn#{conn} bad frame ({}): {why}",
+            code.code()
+        );
         self.reply_error(conn, Value::Null, code, why).await?;
         let n = match self.conns.get_mut(&conn) {
             Some(c) => {
@@ -312,7 +328,12 @@ impl Host {
             None => return Ok(()),
         };
         if u64::from(n) >= toolchannel::limits::BAD_FRAMES_MAX {
-            self.close(conn, 4006, "4006 too many bad frames").await;
+            self.close(
+                conn,
+                wire(CloseCodes::BadFrames),
+                &format!("{} too many bad frames", CloseCodes::BadFrames.value()),
+            )
+            .await;
         }
         Ok(())
     }
@@ -320,7 +341,11 @@ impl Host {
     async fn frame(&mut self, conn: u64, msg: Ws) -> anyhow::Result<()> {
         let text = match msg {
             Ws::Text(t) => t,
-            Ws::Binary(_) => return self.bad_frame(conn, -32600, "binary message").await,
+            Ws::Binary(_) => {
+                return self
+                    .bad_frame(conn, ErrorCode::InvalidRequest, "binary message")
+                    .await;
+            }
             Ws::Close(f) => {
                 self.gone(
                     conn,
@@ -367,9 +392,12 @@ impl Host {
                     .and_then(|p| p.method.clone())
                     .unwrap_or_default();
                 return match v.class {
-                    ViolationClass::Parse => self.bad_frame(conn, -32700, &v.reason).await,
+                    ViolationClass::Parse => {
+                        self.bad_frame(conn, ErrorCode::ParseError, &v.reason).await
+                    }
                     ViolationClass::Invalid | ViolationClass::Oversize => {
-                        self.bad_frame(conn, -32600, &v.reason).await
+                        self.bad_frame(conn, ErrorCode::InvalidRequest, &v.reason)
+                            .await
                     }
                     ViolationClass::UnknownNotification => {
                         eprintln!("toolchannel-host: unknown notification {method} ignored");
@@ -387,7 +415,8 @@ impl Host {
                         {
                             self.refuse(conn, id, &method).await
                         } else {
-                            self.reply_error(conn, id, -32602, &v.reason).await
+                            self.reply_error(conn, id, ErrorCode::InvalidParams, &v.reason)
+                                .await
                         }
                     }
                     _ => {
@@ -396,7 +425,11 @@ impl Host {
                     }
                 };
             }
-            Err(e) => return self.bad_frame(conn, -32600, &e.to_string()).await,
+            Err(e) => {
+                return self
+                    .bad_frame(conn, ErrorCode::InvalidRequest, &e.to_string())
+                    .await;
+            }
         };
         match m.kind {
             Kind::Request => {
@@ -451,10 +484,10 @@ impl Host {
                 return self.send_unchecked(conn, text).await;
             }
             return self
-                .reply_error(conn, id, -32003, "SAMPLING_DISABLED")
+                .reply_error(conn, id, ErrorCode::SamplingDisabled, "")
                 .await;
         }
-        self.reply_error(conn, id, -32004, "CAPABILITY_NOT_NEGOTIATED")
+        self.reply_error(conn, id, ErrorCode::CapabilityNotNegotiated, "")
             .await
     }
 
@@ -475,31 +508,33 @@ impl Host {
                     .is_none_or(|c| c.phase != Phase::Serving)
                 {
                     return self
-                        .reply_error(conn, id, -32005, "SESSION_NOT_RUNNING")
+                        .reply_error(conn, id, ErrorCode::SessionNotRunning, "")
                         .await;
                 }
                 let p: types::HeartbeatParams = serde_json::from_value(value["params"].clone())?;
                 if p.session_id.as_str() != self.args.session_id {
-                    self.reply_error(conn, id, -32002, "SESSION_MISMATCH")
+                    self.reply_error(conn, id, ErrorCode::SessionMismatch, "")
                         .await?;
                     let reason = format!(
                         "-32002 SESSION_MISMATCH expected={} got={}",
                         self.args.session_id,
                         p.session_id.as_str()
                     );
-                    self.close(conn, 4002, &reason).await;
+                    self.close(conn, wire(CloseCodes::SessionRejected), &reason)
+                        .await;
                     self.fail("session_mismatch");
                     return Ok(());
                 }
                 if self.effective.as_deref() != Some(p.channel_version.as_str()) {
-                    self.reply_error(conn, id, -32001, "CHANNEL_VERSION_MISMATCH")
+                    self.reply_error(conn, id, ErrorCode::ChannelVersionMismatch, "")
                         .await?;
                     let reason = format!(
                         "-32001 CHANNEL_VERSION_MISMATCH host={} worker={}",
                         self.effective.clone().unwrap_or_default(),
                         p.channel_version.as_str()
                     );
-                    self.close(conn, 4001, &reason).await;
+                    self.close(conn, wire(CloseCodes::VersionUnsupported), &reason)
+                        .await;
                     self.fail("channel_version");
                     return Ok(());
                 }
@@ -594,7 +629,15 @@ impl Host {
         if is_error {
             eprintln!("toolchannel-host: {method} refused: {}", value["error"]);
             if method == Method::Initialize || method == Method::ToolsList {
-                self.close(conn, 4003, "4003 handshake refused").await;
+                self.close(
+                    conn,
+                    wire(CloseCodes::HandshakeDeadline),
+                    &format!(
+                        "{} handshake refused",
+                        CloseCodes::HandshakeDeadline.value()
+                    ),
+                )
+                .await;
                 self.fail("handshake_timeout");
             } else if method == Method::ToolsCall {
                 self.call = CallState::Done;
@@ -679,7 +722,8 @@ impl Host {
                 "4001 mcp host={MCP_VERSION} worker={}",
                 r.protocol_version.as_str()
             );
-            self.close(conn, 4001, &reason).await;
+            self.close(conn, wire(CloseCodes::VersionUnsupported), &reason)
+                .await;
             self.fail("channel_version");
             return Ok(());
         }
@@ -690,7 +734,8 @@ impl Host {
                 "-32002 SESSION_MISMATCH expected={} got={sid}",
                 self.args.session_id
             );
-            self.close(conn, 4002, &reason).await;
+            self.close(conn, wire(CloseCodes::SessionRejected), &reason)
+                .await;
             self.fail("session_mismatch");
             return Ok(());
         }
@@ -750,7 +795,7 @@ impl Host {
                     } else {
                         "attempt not greater"
                     };
-                    self.close(conn, 4002, &format!("4002 duplicate connection: {why} (live {inst}#{att}, new {instance}#{attempt})")).await;
+                    self.close(conn, wire(CloseCodes::SessionRejected), &format!("{} duplicate connection: {why} (live {inst}#{att}, new {instance}#{attempt})", CloseCodes::SessionRejected.value())).await;
                     return Ok(());
                 }
                 None => self.close(old, 4009, "4009 superseded").await,
@@ -819,12 +864,25 @@ impl Host {
             };
             let (phase, opened, init_at) = (c.phase, c.opened, c.initialized_at);
             if matches!(phase, Phase::AwaitResult | Phase::AwaitInitialized) && now > opened + hs {
-                self.close(id, 4003, "4003 handshake_timeout").await;
+                self.close(
+                    id,
+                    wire(CloseCodes::HandshakeDeadline),
+                    &format!(
+                        "{} handshake_timeout",
+                        CloseCodes::HandshakeDeadline.value()
+                    ),
+                )
+                .await;
                 self.fail("handshake_timeout");
             } else if matches!(phase, Phase::AwaitReady | Phase::AwaitToolsList)
                 && init_at.is_some_and(|t| now > t + ready)
             {
-                self.close(id, 4003, "4003 ready_timeout").await;
+                self.close(
+                    id,
+                    wire(CloseCodes::HandshakeDeadline),
+                    &format!("{} ready_timeout", CloseCodes::HandshakeDeadline.value()),
+                )
+                .await;
                 self.fail("ready_timeout");
             } else if let Some(c) = self.conns.get_mut(&id)
                 && now > c.last_ping + toolchannel::limits::WS_PING_INTERVAL_SECONDS
@@ -993,14 +1051,20 @@ async fn run() -> anyhow::Result<u8> {
                     host.args.session_id
                 );
                 for id in host.conns.keys().copied().collect::<Vec<_>>() {
-                    host.close(id, 1000, "session over").await;
+                    host.close(id, CloseCode::Normal.into(), "session over")
+                        .await;
                 }
                 return Ok(0);
             }
             State::Failed(reason) => {
                 let reason = reason.clone();
                 for id in host.conns.keys().copied().collect::<Vec<_>>() {
-                    host.close(id, 4003, &format!("4003 {reason}")).await;
+                    host.close(
+                        id,
+                        wire(CloseCodes::HandshakeDeadline),
+                        &format!("{} {reason}", CloseCodes::HandshakeDeadline.value()),
+                    )
+                    .await;
                 }
                 eprintln!(
                     "toolchannel-host: session {} failed: failureReason={reason}",
@@ -1039,7 +1103,7 @@ async fn run() -> anyhow::Result<u8> {
                     host.opened(id, sink).await?;
                 }
                 Some(Event::Frame(id, m)) => host.frame(id, m).await?,
-                Some(Event::TooBig(id, why)) => host.close(id, 1009, &format!("1009 {why}")).await,
+                Some(Event::TooBig(id, why)) => host.close(id, wire(CloseCodes::MessageTooBig), &format!("{} {why}", CloseCodes::MessageTooBig.value())).await,
                 Some(Event::Gone(id, why)) => {
                     if host.conns.contains_key(&id) {
                         host.gone(id, why).await;
