@@ -178,6 +178,15 @@ enum CallState {
     Done,
 }
 
+/// The reason text of a close that an error explains: the error's code and symbol, then `detail`.
+fn refused(code: ErrorCode, detail: &str) -> String {
+    format!(
+        "{} {} {detail}",
+        code.code(),
+        code.symbol().unwrap_or_default()
+    )
+}
+
 /// A contract close code as a WebSocket close code (the contract's are all u16).
 fn wire(code: CloseCodes) -> u16 {
     u16::try_from(code.value()).unwrap_or(CloseCode::Error.into())
@@ -260,7 +269,13 @@ impl Host {
         self.send(conn, msg, None).await
     }
 
-    async fn close(&mut self, conn: u64, code: u16, reason: &str) {
+    /// Close `conn` with the contract's `code`; the reason is the code's number, then `what`.
+    async fn close(&mut self, conn: u64, code: CloseCodes, what: &str) {
+        let reason = format!("{} {what}", code.value());
+        self.close_ws(conn, wire(code), &reason).await;
+    }
+
+    async fn close_ws(&mut self, conn: u64, code: u16, reason: &str) {
         eprintln!("toolchannel-host: conn#{conn} close {code} {reason}");
         if let Some(mut c) = self.conns.remove(&conn) {
             let _ = tokio::time::timeout(Duration::from_secs(2), async {
@@ -328,12 +343,8 @@ impl Host {
             None => return Ok(()),
         };
         if u64::from(n) >= toolchannel::limits::BAD_FRAMES_MAX {
-            self.close(
-                conn,
-                wire(CloseCodes::BadFrames),
-                &format!("{} too many bad frames", CloseCodes::BadFrames.value()),
-            )
-            .await;
+            self.close(conn, CloseCodes::BadFrames, "too many bad frames")
+                .await;
         }
         Ok(())
     }
@@ -347,12 +358,11 @@ impl Host {
                     .await;
             }
             Ws::Close(f) => {
-                self.gone(
-                    conn,
-                    f.map(|f| format!("{} {}", u16::from(f.code), f.reason))
-                        .unwrap_or_default(),
-                )
-                .await;
+                let code = f.as_ref().map(|f| u16::from(f.code));
+                let why = f
+                    .map(|f| format!("{} {}", u16::from(f.code), f.reason))
+                    .unwrap_or_default();
+                self.gone(conn, code, why).await;
                 return Ok(());
             }
             _ => return Ok(()),
@@ -515,12 +525,13 @@ impl Host {
                 if p.session_id.as_str() != self.args.session_id {
                     self.reply_error(conn, id, ErrorCode::SessionMismatch, "")
                         .await?;
-                    let reason = format!(
-                        "-32002 SESSION_MISMATCH expected={} got={}",
+                    let detail = format!(
+                        "expected={} got={}",
                         self.args.session_id,
                         p.session_id.as_str()
                     );
-                    self.close(conn, wire(CloseCodes::SessionRejected), &reason)
+                    let reason = refused(ErrorCode::SessionMismatch, &detail);
+                    self.close_ws(conn, wire(CloseCodes::SessionRejected), &reason)
                         .await;
                     self.fail("session_mismatch");
                     return Ok(());
@@ -528,12 +539,13 @@ impl Host {
                 if self.effective.as_deref() != Some(p.channel_version.as_str()) {
                     self.reply_error(conn, id, ErrorCode::ChannelVersionMismatch, "")
                         .await?;
-                    let reason = format!(
-                        "-32001 CHANNEL_VERSION_MISMATCH host={} worker={}",
+                    let detail = format!(
+                        "host={} worker={}",
                         self.effective.clone().unwrap_or_default(),
                         p.channel_version.as_str()
                     );
-                    self.close(conn, wire(CloseCodes::VersionUnsupported), &reason)
+                    let reason = refused(ErrorCode::ChannelVersionMismatch, &detail);
+                    self.close_ws(conn, wire(CloseCodes::VersionUnsupported), &reason)
                         .await;
                     self.fail("channel_version");
                     return Ok(());
@@ -629,15 +641,8 @@ impl Host {
         if is_error {
             eprintln!("toolchannel-host: {method} refused: {}", value["error"]);
             if method == Method::Initialize || method == Method::ToolsList {
-                self.close(
-                    conn,
-                    wire(CloseCodes::HandshakeDeadline),
-                    &format!(
-                        "{} handshake refused",
-                        CloseCodes::HandshakeDeadline.value()
-                    ),
-                )
-                .await;
+                self.close(conn, CloseCodes::HandshakeDeadline, "handshake refused")
+                    .await;
                 self.fail("handshake_timeout");
             } else if method == Method::ToolsCall {
                 self.call = CallState::Done;
@@ -718,11 +723,11 @@ impl Host {
     async fn initialize_result(&mut self, conn: u64, result: &Value) -> anyhow::Result<()> {
         let r: types::InitializeResult = serde_json::from_value(result.clone())?;
         if r.protocol_version.as_str() != MCP_VERSION {
-            let reason = format!(
-                "4001 mcp host={MCP_VERSION} worker={}",
+            let what = format!(
+                "mcp host={MCP_VERSION} worker={}",
                 r.protocol_version.as_str()
             );
-            self.close(conn, wire(CloseCodes::VersionUnsupported), &reason)
+            self.close(conn, CloseCodes::VersionUnsupported, &what)
                 .await;
             self.fail("channel_version");
             return Ok(());
@@ -730,40 +735,26 @@ impl Host {
         let meta = &result["_meta"]["agentfy"];
         let sid = meta["sessionId"].as_str().unwrap_or("");
         if sid != self.args.session_id {
-            let reason = format!(
-                "-32002 SESSION_MISMATCH expected={} got={sid}",
-                self.args.session_id
-            );
-            self.close(conn, wire(CloseCodes::SessionRejected), &reason)
+            let detail = format!("expected={} got={sid}", self.args.session_id);
+            let reason = refused(ErrorCode::SessionMismatch, &detail);
+            self.close_ws(conn, wire(CloseCodes::SessionRejected), &reason)
                 .await;
             self.fail("session_mismatch");
             return Ok(());
         }
         let worker_cv = meta["channelVersion"].as_str().unwrap_or("");
-        let (Some(h), Some(w)) = (semver(HOST_CHANNEL_VERSION), semver(worker_cv)) else {
-            self.close(
-                conn,
-                4001,
-                &format!(
-                    "-32001 CHANNEL_VERSION_MISMATCH host={HOST_CHANNEL_VERSION} worker={worker_cv}"
-                ),
-            )
-            .await;
-            self.fail("channel_version");
-            return Ok(());
+        // Major versions must agree; an unreadable one is a mismatch too.
+        let (h, w) = match (semver(HOST_CHANNEL_VERSION), semver(worker_cv)) {
+            (Some(h), Some(w)) if h.0 == w.0 => (h, w),
+            _ => {
+                let detail = format!("host={HOST_CHANNEL_VERSION} worker={worker_cv}");
+                let reason = refused(ErrorCode::ChannelVersionMismatch, &detail);
+                self.close_ws(conn, wire(CloseCodes::VersionUnsupported), &reason)
+                    .await;
+                self.fail("channel_version");
+                return Ok(());
+            }
         };
-        if h.0 != w.0 {
-            self.close(
-                conn,
-                4001,
-                &format!(
-                    "-32001 CHANNEL_VERSION_MISMATCH host={HOST_CHANNEL_VERSION} worker={worker_cv}"
-                ),
-            )
-            .await;
-            self.fail("channel_version");
-            return Ok(());
-        }
         let effective = if w < h {
             worker_cv.to_string()
         } else {
@@ -780,7 +771,7 @@ impl Host {
                         .conns
                         .get(&old)
                         .is_some_and(|c| c.pending.values().any(|m| *m == Method::ToolsCall));
-                    self.close(old, 4009, "4009 superseded").await;
+                    self.close(old, CloseCodes::Superseded, "superseded").await;
                     if lost {
                         // Its answer can no longer arrive; requests are not repeated on the new socket.
                         eprintln!(
@@ -795,10 +786,13 @@ impl Host {
                     } else {
                         "attempt not greater"
                     };
-                    self.close(conn, wire(CloseCodes::SessionRejected), &format!("{} duplicate connection: {why} (live {inst}#{att}, new {instance}#{attempt})", CloseCodes::SessionRejected.value())).await;
+                    let what = format!(
+                        "duplicate connection: {why} (live {inst}#{att}, new {instance}#{attempt})"
+                    );
+                    self.close(conn, CloseCodes::SessionRejected, &what).await;
                     return Ok(());
                 }
-                None => self.close(old, 4009, "4009 superseded").await,
+                None => self.close(old, CloseCodes::Superseded, "superseded").await,
             }
         }
         self.live = Some(conn);
@@ -830,7 +824,8 @@ impl Host {
         Ok(())
     }
 
-    async fn gone(&mut self, conn: u64, why: String) {
+    /// The worker ended `conn`, with close `code` when it sent one.
+    async fn gone(&mut self, conn: u64, code: Option<u16>, why: String) {
         let was_live = self.live == Some(conn);
         self.conns.remove(&conn);
         if was_live {
@@ -839,7 +834,7 @@ impl Host {
         eprintln!("toolchannel-host: conn#{conn} closed by the worker: {why}");
         let releasing =
             matches!(self.state, State::Releasing { .. }) && self.outputs_flushed.is_some();
-        if was_live && (why.starts_with("4005") || releasing) {
+        if was_live && (code == Some(wire(CloseCodes::Released)) || releasing) {
             self.finish_release();
         }
         // Anything else: the worker may redial within its window; our timers keep running.
@@ -864,25 +859,14 @@ impl Host {
             };
             let (phase, opened, init_at) = (c.phase, c.opened, c.initialized_at);
             if matches!(phase, Phase::AwaitResult | Phase::AwaitInitialized) && now > opened + hs {
-                self.close(
-                    id,
-                    wire(CloseCodes::HandshakeDeadline),
-                    &format!(
-                        "{} handshake_timeout",
-                        CloseCodes::HandshakeDeadline.value()
-                    ),
-                )
-                .await;
+                self.close(id, CloseCodes::HandshakeDeadline, "handshake_timeout")
+                    .await;
                 self.fail("handshake_timeout");
             } else if matches!(phase, Phase::AwaitReady | Phase::AwaitToolsList)
                 && init_at.is_some_and(|t| now > t + ready)
             {
-                self.close(
-                    id,
-                    wire(CloseCodes::HandshakeDeadline),
-                    &format!("{} ready_timeout", CloseCodes::HandshakeDeadline.value()),
-                )
-                .await;
+                self.close(id, CloseCodes::HandshakeDeadline, "ready_timeout")
+                    .await;
                 self.fail("ready_timeout");
             } else if let Some(c) = self.conns.get_mut(&id)
                 && now > c.last_ping + toolchannel::limits::WS_PING_INTERVAL_SECONDS
@@ -896,7 +880,8 @@ impl Host {
             && now > d
         {
             if let Some(l) = self.live {
-                self.close(l, 4004, "4004 heartbeat lost").await;
+                self.close(l, CloseCodes::HeartbeatLost, "heartbeat lost")
+                    .await;
             }
             self.fail("heartbeat_timeout");
         }
@@ -1051,7 +1036,7 @@ async fn run() -> anyhow::Result<u8> {
                     host.args.session_id
                 );
                 for id in host.conns.keys().copied().collect::<Vec<_>>() {
-                    host.close(id, CloseCode::Normal.into(), "session over")
+                    host.close_ws(id, CloseCode::Normal.into(), "session over")
                         .await;
                 }
                 return Ok(0);
@@ -1059,12 +1044,7 @@ async fn run() -> anyhow::Result<u8> {
             State::Failed(reason) => {
                 let reason = reason.clone();
                 for id in host.conns.keys().copied().collect::<Vec<_>>() {
-                    host.close(
-                        id,
-                        wire(CloseCodes::HandshakeDeadline),
-                        &format!("{} {reason}", CloseCodes::HandshakeDeadline.value()),
-                    )
-                    .await;
+                    host.close(id, CloseCodes::HandshakeDeadline, &reason).await;
                 }
                 eprintln!(
                     "toolchannel-host: session {} failed: failureReason={reason}",
@@ -1092,21 +1072,22 @@ async fn run() -> anyhow::Result<u8> {
                                     let _ = tx.send(Event::TooBig(id, e.to_string())).await;
                                     break String::new();
                                 }
-                                Some(Err(e)) => break format!("1006 transport break: {e}"),
-                                None => break "1006 transport break".to_string(),
+                                Some(Err(e)) => break format!("transport break: {e}"),
+                                None => break "transport break".to_string(),
                             }
                         };
                         if !why.is_empty() {
-                            let _ = tx.send(Event::Gone(id, why)).await;
+                            let broke = CloseCodes::TransportBreak.value();
+                            let _ = tx.send(Event::Gone(id, format!("{broke} {why}"))).await;
                         }
                     });
                     host.opened(id, sink).await?;
                 }
                 Some(Event::Frame(id, m)) => host.frame(id, m).await?,
-                Some(Event::TooBig(id, why)) => host.close(id, wire(CloseCodes::MessageTooBig), &format!("{} {why}", CloseCodes::MessageTooBig.value())).await,
+                Some(Event::TooBig(id, why)) => host.close(id, CloseCodes::MessageTooBig, &why).await,
                 Some(Event::Gone(id, why)) => {
                     if host.conns.contains_key(&id) {
-                        host.gone(id, why).await;
+                        host.gone(id, None, why).await;
                     }
                 }
                 None => anyhow::bail!("event channel closed"),
