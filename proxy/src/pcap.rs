@@ -323,21 +323,35 @@ fn with_comments(
     out
 }
 
+impl Capture<std::io::BufWriter<std::fs::File>> {
+    /// A capture written to the file `out` (replaced if it exists; private to its owner,
+    /// as a recording is), each route's contract found in `recording`'s header unless
+    /// `given` names one.
+    pub fn create(
+        out: &Path,
+        recording: &Path,
+        header: &Header,
+        given: Option<&str>,
+    ) -> Result<Self, PcapError> {
+        let file = crate::record::private_file(out, true).map_err(|e| PcapError::Write {
+            path: out.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Capture::new(
+            std::io::BufWriter::new(file),
+            &out.display().to_string(),
+            header,
+            |r| crate::record::route_contract(recording, header, r, given),
+        )
+    }
+}
+
 /// Write the recording at `recording` as pcapng to `out`; `given` names the contract
 /// (else each route's recorded one is used).
 pub fn export(recording: &Path, out: &Path, given: Option<&str>) -> Result<PcapStats, PcapError> {
     let reader = Reader::open(recording)?;
     let header = reader.header().clone();
-    let file = std::fs::File::create(out).map_err(|e| PcapError::Write {
-        path: out.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    let mut cap = Capture::new(
-        std::io::BufWriter::new(file),
-        &out.display().to_string(),
-        &header,
-        |r| crate::record::route_contract(recording, &header, r, given),
-    )?;
+    let mut cap = Capture::create(out, recording, &header, given)?;
     for rec in reader {
         cap.record(&rec?)?;
     }

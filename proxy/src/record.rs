@@ -607,23 +607,33 @@ impl Recorder {
     }
 }
 
-/// Create the recording at `path` (never overwriting; mode 0600 on unix) with its magic
-/// line and header; the bytes written.
+/// Open `path` for writing, readable by its owner only on unix (a recording is redacted,
+/// but still a transcript of private traffic): a new file, or, with `replace`, whatever
+/// is there truncated.
+pub(crate) fn private_file(path: &Path, replace: bool) -> std::io::Result<File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true);
+    if replace {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    opts.open(path)
+}
+
+/// Create the recording at `path` (never overwriting) with its magic line and header;
+/// the bytes written.
 fn open_recording(path: &Path, header: &Header) -> Result<(BufWriter<File>, u64), RecordError> {
     let io = |source| RecordError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // Redacted, but still a transcript of private traffic.
-        opts.mode(0o600);
-    }
-    let file = opts.open(path).map_err(io)?;
-    let mut out = BufWriter::new(file);
+    let mut out = BufWriter::new(private_file(path, false).map_err(io)?);
     let head = header.encode_length_delimited_to_vec();
     out.write_all(MAGIC).map_err(io)?;
     out.write_all(&head).map_err(io)?;
@@ -636,22 +646,8 @@ fn open_capture(
     path: &Path,
     header: &Header,
 ) -> Result<crate::pcap::Capture<BufWriter<File>>, RecordError> {
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let file = opts.open(path).map_err(|source| RecordError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let name = path.display().to_string();
-    crate::pcap::Capture::new(BufWriter::new(file), &name, header, |r| {
-        route_contract(path, header, r, None)
-    })
-    .map_err(|e| RecordError::Capture(e.to_string()))
+    crate::pcap::Capture::create(path, path, header, None)
+        .map_err(|e| RecordError::Capture(e.to_string()))
 }
 
 /// The writer thread's outputs.
