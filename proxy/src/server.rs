@@ -47,8 +47,7 @@ pub enum ProxyError {
 pub struct Proxy {
     routes: Vec<Resolved>,
     sinks: Vec<Arc<dyn Sink>>,
-    record: Option<PathBuf>,
-    pcap: Option<PathBuf>,
+    outputs: Outputs,
     tracer: Option<Tracer>,
 }
 
@@ -58,8 +57,7 @@ impl Proxy {
         Proxy {
             routes,
             sinks: Vec::new(),
-            record: None,
-            pcap: None,
+            outputs: Outputs::default(),
             tracer: None,
         }
     }
@@ -72,13 +70,13 @@ impl Proxy {
 
     /// Record every frame and note to `path`, which must not exist.
     pub fn record(&mut self, path: impl Into<PathBuf>) -> &mut Self {
-        self.record = Some(path.into());
+        self.outputs.recording = Some(path.into());
         self
     }
 
     /// Write every frame to `path` as pcapng as it passes (see docs/wireshark.md).
     pub fn pcap(&mut self, path: impl Into<PathBuf>) -> &mut Self {
-        self.pcap = Some(path.into());
+        self.outputs.pcap = Some(path.into());
         self
     }
 
@@ -93,8 +91,7 @@ impl Proxy {
         let Proxy {
             routes,
             mut sinks,
-            record,
-            pcap,
+            outputs,
             tracer,
         } = self;
         let first = routes
@@ -115,10 +112,6 @@ impl Proxy {
                 })?;
             listeners.push((l, r.route));
         }
-        let outputs = Outputs {
-            recording: record,
-            pcap,
-        };
         let recorder = if outputs == Outputs::default() {
             None
         } else {
