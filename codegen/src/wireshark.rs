@@ -185,16 +185,20 @@ pub fn view(ir: &Ir) -> Result<Value, GenError> {
 fn channel(ir: &Ir, key: &str) -> Result<ChannelView, GenError> {
     let c = &ir.contract;
     let model = &c.channels[key];
-    let limits = c.evaluated_limits();
+    // The IR evaluated the limits once; a cap is its base value, as every target reads it.
     let cap_of = |name: Option<&str>| -> Result<(Option<u64>, Option<String>), GenError> {
         let Some(n) = name else {
             return Ok((None, None));
         };
-        let bytes = limits.cap(n).map_err(|e| GenError::Template {
-            template: "wireshark".into(),
-            reason: format!("channel {key}: {e}"),
-        })?;
-        Ok((Some(bytes), Some(n.to_string())))
+        let l = ir
+            .limits
+            .iter()
+            .find(|l| l.key == n)
+            .ok_or_else(|| GenError::Template {
+                template: "wireshark".into(),
+                reason: format!("channel {key}: no limit {n:?}"),
+            })?;
+        Ok((Some(l.base as u64), Some(n.to_string())))
     };
     let mut v = ChannelView {
         key: key.to_string(),
