@@ -389,16 +389,14 @@ fn route_wire(r: &RouteInfo, index: usize, c: &contract::Contract) -> Result<Rou
     })
 }
 
-/// The TCP port of a listen endpoint (`tcp:H:P`, `ws://H:P/…`), if it has one.
+/// The port a listen endpoint binds (`tcp:`, `ws://`, `wss://`, `quic://`), if it has one.
 fn listen_port(listen: &str) -> Option<u16> {
-    let rest = listen.split_once("://").map_or(listen, |(_, r)| r);
-    let authority = rest.split('/').next()?;
-    authority
-        .rsplit_once(':')?
-        .1
-        .parse()
-        .ok()
-        .filter(|p| *p != 0)
+    use contract_transport::endpoint::Endpoint;
+    let addr = match listen.parse::<Endpoint>().ok()? {
+        Endpoint::Tcp(a) | Endpoint::Quic(a) | Endpoint::Ws { addr: a, .. } => a,
+        _ => return None,
+    };
+    addr.rsplit_once(':')?.1.parse().ok().filter(|p| *p != 0)
 }
 
 /// The bytes a record's frame travelled as.
@@ -438,7 +436,7 @@ fn framed(wire: &mut RouteWire, rec: &Record, from_client: bool) -> Result<Vec<u
             frame
                 .format(&mut out)
                 .map_err(|e| FrameError::Unsupported(e.to_string()))?;
-            dst.extend_from_slice(&out);
+            return Ok(out);
         }
     }
     Ok(dst.to_vec())
