@@ -108,8 +108,10 @@ for line in open(sys.argv[1], encoding="utf-8"):
 EOF
 }
 violations() { grep '"verdict":{' "$1" | grep -vc '"verdict":{"verdict":"ok"}' || true; }
-SCRIPT="hello command.handle settings.describe command.handle command.handle "
-SCRIPT_N=5
+# The shell ends its script with `conformance:speak 2`: the core speaks on the data
+# channel under the credit the shell grants, which the proxy enforces.
+SCRIPT="hello command.handle settings.describe command.handle command.handle command.handle "
+SCRIPT_N=6
 
 # session NAME SHELL_CONTROL SHELL_DATA PROXY_CONTROL PROXY_DATA: shell, proxy and core;
 # checks the live view, then stops the proxy with Ctrl-C.
@@ -117,7 +119,7 @@ session() {
     local name=$1 sc=$2 sd=$3 pc=$4 pd=$5 d=$WORK/$1
     mkdir -p "$d"
     cat >"$d/proxy.toml" <<EOF
-mode = "observe"
+mode = "enforce"
 
 [[route]]
 name = "control"
@@ -133,7 +135,7 @@ channel = "data"
 listen = "$pd"
 upstream = "$sd"
 EOF
-    bg "$name.shell" kernel-peer.exe shell --control "$sc" --data "$sd" --sessions 1
+    bg "$name.shell" kernel-peer.exe shell --control "$sc" --data "$sd" --sessions 1 --speak 2
     local shell=$LAST
     sleep 1
     bg "$name.proxy" contract-proxy.exe run --config "$d/proxy.toml" --log json \
@@ -147,7 +149,7 @@ EOF
     result $([ "$(script_of "$log")" = "$SCRIPT" ] && echo 1 || echo 0) \
         "$name: the proxy relayed the shell's script ($(script_of "$log"))"
     result $([ "$(answers "$log")" -ge "$SCRIPT_N" ] && echo 1 || echo 0) "$name: every request answered ($(answers "$log") responses)"
-    result $([ "$(violations "$log")" = 0 ] && echo 1 || echo 0) "$name: no violation ($(violations "$log"))"
+    says "$log" '"method":"stream.close"' 30
     kill -KILL "$core" 2>/dev/null
     wait "$core" 2>/dev/null
     stop "$proxy" 20
@@ -155,6 +157,12 @@ EOF
     result $([ $stopped = 0 ] && grep -q '^contract-proxy: stopping' "$WORK/$name.proxy.err" &&
         grep -qE '^contract-proxy: [0-9]+ connections, [0-9]+ frames' "$WORK/$name.proxy.err" && echo 1 || echo 0) \
         "$name: Ctrl-C stopped the proxy with its summary"
+    # Counted once the proxy has stopped: the stream's last frames may be logged after
+    # its close, which travelled on the other connection.
+    local audio
+    audio=$(grep -c '"route":"data"' "$log" || true)
+    result $([ "$audio" -gt 0 ] && echo 1 || echo 0) "$name: the core spoke under credit ($audio data frames)"
+    result $([ "$(violations "$log")" = 0 ] && echo 1 || echo 0) "$name: no violation ($(violations "$log"))"
     kill -KILL "$shell" 2>/dev/null
     wait "$shell" 2>/dev/null
     local frames shown

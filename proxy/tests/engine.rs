@@ -577,6 +577,36 @@ fn a_contract_of_its_own_gets_credit_from_its_data() {
     );
 }
 
+/// Control and data travel on different connections, so a close can be read before the
+/// frames its sender wrote ahead of it. Those frames are covered by the credit the pipe
+/// had left, and pass unflagged; a frame past that tail is data for a pipe not open, and
+/// a pipe opened again starts afresh.
+#[test]
+fn frames_in_flight_behind_a_close_spend_the_credit_it_left() {
+    use policy::GateDecision::{Forward, Hold};
+    let mut p = Pipes::new();
+    assert_eq!(rules(&p.note("sender", "pipe.open", 5, None)), none());
+    assert_eq!(rules(&p.note("sink", "pipe.grant", 5, Some(10))), none());
+    assert_eq!(p.bulk(5, 0, 3).decision, Forward(held(5, 0, 3)));
+    assert_eq!(rules(&p.note("sender", "pipe.shut", 5, None)), none());
+    // Seven bytes were left: the tail passes, with no ruling.
+    let tail = p.bulk(5, 1, 4);
+    assert_eq!((tail.decision, tail.ruling), (Forward(held(5, 1, 4)), None));
+    // Opened again, the pipe has the start credit (zero), not the old tail.
+    assert_eq!(rules(&p.note("sender", "pipe.open", 5, None)), none());
+    assert_eq!(p.bulk(5, 2, 1).decision, Hold);
+    assert_eq!(
+        rules(&p.note("sink", "pipe.grant", 5, Some(5))),
+        ["credit.release"]
+    );
+    // A frame past what a tail has left ends it: it and the next are for a pipe not open.
+    assert_eq!(rules(&p.note("sink", "pipe.shut", 5, None)), none());
+    for (seq, n) in [(3, 5), (4, 1)] {
+        let late = p.bulk(5, seq, n);
+        assert_eq!(late.ruling.map(|r| r.rule), Some("credit.unknown-key"));
+    }
+}
+
 /// A connection cap is data (`counts: open-connections`): pipes.json's listener keeps
 /// `sendersMax` connections; the next is dropped unread and never counted, another route has
 /// its own count, and a closed connection makes room.

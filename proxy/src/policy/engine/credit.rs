@@ -33,6 +33,10 @@ use super::{Act, Ruling, ruling};
 /// A key beyond it is not tracked; its frames are forwarded and flagged.
 const MAX_KEYS: usize = 4096;
 
+/// Closed keys whose unspent credit is kept for frames still in flight (see the module
+/// doc). In-flight frames are a moment's worth, so the newest few hundred suffice.
+const MAX_TAILS: usize = 256;
+
 /// One data frame, as the relay read it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Held {
@@ -97,6 +101,8 @@ pub struct CreditGate {
     counts: CreditCounts,
     explicit_open: bool,
     keys: HashMap<u64, Key>,
+    /// Closed keys and the credit they had left, oldest first.
+    tails: VecDeque<(u64, u64)>,
 }
 
 impl CreditGate {
@@ -112,6 +118,7 @@ impl CreditGate {
             counts: cr.counts,
             explicit_open: cr.opens.is_some(),
             keys: HashMap::new(),
+            tails: VecDeque::new(),
         }
     }
 
@@ -123,6 +130,7 @@ impl CreditGate {
             return true;
         }
         let credit = self.initial;
+        self.tails.retain(|(k, _)| *k != key);
         self.keys.insert(
             key,
             Key {
@@ -222,9 +230,36 @@ impl CreditGate {
         ))
     }
 
-    /// A close message ended `key`: the number of held frames dropped with it.
+    /// A close message ended `key`: the number of held frames dropped with it. What
+    /// credit it had left stays as its tail.
     pub fn close(&mut self, key: u64) -> usize {
-        self.keys.remove(&key).map(|k| k.queue.len()).unwrap_or(0)
+        let Some(k) = self.keys.remove(&key) else {
+            return 0;
+        };
+        if k.credit > 0 {
+            if self.tails.len() >= MAX_TAILS {
+                self.tails.pop_front();
+            }
+            self.tails.push_back((key, k.credit));
+        }
+        k.queue.len()
+    }
+
+    /// A frame of a closed key: `Some(true)` when its tail covers it (spent),
+    /// `Some(false)` when it overruns the tail (which ends), `None` for a key not closed.
+    pub fn tail(&mut self, frame: &Held) -> Option<bool> {
+        if self.keys.contains_key(&frame.stream) {
+            return None;
+        }
+        let at = self.tails.iter().position(|(k, _)| *k == frame.stream)?;
+        let cost = spend(self.counts, frame);
+        let left = &mut self.tails[at].1;
+        let covered = cost <= *left;
+        *left = left.saturating_sub(cost);
+        if !covered || *left == 0 {
+            self.tails.remove(at);
+        }
+        Some(covered)
     }
 
     /// Held frames of every key.
@@ -459,9 +494,13 @@ impl Gates {
         let c = w.contract();
         let ready = self.take_released(session, to);
         let gate = self.gate(w, session, name);
-        if !gate.knows(frame.stream) {
+        let tail = gate.tail(&frame);
+        if tail == Some(true) {
+            return (ready, GateDecision::Forward(frame), None);
+        }
+        if tail == Some(false) || !gate.knows(frame.stream) {
             let reason = format!(
-                "data for key {}, which is not open (never opened, closed, or beyond the keys tracked)",
+                "data for key {}, which is not open (never opened, closed and past the credit it had left, or beyond the keys tracked)",
                 frame.stream
             );
             let r = ruling(
