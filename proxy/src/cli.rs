@@ -70,8 +70,38 @@ pub struct ShowArgs {
     #[arg(long, value_name = "OUT")]
     pub pcap: Option<PathBuf>,
     /// The contract (a built-in name or a file) when the recording's own is not wanted.
-    #[arg(long, value_name = "NAME|PATH", requires = "pcap")]
+    #[arg(long, value_name = "NAME|PATH")]
     pub contract: Option<String>,
+    /// Print the sequence diagram of a recorded session instead (docs/web.md).
+    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["pcap", "web"])]
+    pub diagram: Option<crate::web::diagram::DiagramFormat>,
+    /// The session `--diagram` draws (default: the first).
+    #[arg(long, value_name = "N", requires = "diagram")]
+    pub session: Option<u64>,
+    /// The web view.
+    #[command(flatten)]
+    pub web: WebArgs,
+}
+
+/// The web view's options (docs/web.md).
+#[derive(Debug, Clone, Args)]
+pub struct WebArgs {
+    /// Serve a web view of the flows at ADDR (HOST:PORT; port 0 picks one). Loopback
+    /// needs nothing more; any other address requires the token printed in the URL.
+    #[arg(long, value_name = "ADDR")]
+    pub web: Option<std::net::SocketAddr>,
+    /// Rows the web view keeps (the oldest go first, counted).
+    #[arg(long, value_name = "N", default_value_t = 200_000, requires = "web")]
+    pub web_keep: usize,
+    /// The trace link a message's detail offers when traces are exported (--otlp);
+    /// `{trace_id}` is replaced.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://localhost:16686/trace/{trace_id}",
+        requires = "web"
+    )]
+    pub web_trace_url: String,
 }
 
 /// `replay` arguments.
@@ -180,6 +210,9 @@ pub struct RunArgs {
     /// (http://HOST:4317 gRPC, :4318 HTTP); OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME are honoured too.
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
+    /// The web view.
+    #[command(flatten)]
+    pub web: WebArgs,
 }
 
 /// Why a command failed, and the exit code it maps to.
@@ -311,16 +344,33 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         Arc::new(Logger::new(args.log, args.filter.clone()))
     };
     let usage = |e: &dyn std::fmt::Display| CliError::Usage(e.to_string());
+    let mode = routes
+        .first()
+        .map(|r| format!("{:?}", r.route.mode).to_lowercase());
     let mut proxy = Proxy::new(routes);
     proxy.sink(logger);
-    if let Some(cfg) = OtlpConfig::from_env(args.otlp.as_deref()).map_err(|e| usage(&e))? {
-        proxy.tracer(Tracer::new(&cfg).map_err(|e| usage(&e))?);
+    let web = args
+        .web
+        .web
+        .map(|addr| (addr, crate::web::Plan::new(&args.web)));
+    let otlp = OtlpConfig::from_env(args.otlp.as_deref()).map_err(|e| usage(&e))?;
+    let traced = otlp.is_some();
+    if let Some(cfg) = otlp {
+        let tracer = Tracer::new(&cfg).map_err(|e| usage(&e))?;
+        if let Some((_, plan)) = &web {
+            plan.metrics.trace_with(tracer.clone());
+        }
+        proxy.tracer(tracer);
     }
     if let Some(path) = &args.record {
         proxy.record(path);
     }
     if let Some(path) = &args.pcap {
         proxy.pcap(path);
+    }
+    if let Some((_, plan)) = &web {
+        proxy.sink(plan.store.clone());
+        proxy.sink(plan.metrics.clone());
     }
     let bound = proxy.bind().await.map_err(|e| usage(&e))?;
     for r in bound.routes() {
@@ -329,6 +379,16 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
             eprintln!("contract-proxy: {}: certificate SHA-256 {fp}", r.name);
         }
     }
+    let serving = match web {
+        Some((addr, plan)) => {
+            let mut app = plan.app(bound.web_routes());
+            app.mode = mode;
+            app.trace_url = traced.then(|| args.web.web_trace_url.clone());
+            app.relay.get_or_init(|| bound.shared());
+            Some(serve_web(addr, app).await?)
+        }
+        None => None,
+    };
     let shutdown = async {
         if forwards_signals {
             std::future::pending::<()>().await
@@ -338,7 +398,85 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         }
     };
     let done = bound.run(shutdown).await;
+    if let Some(w) = serving {
+        w.stop().await;
+    }
     Ok(summarize(&done))
+}
+
+/// `show FILE --diagram FORMAT` or `show FILE --web ADDR`.
+async fn show_web(a: ShowArgs) -> Result<Outcome, CliError> {
+    use crate::web::{Plan, server::WebRoute, store};
+    let failed = |e: &dyn std::fmt::Display| CliError::Failed(e.to_string());
+    let bounds = store::Bounds {
+        rows: a.web.web_keep.max(1),
+        ..store::Bounds::default()
+    };
+    let given = a.contract.as_deref();
+    let (header, st, contracts) = store::from_recording(&a.file, bounds, |h, r| {
+        crate::record::route_contract(&a.file, h, r, given).map(Arc::new)
+    })
+    .map_err(|e| match e {
+        store::Loaded::Contract(e) => CliError::Usage(e.to_string()),
+        e => failed(&e),
+    })?;
+    let routes: Vec<WebRoute> = (header.routes.iter().zip(contracts))
+        .map(|(r, (_, contract))| WebRoute {
+            name: r.name.clone(),
+            channel: r.channel.clone(),
+            listen: r.listen.clone(),
+            upstream: r.upstream.clone(),
+            client: r.client.clone(),
+            contract,
+        })
+        .collect();
+    if let Some(format) = a.diagram {
+        let c = routes.first().map(|r| r.contract.clone()).ok_or_else(|| {
+            CliError::Failed(format!(
+                "{}: the recording names no route",
+                a.file.display()
+            ))
+        })?;
+        let rows = st.rows(None);
+        print!(
+            "{}",
+            crate::web::diagram::render(&c, &rows, a.session, format)
+        );
+        return Ok(Outcome::Code(0));
+    }
+    let plan = Plan::with(st);
+    for row in plan.store.rows(None) {
+        let route = routes.iter().find(|r| r.name == row.event.route);
+        let known = |m: &str| route.is_some_and(|r| r.contract.methods.contains_key(m));
+        plan.metrics.observe(&row.event.route, known, &row.event);
+    }
+    let mut app = plan.app(routes);
+    app.source = "recording";
+    let Some(addr) = a.web.web else {
+        return Ok(Outcome::Code(0));
+    };
+    let w = serve_web(addr, app).await?;
+    wait_for_stop().await;
+    w.stop().await;
+    Ok(Outcome::Code(0))
+}
+
+/// Serve the web view, saying where.
+async fn serve_web(
+    addr: std::net::SocketAddr,
+    app: crate::web::server::App,
+) -> Result<crate::web::server::Serving, CliError> {
+    let w = crate::web::server::serve(addr, app)
+        .await
+        .map_err(|e| CliError::Usage(format!("web view on {addr}: {e}")))?;
+    eprintln!("contract-proxy: web: {}", w.url);
+    if w.local.ip().is_unspecified() {
+        eprintln!(
+            "contract-proxy: web: listening on every interface ({}); from another machine, use this machine's address with the same token",
+            w.local
+        );
+    }
+    Ok(w)
 }
 
 /// Print what a run did, and say how the process should exit.
@@ -460,6 +598,7 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             );
             Ok(Outcome::Code(0))
         }
+        Cmd::Show(a) if a.diagram.is_some() || a.web.web.is_some() => show_web(a).await,
         Cmd::Show(a) => {
             let logger = Logger::new(a.log, a.filter);
             let st = crate::record::show(&a.file, &logger)

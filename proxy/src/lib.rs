@@ -26,6 +26,7 @@ pub mod relay;
 pub mod replay;
 pub mod server;
 pub mod trace;
+pub mod web;
 
 /// Resolve the contract a route names: a built-in name or a path.
 pub fn contract_for(name_or_path: &str) -> Result<contract::Contract, contract::LoadError> {

@@ -1000,7 +1000,7 @@ fn clock(nanos: u64) -> String {
 }
 
 /// An event for a frame recorded without one (binary data frames).
-fn bare_event(h: &Header, rec: &Record, dir: Dir) -> Event {
+pub(crate) fn bare_event(h: &Header, rec: &Record, dir: Dir) -> Event {
     let (client, server) = h
         .route(&rec.route)
         .map(|r| (r.client.clone(), r.server.clone()))
@@ -1020,10 +1020,15 @@ fn bare_event(h: &Header, rec: &Record, dir: Dir) -> Event {
     )
 }
 
-/// The violation class names the inspector uses, as `'static` strings.
+/// The violation class names the inspector uses, as `'static` strings: the wire's classes,
+/// and the rule names of the engine and the extensions (`credit.unknown-key`), which a
+/// recording holds as text. Those are kept once each, up to [`CLASS_NAMES_MAX`] names, so
+/// a recording cannot grow memory without bound; past it a name reads as `unknown`.
 fn class_name(s: &str) -> &'static str {
     use contract::wire::ViolationClass as C;
-    [
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    static NAMES: OnceLock<Mutex<Vec<&'static str>>> = OnceLock::new();
+    let wire = [
         C::Oversize,
         C::Parse,
         C::Invalid,
@@ -1031,14 +1036,26 @@ fn class_name(s: &str) -> &'static str {
         C::UnknownNotification,
         C::WrongDirection,
         C::InvalidParams,
-    ]
-    .into_iter()
-    .map(C::name)
-    // Classes the inspector adds of its own (data-frame sequence gaps).
-    .chain(["sequence"])
-    .find(|n| *n == s)
-    .unwrap_or("unknown")
+    ];
+    if let Some(n) = wire.into_iter().map(C::name).find(|n| *n == s) {
+        return n;
+    }
+    let names = NAMES.get_or_init(|| Mutex::new(vec!["sequence", "unknown"]));
+    let mut names = names.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(n) = names.iter().find(|n| **n == s) {
+        return n;
+    }
+    if names.len() >= CLASS_NAMES_MAX || s.is_empty() {
+        return "unknown";
+    }
+    // Leaked on purpose, once per distinct name, within the bound above.
+    let n: &'static str = Box::leak(s.to_string().into_boxed_str());
+    names.push(n);
+    n
 }
+
+/// Distinct rule names a process reads from recordings.
+const CLASS_NAMES_MAX: usize = 512;
 
 /// Rebuild an inspection [`Event`] from its recorded JSON (the inverse of its `Serialize`).
 pub fn event_from_json(v: &Value) -> Option<Event> {
@@ -1134,6 +1151,20 @@ mod tests {
         };
         let v = serde_json::to_value(&e).expect("json");
         assert_eq!(event_from_json(&v), Some(e));
+    }
+
+    #[test]
+    fn an_engine_rule_name_survives_the_round_trip() {
+        let v = serde_json::json!({"route": "r", "dir": "up", "verdict": {"verdict": "violation", "class": "credit.unknown-key", "reason": "r"}});
+        let e = event_from_json(&v).expect("an event");
+        assert!(matches!(
+            e.verdict,
+            Verdict::Violation {
+                class: "credit.unknown-key",
+                ..
+            }
+        ));
+        assert_eq!(class_name(""), "unknown");
     }
 
     #[test]

@@ -195,6 +195,25 @@ impl Bound {
             .collect()
     }
 
+    /// The routes as the web view names them, with their contracts.
+    pub fn web_routes(&self) -> Vec<crate::web::server::WebRoute> {
+        (self.listeners.iter())
+            .map(|(l, r)| crate::web::server::WebRoute {
+                name: r.name.clone(),
+                channel: r.channel.clone(),
+                listen: l.local(),
+                upstream: r.upstream.to_string(),
+                client: r.client.clone(),
+                contract: r.wire.contract().clone(),
+            })
+            .collect()
+    }
+
+    /// What every connection of the run shares (its counters, for the web view).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     /// Relay until `shutdown` resolves, a route fails, or a one-connection route ends;
     /// then let connections close (within [`SHUTDOWN_DEADLINE`]), finish the recording and
     /// the traces, and say what happened.

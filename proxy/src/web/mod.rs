@@ -1,0 +1,57 @@
+//! The web view (`--web ADDR`): a small HTTP server over the flows the proxy sees.
+//!
+//! [`store::Store`] keeps the newest rows (one per inspected frame) within a row and a
+//! byte bound, counting what it evicts; it is a relay [`crate::relay::Sink`] for a live
+//! run and is filled from a recording for `show --web`. [`server`] serves the embedded
+//! front end (`proxy/web/`, built assets committed in `proxy/web/dist/`), the JSON API
+//! the front end pages through, a live tick over server-sent events, the sequence
+//! diagram ([`diagram`]) and Prometheus `/metrics` ([`metrics`]). docs/web.md has the
+//! API.
+
+pub mod detail;
+pub mod diagram;
+pub mod metrics;
+pub mod server;
+pub mod store;
+
+use std::sync::{Arc, OnceLock};
+
+use crate::relay::Shared;
+
+/// The parts of a web view made before the proxy binds (its sinks), and what it serves.
+pub struct Plan {
+    /// The rows (a relay sink).
+    pub store: Arc<store::Store>,
+    /// The metrics (a relay sink).
+    pub metrics: Arc<metrics::Metrics>,
+    relay: Arc<OnceLock<Arc<Shared>>>,
+}
+
+impl Plan {
+    /// A store and metrics as `--web-keep` asks.
+    pub fn new(a: &crate::cli::WebArgs) -> Plan {
+        let bounds = store::Bounds {
+            rows: a.web_keep.max(1),
+            ..store::Bounds::default()
+        };
+        Plan::with(store::Store::new(bounds))
+    }
+
+    /// A plan over a filled `store` (a recording).
+    pub fn with(store: Arc<store::Store>) -> Plan {
+        let relay = Arc::new(OnceLock::new());
+        let metrics = metrics::Metrics::new(relay.clone(), store.clone());
+        Plan {
+            store,
+            metrics,
+            relay,
+        }
+    }
+
+    /// The view of `routes`.
+    pub fn app(self, routes: Vec<server::WebRoute>) -> server::App {
+        let mut app = server::App::new(self.store, self.metrics, routes);
+        app.relay = self.relay;
+        app
+    }
+}
