@@ -233,6 +233,17 @@ rc=0
 timeout 60 "$WINE" "$WIN/contract-proxy.exe" run --contract mcp --listen stdio \
     --upstream "exec:cmd /c exit 3" </dev/null >/dev/null 2>"$WORK/standin3.err" || rc=$?
 result $([ "$rc" = 3 ] && echo 1 || echo 0) "stand-in: the child's exit code 3 is the proxy's ($rc)"
+
+say "(f) the pipe's security descriptor: its own user and LocalSystem, no one else"
+x86_64-w64-mingw32-gcc -O2 -o "$WORK/pipe_sddl.exe" scripts/wine/pipe_sddl.c -ladvapi32 || die "pipe_sddl.exe"
+bg acl contract-proxy.exe run --contract rukh --listen "pipe:$tag-acl" --upstream "tcp:127.0.0.1:$(free_port)"
+acl=$LAST
+says "$WORK/acl.err" "listening on pipe:$tag-acl" 20
+sddl=$("$WINE" "$WORK/pipe_sddl.exe" "$tag-acl" 2>&1 | tr -d '\r')
+stop "$acl" 20
+result $(echo "$sddl" | grep -qE '^D:P\(A;;GA;;;S-1-5-[0-9-]+\)\(A;;GA;;;SY\)$' && echo 1 || echo 0) \
+    "pipe ACL: a protected DACL for the listening user and SYSTEM only ($sddl)"
+
 echo
 if [ "$failures" = 0 ]; then echo "wine: all checks passed"; else echo "wine: $failures checks failed"; fi
 [ "$failures" = 0 ]

@@ -13,6 +13,8 @@ use crate::conn::{Conn, Hello, HttpRefusal};
 mod child_io;
 #[cfg(windows)]
 pub mod pipe;
+#[cfg(windows)]
+mod pipe_acl;
 #[cfg(unix)]
 pub mod process;
 #[cfg(windows)]

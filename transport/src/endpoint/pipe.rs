@@ -6,7 +6,9 @@
 //! unconnected instance ready, and hands over the connected one on accept, so a
 //! client arriving between two accepts finds an instance (and otherwise gets
 //! ERROR_PIPE_BUSY, which `connect` retries until the connect deadline).
-//! Remote clients are refused: these are local-IPC contracts.
+//! Remote clients are refused: these are local-IPC contracts. Each instance carries a
+//! security descriptor that lets only the listening user (and LocalSystem) open it
+//! (`pipe_acl`).
 
 use std::io;
 use std::time::Duration;
@@ -29,18 +31,33 @@ fn path(name: &str) -> String {
 /// A named-pipe server.
 pub struct PipeListener {
     name: String,
+    /// The instances' security descriptor (SDDL), made once per listener.
+    sddl: String,
     next: Mutex<NamedPipeServer>,
+}
+
+/// An instance of `\\.\pipe\NAME` with `opts`, open to the user of `sddl` alone.
+fn create(opts: &ServerOptions, name: &str, sddl: &str) -> io::Result<NamedPipeServer> {
+    super::pipe_acl::with_attributes(sddl, |attrs| {
+        // SAFETY: `attrs` points to SECURITY_ATTRIBUTES valid for this call (see
+        // with_attributes), which is all the call reads of it.
+        #[allow(unsafe_code)]
+        unsafe {
+            opts.create_with_security_attributes_raw(path(name), attrs)
+        }
+    })
 }
 
 impl PipeListener {
     /// Create the first instance of `\\.\pipe\NAME`; fails if another server owns the name.
     pub fn bind(name: &str) -> io::Result<Self> {
-        let server = ServerOptions::new()
-            .first_pipe_instance(true)
-            .reject_remote_clients(true)
-            .create(path(name))?;
+        let sddl = super::pipe_acl::current_user_sddl()?;
+        let mut opts = ServerOptions::new();
+        opts.first_pipe_instance(true).reject_remote_clients(true);
+        let server = create(&opts, name, &sddl)?;
         Ok(PipeListener {
             name: name.to_string(),
+            sddl,
             next: Mutex::new(server),
         })
     }
@@ -54,9 +71,9 @@ impl PipeListener {
     pub async fn accept(&self) -> io::Result<BoxIo> {
         let mut next = self.next.lock().await;
         next.connect().await?;
-        let fresh = ServerOptions::new()
-            .reject_remote_clients(true)
-            .create(path(&self.name))?;
+        let mut opts = ServerOptions::new();
+        opts.reject_remote_clients(true);
+        let fresh = create(&opts, &self.name, &self.sddl)?;
         let connected = std::mem::replace(&mut *next, fresh);
         Ok(Box::new(connected))
     }
