@@ -91,17 +91,27 @@ pub struct WebArgs {
     #[arg(long, value_name = "ADDR")]
     pub web: Option<std::net::SocketAddr>,
     /// Rows the web view keeps (the oldest go first, counted).
-    #[arg(long, value_name = "N", default_value_t = 200_000, requires = "web")]
+    #[arg(long, value_name = "N", default_value_t = crate::web::KEEP_DEFAULT, requires = "web")]
     pub web_keep: usize,
     /// The trace link a message's detail offers when traces are exported (--otlp);
     /// `{trace_id}` is replaced.
     #[arg(
         long,
         value_name = "URL",
-        default_value = "http://localhost:16686/trace/{trace_id}",
+        default_value = crate::web::TRACE_URL_DEFAULT,
         requires = "web"
     )]
     pub web_trace_url: String,
+}
+
+impl Default for WebArgs {
+    fn default() -> Self {
+        WebArgs {
+            web: None,
+            web_keep: crate::web::KEEP_DEFAULT,
+            web_trace_url: crate::web::TRACE_URL_DEFAULT.into(),
+        }
+    }
 }
 
 /// `replay` arguments.
@@ -462,7 +472,7 @@ async fn show_web(a: ShowArgs) -> Result<Outcome, CliError> {
 }
 
 /// Serve the web view, saying where.
-async fn serve_web(
+pub(crate) async fn serve_web(
     addr: std::net::SocketAddr,
     app: crate::web::server::App,
 ) -> Result<crate::web::server::Serving, CliError> {
@@ -666,13 +676,22 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
             }
         }
         Cmd::Demo(args) => {
-            let summary = crate::demo::run(args)
-                .await
-                .map_err(|e| match e.exit_code() {
-                    2 => CliError::Usage(e.to_string()),
-                    _ => CliError::Failed(e.to_string()),
-                })?;
+            let (summary, web) =
+                crate::demo::run_with_web(args)
+                    .await
+                    .map_err(|e| match e.exit_code() {
+                        2 => CliError::Usage(e.to_string()),
+                        _ => CliError::Failed(e.to_string()),
+                    })?;
             summary.print();
+            if let Some(w) = web {
+                eprintln!(
+                    "contract-proxy: web: the view stays up at {} until Ctrl-C",
+                    w.url
+                );
+                wait_for_stop().await;
+                w.stop().await;
+            }
             Ok(Outcome::Code(summary.exit_code()))
         }
     }

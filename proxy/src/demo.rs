@@ -84,6 +84,10 @@ pub struct DemoArgs {
     /// Break one contract rule on purpose, to show that the demo's verdict can fail.
     #[arg(long, value_enum, hide = true)]
     pub break_rule: Option<BreakRule>,
+    /// The web view: with --web the script starts once the printed page is open (or
+    /// after a minute), and the view stays up after it until Ctrl-C.
+    #[command(flatten)]
+    pub web: crate::cli::WebArgs,
 }
 
 impl Default for DemoArgs {
@@ -94,6 +98,7 @@ impl Default for DemoArgs {
             otlp: None,
             dir: None,
             break_rule: None,
+            web: crate::cli::WebArgs::default(),
         }
     }
 }
@@ -1647,7 +1652,19 @@ fn nonce() -> u64 {
 
 /// Run the demo: set up the peers and the proxy, play the script, tear down, summarize.
 /// `Err` only when it could not start; a failing step is in the summary (exit code 1).
+/// A web view asked for is stopped at the end.
 pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
+    let (summary, web) = run_with_web(args).await?;
+    if let Some(w) = web {
+        w.stop().await;
+    }
+    Ok(summary)
+}
+
+/// [`run`], handing back the web view (`--web`) still serving, for the caller to stop.
+pub async fn run_with_web(
+    args: DemoArgs,
+) -> Result<(DemoSummary, Option<crate::web::server::Serving>), DemoError> {
     // Checked first, so a bad URL costs no directory.
     let otlp = OtlpConfig::from_env(args.otlp.as_deref())?;
     let tracer = match &otlp {
@@ -1723,10 +1740,23 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         .sink(logger.clone())
         .sink(tally.clone())
         .record(&record_path);
+    let plan = args.web.web.map(|_| crate::web::Plan::new(&args.web));
+    if let Some(p) = &plan {
+        proxy.sink(p.store.clone()).sink(p.metrics.clone());
+    }
     if let Some(t) = tracer {
+        if let Some(p) = &plan {
+            p.metrics.trace_with(t.clone());
+        }
         proxy.tracer(t);
     }
     let bound = proxy.bind().await?;
+    let web = match (plan, args.web.web) {
+        (Some(p), Some(addr)) => {
+            Some(demo_web(p, addr, &bound, &args, otlp.is_some(), &logger).await?)
+        }
+        _ => None,
+    };
     let mut routes = Vec::new();
     let mut dials = Vec::new();
     for r in bound.routes() {
@@ -1861,7 +1891,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         Ok(mut t) => std::mem::take(&mut *t),
         Err(_) => TallyInner::default(),
     };
-    Ok(DemoSummary {
+    let summary = DemoSummary {
         format: args.log,
         steps: reports,
         routes,
@@ -1886,5 +1916,43 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         actions: t.actions,
         recording,
         traces,
-    })
+    };
+    Ok((summary, web))
+}
+
+/// Serve the demo's web view and wait until its page is open (or [`crate::web::PAGE_WAIT`]),
+/// so the person who asked for it sees the session live.
+async fn demo_web(
+    plan: crate::web::Plan,
+    addr: std::net::SocketAddr,
+    bound: &crate::server::Bound,
+    args: &DemoArgs,
+    traced: bool,
+    logger: &Logger,
+) -> Result<crate::web::server::Serving, DemoError> {
+    let store = plan.store.clone();
+    let mut app = plan.app(bound.web_routes());
+    app.mode = Some("observe".into());
+    app.trace_url = traced.then(|| args.web.web_trace_url.clone());
+    app.relay.get_or_init(|| bound.shared());
+    let w = crate::web::server::serve(addr, app)
+        .await
+        .map_err(|source| DemoError::Io {
+            what: format!("the web view on {addr}"),
+            source,
+        })?;
+    eprintln!("contract-proxy: web: {}", w.url);
+    let wait = crate::web::PAGE_WAIT;
+    logger.note(
+        "demo",
+        &format!(
+            "open {} — the script starts when the page is open (or in {wait:?})",
+            w.url
+        ),
+    );
+    let deadline = Instant::now() + wait;
+    while store.watchers() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(w)
 }

@@ -96,6 +96,7 @@ fn args(dir: &Path, rule: Option<BreakRule>, otlp: Option<String>) -> DemoArgs {
         otlp,
         dir: Some(dir.join("sock")),
         break_rule: rule,
+        web: Default::default(),
     }
 }
 
@@ -451,4 +452,92 @@ async fn with_otlp_every_action_is_an_exported_trace() {
     for t in &want {
         assert!(ids.contains(t.as_str()), "trace {t} exported: {ids:?}");
     }
+}
+
+/// `demo --web`: the URL is printed, the script waits for the page (here, a live stream
+/// opened as the page opens it), every frame of the session reaches the view, the view
+/// stays up after the summary, and Ctrl-C ends it with the demo's own exit code.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_demo_with_web_plays_to_an_open_page_and_stays_up_until_ctrl_c() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let dir = tmp();
+    let mut child = tokio::process::Command::new(bin())
+        .args(["demo", "--log", "json", "--web", "127.0.0.1:0"])
+        .arg("--record")
+        .arg(dir.path().join("demo.cprec"))
+        .arg("--dir")
+        .arg(dir.path().join("sock"))
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the demo");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut url = None;
+    while url.is_none() {
+        let line = timeout(LIMIT, err.next_line())
+            .await
+            .expect("in time")
+            .expect("read");
+        let line = line.expect("the URL before stderr ends");
+        url = line
+            .strip_prefix("contract-proxy: web: http://")
+            .map(|u| u.trim_end_matches('/').to_string());
+    }
+    let at = url.expect("url");
+    // Until the page is open, no frame passes (the demo waits up to a minute).
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let quiet = async {
+        while let Ok(Some(line)) = stdout.next_line().await {
+            assert!(
+                !line.contains("\"verdict\""),
+                "a frame before the page opened: {line}"
+            );
+        }
+    };
+    let _ = timeout(Duration::from_secs(1), quiet).await;
+    // The page's live stream: the script waits for it.
+    let mut live = tokio::net::TcpStream::connect(&at).await.expect("connect");
+    live.write_all(b"GET /api/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let frames = loop {
+        let line = timeout(LIMIT, stdout.next_line())
+            .await
+            .expect("the summary in time")
+            .expect("read");
+        let line = line.expect("a summary line before stdout ends");
+        if line.contains("\"summary\"") {
+            let v: Value = serde_json::from_str(&line).expect("json");
+            break v["summary"]["frames"].as_u64().expect("frames");
+        }
+    };
+    // The view still answers after the summary, with every frame of the run.
+    let mut s = tokio::net::TcpStream::connect(&at).await.expect("still up");
+    s.write_all(b"GET /api/stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut body = String::new();
+    timeout(LIMIT, s.read_to_string(&mut body))
+        .await
+        .expect("in time")
+        .expect("read");
+    let stats: Value =
+        serde_json::from_str(body.split("\r\n\r\n").nth(1).expect("a body")).expect("json");
+    assert!(frames > 0);
+    assert_eq!(stats["messages"], json!(frames), "{body}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().expect("pid") as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = timeout(LIMIT, child.wait())
+        .await
+        .expect("Ctrl-C ends it")
+        .expect("wait");
+    assert_eq!(status.code(), Some(0));
+    drop(live);
 }

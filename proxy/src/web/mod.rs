@@ -18,6 +18,13 @@ use std::sync::{Arc, OnceLock};
 
 use crate::relay::Shared;
 
+/// Rows the view keeps unless `--web-keep` says otherwise.
+pub const KEEP_DEFAULT: usize = 200_000;
+/// The trace link unless `--web-trace-url` says otherwise: Jaeger's UI on this machine.
+pub const TRACE_URL_DEFAULT: &str = "http://localhost:16686/trace/{trace_id}";
+/// How long the demo waits for its page to open before it plays anyway.
+pub const PAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The parts of a web view made before the proxy binds (its sinks), and what it serves.
 pub struct Plan {
     /// The rows (a relay sink).

@@ -38,7 +38,7 @@ pub struct Bounds {
 impl Default for Bounds {
     fn default() -> Self {
         Bounds {
-            rows: 200_000,
+            rows: super::KEEP_DEFAULT,
             bytes: 256 << 20,
         }
     }
@@ -211,6 +211,11 @@ impl Store {
     /// What it keeps at most.
     pub fn bounds(&self) -> Bounds {
         self.bounds
+    }
+
+    /// Live streams open now (each holds a receiver).
+    pub fn watchers(&self) -> usize {
+        self.changed.receiver_count()
     }
 
     /// A receiver that sees a new value on every change.
