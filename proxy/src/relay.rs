@@ -72,6 +72,9 @@ pub trait Sink: Send + Sync {
     fn frame(&self, route: &Route, ins: &Inspection, raw: &[u8]);
     /// A connection-level note (opened, closed, refused).
     fn note(&self, route: &str, conn: u64, text: &str);
+    /// A batch of frames read together was written on, `took` after it was read: the
+    /// time the proxy added (inspection, enforcement, the write).
+    fn relayed(&self, _route: &Route, _took: Duration) {}
 }
 
 impl Sink for Logger {
@@ -96,6 +99,8 @@ pub struct Stats {
     pub connections: AtomicU64,
     /// Data frames held for credit (enforce mode), each written once a grant covered it.
     pub held: AtomicU64,
+    /// Their payload bytes.
+    pub held_bytes: AtomicU64,
     /// Messages the proxy sent as a party would (kernel overrun: error and stream.close).
     pub sent: AtomicU64,
     /// Connections closed on another connection's word (a claim superseded them).
@@ -1523,6 +1528,10 @@ async fn pump(
                 },
                 Decision::Hold => {
                     shared.stats.held.fetch_add(1, Ordering::Relaxed);
+                    if let Item::Frame(Frame::Data(d)) | Item::Last(Frame::Data(d), _) = &item {
+                        let n = d.payload.len() as u64;
+                        shared.stats.held_bytes.fetch_add(n, Ordering::Relaxed);
+                    }
                 }
                 Decision::Refuse { reply, close: c } => {
                     replies.extend(reply);
@@ -1535,6 +1544,10 @@ async fn pump(
         }
         to.flush().await?;
         drop(to);
+        let took = now.elapsed();
+        for s in &shared.sinks {
+            s.relayed(route, took);
+        }
         if !replies.is_empty() {
             let mut back = ends.toward(dir.reverse()).lock().await;
             for r in replies.drain(..) {

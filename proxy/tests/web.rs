@@ -114,6 +114,7 @@ async fn start() -> Run {
     proxy.record(dir.path().join("run.cprec"));
     let bound = proxy.bind().await.expect("bind");
     let app = plan.app(bound.web_routes());
+    app.relay.get_or_init(|| bound.shared());
     let web = serve("127.0.0.1:0".parse().expect("addr"), app)
         .await
         .expect("serve");
@@ -261,10 +262,23 @@ async fn rows_arrive_live_and_a_violation_shows_its_contract_entry_and_bytes() {
         m.contains("# TYPE contract_proxy_frame_size_bytes histogram"),
         "{m}"
     );
+    for counter in [
+        "refused_total 0",
+        "held_bytes_total 0",
+        "web_rows_evicted_total 0",
+    ] {
+        assert!(
+            m.contains(&format!("\ncontract_proxy_{counter}\n")),
+            "{counter}: {m}"
+        );
+    }
+    let relayed = (m.lines())
+        .find_map(|l| l.strip_prefix("contract_proxy_relay_latency_seconds_count{route=\"main\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    // One batch each way at least: the runner's two lines may travel as one batch.
     assert!(
-        m.contains("contract_proxy_refused_total 0")
-            || m.contains("contract_proxy_web_rows_evicted_total 0"),
-        "{m}"
+        relayed.is_some_and(|n| n >= 2),
+        "a relay time per batch: {m}"
     );
     // The recording draws the same diagram (jobs.json travels inside it).
     drop((r.client, r.runner));

@@ -46,6 +46,11 @@ struct Method {
     method: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteOnly {
+    route: String,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The metrics of one run (or one recording shown).
@@ -55,6 +60,7 @@ pub struct Metrics {
     violations: Family<Broken, Counter>,
     sizes: Histograms<Channel>,
     latency: Histograms<Method>,
+    relay: Histograms<RouteOnly>,
     tracer: Arc<OnceLock<Tracer>>,
 }
 
@@ -67,6 +73,11 @@ impl std::fmt::Debug for Metrics {
 fn size_histogram() -> Histogram {
     // 16 B to 16 MiB, by fours.
     Histogram::new(exponential_buckets(16.0, 4.0, 11))
+}
+
+fn relay_histogram() -> Histogram {
+    // 10 µs to about 10 s, by fours.
+    Histogram::new(exponential_buckets(1e-5, 4.0, 11))
 }
 
 fn latency_histogram() -> Histogram {
@@ -83,6 +94,7 @@ impl Metrics {
         let violations = Family::<Broken, Counter>::default();
         let sizes: Histograms<Channel> = Family::new_with_constructor(size_histogram);
         let latency: Histograms<Method> = Family::new_with_constructor(latency_histogram);
+        let relay_time: Histograms<RouteOnly> = Family::new_with_constructor(relay_histogram);
         registry.register(
             "messages",
             "Frames inspected, by route, channel, method and verdict",
@@ -111,6 +123,12 @@ impl Metrics {
             store,
             tracer: tracer.clone(),
         };
+        registry.register_with_unit(
+            "relay_latency",
+            "Time from reading a batch of frames to having written it on, per route",
+            Unit::Seconds,
+            relay_time.clone(),
+        );
         registry.register_collector(Box::new(counters));
         Arc::new(Metrics {
             registry,
@@ -118,6 +136,7 @@ impl Metrics {
             violations,
             sizes,
             latency,
+            relay: relay_time,
             tracer,
         })
     }
@@ -182,6 +201,13 @@ impl Sink for Metrics {
     }
 
     fn note(&self, _route: &str, _conn: u64, _text: &str) {}
+
+    fn relayed(&self, route: &Route, took: std::time::Duration) {
+        let key = RouteOnly {
+            route: route.name.clone(),
+        };
+        self.relay.get_or_create(&key).observe(took.as_secs_f64());
+    }
 }
 
 /// Counters read at scrape time.
@@ -233,6 +259,11 @@ impl Collector for Counters {
             n(&s.refused),
         )?;
         one("held", "Data frames held for credit", n(&s.held))?;
+        one(
+            "held_bytes",
+            "Payload bytes of the data frames held for credit",
+            n(&s.held_bytes),
+        )?;
         one(
             "sent",
             "Messages the proxy sent on a party's behalf",
