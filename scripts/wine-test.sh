@@ -170,6 +170,11 @@ EOF
     shown=$("$PROXY" show --log json "$d/session.cprec" 2>/dev/null | grep -c '"verdict":{' || true)
     result $([ "$shown" = "$frames" ] && [ "$frames" -gt 0 ] && echo 1 || echo 0) \
         "$name: the recording reads on Linux ($shown of $frames frames)"
+    # The pretty live view, as Windows prints it, is the one Linux prints of the same frames.
+    "$WINE" "$WIN/contract-proxy.exe" show --log pretty "$d/session.cprec" 2>/dev/null | tr -d '\r' >"$d/pretty.win"
+    "$PROXY" show --log pretty "$d/session.cprec" 2>/dev/null >"$d/pretty.linux"
+    result $(cmp -s "$d/pretty.win" "$d/pretty.linux" && [ -s "$d/pretty.win" ] && echo 1 || echo 0) \
+        "$name: the pretty view on Windows matches Linux's ($(wc -l <"$d/pretty.win") lines)"
     local seen
     if seen=$(pcap_check "$ROOT/schema/contracts/kernel.json" "$d/session.pcapng" "$log"); then
         result 1 "$name: wireshark: $seen"
