@@ -222,6 +222,11 @@ upstream = "unix:${dir}/sd.sock"
 }
 
 /** Start a kernel shell in `dir` and wait for its sockets. */
+/** `contract-proxy run` with the web view on a free loopback port, and `args` before it. */
+function webProxy(name, args) {
+  return run(name, PROXY, ['run', ...args, '--log', 'json', '--web', '127.0.0.1:0']);
+}
+
 async function kernelShell(name, dir, extra = []) {
   const shell = run(name, KERNEL, [
     'shell',
@@ -369,17 +374,7 @@ async function kernel() {
   fs.writeFileSync(`${dir}/proxy.toml`, kernelToml(dir));
   const shell = await kernelShell('kernel-shell', dir, ['--speak', '2']);
   const rec = `${dir}/s.cprec`;
-  const proxy = run('kernel-proxy', PROXY, [
-    'run',
-    '--config',
-    `${dir}/proxy.toml`,
-    '--log',
-    'json',
-    '--web',
-    '127.0.0.1:0',
-    '--record',
-    rec,
-  ]);
+  const proxy = webProxy('kernel-proxy', ['--config', `${dir}/proxy.toml`, '--record', rec]);
   let core;
   try {
     const base = await webUrl(proxy);
@@ -678,17 +673,7 @@ async function violation() {
   const shell = await kernelShell('violation-shell', dir, ['--break', 'trace-id']);
   // Traces exported (to a port nobody listens on): the detail then links each trace.
   const otlp = `http://127.0.0.1:${await freePort()}`;
-  const proxy = run('violation-proxy', PROXY, [
-    'run',
-    '--config',
-    `${dir}/proxy.toml`,
-    '--log',
-    'json',
-    '--web',
-    '127.0.0.1:0',
-    '--otlp',
-    otlp,
-  ]);
+  const proxy = webProxy('violation-proxy', ['--config', `${dir}/proxy.toml`, '--otlp', otlp]);
   let core;
   try {
     const base = await webUrl(proxy);
@@ -873,18 +858,13 @@ async function toolchannel() {
       return t || false;
     });
     const pport = await freePort();
-    proxy = run('toolchannel-proxy', PROXY, [
-      'run',
+    proxy = webProxy('toolchannel-proxy', [
       '--contract',
       'schema/contracts/toolchannel.json',
-      '--log',
-      'json',
       '--listen',
       `ws://127.0.0.1:${pport}/worker`,
       '--upstream',
       `ws://127.0.0.1:${hport}/worker`,
-      '--web',
-      '127.0.0.1:0',
     ]);
     const base = await webUrl(proxy);
     const origin = new URL(base).origin;
@@ -1056,6 +1036,62 @@ async function token() {
   }
 }
 
+/** `demo --web`: the script waits for the page, plays into it live, and the view stays up
+ * after the summary until Ctrl-C. */
+async function demo() {
+  const dir = fs.mkdtempSync(path.join(TMP, 'd-'));
+  const proc = run('demo', PROXY, [
+    'demo',
+    '--log',
+    'json',
+    '--web',
+    '127.0.0.1:0',
+    '--dir',
+    `${dir}/sock`,
+    '--record',
+    `${dir}/demo.cprec`,
+  ]);
+  try {
+    const base = await webUrl(proc);
+    const origin = new URL(base).origin;
+    await new Promise((r) => setTimeout(r, 500));
+    const early = proc.out.split('\n').filter((l) => l.includes('"verdict"')).length;
+    expect('demo: no frame passes before the page is open', early === 0, 0, early);
+    const ctx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    const page = await openPage(ctx, base);
+    const seen = new Set();
+    const line = await waitFor(
+      'demo: the summary',
+      async () => {
+        alive(proc);
+        seen.add(await total(page).catch(() => 0));
+        return proc.out.split('\n').find((l) => l.startsWith('{"summary"'));
+      },
+      60000,
+      50,
+    );
+    const summary = JSON.parse(line).summary;
+    await waitFor('demo: every frame of the run in the page', async () => (await total(page)) === summary.frames);
+    const counts = [...seen].sort((a, b) => a - b);
+    // The script is quicker than the page's ticks: what shows it live is that the page
+    // opened with fewer rows and got the rest through its stream, with no reload.
+    expect(
+      'demo: the rows arrived in the open page, without a reload',
+      counts[0] < summary.frames,
+      `fewer than ${summary.frames} rows when the page opened`,
+      `${counts.join(' ')} → ${summary.frames}`,
+    );
+    await shot(page, '14-demo');
+    pageClean(page, origin, 'demo');
+    await ctx.close();
+    proc.child.kill('SIGINT');
+    const ended = await Promise.race([proc.exit, new Promise((r) => setTimeout(() => r(null), 15000))]);
+    expect('demo: Ctrl-C ends the view, the demo\'s exit code 0', ended && ended.code === 0, 'exit 0', ended);
+  } finally {
+    await stop(proc);
+  }
+}
+
 // ---------------------------------------------------------------- main
 
 async function main() {
@@ -1066,6 +1102,7 @@ async function main() {
   await section('violation', violation);
   await section('toolchannel session', toolchannel);
   await section('recording behind a token', token);
+  await section('demo --web', demo);
 }
 
 try {
