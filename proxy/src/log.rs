@@ -128,13 +128,18 @@ impl Logger {
     }
 
     fn line(&self, s: &str) {
-        // One write per line: a stand-in's child shares our stderr, and a line written in
-        // two calls (text, then newline) can get the child's output between them.
         let mut line = String::with_capacity(s.len() + 1);
         line.push_str(s);
         line.push('\n');
+        self.write_line(line.as_bytes());
+    }
+
+    /// Write one whole line, newline included. One write per line: a stand-in's child
+    /// shares our stderr, and a line written in two calls (text, then newline) can get the
+    /// child's output between them.
+    fn write_line(&self, line: &[u8]) {
         if let Ok(mut o) = self.out.lock() {
-            let _ = o.write_all(line.as_bytes());
+            let _ = o.write_all(line);
             let _ = o.flush();
         }
     }
@@ -151,9 +156,18 @@ impl Logger {
         }
         match self.format {
             Format::Json => {
-                let mut v = serde_json::to_value(e).unwrap_or_default();
-                v["time"] = serde_json::json!(t);
-                self.line(&v.to_string());
+                // Straight from the event into one buffer: no `Value` tree per frame.
+                #[derive(serde::Serialize)]
+                struct Line<'a> {
+                    #[serde(flatten)]
+                    event: &'a Event,
+                    time: f64,
+                }
+                let mut buf = Vec::with_capacity(384);
+                if serde_json::to_writer(&mut buf, &Line { event: e, time: t }).is_ok() {
+                    buf.push(b'\n');
+                    self.write_line(&buf);
+                }
             }
             Format::Pretty => {
                 let verdict = e.verdict.text();
