@@ -30,7 +30,7 @@ BIN=$TARGET/debug
 RUSTC_WORKSPACE_WRAPPER=$(dirname "$(rustup which cargo)")/clippy-driver
 export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
-ALL=(setup fmt build contracts docs consumer windows sdk-csharp sdk-python cargo-test wine web peers)
+ALL=(setup fmt build contracts docs consumer windows sdk-csharp sdk-python cargo-test package wine web peers)
 
 s_setup() {
     # Phoenix is large and only cargo-test needs it: it installs while the build runs,
@@ -56,6 +56,12 @@ s_windows() {
 # compute), waited for at the end. It builds into a target directory of its own, so the
 # cargo calls of the stages beside it do not wait for its lock.
 s_wine() { stage_wait setup; stage_bg wine scripts/wine-test.sh; }
+# The library crates a build script depends on package and build on their own, as a
+# registry would have them (contractgen's templates inside its crate). In the background.
+s_package() {
+    stage_bg package env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
+        cargo package --quiet --locked --allow-dirty -p contract -p contractgen
+}
 # The web view in headless Chromium (proxy/web/tests/browser.mjs): the committed bundle is
 # checked fresh, then real kernel and toolchannel sessions are watched through the page.
 # In the background, beside the reference pairs.
@@ -98,4 +104,5 @@ done
 stage_wait setup phoenix
 case " ${want[*]} " in *" wine "*) stage_wait wine ;; esac
 case " ${want[*]} " in *" web "*) stage_wait web ;; esac
+case " ${want[*]} " in *" package "*) stage_wait package ;; esac
 stage_table

@@ -2,7 +2,7 @@
 //! C# 7.3 syntax (sealed classes, no records, no nullable annotations) so any
 //! compiler from Mono `mcs` to current Roslyn builds it.
 //!
-//! The templates in `sdk-templates/csharp/` lay out the files; the helpers here
+//! The templates in `codegen/templates/csharp/` lay out the files; the helpers here
 //! spell C# types, literals, validation statements and the branch-picking code
 //! of unions, all from the language-neutral type model (`crate::types`).
 //!
@@ -33,15 +33,15 @@ use crate::types::TypeRef;
 pub const TEMPLATES: &[Template] = &[
     (
         "Contract.Sdk.csproj.hbs",
-        include_str!("../../sdk-templates/csharp/Contract.Sdk.csproj.hbs"),
+        include_str!("../templates/csharp/Contract.Sdk.csproj.hbs"),
     ),
     (
         "ContractRuntime.cs.hbs",
-        include_str!("../../sdk-templates/csharp/ContractRuntime.cs.hbs"),
+        include_str!("../templates/csharp/ContractRuntime.cs.hbs"),
     ),
     (
         "{{module}}.cs.hbs",
-        include_str!("../../sdk-templates/csharp/{{module}}.cs.hbs"),
+        include_str!("../templates/csharp/{{module}}.cs.hbs"),
     ),
 ];
 

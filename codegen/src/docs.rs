@@ -1,5 +1,5 @@
 //! The Markdown docs target: one page per contract, rendered from
-//! `sdk-templates/docs/`. The helpers here spell types, byte diagrams and
+//! `codegen/templates/docs/`. The helpers here spell types, byte diagrams and
 //! Mermaid state diagrams; the templates lay out the page.
 
 use handlebars::{Handlebars, handlebars_helper};
@@ -13,11 +13,11 @@ use crate::types::TypeRef;
 pub const TEMPLATES: &[Template] = &[
     (
         "{{module}}.md.hbs",
-        include_str!("../../sdk-templates/docs/{{module}}.md.hbs"),
+        include_str!("../templates/docs/{{module}}.md.hbs"),
     ),
     (
         "README.md.hbs",
-        include_str!("../../sdk-templates/docs/README.md.hbs"),
+        include_str!("../templates/docs/README.md.hbs"),
     ),
 ];
 

@@ -1,5 +1,5 @@
 //! The Python target (msgspec): one module per contract in a `contract_sdk`
-//! package, rendered from `sdk-templates/python/`.
+//! package, rendered from `codegen/templates/python/`.
 //!
 //! The templates only lay files out. [`py_module`] (the `py_module` helper)
 //! turns a contract's [`context`](crate::sdk::context) into a Python-ready view:
@@ -35,23 +35,23 @@ use crate::types::TypeRef;
 pub const TEMPLATES: &[Template] = &[
     (
         "pyproject.toml.hbs",
-        include_str!("../../sdk-templates/python/pyproject.toml.hbs"),
+        include_str!("../templates/python/pyproject.toml.hbs"),
     ),
     (
         "contract_sdk/__init__.py.hbs",
-        include_str!("../../sdk-templates/python/contract_sdk/__init__.py.hbs"),
+        include_str!("../templates/python/contract_sdk/__init__.py.hbs"),
     ),
     (
         "contract_sdk/py.typed.hbs",
-        include_str!("../../sdk-templates/python/contract_sdk/py.typed.hbs"),
+        include_str!("../templates/python/contract_sdk/py.typed.hbs"),
     ),
     (
         "contract_sdk/_runtime.py.hbs",
-        include_str!("../../sdk-templates/python/contract_sdk/_runtime.py.hbs"),
+        include_str!("../templates/python/contract_sdk/_runtime.py.hbs"),
     ),
     (
         "contract_sdk/{{module}}.py.hbs",
-        include_str!("../../sdk-templates/python/contract_sdk/{{module}}.py.hbs"),
+        include_str!("../templates/python/contract_sdk/{{module}}.py.hbs"),
     ),
 ];
 

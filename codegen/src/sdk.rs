@@ -1,6 +1,6 @@
 //! Template-rendered targets (Python, C#, Markdown docs).
 //!
-//! Each target is a set of handlebars templates in `sdk-templates/<lang>/`,
+//! Each target is a set of handlebars templates in `codegen/templates/<lang>/`,
 //! embedded in the binary and overridable with `--templates DIR`. A template
 //! whose file name contains `{{module}}` is rendered once per contract with
 //! that contract's [`context`]; any other template is rendered once for the
@@ -17,7 +17,7 @@ use crate::config::GeneratedFile;
 use crate::ir::{GenError, Ir};
 use crate::types::TypeModel;
 
-/// One embedded template: its path under `sdk-templates/<lang>/` and its text.
+/// One embedded template: its path under `codegen/templates/<lang>/` and its text.
 pub type Template = (&'static str, &'static str);
 
 /// The context a per-contract template sees.

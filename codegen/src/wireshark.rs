@@ -1,5 +1,5 @@
 //! The Wireshark target: one Lua dissector per contract (Wireshark 4.x API),
-//! rendered from `sdk-templates/wireshark/`.
+//! rendered from `codegen/templates/wireshark/`.
 //!
 //! The template holds one generic dissector engine written in Lua; what it
 //! knows of a protocol is the data [`view`] digests from the IR (framings,
@@ -30,7 +30,7 @@ use contract::model::{Binding, Framing};
 /// The built-in Wireshark templates.
 pub const TEMPLATES: &[Template] = &[(
     "{{module}}.lua.hbs",
-    include_str!("../../sdk-templates/wireshark/{{module}}.lua.hbs"),
+    include_str!("../templates/wireshark/{{module}}.lua.hbs"),
 )];
 
 /// Field names the engine itself registers (`<proto>.<name>`); a binary header field
