@@ -24,7 +24,8 @@ pub struct GeneratedFile {
 }
 
 /// Target languages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Lang {
     /// Rust, via typify (one module file per contract).
     Rust,
