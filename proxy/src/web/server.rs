@@ -153,10 +153,11 @@ fn token() -> std::io::Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
-type Shared2 = (Arc<App>, watch::Receiver<bool>);
+/// The handlers' state: the view, and the flag that ends live streams when it stops.
+type Ctx = (Arc<App>, watch::Receiver<bool>);
 
 fn router(app: Arc<App>, stop: watch::Receiver<bool>) -> Router {
-    let state: Shared2 = (app.clone(), stop);
+    let state: Ctx = (app.clone(), stop);
     Router::new()
         .route(
             "/",
@@ -230,7 +231,7 @@ fn params(q: Option<&str>) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-async fn info(State((app, _)): State<Shared2>) -> Response {
+async fn info(State((app, _)): State<Ctx>) -> Response {
     let first = app.routes.first();
     let routes: Vec<Value> = (app.routes.iter())
         .map(|r| json!({"name": r.name, "channel": r.channel, "listen": r.listen, "upstream": r.upstream, "client": r.client, "contract": r.contract.name}))
@@ -273,14 +274,14 @@ fn query(q: Option<&str>) -> Result<Query, String> {
     Ok(out)
 }
 
-async fn rows(State((app, _)): State<Shared2>, req: Request) -> Response {
+async fn rows(State((app, _)): State<Ctx>, req: Request) -> Response {
     match query(req.uri().query()) {
         Ok(q) => axum::Json(app.store.page(&q)).into_response(),
         Err(e) => bad(StatusCode::BAD_REQUEST, e),
     }
 }
 
-async fn row(State((app, _)): State<Shared2>, Path(n): Path<u64>) -> Response {
+async fn row(State((app, _)): State<Ctx>, Path(n): Path<u64>) -> Response {
     let Some((row, pair)) = app.store.get(n) else {
         return bad(StatusCode::NOT_FOUND, format!("row {n} is not kept\n"));
     };
@@ -289,7 +290,7 @@ async fn row(State((app, _)): State<Shared2>, Path(n): Path<u64>) -> Response {
     axum::Json(detail::detail(c.as_deref(), &row, pair, trace)).into_response()
 }
 
-async fn sessions(State((app, _)): State<Shared2>) -> Response {
+async fn sessions(State((app, _)): State<Ctx>) -> Response {
     axum::Json(app.store.sessions()).into_response()
 }
 
@@ -317,13 +318,13 @@ fn stats_of(app: &App) -> Value {
     v
 }
 
-async fn stats(State((app, _)): State<Shared2>) -> Response {
+async fn stats(State((app, _)): State<Ctx>) -> Response {
     axum::Json(stats_of(&app)).into_response()
 }
 
 /// Server-sent `tick` events: one at once, then one after each change, at most every
 /// [`TICK`]; the stream ends when the view stops.
-async fn live(State((app, stop)): State<Shared2>) -> impl IntoResponse {
+async fn live(State((app, stop)): State<Ctx>) -> impl IntoResponse {
     let rx = app.store.subscribe();
     let stream = futures_util::stream::unfold(
         (rx, stop, app, true),
@@ -344,7 +345,7 @@ async fn live(State((app, stop)): State<Shared2>) -> impl IntoResponse {
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
-async fn diagram(State((app, _)): State<Shared2>, req: Request) -> Response {
+async fn diagram(State((app, _)): State<Ctx>, req: Request) -> Response {
     let mut session = None;
     let mut format = DiagramFormat::Svg;
     for (k, v) in params(req.uri().query()) {
@@ -376,7 +377,7 @@ async fn diagram(State((app, _)): State<Shared2>, req: Request) -> Response {
     ([(header::CONTENT_TYPE, kind)], text).into_response()
 }
 
-async fn metrics(State((app, _)): State<Shared2>) -> Response {
+async fn metrics(State((app, _)): State<Ctx>) -> Response {
     match app.metrics.encode() {
         Ok(text) => (
             [(
