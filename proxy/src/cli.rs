@@ -391,11 +391,9 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
     }
     let serving = match web {
         Some((addr, plan)) => {
-            let mut app = plan.app(bound.web_routes());
-            app.mode = mode;
-            app.trace_url = traced.then(|| args.web.web_trace_url.clone());
-            app.relay.get_or_init(|| bound.shared());
-            Some(serve_web(addr, app).await?)
+            let trace_url = traced.then(|| args.web.web_trace_url.clone());
+            let w = plan.serve_run(addr, &bound, mode, trace_url).await;
+            Some(w.map_err(|e| web_usage(addr, e))?)
         }
         None => None,
     };
@@ -431,62 +429,49 @@ async fn show_web(a: ShowArgs) -> Result<Outcome, CliError> {
         e => failed(&e),
     })?;
     let routes: Vec<WebRoute> = (header.routes.iter().zip(contracts))
-        .map(|(r, (_, contract))| WebRoute {
-            name: r.name.clone(),
-            channel: r.channel.clone(),
-            listen: r.listen.clone(),
-            upstream: r.upstream.clone(),
-            client: r.client.clone(),
-            contract,
+        .map(|(r, (_, contract))| {
+            let ends = (r.listen.clone(), r.upstream.clone());
+            WebRoute::new(
+                r.name.clone(),
+                r.channel.clone(),
+                ends,
+                r.client.clone(),
+                contract,
+            )
         })
         .collect();
+    let plan = Plan::with(st);
+    let mut app = plan.app(routes);
+    app.source = "recording";
     if let Some(format) = a.diagram {
-        let c = routes.first().map(|r| r.contract.clone()).ok_or_else(|| {
+        let text = app.diagram(a.session, format).ok_or_else(|| {
             CliError::Failed(format!(
                 "{}: the recording names no route",
                 a.file.display()
             ))
         })?;
-        let rows = st.rows(None);
-        print!(
-            "{}",
-            crate::web::diagram::render(&c, &rows, a.session, format)
-        );
+        print!("{text}");
         return Ok(Outcome::Code(0));
     }
-    let plan = Plan::with(st);
-    for row in plan.store.rows(None) {
-        let route = routes.iter().find(|r| r.name == row.event.route);
+    app.store.each(|row| {
+        let route = app.routes.iter().find(|r| r.name == row.event.route);
         let known = |m: &str| route.is_some_and(|r| r.contract.methods.contains_key(m));
-        plan.metrics.observe(&row.event.route, known, &row.event);
-    }
-    let mut app = plan.app(routes);
-    app.source = "recording";
+        app.metrics.observe(&row.event.route, known, &row.event);
+    });
     let Some(addr) = a.web.web else {
         return Ok(Outcome::Code(0));
     };
-    let w = serve_web(addr, app).await?;
+    let w = crate::web::serve_saying(addr, app)
+        .await
+        .map_err(|e| web_usage(addr, e))?;
     wait_for_stop().await;
     w.stop().await;
     Ok(Outcome::Code(0))
 }
 
-/// Serve the web view, saying where.
-pub(crate) async fn serve_web(
-    addr: std::net::SocketAddr,
-    app: crate::web::server::App,
-) -> Result<crate::web::server::Serving, CliError> {
-    let w = crate::web::server::serve(addr, app)
-        .await
-        .map_err(|e| CliError::Usage(format!("web view on {addr}: {e}")))?;
-    eprintln!("contract-proxy: web: {}", w.url);
-    if w.local.ip().is_unspecified() {
-        eprintln!(
-            "contract-proxy: web: listening on every interface ({}); from another machine, use this machine's address with the same token",
-            w.local
-        );
-    }
-    Ok(w)
+/// A web view that could not listen: bad usage (the address is taken or not ours).
+fn web_usage(addr: std::net::SocketAddr, e: std::io::Error) -> CliError {
+    CliError::Usage(format!("web view on {addr}: {e}"))
 }
 
 /// Print what a run did, and say how the process should exit.

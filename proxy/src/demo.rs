@@ -1931,17 +1931,14 @@ async fn demo_web(
     logger: &Logger,
 ) -> Result<crate::web::server::Serving, DemoError> {
     let store = plan.store.clone();
-    let mut app = plan.app(bound.web_routes());
-    app.mode = Some("observe".into());
-    app.trace_url = traced.then(|| args.web.web_trace_url.clone());
-    app.relay.get_or_init(|| bound.shared());
-    let w = crate::web::server::serve(addr, app)
-        .await
+    let trace_url = traced.then(|| args.web.web_trace_url.clone());
+    let w = (plan
+        .serve_run(addr, bound, Some("observe".into()), trace_url)
+        .await)
         .map_err(|source| DemoError::Io {
             what: format!("the web view on {addr}"),
             source,
         })?;
-    eprintln!("contract-proxy: web: {}", w.url);
     let wait = crate::web::PAGE_WAIT;
     logger.note(
         "demo",

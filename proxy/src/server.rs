@@ -198,13 +198,14 @@ impl Bound {
     /// The routes as the web view names them, with their contracts.
     pub fn web_routes(&self) -> Vec<crate::web::server::WebRoute> {
         (self.listeners.iter())
-            .map(|(l, r)| crate::web::server::WebRoute {
-                name: r.name.clone(),
-                channel: r.channel.clone(),
-                listen: l.local(),
-                upstream: r.upstream.to_string(),
-                client: r.client.clone(),
-                contract: r.wire.contract().clone(),
+            .map(|(l, r)| {
+                crate::web::server::WebRoute::new(
+                    r.name.clone(),
+                    r.channel.clone(),
+                    (l.local(), r.upstream.to_string()),
+                    r.client.clone(),
+                    r.wire.contract().clone(),
+                )
             })
             .collect()
     }

@@ -6,11 +6,19 @@ use contract::model::{Binding, Kind};
 use serde_json::{Value, json};
 
 use crate::inspect::Verdict;
+use crate::web::server::WebRoute;
 use crate::web::store::Row;
 
-/// The detail of `row` (see docs/web.md), paired with row `pair`, under contract `c`.
-pub fn detail(c: Option<&Contract>, row: &Row, pair: Option<u64>, trace: Option<&str>) -> Value {
+/// The detail of `row` (see docs/web.md), paired with row `pair`, under the contract of
+/// `route`.
+pub fn detail(
+    route: Option<&WebRoute>,
+    row: &Row,
+    pair: Option<u64>,
+    trace: Option<&str>,
+) -> Value {
     let e = &row.event;
+    let c = route.map(|r| &*r.contract);
     let trace_url = trace
         .zip(e.trace.as_deref())
         .map(|(t, id)| t.replace("{trace_id}", &otel_trace_id(id)));
@@ -19,7 +27,7 @@ pub fn detail(c: Option<&Contract>, row: &Row, pair: Option<u64>, trace: Option<
         "message": row.message,
         "raw": raw(row),
         "parts": c.map(|c| parts(c, row)).unwrap_or_default(),
-        "violation": violation(c, e),
+        "violation": violation(route.map(WebRoute::document), e),
         "pair": pair,
         "trace_url": trace_url,
     })
@@ -94,7 +102,7 @@ fn esc(s: &str) -> String {
 /// its reason, else the rule a wire class checks (the method's `from` or `params`, the
 /// channel's framing or message schema), with the `violations` row that says what the
 /// receiver does when the contract has one.
-fn violation(c: Option<&Contract>, e: &crate::inspect::Event) -> Value {
+fn violation(doc: Option<&Value>, e: &crate::inspect::Event) -> Value {
     let (class, code, seed, reason) = match &e.verdict {
         Verdict::Ok => return Value::Null,
         Verdict::Violation {
@@ -110,12 +118,11 @@ fn violation(c: Option<&Contract>, e: &crate::inspect::Event) -> Value {
         ),
         Verdict::Framing { reason } => ("framing".into(), None, None, reason.clone()),
     };
-    let doc = c.and_then(|c| serde_json::to_value(c).ok());
-    let found = |p: &String| doc.as_ref().is_some_and(|d| d.pointer(p).is_some());
+    let found = |p: &String| doc.is_some_and(|d| d.pointer(p).is_some());
     let entry = candidates(&class, &reason, e).into_iter().find(found);
     let at = |p: &Option<String>| {
         let p = p.as_deref()?;
-        doc.as_ref()?.pointer(p).cloned()
+        doc?.pointer(p).cloned()
     };
     let action = Some(format!("/violations/{}", camel(&class))).filter(found);
     json!({

@@ -57,8 +57,38 @@ impl Plan {
 
     /// The view of `routes`.
     pub fn app(self, routes: Vec<server::WebRoute>) -> server::App {
-        let mut app = server::App::new(self.store, self.metrics, routes);
-        app.relay = self.relay;
-        app
+        server::App::new(self.store, self.metrics, self.relay, routes)
     }
+
+    /// Serve the view of the run `bound` on `addr` (its routes, its relay counters, its
+    /// `mode`, trace links from `trace_url`), and say where.
+    pub async fn serve_run(
+        self,
+        addr: std::net::SocketAddr,
+        bound: &crate::server::Bound,
+        mode: Option<String>,
+        trace_url: Option<String>,
+    ) -> std::io::Result<server::Serving> {
+        let mut app = self.app(bound.web_routes());
+        app.mode = mode;
+        app.trace_url = trace_url;
+        app.relay.get_or_init(|| bound.shared());
+        serve_saying(addr, app).await
+    }
+}
+
+/// Serve `app` on `addr` and say where on stderr, as every command with `--web` does.
+pub async fn serve_saying(
+    addr: std::net::SocketAddr,
+    app: server::App,
+) -> std::io::Result<server::Serving> {
+    let w = server::serve(addr, app).await?;
+    eprintln!("contract-proxy: web: {}", w.url);
+    if w.local.ip().is_unspecified() {
+        eprintln!(
+            "contract-proxy: web: listening on every interface ({}); from another machine, use this machine's address with the same token",
+            w.local
+        );
+    }
+    Ok(w)
 }

@@ -46,6 +46,35 @@ pub struct WebRoute {
     pub client: String,
     /// The route's contract.
     pub contract: Arc<contract::Contract>,
+    /// The contract as a JSON document, made once when a detail first needs it.
+    document: OnceLock<Value>,
+}
+
+impl WebRoute {
+    /// Route `name` on `channel` from `listen` to `upstream`, `client` connecting, under
+    /// `contract`.
+    pub fn new(
+        name: String,
+        channel: String,
+        (listen, upstream): (String, String),
+        client: String,
+        contract: Arc<contract::Contract>,
+    ) -> WebRoute {
+        WebRoute {
+            name,
+            channel,
+            listen,
+            upstream,
+            client,
+            contract,
+            document: OnceLock::new(),
+        }
+    }
+
+    /// The contract as a JSON document, to resolve the pointers a detail names.
+    pub fn document(&self) -> &Value {
+        (self.document).get_or_init(|| serde_json::to_value(&*self.contract).unwrap_or(Value::Null))
+    }
 }
 
 /// What the view serves.
@@ -86,11 +115,18 @@ impl Serving {
 }
 
 impl App {
-    /// The route `name`'s contract, else the first route's.
-    fn contract(&self, route: &str) -> Option<Arc<contract::Contract>> {
-        (self.routes.iter().find(|r| r.name == route))
-            .or(self.routes.first())
-            .map(|r| r.contract.clone())
+    /// The route `name`, else the first route.
+    fn route(&self, name: &str) -> Option<&WebRoute> {
+        (self.routes.iter().find(|r| r.name == name)).or(self.routes.first())
+    }
+
+    /// The sequence diagram of `session` (`None`: the oldest kept row's), under the
+    /// contract of its route; `None` when the view has no routes.
+    pub fn diagram(&self, session: Option<u64>, format: DiagramFormat) -> Option<String> {
+        let rows = self.store.session_rows(session);
+        let name = rows.first().map(|r| r.event.route.as_str()).unwrap_or("");
+        let route = self.route(name)?;
+        Some(diagram::render(&route.contract, &rows, None, format))
     }
 }
 
@@ -129,8 +165,14 @@ pub async fn serve(addr: SocketAddr, mut app: App) -> std::io::Result<Serving> {
 }
 
 impl App {
-    /// A view of `store` with no token yet ([`serve`] decides).
-    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>, routes: Vec<WebRoute>) -> App {
+    /// A view of `store` with no token yet ([`serve`] decides), reading the run's relay
+    /// counters from `relay` once it is set.
+    pub fn new(
+        store: Arc<Store>,
+        metrics: Arc<Metrics>,
+        relay: Arc<OnceLock<Arc<Shared>>>,
+        routes: Vec<WebRoute>,
+    ) -> App {
         App {
             store,
             metrics,
@@ -138,7 +180,7 @@ impl App {
             source: "live",
             mode: None,
             trace_url: None,
-            relay: Arc::new(OnceLock::new()),
+            relay,
             token: None,
         }
     }
@@ -285,9 +327,9 @@ async fn row(State((app, _)): State<Ctx>, Path(n): Path<u64>) -> Response {
     let Some((row, pair)) = app.store.get(n) else {
         return bad(StatusCode::NOT_FOUND, format!("row {n} is not kept\n"));
     };
-    let c = app.contract(&row.event.route);
+    let route = app.route(&row.event.route);
     let trace = app.trace_url.as_deref();
-    axum::Json(detail::detail(c.as_deref(), &row, pair, trace)).into_response()
+    axum::Json(detail::detail(route, &row, pair, trace)).into_response()
 }
 
 async fn sessions(State((app, _)): State<Ctx>) -> Response {
@@ -361,15 +403,9 @@ async fn diagram(State((app, _)): State<Ctx>, req: Request) -> Response {
             _ => {}
         }
     }
-    let rows = app.store.rows(None);
-    let route = match session {
-        Some(s) => rows.iter().find(|r| r.event.session == s),
-        None => rows.first(),
-    };
-    let Some(c) = app.contract(route.map(|r| r.event.route.as_str()).unwrap_or("")) else {
+    let Some(text) = app.diagram(session, format) else {
         return bad(StatusCode::NOT_FOUND, "no routes\n".into());
     };
-    let text = diagram::render(&c, &rows, session, format);
     let kind = match format {
         DiagramFormat::Svg => "image/svg+xml",
         DiagramFormat::Mermaid => "text/plain; charset=utf-8",

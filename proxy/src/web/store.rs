@@ -271,34 +271,37 @@ impl Store {
         Some((row.clone(), g.pairs.get(&n).copied()))
     }
 
-    /// The kept rows of `session` (all when `None`), in order.
-    pub fn rows(&self, session: Option<u64>) -> Vec<Row> {
+    /// The kept rows of `session` (`None`: the session of the oldest kept row), in order.
+    pub fn session_rows(&self, session: Option<u64>) -> Vec<Row> {
         let g = self.lock();
-        let keep = |r: &&Row| session.is_none_or(|s| r.event.session == s);
-        g.rows.iter().filter(keep).cloned().collect()
+        let Some(s) = session.or_else(|| g.rows.front().map(|r| r.event.session)) else {
+            return Vec::new();
+        };
+        g.rows
+            .iter()
+            .filter(|r| r.event.session == s)
+            .cloned()
+            .collect()
+    }
+
+    /// Call `f` on every kept row, in order, without copying them.
+    pub fn each(&self, mut f: impl FnMut(&Row)) {
+        self.lock().rows.iter().for_each(&mut f);
     }
 
     /// Every session with rows kept, in order.
     pub fn sessions(&self) -> Vec<SessionInfo> {
         let g = self.lock();
-        let mut out: Vec<SessionInfo> = Vec::new();
+        let mut out: std::collections::BTreeMap<u64, SessionInfo> = Default::default();
         for r in &g.rows {
-            let s = r.event.session;
-            let i = match out.iter().position(|i| i.session == s) {
-                Some(i) => i,
-                None => {
-                    out.push(SessionInfo {
-                        session: s,
-                        routes: Vec::new(),
-                        rows: 0,
-                        violations: 0,
-                        first: r.n,
-                        last: r.n,
-                    });
-                    out.len() - 1
-                }
-            };
-            let info = &mut out[i];
+            let info = out.entry(r.event.session).or_insert_with(|| SessionInfo {
+                session: r.event.session,
+                routes: Vec::new(),
+                rows: 0,
+                violations: 0,
+                first: r.n,
+                last: r.n,
+            });
             info.rows += 1;
             info.violations += usize::from(r.is_violation());
             info.last = r.n;
@@ -306,8 +309,7 @@ impl Store {
                 info.routes.push(r.event.route.clone());
             }
         }
-        out.sort_by_key(|i| i.session);
-        out
+        out.into_values().collect()
     }
 
     /// The counters and the rate.
