@@ -366,22 +366,33 @@ async fn stats(State((app, _)): State<Ctx>) -> Response {
 
 /// Server-sent `tick` events: one at once, then one after each change, at most every
 /// [`TICK`]; the stream ends when the view stops.
+///
+/// The first tick is the state before this stream counted as a watcher: whoever waits for
+/// a watcher (the demo's script) starts after it, so a page's first tick shows the session
+/// before it began. The receiver starts marked changed, so whatever happened between that
+/// snapshot and the subscription still reaches the page one tick later.
 async fn live(State((app, stop)): State<Ctx>) -> impl IntoResponse {
-    let rx = app.store.subscribe();
+    let first = stats_of(&app);
+    let mut rx = app.store.subscribe();
+    rx.mark_changed();
     let stream = futures_util::stream::unfold(
-        (rx, stop, app, true),
+        (rx, stop, app, Some(first)),
         |(mut rx, mut stop, app, first)| async move {
-            if !first {
-                tokio::select! {
-                    r = rx.changed() => r.ok()?,
-                    _ = stop.wait_for(|s| *s) => return None,
+            let stats = match first {
+                Some(stats) => stats,
+                None => {
+                    tokio::select! {
+                        r = rx.changed() => r.ok()?,
+                        _ = stop.wait_for(|s| *s) => return None,
+                    }
+                    tokio::time::sleep(TICK).await;
+                    rx.borrow_and_update();
+                    stats_of(&app)
                 }
-                tokio::time::sleep(TICK).await;
-                rx.borrow_and_update();
-            }
-            let ev = SseEvent::default().event("tick").json_data(stats_of(&app));
+            };
+            let ev = SseEvent::default().event("tick").json_data(stats);
             let ev = ev.unwrap_or_else(|_| SseEvent::default().event("tick"));
-            Some((Ok::<_, Infallible>(ev), (rx, stop, app, false)))
+            Some((Ok::<_, Infallible>(ev), (rx, stop, app, None)))
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::default())
