@@ -168,6 +168,9 @@ pub struct MethodIr {
     pub capability: Option<String>,
     /// Named type of its params, if any.
     pub params: Option<String>,
+    /// A message may leave its params out (their schema accepts `null` or `{}`: the wire
+    /// layer's rule), so every binding types them as optional.
+    pub params_optional: bool,
     /// Named type of its result, if any (`None` for non-requests and refused methods).
     pub result: Option<String>,
     /// Description.
@@ -438,15 +441,15 @@ pub struct Ir {
     pub machines: Vec<MachineIr>,
     /// Request-id rules, per party that declares them.
     pub id_rules: Vec<IdRulesIr>,
-    /// Schemas to generate types from: def name → schema (JSON Schema, `$defs` refs).
+    /// Schemas to generate types from: type name → schema (JSON Schema, `$defs` refs).
+    /// The names are identifiers, resolved once for every target ([`crate::names`]).
     pub schemas: IndexMap<String, Value>,
 }
 
 fn ref_name(s: &Value) -> Option<String> {
     s.get("$ref")
         .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix("#/$defs/"))
-        .map(str::to_string)
+        .and_then(crate::names::def_key)
 }
 
 fn value_type(values: &[Value]) -> ValueType {
@@ -496,8 +499,15 @@ impl Ir {
             match s {
                 None | Some(Value::Bool(false)) => None,
                 Some(v) => ref_name(v).or_else(|| {
-                    schemas.insert(name.clone(), v.clone());
-                    Some(name)
+                    // A `$defs` key may already hold the name: the inline schema takes the next.
+                    let mut unique = name.clone();
+                    let mut n = 2;
+                    while schemas.contains_key(&unique) {
+                        unique = format!("{name}{n}");
+                        n += 1;
+                    }
+                    schemas.insert(unique.clone(), v.clone());
+                    Some(unique)
                 }),
             }
         };
@@ -507,6 +517,7 @@ impl Ir {
             let params = type_of(&mut schemas, &m.params, format!("{ident}Params"));
             let result = type_of(&mut schemas, &m.result, format!("{ident}Result"));
             methods.push(MethodIr {
+                params_optional: params.is_some() && contract::wire::params_may_be_absent(c, wire),
                 wire: wire.clone(),
                 ident,
                 kind: m.kind,
@@ -708,6 +719,19 @@ impl Ir {
                 })
             })
             .collect();
+        let (schemas, idents) = crate::names::resolve(schemas);
+        let ident_of = |n: &mut Option<String>| {
+            if let Some(i) = n.as_ref().and_then(|k| idents.get(k)) {
+                *n = Some(i.clone());
+            }
+        };
+        for m in &mut methods {
+            ident_of(&mut m.params);
+            ident_of(&mut m.result);
+        }
+        for ch in &mut channels {
+            ident_of(&mut ch.message);
+        }
         Ok(Ir {
             id_rules,
             module: lower_snake(&c.name),

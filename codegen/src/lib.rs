@@ -15,6 +15,7 @@ pub mod csharp;
 pub mod docs;
 pub mod helpers;
 pub mod ir;
+pub mod names;
 pub mod python;
 pub mod rust;
 pub mod sdk;

@@ -485,6 +485,13 @@ fn render_methods(s: &mut String, ir: &Ir) {
     );
     for m in &ir.methods {
         match &m.params {
+            Some(p) if m.params_optional => {
+                let _ = writeln!(
+                    s,
+                    "/// `{}` (its params may be left out).\n{}(Option<types::{p}>),",
+                    m.wire, m.ident
+                );
+            }
             Some(p) => {
                 let _ = writeln!(s, "/// `{}`.\n{}(types::{p}),", m.wire, m.ident);
             }
@@ -507,10 +514,22 @@ fn render_methods(s: &mut String, ir: &Ir) {
     }
     let _ = writeln!(
         s,
-        "}} }}\n/// Type the params of `method` (`params` is `None` when the message carries none).\npub fn from_parts(method: &str, params: Option<::serde_json::Value>) -> Result<Call, DecodeError> {{\nlet m: Method = method.parse()?;\nlet params = params.unwrap_or(::serde_json::Value::Null);\n#[allow(unreachable_code, unused_variables)]\nOk(match m {{"
+        "}} }}\n/// Type the params of `method` (`params` is `None` when the message carries none).\npub fn from_parts(method: &str, params: Option<::serde_json::Value>) -> Result<Call, DecodeError> {{\nlet m: Method = method.parse()?;\n{present}let params = params.unwrap_or(::serde_json::Value::Null);\n#[allow(unreachable_code, unused_variables)]\nOk(match m {{",
+        present = if ir.methods.iter().any(|m| m.params_optional) {
+            "let present = params.is_some();\n"
+        } else {
+            ""
+        }
     );
     for m in &ir.methods {
         match &m.params {
+            Some(_) if m.params_optional => {
+                let _ = writeln!(
+                    s,
+                    "Method::{i} => Call::{i}(present.then(|| ::serde_json::from_value(params)).transpose()?),",
+                    i = m.ident
+                );
+            }
             Some(_) => {
                 let _ = writeln!(
                     s,
@@ -530,6 +549,13 @@ fn render_methods(s: &mut String, ir: &Ir) {
     );
     for m in &ir.methods {
         match &m.params {
+            Some(_) if m.params_optional => {
+                let _ = writeln!(
+                    s,
+                    "Call::{}(p) => p.as_ref().map(::serde_json::to_value).transpose()?,",
+                    m.ident
+                );
+            }
             Some(_) => {
                 let _ = writeln!(
                     s,

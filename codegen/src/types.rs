@@ -9,7 +9,7 @@
 
 use indexmap::IndexMap;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::ir::{dedupe, lower_snake, pascal};
 
@@ -168,10 +168,10 @@ fn desc(s: &Value) -> String {
         .to_string()
 }
 
-fn def_ref(s: &Value) -> Option<&str> {
+fn def_ref(s: &Value) -> Option<String> {
     s.get("$ref")
         .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix("#/$defs/"))
+        .and_then(crate::names::def_key)
 }
 
 impl Walker<'_> {
@@ -234,6 +234,11 @@ impl Walker<'_> {
                 values: idents.into_iter().zip(wires).collect(),
             };
         }
+        if let Some((branches, false)) = split_types(s)
+            && branches.len() > 1
+        {
+            return self.define(name, &json!({ "oneOf": branches }), description);
+        }
         if let Some(branches) = s
             .get("oneOf")
             .or_else(|| s.get("anyOf"))
@@ -245,11 +250,7 @@ impl Walker<'_> {
                 branches
                     .iter()
                     .enumerate()
-                    .map(|(i, b)| {
-                        def_ref(b)
-                            .map(str::to_string)
-                            .unwrap_or_else(|| format!("Variant{i}"))
-                    })
+                    .map(|(i, b)| def_ref(b).unwrap_or_else(|| format!("Variant{i}")))
                     .collect(),
             );
             for (i, (b, ident)) in branches.iter().zip(idents).enumerate() {
@@ -300,7 +301,7 @@ impl Walker<'_> {
     fn resolve<'v>(&'v self, s: &'v Value) -> &'v Value {
         let mut cur = s;
         for _ in 0..8 {
-            match def_ref(cur).and_then(|n| self.defs.get(n)) {
+            match def_ref(cur).and_then(|n| self.defs.get(&n)) {
                 Some(t) => cur = t,
                 None => break,
             }
@@ -331,13 +332,21 @@ impl Walker<'_> {
 
     fn reference(&mut self, hint: &str, s: &Value) -> TypeRef {
         if let Some(name) = def_ref(s) {
-            if let Some(target) = self.defs.get(name) {
+            if let Some(target) = self.defs.get(&name) {
                 let target = target.clone();
-                self.named(name, &target);
+                self.named(&name, &target);
             }
-            return TypeRef::Named {
-                name: name.to_string(),
-            };
+            return TypeRef::Named { name };
+        }
+        // A pointer into a definition (`#/$defs/Foo/properties/x`): the schema it points at.
+        if let Some((key, tail)) = s
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(crate::names::def_pointer)
+            && let Some(target) = self.defs.get(&key).and_then(|d| d.pointer(tail))
+        {
+            let target = target.clone();
+            return self.reference(hint, &target);
         }
         if let Some(c) = s.get("const") {
             return TypeRef::Literal { value: c.clone() };
@@ -362,21 +371,32 @@ impl Walker<'_> {
                 name: hint.to_string(),
             };
         }
-        match s.get("type") {
-            Some(Value::Array(ts)) => {
-                let non_null: Vec<&Value> =
-                    ts.iter().filter(|t| t.as_str() != Some("null")).collect();
-                if non_null.len() == 1 && non_null.len() < ts.len() {
-                    let mut inner = s.clone();
-                    if let Some(o) = inner.as_object_mut() {
-                        o.insert("type".into(), non_null[0].clone());
-                    }
-                    return TypeRef::Nullable {
-                        inner: Box::new(self.reference(hint, &inner)),
-                    };
-                }
-                TypeRef::Any
+        if let Some((branches, nullable)) = split_types(s) {
+            if branches.is_empty() {
+                return if nullable {
+                    TypeRef::Null
+                } else {
+                    TypeRef::Any
+                };
             }
+            let inner = match <[Value; 1]>::try_from(branches) {
+                Ok([one]) => self.reference(hint, &one),
+                Err(branches) => {
+                    self.named(hint, &json!({ "oneOf": branches }));
+                    TypeRef::Named {
+                        name: hint.to_string(),
+                    }
+                }
+            };
+            return if nullable {
+                TypeRef::Nullable {
+                    inner: Box::new(inner),
+                }
+            } else {
+                inner
+            };
+        }
+        match s.get("type") {
             Some(Value::String(t)) => match t.as_str() {
                 "string" => TypeRef::String,
                 "integer" => TypeRef::Integer {
@@ -403,6 +423,26 @@ impl Walker<'_> {
             _ => TypeRef::Any,
         }
     }
+}
+
+/// A type array (`"type": ["string", "integer", "null"]`) as one schema per non-null type,
+/// each keeping the other keywords (they only constrain values of their own type), and
+/// whether null is allowed. `None` unless `type` is an array.
+fn split_types(s: &Value) -> Option<(Vec<Value>, bool)> {
+    let ts = s.get("type")?.as_array()?;
+    let nullable = ts.iter().any(|t| t.as_str() == Some("null"));
+    let branches = ts
+        .iter()
+        .filter(|t| t.as_str() != Some("null"))
+        .map(|t| {
+            let mut b = strip_meta(s);
+            if let Some(o) = b.as_object_mut() {
+                o.insert("type".into(), t.clone());
+            }
+            b
+        })
+        .collect();
+    Some((branches, nullable))
 }
 
 fn strip_meta(s: &Value) -> Value {

@@ -15,6 +15,7 @@ pub mod ids;
 pub mod io;
 pub mod machine;
 pub mod model;
+pub mod plain;
 mod pointer;
 pub mod rate;
 pub mod wire;
@@ -79,11 +80,22 @@ pub enum LoadError {
 }
 
 /// Parse, check and model a contract from its JSON text. `origin` names it in errors.
+/// A plain JSON Schema is read as a types-only contract named after `origin`'s file
+/// stem ([`plain`]).
 pub fn from_str(origin: &str, text: &str) -> Result<Contract, LoadError> {
     let doc: serde_json::Value = serde_json::from_str(text).map_err(|source| LoadError::Json {
         path: origin.to_string(),
         source,
     })?;
+    let doc = if plain::is_plain_schema(&doc) {
+        let stem = Path::new(origin)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        plain::contract_of(&stem, &doc)
+    } else {
+        doc
+    };
     let (contract, problems) = check_document(origin, &doc);
     match contract {
         Some(c) if problems.is_empty() => Ok(c),

@@ -231,3 +231,42 @@ fn limits_are_typed_constants() {
     );
     assert_eq!(xsession::limits::REGISTRY_FILE_MODE, 0o600);
 }
+
+/// A call whose params are left out types as the wire layer admits it: `Call::from_parts(m,
+/// None)` succeeds exactly for the methods whose messages may carry no params, and such a
+/// call writes no params back (JSON-RPC lets `params` be absent; MCP's `tools/list` is one).
+macro_rules! absent_params {
+    ($m:ident) => {{
+        let wire = $m::CONTRACT.wire().expect("embedded contract");
+        let c = wire.contract().clone();
+        let mut optional = 0;
+        for name in c.methods.keys() {
+            let may = contract::wire::params_may_be_absent(&c, name);
+            match $m::Call::from_parts(name, None) {
+                Ok(call) => {
+                    assert!(may, "{name}: typed without params the wire layer requires");
+                    assert_eq!(call.to_params().expect("ser"), None, "{name}");
+                    optional += 1;
+                }
+                Err(e) => assert!(!may, "{name}: the wire layer admits no params: {e}"),
+            }
+        }
+        optional
+    }};
+}
+
+#[test]
+fn absent_params_type_as_the_wire_layer_admits_them() {
+    use contract_generated::{jobs, mcp};
+    assert!(
+        absent_params!(mcp) > 5,
+        "mcp: tools/list, ping… take no params"
+    );
+    assert!(absent_params!(toolchannel) > 0);
+    absent_params!(kernel);
+    absent_params!(rukh);
+    absent_params!(xsession);
+    absent_params!(jobs);
+    let call = mcp::Call::from_parts("tools/list", None).expect("tools/list without params");
+    assert_eq!(call.method(), mcp::Method::ToolsList);
+}

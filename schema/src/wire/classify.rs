@@ -188,6 +188,22 @@ fn compile(
     })
 }
 
+/// A message may leave its params out when their schema accepts `null` or `{}`: the one
+/// rule the wire layer checks and every generated binding follows ([`params_may_be_absent`]).
+fn absent_accepted(v: &jsonschema::Validator) -> bool {
+    v.is_valid(&Value::Null) || v.is_valid(&json!({}))
+}
+
+/// Whether a message of `method` may carry no params at all (see [`absent_accepted`]);
+/// `false` for an unknown method or one whose params schema does not compile.
+pub fn params_may_be_absent(c: &Contract, method: &str) -> bool {
+    match c.methods.get(method).map(|m| &m.params) {
+        Some(Some(s)) => compile(c, s, String::new()).is_ok_and(|v| absent_accepted(&v)),
+        Some(None) => true,
+        None => false,
+    }
+}
+
 /// `map.get(key)`, by a linear scan when the object is small: messages are mostly objects of a
 /// handful of members, where comparing keys is cheaper than SipHashing the one looked up.
 fn member<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
@@ -992,7 +1008,7 @@ impl Wire {
                     let payload = lookup(&msg.value, payload_ptr);
                     let ok = match payload {
                         Some(p) => v.is_valid(p),
-                        None => v.is_valid(&Value::Null) || v.is_valid(&json!({})),
+                        None => absent_accepted(v),
                     };
                     if !ok {
                         let p = payload.cloned().unwrap_or(Value::Null);

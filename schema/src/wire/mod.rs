@@ -13,6 +13,8 @@ pub mod framing;
 pub mod headers;
 pub mod json;
 
-pub use classify::{Correlator, Message, Violation, ViolationClass, Wire, WireError};
+pub use classify::{
+    Correlator, Message, Violation, ViolationClass, Wire, WireError, params_may_be_absent,
+};
 pub use framing::{BinaryFrame, ChannelCodec, FrameError};
 pub use json::{JsonError, JsonLimits};
