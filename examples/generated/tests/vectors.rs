@@ -80,7 +80,9 @@ macro_rules! vector_suite {
                     continue;
                 }
                 let value = parsed.unwrap_or_else(|e| panic!("{id}: {e}"));
-                let schema = rooted(&contract, &json!({"$ref": format!("#/$defs/{ty}")}));
+                // Where the type sits in the contract (its `$defs` key may differ from its name).
+                let at = v["schema"].as_str().expect("schema pointer");
+                let schema = rooted(&contract, &json!({"$ref": format!("#{at}")}));
                 let validator = jsonschema::draft202012::new(&schema).expect("schema compiles");
                 let mut labels = Vec::new();
                 for e in validator.iter_errors(&value) {

@@ -38,9 +38,15 @@ pub fn vectors(path: &str, files: &[&str]) -> Vec<Value> {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = contractgen::run(&cli, &mut out, &mut err);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
-    let stem = contract.file_stem().and_then(|s| s.to_str()).expect("stem");
+    // One contract, one directory: named after its module, which need not be the file's stem.
+    let module = std::fs::read_dir(dir.path())
+        .expect("vectors dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .expect("the contract's vectors directory");
     let read = |f: &&str| -> Value {
-        let text = std::fs::read_to_string(dir.path().join(stem).join(f)).expect("file");
+        let text = std::fs::read_to_string(module.join(f)).expect("file");
         serde_json::from_str(&text).expect("json")
     };
     files.iter().map(read).collect()
