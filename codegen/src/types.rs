@@ -365,6 +365,14 @@ impl Walker<'_> {
             }
             return TypeRef::Any;
         }
+        // A nullable object (`"type": ["object", "null"]` with properties): the struct, nullable.
+        if let Some((branches, true)) = split_types(s)
+            && let [one] = branches.as_slice()
+        {
+            return TypeRef::Nullable {
+                inner: Box::new(self.reference(hint, one)),
+            };
+        }
         if s.get("properties").is_some() || s.get("oneOf").is_some() || s.get("anyOf").is_some() {
             self.named(hint, s);
             return TypeRef::Named {

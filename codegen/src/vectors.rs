@@ -95,13 +95,25 @@ pub fn valid(ir: &Ir) -> Vec<Value> {
 
 /// Valid vectors from the JSON Schema `examples` of each named type (a plain schema's
 /// definitions carry them; so may a contract's `$defs`): the payload alone, no message.
+/// JSON Schema does not require `examples` to validate, and published schemas hold some
+/// that do not: only those the type's own schema accepts are vectors.
 fn type_examples(ir: &Ir) -> Vec<Value> {
     let mut out = Vec::new();
     for (name, schema) in &ir.schemas {
         let Some(examples) = schema.get("examples").and_then(Value::as_array) else {
             continue;
         };
+        let Some(at) = ir.origins.get(name) else {
+            continue;
+        };
+        let rooted = contract::check::rooted(&ir.contract, &json!({ "$ref": format!("#{at}") }));
+        let Ok(validator) = jsonschema::draft202012::new(&rooted) else {
+            continue;
+        };
         for (i, ex) in examples.iter().enumerate() {
+            if !validator.is_valid(ex) {
+                continue;
+            }
             out.push(json!({
                 "id": format!("{name}/example/{i}"),
                 "method": null,
