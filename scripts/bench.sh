@@ -6,14 +6,15 @@
 # marked UNDER LOAD: compare idle runs with idle runs. A benchmark that fails is recorded
 # as failed with the end of its stderr, and the script exits 1 after the others ran.
 #
-# usage: scripts/bench.sh [BENCH...]    (default: wire relay enforce generate)
+# usage: scripts/bench.sh [BENCH...]    (default: wire relay enforce generate py_import)
 #        BENCH_DOC=FILE to write somewhere else; BENCH_DRY=1 to print without writing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-declare -A PKG=([wire]=contract [relay]=contract-proxy [enforce]=contract-proxy [generate]=contractgen)
+declare -A PKG=([wire]=contract [relay]=contract-proxy [enforce]=contract-proxy [generate]=contractgen
+    [py_import]=contractgen)
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(wire relay enforce generate)
+[ ${#benches[@]} -gt 0 ] || benches=(wire relay enforce generate py_import)
 for b in "${benches[@]}"; do
     [ -n "${PKG[$b]:-}" ] || { echo "bench.sh: unknown benchmark $b (${!PKG[*]})" >&2; exit 2; }
 done
@@ -21,8 +22,9 @@ DOC=${BENCH_DOC:-docs/benchmarks.md}
 cores=$(nproc)
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-# The baselines' tools: socat, websocat and the Python peers (present ones cost seconds).
-scripts/setup.sh apt peers >&2
+# The baselines' tools: socat, websocat, the Python peers and the SDK suite's venv (msgspec)
+# (present ones cost seconds).
+scripts/setup.sh apt peers py >&2
 
 section=$(mktemp)
 trap 'rm -f "$section" "$section.out" "$section.err"' EXIT

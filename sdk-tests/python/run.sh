@@ -6,7 +6,7 @@
 #    machines) into a temp dir;
 # 3. builds a wheel of the package (installability) and runs `mypy --strict` on it;
 # 4. runs pytest on sdk-tests/python/test_*.py against it;
-# 5. prints the import time of contract_sdk.kernel (best of 5; target < 30 ms, not asserted).
+# Import times are a benchmark: cargo bench -p contractgen --bench py_import (docs/benchmarks.md).
 set -euo pipefail
 
 BIN=${1:?usage: sdk-tests/python/run.sh PATH/TO/contractgen}
@@ -44,19 +44,3 @@ echo "built $(basename "$WORK"/wheel/*.whl)"
 
 PYTHONPATH="$PKG" CONTRACT_VECTORS="$VECTORS" CONTRACTS_DIR="$CONTRACTS" \
     "$PY" -m pytest -q -p no:cacheprovider "$ROOT/sdk-tests/python"
-
-# Byte-compile as `pip install` does (PYTHONDONTWRITEBYTECODE may be set), so the timing
-# below measures importing, not compiling.
-"$PY" -m compileall -q "$PKG/contract_sdk"
-PYTHONPATH="$PKG" "$PY" - <<'PYEOF'
-import subprocess, sys
-
-def best(stmt: str) -> float:
-    code = f"import time; t = time.perf_counter(); {stmt}; print(time.perf_counter() - t)"
-    return min(float(subprocess.check_output([sys.executable, "-c", code])) for _ in range(5)) * 1000
-
-base = best("import msgspec")
-for m in ("kernel", "rukh", "toolchannel", "xsession"):
-    print(f"import contract_sdk.{m}: {best(f'import contract_sdk.{m}'):.1f} ms best of 5 "
-          f"(msgspec alone {base:.1f} ms; target < 30 ms)")
-PYEOF
