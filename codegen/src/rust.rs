@@ -6,6 +6,12 @@
 //! unions become exact. The second is closed by the generated `decode`, which
 //! runs the contract's own validation (schemas with their bounds, strict JSON)
 //! before serde ever builds a typed value.
+//!
+//! Two more are closed after typify renders: an optional object or array member is an
+//! `Option` (so `{}` and absent differ), and every optional member reads `null` as its
+//! type does rather than as absent (so a nullable member keeps its `null`, and another
+//! refuses it). String `format`s stay `String`s: typify's chrono and uuid types need crates
+//! the generated code does not depend on, and re-encode differently.
 
 use std::fmt::Write as _;
 
@@ -123,7 +129,7 @@ pub fn typify_types(ir: &Ir) -> Result<String, GenError> {
         ts.add_ref_types(defs).map(|()| ts.to_stream().to_string())
     });
     match rendered {
-        Ok(Ok(text)) => Ok(keep_empty_collections(&text)),
+        Ok(Ok(text)) => Ok(present_is_present(&keep_empty_collections(&text))),
         Ok(Err(e)) => Err(err("/$defs".into(), e.to_string())),
         Err(panic) => {
             let why = panic
@@ -186,6 +192,41 @@ fn keep_empty_collections(tokens: &str) -> String {
         rest = &rest[end..];
     }
 }
+
+/// The attribute typify puts on an optional member.
+const SKIP_NONE: &str = "skip_serializing_if = \"::std::option::Option::is_none\"";
+
+/// serde reads `null` in an optional member as absent: a member the schema makes nullable
+/// would lose its `null` on re-encode, and one it does not would accept a `null` it
+/// refuses. Each optional member deserializes through [`PRESENT_FN`] instead: absent is
+/// `None` (`default`), present is its type's own reading, `null` included.
+fn present_is_present(tokens: &str) -> String {
+    if !tokens.contains(SKIP_NONE) {
+        return tokens.to_string();
+    }
+    let mut out = String::with_capacity(tokens.len() + 4096);
+    let mut rest = tokens;
+    while let Some(i) = rest.find(SKIP_NONE) {
+        // The attribute's opening `serde (`, to see whether it says `default` already.
+        let open = rest[..i].rfind("serde (").unwrap_or(i);
+        let attr = &rest[open..i];
+        out.push_str(&rest[..i + SKIP_NONE.len()]);
+        // A flattened member is not read on its own: serde hands it the leftovers.
+        if !attr.contains("flatten") {
+            out.push_str(" , deserialize_with = \"present\"");
+            if !attr.contains("default") {
+                out.push_str(" , default");
+            }
+        }
+        rest = &rest[i + SKIP_NONE.len()..];
+    }
+    out.push_str(rest);
+    out.push_str(PRESENT_FN);
+    out
+}
+
+/// The deserializer every optional member goes through (see [`present_is_present`]).
+const PRESENT_FN: &str = "\n/// A present member, `null` included, is its type's own reading (serde's `Option` reads `null` as absent).\nfn present<'de, D: ::serde::Deserializer<'de>, T: ::serde::Deserialize<'de>>(d: D) -> ::std::result::Result<::std::option::Option<T>, D::Error> { T::deserialize(d).map(::std::option::Option::Some) }\n";
 
 fn doc(out: &mut String, text: &str) {
     for line in text.lines() {

@@ -270,3 +270,25 @@ fn absent_params_type_as_the_wire_layer_admits_them() {
     let call = mcp::Call::from_parts("tools/list", None).expect("tools/list without params");
     assert_eq!(call.method(), mcp::Method::ToolsList);
 }
+
+/// An optional member is absent or its type: `null` is refused where the schema does not
+/// allow it (serde's `Option` would read it as absent), and kept where it does.
+#[test]
+fn null_in_an_optional_member_is_its_types_to_accept() {
+    use contract_generated::{corpus, mcp};
+    let tool = json!({"name": "t", "inputSchema": {"type": "object"}});
+    let back = mcp::roundtrip_named("Tool", tool.clone()).expect("type");
+    assert_eq!(back.expect("absent description"), tool);
+    let mut with_null = tool.clone();
+    with_null["description"] = Value::Null;
+    let e = mcp::roundtrip_named("Tool", with_null).expect("type");
+    assert!(e.is_err(), "a null description (a string) was accepted");
+    // CloudEvents' `subject` is `["string", "null"]`: null stays null, absent stays absent.
+    let event = json!({"id": "1", "source": "/s", "specversion": "1.0", "type": "t"});
+    let mut nulled = event.clone();
+    nulled["subject"] = Value::Null;
+    for v in [event, nulled] {
+        let back = corpus::roundtrip("cloudevents", "Cloudevents", v.clone()).expect("type");
+        assert_eq!(back.expect("valid event"), v);
+    }
+}
