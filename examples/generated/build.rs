@@ -46,15 +46,18 @@ fn corpus() -> Result<(), Box<dyn Error>> {
                 .unwrap_or_default()
                 .replace('-', "_");
             let file = out.join(format!("{name}.json"));
-            std::fs::write(&file, serde_json::to_vec_pretty(&doc)?)?;
+            contractgen::write_file_if_changed(&file, &serde_json::to_vec_pretty(&doc)?)?;
             files.push((name.to_string(), file));
         }
     }
-    contractgen::Config::new()
-        .contracts(files.iter().map(|(_, f)| f))
-        .out_dir(&out)
-        .compile()?;
-    std::fs::write(out.join("mods.rs"), mods(&files))?;
+    // Not `compile()`: it would tell cargo to watch these assembled files, which this script
+    // writes itself, so every cargo run would find the script stale and run it again.
+    let mut cfg = contractgen::Config::new();
+    cfg.contracts(files.iter().map(|(_, f)| f));
+    for f in cfg.generate()? {
+        contractgen::write_file_if_changed(&out.join(&f.name), f.contents.as_bytes())?;
+    }
+    contractgen::write_file_if_changed(&out.join("mods.rs"), mods(&files).as_bytes())?;
     Ok(())
 }
 
