@@ -58,7 +58,13 @@ s_windows() {
 s_wine() { stage_wait setup; stage_bg wine scripts/wine-test.sh; }
 # The library crates a build script depends on package and build on their own, as a
 # registry would have them (contractgen's templates inside its crate). In the background.
+# Packaging both at once verifies contractgen against the packaged contract through a
+# local registry that overlays the real one. Cargo unpacks that overlay's crates under
+# $CARGO_HOME/registry/src/-<hash>/ (no host in the name) once and reuses them while the
+# version stays 0.1.0, so a kept CARGO_HOME would verify against an old contract: those
+# unpacked copies are removed first (only ours live there).
 s_package() {
+    rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/
     stage_bg package env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
         cargo package --quiet --locked --allow-dirty -p contract -p contractgen
 }
