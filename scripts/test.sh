@@ -50,7 +50,7 @@ s_consumer() { stage consumer "$BIN/contract-consumer-example"; }
 s_windows() {
     stage_wait setup
     stage windows env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
-        cargo clippy --quiet --locked --target x86_64-pc-windows-gnu -p contract-transport -p contract-conformance -p contract-proxy --lib --bins -- -D warnings
+        cargo clippy --quiet --locked --target x86_64-pc-windows-gnu -p contract-transport -p contract-policy -p contract-conformance -p contract-proxy --lib --bins -- -D warnings
 }
 # The Windows build run under Wine, beside the reference pairs (which sleep more than they
 # compute), waited for at the end. It builds into a target directory of its own, so the

@@ -123,7 +123,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub to: String,
     /// Whose frames to re-send: up (the connecting side, default) or down.
-    #[arg(long, value_enum, default_value = "up")]
+    #[arg(long, default_value = "up")]
     pub side: crate::inspect::Dir,
     /// Connection number to replay (default: the first with frames from that side).
     #[arg(long)]

@@ -16,29 +16,7 @@ use contract::wire::{BinaryFrame, FrameError, Violation, ViolationClass, Wire};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use contract_transport::conn::CloseFrame;
-
-/// Which way a frame travels on a route.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Dir {
-    /// From the connecting side to the upstream.
-    Up,
-    /// From the upstream back to the connecting side.
-    Down,
-}
-
-impl Dir {
-    /// The other direction.
-    pub fn reverse(self) -> Dir {
-        match self {
-            Dir::Up => Dir::Down,
-            Dir::Down => Dir::Up,
-        }
-    }
-}
+pub use contract_policy::{Closing, Dir, closing_with};
 
 /// Observe flags violations and forwards everything; enforce refuses them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -215,15 +193,6 @@ pub enum Decision {
     },
 }
 
-/// How a connection is closed on the contract's word.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Closing {
-    /// With a close code (message transports carry it; byte streams just end).
-    Code(CloseFrame),
-    /// Without a word.
-    Drop,
-}
-
 /// Something enforcement does beyond this frame's own fate: the relay carries it out.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
@@ -292,21 +261,6 @@ pub struct Inspection {
     pub effects: Vec<Effect>,
 }
 
-/// The close a contract code calls for: a close code when it is one (fits in u16),
-/// else dropping the connection; with the text the event's action shows.
-pub(crate) fn closing_with(code: Option<&Value>, reason: String) -> (Closing, String) {
-    match code
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
-    {
-        Some(code) => (
-            Closing::Code(CloseFrame { code, reason }),
-            format!("closed {code}"),
-        ),
-        None => (Closing::Drop, "closed ".into()),
-    }
-}
-
 /// One connection's inspector.
 pub struct Inspector {
     wire: Arc<Wire>,
@@ -347,8 +301,8 @@ impl Inspector {
         mode: Mode,
     ) -> Result<Self, contract::wire::WireError> {
         wire.channel_wire(channel)?;
-        let key_at = crate::policy::engine::credit::key_field(wire.contract(), channel);
-        let seq_at = crate::policy::engine::credit::sequence_field(wire.contract(), channel);
+        let key_at = contract_policy::engine::credit::key_field(wire.contract(), channel);
+        let seq_at = contract_policy::engine::credit::sequence_field(wire.contract(), channel);
         Ok(Inspector {
             route: route.to_string(),
             conn,
@@ -468,7 +422,7 @@ impl Inspector {
         if msg.kind == Kind::Error
             && let Some(code) = self.error_code(&msg.value)
         {
-            out.extend(crate::policy::engine::unknown_error_code(
+            out.extend(contract_policy::engine::unknown_error_code(
                 self.wire.contract(),
                 msg,
                 &code,
@@ -1086,6 +1040,7 @@ impl Inspector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use contract::wire::CloseFrame;
 
     fn inspector(name: &str, channel: &str, parties: (&str, &str), mode: Mode) -> Inspector {
         let wire =

@@ -51,14 +51,9 @@ pub enum Msg {
     Close(Option<CloseFrame>),
 }
 
-/// A close code and reason, relayed as given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CloseFrame {
-    /// The close code (e.g. 4009).
-    pub code: u16,
-    /// The reason text.
-    pub reason: String,
-}
+/// A close code and reason, relayed as given: the wire layer's type, so the sans-IO
+/// policies that decide a close and the transports that send it share one.
+pub use contract::wire::CloseFrame;
 
 /// A message connection: a stream of incoming messages and a sink for outgoing ones.
 /// `Sink::close` sends a normal close if no [`Msg::Close`] was sent.

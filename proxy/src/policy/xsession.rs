@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use contract::wire::{Message, Wire};
 use serde_json::Value;
 
-use super::engine::{act_for, limit_entry, ruling};
 use super::{Act, Ctx, Policy, Ruling, SharedState};
 use crate::inspect::Closing;
+use contract_policy::engine::{act_for, limit_entry, ruling};
 
 const USER: &str = "user";
 const AUTH: &str = "auth";

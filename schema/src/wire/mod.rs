@@ -18,3 +18,13 @@ pub use classify::{
 };
 pub use framing::{BinaryFrame, ChannelCodec, FrameError};
 pub use json::{JsonError, JsonLimits};
+
+/// A close code and reason, as a message transport carries them (WebSocket's close frame,
+/// QUIC's application close) and as a contract's `closeCodes` prescribe them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseFrame {
+    /// The close code (e.g. 4009).
+    pub code: u16,
+    /// The reason text.
+    pub reason: String,
+}

@@ -17,7 +17,7 @@ use contract::wire::Message;
 use contract::{Contract, Limits};
 
 use super::{Ctx, Ruling, broken};
-use crate::policy::Bucket;
+use crate::Bucket;
 
 /// Buckets kept at once per run before full ones are pruned; past it even after
 /// pruning, a new key is not tracked and its message is flagged. A memory guard

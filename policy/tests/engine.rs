@@ -1,23 +1,40 @@
 //! The generic policy engine, Playbook style: a contract no built-in module knows
 //! (tests/fixtures/jobs.json, every rule written as data) gets its session machine, its
 //! per-job machine, its per-owner rate limit, the client's id rules and the runner's
-//! declared features enforced through `policy::for_contract`, with no Rust of its own.
+//! declared features enforced through the engine alone, with no Rust of its own.
 //! Frames go through the real wire layer; instants are passed in; each test asserts the
 //! exact rulings, and every code it expects is read from the contract.
-
-mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use contract::wire::Wire;
-use contract_proxy::inspect::{Closing, Dir};
-use contract_proxy::policy::{self, Act, Ctx, Policy, Ruling, SharedState};
+use contract_policy::{Act, Closing, Ctx, Dir, Engine, Policy, Ruling, SharedState};
 use serde_json::{Value, json};
 
+/// A contract file of the repository's test fixtures.
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../proxy/tests/fixtures")
+        .join(name)
+}
+
+/// One connection's policy: the engine alone (these contracts name no extension), told
+/// the route's channel (`""`: the contract's first).
+fn policy(
+    w: &Arc<Wire>,
+    shared: &Arc<SharedState>,
+    conn: u64,
+    session: u64,
+    channel: &str,
+) -> Box<dyn Policy> {
+    let engine = Engine::new(w.clone(), shared.clone(), conn, session).on_channel(channel);
+    contract_policy::layered(engine, vec![])
+}
+
 fn jobs() -> Arc<Wire> {
-    let path = common::root().join("proxy/tests/fixtures/jobs.json");
+    let path = fixture("jobs.json");
     let c = contract::load(&path).expect("the jobs contract loads");
     Arc::new(Wire::new(Arc::new(c)).expect("wire"))
 }
@@ -35,7 +52,7 @@ struct Play {
 impl Play {
     fn new() -> Self {
         let w = jobs();
-        let p = policy::for_contract(&w, &Arc::new(SharedState::new()), 1, 1);
+        let p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
         Play {
             w,
             p,
@@ -338,7 +355,7 @@ fn key_machines_are_shared_by_a_session_and_forgotten_with_their_connection() {
     let shared = Arc::new(SharedState::new());
     let mut p = Play::new();
     p.w = w.clone();
-    p.p = policy::for_contract(&w, &shared, 1, 1);
+    p.p = policy(&w, &shared, 1, 1, "");
     p.greet(json!(["upload"]));
     assert_eq!(rules(&p.start("j1", "ann")), none());
     let states = |s: &SharedState, m: &str| {
@@ -403,17 +420,13 @@ fn the_greeting_deadline_runs_from_open_to_the_answer() {
 }
 
 /// An `open` trigger names a channel: a connection of a route on another channel does not
-/// arm the deadline (the route's channel reaches the engine through `RouteRules`).
+/// arm the deadline (the route's channel reaches the engine through `Engine::on_channel`).
 #[test]
 fn an_open_trigger_arms_only_on_its_own_channel() {
     let w = jobs();
     let shared = Arc::new(SharedState::new());
     let on = |channel: &str| {
-        let rules = policy::RouteRules {
-            channel: channel.into(),
-            ..Default::default()
-        };
-        let mut p = policy::for_route(&w, &shared, 1, 1, rules);
+        let mut p = policy(&w, &shared, 1, 1, channel);
         let t = Instant::now();
         assert!(p.on_open("r", t).is_empty());
         p.next_deadline()
@@ -435,16 +448,10 @@ struct Pipes {
 
 impl Pipes {
     fn new() -> Self {
-        let path = common::root().join("proxy/tests/fixtures/pipes.json");
+        let path = fixture("pipes.json");
         let w = Arc::new(Wire::new(Arc::new(contract::load(&path).expect("pipes"))).expect("wire"));
         let shared = Arc::new(SharedState::new());
-        let on = |conn, channel: &str| {
-            let rules = policy::RouteRules {
-                channel: channel.into(),
-                ..Default::default()
-            };
-            policy::for_route(&w, &shared, conn, 1, rules)
-        };
+        let on = |conn, channel: &str| policy(&w, &shared, conn, 1, channel);
         let (mut ctl, mut bulk, t) = (on(1, "ctl"), on(2, "bulk"), Instant::now());
         assert!(ctl.on_open("r", t).is_empty() && bulk.on_open("r", t).is_empty());
         Pipes { w, ctl, bulk, t }
@@ -483,18 +490,18 @@ impl Pipes {
     }
 
     /// A bulk frame of `payload` bytes on `pipe` from the sender (enforce mode).
-    fn bulk(&mut self, pipe: u64, seq: u64, payload: usize) -> policy::DataRuling {
+    fn bulk(&mut self, pipe: u64, seq: u64, payload: usize) -> contract_policy::DataRuling {
         let ctx = self.ctx("sender", 2);
         self.bulk.on_data(&ctx, held(pipe, seq, payload), true)
     }
 }
 
-fn held(pipe: u64, seq: u64, payload: usize) -> policy::Held {
+fn held(pipe: u64, seq: u64, payload: usize) -> contract_policy::Held {
     let mut b = ((6 + payload) as u32).to_le_bytes().to_vec();
     b.extend_from_slice(&(pipe as u16).to_le_bytes());
     b.extend_from_slice(&(seq as u32).to_le_bytes());
     b.resize(10 + payload, 7);
-    policy::Held {
+    contract_policy::Held {
         stream: pipe,
         seq,
         payload_len: payload as u64,
@@ -507,7 +514,7 @@ fn held(pipe: u64, seq: u64, payload: usize) -> policy::Held {
 /// wrong party flagged. Every number and name comes from pipes.json.
 #[test]
 fn a_contract_of_its_own_gets_credit_from_its_data() {
-    use policy::GateDecision::{Exceeded, Forward, Hold};
+    use contract_policy::GateDecision::{Exceeded, Forward, Hold};
     let mut p = Pipes::new();
     let c = p.w.contract().clone();
     let hold = c.evaluated_limits().cap("holdMax").expect("holdMax");
@@ -583,7 +590,7 @@ fn a_contract_of_its_own_gets_credit_from_its_data() {
 /// a pipe opened again starts afresh.
 #[test]
 fn frames_in_flight_behind_a_close_spend_the_credit_it_left() {
-    use policy::GateDecision::{Forward, Hold};
+    use contract_policy::GateDecision::{Forward, Hold};
     let mut p = Pipes::new();
     assert_eq!(rules(&p.note("sender", "pipe.open", 5, None)), none());
     assert_eq!(rules(&p.note("sink", "pipe.grant", 5, Some(10))), none());
@@ -612,7 +619,7 @@ fn frames_in_flight_behind_a_close_spend_the_credit_it_left() {
 /// its own count, and a closed connection makes room.
 #[test]
 fn a_contract_of_its_own_caps_its_listeners_connections() {
-    let path = common::root().join("proxy/tests/fixtures/pipes.json");
+    let path = fixture("pipes.json");
     let w = Arc::new(Wire::new(Arc::new(contract::load(&path).expect("pipes"))).expect("wire"));
     let max = w
         .contract()
@@ -621,7 +628,7 @@ fn a_contract_of_its_own_caps_its_listeners_connections() {
         .expect("a count");
     let (shared, t) = (Arc::new(SharedState::new()), Instant::now());
     let open = |conn: u64, route: &str| {
-        let mut p = policy::for_contract(&w, &shared, conn, conn);
+        let mut p = policy(&w, &shared, conn, conn, "");
         let r = p.on_open(route, t);
         (p, r)
     };
@@ -728,15 +735,11 @@ fn a_contract_of_its_own_reports_a_drop_where_the_message_says() {
 /// gives it up, and anyone may attach it afresh.
 #[test]
 fn a_contract_of_its_own_keeps_one_connection_per_claimed_identity() {
-    let path = common::root().join("proxy/tests/fixtures/pipes.json");
+    let path = fixture("pipes.json");
     let w = Arc::new(Wire::new(Arc::new(contract::load(&path).expect("pipes"))).expect("wire"));
     let (shared, t) = (Arc::new(SharedState::new()), Instant::now());
     let open = |conn: u64| {
-        let rules = policy::RouteRules {
-            channel: "ctl".into(),
-            ..Default::default()
-        };
-        let mut p = policy::for_route(&w, &shared, conn, conn, rules);
+        let mut p = policy(&w, &shared, conn, conn, "ctl");
         assert!(p.on_open("r", t).is_empty());
         p
     };

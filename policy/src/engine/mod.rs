@@ -36,8 +36,7 @@ use contract::model::{Action, ActionKind, Kind, Trigger};
 use contract::wire::{Message, Wire};
 use serde_json::{Value, json};
 
-use super::{Act, Ctx, DataRuling, Policy, Ruling, SharedState};
-use crate::inspect::{Closing, closing_with};
+use crate::{Act, Closing, Ctx, DataRuling, Policy, Ruling, SharedState, closing_with};
 
 pub use credit::{CreditGate, GateDecision, Gates, Held, Overrun};
 pub use machine::Instances;
@@ -131,6 +130,11 @@ impl Engine {
         channels.keys().next().cloned().unwrap_or_default()
     }
 
+    /// The contract this engine runs.
+    pub fn contract(&self) -> &Contract {
+        self.wire.contract()
+    }
+
     /// Whether `c` carries any behaviour this engine runs (else the route gets no policy work).
     pub fn has_behaviour(c: &Contract) -> bool {
         machine::any(c)
@@ -189,7 +193,7 @@ impl Policy for Engine {
                 msg,
             ));
             // A message refused, discarded or reported never reached its receiver.
-            let went_on = !super::refuses(&out);
+            let went_on = !crate::refuses(&out);
             if went_on {
                 s.machines.apply(moves);
                 s.claims.take(takes, &mut self.claims);
@@ -378,7 +382,7 @@ pub(crate) fn fires(c: &Contract, t: &Trigger, from: &str, msg: &Message) -> boo
 /// else (a notification has no one waiting); `close` closes with the action's code;
 /// `drop-connection` and `fail` drop the connection; `ignore` drops the message; no action
 /// only flags.
-pub(crate) fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reason: &str) -> Act {
+pub fn act_for(c: &Contract, action: Option<&Action>, msg: &Message, reason: &str) -> Act {
     act_at(c, action, msg, reason, None)
 }
 
@@ -470,12 +474,12 @@ pub(crate) fn fresh_id() -> Value {
 }
 
 /// The pointer of limit `name`, as a ruling names its entry.
-pub(crate) fn limit_entry(name: &str) -> String {
+pub fn limit_entry(name: &str) -> String {
     format!("/limits/{}", contract::escape_pointer(name))
 }
 
 /// A ruling from contract entry `entry` (a JSON pointer into the contract).
-pub(crate) fn ruling(
+pub fn ruling(
     rule: &'static str,
     entry: &str,
     seed: &str,
