@@ -44,6 +44,7 @@ macro_rules! bodies {
 
 pub mod derived;
 pub mod handoff;
+pub mod judge;
 pub mod kernel;
 pub mod report;
 pub mod rukh;

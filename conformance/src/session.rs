@@ -25,6 +25,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::codec::{Decoder, Encoder, Framed};
 
 use super::{Failure, Opts};
+use crate::judge::Judge;
 use contract_transport::conn::{BoxIo, BoxMsg, Conn, Msg};
 use contract_transport::endpoint::{Endpoint, Incoming as Accepted, Listener, Options};
 
@@ -905,6 +906,8 @@ pub struct Peer {
     pub unlogged: u64,
     /// While set, [`Peer::next`] leaves the data channel unread (a consumer that stalls).
     pub pause_data: bool,
+    /// The engine judging the session's traffic, once [`Peer::judge`] started it.
+    pub judge: Option<Judge>,
 }
 
 impl Peer {
@@ -953,7 +956,23 @@ impl Peer {
             log: Vec::new(),
             unlogged: 0,
             pause_data: false,
+            judge: None,
         })
+    }
+
+    /// From now on, every message and data frame either party sends goes through the
+    /// policy engine ([`Judge`]); what it rules about the implementation's is kept there.
+    pub fn judge(&mut self) {
+        let (_, data) = channels(&self.wire);
+        let data = data.filter(|_| self.data.is_some());
+        let judge = Judge::new(
+            &self.wire,
+            &self.me,
+            &self.other,
+            &self.control_ch,
+            data.as_deref(),
+        );
+        self.judge = Some(judge);
     }
 
     /// Whether the session has a data channel.
@@ -1016,6 +1035,9 @@ impl Peer {
         };
         self.send_raw(&bytes).await?;
         self.track(&m, true);
+        if let Some(j) = self.judge.as_mut() {
+            j.sent(&m, bytes.len());
+        }
         Ok(m)
     }
 
@@ -1118,10 +1140,13 @@ impl Peer {
             Some(DataIo::Stream(f)) => tokio::time::timeout(wait, f.send(&frame))
                 .await
                 .map(|r| r.map_err(|e| e.to_string())),
-            Some(DataIo::Msg(m, _)) => tokio::time::timeout(wait, m.send(Msg::Binary(raw)))
+            Some(DataIo::Msg(m, _)) => tokio::time::timeout(wait, m.send(Msg::Binary(raw.clone())))
                 .await
                 .map(|r| r.map_err(|e| e.to_string())),
         };
+        if let (Ok(Ok(())), Some(j)) = (&r, self.judge.as_mut()) {
+            j.data(&frame, &raw, true);
+        }
         match r {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Failure::new(format!(
@@ -1146,6 +1171,9 @@ impl Peer {
         let msg = match msg {
             Ok(m) => {
                 self.track(&m, false);
+                if let Some(j) = self.judge.as_mut() {
+                    j.received(&m, &raw);
+                }
                 Ok(m)
             }
             Err(v) => Err(Box::new(v)),
@@ -1224,11 +1252,16 @@ impl Peer {
                 self.data = None;
                 Incoming::DataEnd(e)
             }
-            Raw::D(Some(Ok((frame, raw)))) => Incoming::Data {
-                frame,
-                raw,
-                at: Instant::now(),
-            },
+            Raw::D(Some(Ok((frame, raw)))) => {
+                if let Some(j) = self.judge.as_mut() {
+                    j.data(&frame, &raw, false);
+                }
+                Incoming::Data {
+                    frame,
+                    raw,
+                    at: Instant::now(),
+                }
+            }
         }
     }
 

@@ -136,7 +136,12 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
     ] {
         assert!(r.with("PASS").contains(passed), "{passed}: {}", r.stdout);
     }
-    assert_eq!(r.with("PASS").len(), 19, "{}", r.stdout);
+    assert!(
+        r.with("PASS").contains("mcp.derived.behaviour"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.with("PASS").len(), 20, "{}", r.stdout);
     // A probe's failure shows what the suite sent, then what came back.
     let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
     let reuse = reuse
@@ -167,7 +172,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 35, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 36, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",
@@ -207,6 +212,7 @@ fn the_mcp_sdk_client_is_checked_with_the_suite_playing_the_server() {
         "mcp.derived.invalid-params",
         "mcp.derived.capabilities",
         "mcp.derived.messages",
+        "mcp.derived.behaviour",
     ]);
     assert_eq!(r.with("PASS"), passed, "{}", r.stdout);
     assert_eq!(r.with("FAIL").len(), 16, "{}", r.stdout);
@@ -229,7 +235,7 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
     );
     let r = conformance_as("server", "mcp", &target);
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 29, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 30, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
@@ -254,6 +260,7 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
         "lsp.derived.frame.merged",
         "lsp.derived.unknown-notification",
         "lsp.derived.messages",
+        "lsp.derived.behaviour",
     ]);
     let failed = ids(&[
         "lsp.derived.out-of-place.lifecycle",
@@ -285,12 +292,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            25,
+            26,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            22,
+            23,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -369,6 +376,63 @@ fn a_capability_the_suite_did_not_declare_fails_only_the_capabilities_check() {
     assert!(r.stdout.contains("needs `permissions`"), "{}", r.stdout);
 }
 
+/// A core that streams a chunk after its stream's end (one of the misses of the independent
+/// run): the policy engine the proxy enforces with, judging the session, rules the chunk out
+/// of place in the text-stream machine, and only the behaviour check fails, with the bytes.
+#[test]
+fn a_chunk_after_its_stream_ended_fails_only_the_behaviour_check() {
+    let r = kernel_core_breaking("after-end", "kernel.derived.behaviour");
+    let fail = r
+        .stdout
+        .split("FAIL kernel.derived.behaviour")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        fail.contains("machine.out-of-place: stream.chunk from core in state `done`")
+            && fail.contains("(/stateMachines/text-stream)")
+            && fail.contains(r#""method":"stream.chunk""#),
+        "{}",
+        r.stdout
+    );
+}
+
+/// A contract given as a file, and a server that announces a tools change before it answers
+/// initialize: the lifecycle allows that only in `operating`, so the behaviour check fails
+/// and names the machine, while the handshake and the messages checks pass (the message is
+/// valid; only its place is wrong).
+#[test]
+fn a_notification_before_the_lifecycle_allows_it_fails_the_behaviour_check() {
+    let contract = common::root().join("schema/contracts/mcp.json");
+    let path = contract.to_str().expect("utf-8");
+    let eager = python("proxy/tests/peers/mcp_eager.py");
+    let target = format!("exec:{eager} {path}");
+    let checks = "mcp.derived.handshake,mcp.derived.messages,mcp.derived.behaviour";
+    let r = run(&[
+        "--contract",
+        path,
+        "--play",
+        "client",
+        "--only",
+        checks,
+        "--target",
+        &target,
+    ]);
+    assert_eq!(
+        r.with("FAIL"),
+        ids(&["mcp.derived.behaviour"]),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.with("PASS").len(), 2, "{}", r.stdout);
+    assert!(
+        r.stdout.contains(
+            "machine.out-of-place: notifications/tools/list_changed from server in state `initializing` of lifecycle (/stateMachines/lifecycle)"
+        ),
+        "{}",
+        r.stdout
+    );
+}
+
 /// The Python reference core (examples/kernel/core.py, on the SDK contractgen generates):
 /// it asks the shell for its program index before it launches a program, and the suite,
 /// waiting for command.handle's answer, answers that request with the shell's result
@@ -394,13 +458,13 @@ fn the_python_kernel_core_passes_every_derived_check() {
 }
 
 /// The derived suite playing the shell against the reference core breaking `rule`: only
-/// `check` fails, the other 24 checks pass.
+/// `check` fails, the other 25 checks pass.
 fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
     let peer = kernel_peer();
     let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
     let r = kernel_derived("shell", &target);
     assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 24, "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 25, "{rule}: {}", r.stdout);
     r
 }
 

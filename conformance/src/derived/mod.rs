@@ -22,7 +22,11 @@
 //! - `capabilities` (`capabilities`): with the played party declaring none, the
 //!   implementation uses no capability it would have had to declare;
 //! - `messages` (`messages`): every message the implementation sends of its own is one
-//!   the contract accepts.
+//!   the contract accepts;
+//! - `behaviour` (`behaviour`): the policy engine the proxy enforces with
+//!   (`contract-policy`), fed both parties' traffic, rules nothing against the
+//!   implementation's (a chunk after its stream ended, an id against its rule, credit
+//!   overrun).
 //!
 //! A probe whose answer the contract leaves to the implementation is not made: only
 //! `reply-error` actions with a code are checked.
@@ -35,6 +39,7 @@ use contract::join_pointer as join;
 use contract::model::{ActionKind, Kind, Part};
 use serde_json::Value;
 
+mod behaviour;
 mod capabilities;
 mod framing;
 mod messages;
@@ -209,6 +214,16 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             "every message the implementation sends of its own, through the handshake and a call of each request, is one the contract accepts".into(),
             &cite(join("/channels", [ch.as_str()]), &c.channels[ch].seed),
             messages::body,
+            None,
+            false,
+        );
+    }
+    if let Some(pointer) = behaviour::applies(c) {
+        add(
+            "behaviour".into(),
+            "through the handshake and a call of each request, the policy engine the proxy enforces with rules nothing against a message the implementation sends (machines, ids, rates, deadlines, credit)".into(),
+            &cite(pointer, "each finding names its own entry"),
+            behaviour::body,
             None,
             false,
         );

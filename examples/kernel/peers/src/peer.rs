@@ -84,6 +84,9 @@ pub enum CoreBreak {
     Event,
     /// After answering a plain command, ask permission.request whatever the shell declared.
     Capability,
+    /// After answering a plain command, stream a text whose last chunk comes after its
+    /// stream.end (the text-stream machine's terminal state).
+    AfterEnd,
 }
 
 /// `kernel-peer shell` arguments.
@@ -847,6 +850,12 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                                 if a.break_rule == Some(CoreBreak::Event) {
                                     // Unchecked: the point is a message the contract rejects.
                                     out.push(&out.msg("event", Some("task.progress"), &trace, json!({})), false);
+                                }
+                                if a.break_rule == Some(CoreBreak::AfterEnd) {
+                                    let s = next_stream; next_stream += 1;
+                                    out.event("stream.chunk", &trace, json!({"text": "Готово"}), Some(s));
+                                    out.event("stream.end", &trace, json!({"reason": "done"}), Some(s));
+                                    out.event("stream.chunk", &trace, json!({"text": "."}), Some(s));
                                 }
                                 if a.break_rule == Some(CoreBreak::Capability) {
                                     out.request("permission.request", &trace, json!({"request_id": format!("ask-{}", out.id()), "permission": "system.power", "action": "shutdown", "reason": "--break capability", "preview": "Компьютер будет выключен.", "ttl": a.ttl}));

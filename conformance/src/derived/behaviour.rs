@@ -1,0 +1,74 @@
+//! The implementation breaks none of the contract's stateful rules: on a fresh session the
+//! suite walks the handshake and sends each request the party may send there once, as the
+//! `messages` check does, with every message and data frame of both parties going through
+//! the policy engine the proxy enforces with ([`crate::judge`]). What the engine rules about
+//! one of the implementation's messages fails the check, citing the entry the ruling names:
+//! a message out of place in any typed machine (a chunk after its stream ended), an id that
+//! breaks its party's rule, an answer to an id never asked, a rate exceeded, a deadline
+//! passed, credit overrun.
+//!
+//! Capability rulings are left to the `capabilities` check, which makes the implementation
+//! meet a party that declares nothing: one broken rule, one failing check.
+
+use contract::Contract;
+use contract_policy::Engine;
+
+use super::{Session, plan_of};
+use crate::judge::Finding;
+use crate::session::{Ctx, Peer};
+use crate::{BodyFuture, Failure, pass};
+
+/// Where the check cites the contract: the first behaviour section it has (each finding
+/// names its own entry), or `None` when the engine has nothing to judge by.
+pub(super) fn applies(c: &Contract) -> Option<String> {
+    if !Engine::has_behaviour(c) {
+        return None;
+    }
+    let sections = [
+        ("/stateMachines", !c.state_machines.is_empty()),
+        ("/credit", !c.credit.is_empty()),
+        ("/claims", !c.claims.is_empty()),
+    ];
+    let found = sections.iter().find(|(_, has)| *has).map(|(p, _)| *p);
+    Some(found.unwrap_or("/limits").to_string())
+}
+
+pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let plan = plan_of(cx);
+        let c = cx.wire.contract().clone();
+        let mut s = Session::open(cx).await?;
+        s.peer.judge();
+        if let Err(f) = s.handshake(cx, &plan).await {
+            return plan.unreached(f);
+        }
+        s.call_each(cx, &plan.staying(&c)).await?;
+        verdict(&s.peer)
+    })
+}
+
+/// The first finding fails the check; the others are listed with it.
+fn verdict(peer: &Peer) -> Result<crate::Verdict, Failure> {
+    let found: Vec<&Finding> = (peer.judge.iter())
+        .flat_map(|j| &j.found)
+        .filter(|f| !f.ruling.rule.starts_with("capability."))
+        .collect();
+    let Some(first) = found.first() else {
+        return pass(format!(
+            "{} messages of the implementation, none breaking a stateful rule",
+            peer.log.len()
+        ));
+    };
+    let mut why = format!(
+        "the implementation broke {}: {}",
+        first.ruling.rule, first.ruling.reason
+    );
+    for f in &found[1..] {
+        why.push_str(&format!("; then {}: {}", f.ruling.rule, f.ruling.reason));
+    }
+    let mut failure = Failure::new(why);
+    for f in found.iter().take(4) {
+        failure = failure.with(format!("what drew {}", f.ruling.rule), &f.raw);
+    }
+    Err(failure)
+}
