@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use contract::wire::Wire;
-use contract_policy::{Act, Closing, Ctx, Dir, Engine, Policy, Ruling, SharedState};
+use contract_policy::{Act, Closing, Ctx, Dir, Engine, GateDecision, Policy, Ruling, SharedState};
 use serde_json::{Value, json};
 
 /// A contract file of the repository's test fixtures.
@@ -614,6 +614,46 @@ fn frames_in_flight_behind_a_close_spend_the_credit_it_left() {
     }
 }
 
+/// The other race: a pipe's first frames read before the note that opens it. Within the
+/// contract's hold bound they wait (enforce) and spend the pipe's credit once it opens, in
+/// order; past the bound they are data for a pipe not open. In observe mode they pass and
+/// are counted, and the open settles them against its credit.
+#[test]
+fn frames_ahead_of_their_open_wait_for_it() {
+    use contract_policy::GateDecision::{Forward, Hold};
+    let mut p = Pipes::new();
+    let hold =
+        p.w.contract()
+            .evaluated_limits()
+            .cap("holdMax")
+            .expect("holdMax");
+    let payload = (hold / 2 - 6) as usize;
+    for seq in 0..2 {
+        let early = p.bulk(7, seq, payload);
+        assert_eq!((early.decision, early.ruling), (Hold, None), "frame {seq}");
+    }
+    let past = p.bulk(7, 2, 1);
+    assert_eq!(past.ruling.map(|r| r.rule), Some("credit.unknown-key"));
+    assert_eq!(past.decision, Forward(held(7, 2, 1)));
+    // The open gives startCredit (zero): the early frames stay held, a grant releases them.
+    assert_eq!(rules(&p.note("sender", "pipe.open", 7, None)), none());
+    let r = p.note("sink", "pipe.grant", 7, Some(2 * payload as u64));
+    assert_eq!(
+        r[0].act,
+        Act::Release {
+            frames: vec![held(7, 0, payload), held(7, 1, payload)]
+        }
+    );
+    // Observe mode: an early frame passes unflagged, and the open finds it beyond the
+    // pipe's opening credit.
+    let ctx = p.ctx("sender", 2);
+    let seen = p.bulk.on_data(&ctx, held(8, 0, 3), false);
+    assert_eq!((seen.decision, seen.ruling), (Forward(held(8, 0, 3)), None));
+    let r = p.note("sender", "pipe.open", 8, None);
+    assert_eq!(rules(&r), ["credit.overrun"]);
+    assert!(r[0].reason.contains("before it opened"), "{}", r[0].reason);
+}
+
 /// A connection cap is data (`counts: open-connections`): pipes.json's listener keeps
 /// `sendersMax` connections; the next is dropped unread and never counted, another route has
 /// its own count, and a closed connection makes room.
@@ -720,9 +760,15 @@ fn a_contract_of_its_own_reports_a_drop_where_the_message_says() {
         .unwrap_or_else(|e| panic!("{shut}: {}", e.reason));
     let r = send(open(51, None));
     assert_eq!((rules(&r), &r[0].act), (vec!["limit.rate"], &Act::Discard));
-    // The dropped open opened nothing: bytes for its pipe are for a pipe not open.
+    // The dropped open opened nothing: bytes for its pipe wait for an open (the two
+    // connections race), which never comes; the session's end flags them.
     let late = p.bulk(50, 0, 1);
-    assert_eq!(late.ruling.map(|r| r.rule), Some("credit.unknown-key"));
+    assert_eq!((late.decision, late.ruling), (GateDecision::Hold, None));
+    let ctx = p.ctx("sender", 1);
+    assert_eq!(
+        rules(&p.ctl.on_close(&ctx)),
+        ["credit.closed-held", "credit.unknown-key"]
+    );
 }
 
 // ---------------------------------------------------------------- claims, from data

@@ -16,6 +16,15 @@
 //! message, so the key ends on both sides, as the receiver would end it. In observe
 //! mode an overrun is only flagged and the allowance drops to zero.
 //!
+//! The data channel and the channel that opens and closes keys are separate connections,
+//! and nothing orders the two (kernel §8): a key's first frames may be inspected before
+//! the message that opens it, and its last ones after the message that closes it. A closed
+//! key keeps what credit it had left as its *tail*, spent by frames still in flight. A key
+//! not open yet keeps its *early* frames, within the same `hold` bound (enforce: held;
+//! observe: forwarded and counted), settled against its credit when it opens; a key that
+//! never opens is flagged when the session ends, and one whose early frames pass the bound
+//! at once.
+//!
 //! Gates belong to a session (a session's connections share them) and live in the
 //! engine's shared state; the session's primary connection ending drops them.
 
@@ -33,9 +42,14 @@ use super::{Act, Ruling, ruling};
 /// A key beyond it is not tracked; its frames are forwarded and flagged.
 const MAX_KEYS: usize = 4096;
 
-/// Closed keys whose unspent credit is kept for frames still in flight (see the module
-/// doc). In-flight frames are a moment's worth, so the newest few hundred suffice.
+/// Closed keys, with the unspent credit kept for frames still in flight (see the module
+/// doc). In-flight frames are a moment's worth, so the newest few hundred suffice; an older
+/// closed key's frames count as early ones.
 const MAX_TAILS: usize = 256;
+
+/// Keys not opened yet whose early frames a gate keeps at once (see the module doc): a
+/// race lasts a moment, so a few keys suffice; a peer naming more gets them flagged.
+const MAX_EARLY: usize = 64;
 
 /// One data frame, as the relay read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +117,32 @@ pub struct CreditGate {
     keys: HashMap<u64, Key>,
     /// Closed keys and the credit they had left, oldest first.
     tails: VecDeque<(u64, u64)>,
+    /// Keys not opened yet, and their early frames.
+    early: HashMap<u64, Early>,
+}
+
+/// What came for a key before it opened.
+#[derive(Debug, Default)]
+struct Early {
+    /// Enforce mode: the frames, held in arrival order.
+    frames: VecDeque<Held>,
+    /// Frame bytes after the length field (the `hold` bound counts these).
+    size: u64,
+    /// Credit the frames spend once the key opens.
+    cost: u64,
+    /// Their receiver, toward whom released frames are written.
+    to: String,
+}
+
+/// What a key's opening settled of its early frames.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// Early frames the opening credit covers, to write toward `to` in order.
+    pub released: Vec<Held>,
+    /// The early frames' receiver.
+    pub to: String,
+    /// Observe mode: the early frames spent more than the opening credit (the reason).
+    pub overrun: Option<String>,
 }
 
 impl CreditGate {
@@ -119,7 +159,74 @@ impl CreditGate {
             explicit_open: cr.opens.is_some(),
             keys: HashMap::new(),
             tails: VecDeque::new(),
+            early: HashMap::new(),
         }
+    }
+
+    /// A frame of `key`, not open: kept as early (enforce: `Hold`; observe: `Forward`,
+    /// counted) while the entry names an opening message and the key's early frames stay
+    /// within the `hold` bound; else given back, to be flagged.
+    pub fn early(&mut self, frame: Held, to: &str, enforce: bool) -> Result<GateDecision, Held> {
+        let (header, counts) = (self.header, self.counts);
+        let (Some(bound), true) = (self.bound, self.explicit_open) else {
+            return Err(frame);
+        };
+        if !self.early.contains_key(&frame.stream) && self.early.len() >= MAX_EARLY {
+            return Err(frame);
+        }
+        let e = self.early.entry(frame.stream).or_default();
+        let size = header.saturating_add(frame.payload_len);
+        if e.size.saturating_add(size) > bound {
+            return Err(frame);
+        }
+        e.size += size;
+        e.cost = e.cost.saturating_add(spend(counts, &frame));
+        e.to = to.to_string();
+        if !enforce {
+            return Ok(GateDecision::Forward(frame));
+        }
+        e.frames.push_back(frame);
+        Ok(GateDecision::Hold)
+    }
+
+    /// `key` opened: its early frames spend the opening credit, in order; what it does not
+    /// cover stays held for a grant (enforce), or overruns (observe).
+    pub fn settle(&mut self, key: u64) -> Settled {
+        // A key beyond the keys tracked keeps its early frames: counted when the session ends.
+        let (Some(k), Some(e)) = (self.keys.get_mut(&key), self.early.remove(&key)) else {
+            return Settled::default();
+        };
+        let (header, counts) = (self.header, self.counts);
+        let mut out = Settled {
+            to: e.to,
+            ..Settled::default()
+        };
+        if e.frames.is_empty() {
+            if e.cost > k.credit {
+                out.overrun = Some(format!(
+                    "key {key}: {} sent before it opened, beyond its opening credit ({})",
+                    e.cost, k.credit
+                ));
+            }
+            k.credit = k.credit.saturating_sub(e.cost);
+            return out;
+        }
+        for f in e.frames {
+            let cost = spend(counts, &f);
+            if k.queue.is_empty() && cost <= k.credit {
+                k.credit -= cost;
+                out.released.push(f);
+            } else {
+                k.queued += header.saturating_add(f.payload_len);
+                k.queue.push_back(f);
+            }
+        }
+        out
+    }
+
+    /// Keys that sent data and never opened.
+    pub fn never_opened(&self) -> usize {
+        self.early.len()
     }
 
     /// The opening message `like` opens `key`; false when it was already open.
@@ -202,6 +309,7 @@ impl CreditGate {
             entry, frame.stream, frame.seq, frame.payload_len, k.credit, k.queued
         );
         let k = self.keys.remove(&frame.stream).unwrap_or_default();
+        self.closed(frame.stream, 0);
         Err((
             Ended {
                 key: frame.stream,
@@ -236,17 +344,20 @@ impl CreditGate {
         let Some(k) = self.keys.remove(&key) else {
             return 0;
         };
-        if k.credit > 0 {
-            if self.tails.len() >= MAX_TAILS {
-                self.tails.pop_front();
-            }
-            self.tails.push_back((key, k.credit));
-        }
+        self.closed(key, k.credit);
         k.queue.len()
     }
 
+    /// `key` ended with `left` credit: its tail, until it opens again.
+    fn closed(&mut self, key: u64, left: u64) {
+        if self.tails.len() >= MAX_TAILS {
+            self.tails.pop_front();
+        }
+        self.tails.push_back((key, left));
+    }
+
     /// A frame of a closed key: `Some(true)` when its tail covers it (spent),
-    /// `Some(false)` when it overruns the tail (which ends), `None` for a key not closed.
+    /// `Some(false)` when it overruns the tail (spent to zero), `None` for a key not closed.
     pub fn tail(&mut self, frame: &Held) -> Option<bool> {
         if self.keys.contains_key(&frame.stream) {
             return None;
@@ -255,16 +366,14 @@ impl CreditGate {
         let cost = spend(self.counts, frame);
         let left = &mut self.tails[at].1;
         let covered = cost <= *left;
-        *left = left.saturating_sub(cost);
-        if !covered || *left == 0 {
-            self.tails.remove(at);
-        }
+        *left = if covered { *left - cost } else { 0 };
         Some(covered)
     }
 
-    /// Held frames of every key.
+    /// Held frames of every key, early ones included.
     pub fn held_frames(&self) -> usize {
-        self.keys.values().map(|k| k.queue.len()).sum()
+        let early: usize = self.early.values().map(|e| e.frames.len()).sum();
+        self.keys.values().map(|k| k.queue.len()).sum::<usize>() + early
     }
 
     /// Unspent credit of a key.
@@ -477,7 +586,32 @@ impl Gates {
                     ("credit.closed-held", reason, Act::Flag)
                 }
             },
-            Move::Open(_) => return None,
+            Move::Open(k) => {
+                let settled = gate.settle(k);
+                if let Some(reason) = settled.overrun {
+                    let a = &c.credit[name].overrun;
+                    let code = a.code.as_ref();
+                    return Some(ruling(
+                        "credit.overrun",
+                        &at,
+                        &a.seed,
+                        code,
+                        reason,
+                        Act::Flag,
+                    ));
+                }
+                if settled.released.is_empty() {
+                    return None;
+                }
+                let frames = settled.released;
+                let reason = format!(
+                    "key {k}: {} frame(s) that came before it opened, now covered by credit",
+                    frames.len()
+                );
+                let out = self.released.entry((session, settled.to)).or_default();
+                out.extend(frames.iter().cloned());
+                ("credit.release", reason, Act::Release { frames })
+            }
         };
         Some(ruling(rule, &at, seed, None, reason, act))
     }
@@ -498,6 +632,13 @@ impl Gates {
         if tail == Some(true) {
             return (ready, GateDecision::Forward(frame), None);
         }
+        let frame = match (tail, gate.knows(frame.stream)) {
+            (None, false) => match gate.early(frame, to, enforce) {
+                Ok(kept) => return (ready, kept, None),
+                Err(frame) => frame,
+            },
+            _ => frame,
+        };
         if tail == Some(false) || !gate.knows(frame.stream) {
             let reason = format!(
                 "data for key {}, which is not open (never opened, closed and past the credit it had left, or beyond the keys tracked)",
@@ -542,17 +683,21 @@ impl Gates {
         (self.released.remove(&(session, to.to_string()))).unwrap_or_default()
     }
 
-    /// Forget `session`'s gates (its primary connection closed): the held frames dropped.
-    pub(crate) fn drop_session(&mut self, session: u64) -> usize {
-        let mut dropped = 0;
+    /// Forget `session`'s gates (its primary connection closed): the held frames dropped,
+    /// and the keys that sent data but never opened.
+    pub(crate) fn drop_session(&mut self, session: u64) -> (usize, usize) {
+        let (mut dropped, mut never) = (0, 0);
         self.released.retain(|(s, _), f| {
             dropped += if *s == session { f.len() } else { 0 };
             *s != session
         });
         self.gates.retain(|(s, _), g| {
-            dropped += if *s == session { g.held_frames() } else { 0 };
+            if *s == session {
+                dropped += g.held_frames();
+                never += g.never_opened();
+            }
             *s != session
         });
-        dropped
+        (dropped, never)
     }
 }

@@ -302,22 +302,21 @@ impl Policy for Engine {
             (conn == session).then(|| s.credit.drop_session(session))
         });
         let c = self.wire.contract();
-        match (dropped, c.credit.keys().next()) {
-            (Some(n @ 1..), Some(name)) => {
-                let reason = format!("session ended with {n} held data frame(s): dropped");
-                let seed = &c.credit[name].seed;
-                let at = credit::entry(name);
-                vec![ruling(
-                    "credit.closed-held",
-                    &at,
-                    seed,
-                    None,
-                    reason,
-                    Act::Flag,
-                )]
-            }
-            _ => Vec::new(),
+        let (Some((held, never)), Some(name)) = (dropped, c.credit.keys().next()) else {
+            return Vec::new();
+        };
+        let (seed, at) = (&c.credit[name].seed, credit::entry(name));
+        let flag = |rule, reason| ruling(rule, &at, seed, None, reason, Act::Flag);
+        let mut out = Vec::new();
+        if held > 0 {
+            let reason = format!("session ended with {held} held data frame(s): dropped");
+            out.push(flag("credit.closed-held", reason));
         }
+        if never > 0 {
+            let reason = format!("session ended with data sent for {never} key(s) never opened");
+            out.push(flag("credit.unknown-key", reason));
+        }
+        out
     }
 
     fn on_data(&mut self, ctx: &Ctx, frame: Held, enforce: bool) -> DataRuling {
