@@ -1,0 +1,88 @@
+//! docs/contract-format.md's table "Every stateful rule the proxy applies" is held to the
+//! code: every rule name the engine (`policy/src/engine`, and the id rules it reads from
+//! `contract::ids`) or a named extension (`proxy/src/policy/*.rs`) can report has a row,
+//! and every row names a rule something reports. The engine names no protocol, so its
+//! rule names are the literals of its families; an extension's are the literals of its
+//! protocol's name with two dots (its methods have one).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use regex::Regex;
+
+/// Rule families the engine reports.
+const FAMILIES: &str = "machine|ids|limit|credit|claim|capability|frame|errors";
+/// Protocols whose named extensions the proxy implements.
+const HOOKS: [&str; 3] = ["rukh", "toolchannel", "xsession"];
+
+fn literals(files: &[&Path], pattern: &str) -> BTreeSet<String> {
+    let re = Regex::new(&format!(r#""(({pattern})\.[a-z-]+(\.[a-z-]+)*)""#)).expect("regex");
+    let mut out = BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        // Tests assert rule names too; only what the code reports counts.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        out.extend(re.captures_iter(code).map(|c| c[1].to_string()));
+    }
+    out
+}
+
+/// Every rule the code can report.
+fn reported() -> BTreeSet<String> {
+    let root = common::root();
+    let engine: Vec<_> = std::fs::read_dir(root.join("policy/src/engine"))
+        .expect("the engine's sources")
+        .map(|e| e.expect("entry").path())
+        .chain([root.join("schema/src/ids.rs")])
+        .collect();
+    let engine: Vec<&Path> = engine.iter().map(|p| p.as_path()).collect();
+    let mut out = literals(&engine, FAMILIES);
+    for hook in HOOKS {
+        let file = root.join(format!("proxy/src/policy/{hook}.rs"));
+        let named = literals(&[&file], hook);
+        out.extend(named.into_iter().filter(|r| r.matches('.').count() >= 2));
+    }
+    out
+}
+
+/// Every rule the table names; `.ready` after `toolchannel.deadline.handshake` is
+/// `toolchannel.deadline.ready`.
+fn tabled() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(common::root().join("docs/contract-format.md"))
+        .expect("contract-format.md");
+    let section = doc
+        .split("### Every stateful rule the proxy applies")
+        .nth(1)
+        .expect("the section");
+    let section = section.split("\n#").next().unwrap_or_default();
+    let name = Regex::new(r"`([a-z.-]+)`").expect("regex");
+    let mut out = BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let first = row.split(" | ").next().unwrap_or_default();
+        let mut last = String::new();
+        for c in name.captures_iter(first) {
+            let n = &c[1];
+            let full = match n.strip_prefix('.') {
+                Some(tail) => format!("{}.{tail}", last.rsplit_once('.').map_or("", |p| p.0)),
+                None => n.to_string(),
+            };
+            last = full.clone();
+            out.insert(full);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_rule_the_proxy_reports_has_a_row_and_every_row_a_rule() {
+    let (code, doc) = (reported(), tabled());
+    assert!(code.len() > 20, "the scan found too few rules: {code:?}");
+    let missing: Vec<_> = code.difference(&doc).collect();
+    let stale: Vec<_> = doc.difference(&code).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "rules without a row in docs/contract-format.md: {missing:?}; rows no code reports: {stale:?}"
+    );
+}
