@@ -91,6 +91,7 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
         "idRules": ser("idRules", serde_json::to_value(&ir.id_rules))?,
         "credit": ser("credit", serde_json::to_value(&c.credit))?,
         "claims": ser("claims", serde_json::to_value(&c.claims))?,
+        "cues": ser("cues", serde_json::to_value(&c.cues))?,
         "extensions": ser("extensions", serde_json::to_value(&c.extensions))?,
         "trace": ser("trace", serde_json::to_value(&c.trace))?,
         "files": ser("files", serde_json::to_value(&c.files))?,

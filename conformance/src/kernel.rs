@@ -50,7 +50,7 @@ bodies! {
     s_4 => shell_4, c_4 => core_4,
     s_5 => shell_5, c_5 => core_5,
     s_6 => shell_6, c_6 => core_6,
-    s_7 => shell_7, c_7 => core_7,
+    c_7 => core_7,
     s_8 => shell_8,
     s_9 => shell_9, c_9 => core_9,
     s_10 => shell_10,
@@ -108,7 +108,9 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "kernel.15.7",
             "a long task emits progress, a partial result and exactly one final event",
             "§9, §15 item 7 (4.0-D09, K-26)",
-            Ok(s_7),
+            Err(
+                "the core's side is derived from the contract's task cue and machine: kernel.derived.cue.task",
+            ),
             Ok(c_7),
         ),
         (
@@ -145,7 +147,7 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
         ),
         (
             "kernel.15.12",
-            "the request's trace_id is carried throughout the chain to the final event (a message without one: kernel.derived.messages)",
+            "the request's trace_id is carried throughout the chain to the final event (a message without one: kernel.derived.messages; a task's and a text stream's, from the core: kernel.derived.cue.*)",
             "§14, §15 item 12 (K-31)",
             Ok(s_12),
             Ok(c_12),
@@ -1408,59 +1410,6 @@ async fn start_task(
     }
 }
 
-async fn shell_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = shell_session(cx).await?;
-    let secs = cx.opts.task_seconds;
-    let t = s.trace();
-    let start = Instant::now();
-    let task = match start_task(&mut s, secs, &t).await? {
-        Ok(task) => task,
-        Err(v) => return Ok(v),
-    };
-    let mark = s.p.log.len();
-    let until = Instant::now() + Duration::from_secs(secs) + s.wait;
-    let what = format!("the final event of {task} ({secs} s task)");
-    let fin = task_final(&mut s, &task, &what, until).await?;
-    let took = start.elapsed();
-    s.idle(Duration::from_secs(2)).await?;
-    let (mut progress, mut partial, mut finals) = (0, 0, 0);
-    let mut after_final = None;
-    for g in s.p.log.iter().skip(mark) {
-        match task_event_for(g, &task) {
-            Some("task.progress") => progress += 1,
-            Some("task.partial") => partial += 1,
-            Some(m) if FINALS.contains(&m) => finals += 1,
-            _ => continue,
-        }
-        if finals > 0 && after_final.is_none() && g.raw != fin.raw {
-            after_final = Some(g.clone());
-        }
-    }
-    if let Some(g) = after_final {
-        return Err(s.bad(
-            &g,
-            format!(
-                "{task} sent an event after its final {}",
-                fin.method().unwrap_or("?")
-            ),
-        ));
-    }
-    if finals != 1 {
-        return Err(s.bad(
-            &fin,
-            format!("{task} ended with {finals} final events, not exactly one"),
-        ));
-    }
-    if progress == 0 || partial == 0 {
-        return Err(s.bad(&fin, format!("{task} sent {progress} task.progress and {partial} task.partial before its end; the seed wants progress and a partial result")));
-    }
-    pass(format!(
-        "{task}: {progress} progress, {partial} partial, one {} after {:.1} s, nothing after it",
-        fin.method().unwrap_or("?"),
-        took.as_secs_f64()
-    ))
-}
-
 async fn core_7(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = core_session(cx).await?;
     let until = s.soon();
@@ -2015,52 +1964,6 @@ fn check_trace(
 async fn shell_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = shell_session(cx).await?;
     let mut detail = Vec::new();
-    // A task: reply and every task event carry the command's trace.
-    let t = s.trace();
-    let mark = s.p.log.len();
-    if let Ok(task) = start_task(&mut s, 1, &t).await? {
-        let until = Instant::now() + Duration::from_secs(1) + s.wait;
-        task_final(&mut s, &task, &format!("the final event of {task}"), until).await?;
-        let tk = task.clone();
-        let n = check_trace(
-            &s,
-            mark,
-            |g| task_event_for(g, &tk).is_some() || type_of(g) == Some("response"),
-            &t,
-            "a message of the task",
-        )?;
-        detail.push(format!("task: {n} messages"));
-    }
-    // A text stream: reply, chunks and end carry the command's trace.
-    let t = s.trace();
-    let mark = s.p.log.len();
-    let req = command(&mut s, "conformance:stream", &t).await?;
-    let (_, m) = s
-        .valid_reply(&req, "the reply to conformance:stream")
-        .await?;
-    if let Some(stream) = m
-        .value
-        .pointer("/payload/stream_id")
-        .and_then(Value::as_u64)
-    {
-        let until = s.soon();
-        s.wait_for("stream.end", until, move |g| {
-            g.method() == Some("stream.end")
-                && g.at_ptr("/stream_id").and_then(Value::as_u64) == Some(stream)
-        })
-        .await?;
-        let n = check_trace(
-            &s,
-            mark,
-            |g| {
-                g.at_ptr("/stream_id").and_then(Value::as_u64) == Some(stream)
-                    || g.at_ptr("/correlation_id") == req.id.as_ref()
-            },
-            &t,
-            "a message of the text stream",
-        )?;
-        detail.push(format!("stream: {n} messages"));
-    }
     // A permission ask: the request and the final reply carry the command's trace.
     s.grant = false;
     let t = s.trace();

@@ -239,7 +239,8 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
-/// `initialized`, then calls. pygls serves a body nested exactly to the contract's depth
+/// `initialized`, then calls. Opening a document with a TODO (the contract's `diagnostics`
+/// cue) gets pygls's publishDiagnostics. pygls serves a body nested exactly to the contract's depth
 /// cap (128, one more than serde_json's own guard allowed the suite's wire) and a body at
 /// the size cap, and ignores an unknown notification. It answers a request before initialize with -32603, not
 /// ServerNotInitialized, and serves one between the initialize result and `initialized`; answers none of a bad frame, a batch, an unknown method, an object
@@ -260,6 +261,7 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
         "lsp.derived.frame.merged",
         "lsp.derived.unknown-notification",
         "lsp.derived.messages",
+        "lsp.derived.cue.diagnostics",
         "lsp.derived.behaviour",
     ]);
     let failed = ids(&[
@@ -292,7 +294,7 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            26,
+            28,
         ),
         (
             "core",
@@ -396,6 +398,26 @@ fn a_chunk_after_its_stream_ended_fails_only_the_behaviour_check() {
     );
 }
 
+/// The contract's cues (kernel.json `cues`, K-43) make the core act where the suite can
+/// judge it: a task that ends twice breaks the task machine, and a stream whose chunks leave
+/// the command's trace breaks the cue's `traced`; each fails only its cue's check.
+#[test]
+fn a_cue_acted_on_wrongly_fails_only_its_check() {
+    let r = kernel_core_breaking("done-twice", "kernel.derived.cue.task");
+    assert!(
+        r.stdout
+            .contains("machine.out-of-place: task.done from core in state `done` of task"),
+        "{}",
+        r.stdout
+    );
+    let r = kernel_core_breaking("stream-trace", "kernel.derived.cue.stream");
+    assert!(
+        r.stdout.contains("stream.chunk carries trace Some(\"t-c-"),
+        "{}",
+        r.stdout
+    );
+}
+
 /// A contract given as a file, and a server that announces a tools change before it answers
 /// initialize: the lifecycle allows that only in `operating`, so the behaviour check fails
 /// and names the machine, while the handshake and the messages checks pass (the message is
@@ -458,13 +480,13 @@ fn the_python_kernel_core_passes_every_derived_check() {
 }
 
 /// The derived suite playing the shell against the reference core breaking `rule`: only
-/// `check` fails, the other 25 checks pass.
+/// `check` fails, the other 27 checks pass.
 fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
     let peer = kernel_peer();
     let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
     let r = kernel_derived("shell", &target);
     assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 25, "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 27, "{rule}: {}", r.stdout);
     r
 }
 

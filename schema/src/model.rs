@@ -72,6 +72,10 @@ pub struct Contract {
     /// One live connection per identity a message claims, across redials, by name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub claims: IndexMap<String, Claim>,
+    /// Cues: messages the implementations agree to act on so a conformance suite can watch
+    /// them act (kernel's `conformance:*` commands), by name.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub cues: IndexMap<String, Cue>,
     /// Rules no data can say yet, each run by a named hook of the tools (a small Rust
     /// extension with a documented interface), by hook name. See `contract::extensions`.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
@@ -269,6 +273,36 @@ pub struct Claim {
     /// (a `message` trigger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub releases: Option<Trigger>,
+}
+
+/// A cue: a message one party sends to make the other act where a conformance suite can
+/// watch it (stream a text, run a task), and what the acting party then sends. The suite
+/// plays `party`, sends `method`'s call example with `set` applied, and expects each of
+/// `expects` before the first of `until`, with every message judged by the contract's
+/// behaviour data meanwhile (nothing after a terminal state, no id against its rule).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cue {
+    /// What the cue makes the implementation do.
+    pub description: String,
+    /// Seed section (or note) that says implementations serve it.
+    pub seed: String,
+    /// The party that sends the cue.
+    pub party: String,
+    /// The method sent: its call example, with `set` applied.
+    pub method: String,
+    /// Members set over the example, by JSON pointer into the message.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub set: IndexMap<String, Value>,
+    /// Methods the acting party sends before it is done, each at least once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expects: Vec<String>,
+    /// The methods that end what the cue set off: the first one sent ends it.
+    pub until: Vec<String>,
+    /// The answer to the cue and every message of `expects` and `until` carry the cue's
+    /// trace id (at the contract's `trace` path).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub traced: bool,
 }
 
 /// What a data frame spends of its credit.

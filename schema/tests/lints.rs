@@ -835,3 +835,37 @@ fn a_transition_listed_twice_fires_but_two_triggers_the_same_way_do_not() {
         .collect();
     assert!(twice.is_empty(), "{twice:#?}");
 }
+
+/// A cue is a method its party sends, and what it expects and what ends it are methods
+/// another party sends; `set` holds JSON pointers.
+#[test]
+fn a_cue_is_sent_by_its_party_and_answered_by_another() {
+    let cue = |d: &mut Value| {
+        d["methods"]["echo"]["from"] = json!(["client", "server"]);
+        d["cues"] = json!({"one": {"description": "d", "seed": "§8", "party": "client",
+            "method": "echo", "set": {"/params/text": "cue"}, "until": ["echo"]}});
+    };
+    let mut doc = fixture();
+    cue(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    for (field, value, at) in [
+        ("party", json!("nobody"), "/cues/one/party"),
+        ("method", json!("nope"), "/cues/one/method"),
+        ("until", json!([]), "/cues/one/until"),
+        ("until", json!(["nope"]), "/cues/one/until"),
+        ("expects", json!(["nope"]), "/cues/one/expects"),
+        ("set", json!({"params": 1}), "/cues/one/set"),
+    ] {
+        let with = |d: &mut Value| {
+            cue(d);
+            d["cues"]["one"][field] = value;
+        };
+        assert_fires(with, Lint::NameRef, at);
+    }
+    // A method only the cue's own party sends cannot answer it.
+    let own = |d: &mut Value| {
+        cue(d);
+        d["methods"]["echo"]["from"] = json!(["client"]);
+    };
+    assert_fires(own, Lint::NameRef, "/cues/one/until");
+}

@@ -23,6 +23,8 @@
 //!   implementation uses no capability it would have had to declare;
 //! - `messages` (`messages`): every message the implementation sends of its own is one
 //!   the contract accepts;
+//! - `cue.<name>` (`cues`): the implementation acts on each cue the contract declares for
+//!   the played party, sending what the cue expects, then what ends it, breaking no machine;
 //! - `behaviour` (`behaviour`): the policy engine the proxy enforces with
 //!   (`contract-policy`), fed both parties' traffic, rules nothing against the
 //!   implementation's (a chunk after its stream ended, an id against its rule, credit
@@ -41,6 +43,7 @@ use serde_json::Value;
 
 mod behaviour;
 mod capabilities;
+mod cues;
 mod framing;
 mod messages;
 mod plan;
@@ -215,6 +218,18 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             &cite(join("/channels", [ch.as_str()]), &c.channels[ch].seed),
             messages::body,
             None,
+            false,
+        );
+    }
+    for (name, cue) in cues::applies(c, role) {
+        let seed = cite(join("/cues", [name]), &cue.seed);
+        let id = format!("cue.{name}");
+        add(
+            id,
+            cues::title(cue),
+            &seed,
+            cues::body,
+            Some(name.clone()),
             false,
         );
     }

@@ -2,12 +2,15 @@
 //! rules (their pending limit, and every example id carrying the party's prefix),
 //! capability declarations (a method and pointer some example carries) and credit (a
 //! binary channel with the key field, a grant whose examples carry key and amount) and
-//! claims (a claiming message whose examples carry the key, claimant and attempt).
+//! claims (a claiming message whose examples carry the key, claimant and attempt) and
+//! cues (a method its party sends, answered by methods the other party sends).
 
 use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
-use crate::model::{ActionKind, Binding, Claim, Contract, Framing, Kind, LimitKind, Part, Trigger};
+use crate::model::{
+    ActionKind, Binding, Claim, Contract, Cue, Framing, Kind, LimitKind, Part, Trigger,
+};
 use crate::pointer::join;
 
 impl Cx<'_> {
@@ -37,6 +40,52 @@ impl Cx<'_> {
         }
         for (name, cl) in &c.claims {
             self.claim(c, idx, name, cl);
+        }
+        for (name, cue) in &c.cues {
+            self.cue(c, name, cue);
+        }
+    }
+
+    /// A cue is a method its party sends, with a call example to send; what it expects and
+    /// what ends it are methods another party sends; its `set` pointers are pointers.
+    fn cue(&mut self, c: &Contract, name: &str, cue: &Cue) {
+        let at = join("/cues", [name]);
+        if !self.party_known(c, join(&at, ["party"]), &cue.party) {
+            return;
+        }
+        match c.methods.get(&cue.method) {
+            None => {
+                let why = format!("no method {:?}", cue.method);
+                self.push(Lint::NameRef, join(&at, ["method"]), why);
+            }
+            Some(m) if !m.from.contains(&cue.party) => {
+                let why = format!("{} does not send {}", cue.party, cue.method);
+                self.push(Lint::NameRef, join(&at, ["method"]), why);
+            }
+            Some(_) => {}
+        }
+        if cue.until.is_empty() {
+            let why = "a cue names what ends it".to_string();
+            self.push(Lint::NameRef, join(&at, ["until"]), why);
+        }
+        let answers = (cue.expects.iter().map(|m| ("expects", m)))
+            .chain(cue.until.iter().map(|m| ("until", m)));
+        for (field, method) in answers {
+            let others = c
+                .methods
+                .get(method)
+                .map(|m| m.from.iter().any(|f| *f != cue.party));
+            if others != Some(true) {
+                let why = format!(
+                    "{method:?} is no method another party than {} sends",
+                    cue.party
+                );
+                self.push(Lint::NameRef, join(&at, [field]), why);
+            }
+        }
+        for pointer in cue.set.keys().filter(|p| !p.starts_with('/')) {
+            let why = format!("{pointer:?} is not a JSON pointer");
+            self.push(Lint::NameRef, join(&at, ["set"]), why);
         }
     }
 

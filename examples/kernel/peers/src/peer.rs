@@ -87,6 +87,10 @@ pub enum CoreBreak {
     /// After answering a plain command, stream a text whose last chunk comes after its
     /// stream.end (the text-stream machine's terminal state).
     AfterEnd,
+    /// End every task with two task.done events.
+    DoneTwice,
+    /// Send the chunks of `conformance:stream` on a fresh trace instead of the command's.
+    StreamTrace,
 }
 
 /// `kernel-peer shell` arguments.
@@ -809,8 +813,12 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                                     to["id"] = json!("s-never-sent");
                                 }
                                 out.reply(&to, json!({"stream_id": s}));
+                                let chunks = match a.break_rule {
+                                    Some(CoreBreak::StreamTrace) => format!("t-{}", out.id()),
+                                    _ => trace.clone(),
+                                };
                                 for piece in ["Столица Австралии — ", "Канберра", "."] {
-                                    out.event("stream.chunk", &trace, json!({"text": piece}), Some(s));
+                                    out.event("stream.chunk", &chunks, json!({"text": piece}), Some(s));
                                 }
                                 out.event("stream.end", &trace, json!({"reason": "done"}), Some(s));
                             }
@@ -819,7 +827,8 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                                 let id = format!("task-{next_task}");
                                 out.reply(&m.value, json!({"task_id": id}));
                                 tasks.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), TaskState::Running);
-                                tokio::spawn(run_task(out.clone(), tasks.clone(), id, n, trace.clone()));
+                                let finals = if a.break_rule == Some(CoreBreak::DoneTwice) { 2 } else { 1 };
+                                tokio::spawn(run_task(out.clone(), tasks.clone(), (id, finals), n, trace.clone()));
                             }
                             "conformance:power-off" => {
                                 let fingerprint = "power_action:shutdown".to_string();
@@ -969,10 +978,12 @@ fn power_action(
     Ok(())
 }
 
+/// Run task `id` for `secs`, ending it with `finals` task.done events (more than one only
+/// under `--break done-twice`).
 async fn run_task(
     out: Out,
     tasks: Arc<Mutex<HashMap<String, TaskState>>>,
-    id: String,
+    (id, finals): (String, usize),
     secs: u64,
     trace: String,
 ) {
@@ -993,12 +1004,10 @@ async fn run_task(
                 _ => return,
             }
             if start.elapsed() >= total {
-                out.event(
-                    "task.done",
-                    &trace,
-                    json!({"task_id": id, "result": "Готово."}),
-                    None,
-                );
+                for _ in 0..finals {
+                    let done = json!({"task_id": id, "result": "Готово."});
+                    out.event("task.done", &trace, done, None);
+                }
                 t.insert(id.clone(), TaskState::Done);
                 return;
             }

@@ -1,0 +1,193 @@
+//! `cue.<name>`: the implementation acts on a cue the contract declares (`cues`), as it
+//! says. On a fresh session the suite walks the handshake, sends the cue (its method's call
+//! example with the cue's `set` applied), and watches what follows with the policy engine
+//! the proxy enforces with ([`crate::judge`]): each of `expects` must come before the first
+//! of `until`, and after that nothing may break a machine (a second final event, a chunk
+//! after the end); a `traced` cue's answer and those messages carry its trace id. Requests the implementation makes on the cue's trace are answered from
+//! the contract's examples, as in every derived check.
+
+use std::time::Instant;
+
+use contract::Contract;
+use contract::model::{Cue, Kind};
+use serde_json::Value;
+
+use super::{LINGER, Session, plan_of};
+use crate::judge::Finding;
+use crate::session::{Ctx, Incoming, with_meanwhile};
+use crate::{BodyFuture, Failure, pass};
+
+/// The cues the suite playing `role` can send.
+pub(super) fn applies<'c>(c: &'c Contract, role: &str) -> Vec<(&'c String, &'c Cue)> {
+    c.cues.iter().filter(|(_, cue)| cue.party == role).collect()
+}
+
+/// The check's title.
+pub(super) fn title(cue: &Cue) -> String {
+    let end = match &cue.until[..] {
+        [one] => one.clone(),
+        all => format!("one of {}", all.join(", ")),
+    };
+    let then = match cue.expects.is_empty() {
+        true => end,
+        false => format!("{}, then {end}", cue.expects.join(", ")),
+    };
+    let trace = match cue.traced {
+        true => ", all on its trace",
+        false => "",
+    };
+    format!(
+        "a {} cue is acted on: {then}{trace}, with no machine broken",
+        cue.method
+    )
+}
+
+pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let plan = plan_of(cx);
+        let c = cx.wire.contract().clone();
+        let name = cx.subject.clone().unwrap_or_default();
+        let cue = (c.cues.get(&name)).ok_or_else(|| Failure::new(format!("no cue {name:?}")))?;
+        let mut s = Session::open(cx).await?;
+        s.peer.judge();
+        if let Err(f) = s.handshake(cx, &plan).await {
+            return plan.unreached(f);
+        }
+        let mut v = s.message(cx, &cue.method)?;
+        for (pointer, value) in &cue.set {
+            contract::set_pointer(&mut v, pointer, value.clone());
+        }
+        let trace = (c.trace.as_ref()).and_then(|t| v.pointer(&t.path)).cloned();
+        let id = s.send_value(&v).await?.unwrap_or(Value::Null);
+        let seen = watch(&mut s, cx, cue, &id).await?;
+        verdict(&s, cue, &seen)?;
+        traced(cue, trace.as_ref(), &seen)
+    })
+}
+
+/// One message the implementation sent after the cue.
+struct Seen {
+    /// Its method (an answer's: the request's).
+    method: String,
+    /// Whether it answers the cue.
+    answer: bool,
+    /// Its trace id, where the binding carries one.
+    trace: Option<String>,
+    /// Its bytes.
+    raw: bytes::Bytes,
+}
+
+/// The implementation's messages, in order, from the cue until the first of `until` and
+/// [`LINGER`] after it (answers to other requests left out); a failure when `until` does
+/// not come within the deadline.
+async fn watch(s: &mut Session, cx: &Ctx, cue: &Cue, id: &Value) -> Result<Vec<Seen>, Failure> {
+    let mut seen = Vec::new();
+    let mut until = Instant::now() + cx.opts.deadline;
+    let mut ended = false;
+    loop {
+        match s.peer.next(until).await {
+            Incoming::Control(got) => {
+                let Some(m) = got.ok() else { continue };
+                let answer = matches!(m.kind, Kind::Response | Kind::Error);
+                let to_cue = answer && m.correlation.as_ref() == Some(id);
+                if let (Some(method), true) = (m.method.clone(), to_cue || !answer) {
+                    if !ended && !answer && cue.until.contains(&method) {
+                        ended = true;
+                        until = Instant::now() + LINGER;
+                    }
+                    let (trace, raw) = (m.trace.clone(), got.raw.clone());
+                    seen.push(Seen {
+                        method,
+                        answer,
+                        trace,
+                        raw,
+                    });
+                }
+                if s.serves(std::slice::from_ref(id), &got) {
+                    s.respond(cx, &got).await?;
+                }
+            }
+            Incoming::Timeout if ended => return Ok(seen),
+            Incoming::Timeout => {
+                let secs = cx.opts.deadline.as_secs_f64();
+                let f = Failure::new(format!(
+                    "none of {} within {secs:.1} s of the {} cue; the implementation sent {:?}",
+                    cue.until.join(", "),
+                    cue.method,
+                    names(&seen)
+                ));
+                return Err(with_meanwhile(f, Vec::new()));
+            }
+            Incoming::ControlEnd(why) => {
+                return Err(Failure::new(format!(
+                    "the channel ended after the cue, having sent {:?}: {why}",
+                    names(&seen)
+                )));
+            }
+            Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+        }
+    }
+}
+
+/// Every expected method came before the end, and the engine ruled nothing against the
+/// implementation's messages.
+fn verdict(s: &Session, cue: &Cue, seen: &[Seen]) -> Result<(), Failure> {
+    let seen = names(seen);
+    let end = (seen.iter())
+        .position(|m| cue.until.contains(m))
+        .unwrap_or(seen.len());
+    let missing: Vec<&String> = (cue.expects.iter())
+        .filter(|m| !seen[..end].contains(m))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Failure::new(format!(
+            "no {missing:?} before {}: the implementation sent {seen:?}",
+            seen.get(end).map_or("the end", String::as_str)
+        )));
+    }
+    // Capability rulings are the `capabilities` check's (one broken rule, one failing check).
+    let found: Vec<&Finding> = (s.peer.judge.iter())
+        .flat_map(|j| &j.found)
+        .filter(|f| !f.ruling.rule.starts_with("capability."))
+        .collect();
+    if let Some(f) = found.first() {
+        let why = format!(
+            "after the cue the implementation broke {}: {}",
+            f.ruling.rule, f.ruling.reason
+        );
+        return Err(Failure::new(why).with(format!("what drew {}", f.ruling.rule), &f.raw));
+    }
+    Ok(())
+}
+
+/// A `traced` cue: its answer and every message of `expects` and `until` carry `trace`.
+fn traced(cue: &Cue, trace: Option<&Value>, seen: &[Seen]) -> Result<crate::Verdict, Failure> {
+    let ours =
+        |s: &&Seen| s.answer || cue.expects.contains(&s.method) || cue.until.contains(&s.method);
+    if let (true, Some(want)) = (cue.traced, trace.and_then(Value::as_str)) {
+        let off = seen
+            .iter()
+            .filter(ours)
+            .find(|s| s.trace.as_deref() != Some(want));
+        if let Some(bad) = off {
+            let why = format!(
+                "{} carries trace {:?}, not the cue's {want:?}",
+                bad.method, bad.trace
+            );
+            return Err(Failure::new(why).with("the message", &bad.raw));
+        }
+    }
+    let n = seen.iter().filter(ours).count();
+    let on_trace = match cue.traced {
+        true => ", all on the cue's trace",
+        false => "",
+    };
+    pass(format!(
+        "sent {:?}: {n} of them the cue's{on_trace}",
+        names(seen)
+    ))
+}
+
+fn names(seen: &[Seen]) -> Vec<String> {
+    seen.iter().map(|s| s.method.clone()).collect()
+}
