@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use contract::wire::{BinaryFrame, Message, Wire};
-use contract_policy::engine::credit::{key_field, sequence_field};
-use contract_policy::{Act, Ctx, Dir, Engine, Held, Policy, Ruling, SharedState};
+use contract_policy::engine::credit::DataFields;
+use contract_policy::{Act, Ctx, Dir, Engine, Policy, Ruling, SharedState};
 
 /// The route name the engine's tables are keyed by.
 const ROUTE: &str = "conformance";
@@ -57,8 +57,7 @@ impl Judge {
         let c = wire.contract();
         let data = data.map(|ch| DataSide {
             policy: open(2, ch),
-            key: key_field(c, ch),
-            seq: sequence_field(c, ch),
+            fields: DataFields::new(c, ch),
         });
         Judge {
             parties: Parties {
@@ -87,16 +86,10 @@ impl Judge {
     /// A data frame, sent by the suite (`from_me`) or by the implementation.
     pub fn data(&mut self, frame: &BinaryFrame, raw: &Bytes, from_me: bool) {
         let ctx = self.parties.ctx(2, from_me);
-        let Some(DataSide { policy, key, seq }) = self.data.as_mut() else {
+        let Some(DataSide { policy, fields }) = self.data.as_mut() else {
             return;
         };
-        let field = |at: &Option<usize>| at.and_then(|i| frame.fields.get(i).copied());
-        let held = Held {
-            stream: field(key).unwrap_or(0),
-            seq: field(seq).unwrap_or(0),
-            payload_len: frame.payload.len() as u64,
-            bytes: raw.clone(),
-        };
+        let held = fields.held(frame, raw.clone());
         // Observe mode: frames are accounted, never held, so nothing waits on the judge.
         let ruling = policy.on_data(&ctx, held, false).ruling;
         if !from_me {
@@ -118,11 +111,10 @@ impl Judge {
 }
 
 /// The engine on the data channel, and where its frames keep the credit key and the
-/// sequence number (header fields, by position).
+/// sequence number.
 struct DataSide {
     policy: Box<dyn Policy>,
-    key: Option<usize>,
-    seq: Option<usize>,
+    fields: DataFields,
 }
 
 /// The suite's party and the implementation's.

@@ -16,6 +16,7 @@ use contract::wire::{BinaryFrame, FrameError, Violation, ViolationClass, Wire};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use contract_policy::engine::credit::DataFields;
 pub use contract_policy::{Closing, Dir, closing_with};
 
 /// Observe flags violations and forwards everything; enforce refuses them.
@@ -277,10 +278,9 @@ pub struct Inspector {
     counts: HashMap<(Dir, String), u64>,
     /// Next sequence number expected per data stream and direction.
     seqs: HashMap<(Dir, u64), u64>,
-    /// Positions among a binary frame's fields of the credit key and of the sequence number,
-    /// where the contract names them for this channel (found once, read per frame).
-    key_at: Option<usize>,
-    seq_at: Option<usize>,
+    /// Where this channel's binary frames keep the credit key and the sequence number
+    /// (found once, read per frame).
+    data_fields: DataFields,
     next_id: u64,
     /// The contract's stateful rules for this connection (request ids, admission, refusals).
     policy: Option<Box<dyn crate::policy::Policy>>,
@@ -301,8 +301,7 @@ impl Inspector {
         mode: Mode,
     ) -> Result<Self, contract::wire::WireError> {
         wire.channel_wire(channel)?;
-        let key_at = contract_policy::engine::credit::key_field(wire.contract(), channel);
-        let seq_at = contract_policy::engine::credit::sequence_field(wire.contract(), channel);
+        let data_fields = DataFields::new(wire.contract(), channel);
         Ok(Inspector {
             route: route.to_string(),
             conn,
@@ -315,8 +314,7 @@ impl Inspector {
             pending_cap: contract::io::DEFAULT_PENDING,
             counts: HashMap::new(),
             seqs: HashMap::new(),
-            key_at,
-            seq_at,
+            data_fields,
             next_id: 0,
             policy: None,
             ratelimit: None,
@@ -672,16 +670,10 @@ impl Inspector {
         now: Instant,
     ) -> Inspection {
         use crate::policy::GateDecision;
-        // The credit key's header field, where the contract has credit on this channel.
-        let stream = frame
-            .fields
-            .get(self.key_at.unwrap_or(0))
-            .copied()
-            .unwrap_or(0);
-        // The contract's `sequence` field, where it names one: a gap is flagged.
-        let seq = (self.seq_at.and_then(|i| frame.fields.get(i)).copied()).unwrap_or(0);
+        let (stream, seq) = (self.data_fields.key(frame), self.data_fields.seq(frame));
         let mut verdict = Verdict::Ok;
-        if self.seq_at.is_some() {
+        // The contract's `sequence` field, where it names one: a gap is flagged.
+        if self.data_fields.has_sequence() {
             let expected = self.seqs.entry((dir, stream)).or_insert(0);
             if seq != *expected {
                 verdict = Verdict::Violation {
@@ -708,12 +700,7 @@ impl Inspector {
                 to: &to,
                 now,
             };
-            let held = crate::policy::Held {
-                stream,
-                seq,
-                payload_len: frame.payload.len() as u64,
-                bytes: encoded,
-            };
+            let held = self.data_fields.held(frame, encoded);
             let r = p.on_data(&ctx, held, self.mode == Mode::Enforce);
             if !r.ready.is_empty() {
                 self.effects.push(Effect::Write(r.ready));

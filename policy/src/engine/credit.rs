@@ -33,7 +33,7 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 use contract::Contract;
 use contract::model::{Credit, CreditCounts, Framing, Kind};
-use contract::wire::Wire;
+use contract::wire::{BinaryFrame, Wire};
 use serde_json::{Value, json};
 
 use super::{Act, Ruling, ruling};
@@ -410,7 +410,7 @@ fn header_after_length(c: &Contract, channel: &str) -> u64 {
 
 /// The position of credit key `cr.key` among the header fields of its channel's frames,
 /// the length field left out (as [`contract::wire::BinaryFrame::fields`] has them).
-pub fn key_field(c: &Contract, channel: &str) -> Option<usize> {
+fn key_field(c: &Contract, channel: &str) -> Option<usize> {
     let cr = c.credit.values().find(|cr| cr.channel == channel)?;
     match &c.channels.get(channel)?.framing {
         Framing::Binary { header, .. } => (header.iter())
@@ -420,8 +420,57 @@ pub fn key_field(c: &Contract, channel: &str) -> Option<usize> {
     }
 }
 
+/// Where a channel's binary frames keep their credit key and sequence number: the one
+/// reading of a data frame's header that the proxy's inspector and the conformance judge
+/// share.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DataFields {
+    key: Option<usize>,
+    seq: Option<usize>,
+}
+
+impl DataFields {
+    /// The fields of `channel`'s frames in `c`.
+    pub fn new(c: &Contract, channel: &str) -> Self {
+        DataFields {
+            key: key_field(c, channel),
+            seq: sequence_field(c, channel),
+        }
+    }
+
+    /// The frame's credit key: the credit entry's header field, else the first field (a
+    /// per-stream sequence is tracked by it), else 0.
+    pub fn key(&self, frame: &BinaryFrame) -> u64 {
+        frame
+            .fields
+            .get(self.key.unwrap_or(0))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The frame's sequence number (0 where the channel names none).
+    pub fn seq(&self, frame: &BinaryFrame) -> u64 {
+        (self.seq.and_then(|i| frame.fields.get(i)).copied()).unwrap_or(0)
+    }
+
+    /// Whether the channel names a sequence field.
+    pub fn has_sequence(&self) -> bool {
+        self.seq.is_some()
+    }
+
+    /// The frame as a credit gate takes it, `bytes` being its whole encoding.
+    pub fn held(&self, frame: &BinaryFrame, bytes: Bytes) -> Held {
+        Held {
+            stream: self.key(frame),
+            seq: self.seq(frame),
+            payload_len: frame.payload.len() as u64,
+            bytes,
+        }
+    }
+}
+
 /// The position of `channel`'s `sequence` header field among its fields after the length.
-pub fn sequence_field(c: &Contract, channel: &str) -> Option<usize> {
+fn sequence_field(c: &Contract, channel: &str) -> Option<usize> {
     match &c.channels.get(channel)?.framing {
         Framing::Binary {
             header,
