@@ -103,6 +103,23 @@ struct Key {
     like: Value,
 }
 
+impl Key {
+    /// The held frames the credit now covers, from the front of the queue, spent.
+    fn release(&mut self, header: u64, counts: CreditCounts) -> Vec<Held> {
+        let mut out = Vec::new();
+        while let Some(f) = self.queue.front() {
+            let cost = spend(counts, f);
+            if cost > self.credit {
+                break;
+            }
+            self.credit -= cost;
+            self.queued = self.queued.saturating_sub(header + f.payload_len);
+            out.extend(self.queue.pop_front());
+        }
+        out
+    }
+}
+
 /// One session's allowances under one credit entry.
 #[derive(Debug)]
 pub struct CreditGate {
@@ -211,16 +228,12 @@ impl CreditGate {
             k.credit = k.credit.saturating_sub(e.cost);
             return out;
         }
+        // The key has just opened, so its queue is empty: the early frames are all it holds.
         for f in e.frames {
-            let cost = spend(counts, &f);
-            if k.queue.is_empty() && cost <= k.credit {
-                k.credit -= cost;
-                out.released.push(f);
-            } else {
-                k.queued += header.saturating_add(f.payload_len);
-                k.queue.push_back(f);
-            }
+            k.queued += header.saturating_add(f.payload_len);
+            k.queue.push_back(f);
         }
+        out.released = k.release(header, counts);
         out
     }
 
@@ -272,17 +285,7 @@ impl CreditGate {
             return None;
         }
         k.credit = k.credit.saturating_add(amount);
-        let mut out = Vec::new();
-        while let Some(f) = k.queue.front() {
-            let cost = spend(counts, f);
-            if cost > k.credit {
-                break;
-            }
-            k.credit -= cost;
-            k.queued = k.queued.saturating_sub(header + f.payload_len);
-            out.extend(k.queue.pop_front());
-        }
-        Some(out)
+        Some(k.release(header, counts))
     }
 
     /// Enforce mode: a data frame of its key (see [`GateDecision`]). `Err` is an overrun,
@@ -513,6 +516,20 @@ pub(crate) fn moves<'c>(c: &'c Contract, method: &str, v: &Value) -> Option<(&'c
     })
 }
 
+/// Observe mode's ruling on data beyond the credit of entry `name`: flagged with the entry's
+/// overrun code, the frames forwarded.
+fn overrun_seen(c: &Contract, name: &str, reason: String) -> Ruling {
+    let a = &c.credit[name].overrun;
+    ruling(
+        "credit.overrun",
+        &entry(name),
+        &a.seed,
+        a.code.as_ref(),
+        reason,
+        Act::Flag,
+    )
+}
+
 /// The pointer of credit entry `name`.
 pub(crate) fn entry(name: &str) -> String {
     format!("/credit/{}", contract::escape_pointer(name))
@@ -613,16 +630,8 @@ impl Gates {
                     ("credit.grantor", reason, Act::Flag)
                 }
                 Some(frames) if !frames.is_empty() => {
-                    let reason = format!(
-                        "key {k}: {} held frame(s) now covered by credit",
-                        frames.len()
-                    );
-                    let out = self
-                        .released
-                        .entry((session, from.to_string()))
-                        .or_default();
-                    out.extend(frames.iter().cloned());
-                    ("credit.release", reason, Act::Release { frames })
+                    let why = format!("key {k}: {} held frame(s)", frames.len());
+                    self.release((session, from.to_string()), frames, why)
                 }
                 Some(_) => return None,
             },
@@ -638,28 +647,17 @@ impl Gates {
             Move::Open(k) => {
                 let settled = gate.settle(k);
                 if let Some(reason) = settled.overrun {
-                    let a = &c.credit[name].overrun;
-                    let code = a.code.as_ref();
-                    return Some(ruling(
-                        "credit.overrun",
-                        &at,
-                        &a.seed,
-                        code,
-                        reason,
-                        Act::Flag,
-                    ));
+                    return Some(overrun_seen(c, name, reason));
                 }
                 if settled.released.is_empty() {
                     return None;
                 }
                 let frames = settled.released;
-                let reason = format!(
-                    "key {k}: {} frame(s) that came before it opened, now covered by credit",
+                let why = format!(
+                    "key {k}: {} frame(s) that came before it opened",
                     frames.len()
                 );
-                let out = self.released.entry((session, settled.to)).or_default();
-                out.extend(frames.iter().cloned());
-                ("credit.release", reason, Act::Release { frames })
+                self.release((session, settled.to), frames, why)
             }
         };
         Some(ruling(rule, &at, seed, None, reason, act))
@@ -704,17 +702,7 @@ impl Gates {
             return (ready, GateDecision::Forward(frame), Some(r));
         }
         if !enforce {
-            let flag = gate.account(&frame).map(|reason| {
-                let a = &c.credit[name].overrun;
-                ruling(
-                    "credit.overrun",
-                    &entry(name),
-                    &a.seed,
-                    a.code.as_ref(),
-                    reason,
-                    Act::Flag,
-                )
-            });
+            let flag = (gate.account(&frame)).map(|reason| overrun_seen(c, name, reason));
             return (ready, GateDecision::Forward(frame), flag);
         }
         match gate.offer(frame) {
@@ -725,6 +713,22 @@ impl Gates {
                 (ready, GateDecision::Exceeded(Box::new(o)), Some(r))
             }
         }
+    }
+
+    /// `frames` released toward party `to` of `session`: kept until that side's data
+    /// connection writes them, and the ruling that says so (`what`: which frames).
+    fn release(
+        &mut self,
+        to: (u64, String),
+        frames: Vec<Held>,
+        what: String,
+    ) -> (&'static str, String, Act) {
+        self.released
+            .entry(to)
+            .or_default()
+            .extend(frames.iter().cloned());
+        let reason = format!("{what} now covered by credit");
+        ("credit.release", reason, Act::Release { frames })
     }
 
     /// The released frames waiting to be written toward `to` on `session`.
