@@ -49,20 +49,25 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
 
 /// The first finding fails the check; the others are listed with it.
 fn verdict(peer: &Peer) -> Result<crate::Verdict, Failure> {
+    breaches(peer, "the implementation")?;
+    pass(format!(
+        "{} messages of the implementation, none breaking a stateful rule",
+        peer.log.len()
+    ))
+}
+
+/// What the session's judge ruled against the implementation's messages, as one failure
+/// (`who` leads its reason): the first finding, the others after it, up to four frames
+/// that drew them. Capability rulings are left to the `capabilities` check.
+pub(super) fn breaches(peer: &Peer, who: &str) -> Result<(), Failure> {
     let found: Vec<&Finding> = (peer.judge.iter())
         .flat_map(|j| &j.found)
         .filter(|f| !f.ruling.rule.starts_with("capability."))
         .collect();
     let Some(first) = found.first() else {
-        return pass(format!(
-            "{} messages of the implementation, none breaking a stateful rule",
-            peer.log.len()
-        ));
+        return Ok(());
     };
-    let mut why = format!(
-        "the implementation broke {}: {}",
-        first.ruling.rule, first.ruling.reason
-    );
+    let mut why = format!("{who} broke {}: {}", first.ruling.rule, first.ruling.reason);
     for f in &found[1..] {
         why.push_str(&format!("; then {}: {}", f.ruling.rule, f.ruling.reason));
     }

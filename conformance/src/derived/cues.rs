@@ -12,8 +12,8 @@ use contract::Contract;
 use contract::model::{Cue, Kind};
 use serde_json::Value;
 
+use super::behaviour::breaches;
 use super::{LINGER, Session, plan_of};
-use crate::judge::Finding;
 use crate::session::{Ctx, Incoming, with_meanwhile};
 use crate::{BodyFuture, Failure, pass};
 
@@ -145,19 +145,7 @@ fn verdict(s: &Session, cue: &Cue, seen: &[Seen]) -> Result<(), Failure> {
             seen.get(end).map_or("the end", String::as_str)
         )));
     }
-    // Capability rulings are the `capabilities` check's (one broken rule, one failing check).
-    let found: Vec<&Finding> = (s.peer.judge.iter())
-        .flat_map(|j| &j.found)
-        .filter(|f| !f.ruling.rule.starts_with("capability."))
-        .collect();
-    if let Some(f) = found.first() {
-        let why = format!(
-            "after the cue the implementation broke {}: {}",
-            f.ruling.rule, f.ruling.reason
-        );
-        return Err(Failure::new(why).with(format!("what drew {}", f.ruling.rule), &f.raw));
-    }
-    Ok(())
+    breaches(&s.peer, "after the cue the implementation")
 }
 
 /// A `traced` cue: its answer and every message of `expects` and `until` carry `trace`.
