@@ -7,6 +7,8 @@ Usage: mcp_eager.py CONTRACT.json"""
 import json
 import sys
 
+from stdio_requests import requests, send
+
 
 def results(contract: dict) -> dict:
     out = {}
@@ -17,21 +19,10 @@ def results(contract: dict) -> dict:
     return out
 
 
-def send(msg: dict) -> None:
-    sys.stdout.write(json.dumps(msg) + "\n")
-    sys.stdout.flush()
-
-
 def main() -> None:
     with open(sys.argv[1], encoding="utf-8") as f:
         answers = results(json.load(f))
-    for line in sys.stdin:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(msg, dict) or "id" not in msg or "method" not in msg:
-            continue
+    for msg in requests():
         if msg["method"] == "initialize":
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         answer = answers.get(msg["method"], {"jsonrpc": "2.0", "result": {}})

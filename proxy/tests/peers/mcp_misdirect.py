@@ -5,6 +5,8 @@ derived conformance suite's evidence test. Usage: mcp_misdirect.py CONTRACT.json
 import json
 import sys
 
+from stdio_requests import requests, send
+
 
 def main() -> None:
     with open(sys.argv[1], encoding="utf-8") as f:
@@ -14,19 +16,11 @@ def main() -> None:
         for e in contract["methods"]["initialize"]["examples"]
         if e["part"] == "result"
     )
-    for line in sys.stdin:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(msg, dict) or "id" not in msg or "method" not in msg:
-            continue
+    for msg in requests():
         if msg["method"] == "initialize":
-            out = dict(result, id=msg["id"])
+            send(dict(result, id=msg["id"]))
         else:
-            out = {"jsonrpc": "2.0", "id": f"never-{msg['id']}", "result": {}}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
+            send({"jsonrpc": "2.0", "id": f"never-{msg['id']}", "result": {}})
 
 
 if __name__ == "__main__":
