@@ -365,8 +365,9 @@ impl Walker<'_> {
             }
             return TypeRef::Any;
         }
+        let split = split_types(s);
         // A nullable object (`"type": ["object", "null"]` with properties): the struct, nullable.
-        if let Some((branches, true)) = split_types(s)
+        if let Some((branches, true)) = &split
             && let [one] = branches.as_slice()
         {
             return TypeRef::Nullable {
@@ -379,7 +380,7 @@ impl Walker<'_> {
                 name: hint.to_string(),
             };
         }
-        if let Some((branches, nullable)) = split_types(s) {
+        if let Some((branches, nullable)) = split {
             if branches.is_empty() {
                 return if nullable {
                     TypeRef::Null
