@@ -59,7 +59,11 @@ fn contracts(dir: &Path) -> Result<Vec<PathBuf>, String> {
 fn importtime(pkg: &Path, module: &str) -> Result<BTreeMap<String, (u64, u64)>, String> {
     let listing = run(Command::new(python())
         .args(["-X", "importtime", "-c", &format!("import {module}")])
-        .env("PYTHONPATH", pkg))?;
+        .env(
+            "PYTHONPATH",
+            std::env::join_paths([pkg.to_path_buf(), pkg.join("runtime")])
+                .map_err(|e| e.to_string())?,
+        ))?;
     let mut out = BTreeMap::new();
     for line in listing.lines() {
         let Some(rest) = line.strip_prefix("import time:") else {
@@ -90,8 +94,15 @@ fn main() -> Result<(), String> {
     let files = contracts(&inputs)?;
     let mut cfg = contractgen::Config::new();
     cfg.contracts(&files).lang(contractgen::Lang::Python);
-    for f in cfg.generate().map_err(|e| e.to_string())? {
-        contractgen::write_file_if_changed(&pkg.join(&f.name), f.contents.as_bytes())
+    let runtime = contractgen::runtime(contractgen::Lang::Python).map_err(|e| e.to_string())?;
+    let sdk = cfg.generate().map_err(|e| e.to_string())?;
+    let placed = sdk.iter().map(|f| (pkg.join(&f.name), f)).chain(
+        runtime
+            .iter()
+            .map(|f| (pkg.join("runtime").join(&f.name), f)),
+    );
+    for (path, f) in placed {
+        contractgen::write_file_if_changed(&path, f.contents.as_bytes())
             .map_err(|e| e.to_string())?;
     }
     run(Command::new(python())
@@ -121,7 +132,7 @@ fn main() -> Result<(), String> {
             let get = |k: &str| t.get(k).copied().unwrap_or_default();
             let row = (
                 get(&name).0,
-                get("contract_sdk._runtime").0,
+                get(contractgen::package::RUNTIME_MODULE).0,
                 get(&name).1,
                 get("msgspec").1,
             );

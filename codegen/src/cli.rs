@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::package::Package;
 use crate::{
     Config, EXIT_CONTRACT, EXIT_OK, EXIT_USAGE, GenError, Ir, Lang, breaking, meta_schema_text,
     read_document, vectors, write_file_if_changed,
@@ -85,9 +86,25 @@ pub enum Command {
         /// Do not write: exit 1 if any file in --out differs from what would be generated.
         #[arg(long)]
         check: bool,
+        /// How the Python and C# SDKs are named and versioned.
+        #[command(flatten)]
+        package: PackageArgs,
         /// Contract files.
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<PathBuf>,
+    },
+    /// Write the runtime package the generated SDKs of a language depend on
+    /// (contract-runtime for Python, Contract.Runtime for C#), versioned as contractgen.
+    Runtime {
+        /// python or csharp.
+        #[arg(long, value_enum)]
+        lang: LangArg,
+        /// Output directory: the package's root (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Do not write: exit 1 if any file in --out differs from what would be written.
+        #[arg(long)]
+        check: bool,
     },
     /// Write the cross-language test vectors (valid and labelled invalid messages) of contracts.
     Vectors {
@@ -134,6 +151,94 @@ pub enum Command {
     },
 }
 
+/// Write `files` under `dir` (only those that changed), or with `check` only report the
+/// stale ones (exit 1).
+fn emit(
+    files: &[crate::GeneratedFile],
+    dir: &std::path::Path,
+    check: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    if check {
+        let stale: Vec<_> = files
+            .iter()
+            .map(|f| dir.join(&f.name))
+            .zip(files)
+            .filter(|(p, f)| std::fs::read(p).ok().as_deref() != Some(f.contents.as_bytes()))
+            .collect();
+        for (p, _) in &stale {
+            let _ = writeln!(out, "stale {}", p.display());
+        }
+        if stale.is_empty() {
+            let _ = writeln!(err, "{} file(s) fresh", files.len());
+            return EXIT_OK;
+        }
+        let _ = writeln!(
+            err,
+            "{} file(s) stale: run contractgen without --check",
+            stale.len()
+        );
+        return EXIT_CONTRACT;
+    }
+    for f in files {
+        let path = dir.join(&f.name);
+        match write_file_if_changed(&path, f.contents.as_bytes()) {
+            Ok(changed) => {
+                let verb = if changed { "wrote" } else { "unchanged" };
+                let _ = writeln!(out, "{verb} {}", path.display());
+            }
+            Err(e) => {
+                let _ = writeln!(err, "contractgen: {e}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    EXIT_OK
+}
+
+/// `generate`'s package options (see `contractgen::Package`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PackageArgs {
+    /// Python import package of the SDK (default contract_sdk).
+    #[arg(long, value_name = "NAME")]
+    package: Option<String>,
+    /// Python distribution name (default: the package name with - for _).
+    #[arg(long, value_name = "NAME")]
+    distribution: Option<String>,
+    /// C# namespace the contracts' namespaces sit under (default Contract.Sdk).
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
+    /// C# assembly and project name (default: the namespace).
+    #[arg(long, value_name = "NAME")]
+    assembly: Option<String>,
+    /// Version of the Python distribution and the C# assembly (default 0.1.0).
+    #[arg(long, value_name = "X.Y.Z")]
+    package_version: Option<String>,
+}
+
+/// One of [`Package`]'s setters.
+type Setter = fn(&mut Package, &str) -> Result<(), GenError>;
+
+impl PackageArgs {
+    fn package(&self) -> Result<Package, GenError> {
+        let mut p = Package::default();
+        let set: [(&Option<String>, Setter); 5] = [
+            (&self.package, Package::set_python),
+            (&self.distribution, Package::set_distribution),
+            (&self.namespace, Package::set_namespace),
+            (&self.assembly, Package::set_assembly),
+            (&self.package_version, Package::set_version),
+        ];
+        for (value, setter) in set {
+            if let Some(v) = value {
+                setter(&mut p, v)?;
+            }
+        }
+        Ok(p)
+    }
+}
+
 /// The findings `contractgen breaking` counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BreakingCategory {
@@ -157,13 +262,22 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             contracts,
             templates,
             check,
+            package,
         } => {
             let mut cfg = Config::new();
             if let Some(t) = templates {
                 cfg.templates(t);
             }
+            let package = match package.package() {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = writeln!(err, "contractgen: {e}");
+                    return EXIT_USAGE;
+                }
+            };
             cfg.langs(LangArg::expand(lang))
                 .out_dir(dir)
+                .package(package)
                 .contracts(contracts);
             match cfg.generate() {
                 Err(e) => {
@@ -174,44 +288,25 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                         _ => EXIT_CONTRACT,
                     }
                 }
-                Ok(files) if *check => {
-                    let mut stale = 0;
-                    for f in &files {
-                        let path = dir.join(&f.name);
-                        if std::fs::read(&path).ok().as_deref() != Some(f.contents.as_bytes()) {
-                            let _ = writeln!(out, "stale {}", path.display());
-                            stale += 1;
-                        }
-                    }
-                    if stale == 0 {
-                        let _ = writeln!(err, "{} file(s) fresh", files.len());
-                        EXIT_OK
-                    } else {
-                        let _ = writeln!(
-                            err,
-                            "{stale} file(s) stale: run contractgen generate without --check"
-                        );
-                        EXIT_CONTRACT
-                    }
-                }
-                Ok(files) => {
-                    for f in files {
-                        match write_file_if_changed(&dir.join(&f.name), f.contents.as_bytes()) {
-                            Ok(changed) => {
-                                let _ = writeln!(
-                                    out,
-                                    "{} {}",
-                                    if changed { "wrote" } else { "unchanged" },
-                                    dir.join(&f.name).display()
-                                );
-                            }
-                            Err(e) => {
-                                let _ = writeln!(err, "contractgen: {e}");
-                                return EXIT_USAGE;
-                            }
-                        }
-                    }
-                    EXIT_OK
+                Ok(files) => emit(&files, dir, *check, out, err),
+            }
+        }
+        Command::Runtime {
+            lang,
+            out: dir,
+            check,
+        } => {
+            let files = match LangArg::expand(&[*lang]).as_slice() {
+                [lang] => crate::runtime(*lang),
+                _ => Err(GenError::Package(
+                    "--lang all: name python or csharp".into(),
+                )),
+            };
+            match files {
+                Ok(files) => emit(&files, dir, *check, out, err),
+                Err(e) => {
+                    let _ = writeln!(err, "contractgen: {e}");
+                    EXIT_USAGE
                 }
             }
         }
@@ -235,24 +330,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                     }
                 }
             }
-            for f in vectors::generate(&irs) {
-                let path = dir.join(&f.name);
-                match write_file_if_changed(&path, f.contents.as_bytes()) {
-                    Ok(changed) => {
-                        let _ = writeln!(
-                            out,
-                            "{} {}",
-                            if changed { "wrote" } else { "unchanged" },
-                            path.display()
-                        );
-                    }
-                    Err(e) => {
-                        let _ = writeln!(err, "contractgen: {e}");
-                        return EXIT_USAGE;
-                    }
-                }
-            }
-            EXIT_OK
+            emit(&vectors::generate(&irs), dir, false, out, err)
         }
         Command::MetaSchema { out: file } => {
             let text = meta_schema_text();

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::ir::{GenError, Ir};
+use crate::package::Package;
 
 /// One generated file: a path relative to the output directory, and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +72,7 @@ pub struct Config {
     breaking_against: Option<String>,
     accepted: Vec<String>,
     shown_from: Option<PathBuf>,
+    package: Package,
 }
 
 /// A contract loaded for a run: its IR, its file name (the Rust header names it) and its
@@ -98,7 +100,15 @@ impl Config {
             breaking_against: None,
             accepted: Vec::new(),
             shown_from: None,
+            package: Package::default(),
         }
+    }
+
+    /// Name the SDK packages (Python import and distribution names, C# namespace and
+    /// assembly, version): see [`Package`]. Two SDKs named apart install side by side.
+    pub fn package(&mut self, package: Package) -> &mut Self {
+        self.package = package;
+        self
     }
 
     /// Name the contracts in generated headers relative to `dir` (default: the working
@@ -302,7 +312,13 @@ impl Config {
         };
         let irs: Vec<(&Ir, &str)> = irs.iter().map(|l| (&l.ir, l.shown.as_str())).collect();
         let dir = self.templates.as_deref();
-        crate::sdk::generate(name, &irs, templates, (register, target), dir)
+        crate::sdk::generate(
+            name,
+            &irs,
+            templates,
+            (register, target),
+            (dir, &self.package),
+        )
     }
 
     /// Generate and write into the output directory (default `OUT_DIR`), touching only

@@ -32,12 +32,8 @@ use crate::types::TypeRef;
 /// The built-in C# templates.
 pub const TEMPLATES: &[Template] = &[
     (
-        "Contract.Sdk.csproj.hbs",
-        include_str!("../templates/csharp/Contract.Sdk.csproj.hbs"),
-    ),
-    (
-        "ContractRuntime.cs.hbs",
-        include_str!("../templates/csharp/ContractRuntime.cs.hbs"),
+        "{{assembly}}.csproj.hbs",
+        include_str!("../templates/csharp/{{assembly}}.csproj.hbs"),
     ),
     (
         "{{module}}.cs.hbs",

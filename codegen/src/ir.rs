@@ -47,6 +47,9 @@ pub enum GenError {
         /// Cause.
         source: std::io::Error,
     },
+    /// A package option (name, namespace, version) the target cannot use.
+    #[error("{0}")]
+    Package(String),
     /// The contract breaks peers built from its earlier version, unannounced.
     #[error(
         "{contract} breaks peers built from its earlier version (accept a finding with accept_breaking(\"RULE@POINTER\"), or bump the major version):\n{findings}"

@@ -16,6 +16,7 @@ pub mod docs;
 pub mod helpers;
 pub mod ir;
 pub mod names;
+pub mod package;
 pub mod python;
 pub mod rust;
 pub mod sdk;
@@ -27,6 +28,7 @@ pub mod wireshark;
 pub use cli::{BreakingCategory, Cli, Command, LangArg, run};
 pub use config::{Config, GeneratedFile, Lang, write_file_if_changed};
 pub use ir::{GenError, Ir};
+pub use package::{Package, runtime};
 
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;

@@ -1,5 +1,6 @@
-//! The Python target (msgspec): one module per contract in a `contract_sdk`
-//! package, rendered from `codegen/templates/python/`.
+//! The Python target (msgspec): one module per contract in a package named by
+//! [`crate::Package`] (`contract_sdk` by default) that imports the shared
+//! `contract_runtime` package, rendered from `codegen/templates/python/`.
 //!
 //! The templates only lay files out. [`py_module`] (the `py_module` helper)
 //! turns a contract's [`context`](crate::sdk::context) into a Python-ready view:
@@ -38,20 +39,16 @@ pub const TEMPLATES: &[Template] = &[
         include_str!("../templates/python/pyproject.toml.hbs"),
     ),
     (
-        "contract_sdk/__init__.py.hbs",
-        include_str!("../templates/python/contract_sdk/__init__.py.hbs"),
+        "{{package}}/__init__.py.hbs",
+        include_str!("../templates/python/{{package}}/__init__.py.hbs"),
     ),
     (
-        "contract_sdk/py.typed.hbs",
-        include_str!("../templates/python/contract_sdk/py.typed.hbs"),
+        "{{package}}/py.typed.hbs",
+        include_str!("../templates/python/{{package}}/py.typed.hbs"),
     ),
     (
-        "contract_sdk/_runtime.py.hbs",
-        include_str!("../templates/python/contract_sdk/_runtime.py.hbs"),
-    ),
-    (
-        "contract_sdk/{{module}}.py.hbs",
-        include_str!("../templates/python/contract_sdk/{{module}}.py.hbs"),
+        "{{package}}/{{module}}.py.hbs",
+        include_str!("../templates/python/{{package}}/{{module}}.py.hbs"),
     ),
 ];
 

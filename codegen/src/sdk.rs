@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::config::GeneratedFile;
 use crate::ir::{GenError, Ir};
+use crate::package::Package;
 use crate::types::TypeModel;
 
 /// One embedded template: its path under `codegen/templates/<lang>/` and its text.
@@ -246,7 +247,7 @@ pub fn generate(
     irs: &[(&Ir, &str)],
     embedded: &[Template],
     (register, target): (fn(&mut Handlebars<'static>), Option<TargetView>),
-    dir: Option<&Path>,
+    (dir, package): (Option<&Path>, &Package),
 ) -> Result<Vec<GeneratedFile>, GenError> {
     let mut hb = engine(lang, register);
     let templates = load(lang, embedded, dir)?;
@@ -261,6 +262,7 @@ pub fn generate(
     let with_target = |(ir, input): &(&Ir, &str)| -> Result<Value, GenError> {
         let mut ctx = context(ir)?;
         ctx["input"] = Value::String(input.to_string());
+        ctx["package"] = package.context();
         if let Some(view) = target {
             ctx["target"] = view(ir)?;
         }
@@ -278,7 +280,10 @@ pub fn generate(
             })
     };
     for (name, _) in &templates {
-        let out_name = name.trim_end_matches(".hbs");
+        let out_name = name
+            .trim_end_matches(".hbs")
+            .replace("{{package}}", package.python())
+            .replace("{{assembly}}", package.assembly());
         if out_name.contains("{{module}}") {
             for ctx in &contexts {
                 let module = ctx["module"].as_str().unwrap_or_default();
@@ -288,13 +293,37 @@ pub fn generate(
                 });
             }
         } else {
-            let ctx = json!({ "contracts": contexts });
+            let ctx = json!({ "contracts": contexts, "package": package.context() });
             files.push(GeneratedFile {
-                name: out_name.to_string(),
+                name: out_name,
                 contents: render(name, &ctx)?,
             });
         }
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
+}
+
+/// Render each of `templates` once with `ctx` (a package that does not depend on the
+/// contracts: the runtimes).
+pub fn render_each(
+    what: &str,
+    templates: &[Template],
+    ctx: &Value,
+) -> Result<Vec<GeneratedFile>, GenError> {
+    let hb = engine(what, |_| {});
+    let mut files = Vec::new();
+    for (name, text) in templates {
+        let contents = hb
+            .render_template(text, ctx)
+            .map_err(|e| GenError::Template {
+                template: format!("{what}/{name}"),
+                reason: e.to_string(),
+            })?;
+        files.push(GeneratedFile {
+            name: name.trim_end_matches(".hbs").to_string(),
+            contents,
+        });
+    }
     Ok(files)
 }

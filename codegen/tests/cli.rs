@@ -292,3 +292,162 @@ fn headers_name_the_input_path_as_given() {
     let h = header(elsewhere.to_str().expect("utf-8"), "csharp", "mcp.cs");
     assert!(h.contains(&format!("from {}", elsewhere.display())), "{h}");
 }
+
+/// An SDK is named and versioned by the options a team publishes it under, carries no copy
+/// of the runtime, and declares the runtime package `contractgen runtime` writes (same
+/// version as contractgen); options a package format cannot take are refused with exit 2.
+#[test]
+fn sdks_are_named_by_their_options_and_depend_on_the_runtime_package() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("sdk");
+    contractgen()
+        .args([
+            "generate",
+            "--lang",
+            "python,csharp",
+            "--package",
+            "acme_proto",
+        ])
+        .args([
+            "--distribution",
+            "acme-proto-sdk",
+            "--namespace",
+            "Acme.Proto",
+        ])
+        .args([
+            "--assembly",
+            "Acme.Proto.Sdk",
+            "--package-version",
+            "2.3.4",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(root().join("schema/contracts/kernel.json"))
+        .assert()
+        .success();
+    let files: std::collections::BTreeMap<String, String> = tree(&out)
+        .into_iter()
+        .map(|(p, b)| {
+            (
+                p.display().to_string(),
+                String::from_utf8_lossy(&b).into_owned(),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "csharp/Acme.Proto.Sdk.csproj",
+            "csharp/kernel.cs",
+            "python/acme_proto/__init__.py",
+            "python/acme_proto/kernel.py",
+            "python/acme_proto/py.typed",
+            "python/pyproject.toml",
+        ],
+        "no runtime copied into the SDK"
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    let pyproject = &files["python/pyproject.toml"];
+    for want in [
+        "name = \"acme-proto-sdk\"",
+        "version = \"2.3.4\"",
+        &format!("\"contract-runtime>={version},<"),
+        "packages = [\"acme_proto\"]",
+    ] {
+        assert!(pyproject.contains(want), "{want} in {pyproject}");
+    }
+    let module = &files["python/acme_proto/kernel.py"];
+    assert!(
+        module.contains("import contract_runtime as _rt"),
+        "{module}"
+    );
+    assert!(module.contains(&format!("_rt.require(\"{version}\", __name__)")));
+    let csproj = &files["csharp/Acme.Proto.Sdk.csproj"];
+    for want in [
+        "<RootNamespace>Acme.Proto</RootNamespace>",
+        "<AssemblyName>Acme.Proto.Sdk</AssemblyName>",
+        "<Version>2.3.4</Version>",
+        &format!("<PackageReference Include=\"Contract.Runtime\" Version=\"[{version},"),
+    ] {
+        assert!(csproj.contains(want), "{want} in {csproj}");
+    }
+    let cs = &files["csharp/kernel.cs"];
+    assert!(cs.contains("namespace Acme.Proto.Kernel") && cs.contains("using Contract.Runtime;"));
+
+    for (flag, value) in [
+        ("--package", "acme-proto"),
+        ("--package", "contract_runtime"),
+        ("--namespace", "Contract.Runtime"),
+        ("--namespace", "Acme..Proto"),
+        ("--distribution", "acme proto"),
+        ("--package-version", "2.3"),
+    ] {
+        let assert = contractgen()
+            .args(["generate", "--lang", "python", flag, value, "--out"])
+            .arg(dir.path().join("refused"))
+            .arg(root().join("schema/contracts/kernel.json"))
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
+        assert!(
+            err.contains(flag) && err.contains(value),
+            "{flag} {value}: {err}"
+        );
+    }
+}
+
+/// `contractgen runtime` writes each language's runtime package at contractgen's version;
+/// `--check` tells a stale copy; a language without a runtime is refused.
+#[test]
+fn the_runtime_packages_carry_contractgens_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let version = env!("CARGO_PKG_VERSION");
+    for (lang, file, want) in [
+        (
+            "python",
+            "pyproject.toml",
+            format!("version = \"{version}\""),
+        ),
+        (
+            "python",
+            "contract_runtime/__init__.py",
+            format!("__version__ = \"{version}\""),
+        ),
+        (
+            "csharp",
+            "Contract.Runtime.csproj",
+            format!("<Version>{version}</Version>"),
+        ),
+        (
+            "csharp",
+            "ContractRuntime.cs",
+            "namespace Contract.Runtime".to_string(),
+        ),
+    ] {
+        let out = dir.path().join(lang);
+        contractgen()
+            .args(["runtime", "--lang", lang, "--out"])
+            .arg(&out)
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(out.join(file)).expect(file);
+        assert!(text.contains(&want), "{lang}/{file}: {want}");
+        contractgen()
+            .args(["runtime", "--check", "--lang", lang, "--out"])
+            .arg(&out)
+            .assert()
+            .success();
+    }
+    std::fs::write(dir.path().join("python/pyproject.toml"), "edited").expect("edit");
+    contractgen()
+        .args(["runtime", "--check", "--lang", "python", "--out"])
+        .arg(dir.path().join("python"))
+        .assert()
+        .code(1);
+    contractgen()
+        .args(["runtime", "--lang", "rust", "--out"])
+        .arg(dir.path().join("rust"))
+        .assert()
+        .code(2);
+}

@@ -725,11 +725,13 @@ def main() -> int:
                     help="credit: send data-channel bytes beyond the granted credit")
     ap.add_argument("--sdk", default=os.environ.get("KERNEL_PY_SDK", str(DEFAULT_SDK)),
                     help="directory holding the generated contract_sdk package")
+    ap.add_argument("--runtime", default=None,
+                    help="directory holding the contract_runtime package it imports (default: DIR-runtime)")
     ap.add_argument("--connect-timeout", type=float, default=CONNECT_DEADLINE)
     ap.add_argument("--ttl", type=int, default=None,
                     help="permission.request ttl in seconds (default: the contract's 60; tests use 2)")
     args = ap.parse_args()
-    sys.path.insert(0, args.sdk)
+    sys.path[:0] = [args.sdk, args.runtime or args.sdk.rstrip("/") + "-runtime"]
     import msgspec as _msgspec
     from contract_sdk import kernel as _k
     k, msgspec = _k, _msgspec

@@ -42,9 +42,13 @@ die() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- 1. SDKs
 say "generate SDKs from $contract"
+# Afresh: a file an older contractgen wrote (a runtime copy) must not be compiled in.
+rm -rf "$sdk_py" "$sdk_py-runtime" "$sdk_cs" "$sdk_cs-runtime"
 "$gen" generate --lang python --out "$sdk_py" "$contract" >/dev/null
+"$gen" runtime --lang python --out "$sdk_py-runtime" >/dev/null
 "$gen" generate --lang csharp --out "$sdk_cs" "$contract" >/dev/null
-"$py" -c "import sys; sys.path.insert(0, '$sdk_py'); import contract_sdk.kernel" \
+"$gen" runtime --lang csharp --out "$sdk_cs-runtime" >/dev/null
+"$py" -c "import sys; sys.path[:0] = ['$sdk_py', '$sdk_py-runtime']; import contract_sdk.kernel" \
     || die "generated Python SDK does not import with $py"
 
 # ---------------------------------------------------------------- 2. compile the shell
@@ -65,7 +69,7 @@ done
 mkdir -p "$build"
 say "compile the shell with mcs -> $build/Shell.dll"
 mcs -nostdlib -noconfig -langversion:7.2 -nowarn:1591,0162 "${refs[@]}" -r:"$stj" \
-    -out:"$build/Shell.dll" "$sdk_cs"/*.cs "$here/shell/Shell.cs" >"$build/mcs.log" 2>&1 \
+    -out:"$build/Shell.dll" "$sdk_cs"-runtime/*.cs "$sdk_cs"/*.cs "$here/shell/Shell.cs" >"$build/mcs.log" 2>&1 \
     || { cat "$build/mcs.log" >&2; die "mcs failed"; }
 grep -E 'error|warning' "$build/mcs.log" >&2 || true
 cat >"$build/Shell.runtimeconfig.json" <<'EOF'

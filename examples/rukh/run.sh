@@ -25,7 +25,8 @@ EXT_RS=$CARGO_TARGET_DIR/debug/rukh-ext
 SDK=$ROOT/target/examples-sdk/python-rukh
 rm -rf "$SDK"
 "$CONTRACTGEN" generate --lang python --out "$SDK" schema/contracts/rukh.json >/dev/null
-export PYTHONPATH=$SDK${PYTHONPATH:+:$PYTHONPATH}
+"$CONTRACTGEN" runtime --lang python --out "$SDK-runtime" >/dev/null
+export PYTHONPATH=$SDK:$SDK-runtime${PYTHONPATH:+:$PYTHONPATH}
 
 fails=0
 passes=0

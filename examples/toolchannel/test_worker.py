@@ -27,6 +27,7 @@ from typing import Any, Awaitable, Callable, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SDK = os.path.join(ROOT, "target", "examples-sdk", "python", "toolchannel")
+RUNTIME = SDK + "-runtime"
 _BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug")
 CONTRACTGEN = os.environ.get("CONTRACTGEN", os.path.join(_BIN, "contractgen"))
 PROXY = os.environ.get("PROXY", os.path.join(_BIN, "contract-proxy"))
@@ -43,7 +44,11 @@ def generate_sdk() -> None:
         [CONTRACTGEN, "generate", "--lang", "python", "--out", SDK, os.path.join(ROOT, "schema", "contracts", "toolchannel.json")],
         check=True, stdout=subprocess.DEVNULL, timeout=120,
     )
-    sys.path.insert(0, SDK)
+    subprocess.run(
+        [CONTRACTGEN, "runtime", "--lang", "python", "--out", RUNTIME],
+        check=True, stdout=subprocess.DEVNULL, timeout=120,
+    )
+    sys.path[:0] = [SDK, RUNTIME]
 
 
 generate_sdk()
@@ -52,7 +57,7 @@ from websockets.asyncio.server import ServerConnection, serve  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 from websockets.http11 import Request, Response  # noqa: E402
 
-from contract_sdk import _runtime as sdk_rt  # noqa: E402
+import contract_runtime as sdk_rt  # noqa: E402
 from contract_sdk import toolchannel as tc  # noqa: E402
 
 RESULTS: list[tuple[str, bool, str]] = []
@@ -210,7 +215,7 @@ async def run_case(
                 return None
             url = f"ws://127.0.0.1:{pport}/worker"
         wenv = {k: v for k, v in os.environ.items() if k not in ("WORKER_TOKEN", "WORKER_TOKEN_FILE")}
-        wenv["PYTHONPATH"] = SDK
+        wenv["PYTHONPATH"] = os.pathsep.join([SDK, RUNTIME])
         wenv.update(env or {})
         worker = await asyncio.create_subprocess_exec(
             sys.executable, WORKER, "--url", url, "--token", TOKEN, "--session-id", SESSION,

@@ -32,7 +32,7 @@ try:
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, NegotiationError
     from websockets.typing import Subprotocol
 
-    from contract_sdk import _runtime as sdk_rt
+    import contract_runtime as sdk_rt
     from contract_sdk import toolchannel as tc
 except ImportError as e:  # the SDK is generated, never committed
     sys.stderr.write(

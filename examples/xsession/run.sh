@@ -72,7 +72,8 @@ wait_sockets() { # wait_sockets SECONDS PATH...
 echo "== generating the Python SDK into $SDK"
 rm -rf "$SDK"
 "$CONTRACTGEN" generate --lang python --out "$SDK" "$ROOT/schema/contracts/xsession.json" >/dev/null || { echo "FAIL contractgen"; exit 1; }
-export PYTHONPATH=$SDK
+"$CONTRACTGEN" runtime --lang python --out "$SDK-runtime" >/dev/null || { echo "FAIL contractgen runtime"; exit 1; }
+export PYTHONPATH=$SDK:$SDK-runtime
 
 # start_proxy DIR NAME...: one contract-proxy, two routes per session: <name>.in (user frames,
 # client sender) and <name>.st (delivery_status, client recipient), both to <name>.sock.

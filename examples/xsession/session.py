@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 try:
     import msgspec
-    from contract_sdk import _runtime as sdk_rt
+    import contract_runtime as sdk_rt
     from contract_sdk import xsession as xs
 except ImportError as e:  # the SDK is generated, never committed
     sys.stderr.write(

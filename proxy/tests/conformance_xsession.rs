@@ -6,13 +6,13 @@
 //! file, the check list and the usage errors.
 //!
 //! Needs the peers' Python (see `common::peers_python`, scripts/peers-venv.sh);
-//! the SDK comes from `common::python_sdk`.
+//! the SDK comes from `common::python_path`.
 
 use std::path::Path;
 use std::time::Duration;
 
 mod common;
-use common::{Run, conformance, peers_python, python_sdk, show};
+use common::{Run, conformance, peers_python, python_path, show};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// A whole suite run: the parse-deadline check alone waits 30 s.
@@ -49,7 +49,7 @@ const IDS: [(&str, bool, bool); 23] = [
 fn target(role_args: &str) -> String {
     format!(
         "exec:env PYTHONPATH={} {} {ROOT}/examples/xsession/session.py --registry {{registry}} --name {{name}} --socket {{socket}} {role_args}",
-        python_sdk("xsession").display(),
+        python_path("xsession"),
         peers_python().display()
     )
 }

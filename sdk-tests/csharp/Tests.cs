@@ -10,7 +10,7 @@ using System.Linq;
 using System.Reflection;
 using System.Text;
 using System.Text.Json;
-using Contract.Sdk;
+using Contract.Runtime;
 
 public static partial class Tests
 {
@@ -47,7 +47,9 @@ public static partial class Tests
         return sb.ToString();
     }
 
-    static Assembly Sdk { get { return typeof(Codec).Assembly; } }
+    // The generated modules are compiled into this runner; the runtime is its own assembly
+    // (Contract.Runtime.dll, as an SDK's users reference it).
+    static Assembly Sdk { get { return typeof(Tests).Assembly; } }
 
     static System.Type SdkType(string name)
     {

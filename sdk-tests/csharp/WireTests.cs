@@ -15,7 +15,7 @@ using System.Text;
 using System.Text.Json;
 using System.Threading;
 using System.Threading.Tasks;
-using Contract.Sdk;
+using Contract.Runtime;
 
 public static partial class Tests
 {

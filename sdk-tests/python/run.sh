@@ -2,10 +2,12 @@
 # Python SDK tests. Usage: sdk-tests/python/run.sh PATH/TO/contractgen
 #
 # 1. scripts/setup.sh makes .venv-py (msgspec, mypy, pytest) when it is missing;
-# 2. generates the contract_sdk package and the cross-language vectors (messages and state
-#    machines) into a temp dir;
-# 3. builds a wheel of the package (installability) and runs `mypy --strict` on it;
-# 4. runs pytest on sdk-tests/python/test_*.py against it;
+# 2. generates the contract_sdk package, the contract_runtime package it imports and the
+#    cross-language vectors (messages and state machines) into a temp dir;
+# 3. builds a wheel of each package (installability) and runs `mypy --strict` on them;
+# 4. runs pytest on sdk-tests/python/test_*.py against them;
+# 5. installs two SDKs named apart (kernel_sdk, rukh_sdk) and the runtime from their wheels into
+#    a fresh venv, and uses both in one process.
 # Import times are a benchmark: cargo bench -p contractgen --bench py_import (docs/benchmarks.md).
 set -euo pipefail
 
@@ -20,6 +22,7 @@ PY="$VENV/bin/python"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 PKG="$WORK/pkg"
+RT="$WORK/runtime"
 VECTORS="$WORK/vectors"
 
 # The built-in contracts and one the project did not write for itself (the jobs fixture), so
@@ -34,13 +37,26 @@ cp "$ROOT"/schema/contracts/*.json "$ROOT"/proxy/tests/fixtures/jobs.json "$CONT
 "$PY" "$ROOT/codegen/tests/corpus/check_examples.py" | tail -n 1
 "$PY" "$ROOT/codegen/tests/corpus/assemble.py" python "$CONTRACTS"
 "$BIN" generate --lang python --out "$PKG" "$CONTRACTS"/*.json >/dev/null
+"$BIN" runtime --lang python --out "$RT" >/dev/null
 "$BIN" vectors --out "$VECTORS" "$CONTRACTS"/*.json >/dev/null
 echo "generated $(ls "$PKG"/contract_sdk/*.py | wc -l) modules into $PKG; vectors in $VECTORS"
 
-"$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$WORK/wheel" "$PKG" >/dev/null
-echo "built $(basename "$WORK"/wheel/*.whl)"
+wheel() { "$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$WORK/wheel" "$@" >/dev/null; }
+wheel "$PKG" "$RT"
+echo "built $(cd "$WORK"/wheel && echo *.whl)"
 
-(cd "$PKG" && "$PY" -m mypy --strict --cache-dir "$WORK/mypy-cache" contract_sdk)
+(cd "$RT" && "$PY" -m mypy --strict --cache-dir "$WORK/mypy-cache" contract_runtime)
+(cd "$PKG" && MYPYPATH="$RT" "$PY" -m mypy --strict --cache-dir "$WORK/mypy-cache" contract_sdk)
 
-PYTHONPATH="$PKG" CONTRACT_VECTORS="$VECTORS" CONTRACTS_DIR="$CONTRACTS" \
+PYTHONPATH="$PKG:$RT" CONTRACT_VECTORS="$VECTORS" CONTRACTS_DIR="$CONTRACTS" \
     "$PY" -m pytest -q -p no:cacheprovider "$ROOT/sdk-tests/python"
+
+# Two SDKs side by side: each its own distribution and import name, one runtime for both, all
+# installed from their wheels (msgspec's too, so nothing else is fetched) into a fresh venv.
+"$BIN" generate --lang python --package kernel_sdk --package-version 1.0.0 --out "$WORK/side/kernel" "$ROOT/schema/contracts/kernel.json" >/dev/null
+"$BIN" generate --lang python --package rukh_sdk --package-version 2.0.0 --out "$WORK/side/rukh" "$ROOT/schema/contracts/rukh.json" >/dev/null
+wheel "$WORK/side/kernel" "$WORK/side/rukh"
+"$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$WORK/wheel" "msgspec==$("$PY" -c 'import msgspec; print(msgspec.__version__)')" >/dev/null
+"$PY" -m venv "$WORK/side/venv"
+"$WORK/side/venv/bin/pip" install -q --disable-pip-version-check --no-index --find-links "$WORK/wheel" kernel-sdk rukh-sdk
+"$WORK/side/venv/bin/python" "$ROOT/sdk-tests/python/side_by_side.py"

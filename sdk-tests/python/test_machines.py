@@ -31,7 +31,7 @@ def test_message_steps(module: str) -> None:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_event_steps(module: str) -> None:
-    from contract_sdk import _runtime
+    import contract_runtime as _runtime
 
     for v in load_doc(module, "machines")["events"]:
         state_t, event_t, on, _ = machine(module, v["machine"])

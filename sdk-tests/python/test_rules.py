@@ -13,7 +13,7 @@ from test_vectors import same_json
 
 @pytest.mark.parametrize("module", MODULES)
 def test_ids(module: str) -> None:
-    from contract_sdk import _runtime
+    import contract_runtime as _runtime
 
     mod = sdk(module)
     for v in load_doc(module, "rules")["ids"]:

@@ -574,7 +574,7 @@ def test_socket_timeout_shorter_than_the_deadline_stays_the_callers() -> None:
 
 
 def test_deadline_runs_from_the_first_byte_and_progress_does_not_reset_it() -> None:
-    from contract_sdk import _runtime as rt
+    import contract_runtime as rt
 
     r = sdk("rukh")
     short = rt.FrameDeadline("incompleteFrameSeconds", 0.5)
@@ -602,7 +602,7 @@ def test_deadline_runs_from_the_first_byte_and_progress_does_not_reset_it() -> N
 
 
 def test_incomplete_frame_asyncio() -> None:
-    from contract_sdk import _runtime as rt
+    import contract_runtime as rt
 
     r = sdk("rukh")
 
@@ -661,3 +661,40 @@ def test_kernel_control_refuses_null_anywhere() -> None:
     assert e.value.label == "parse" and e.value.rule == "null", e.value
     assert "/payload/a/b/1" in e.value.detail
     assert k.decode_control_message(json.dumps({**event, "payload": {"a": {"b": [1, 2]}}}).encode())
+
+
+@pytest.mark.parametrize(
+    ("installed", "wanted", "ok"),
+    [
+        ("0.1.0", "0.1.0", True),
+        ("0.1.4", "0.1.2", True),
+        ("0.1.2", "0.1.4", False),  # older than the SDK needs
+        ("0.2.0", "0.1.0", False),  # another 0.x series
+        ("1.3.0", "1.1.0", True),
+        ("2.0.0", "1.1.0", False),  # another major
+    ],
+)
+def test_an_sdk_refuses_a_runtime_it_was_not_generated_for(
+    monkeypatch: pytest.MonkeyPatch, installed: str, wanted: str, ok: bool
+) -> None:
+    import contract_runtime as rt
+
+    monkeypatch.setattr(rt, "__version__", installed)
+    if ok:
+        rt.require(wanted, "some_sdk.mod")
+        return
+    with pytest.raises(ImportError) as e:
+        rt.require(wanted, "some_sdk.mod")
+    assert "some_sdk.mod" in str(e.value) and installed in str(e.value) and wanted in str(e.value)
+
+
+def test_every_generated_module_checks_its_runtime_on_import() -> None:
+    import importlib.util
+
+    import contract_runtime as rt
+
+    for name in ("kernel", "rukh"):
+        src = importlib.util.find_spec(f"contract_sdk.{name}")
+        assert src is not None and src.origin is not None
+        text = open(src.origin, encoding="utf-8").read()
+        assert f'_rt.require("{rt.__version__}", __name__)' in text

@@ -52,7 +52,7 @@ def test_invalid(invalid_vector: tuple[str, dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_every_label_is_known(module: str) -> None:
-    from contract_sdk import _runtime
+    import contract_runtime as _runtime
 
     for v in load(module, "invalid"):
         assert v["error"] in _runtime.LABELS

@@ -31,7 +31,7 @@ using System.Text;
 using System.Text.Json;
 using System.Text.Json.Serialization;
 using System.Threading;
-using Contract.Sdk;
+using Contract.Runtime;
 using Contract.Sdk.Kernel;
 
 namespace KernelShell

@@ -32,7 +32,8 @@ HOST=$CARGO_TARGET_DIR/debug/toolchannel-host
 SDK=$ROOT/target/examples-sdk/python-toolchannel
 rm -rf "$SDK"
 "$CONTRACTGEN" generate --lang python --out "$SDK" schema/contracts/toolchannel.json >/dev/null
-export PYTHONPATH=$SDK${PYTHONPATH:+:$PYTHONPATH}
+"$CONTRACTGEN" runtime --lang python --out "$SDK-runtime" >/dev/null
+export PYTHONPATH=$SDK:$SDK-runtime${PYTHONPATH:+:$PYTHONPATH}
 
 TOKEN=tok-$RANDOM$RANDOM
 SID=ars_ref_0001

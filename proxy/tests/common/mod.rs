@@ -85,7 +85,8 @@ pub fn peers_python() -> PathBuf {
 }
 
 /// The Python SDK of `contract`, generated once per test binary (never committed),
-/// by `CONTRACTGEN` or the contractgen next to contract-proxy (built if missing).
+/// by `CONTRACTGEN` or the contractgen next to contract-proxy (built if missing), with the
+/// `contract_runtime` package it imports in `<dir>-runtime` (see [`python_path`]).
 pub fn python_sdk(contract: &str) -> PathBuf {
     static SDKS: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let mut sdks = SDKS
@@ -104,19 +105,30 @@ pub fn python_sdk(contract: &str) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("conformance-{contract}-sdk-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let st = Command::new(&cgen)
+    let mut runtime = out.clone().into_os_string();
+    runtime.push("-runtime");
+    let _ = std::fs::remove_dir_all(&runtime);
+    let mut generate = Command::new(&cgen);
+    generate
         .args(["generate", "--lang", "python", "--out"])
         .arg(&out)
-        .arg(root().join(format!("schema/contracts/{contract}.json")))
-        .stdout(Stdio::null())
-        .status()
-        .expect("run contractgen");
-    assert!(
-        st.success(),
-        "contractgen generate --lang python failed: {st}"
-    );
+        .arg(root().join(format!("schema/contracts/{contract}.json")));
+    let mut write_runtime = Command::new(&cgen);
+    write_runtime
+        .args(["runtime", "--lang", "python", "--out"])
+        .arg(&runtime);
+    for mut cmd in [generate, write_runtime] {
+        let st = cmd.stdout(Stdio::null()).status().expect("run contractgen");
+        assert!(st.success(), "{cmd:?} failed: {st}");
+    }
     sdks.insert(contract.to_string(), out.clone());
     out
+}
+
+/// PYTHONPATH for the Python SDK of `contract` ([`python_sdk`]) and its runtime.
+pub fn python_path(contract: &str) -> String {
+    let sdk = python_sdk(contract);
+    format!("{0}:{0}-runtime", sdk.display())
 }
 
 /// `contract-proxy conformance ARGS` (with the Python SDK of `sdk` on PYTHONPATH),
@@ -140,7 +152,7 @@ pub fn conformance_env(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(contract) = sdk {
-        cmd.env("PYTHONPATH", python_sdk(contract));
+        cmd.env("PYTHONPATH", python_path(contract));
     }
     finish(cmd.spawn().expect("start contract-proxy"), limit)
 }
