@@ -185,8 +185,22 @@ fn is_value(ty: &TypeRef, types: &Value) -> bool {
     }
 }
 
+/// Whether `ty` admits JSON null: `X | null`, null itself, any value, or a union one of whose
+/// branches is null (System.Text.Json reads a JSON null into such a union's reference as null,
+/// so the member holds null and writes it back).
 fn is_nullable(ty: &TypeRef, types: &Value) -> bool {
-    matches!(resolve(ty, types), TypeRef::Nullable { .. } | TypeRef::Null)
+    match resolve(ty, types) {
+        TypeRef::Nullable { .. } | TypeRef::Null | TypeRef::Any => true,
+        TypeRef::Named { name } => find(types, &name).is_some_and(|d| {
+            d["kind"] == "union"
+                && d["variants"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|v| is_nullable(&tref(&v["ty"]), types))
+        }),
+        _ => false,
+    }
 }
 
 /// A C# type for `ty`; value types get `?` when they may be null.
@@ -318,6 +332,7 @@ fn fields(def: &Value, types: &Value) -> Value {
     let mut used: Vec<String> = vec![class.to_string(), "Extra".into()];
     let mut out = Vec::new();
     let mut bit = 0u32;
+    let mut given = 0u32;
     for f in def["fields"].as_array().into_iter().flatten() {
         let ty = tref(&f["ty"]);
         let required = f["required"].as_bool().unwrap_or(false);
@@ -378,9 +393,20 @@ fn fields(def: &Value, types: &Value) -> Value {
         if track {
             bit += 1;
         }
+        // An optional member that may be null keeps a given null apart from an absent member,
+        // so decode then encode writes back what it read (the runtime's KeepNull).
+        let keep_null = !required && nullable && given < 64;
+        let given_mask = if keep_null {
+            given += 1;
+            format!("0x{:X}UL", 1u64 << (given - 1))
+        } else {
+            String::new()
+        };
         out.push(json!({
             "track": track,
             "bit": mask,
+            "keepNull": keep_null,
+            "givenBit": given_mask,
             "wire": wire,
             "wireLit": cs_string(wire),
             "prop": prop,
@@ -820,6 +846,9 @@ handlebars_helper!(cs_id_rules_helper: |r: Json| {
     )
 });
 handlebars_helper!(cs_fields_helper: |def: Json, types: Json| fields(def, types));
+handlebars_helper!(cs_keeps_null_helper: |def: Json, types: Json| fields(def, types)
+    .as_array()
+    .is_some_and(|fs| fs.iter().any(|f| f["keepNull"] == true)));
 handlebars_helper!(cs_required_mask_helper: |def: Json| required_mask(def));
 handlebars_helper!(cs_literal_mask_helper: |def: Json, types: Json| literal_mask(def, types));
 handlebars_helper!(cs_union_helper: |def: Json, types: Json| union_info(def, types));
@@ -846,6 +875,7 @@ pub fn register(hb: &mut Handlebars<'static>) {
     hb.register_helper("cs_keyed", Box::new(cs_keyed_helper));
     hb.register_helper("cs_id_rules", Box::new(cs_id_rules_helper));
     hb.register_helper("cs_fields", Box::new(cs_fields_helper));
+    hb.register_helper("cs_keeps_null", Box::new(cs_keeps_null_helper));
     hb.register_helper("cs_union", Box::new(cs_union_helper));
     hb.register_helper("cs_literal_mask", Box::new(cs_literal_mask_helper));
     hb.register_helper("cs_required_mask", Box::new(cs_required_mask_helper));
