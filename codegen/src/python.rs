@@ -11,7 +11,8 @@
 //! - A union whose branches are all structs (after flattening nested unions)
 //!   and that share one field fixed to a distinct literal in every branch is a
 //!   msgspec tagged union (`tag_field`/`tag`); the tag field is then not a struct
-//!   field (msgspec writes it). A one-branch union is an alias of its branch.
+//!   field (msgspec writes it). A one-branch union is an alias of its branch. A null
+//!   branch stays beside the tagged ones (`Union[None, A, B]`, which msgspec takes).
 //! - A union of structs without such a field (JSON-RPC's request/notification/
 //!   response/error) is decoded by a generated `decode_<name>` function that
 //!   picks the branch by which members are present; where another type refers to
@@ -252,9 +253,14 @@ impl<'a> Types<'a> {
     }
 
     /// The struct leaves of a union (nested unions flattened); `None` if a branch is not a struct.
+    /// The structs a union of structs picks from (nested unions flattened), its null branch
+    /// aside (see [`Types::has_null`]); `None` when another branch is not a struct.
     fn leaves(&self, union: &Value, depth: usize) -> Option<Vec<String>> {
         let mut out = Vec::new();
         for v in union["variants"].as_array()? {
+            if v["ty"]["kind"] == "null" && depth == 0 {
+                continue;
+            }
             if v["ty"]["kind"] != "named" || depth > 8 {
                 return None;
             }
@@ -266,7 +272,14 @@ impl<'a> Types<'a> {
                 _ => return None,
             }
         }
-        Some(out)
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// Whether a union has a null branch of its own (GeoJSON's `geometry`: null or a geometry).
+    fn has_null(union: &Value) -> bool {
+        union["variants"]
+            .as_array()
+            .is_some_and(|vs| vs.iter().any(|v| v["ty"]["kind"] == "null"))
     }
 }
 
@@ -346,6 +359,7 @@ pub fn py_module(ctx: &Value) -> Value {
             union_kind.insert(uname, ("alias".into(), uniq));
             continue;
         }
+        let nullable = Types::has_null(u);
         // Candidate tag fields: the declared tag first, then every field of the first leaf.
         let mut cands: Vec<String> = u["tag"]
             .as_str()
@@ -387,6 +401,10 @@ pub fn py_module(ctx: &Value) -> Value {
                     struct_tag.insert(l.clone(), (field.clone(), v));
                 }
                 union_kind.insert(uname, ("tagged".into(), uniq));
+            }
+            // A presence-dispatched union has no null branch to pick: a plain Union then.
+            None if nullable => {
+                union_kind.insert(uname, ("plain".into(), vec![]));
             }
             None => {
                 union_kind.insert(uname, ("dispatch".into(), uniq));
@@ -485,17 +503,15 @@ pub fn py_module(ctx: &Value) -> Value {
                 let (kind, leaves) = union_kind.get(name).cloned().unwrap_or_default();
                 match kind.as_str() {
                     "alias" | "tagged" => {
-                        let rhs = if leaves.len() == 1 {
-                            pyname(&leaves[0])
-                        } else {
-                            format!(
-                                "Union[{}]",
-                                leaves
-                                    .iter()
-                                    .map(|l| pyname(l))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )
+                        // msgspec takes None beside tagged structs.
+                        let null = Types::has_null(t).then(|| "None".to_string());
+                        let branches: Vec<String> = null
+                            .into_iter()
+                            .chain(leaves.iter().map(|l| pyname(l)))
+                            .collect();
+                        let rhs = match branches.as_slice() {
+                            [one] => one.clone(),
+                            _ => format!("Union[{}]", branches.join(", ")),
                         };
                         aliases.push((
                             py,
