@@ -7,6 +7,10 @@
 //! runs the contract's own validation (schemas with their bounds, strict JSON)
 //! before serde ever builds a typed value.
 //!
+//! Schemas typify 0.8 cannot read are narrowed to what it can, the contract's validation
+//! keeping the rest: conditionals (`if`/`then`/`else`) are dropped, and an `enum` mixing
+//! JSON types, or holding `null`, an array or an object, is split by type.
+//!
 //! Two more are closed after typify renders: an optional object or array member is an
 //! `Option` (so `{}` and absent differ), and every optional member reads `null` as its
 //! type does rather than as absent (so a nullable member keeps its `null`, and another
@@ -59,11 +63,18 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
             let mut out = serde_json::Map::new();
             for (k, x) in m {
                 if k == "allOf" {
-                    let parts = x
+                    // Parts left empty (their if/then/else dropped) constrain nothing typify sees.
+                    let parts: Vec<Value> = x
                         .as_array()
                         .map(|a| a.iter().map(|p| prepare(p, true)).collect())
                         .unwrap_or_default();
-                    out.insert(k.clone(), Value::Array(parts));
+                    let parts: Vec<Value> = parts
+                        .into_iter()
+                        .filter(|p| p.as_object().is_none_or(|o| !o.is_empty()))
+                        .collect();
+                    if !parts.is_empty() {
+                        out.insert(k.clone(), Value::Array(parts));
+                    }
                     continue;
                 }
                 match (k.as_str(), x) {
@@ -72,6 +83,13 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
                     // date-time's offset becomes UTC): the text stays a String. Integer formats
                     // (int32, uint64) keep their sized types.
                     ("format", Value::String(_)) if !is_numeric(m) => {}
+                    // typify 0.8 panics on conditionals (Prometheus' auth exclusions); they only
+                    // constrain, and the generated `decode` validates against the contract first.
+                    ("if" | "then" | "else", _) => {}
+                    // A default is documentation on the wire: serde would fill an absent member
+                    // with it and the re-encoded message would grow (and typify 0.8 refuses a
+                    // default its narrowed schema no longer admits).
+                    ("default", _) => {}
                     ("const", c) => {
                         out.insert("enum".into(), Value::Array(vec![c.clone()]));
                     }
@@ -86,6 +104,7 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
                     }
                 }
             }
+            split_mixed_enum(&mut out);
             // An open object (properties, no `additionalProperties`) must keep the
             // members it does not name, or decode → encode would lose data: say so
             // explicitly, which typify renders as a flattened map.
@@ -104,6 +123,65 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
         }
         Value::Array(a) => Value::Array(a.iter().map(|x| prepare(x, false)).collect()),
         other => other.clone(),
+    }
+}
+
+/// The JSON type of a value as a schema names it (integers apart from other numbers).
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// typify 0.8 panics on an `enum` whose values are of several JSON types (SIL Kit's
+/// `[1, "1"]`) and refuses one holding `null` (a `const: null` made an enum) or an array or
+/// object (Prometheus' `const: ["AzurePublic", …]`): split it into an `anyOf` of one typed
+/// enum per JSON type, in first-seen order, which typify renders as an untagged enum with the
+/// same wire values. `null`, arrays and objects are their type alone: the generated `decode`
+/// runs the contract's own validation first, so the literal is still enforced.
+fn split_mixed_enum(schema: &mut serde_json::Map<String, Value>) {
+    let Some(Value::Array(values)) = schema.get("enum") else {
+        return;
+    };
+    let mut by_type: Vec<(&str, Vec<Value>)> = Vec::new();
+    for v in values {
+        let t = json_type(v);
+        match by_type.iter_mut().find(|(k, _)| *k == t) {
+            Some((_, vs)) => vs.push(v.clone()),
+            None => by_type.push((t, vec![v.clone()])),
+        }
+    }
+    let literal = |t: &str| !matches!(t, "null" | "array" | "object");
+    if let [(t, _)] = by_type.as_slice()
+        && literal(t)
+    {
+        return;
+    }
+    let mut branches: Vec<Value> = by_type
+        .into_iter()
+        .map(|(t, vs)| match literal(t) {
+            true => serde_json::json!({ "type": t, "enum": vs }),
+            false => serde_json::json!({ "type": t }),
+        })
+        .collect();
+    schema.remove("enum");
+    schema.remove("type");
+    match branches.len() {
+        1 => schema.extend(
+            branches
+                .pop()
+                .and_then(|b| b.as_object().cloned())
+                .unwrap_or_default(),
+        ),
+        _ => {
+            schema.insert("anyOf".into(), Value::Array(branches));
+        }
     }
 }
 
@@ -1225,4 +1303,52 @@ fn render_named(s: &mut String, ir: &Ir) {
         );
     }
     let _ = writeln!(s, "_ => return None,\n}}) }}");
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::for_typify;
+
+    #[test]
+    fn an_enum_mixing_json_types_is_split_by_type() {
+        let mixed = for_typify(&json!({ "enum": [1, "1", 2, null] }));
+        assert_eq!(
+            mixed,
+            json!({ "anyOf": [
+                { "type": "integer", "enum": [1, 2] },
+                { "type": "string", "enum": ["1"] },
+                { "type": "null" },
+            ] })
+        );
+        // A const array is its type alone (the contract's validation keeps the literal).
+        let array = for_typify(&json!({ "const": ["a", "b"], "description": "d" }));
+        assert_eq!(array, json!({ "type": "array", "description": "d" }));
+        // One JSON type of literals is left as it is.
+        let plain = json!({ "type": "string", "enum": ["a", "b"] });
+        assert_eq!(for_typify(&plain), plain);
+    }
+
+    #[test]
+    fn conditionals_and_defaults_are_left_to_the_contracts_validation() {
+        let s = json!({
+            "type": "object",
+            "properties": { "a": { "type": "string", "default": "x" } },
+            "additionalProperties": false,
+            "allOf": [
+                { "if": { "required": ["a"] }, "then": { "properties": { "b": { "const": null } } } },
+                { "required": ["a"] },
+            ],
+        });
+        assert_eq!(
+            for_typify(&s),
+            json!({
+                "type": "object",
+                "properties": { "a": { "type": "string" } },
+                "additionalProperties": false,
+                "allOf": [{ "required": ["a"] }],
+            })
+        );
+    }
 }
