@@ -99,6 +99,18 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
                             Value::String(r.replace("#/$defs/", "#/definitions/")),
                         );
                     }
+                    // Maps of names to schemas: a member named `default` or `if` is a schema.
+                    (
+                        "properties" | "patternProperties" | "definitions" | "$defs"
+                        | "dependentSchemas",
+                        Value::Object(named),
+                    ) => {
+                        let named = named
+                            .iter()
+                            .map(|(n, schema)| (n.clone(), prepare(schema, false)))
+                            .collect();
+                        out.insert(k.clone(), Value::Object(named));
+                    }
                     _ => {
                         out.insert(k.clone(), prepare(x, false));
                     }
@@ -1331,10 +1343,14 @@ mod tests {
     }
 
     #[test]
-    fn conditionals_and_defaults_are_left_to_the_contracts_validation() {
+    fn conditionals_and_defaults_are_left_to_the_contracts_validation_but_members_so_named_stay() {
         let s = json!({
             "type": "object",
-            "properties": { "a": { "type": "string", "default": "x" } },
+            "properties": {
+                "a": { "type": "string", "default": "x" },
+                "default": { "const": 1 },
+                "if": { "type": "string" },
+            },
             "additionalProperties": false,
             "allOf": [
                 { "if": { "required": ["a"] }, "then": { "properties": { "b": { "const": null } } } },
@@ -1345,7 +1361,11 @@ mod tests {
             for_typify(&s),
             json!({
                 "type": "object",
-                "properties": { "a": { "type": "string" } },
+                "properties": {
+                    "a": { "type": "string" },
+                    "default": { "enum": [1] },
+                    "if": { "type": "string" },
+                },
                 "additionalProperties": false,
                 "allOf": [{ "required": ["a"] }],
             })
