@@ -15,8 +15,11 @@
 //!   branch stays beside the tagged ones (`Union[None, A, B]`, which msgspec takes).
 //! - A union of structs without such a field (JSON-RPC's request/notification/
 //!   response/error) is decoded by a generated `decode_<name>` function that
-//!   picks the branch by which members are present; where another type refers to
-//!   it, the field is typed `Any` (msgspec cannot express an untagged union).
+//!   picks the branch by which members are present (then, among equals, the first
+//!   that accepts the value); a struct member typed by it (directly, in a list or
+//!   a map) is `Any` to msgspec, which cannot express an untagged union, and the
+//!   union to a type checker (`_<Union>Field`), and the struct's `__post_init__`
+//!   picks the branch the same way, so the member is validated and typed.
 //! - Open structs (`additionalProperties` not false) get `dict=True` and the
 //!   runtime keeps their unknown members on decode and writes them back on
 //!   encode, so decode → encode is lossless.
@@ -148,16 +151,56 @@ fn py_doc(s: &str) -> String {
 }
 
 /// A type as a Python annotation; `names` maps contract type names to Python names,
-/// `untyped` lists named types referenced as `Any`.
+/// The name a field refers to a presence-dispatched union by: `Any` at run time (msgspec
+/// cannot decode an untagged union of structs; the struct's `__post_init__` picks the
+/// branch), the union itself to a type checker.
+fn field_alias(union: &str) -> String {
+    format!("_{union}Field")
+}
+
+/// How a struct's `__post_init__` turns the value of a member typed `ty` (read as `v`) into
+/// its presence-dispatched union's branch, or `None` when it holds no such union at the top,
+/// in a list or in a map (deeper ones stay as msgspec decoded them).
+fn dispatch_expr(
+    ty: &TypeRef,
+    v: &str,
+    untyped: &HashSet<String>,
+    names: &HashMap<String, String>,
+) -> Option<String> {
+    let branches =
+        |name: &str| format!("_{}_BRANCHES", names.get(name).map_or(name, String::as_str));
+    match ty {
+        TypeRef::Named { name } if untyped.contains(name) => {
+            Some(format!("_rt.by_presence({v}, {})", branches(name)))
+        }
+        TypeRef::Array { items } => {
+            dispatch_expr(items, "x", untyped, names).map(|e| format!("[{e} for x in {v}]"))
+        }
+        TypeRef::Map { values } => dispatch_expr(values, "x", untyped, names)
+            .map(|e| format!("{{k: {e} for k, x in {v}.items()}}")),
+        TypeRef::Nullable { inner } => {
+            dispatch_expr(inner, v, untyped, names).map(|e| format!("None if {v} is None else {e}"))
+        }
+        _ => None,
+    }
+}
+
+/// `untyped` lists the presence-dispatched unions, spelled `Any` in an alias and by their
+/// [`field_alias`] in a member's annotation (`field`).
 pub fn py_type_with(
     t: &TypeRef,
     names: &HashMap<String, String>,
-    untyped: &HashSet<String>,
+    (untyped, field): (&HashSet<String>, bool),
 ) -> String {
     match t {
         TypeRef::Named { name } => {
             if untyped.contains(name) {
-                "Any".into()
+                // A member's annotation: `Any` to msgspec, the union to a type checker (see
+                // `field_alias`); an alias, evaluated at import, says `Any`.
+                match field {
+                    true => field_alias(names.get(name).map_or(name.as_str(), String::as_str)),
+                    false => "Any".into(),
+                }
             } else {
                 names
                     .get(name)
@@ -184,8 +227,13 @@ pub fn py_type_with(
         TypeRef::Boolean => "bool".into(),
         TypeRef::Null => "None".into(),
         TypeRef::Any => "Any".into(),
-        TypeRef::Array { items } => format!("list[{}]", py_type_with(items, names, untyped)),
-        TypeRef::Map { values } => format!("dict[str, {}]", py_type_with(values, names, untyped)),
+        TypeRef::Array { items } => {
+            format!("list[{}]", py_type_with(items, names, (untyped, field)))
+        }
+        TypeRef::Map { values } => format!(
+            "dict[str, {}]",
+            py_type_with(values, names, (untyped, field))
+        ),
         TypeRef::Literal { value } => match value {
             Value::String(_) => format!("Literal[{}]", py_literal(value)),
             Value::Number(n) if n.is_i64() => format!("Literal[{}]", py_literal(value)),
@@ -194,14 +242,17 @@ pub fn py_type_with(
             _ => "Any".into(),
         },
         TypeRef::Nullable { inner } => {
-            format!("Union[{}, None]", py_type_with(inner, names, untyped))
+            format!(
+                "Union[{}, None]",
+                py_type_with(inner, names, (untyped, field))
+            )
         }
     }
 }
 
 /// A type as a Python annotation, without renaming.
 pub fn py_type(t: &TypeRef) -> String {
-    py_type_with(t, &HashMap::new(), &HashSet::new())
+    py_type_with(t, &HashMap::new(), (&HashSet::new(), false))
 }
 
 handlebars_helper!(py_type_helper: |v: Json| {
@@ -416,7 +467,8 @@ pub fn py_module(ctx: &Value) -> Value {
         .filter(|(_, (k, _))| k == "dispatch")
         .map(|(n, _)| n.clone())
         .collect();
-    let ann = |t: &Value| py_type_with(&tref(t), &names, &untyped);
+    let ann = |t: &Value| py_type_with(&tref(t), &names, (&untyped, false));
+    let member_ann = |t: &Value| py_type_with(&tref(t), &names, (&untyped, true));
     let pyname = |n: &str| names.get(n).cloned().unwrap_or_else(|| n.to_string());
 
     let mut enums = Vec::new();
@@ -473,7 +525,7 @@ pub fn py_module(ctx: &Value) -> Value {
                         }
                         used.insert(attr.clone());
                         let required = f["required"] == true;
-                        let mut a = ann(&f["ty"]);
+                        let mut a = member_ann(&f["ty"]);
                         let rename =
                             (attr != wire).then(|| py_literal(&Value::String(wire.into())));
                         let default = match (required, &rename) {
@@ -487,14 +539,29 @@ pub fn py_module(ctx: &Value) -> Value {
                         if !required {
                             a = format!("Union[{a}, msgspec.UnsetType]");
                         }
+                        let this = format!("self.{attr}");
+                        let pick =
+                            dispatch_expr(&tref(&f["ty"]), &this, &untyped, &names).map(|e| {
+                                match required {
+                                    true => format!("{this} = {e}"),
+                                    false => format!(
+                                        "if {this} is not msgspec.UNSET:\n            {this} = {e}"
+                                    ),
+                                }
+                            });
                         json!({
                             "attr": attr, "wire": wire, "ann": a, "default": default,
                             "doc": f["description"].as_str().unwrap_or_default().replace('\n', " "),
+                            "pick": pick,
                         })
                     })
                     .collect();
+                let picks: Vec<Value> = fields
+                    .iter()
+                    .filter_map(|f| f["pick"].as_str().map(Value::from))
+                    .collect();
                 structs.push(json!({
-                    "name": py, "doc": doc, "options": opts.join(", "), "fields": fields,
+                    "name": py, "doc": doc, "options": opts.join(", "), "fields": fields, "picks": picks,
                     "open": !closed,
                     "tag": tag.map(|(f, v)| json!({"field": f, "value": py_literal(v)})).unwrap_or(Value::Null),
                 }));

@@ -698,3 +698,23 @@ def test_every_generated_module_checks_its_runtime_on_import() -> None:
         assert src is not None and src.origin is not None
         text = open(src.origin, encoding="utf-8").read()
         assert f'_rt.require("{rt.__version__}", __name__)' in text
+
+
+def test_a_member_typed_by_an_untagged_union_of_structs_is_validated_and_typed() -> None:
+    # MCP's EmbeddedResource.resource and ReadResourceResult.contents are
+    # TextResourceContents | BlobResourceContents, told apart by which members are present:
+    # msgspec cannot type them, so the struct picks the branch after decoding.
+    m = sdk("mcp")
+    ok = m.decode(m.EmbeddedResource, b'{"type":"resource","resource":{"uri":"u","text":"t"}}')
+    assert isinstance(ok.resource, m.TextResourceContents)
+    blob = m.decode(m.ReadResourceResult, b'{"contents":[{"uri":"u","blob":"AA=="}]}')
+    assert [type(c) for c in blob.contents] == [m.BlobResourceContents]
+    with pytest.raises(m.DecodeFailure) as e:
+        m.decode(m.EmbeddedResource, b'{"type":"resource","resource":{"text":"t"}}')
+    assert e.value.label == "missing-field"
+    with pytest.raises(m.DecodeFailure) as e:
+        m.decode(m.ReadResourceResult, b'{"contents":[1]}')
+    assert e.value.label == "wrong-type"
+    # Built in code, a branch value stays as it is and encodes as the wire has it.
+    made = m.EmbeddedResource(type="resource", resource=m.TextResourceContents(uri="u", text="t"))
+    assert m.encode(made) == b'{"type":"resource","resource":{"uri":"u","text":"t"}}'
