@@ -718,3 +718,13 @@ def test_a_member_typed_by_an_untagged_union_of_structs_is_validated_and_typed()
     # Built in code, a branch value stays as it is and encodes as the wire has it.
     made = m.EmbeddedResource(type="resource", resource=m.TextResourceContents(uri="u", text="t"))
     assert m.encode(made) == b'{"type":"resource","resource":{"uri":"u","text":"t"}}'
+
+
+def test_an_invalid_request_is_not_taken_for_a_notification() -> None:
+    # JSON-RPC's message union picks Request by its id and method; a request whose id is
+    # not a RequestId (string or integer) is refused, never passed on as the open
+    # notification branch (issue 18's example).
+    m = sdk("mcp")
+    with pytest.raises(m.DecodeFailure) as e:
+        m.decode_stdio_message(b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}')
+    assert e.value.label == "wrong-type"
