@@ -117,6 +117,16 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
                 }
             }
             split_mixed_enum(&mut out);
+            // typify 0.8 names the struct inside a nullable schema by its `title`, which is
+            // the name it gives the nullable wrapper too (`struct X(Option<X>)`): without the
+            // title the inner one is `XInner`.
+            let nullable = out
+                .get("type")
+                .and_then(Value::as_array)
+                .is_some_and(|ts| ts.iter().any(|t| t == "null"));
+            if nullable {
+                out.remove("title");
+            }
             // An open object (properties, no `additionalProperties`) must keep the
             // members it does not name, or decode → encode would lose data: say so
             // explicitly, which typify renders as a flattened map.
@@ -173,6 +183,15 @@ fn split_mixed_enum(schema: &mut serde_json::Map<String, Value>) {
     if let [(t, _)] = by_type.as_slice()
         && literal(t)
     {
+        return;
+    }
+    // One type of literals and null: the literals' enum, made nullable by its type.
+    if let [(t, vs), ("null", _)] | [("null", _), (t, vs)] = by_type.as_slice()
+        && literal(t)
+    {
+        let vs = vs.clone();
+        schema.insert("enum".into(), Value::Array(vs));
+        schema.insert("type".into(), serde_json::json!([t, "null"]));
         return;
     }
     let mut branches: Vec<Value> = by_type
@@ -1340,6 +1359,20 @@ mod tests {
         // One JSON type of literals is left as it is.
         let plain = json!({ "type": "string", "enum": ["a", "b"] });
         assert_eq!(for_typify(&plain), plain);
+    }
+
+    #[test]
+    fn a_nullable_enum_keeps_its_literals_and_a_nullable_schema_loses_its_title() {
+        assert_eq!(
+            for_typify(&json!({ "type": ["string", "null"], "enum": ["a", null] })),
+            json!({ "type": ["string", "null"], "enum": ["a"] })
+        );
+        assert_eq!(
+            for_typify(
+                &json!({ "type": ["object", "null"], "title": "T", "additionalProperties": false })
+            ),
+            json!({ "type": ["object", "null"], "additionalProperties": false })
+        );
     }
 
     #[test]
