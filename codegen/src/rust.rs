@@ -11,6 +11,8 @@
 //! keeping the rest: conditionals (`if`/`then`/`else`) are dropped, and an `enum` mixing
 //! JSON types, or holding `null`, an array or an object, is split by type.
 //!
+//! Two members typify snake-cases alike are numbered apart (`distinct_fields`).
+//!
 //! Two more are closed after typify renders: an optional object or array member is an
 //! `Option` (so `{}` and absent differ), and every optional member reads `null` as its
 //! type does rather than as absent (so a nullable member keeps its `null`, and another
@@ -448,13 +450,74 @@ pub fn render(ir: &Ir, source: &str) -> Result<String, GenError> {
     render_decode(&mut s);
     render_named(&mut s, ir);
 
-    let file = syn::parse_file(&s).map_err(|e| GenError::Unsupported {
+    let mut file = syn::parse_file(&s).map_err(|e| GenError::Unsupported {
         contract: c.name.clone(),
         pointer: String::new(),
         reason: format!("generated Rust does not parse: {e}"),
     })?;
+    distinct_fields(&mut file.items);
     let body = prettyplease::unparse(&file);
     Ok(format!("{}{body}", header(source)))
+}
+
+/// typify 0.8 snake-cases member names without telling apart two that meet (SIL Kit's
+/// `SchemaVersion` and `schemaVersion` are both `schema_version`): the later ones are
+/// numbered, each keeping its wire name (its `serde(rename)`, added where the name was the
+/// wire name).
+fn distinct_fields(items: &mut [syn::Item]) {
+    use syn::ext::IdentExt as _;
+    for item in items {
+        match item {
+            syn::Item::Struct(st) => {
+                let syn::Fields::Named(named) = &mut st.fields else {
+                    continue;
+                };
+                let mut seen = std::collections::HashSet::new();
+                for f in named.named.iter_mut() {
+                    let Some(id) = f.ident.clone() else { continue };
+                    let base = id.unraw().to_string();
+                    if seen.insert(base.clone()) {
+                        continue;
+                    }
+                    let name = (2..)
+                        .map(|n| format!("{base}_{n}"))
+                        .find(|n| !seen.contains(n))
+                        .unwrap_or_default();
+                    seen.insert(name.clone());
+                    if !renames(&f.attrs)
+                        && let Ok(mut attr) = syn::parse::Parser::parse_str(
+                            syn::Attribute::parse_outer,
+                            &format!("#[serde(rename = {base:?})]"),
+                        )
+                    {
+                        f.attrs.append(&mut attr);
+                    }
+                    f.ident = Some(syn::Ident::new(&name, id.span()));
+                }
+            }
+            syn::Item::Mod(m) => {
+                if let Some((_, items)) = &mut m.content {
+                    distinct_fields(items);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether `attrs` hold a `#[serde(rename = …)]`.
+fn renames(attrs: &[syn::Attribute]) -> bool {
+    let mut found = false;
+    for a in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        let _ = a.parse_nested_meta(|m| {
+            found |= m.path.is_ident("rename");
+            if let Ok(v) = m.value() {
+                v.parse::<syn::Expr>()?;
+            }
+            Ok(())
+        });
+    }
+    found
 }
 
 fn render_parties(s: &mut String, ir: &Ir) {
@@ -1359,6 +1422,23 @@ mod tests {
         // One JSON type of literals is left as it is.
         let plain = json!({ "type": "string", "enum": ["a", "b"] });
         assert_eq!(for_typify(&plain), plain);
+    }
+
+    #[test]
+    fn members_typify_names_alike_are_numbered_and_keep_their_wire_names() {
+        let mut file = syn::parse_file(
+            "mod types { pub struct S { #[serde(rename = \"A\")] pub a: u8, pub a: u8, #[serde(default)] pub a: u8 } }",
+        )
+        .expect("parses");
+        super::distinct_fields(&mut file.items);
+        let text = prettyplease::unparse(&file);
+        assert!(text.contains("pub a: u8"), "{text}");
+        assert!(
+            text.contains("#[serde(rename = \"a\")]\n        pub a_2: u8"),
+            "{text}"
+        );
+        assert!(text.contains("pub a_3: u8"), "{text}");
+        assert_eq!(text.matches("rename = \"a\"").count(), 2, "{text}");
     }
 
     #[test]
