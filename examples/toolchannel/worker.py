@@ -38,7 +38,8 @@ except ImportError as e:  # the SDK is generated, never committed
     sys.stderr.write(
         f"worker.py: cannot import a dependency ({e}); generate the SDK with\n"
         "  contractgen generate --lang python --out DIR schema/contracts/toolchannel.json\n"
-        "and put DIR on PYTHONPATH (examples/toolchannel/test_worker.py does this).\n"
+        "  contractgen runtime --lang python --out DIR-runtime\n"
+        "and put DIR and DIR-runtime on PYTHONPATH (examples/toolchannel/test_worker.py does this).\n"
     )
     sys.exit(1)
 

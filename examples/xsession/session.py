@@ -44,7 +44,8 @@ except ImportError as e:  # the SDK is generated, never committed
     sys.stderr.write(
         f"session.py: cannot import the generated SDK ({e}); run\n"
         "  contractgen generate --lang python --out DIR schema/contracts/xsession.json\n"
-        "and put DIR on PYTHONPATH (examples/xsession/run.sh does this).\n"
+        "  contractgen runtime --lang python --out DIR-runtime\n"
+        "and put DIR and DIR-runtime on PYTHONPATH (examples/xsession/run.sh does this).\n"
     )
     sys.exit(1)
 
