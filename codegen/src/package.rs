@@ -123,27 +123,13 @@ impl Package {
 
     /// The C# namespace the contracts' namespaces sit under (`Contract.Sdk`).
     pub fn set_namespace(&mut self, ns: &str) -> Result<(), GenError> {
-        if !ns.split('.').all(is_identifier) || ns == RUNTIME_ASSEMBLY {
-            return Err(bad(
-                "--namespace",
-                ns,
-                "a namespace is dot-separated identifiers, not Contract.Runtime",
-            ));
-        }
-        self.namespace = ns.into();
+        self.namespace = dotted("--namespace", ns)?;
         Ok(())
     }
 
     /// The C# assembly (and project file) name (default: the namespace).
     pub fn set_assembly(&mut self, name: &str) -> Result<(), GenError> {
-        if !name.split('.').all(is_identifier) || name == RUNTIME_ASSEMBLY {
-            return Err(bad(
-                "--assembly",
-                name,
-                "an assembly name is dot-separated identifiers, not Contract.Runtime",
-            ));
-        }
-        self.assembly = Some(name.into());
+        self.assembly = Some(dotted("--assembly", name)?);
         Ok(())
     }
 
@@ -185,6 +171,18 @@ impl Package {
             "runtime": runtime_context(),
         })
     }
+}
+
+/// `name` as a C# namespace or assembly name: dot-separated identifiers, not the runtime's.
+fn dotted(option: &str, name: &str) -> Result<String, GenError> {
+    if !name.split('.').all(is_identifier) || name == RUNTIME_ASSEMBLY {
+        return Err(bad(
+            option,
+            name,
+            "a C# name is dot-separated identifiers, not Contract.Runtime",
+        ));
+    }
+    Ok(name.into())
 }
 
 /// PEP 503's name normalisation, enough to compare with the runtime's name.

@@ -150,19 +150,6 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
     }
 }
 
-/// The JSON type of a value as a schema names it (integers apart from other numbers).
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// typify 0.8 panics on an `enum` whose values are of several JSON types (SIL Kit's
 /// `[1, "1"]`) and refuses one holding `null` (a `const: null` made an enum) or an array or
 /// object (Prometheus' `const: ["AzurePublic", …]`): split it into an `anyOf` of one typed
@@ -175,7 +162,7 @@ fn split_mixed_enum(schema: &mut serde_json::Map<String, Value>) {
     };
     let mut by_type: Vec<(&str, Vec<Value>)> = Vec::new();
     for v in values {
-        let t = json_type(v);
+        let t = crate::breaking::schema::type_of(v);
         match by_type.iter_mut().find(|(k, _)| *k == t) {
             Some((_, vs)) => vs.push(v.clone()),
             None => by_type.push((t, vec![v.clone()])),

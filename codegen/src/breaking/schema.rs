@@ -88,7 +88,8 @@ fn types(s: &Map<String, Value>) -> Option<Vec<String>> {
     }
 }
 
-fn type_of(v: &Value) -> &'static str {
+/// The JSON type of a value as a schema names it (integers apart from other numbers).
+pub(crate) fn type_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
