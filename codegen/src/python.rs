@@ -150,7 +150,6 @@ fn py_doc(s: &str) -> String {
     out
 }
 
-/// A type as a Python annotation; `names` maps contract type names to Python names,
 /// The name a field refers to a presence-dispatched union by: `Any` at run time (msgspec
 /// cannot decode an untagged union of structs; the struct's `__post_init__` picks the
 /// branch), the union itself to a type checker.
@@ -185,6 +184,7 @@ fn dispatch_expr(
     }
 }
 
+/// A type as a Python annotation; `names` maps contract type names to Python names,
 /// `untyped` lists the presence-dispatched unions, spelled `Any` in an alias and by their
 /// [`field_alias`] in a member's annotation (`field`).
 pub fn py_type_with(
@@ -303,7 +303,6 @@ impl<'a> Types<'a> {
         }
     }
 
-    /// The struct leaves of a union (nested unions flattened); `None` if a branch is not a struct.
     /// The structs a union of structs picks from (nested unions flattened), its null branch
     /// aside (see [`Types::has_null`]); `None` when another branch is not a struct.
     fn leaves(&self, union: &Value, depth: usize) -> Option<Vec<String>> {

@@ -8,12 +8,12 @@
 //! before serde ever builds a typed value.
 //!
 //! Schemas typify 0.8 cannot read are narrowed to what it can, the contract's validation
-//! keeping the rest: conditionals (`if`/`then`/`else`) are dropped, and an `enum` mixing
-//! JSON types, or holding `null`, an array or an object, is split by type.
+//! keeping the rest: conditionals (`if`/`then`/`else`) and defaults are dropped, an `enum`
+//! mixing JSON types, or holding `null`, an array or an object, is split by type, and a
+//! nullable schema loses its `title`. Members typify snake-cases alike are numbered apart
+//! after it renders (`distinct_fields`).
 //!
-//! Two members typify snake-cases alike are numbered apart (`distinct_fields`).
-//!
-//! Two more are closed after typify renders: an optional object or array member is an
+//! Two more gaps are closed after typify renders: an optional object or array member is an
 //! `Option` (so `{}` and absent differ), and every optional member reads `null` as its
 //! type does rather than as absent (so a nullable member keeps its `null`, and another
 //! refuses it). String `format`s stay `String`s: typify's chrono and uuid types need crates
@@ -169,37 +169,30 @@ fn split_mixed_enum(schema: &mut serde_json::Map<String, Value>) {
         }
     }
     let literal = |t: &str| !matches!(t, "null" | "array" | "object");
-    if let [(t, _)] = by_type.as_slice()
-        && literal(t)
-    {
-        return;
-    }
-    // One type of literals and null: the literals' enum, made nullable by its type.
-    if let [(t, vs), ("null", _)] | [("null", _), (t, vs)] = by_type.as_slice()
-        && literal(t)
-    {
-        let vs = vs.clone();
-        schema.insert("enum".into(), Value::Array(vs));
-        schema.insert("type".into(), serde_json::json!([t, "null"]));
-        return;
-    }
-    let mut branches: Vec<Value> = by_type
-        .into_iter()
-        .map(|(t, vs)| match literal(t) {
-            true => serde_json::json!({ "type": t, "enum": vs }),
-            false => serde_json::json!({ "type": t }),
-        })
-        .collect();
-    schema.remove("enum");
-    schema.remove("type");
-    match branches.len() {
-        1 => schema.extend(
-            branches
-                .pop()
-                .and_then(|b| b.as_object().cloned())
-                .unwrap_or_default(),
-        ),
+    match by_type.as_slice() {
+        [(t, _)] if literal(t) => {}
+        // A null, an array or an object alone: its type.
+        [(t, _)] => {
+            let t = Value::from(*t);
+            schema.remove("enum");
+            schema.insert("type".into(), t);
+        }
+        // One type of literals and null: the literals' enum, made nullable by its type.
+        [(t, vs), ("null", _)] | [("null", _), (t, vs)] if literal(t) => {
+            let (t, vs) = (Value::from(*t), Value::Array(vs.clone()));
+            schema.insert("enum".into(), vs);
+            schema.insert("type".into(), serde_json::json!([t, "null"]));
+        }
         _ => {
+            let branches: Vec<Value> = by_type
+                .iter()
+                .map(|(t, vs)| match literal(t) {
+                    true => serde_json::json!({ "type": t, "enum": vs }),
+                    false => serde_json::json!({ "type": t }),
+                })
+                .collect();
+            schema.remove("enum");
+            schema.remove("type");
             schema.insert("anyOf".into(), Value::Array(branches));
         }
     }

@@ -259,10 +259,11 @@ pub fn generate(
                 reason: e.to_string(),
             })?;
     }
+    let package_ctx = package.context();
     let with_target = |(ir, input): &(&Ir, &str)| -> Result<Value, GenError> {
         let mut ctx = context(ir)?;
         ctx["input"] = Value::String(input.to_string());
-        ctx["package"] = package.context();
+        ctx["package"] = package_ctx.clone();
         if let Some(view) = target {
             ctx["target"] = view(ir)?;
         }
@@ -293,7 +294,7 @@ pub fn generate(
                 });
             }
         } else {
-            let ctx = json!({ "contracts": contexts, "package": package.context() });
+            let ctx = json!({ "contracts": contexts, "package": package_ctx });
             files.push(GeneratedFile {
                 name: out_name,
                 contents: render(name, &ctx)?,
