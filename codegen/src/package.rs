@@ -198,19 +198,23 @@ fn semver(v: &str) -> Option<(u64, u64, u64)> {
 
 /// The runtime's name, version and the range of runtimes an SDK of this generator accepts.
 fn runtime_context() -> Value {
-    let (major, minor, _) = semver(RUNTIME_VERSION).unwrap_or((0, 0, 0));
-    let below = if major == 0 {
-        format!("0.{}", minor + 1)
-    } else {
-        format!("{}", major + 1)
-    };
     json!({
         "version": RUNTIME_VERSION,
-        "below": below,
+        "below": below(RUNTIME_VERSION),
         "distribution": RUNTIME_DIST,
         "module": RUNTIME_MODULE,
         "assembly": RUNTIME_ASSEMBLY,
     })
+}
+
+/// The first version past the series of `version` that an SDK generated for it accepts: the
+/// next minor while the major is 0, else the next major (the SDKs' dependency ranges, and
+/// the Python modules' import-time check, read it from here).
+fn below(version: &str) -> String {
+    match semver(version).unwrap_or((0, 0, 0)) {
+        (0, minor, _) => format!("0.{}", minor + 1),
+        (major, _, _) => format!("{}", major + 1),
+    }
 }
 
 /// The runtime package of `lang` (Python or C#), ready to install or build.
@@ -227,4 +231,17 @@ pub fn runtime(lang: Lang) -> Result<Vec<GeneratedFile>, GenError> {
     };
     let ctx = json!({ "runtime": runtime_context() });
     crate::sdk::render_each(name, templates, &ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::below;
+
+    #[test]
+    fn an_sdk_accepts_its_runtime_series() {
+        assert_eq!(below("0.1.0"), "0.2");
+        assert_eq!(below("0.1.4"), "0.2");
+        assert_eq!(below("1.1.0"), "2");
+        assert_eq!(below("2.3.4"), "3");
+    }
 }

@@ -362,7 +362,18 @@ fn sdks_are_named_by_their_options_and_depend_on_the_runtime_package() {
         module.contains("import contract_runtime as _rt"),
         "{module}"
     );
-    assert!(module.contains(&format!("_rt.require(\"{version}\", __name__)")));
+    // The module checks on import the same range its distribution declares.
+    let below = pyproject
+        .split(&format!("\"contract-runtime>={version},<"))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the runtime's range");
+    assert!(
+        module.contains(&format!(
+            "_rt.require(\"{version}\", \"{below}\", __name__)"
+        )),
+        "{module}"
+    );
     let csproj = &files["csharp/Acme.Proto.Sdk.csproj"];
     for want in [
         "<RootNamespace>Acme.Proto</RootNamespace>",

@@ -663,33 +663,35 @@ def test_kernel_control_refuses_null_anywhere() -> None:
     assert k.decode_control_message(json.dumps({**event, "payload": {"a": {"b": [1, 2]}}}).encode())
 
 
+# The series bound (`below`) is contractgen's to compute (codegen/src/package.rs, tested there).
 @pytest.mark.parametrize(
-    ("installed", "wanted", "ok"),
+    ("installed", "wanted", "below", "ok"),
     [
-        ("0.1.0", "0.1.0", True),
-        ("0.1.4", "0.1.2", True),
-        ("0.1.2", "0.1.4", False),  # older than the SDK needs
-        ("0.2.0", "0.1.0", False),  # another 0.x series
-        ("1.3.0", "1.1.0", True),
-        ("2.0.0", "1.1.0", False),  # another major
+        ("0.1.0", "0.1.0", "0.2", True),
+        ("0.1.4", "0.1.2", "0.2", True),
+        ("0.1.2", "0.1.4", "0.2", False),  # older than the SDK needs
+        ("0.2.0", "0.1.0", "0.2", False),  # another 0.x series
+        ("1.3.0", "1.1.0", "2", True),
+        ("2.0.0", "1.1.0", "2", False),  # another major
     ],
 )
 def test_an_sdk_refuses_a_runtime_it_was_not_generated_for(
-    monkeypatch: pytest.MonkeyPatch, installed: str, wanted: str, ok: bool
+    monkeypatch: pytest.MonkeyPatch, installed: str, wanted: str, below: str, ok: bool
 ) -> None:
     import contract_runtime as rt
 
     monkeypatch.setattr(rt, "__version__", installed)
     if ok:
-        rt.require(wanted, "some_sdk.mod")
+        rt.require(wanted, below, "some_sdk.mod")
         return
     with pytest.raises(ImportError) as e:
-        rt.require(wanted, "some_sdk.mod")
+        rt.require(wanted, below, "some_sdk.mod")
     assert "some_sdk.mod" in str(e.value) and installed in str(e.value) and wanted in str(e.value)
 
 
 def test_every_generated_module_checks_its_runtime_on_import() -> None:
     import importlib.util
+    import re
 
     import contract_runtime as rt
 
@@ -697,7 +699,11 @@ def test_every_generated_module_checks_its_runtime_on_import() -> None:
         src = importlib.util.find_spec(f"contract_sdk.{name}")
         assert src is not None and src.origin is not None
         text = open(src.origin, encoding="utf-8").read()
-        assert f'_rt.require("{rt.__version__}", __name__)' in text
+        call = re.search(r'_rt\.require\("([0-9.]+)", "([0-9.]+)", __name__\)', text)
+        assert call is not None, name
+        # Generated for this very runtime, whose version lies in the range it checks.
+        assert call.group(1) == rt.__version__
+        rt.require(call.group(1), call.group(2), name)
 
 
 def test_a_member_typed_by_an_untagged_union_of_structs_is_validated_and_typed() -> None:
