@@ -3,7 +3,7 @@
 //! Ping-pong of length-prefixed JSON over unix sockets, 64-byte class and 4 KiB
 //! (rukh `rukh.call` and its result, padded), three ways: direct to the echo
 //! peer, through socat, and through contract-proxy with full inspection (JSON
-//! log written to /dev/null). Overhead = RTT(via) − RTT(direct) at p50 and
+//! log written to a file, as people run a debugging proxy). Overhead = RTT(via) − RTT(direct) at p50 and
 //! p99; the printed ratios are proxy overhead / socat overhead. Then bulk
 //! throughput of 4 KiB kernel data frames (proxy vs socat vs direct), and a
 //! WebSocket ping-pong (toolchannel heartbeat) through the proxy vs websocat.
@@ -11,7 +11,8 @@
 //! all of them alike. Targets (issue 6): overhead ≤ socat's at p50, ≤1.5× at
 //! p99; throughput ≥0.8× socat's.
 //!
-//! `cargo bench -p contract-proxy --bench relay` (RELAY_BENCH_ROUNDS, RELAY_BENCH_ITERS to change the sample size).
+//! `cargo bench -p contract-proxy --bench relay` (RELAY_BENCH_ROUNDS, RELAY_BENCH_ITERS to change the sample size;
+//! RELAY_BENCH_PARTS=ping-pong,bulk,websocket to run some parts only).
 
 #![allow(clippy::result_large_err)] // tungstenite's handshake callback type, not ours
 
@@ -30,6 +31,12 @@ impl Drop for Kill {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Whether to run one part of the bench: RELAY_BENCH_PARTS=ping-pong,bulk,websocket
+/// (all when unset), e.g. to profile one of them alone.
+fn part(name: &str) -> bool {
+    std::env::var("RELAY_BENCH_PARTS").map_or(true, |v| v.split(',').any(|p| p.trim() == name))
 }
 
 fn env_num(name: &str, default: usize) -> usize {
@@ -121,13 +128,20 @@ async fn wait_for(p: &Path) {
     panic!("{} never appeared", p.display());
 }
 
-fn proxy(args: &[&str]) -> Kill {
+/// The proxy with its JSON log going to `log`, a file, as a user would keep it.
+fn proxy(log: &Path, args: &[&str]) -> Kill {
+    let out = std::fs::File::create(log).expect("log file");
     Kill(
         Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
             .arg("run")
             .args(["--log", "json"])
+            .args(
+                std::env::var("RELAY_BENCH_EXTRA")
+                    .map(|v| v.split_whitespace().map(String::from).collect::<Vec<_>>())
+                    .unwrap_or_default(),
+            )
             .args(args)
-            .stdout(Stdio::null())
+            .stdout(out)
             .stderr(Stdio::null())
             .spawn()
             .expect("proxy starts"),
@@ -201,16 +215,19 @@ async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
     let via_socat = dir.join("socat.sock");
     let _s = socat(&via_socat, &format!("UNIX-CONNECT:{}", echo.display()));
     let via_proxy = dir.join("proxy.sock");
-    let _p = proxy(&[
-        "--contract",
-        "rukh",
-        "--client",
-        "extension",
-        "--listen",
-        &format!("unix:{}", via_proxy.display()),
-        "--upstream",
-        &format!("unix:{}", echo.display()),
-    ]);
+    let _p = proxy(
+        &dir.join("ping-pong.log"),
+        &[
+            "--contract",
+            "rukh",
+            "--client",
+            "extension",
+            "--listen",
+            &format!("unix:{}", via_proxy.display()),
+            "--upstream",
+            &format!("unix:{}", echo.display()),
+        ],
+    );
     wait_for(&via_socat).await;
     wait_for(&via_proxy).await;
     let wire = contract::wire::Wire::new(std::sync::Arc::new(
@@ -263,16 +280,19 @@ async fn bulk(dir: &Path, total: usize) {
     let via_socat = dir.join("bulk-socat.sock");
     let _s = socat(&via_socat, &format!("UNIX-CONNECT:{}", sink.display()));
     let via_proxy = dir.join("bulk-proxy.sock");
-    let _p = proxy(&[
-        "--contract",
-        "kernel",
-        "--channel",
-        "data",
-        "--listen",
-        &format!("unix:{}", via_proxy.display()),
-        "--upstream",
-        &format!("unix:{}", sink.display()),
-    ]);
+    let _p = proxy(
+        &dir.join("bulk.log"),
+        &[
+            "--contract",
+            "kernel",
+            "--channel",
+            "data",
+            "--listen",
+            &format!("unix:{}", via_proxy.display()),
+            "--upstream",
+            &format!("unix:{}", sink.display()),
+        ],
+    );
     wait_for(&via_socat).await;
     wait_for(&via_proxy).await;
     // 64 data frames of 4 KiB payload per write, numbered per stream as the contract wants.
@@ -373,7 +393,7 @@ async fn ws_echo(l: tokio::net::TcpListener) {
     }
 }
 
-async fn websocket(rounds: usize, iters: usize) {
+async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     let Some(ws) = websocat_path() else {
         return;
     };
@@ -401,14 +421,17 @@ async fn websocket(rounds: usize, iters: usize) {
             .spawn()
             .expect("websocat"),
     );
-    let _p = proxy(&[
-        "--contract",
-        "toolchannel",
-        "--listen",
-        &format!("ws://127.0.0.1:{pp}/"),
-        "--upstream",
-        &format!("ws://127.0.0.1:{echo_port}/"),
-    ]);
+    let _p = proxy(
+        &dir.join("websocket.log"),
+        &[
+            "--contract",
+            "toolchannel",
+            "--listen",
+            &format!("ws://127.0.0.1:{pp}/"),
+            "--upstream",
+            &format!("ws://127.0.0.1:{echo_port}/"),
+        ],
+    );
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let mut conns = Vec::new();
     for port in [echo_port, wp, pp] {
@@ -497,8 +520,25 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     rt.block_on(async {
         println!("relay benchmark: {rounds} rounds × {iters} round trips per path (release build of contract-proxy)");
-        ping_pong(dir.path(), rounds, iters).await;
-        bulk(dir.path(), bulk_bytes).await;
-        websocket(rounds, iters).await;
+        if part("ping-pong") {
+            ping_pong(dir.path(), rounds, iters).await;
+        }
+        if part("bulk") {
+            bulk(dir.path(), bulk_bytes).await;
+        }
+        if part("websocket") {
+            websocket(dir.path(), rounds, iters).await;
+        }
     });
+    // The log the proxy wrote is part of what was measured: show that it was written.
+    let sizes: Vec<String> = ["ping-pong", "bulk", "websocket"]
+        .iter()
+        .filter_map(|n| {
+            let len = std::fs::metadata(dir.path().join(format!("{n}.log")))
+                .ok()?
+                .len();
+            Some(format!("{n} {:.1} MiB", len as f64 / (1024.0 * 1024.0)))
+        })
+        .collect();
+    println!("proxy JSON logs written to files: {}", sizes.join(", "));
 }

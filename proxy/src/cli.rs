@@ -14,7 +14,6 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{FileConfig, Resolved, RouteSpec, TlsSpec};
 use crate::inspect::Mode;
 use crate::log::{Filter, Format, Logger};
-use crate::relay::Sink;
 use crate::server::{Finished, Proxy};
 use crate::trace::{OtlpConfig, Tracer};
 
@@ -348,17 +347,17 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
             Endpoint::Exec(_) | Endpoint::ExecFd { .. }
         )
     });
-    let logger: Arc<dyn Sink> = if stand_in {
-        Arc::new(Logger::on_stderr(args.log, args.filter.clone()))
+    let logger = Arc::new(if stand_in {
+        Logger::on_stderr(args.log, args.filter.clone())
     } else {
-        Arc::new(Logger::new(args.log, args.filter.clone()))
-    };
+        Logger::new(args.log, args.filter.clone())
+    });
     let usage = |e: &dyn std::fmt::Display| CliError::Usage(e.to_string());
     let mode = routes
         .first()
         .map(|r| format!("{:?}", r.route.mode).to_lowercase());
     let mut proxy = Proxy::new(routes);
-    proxy.sink(logger);
+    proxy.sink(logger.clone());
     let web = args
         .web
         .web
@@ -409,6 +408,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
     if let Some(w) = serving {
         w.stop().await;
     }
+    logger.flush();
     Ok(summarize(&done))
 }
 
@@ -596,8 +596,9 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
         Cmd::Show(a) if a.diagram.is_some() || a.web.web.is_some() => show_web(a).await,
         Cmd::Show(a) => {
             let logger = Logger::new(a.log, a.filter);
-            let st = crate::record::show(&a.file, &logger)
-                .map_err(|e| CliError::Failed(e.to_string()))?;
+            let st = crate::record::show(&a.file, &logger);
+            logger.flush();
+            let st = st.map_err(|e| CliError::Failed(e.to_string()))?;
             eprintln!(
                 "contract-proxy: {} records: {} frames ({} violations), {} notes",
                 st.records, st.frames, st.violations, st.notes

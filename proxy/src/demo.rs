@@ -1879,6 +1879,8 @@ pub async fn run_with_web(
     for f in &done.failures {
         logger.note("demo", f);
     }
+    // The summary is printed after the live view's last line.
+    logger.flush();
     drop(shell_control);
     drop(shell_data);
     let recording = recording_outcome(done.recording.as_ref(), &record_path);

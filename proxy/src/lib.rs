@@ -17,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod inspect;
+pub mod lines;
 pub mod log;
 pub mod pcap;
 pub mod policy;

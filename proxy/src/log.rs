@@ -1,10 +1,10 @@
 //! The live view: one line per message, pretty for people or JSON for jq.
 
 use std::io::{IsTerminal, Write};
-use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::inspect::{Event, Verdict};
+use crate::lines::Lines;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -88,12 +88,13 @@ impl Filter {
     }
 }
 
-/// Writes events to standard output, one line each, never interleaved.
+/// Writes events to standard output, one line each, never interleaved; lines are
+/// written in batches off the caller's thread ([`Lines`]).
 pub struct Logger {
     format: Format,
     color: bool,
     filters: Vec<Filter>,
-    out: Mutex<Box<dyn Write + Send>>,
+    out: Lines,
 }
 
 impl Logger {
@@ -116,8 +117,14 @@ impl Logger {
             format,
             color: out.is_terminal(),
             filters,
-            out: Mutex::new(Box::new(out)),
+            out: Lines::new(Box::new(out)),
         }
+    }
+
+    /// Write every line logged so far (they are otherwise written within
+    /// [`crate::lines::FLUSH_EVERY`], and when the logger is dropped).
+    pub fn flush(&self) {
+        self.out.flush();
     }
 
     fn now() -> f64 {
@@ -127,21 +134,13 @@ impl Logger {
             .unwrap_or(0.0)
     }
 
+    /// One whole line; the newline is added. Lines are never split or interleaved:
+    /// a stand-in's child shares our stderr.
     fn line(&self, s: &str) {
-        let mut line = String::with_capacity(s.len() + 1);
-        line.push_str(s);
-        line.push('\n');
-        self.write_line(line.as_bytes());
-    }
-
-    /// Write one whole line, newline included. One write per line: a stand-in's child
-    /// shares our stderr, and a line written in two calls (text, then newline) can get the
-    /// child's output between them.
-    fn write_line(&self, line: &[u8]) {
-        if let Ok(mut o) = self.out.lock() {
-            let _ = o.write_all(line);
-            let _ = o.flush();
-        }
+        self.out.push(|b| {
+            b.extend_from_slice(s.as_bytes());
+            Ok::<(), ()>(())
+        });
     }
 
     /// Log one inspection event (if it passes the filters), stamped now.
@@ -155,20 +154,19 @@ impl Logger {
             return;
         }
         match self.format {
-            Format::Json => {
-                // Straight from the event into one buffer: no `Value` tree per frame.
-                #[derive(serde::Serialize)]
-                struct Line<'a> {
-                    #[serde(flatten)]
-                    event: &'a Event,
-                    time: f64,
+            // Straight from the event into the batch: no `Value` tree and no buffer of
+            // its own per line. The event's object gets `time` as its last member
+            // (what `#[serde(flatten)]` would write, without serde's map detour).
+            Format::Json => self.out.push(|b| {
+                serde_json::to_writer(&mut *b, e)?;
+                if b.pop() != Some(b'}') {
+                    return Err(serde::ser::Error::custom("an event is a JSON object"));
                 }
-                let mut buf = Vec::with_capacity(384);
-                if serde_json::to_writer(&mut buf, &Line { event: e, time: t }).is_ok() {
-                    buf.push(b'\n');
-                    self.write_line(&buf);
-                }
-            }
+                b.extend_from_slice(b",\"time\":");
+                serde_json::to_writer(&mut *b, &t)?;
+                b.push(b'}');
+                Ok::<(), serde_json::Error>(())
+            }),
             Format::Pretty => {
                 let verdict = e.verdict.text();
                 let color = if matches!(e.verdict, Verdict::Ok) {

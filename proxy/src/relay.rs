@@ -997,6 +997,27 @@ impl FrameOut {
         }
     }
 
+    /// Write what the receiver takes now, without waiting: what it does not take
+    /// stays buffered for [`flush`](Self::flush).
+    fn try_flush(&mut self) -> std::io::Result<()> {
+        use futures_util::FutureExt;
+        match self {
+            FrameOut::Stream { wr, out, .. } => {
+                // A `write` dropped before it is ready has written nothing.
+                while !out.is_empty() {
+                    match wr.write(out).now_or_never() {
+                        Some(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+                        Some(Ok(n)) => bytes::Buf::advance(out, n),
+                        Some(Err(e)) => return Err(e),
+                        None => return Ok(()),
+                    }
+                }
+                wr.flush().now_or_never().unwrap_or(Ok(()))
+            }
+            FrameOut::Msgs(s) => s.flush().now_or_never().unwrap_or(Ok(())),
+        }
+    }
+
     async fn flush(&mut self) -> std::io::Result<()> {
         match self {
             FrameOut::Stream { wr, out, .. } => {
@@ -1458,29 +1479,23 @@ async fn pump(
         let mut to = ends.toward(dir).lock().await;
         let mut close = None;
         let mut ended = None;
+        if route.mode == Mode::Observe {
+            let ahead = Ahead {
+                dir,
+                now,
+                inspector,
+                rec,
+            };
+            if let Some(c) = ahead.forward(&mut items, &mut to, shared, route).await? {
+                return Ok(PumpEnd::Closed(c));
+            }
+        }
         for item in items.drain(..) {
             let inspected = {
                 let Ok(mut i) = inspector.lock() else {
                     return Err(io_err("inspector poisoned"));
                 };
-                match &item {
-                    Item::Frame(Frame::Json(b)) | Item::Last(Frame::Json(b), _) => {
-                        Some((i.frame(dir, b, now), b.clone()))
-                    }
-                    Item::Frame(Frame::Data(d)) | Item::Last(Frame::Data(d), _) => {
-                        let encoded = if keep_encoded {
-                            encode_data(&mut codec, d)?
-                        } else {
-                            Bytes::new()
-                        };
-                        Some((i.data_frame(dir, d, encoded, now), d.payload.clone()))
-                    }
-                    Item::BinaryMsg(b) => Some((i.binary_message(dir, b.len()), b.clone())),
-                    Item::Broken(e, rest) | Item::Oversize(e, rest) => {
-                        Some((i.framing_error(dir, e), rest.clone()))
-                    }
-                    Item::Raw(_) | Item::End(_) => None,
-                }
+                inspect_item(&mut i, dir, &item, now, keep_encoded.then_some(&mut codec))?
             };
             let Some((mut ins, raw)) = inspected else {
                 match item {
@@ -1565,6 +1580,133 @@ async fn pump(
             pass_stream_end(&mut *ends.toward(dir).lock().await).await;
             return Ok(PumpEnd::Done);
         }
+    }
+}
+
+/// What the inspector says of one item, and the bytes to record with it; `None` for
+/// what it does not inspect (raw bytes after a framing break, the sender's end).
+/// `codec` is given when a data frame's encoding is kept (enforce mode may hold it).
+fn inspect_item(
+    i: &mut Inspector,
+    dir: Dir,
+    item: &Item,
+    now: Instant,
+    codec: Option<&mut ChannelCodec>,
+) -> std::io::Result<Option<(Inspection, Bytes)>> {
+    Ok(match item {
+        Item::Frame(Frame::Json(b)) | Item::Last(Frame::Json(b), _) => {
+            Some((i.frame(dir, b, now), b.clone()))
+        }
+        Item::Frame(Frame::Data(d)) | Item::Last(Frame::Data(d), _) => {
+            let encoded = match codec {
+                Some(c) => encode_data(c, d)?,
+                None => Bytes::new(),
+            };
+            Some((i.data_frame(dir, d, encoded, now), d.payload.clone()))
+        }
+        Item::BinaryMsg(b) => Some((i.binary_message(dir, b.len()), b.clone())),
+        Item::Broken(e, rest) | Item::Oversize(e, rest) => {
+            Some((i.framing_error(dir, e), rest.clone()))
+        }
+        Item::Raw(_) | Item::End(_) => None,
+    })
+}
+
+/// Observe mode's fast path: a batch's leading frames go out before they are
+/// inspected, so the inspection overlaps the receiver's own work instead of
+/// delaying every frame. Observe mode forwards every frame whatever its verdict,
+/// so only the order of what is seen must be kept: the frames are inspected and
+/// queued for the sinks under the inspector's lock, taken before the bytes can
+/// reach the receiver, so an answer (inspected by the other direction's pump
+/// under the same lock) is never seen before the frame it answers. The queue's
+/// places are reserved first, since nothing may wait while the lock is held.
+struct Ahead<'a> {
+    dir: Dir,
+    now: Instant,
+    inspector: &'a std::sync::Mutex<Inspector>,
+    rec: &'a Rec,
+}
+
+impl Ahead<'_> {
+    /// Forward and inspect the leading frames of `items`, removing them, as many
+    /// at a time as the queue holds; the rest takes the usual path. A close the
+    /// inspection asks for is returned.
+    async fn forward(
+        &self,
+        items: &mut Vec<Item>,
+        to: &mut FrameOut,
+        shared: &Arc<Shared>,
+        route: &Route,
+    ) -> std::io::Result<Option<Closing>> {
+        loop {
+            let n = items
+                .iter()
+                .take(RECORD_QUEUE)
+                .take_while(|i| matches!(i, Item::Frame(_) | Item::Last(..)))
+                .count();
+            // A closed queue refuses every reservation: the usual path then.
+            if n == 0 || self.rec.is_closed() {
+                return Ok(None);
+            }
+            if let Some(c) = self.forward_some(n, items, to, shared, route).await? {
+                return Ok(Some(c));
+            }
+        }
+    }
+
+    /// The first `n` items (frames, at most the queue's size) of `items`.
+    async fn forward_some(
+        &self,
+        n: usize,
+        items: &mut Vec<Item>,
+        to: &mut FrameOut,
+        shared: &Arc<Shared>,
+        route: &Route,
+    ) -> std::io::Result<Option<Closing>> {
+        let Ok(places) = self.rec.reserve_many(n).await else {
+            return Ok(None);
+        };
+        // A receiver that is gone fails the pump, but only once its frames are seen.
+        let mut sent = Ok(());
+        for item in &items[..n] {
+            sent = match item {
+                Item::Frame(f) => to.push(f).await,
+                Item::Last(f, raw) => to.push_last(f, raw).await,
+                _ => Ok(()),
+            };
+            if sent.is_err() {
+                break;
+            }
+        }
+        let mut close = None;
+        let mut effects = Vec::new();
+        let mut conn = 0;
+        {
+            let Ok(mut i) = self.inspector.lock() else {
+                return Err(io_err("inspector poisoned"));
+            };
+            if sent.is_ok() {
+                sent = to.try_flush();
+            }
+            for (item, place) in items.drain(..n).zip(places) {
+                let Some((mut ins, raw)) = inspect_item(&mut i, self.dir, &item, self.now, None)?
+                else {
+                    continue;
+                };
+                effects.append(&mut ins.effects);
+                conn = ins.event.conn;
+                if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
+                    close = Some(c.clone());
+                }
+                place.send(Some((ins, raw)));
+            }
+            sent?;
+        }
+        to.flush().await?;
+        if !effects.is_empty() {
+            shared.carry_out(route, conn, effects);
+        }
+        Ok(close)
     }
 }
 
