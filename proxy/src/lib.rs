@@ -16,6 +16,7 @@
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod handoff;
 pub mod inspect;
 pub mod lines;
 pub mod log;

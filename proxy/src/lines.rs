@@ -105,6 +105,7 @@ impl Drop for Lines {
 
 impl Shared {
     fn run(&self) {
+        crate::handoff::background_thread();
         loop {
             let Ok(p) = self.pending.lock() else {
                 return;

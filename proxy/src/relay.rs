@@ -69,7 +69,7 @@ pub struct Route {
 /// Where inspection results go: the live view and any other sink.
 pub trait Sink: Send + Sync {
     /// One inspected frame on `route`; `raw` is the frame's payload as it travelled.
-    fn frame(&self, route: &Route, ins: &Inspection, raw: &[u8]);
+    fn frame(&self, route: &Arc<Route>, ins: &Inspection, raw: &[u8]);
     /// A connection-level note (opened, closed, refused).
     fn note(&self, route: &str, conn: u64, text: &str);
     /// A batch of frames read together was written on, `took` after it was read: the
@@ -78,7 +78,7 @@ pub trait Sink: Send + Sync {
 }
 
 impl Sink for Logger {
-    fn frame(&self, _route: &Route, ins: &Inspection, _raw: &[u8]) {
+    fn frame(&self, _route: &Arc<Route>, ins: &Inspection, _raw: &[u8]) {
         self.event(&ins.event);
     }
     fn note(&self, route: &str, conn: u64, text: &str) {
@@ -351,7 +351,7 @@ impl Shared {
         }
     }
 
-    fn record(&self, route: &Route, ins: &Inspection, raw: &[u8]) {
+    fn record(&self, route: &Arc<Route>, ins: &Inspection, raw: &[u8]) {
         self.stats.frames.fetch_add(1, Ordering::Relaxed);
         if !ins.event.verdict.is_ok() {
             self.stats.violations.fetch_add(1, Ordering::Relaxed);
@@ -1328,12 +1328,13 @@ const RECORD_QUEUE: usize = 16;
 
 /// The connection's recorder: the live view, traces and the recording see each
 /// frame in the order it was inspected, on a task of their own, so their work is
-/// not on the frame's way to its receiver. A frame is queued before it is
-/// written, so a reply can never be shown before its request. A full queue
-/// slows the relay; nothing is dropped.
+/// not on the frame's way to its receiver. A frame is queued before the frame
+/// answering it can be inspected (enforce mode queues it before writing it,
+/// observe mode under the inspector's lock: [`Ahead`]), so a reply is never
+/// shown before its request. A full queue slows the relay; nothing is dropped.
 fn recorder(route: &Route, shared: &Arc<Shared>) -> (Rec, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<(Inspection, Bytes)>>(RECORD_QUEUE);
-    let (route, shared) = (route.clone(), shared.clone());
+    let (route, shared) = (Arc::new(route.clone()), shared.clone());
     let task = tokio::spawn(async move {
         while let Some(Some((ins, raw))) = rx.recv().await {
             shared.record(&route, &ins, &raw);

@@ -46,6 +46,7 @@ use serde_json::Value;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 
+use crate::handoff::Handoff;
 use crate::inspect::{Decision, Dir, Event, Inspection, Verdict};
 use crate::relay::{Route, Sink};
 use contract_transport::endpoint::Endpoint;
@@ -84,8 +85,6 @@ pub enum TraceError {
     #[error("cannot build the OTLP exporter: {0}")]
     Exporter(String),
     /// The gRPC exporter runs on the caller's tokio runtime, and there was none.
-    #[error("the gRPC OTLP exporter needs a tokio runtime: create the Tracer inside one")]
-    NoRuntime,
     /// Flushing or shutting down did not finish within its deadline.
     #[error("OTLP export did not finish within {after:?}; {dropped} spans dropped in all")]
     Timeout {
@@ -375,6 +374,8 @@ pub struct TraceStats {
     pub unspanned: u64,
     /// Trace roots and sessions ended early to stay within [`ROOTS_MAX`] / [`SESSIONS_MAX`].
     pub evicted: u64,
+    /// Frames not traced because the span thread was [`FACTS_QUEUE`] frames behind.
+    pub untraced: u64,
     /// Export calls that failed.
     pub failed_exports: u64,
     /// The last export error, if any.
@@ -565,8 +566,8 @@ impl Worker {
 }
 
 /// Run one future to completion on this (non-runtime) thread. The gRPC exporter's I/O runs
-/// on the tokio runtime it was built in; the HTTP exporter's blocking client needs a thread
-/// that is not inside a runtime. Both are satisfied here.
+/// on the export runtime's thread; the HTTP exporter's blocking client needs a thread that
+/// is not inside a runtime. Both are satisfied here.
 fn block_on<F: std::future::Future>(fut: F) -> F::Output {
     struct Unpark(std::thread::Thread);
     impl std::task::Wake for Unpark {
@@ -585,6 +586,21 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
             return v;
         }
         std::thread::park();
+    }
+}
+
+/// The gRPC exporter's one-thread runtime; the HTTP exporter needs none.
+fn export_runtime(protocol: Protocol) -> Result<Option<tokio::runtime::Runtime>, TraceError> {
+    match protocol {
+        Protocol::Grpc => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("otlp-io")
+            .on_thread_start(crate::handoff::background_thread)
+            .enable_all()
+            .build()
+            .map(Some)
+            .map_err(|e| TraceError::Exporter(format!("cannot start the export runtime: {e}"))),
+        Protocol::HttpProtobuf => Ok(None),
     }
 }
 
@@ -647,6 +663,43 @@ impl IdGenerator for Ids {
 #[derive(Clone)]
 pub struct Tracer {
     inner: Arc<Inner>,
+    facts: Arc<Handoff<Fact>>,
+}
+
+/// What the relay hands the span thread: plain facts. Spans are made there, never on a
+/// relay thread, so building them costs the relayed frames nothing.
+enum Fact {
+    Frame(Arc<Route>, Box<Inspection>),
+    Note(u64, String),
+}
+
+/// Frames the span thread may lag behind the relay; past it, frames go untraced (counted).
+pub const FACTS_QUEUE: usize = 4096;
+/// How long facts gather before the span thread takes them.
+pub const FACTS_EVERY: Duration = Duration::from_millis(5);
+
+impl Tracer {
+    /// Hand `fact` to the span thread; when its queue is full the frame goes untraced, counted.
+    fn hand_over(&self, fact: Fact) {
+        if self.facts.push(fact).is_err() {
+            self.inner.untraced.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Wait (up to the deadline) until the span thread has made spans of everything handed over.
+    fn settle(&self) {
+        self.facts.settle(self.inner.deadline);
+    }
+}
+
+/// The span thread's work: facts into spans, in the order the relay handed them over.
+fn make_spans(inner: &Inner, facts: Vec<Fact>) {
+    for fact in facts {
+        match fact {
+            Fact::Frame(route, ins) => inner.frame(&route, &ins),
+            Fact::Note(conn, text) => inner.note(conn, &text),
+        }
+    }
 }
 
 impl std::fmt::Debug for Tracer {
@@ -664,6 +717,7 @@ struct Inner {
     state: Mutex<State>,
     unspanned: AtomicU64,
     evicted: AtomicU64,
+    untraced: AtomicU64,
     deadline: Duration,
 }
 
@@ -982,8 +1036,8 @@ enum Parent {
 }
 
 impl Tracer {
-    /// Build the exporter and the span pipeline. Call inside a tokio runtime when the protocol is
-    /// gRPC (its connection lives there); the HTTP exporter brings its own thread.
+    /// Build the exporter and the span pipeline. The exporter works on threads of its own
+    /// (gRPC: a one-thread runtime for its connection; HTTP: its blocking client).
     pub fn new(cfg: &OtlpConfig) -> Result<Tracer, TraceError> {
         Self::build(cfg, &|k| std::env::var(k).ok())
     }
@@ -992,12 +1046,6 @@ impl Tracer {
         // reqwest may be built with rustls and no provider: give it ring, never aws-lc-rs.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let (protocol, endpoint) = cfg.resolve(var)?;
-        let handle = match protocol {
-            Protocol::Grpc => {
-                Some(tokio::runtime::Handle::try_current().map_err(|_| TraceError::NoRuntime)?)
-            }
-            Protocol::HttpProtobuf => None,
-        };
         let batch_size = cfg.batch_size.max(1);
         let (span_tx, span_rx) = mpsc::sync_channel(cfg.queue_size.max(1));
         let (ctl_tx, ctl_rx) = mpsc::channel();
@@ -1008,8 +1056,18 @@ impl Tracer {
         std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
-                // The tonic channel spawns its connection onto this runtime; exports then await it.
-                let _rt = handle.as_ref().map(|h| h.enter());
+                crate::handoff::background_thread();
+                // The gRPC exporter's connection lives on a runtime of its own, one thread
+                // (built here, so it is dropped here, outside any async context): an export
+                // (encoding a batch, writing HTTP/2) never takes a relay thread's turn.
+                let io = match export_runtime(protocol) {
+                    Ok(io) => io,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _rt = io.as_ref().map(|r| r.enter());
                 let exporter = match build_exporter(protocol, endpoint) {
                     Ok(e) => e,
                     Err(e) => {
@@ -1062,16 +1120,24 @@ impl Tracer {
             .with_tracked_inactivity(false)
             .with_context_activation(false);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let inner = Arc::new(Inner {
+            dispatch,
+            provider,
+            counters,
+            state: Mutex::new(State::default()),
+            unspanned: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            untraced: AtomicU64::new(0),
+            deadline: cfg.deadline,
+        });
+        let spans = inner.clone();
+        let facts = Handoff::spawn("otlp-spans", FACTS_QUEUE, FACTS_EVERY, move |f| {
+            make_spans(&spans, f)
+        })
+        .map_err(|e| TraceError::Exporter(format!("cannot start the span thread: {e}")))?;
         Ok(Tracer {
-            inner: Arc::new(Inner {
-                dispatch,
-                provider,
-                counters,
-                state: Mutex::new(State::default()),
-                unspanned: AtomicU64::new(0),
-                evicted: AtomicU64::new(0),
-                deadline: cfg.deadline,
-            }),
+            inner,
+            facts: Arc::new(facts),
         })
     }
 
@@ -1093,6 +1159,7 @@ impl Tracer {
             dropped: c.dropped(),
             unspanned: self.inner.unspanned.load(Ordering::Relaxed),
             evicted: self.inner.evicted.load(Ordering::Relaxed),
+            untraced: self.inner.untraced.load(Ordering::Relaxed),
             failed_exports: c.failed_exports.load(Ordering::Relaxed),
             last_error: c.last_error.lock().ok().and_then(|l| l.clone()),
         }
@@ -1101,6 +1168,7 @@ impl Tracer {
     /// Export every span that has ended so far, waiting at most the configured deadline.
     /// Blocks: from async code, call it through `spawn_blocking`.
     pub fn flush(&self) -> Result<(), TraceError> {
+        self.settle();
         self.inner.provider.force_flush().map_err(|e| match e {
             OTelSdkError::Timeout(after) => TraceError::Timeout {
                 after,
@@ -1114,6 +1182,7 @@ impl Tracer {
     /// queued within the configured deadline, and stop. Later frames are ignored. Blocks up to
     /// the deadline: from async code, call it through `spawn_blocking`.
     pub fn shutdown(self) -> Result<TraceStats, TraceError> {
+        self.settle();
         let mut ending = Vec::new();
         if let Ok(mut st) = self.inner.state.lock() {
             st.closed = true;
@@ -1620,12 +1689,20 @@ fn session_key(shape: &Shape<'_>) -> &'static str {
 }
 
 impl Sink for Tracer {
-    fn frame(&self, route: &Route, ins: &Inspection, _raw: &[u8]) {
-        self.inner.frame(route, ins);
+    /// The facts spans need (event, message, decision) are copied; the rest stays.
+    fn frame(&self, route: &Arc<Route>, ins: &Inspection, _raw: &[u8]) {
+        let facts = Inspection {
+            event: ins.event.clone(),
+            form: Default::default(),
+            message: ins.message.clone(),
+            decision: ins.decision.clone(),
+            effects: Vec::new(),
+        };
+        self.hand_over(Fact::Frame(route.clone(), Box::new(facts)));
     }
 
     fn note(&self, _route: &str, conn: u64, text: &str) {
-        self.inner.note(conn, text);
+        self.hand_over(Fact::Note(conn, text.to_string()));
     }
 }
 
