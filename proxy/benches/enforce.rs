@@ -22,10 +22,13 @@
 //! ENFORCE_BENCH_ITERS, ENFORCE_BENCH_FLOOD_MIB to change the sample sizes;
 //! ENFORCE_BENCH_ONLY=1,3 to run some of them).
 
+mod common;
+
+use common::{Kill, env_num, us};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,21 +43,6 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const DATA_PAYLOAD: usize = 4096;
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn example(method: &str) -> Value {
     let c = contract::builtin("kernel").expect("kernel");
@@ -100,27 +88,15 @@ fn ep(p: &Path) -> String {
     format!("unix:{}", p.display())
 }
 
+/// The `p` quantile of unsorted samples.
 fn pct(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i.min(v.len() - 1)]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
+    common::pct(v, p)
 }
 
 /// VmHWM (peak resident set) of a process, in KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    common::status_kib(pid, "VmHWM:")
 }
 
 /// A kernel session through a proxy started with `extra` args: the core's two

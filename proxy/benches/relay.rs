@@ -16,8 +16,12 @@
 
 #![allow(clippy::result_large_err)] // tungstenite's handshake callback type, not ours
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{Kill, env_num, pct, us, websocat_path, ws_echo};
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -25,25 +29,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Whether to run one part of the bench: RELAY_BENCH_PARTS=ping-pong,bulk,websocket
 /// (all when unset), e.g. to profile one of them alone.
 fn part(name: &str) -> bool {
     std::env::var("RELAY_BENCH_PARTS").map_or(true, |v| v.split(',').any(|p| p.trim() == name))
-}
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn pad_to(make: impl Fn(&str) -> Value, target: usize) -> Vec<u8> {
@@ -158,15 +147,6 @@ fn socat(listen: &Path, to: &str) -> Kill {
             .spawn()
             .expect("socat is installed"),
     )
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 struct Stats {
@@ -332,65 +312,6 @@ async fn bulk(dir: &Path, total: usize) {
         "kernel data 4KiB bulk          MiB/s (best of 3): direct {d:.0}  socat {s:.0}  proxy {p:.0} → proxy/socat {:.2} (target ≥0.8)",
         p / s
     );
-}
-
-/// websocat from .venv-peers, installed there by `scripts/setup.sh peers` when missing;
-/// None, with the reason printed, when it cannot be had.
-fn websocat_path() -> Option<PathBuf> {
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let ws = root.join(".venv-peers/bin/websocat");
-    if ws.exists() {
-        return Some(ws);
-    }
-    println!("websocat missing: installing it with scripts/setup.sh peers");
-    let st = Command::new(root.join("scripts/setup.sh"))
-        .arg("peers")
-        .status();
-    match st {
-        Ok(st) if st.success() && ws.exists() => Some(ws),
-        other => {
-            println!(
-                "WebSocket part skipped: scripts/setup.sh peers did not provide {} ({other:?})",
-                ws.display()
-            );
-            None
-        }
-    }
-}
-
-async fn ws_echo(l: tokio::net::TcpListener) {
-    loop {
-        let Ok((s, _)) = l.accept().await else { return };
-        tokio::spawn(async move {
-            let _ = s.set_nodelay(true);
-            let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(s, |req: &tokio_tungstenite::tungstenite::handshake::server::Request, mut resp: tokio_tungstenite::tungstenite::handshake::server::Response| {
-                if req.headers().get("Sec-WebSocket-Protocol").is_some() {
-                    resp.headers_mut().insert("Sec-WebSocket-Protocol", "agentfy.worker.v1".parse().expect("header"));
-                }
-                Ok(resp)
-            })
-            .await
-            else {
-                return;
-            };
-            let reply = json!({"jsonrpc":"2.0","id":42,"result":{"continue":true,"idleBudgetSeconds":90,"execBudgetSeconds":900}}).to_string();
-            while let Some(Ok(m)) = ws.next().await {
-                if m.is_text() {
-                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
-                        return;
-                    };
-                    let r = reply.replace("42", &v["id"].to_string());
-                    if ws
-                        .send(tokio_tungstenite::tungstenite::Message::text(r))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        });
-    }
 }
 
 async fn websocket(dir: &Path, rounds: usize, iters: usize) {

@@ -486,13 +486,8 @@ fn summarize(done: &Finished) -> Outcome {
     }
     match &done.traces {
         Some(Ok(st)) => eprintln!(
-            "contract-proxy: traces: {} spans exported, {} dropped{}",
-            st.exported,
-            st.dropped,
-            match st.untraced {
-                0 => String::new(),
-                n => format!(", {n} frames untraced (the span thread fell behind)"),
-            }
+            "contract-proxy: traces: {} spans exported, {} dropped",
+            st.exported, st.dropped
         ),
         Some(Err(e)) => eprintln!("contract-proxy: traces: {e}"),
         None => {}

@@ -512,7 +512,7 @@ struct TallyInner {
 struct Tally(Mutex<TallyInner>);
 
 impl Sink for Tally {
-    fn frame(&self, _route: &Arc<Route>, ins: &Inspection, _raw: &[u8]) {
+    fn frame(&self, _route: &Route, ins: &Inspection, _raw: &[u8]) {
         let e = &ins.event;
         let Ok(mut t) = self.0.lock() else {
             return;

@@ -13,10 +13,10 @@
 //! extensions a contract declares.
 #![deny(unsafe_code)]
 
+pub mod background;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod handoff;
 pub mod inspect;
 pub mod lines;
 pub mod log;

@@ -3,9 +3,11 @@
 //! The live view writes a line per frame. A `write` per line put a system call
 //! (and, for a file, the filesystem's work) on the relay's path for every frame,
 //! which is most of what a log costs a proxy. Lines are appended to a buffer
-//! instead, and a flusher thread writes what gathered at most [`FLUSH_EVERY`]
-//! after the first of them: a person watching sees no delay, and the relay makes
-//! no system call for its log.
+//! instead, and a flusher thread writes what gathered every [`FLUSH_EVERY`]: a
+//! person watching sees no delay, and the relay makes no system call for its log.
+//! Waking a sleeping thread is a system call too, and on a virtual machine a slow
+//! one: the flusher keeps its cadence while lines come, and sleeps until woken
+//! only after [`crate::background::QUIET`] without any.
 //!
 //! Bounded and lossless: a buffer past [`HIGH_WATER`] is written by the caller
 //! itself, so an output that cannot keep up slows the relay, as a direct write
@@ -27,6 +29,8 @@ pub const PIPE_ATOMIC: usize = 4096;
 
 struct Pending {
     buf: Vec<u8>,
+    /// The flusher waits to be woken (the log was quiet).
+    asleep: bool,
     closed: bool,
 }
 
@@ -50,6 +54,7 @@ impl Lines {
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending {
                 buf: Vec::with_capacity(64 * 1024),
+                asleep: false,
                 closed: false,
             }),
             wake: Condvar::new(),
@@ -78,8 +83,8 @@ impl Lines {
         if self.flusher.is_none() || p.buf.len() >= HIGH_WATER {
             drop(p);
             self.shared.write_out();
-        } else if start == 0 {
-            // The flusher sleeps only while the buffer is empty: one wake per batch.
+        } else if p.asleep {
+            p.asleep = false;
             self.shared.wake.notify_one();
         }
     }
@@ -105,32 +110,41 @@ impl Drop for Lines {
 
 impl Shared {
     fn run(&self) {
-        crate::handoff::background_thread();
+        crate::background::background_thread();
+        let mut quiet = Duration::ZERO;
         loop {
-            let Ok(p) = self.pending.lock() else {
+            std::thread::sleep(FLUSH_EVERY);
+            if self.write_out() {
+                quiet = Duration::ZERO;
+                continue;
+            }
+            quiet += FLUSH_EVERY;
+            let Ok(mut p) = self.pending.lock() else {
                 return;
             };
-            let Ok(p) = self.wake.wait_while(p, |p| p.buf.is_empty() && !p.closed) else {
-                return;
-            };
-            let closed = p.closed;
-            drop(p);
-            if closed {
+            if p.closed {
                 return;
             }
-            std::thread::sleep(FLUSH_EVERY);
-            self.write_out();
+            if quiet >= crate::background::QUIET {
+                p.asleep = true;
+                let Ok(p) = self.wake.wait_while(p, |p| p.asleep && !p.closed) else {
+                    return;
+                };
+                drop(p);
+                quiet = Duration::ZERO;
+            }
         }
     }
 
-    /// Take the buffer and write it, in whole-line pieces of at most [`PIPE_ATOMIC`].
-    fn write_out(&self) {
+    /// Take the buffer and write it, in whole-line pieces of at most [`PIPE_ATOMIC`];
+    /// whether there was anything to write.
+    fn write_out(&self) -> bool {
         let Ok(mut out) = self.out.lock() else {
-            return;
+            return false;
         };
         let batch = match self.pending.lock() {
-            Ok(mut p) => take(&mut p),
-            Err(_) => return,
+            Ok(mut p) if !p.buf.is_empty() => take(&mut p),
+            _ => return false,
         };
         for piece in pieces(&batch, PIPE_ATOMIC) {
             if out.write_all(piece).is_err() {
@@ -147,6 +161,7 @@ impl Shared {
             batch.clear();
             p.buf = batch;
         }
+        true
     }
 }
 
@@ -264,10 +279,12 @@ mod tests {
         }
     }
 
+    /// Also after the flusher has gone to sleep for a quiet log.
     #[test]
     fn a_line_reaches_the_output_without_a_flush() {
         let out = Writes::default();
         let lines = Lines::new(Box::new(out.clone()));
+        std::thread::sleep(crate::background::QUIET + Duration::from_millis(100));
         lines.push(|b| {
             b.extend_from_slice(b"hello");
             Ok::<(), ()>(())

@@ -26,8 +26,12 @@ use crate::log::Logger;
 use contract_transport::conn::{BoxIo, BoxMsg, CloseFrame, Conn, Hello, Msg};
 use contract_transport::endpoint::{Connected, Endpoint, Incoming, Listener, Options};
 
-/// Bytes read per chunk in each direction.
+/// The most a direction reads at once.
 pub const CHUNK: usize = 64 * 1024;
+/// The least: where a connection's reads start. A read that fills what it was given
+/// doubles the next one (up to [`CHUNK`]), one that uses under a quarter halves it,
+/// so an idle connection holds small buffers and a busy one reads in large chunks.
+pub const READ_MIN: usize = 4 * 1024;
 
 /// How long a connection on a session's second channel waits for its primary connection.
 pub const SESSION_JOIN_WAIT: Duration = Duration::from_secs(1);
@@ -69,7 +73,7 @@ pub struct Route {
 /// Where inspection results go: the live view and any other sink.
 pub trait Sink: Send + Sync {
     /// One inspected frame on `route`; `raw` is the frame's payload as it travelled.
-    fn frame(&self, route: &Arc<Route>, ins: &Inspection, raw: &[u8]);
+    fn frame(&self, route: &Route, ins: &Inspection, raw: &[u8]);
     /// A connection-level note (opened, closed, refused).
     fn note(&self, route: &str, conn: u64, text: &str);
     /// A batch of frames read together was written on, `took` after it was read: the
@@ -78,7 +82,7 @@ pub trait Sink: Send + Sync {
 }
 
 impl Sink for Logger {
-    fn frame(&self, _route: &Arc<Route>, ins: &Inspection, _raw: &[u8]) {
+    fn frame(&self, _route: &Route, ins: &Inspection, _raw: &[u8]) {
         self.event(&ins.event);
     }
     fn note(&self, route: &str, conn: u64, text: &str) {
@@ -351,7 +355,7 @@ impl Shared {
         }
     }
 
-    fn record(&self, route: &Arc<Route>, ins: &Inspection, raw: &[u8]) {
+    fn record(&self, route: &Route, ins: &Inspection, raw: &[u8]) {
         self.stats.frames.fetch_add(1, Ordering::Relaxed);
         if !ins.event.verdict.is_ok() {
             self.stats.violations.fetch_add(1, Ordering::Relaxed);
@@ -688,6 +692,8 @@ enum FrameIn {
         rd: ReadHalf<BoxIo>,
         codec: ChannelCodec,
         buf: BytesMut,
+        /// How much the next read may take: between [`READ_MIN`] and [`CHUNK`].
+        want: usize,
         raw: bool,
         /// When the first byte of the frame still incomplete in `buf` arrived.
         partial: Option<Instant>,
@@ -775,6 +781,7 @@ impl FrameIn {
                 rd,
                 codec,
                 buf,
+                want,
                 raw,
                 partial,
             } => loop {
@@ -803,8 +810,13 @@ impl FrameIn {
                         return Ok(());
                     }
                 }
-                buf.reserve(CHUNK);
+                buf.reserve(*want);
                 let n = rd.read_buf(buf).await?;
+                *want = match n {
+                    n if n >= *want => (*want * 2).min(CHUNK),
+                    n if n < *want / 4 => (*want / 2).max(READ_MIN),
+                    _ => *want,
+                };
                 if n == 0 {
                     if !*raw {
                         let rest = Bytes::copy_from_slice(buf);
@@ -1062,14 +1074,15 @@ fn split(conn: Conn, codec: &ChannelCodec, cap: u64) -> (FrameIn, FrameOut) {
                 FrameIn::Stream {
                     rd,
                     codec: codec.clone(),
-                    buf: BytesMut::with_capacity(CHUNK),
+                    buf: BytesMut::with_capacity(READ_MIN),
+                    want: READ_MIN,
                     raw: false,
                     partial: None,
                 },
                 FrameOut::Stream {
                     wr,
                     codec: codec.clone(),
-                    out: BytesMut::with_capacity(CHUNK),
+                    out: BytesMut::new(),
                     code,
                 },
             )
@@ -1334,7 +1347,7 @@ const RECORD_QUEUE: usize = 16;
 /// shown before its request. A full queue slows the relay; nothing is dropped.
 fn recorder(route: &Route, shared: &Arc<Shared>) -> (Rec, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<(Inspection, Bytes)>>(RECORD_QUEUE);
-    let (route, shared) = (Arc::new(route.clone()), shared.clone());
+    let (route, shared) = (route.clone(), shared.clone());
     let task = tokio::spawn(async move {
         while let Some(Some((ins, raw))) = rx.recv().await {
             shared.record(&route, &ins, &raw);

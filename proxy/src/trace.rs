@@ -46,7 +46,6 @@ use serde_json::Value;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::handoff::Handoff;
 use crate::inspect::{Decision, Dir, Event, Inspection, Verdict};
 use crate::relay::{Route, Sink};
 use contract_transport::endpoint::Endpoint;
@@ -374,8 +373,6 @@ pub struct TraceStats {
     pub unspanned: u64,
     /// Trace roots and sessions ended early to stay within [`ROOTS_MAX`] / [`SESSIONS_MAX`].
     pub evicted: u64,
-    /// Frames not traced because the span thread was [`FACTS_QUEUE`] frames behind.
-    pub untraced: u64,
     /// Export calls that failed.
     pub failed_exports: u64,
     /// The last export error, if any.
@@ -595,7 +592,7 @@ fn export_runtime(protocol: Protocol) -> Result<Option<tokio::runtime::Runtime>,
         Protocol::Grpc => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("otlp-io")
-            .on_thread_start(crate::handoff::background_thread)
+            .on_thread_start(crate::background::background_thread)
             .enable_all()
             .build()
             .map(Some)
@@ -663,43 +660,6 @@ impl IdGenerator for Ids {
 #[derive(Clone)]
 pub struct Tracer {
     inner: Arc<Inner>,
-    facts: Arc<Handoff<Fact>>,
-}
-
-/// What the relay hands the span thread: plain facts. Spans are made there, never on a
-/// relay thread, so building them costs the relayed frames nothing.
-enum Fact {
-    Frame(Arc<Route>, Box<Inspection>),
-    Note(u64, String),
-}
-
-/// Frames the span thread may lag behind the relay; past it, frames go untraced (counted).
-pub const FACTS_QUEUE: usize = 4096;
-/// How long facts gather before the span thread takes them.
-pub const FACTS_EVERY: Duration = Duration::from_millis(5);
-
-impl Tracer {
-    /// Hand `fact` to the span thread; when its queue is full the frame goes untraced, counted.
-    fn hand_over(&self, fact: Fact) {
-        if self.facts.push(fact).is_err() {
-            self.inner.untraced.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Wait (up to the deadline) until the span thread has made spans of everything handed over.
-    fn settle(&self) {
-        self.facts.settle(self.inner.deadline);
-    }
-}
-
-/// The span thread's work: facts into spans, in the order the relay handed them over.
-fn make_spans(inner: &Inner, facts: Vec<Fact>) {
-    for fact in facts {
-        match fact {
-            Fact::Frame(route, ins) => inner.frame(&route, &ins),
-            Fact::Note(conn, text) => inner.note(conn, &text),
-        }
-    }
 }
 
 impl std::fmt::Debug for Tracer {
@@ -717,7 +677,6 @@ struct Inner {
     state: Mutex<State>,
     unspanned: AtomicU64,
     evicted: AtomicU64,
-    untraced: AtomicU64,
     deadline: Duration,
 }
 
@@ -1056,7 +1015,7 @@ impl Tracer {
         std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
-                crate::handoff::background_thread();
+                crate::background::background_thread();
                 // The gRPC exporter's connection lives on a runtime of its own, one thread
                 // (built here, so it is dropped here, outside any async context): an export
                 // (encoding a batch, writing HTTP/2) never takes a relay thread's turn.
@@ -1120,24 +1079,16 @@ impl Tracer {
             .with_tracked_inactivity(false)
             .with_context_activation(false);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
-        let inner = Arc::new(Inner {
-            dispatch,
-            provider,
-            counters,
-            state: Mutex::new(State::default()),
-            unspanned: AtomicU64::new(0),
-            evicted: AtomicU64::new(0),
-            untraced: AtomicU64::new(0),
-            deadline: cfg.deadline,
-        });
-        let spans = inner.clone();
-        let facts = Handoff::spawn("otlp-spans", FACTS_QUEUE, FACTS_EVERY, move |f| {
-            make_spans(&spans, f)
-        })
-        .map_err(|e| TraceError::Exporter(format!("cannot start the span thread: {e}")))?;
         Ok(Tracer {
-            inner,
-            facts: Arc::new(facts),
+            inner: Arc::new(Inner {
+                dispatch,
+                provider,
+                counters,
+                state: Mutex::new(State::default()),
+                unspanned: AtomicU64::new(0),
+                evicted: AtomicU64::new(0),
+                deadline: cfg.deadline,
+            }),
         })
     }
 
@@ -1159,7 +1110,6 @@ impl Tracer {
             dropped: c.dropped(),
             unspanned: self.inner.unspanned.load(Ordering::Relaxed),
             evicted: self.inner.evicted.load(Ordering::Relaxed),
-            untraced: self.inner.untraced.load(Ordering::Relaxed),
             failed_exports: c.failed_exports.load(Ordering::Relaxed),
             last_error: c.last_error.lock().ok().and_then(|l| l.clone()),
         }
@@ -1168,7 +1118,6 @@ impl Tracer {
     /// Export every span that has ended so far, waiting at most the configured deadline.
     /// Blocks: from async code, call it through `spawn_blocking`.
     pub fn flush(&self) -> Result<(), TraceError> {
-        self.settle();
         self.inner.provider.force_flush().map_err(|e| match e {
             OTelSdkError::Timeout(after) => TraceError::Timeout {
                 after,
@@ -1182,7 +1131,6 @@ impl Tracer {
     /// queued within the configured deadline, and stop. Later frames are ignored. Blocks up to
     /// the deadline: from async code, call it through `spawn_blocking`.
     pub fn shutdown(self) -> Result<TraceStats, TraceError> {
-        self.settle();
         let mut ending = Vec::new();
         if let Ok(mut st) = self.inner.state.lock() {
             st.closed = true;
@@ -1689,20 +1637,12 @@ fn session_key(shape: &Shape<'_>) -> &'static str {
 }
 
 impl Sink for Tracer {
-    /// The facts spans need (event, message, decision) are copied; the rest stays.
-    fn frame(&self, route: &Arc<Route>, ins: &Inspection, _raw: &[u8]) {
-        let facts = Inspection {
-            event: ins.event.clone(),
-            form: Default::default(),
-            message: ins.message.clone(),
-            decision: ins.decision.clone(),
-            effects: Vec::new(),
-        };
-        self.hand_over(Fact::Frame(route.clone(), Box::new(facts)));
+    fn frame(&self, route: &Route, ins: &Inspection, _raw: &[u8]) {
+        self.inner.frame(route, ins);
     }
 
     fn note(&self, _route: &str, conn: u64, text: &str) {
-        self.hand_over(Fact::Note(conn, text.to_string()));
+        self.inner.note(conn, text);
     }
 }
 

