@@ -596,4 +596,95 @@ fn main() {
     print(&rows);
     let out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"));
     let _ = std::fs::write(out.join("scale-bench.jsonl"), jsonl(&rows));
+    match plot(&rows, &out.join("scale-bench.svg")) {
+        Ok(()) => println!("plotted to target/scale-bench.svg"),
+        Err(e) => println!("no plot: {e}"),
+    }
+}
+
+/// One value of a row for the plot: its overhead at the `q` quantile against the direct
+/// row of its size, or its memory per idle connection.
+#[derive(Clone, Copy)]
+enum Measure {
+    Overhead(f64),
+    Memory,
+}
+
+impl Measure {
+    fn of(self, r: &Row, rows: &[Row]) -> Option<f64> {
+        match self {
+            Measure::Memory => (r.path != "direct").then(|| r.per_idle_conn_kib()),
+            Measure::Overhead(q) => {
+                let d = rows.iter().find(|d| {
+                    d.protocol == r.protocol && d.sessions == r.sessions && d.path == "direct"
+                })?;
+                (r.path != "direct").then(|| (us(r.p(q)) - us(d.p(q))).max(1.0))
+            }
+        }
+    }
+}
+
+/// The curves: per protocol, overhead at p50 and p99 and memory per idle connection
+/// against the number of sessions, the proxy beside its baseline; log scales.
+fn plot(rows: &[Row], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1200, 760)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((2, 3));
+    let measures = [
+        (Measure::Overhead(0.5), "overhead p50, µs"),
+        (Measure::Overhead(0.99), "overhead p99, µs"),
+        (Measure::Memory, "KiB per idle connection"),
+    ];
+    for (k, protocol) in ["kernel", "toolchannel-ws"].into_iter().enumerate() {
+        for (m, (measure, label)) in measures.into_iter().enumerate() {
+            let mine: Vec<&Row> = rows.iter().filter(|r| r.protocol == protocol).collect();
+            let points = |path: &str| -> Vec<(f64, f64)> {
+                (mine.iter())
+                    .filter(|r| r.path == path)
+                    .filter_map(|r| Some((r.sessions as f64, measure.of(r, rows)?)))
+                    .collect()
+            };
+            let all: Vec<f64> = ["proxy", "socat", "websocat"]
+                .iter()
+                .flat_map(|p| points(p).into_iter().map(|(_, y)| y))
+                .collect();
+            let (lo, hi) = all
+                .iter()
+                .fold((f64::MAX, 1.0f64), |(lo, hi), y| (lo.min(*y), hi.max(*y)));
+            let most = mine.iter().map(|r| r.sessions).max().unwrap_or(1).max(2) as f64;
+            let mut chart = ChartBuilder::on(&panels[k * 3 + m])
+                .caption(format!("{protocol}: {label}"), ("sans-serif", 16))
+                .margin(8)
+                .x_label_area_size(32)
+                .y_label_area_size(48)
+                .build_cartesian_2d(
+                    (1f64..most).log_scale(),
+                    ((lo.min(hi) * 0.8).max(0.5)..hi * 1.25).log_scale(),
+                )?;
+            chart
+                .configure_mesh()
+                .x_desc("sessions")
+                .label_style(("sans-serif", 11))
+                .draw()?;
+            for (path, color) in [("proxy", RED), ("socat", BLUE), ("websocat", BLUE)] {
+                let pts = points(path);
+                if pts.is_empty() {
+                    continue;
+                }
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+                    .label(path)
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
+                chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
+            }
+            chart
+                .configure_series_labels()
+                .border_style(BLACK)
+                .label_font(("sans-serif", 11))
+                .draw()?;
+        }
+    }
+    root.present()?;
+    Ok(())
 }

@@ -515,10 +515,14 @@ async fn handle(
     // Only process endpoints (unix) outlive their connection.
     #[cfg_attr(not(unix), allow(unused_variables))] once: bool,
 ) -> Result<RouteEnd, String> {
+    // The dial and the relay are boxed: a task is as large as the largest state of its
+    // future, and a dial (TLS, QUIC, WebSocket handshakes) is large and short-lived; boxed,
+    // its memory goes back once the upstream is reached, instead of staying with every
+    // idle connection.
     let (client, upstream) = match incoming {
         Incoming::Conn { conn: c, peer } => {
             shared.note(&route.name, conn, &format!("connected from {peer}"));
-            match route.upstream.connect(&route.opts, None).await {
+            match Box::pin(route.upstream.connect(&route.opts, None)).await {
                 Ok(up) => (c, up),
                 Err(e) => {
                     turn_away(c).await;
@@ -550,15 +554,14 @@ async fn handle(
                     &route.opts.subprotocols,
                 ) {
                     Ok(sub) => {
-                        let up = match route.upstream.connect(&route.opts, None).await {
+                        let up = match Box::pin(route.upstream.connect(&route.opts, None)).await {
                             Ok(up) => up,
                             Err(e) => {
                                 let _ = pending.refuse(&bad_gateway()).await;
                                 return Err(e.to_string());
                             }
                         };
-                        let c = pending
-                            .accept(sub.as_deref())
+                        let c = Box::pin(pending.accept(sub.as_deref()))
                             .await
                             .map_err(|e| e.to_string())?;
                         (Conn::Messages(c), up)
@@ -570,10 +573,9 @@ async fn handle(
                     }
                 }
             } else {
-                match route.upstream.connect(&route.opts, Some(&hello)).await {
+                match Box::pin(route.upstream.connect(&route.opts, Some(&hello))).await {
                     Ok(up) => {
-                        let c = pending
-                            .accept(up.subprotocol.as_deref())
+                        let c = Box::pin(pending.accept(up.subprotocol.as_deref()))
                             .await
                             .map_err(|e| e.to_string())?;
                         (Conn::Messages(c), up)
@@ -613,8 +615,7 @@ async fn handle(
                     None
                 }
             };
-            let relaying = relay(client, up, route, shared, conn);
-            tokio::pin!(relaying);
+            let mut relaying = Box::pin(relay(client, up, route, shared, conn));
             let (relayed, status) = tokio::select! {
                 r = &mut relaying => (r, child.wait().await),
                 st = child.wait() => {
@@ -639,7 +640,7 @@ async fn handle(
         }
         // A child per connection gets one deadline to finish after its connection closed.
         Some(mut child) => {
-            let relayed = relay(client, up, route, shared, conn).await;
+            let relayed = Box::pin(relay(client, up, route, shared, conn)).await;
             let status = match tokio::time::timeout(SHUTDOWN_DEADLINE, child.wait()).await {
                 Ok(r) => r,
                 Err(_) => {
@@ -657,7 +658,7 @@ async fn handle(
             }
             relayed
         }
-        None => relay(client, up, route, shared, conn).await,
+        None => Box::pin(relay(client, up, route, shared, conn)).await,
     };
     if let Err(e) = relayed {
         shared.note(&route.name, conn, &e);
@@ -1230,7 +1231,7 @@ pub async fn relay(
                 Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
                 _ => None,
             };
-            let _ = rec.send(Some((ins, Bytes::new()))).await;
+            let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
             if let Some(c) = refused {
                 closing(c).await;
                 up_done = true;
@@ -1255,7 +1256,7 @@ pub async fn relay(
                         if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
                             close = Some(c.clone());
                         }
-                        let _ = rec.send(Some((ins, Bytes::new()))).await;
+                        let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
                     }
                     if let Some(c) = close {
                         closing(c).await;
@@ -1314,7 +1315,7 @@ pub async fn relay(
         .map(|mut i| i.close(Instant::now()))
         .unwrap_or_default();
     for ins in closed {
-        let _ = rec.send(Some((ins, Bytes::new()))).await;
+        let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
     }
     // Everything inspected reaches the sinks before the connection is reported closed.
     let _ = rec.send(None).await;
@@ -1333,7 +1334,9 @@ pub async fn relay(
 }
 
 /// Inspected frames on their way to the sinks and the recording; `None` ends the queue.
-type Rec = tokio::sync::mpsc::Sender<Option<(Inspection, Bytes)>>;
+/// Boxed: the queue allocates its slots in blocks, and every future that sends holds
+/// its value, so an unboxed inspection (700 bytes) cost each connection tens of KiB idle.
+type Rec = tokio::sync::mpsc::Sender<Option<Box<(Inspection, Bytes)>>>;
 
 /// Frames a connection's sinks may lag behind its relay. Small, since each entry
 /// holds its frame: the bound is on memory as much as on lag.
@@ -1346,10 +1349,11 @@ const RECORD_QUEUE: usize = 16;
 /// observe mode under the inspector's lock: [`Ahead`]), so a reply is never
 /// shown before its request. A full queue slows the relay; nothing is dropped.
 fn recorder(route: &Route, shared: &Arc<Shared>) -> (Rec, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<(Inspection, Bytes)>>(RECORD_QUEUE);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<Box<(Inspection, Bytes)>>>(RECORD_QUEUE);
     let (route, shared) = (route.clone(), shared.clone());
     let task = tokio::spawn(async move {
-        while let Some(Some((ins, raw))) = rx.recv().await {
+        while let Some(Some(seen)) = rx.recv().await {
+            let (ins, raw) = *seen;
             shared.record(&route, &ins, &raw);
             shared.write_record(&ins, &raw).await;
         }
@@ -1482,7 +1486,7 @@ async fn pump(
                     Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
                     _ => None,
                 };
-                let _ = rec.send(Some((ins, Bytes::new()))).await;
+                let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
                 if let Some(c) = close {
                     return Ok(PumpEnd::Closed(c));
                 }
@@ -1522,7 +1526,7 @@ async fn pump(
             let effects = std::mem::take(&mut ins.effects);
             let decision = ins.decision.clone();
             let conn = ins.event.conn;
-            let _ = rec.send(Some((ins, raw))).await;
+            let _ = rec.send(Some(Box::new((ins, raw)))).await;
             // Frames released by credit go out before this one.
             for e in &effects {
                 if let Effect::Write(frames) = e {
@@ -1712,7 +1716,7 @@ impl Ahead<'_> {
                 if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
                     close = Some(c.clone());
                 }
-                place.send(Some((ins, raw)));
+                place.send(Some(Box::new((ins, raw))));
             }
             sent?;
         }
