@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{Kill, env_num, pct, us, websocat_path, ws_echo};
+use common::{Kill, env_num, pct, proxy, socat, us, wait_for, websocat_path, ws_echo};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -105,48 +105,6 @@ async fn sink_server(l: UnixListener) {
             let _ = s.write_all(&total.to_be_bytes()).await;
         });
     }
-}
-
-async fn wait_for(p: &Path) {
-    for _ in 0..400 {
-        if p.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{} never appeared", p.display());
-}
-
-/// The proxy with its JSON log going to `log`, a file, as a user would keep it.
-fn proxy(log: &Path, args: &[&str]) -> Kill {
-    let out = std::fs::File::create(log).expect("log file");
-    Kill(
-        Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-            .arg("run")
-            .args(["--log", "json"])
-            .args(
-                std::env::var("RELAY_BENCH_EXTRA")
-                    .map(|v| v.split_whitespace().map(String::from).collect::<Vec<_>>())
-                    .unwrap_or_default(),
-            )
-            .args(args)
-            .stdout(out)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("proxy starts"),
-    )
-}
-
-fn socat(listen: &Path, to: &str) -> Kill {
-    Kill(
-        Command::new("socat")
-            .arg(format!("UNIX-LISTEN:{},fork", listen.display()))
-            .arg(to)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("socat is installed"),
-    )
 }
 
 struct Stats {

@@ -32,7 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Kill, children, env_num, pct, status_kib, us, websocat_path, ws_echo};
+use common::{
+    Kill, children, env_num, pct, proxy, socat, status_kib, us, wait_for, websocat_path, ws_echo,
+};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -89,44 +91,6 @@ impl Relay {
                 .sum(),
         }
     }
-}
-
-fn proxy(log: &Path, args: &[String]) -> Kill {
-    let out = std::fs::File::create(log).expect("log file");
-    Kill(
-        Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
-            .args(["run", "--log", "json"])
-            .args(args)
-            .stdout(out)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("proxy starts"),
-    )
-}
-
-fn socat(listen: &Path, to: &Path) -> Kill {
-    Kill(
-        Command::new("socat")
-            .arg(format!(
-                "UNIX-LISTEN:{},fork,backlog=1024",
-                listen.display()
-            ))
-            .arg(format!("UNIX-CONNECT:{}", to.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("socat is installed"),
-    )
-}
-
-async fn wait_for(p: &Path) {
-    for _ in 0..400 {
-        if p.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{} never appeared", p.display());
 }
 
 /// Connect, retrying while the listener's backlog is full.
@@ -313,7 +277,10 @@ async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
             let (vc, vd) = (p("via-c"), p("via-d"));
             let relay = match path {
                 "direct" => Relay::None,
-                "socat" => Relay::Socat(vec![socat(&vc, &uc), socat(&vd, &ud)]),
+                "socat" => {
+                    let to = |p: &Path| format!("UNIX-CONNECT:{}", p.display());
+                    Relay::Socat(vec![socat(&vc, &to(&uc)), socat(&vd, &to(&ud))])
+                }
                 _ => Relay::Proxy(proxy(
                     &p("log"),
                     &[

@@ -3,8 +3,9 @@
 #![allow(dead_code)]
 #![allow(clippy::result_large_err)] // tungstenite's handshake callback type, not ours
 
-use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -17,6 +18,47 @@ impl Drop for Kill {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// contract-proxy `run ARGS`, its JSON log going to `log`, a file, as a user would keep it.
+pub fn proxy<S: AsRef<OsStr>>(log: &Path, args: &[S]) -> Kill {
+    let out = std::fs::File::create(log).expect("log file");
+    Kill(
+        Command::new(env!("CARGO_BIN_EXE_contract-proxy"))
+            .args(["run", "--log", "json"])
+            .args(args)
+            .stdout(out)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("proxy starts"),
+    )
+}
+
+/// socat relaying a unix listener to `to` (a socat address), a process per connection.
+pub fn socat(listen: &Path, to: &str) -> Kill {
+    Kill(
+        Command::new("socat")
+            .arg(format!(
+                "UNIX-LISTEN:{},fork,backlog=1024",
+                listen.display()
+            ))
+            .arg(to)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("socat is installed"),
+    )
+}
+
+/// Wait until a listener's socket file exists.
+pub async fn wait_for(p: &Path) {
+    for _ in 0..400 {
+        if p.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} never appeared", p.display());
 }
 
 /// A number from the environment, or `default`.
