@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{Kill, env_num, pct, proxy, socat, us, wait_for, websocat_path, ws_echo};
+use common::{Kill, env_num, pct, proxy, socat, us, wait_for, websocat_path, ws_connect, ws_echo};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -314,30 +314,7 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let mut conns = Vec::new();
     for port in [echo_port, wp, pp] {
-        let mut req =
-            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
-                format!("ws://127.0.0.1:{port}/"),
-            )
-            .expect("request");
-        req.headers_mut().insert(
-            "Sec-WebSocket-Protocol",
-            "agentfy.worker.v1".parse().expect("header"),
-        );
-        req.headers_mut()
-            .insert("Authorization", "Bearer bench".parse().expect("header"));
-        let mut attempt = 0;
-        let (c, _) = loop {
-            match tokio_tungstenite::connect_async(req.clone()).await {
-                Ok(c) => break c,
-                Err(e) if attempt < 40 => {
-                    attempt += 1;
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("connect to {port}: {e}"),
-            }
-        };
-        conns.push(c);
+        conns.push(ws_connect(port).await);
     }
     let mut samples: [Vec<Duration>; 3] = Default::default();
     let mut id = 0u64;

@@ -33,7 +33,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Kill, children, env_num, pct, proxy, socat, status_kib, us, wait_for, websocat_path, ws_echo,
+    Kill, Ws, children, env_num, pct, proxy, socat, status_kib, us, wait_for, websocat_path,
+    ws_connect, ws_echo,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -325,29 +326,6 @@ async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
 
 // ---------------------------------------------------------------------------------------
 // Toolchannel over WebSocket.
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn ws_connect(port: u16) -> Ws {
-    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
-        format!("ws://127.0.0.1:{port}/"),
-    )
-    .expect("request");
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        "agentfy.worker.v1".parse().expect("header"),
-    );
-    req.headers_mut()
-        .insert("Authorization", "Bearer bench".parse().expect("header"));
-    for _ in 0..400 {
-        if let Ok((c, _)) = tokio_tungstenite::connect_async(req.clone()).await {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("cannot connect to port {port}");
-}
 
 async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
     let m = json!({"jsonrpc":"2.0","id":id,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();

@@ -172,3 +172,29 @@ pub async fn ws_echo(l: tokio::net::TcpListener) {
         });
     }
 }
+
+/// A client's WebSocket.
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A toolchannel worker's WebSocket connection to `port` (subprotocol and token as the
+/// contract asks), retried while the listener comes up.
+pub async fn ws_connect(port: u16) -> Ws {
+    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+        format!("ws://127.0.0.1:{port}/"),
+    )
+    .expect("request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "agentfy.worker.v1".parse().expect("header"),
+    );
+    req.headers_mut()
+        .insert("Authorization", "Bearer bench".parse().expect("header"));
+    for _ in 0..400 {
+        if let Ok((c, _)) = tokio_tungstenite::connect_async(req.clone()).await {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("cannot connect to port {port}");
+}
