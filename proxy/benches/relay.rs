@@ -18,10 +18,12 @@
 
 mod common;
 
-use common::{Kill, env_num, pct, proxy, socat, us, wait_for, websocat_path, ws_connect, ws_echo};
+use common::{
+    env_num, free_port, pct, proxy, socat, us, wait_for, websocat, websocat_path, ws_connect,
+    ws_echo,
+};
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -281,25 +283,8 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
         .expect("bind");
     let echo_port = l.local_addr().expect("addr").port();
     tokio::spawn(ws_echo(l));
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port()
-    };
-    let (wp, pp) = (free(), free());
-    let _w = Kill(
-        Command::new(&ws)
-            // Text messages stay text (the contract carries JSON-RPC in text messages).
-            .args(["-t", "-E"])
-            .arg(format!("ws-l:127.0.0.1:{wp}"))
-            .arg(format!("ws://127.0.0.1:{echo_port}/"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("websocat"),
-    );
+    let (wp, pp) = (free_port(), free_port());
+    let _w = websocat(&ws, wp, echo_port);
     let _p = proxy(
         &dir.join("websocket.log"),
         &[

@@ -29,12 +29,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Kill, Ws, children, env_num, pct, proxy, socat, status_kib, us, wait_for, websocat_path,
-    ws_connect, ws_echo,
+    Kill, Ws, children, env_num, free_port, pct, proxy, socat, status_kib, us, wait_for, websocat,
+    websocat_path, ws_connect, ws_echo,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -342,13 +341,6 @@ async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 async fn websocket(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
     let Some(ws) = websocat_path() else {
         return Vec::new();
@@ -364,16 +356,7 @@ async fn websocket(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
             let port = free_port();
             let relay = match path {
                 "direct" => Relay::None,
-                "websocat" => Relay::Websocat(Kill(
-                    Command::new(&ws)
-                        .args(["-t", "-E"])
-                        .arg(format!("ws-l:127.0.0.1:{port}"))
-                        .arg(format!("ws://127.0.0.1:{echo}/"))
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .spawn()
-                        .expect("websocat"),
-                )),
+                "websocat" => Relay::Websocat(websocat(&ws, port, echo)),
                 _ => Relay::Proxy(proxy(
                     &dir.join(format!("w{n}.log")),
                     &[

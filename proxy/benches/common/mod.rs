@@ -50,6 +50,29 @@ pub fn socat(listen: &Path, to: &str) -> Kill {
     )
 }
 
+/// websocat (at `ws`) relaying WebSocket messages from `port` to the echo host at `echo`;
+/// text messages stay text (the contract carries JSON-RPC in text messages).
+pub fn websocat(ws: &Path, port: u16, echo: u16) -> Kill {
+    Kill(
+        Command::new(ws)
+            .args(["-t", "-E"])
+            .arg(format!("ws-l:127.0.0.1:{port}"))
+            .arg(format!("ws://127.0.0.1:{echo}/"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("websocat"),
+    )
+}
+
+/// A TCP port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 /// Wait until a listener's socket file exists.
 pub async fn wait_for(p: &Path) {
     for _ in 0..400 {
