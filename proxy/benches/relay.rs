@@ -19,14 +19,13 @@
 mod common;
 
 use common::{
-    env_num, free_port, pct, proxy, socat, us, wait_for, websocat, websocat_path, ws_connect,
-    ws_echo,
+    env_num, free_port, heartbeat, pct, proxy, socat, us, wait_for, websocat, websocat_path,
+    ws_connect, ws_echo,
 };
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -307,20 +306,9 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
         for (k, c) in conns.iter_mut().enumerate() {
             for i in 0..iters + 50 {
                 id += 1;
-                let m = json!({"jsonrpc":"2.0","id":id,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
-                let t = Instant::now();
-                c.send(tokio_tungstenite::tungstenite::Message::text(m))
-                    .await
-                    .expect("send");
-                loop {
-                    match c.next().await {
-                        Some(Ok(r)) if r.is_text() => break,
-                        Some(Ok(_)) => continue,
-                        other => panic!("no reply: {other:?}"),
-                    }
-                }
+                let rtt = heartbeat(c, id).await;
                 if i >= 50 {
-                    samples[k].push(t.elapsed());
+                    samples[k].push(rtt);
                 }
             }
         }

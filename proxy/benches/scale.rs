@@ -32,10 +32,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    Kill, Ws, children, env_num, free_port, pct, proxy, socat, status_kib, us, wait_for, websocat,
-    websocat_path, ws_connect, ws_echo,
+    Kill, children, env_num, free_port, heartbeat, pct, proxy, socat, status_kib, us, wait_for,
+    websocat, websocat_path, ws_connect, ws_echo,
 };
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -325,21 +324,6 @@ async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
 
 // ---------------------------------------------------------------------------------------
 // Toolchannel over WebSocket.
-
-async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
-    let m = json!({"jsonrpc":"2.0","id":id,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
-    let t = Instant::now();
-    c.send(tokio_tungstenite::tungstenite::Message::text(m))
-        .await
-        .expect("send");
-    loop {
-        match c.next().await {
-            Some(Ok(r)) if r.is_text() => return t.elapsed(),
-            Some(Ok(_)) => continue,
-            other => panic!("no reply: {other:?}"),
-        }
-    }
-}
 
 async fn websocket(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
     let Some(ws) = websocat_path() else {

@@ -6,7 +6,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -220,4 +220,20 @@ pub async fn ws_connect(port: u16) -> Ws {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("cannot connect to port {port}");
+}
+
+/// One toolchannel heartbeat request and its answer; the round trip.
+pub async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
+    let m = json!({"jsonrpc":"2.0","id":id,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
+    let t = Instant::now();
+    c.send(tokio_tungstenite::tungstenite::Message::text(m))
+        .await
+        .expect("send");
+    loop {
+        match c.next().await {
+            Some(Ok(r)) if r.is_text() => return t.elapsed(),
+            Some(Ok(_)) => continue,
+            other => panic!("no reply: {other:?}"),
+        }
+    }
 }
