@@ -83,7 +83,6 @@ pub enum TraceError {
     /// The exporter could not be built.
     #[error("cannot build the OTLP exporter: {0}")]
     Exporter(String),
-    /// The gRPC exporter runs on the caller's tokio runtime, and there was none.
     /// Flushing or shutting down did not finish within its deadline.
     #[error("OTLP export did not finish within {after:?}; {dropped} spans dropped in all")]
     Timeout {
