@@ -16,7 +16,7 @@
 //! child (a stand-in's stderr) no line is split by the child's output.
 
 use std::io::Write;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -142,8 +142,8 @@ impl Shared {
         let Ok(mut out) = self.out.lock() else {
             return false;
         };
-        let batch = match self.pending.lock() {
-            Ok(mut p) if !p.buf.is_empty() => take(&mut p),
+        let mut batch = match self.pending.lock() {
+            Ok(mut p) if !p.buf.is_empty() => std::mem::take(&mut p.buf),
             _ => return false,
         };
         for piece in pieces(&batch, PIPE_ATOMIC) {
@@ -152,22 +152,16 @@ impl Shared {
             }
         }
         let _ = out.flush();
-        // Hand the allocation back, so the buffer is not grown again from nothing.
+        // Hand the allocation back, unless lines came meanwhile, so the buffer is
+        // not grown again from nothing.
         if let Ok(mut p) = self.pending.lock()
             && p.buf.is_empty()
-            && p.buf.capacity() < batch.capacity()
         {
-            let mut batch = batch;
             batch.clear();
             p.buf = batch;
         }
         true
     }
-}
-
-fn take(p: &mut MutexGuard<'_, Pending>) -> Vec<u8> {
-    let cap = p.buf.capacity().min(HIGH_WATER);
-    std::mem::replace(&mut p.buf, Vec::with_capacity(cap))
 }
 
 /// `batch` (whole lines) cut into runs of whole lines of at most `max` bytes each;
