@@ -204,8 +204,11 @@ burst() {
     got=$("$PY" "$ROOT/scripts/wine/echo.py" burst "$b" "$CLIENTS")
     result $([ "$got" = "$CLIENTS" ] && echo 1 || echo 0) \
         "burst: $got of $CLIENTS clients at once went through the pipe and were answered"
-    local conns
-    conns=$(grep -c 'connected from pipe' "$WORK/burst.a.out" || true)
+    # The live view is written in batches: wait (with a deadline) for its lines.
+    local conns i=0
+    until conns=$(grep -c 'connected from pipe' "$WORK/burst.a.out" || true); [ "$conns" -ge "$CLIENTS" ] || [ $i -ge 100 ]; do
+        i=$((i + 1)); sleep 0.1
+    done
     result $([ "$conns" = "$CLIENTS" ] && echo 1 || echo 0) "burst: proxy A accepted $conns pipe clients"
     stop "$bp" 20
     stop "$a" 20

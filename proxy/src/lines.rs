@@ -125,7 +125,9 @@ impl Shared {
             if p.closed {
                 return;
             }
-            if quiet >= crate::background::QUIET {
+            // A line pushed since `write_out` found nothing saw the flusher awake and
+            // did not wake it: sleeping now would leave it unwritten.
+            if quiet >= crate::background::QUIET && p.buf.is_empty() {
                 p.asleep = true;
                 let Ok(p) = self.wake.wait_while(p, |p| p.asleep && !p.closed) else {
                     return;
