@@ -142,10 +142,10 @@ pub struct ReplayArgs {
     /// Contract (a built-in name or a path) instead of the one the recording names or carries.
     #[arg(long)]
     pub contract: Option<String>,
-    /// Pinned fingerprint or CA for a wss:// or quic:// target.
+    /// Pinned fingerprint or CA for a wss://, quic:// or tls:// target.
     #[arg(long)]
     pub pin: Option<String>,
-    /// CA bundle (PEM) for a wss:// or quic:// target.
+    /// CA bundle (PEM) for a wss://, quic:// or tls:// target.
     #[arg(long)]
     pub ca: Option<PathBuf>,
 }
@@ -159,10 +159,10 @@ pub struct RunArgs {
     /// Channel of the contract (default: the first channel that carries JSON).
     #[arg(long)]
     pub channel: Option<String>,
-    /// Where to listen: unix:PATH, tcp:[HOST:]PORT, ws://HOST:PORT/PATH, wss://…, quic://HOST:PORT, stdio, fd:N, pipe:NAME.
+    /// Where to listen: unix:PATH, tcp:[HOST:]PORT, ws://HOST:PORT/PATH, wss://…, quic://HOST:PORT, tls://HOST:PORT, stdio, fd:N, pipe:NAME.
     #[arg(long, required_unless_present = "config")]
     pub listen: Option<String>,
-    /// Where to connect: unix:PATH, tcp:HOST:PORT, ws://…, wss://…, quic://…, exec:CMD, exec-fd:N:CMD, pipe:NAME.
+    /// Where to connect: unix:PATH, tcp:HOST:PORT, ws://…, wss://…, quic://…, tls://…, exec:CMD, exec-fd:N:CMD, pipe:NAME.
     #[arg(long, required_unless_present = "config")]
     pub upstream: Option<String>,
     /// Party that connects to the listener (default: the channel's `connects`, else the first party).
@@ -196,16 +196,16 @@ pub struct RunArgs {
     /// Route name shown in the live view.
     #[arg(long, default_value = "main")]
     pub route: String,
-    /// Server certificate (PEM) for wss:// and quic:// listeners (default: self-signed, fingerprint printed).
+    /// Server certificate (PEM) for wss://, quic:// and tls:// listeners (default: self-signed, fingerprint printed).
     #[arg(long, requires = "key")]
     pub cert: Option<PathBuf>,
     /// Server key (PEM).
     #[arg(long, requires = "cert")]
     pub key: Option<PathBuf>,
-    /// SHA-256 fingerprint the wss:// or quic:// upstream's certificate must have.
+    /// SHA-256 fingerprint the wss://, quic:// or tls:// upstream's certificate must have.
     #[arg(long)]
     pub pin: Option<String>,
-    /// CA bundle (PEM) to verify a wss:// or quic:// upstream with.
+    /// CA bundle (PEM) to verify a wss://, quic:// or tls:// upstream with.
     #[arg(long)]
     pub ca: Option<PathBuf>,
     /// Record every frame, raw and decoded, to this file (see docs/recording.md); it must not exist.

@@ -75,7 +75,7 @@ pub struct RouteSpec {
     /// Observe or enforce (default: the file's or the CLI's mode).
     #[serde(default)]
     pub mode: Option<Mode>,
-    /// TLS for wss/quic.
+    /// TLS for wss, quic and tls.
     #[serde(default)]
     pub tls: TlsSpec,
     /// Token-bucket rate limits, per route or per method (`[[route.ratelimit]]`).

@@ -389,11 +389,11 @@ fn route_wire(r: &RouteInfo, index: usize, c: &contract::Contract) -> Result<Rou
     })
 }
 
-/// The port a listen endpoint binds (`tcp:`, `ws://`, `wss://`, `quic://`), if it has one.
+/// The port a listen endpoint binds (`tcp:`, `tls://`, `ws://`, `wss://`, `quic://`), if it has one.
 fn listen_port(listen: &str) -> Option<u16> {
     use contract_transport::endpoint::Endpoint;
     let addr = match listen.parse::<Endpoint>().ok()? {
-        Endpoint::Tcp(a) | Endpoint::Quic(a) | Endpoint::Ws { addr: a, .. } => a,
+        Endpoint::Tcp(a) | Endpoint::Tls(a) | Endpoint::Quic(a) | Endpoint::Ws { addr: a, .. } => a,
         _ => return None,
     };
     addr.rsplit_once(':')?.1.parse().ok().filter(|p| *p != 0)

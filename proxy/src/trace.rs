@@ -332,7 +332,9 @@ pub fn parse_traceparent(text: &str) -> Option<SpanContext> {
 pub fn network_attributes(ep: &Endpoint) -> Vec<KeyValue> {
     let (transport, address): (&'static str, Option<String>) = match ep {
         Endpoint::Unix(p) => ("unix", Some(p.display().to_string())),
-        Endpoint::Tcp(a) | Endpoint::Ws { addr: a, .. } => ("tcp", Some(a.clone())),
+        Endpoint::Tcp(a) | Endpoint::Tls(a) | Endpoint::Ws { addr: a, .. } => {
+            ("tcp", Some(a.clone()))
+        }
         Endpoint::Quic(a) => ("quic", Some(a.clone())),
         Endpoint::Exec(argv) => ("pipe", argv.first().cloned()),
         // A socketpair end handed to the child.
@@ -346,7 +348,7 @@ pub fn network_attributes(ep: &Endpoint) -> Vec<KeyValue> {
     };
     let host_port = matches!(
         ep,
-        Endpoint::Tcp(_) | Endpoint::Ws { .. } | Endpoint::Quic(_)
+        Endpoint::Tcp(_) | Endpoint::Tls(_) | Endpoint::Ws { .. } | Endpoint::Quic(_)
     );
     match address.rsplit_once(':').filter(|_| host_port) {
         Some((host, port)) if port.parse::<u16>().is_ok() => {

@@ -23,6 +23,7 @@ pub mod process;
 pub mod quic;
 pub mod tcp;
 pub mod tls;
+pub mod tls_tcp;
 #[cfg(unix)]
 pub mod unix;
 pub mod ws;
@@ -91,6 +92,8 @@ pub enum Endpoint {
     },
     /// `quic://HOST:PORT`.
     Quic(String),
+    /// `tls://HOST:PORT`: TCP with TLS.
+    Tls(String),
     /// `exec:CMD ARGS…`: a child's stdin/stdout.
     Exec(Vec<String>),
     /// `stdio`: the proxy's own stdin/stdout (listen only).
@@ -117,6 +120,7 @@ impl std::fmt::Display for Endpoint {
                 write!(f, "{}://{addr}{path}", if *tls { "wss" } else { "ws" })
             }
             Endpoint::Quic(a) => write!(f, "quic://{a}"),
+            Endpoint::Tls(a) => write!(f, "tls://{a}"),
             Endpoint::Exec(argv) => write!(
                 f,
                 "exec:{}",
@@ -191,6 +195,12 @@ impl FromStr for Endpoint {
             }
             return Ok(Endpoint::Quic(a.to_string()));
         }
+        if let Some(a) = s.strip_prefix("tls://") {
+            if !host_port(a) {
+                return Err(bad("tls:// needs HOST:PORT"));
+            }
+            return Ok(Endpoint::Tls(a.to_string()));
+        }
         if let Some(cmd) = s.strip_prefix("exec:") {
             return argv(cmd)
                 .map(Endpoint::Exec)
@@ -226,7 +236,7 @@ impl FromStr for Endpoint {
             return Ok(Endpoint::Pipe(n.to_string()));
         }
         Err(bad(
-            "supported: unix:PATH, tcp:[HOST:]PORT, ws://HOST:PORT/PATH, wss://…, quic://HOST:PORT, exec:CMD, stdio, fd:N, exec-fd:N:CMD, pipe:NAME",
+            "supported: unix:PATH, tcp:[HOST:]PORT, ws://HOST:PORT/PATH, wss://…, quic://HOST:PORT, tls://HOST:PORT, exec:CMD, stdio, fd:N, exec-fd:N:CMD, pipe:NAME",
         ))
     }
 }
@@ -234,9 +244,9 @@ impl FromStr for Endpoint {
 /// Options shared by endpoints that need them.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// TLS for wss and quic.
+    /// TLS for wss, quic and tls.
     pub tls: tls::TlsOpts,
-    /// The ALPN protocol id for quic: the contract and its major version (e.g. `kernel/1`).
+    /// The ALPN protocol id for quic and tls: the contract and its major version (e.g. `kernel/1`).
     pub alpn: Vec<u8>,
     /// Subprotocols a WebSocket listener accepts when the upstream is not a WebSocket.
     pub subprotocols: Vec<String>,
@@ -316,6 +326,8 @@ pub enum Listener {
     Ws(ws::WsListener),
     /// QUIC server.
     Quic(quic::QuicListener),
+    /// TLS-over-TCP server.
+    Tls(tls_tcp::TlsListener),
     /// One connection that already exists (stdio, fd:N); taken by the first accept.
     Once(tokio::sync::Mutex<Option<(Conn, String)>>, String),
     /// Windows named pipe server.
@@ -339,6 +351,7 @@ impl Listener {
                 .unwrap_or_else(|_| "tcp:?".into()),
             Listener::Ws(l) => l.local(),
             Listener::Quic(l) => l.local(),
+            Listener::Tls(l) => l.local(),
             Listener::Once(_, name) => name.clone(),
             #[cfg(windows)]
             Listener::Pipe(l) => l.local(),
@@ -349,6 +362,7 @@ impl Listener {
     pub fn fingerprint(&self) -> Option<String> {
         match self {
             Listener::Quic(l) => Some(l.fingerprint().to_string()),
+            Listener::Tls(l) => Some(l.fingerprint().to_string()),
             Listener::Ws(l) => l.fingerprint().map(str::to_string),
             _ => None,
         }
@@ -394,6 +408,13 @@ impl Listener {
                     peer,
                 })
             }
+            Listener::Tls(l) => Ok(match l.accept().await? {
+                tls_tcp::Accepted::Conn(io, peer) => Incoming::Conn {
+                    conn: Conn::Stream(io),
+                    peer,
+                },
+                tls_tcp::Accepted::Rejected(peer, why) => Incoming::Rejected { peer, why },
+            }),
             Listener::Once(slot, _) => match slot.lock().await.take() {
                 Some((conn, peer)) => Ok(Incoming::Conn { conn, peer }),
                 None => std::future::pending().await,
@@ -425,6 +446,9 @@ impl Endpoint {
                 ws::WsListener::bind(addr, path, *tls, opts).await?,
             )),
             Endpoint::Quic(addr) => Ok(Listener::Quic(quic::QuicListener::bind(addr, opts)?)),
+            Endpoint::Tls(addr) => Ok(Listener::Tls(
+                tls_tcp::TlsListener::bind(addr, opts).await?,
+            )),
             Endpoint::Stdio => Ok(Listener::Once(
                 tokio::sync::Mutex::new(Some((Conn::Stream(process::stdio()), "stdio".into()))),
                 "stdio".into(),
@@ -486,6 +510,9 @@ impl Endpoint {
                     }
                 }
                 Endpoint::Quic(a) => Connected::plain(Conn::Stream(quic::connect(a, opts).await?)),
+                Endpoint::Tls(a) => {
+                    Connected::plain(Conn::Stream(tls_tcp::connect(a, opts).await?))
+                }
                 Endpoint::Exec(argv) => {
                     let (io, child) = process::spawn_exec(argv).map_err(err)?;
                     Connected {
@@ -557,6 +584,7 @@ mod tests {
             ok("quic://127.0.0.1:4433"),
             Endpoint::Quic("127.0.0.1:4433".into())
         );
+        assert_eq!(ok("tls://[::1]:8443"), Endpoint::Tls("[::1]:8443".into()));
         assert_eq!(
             ok("exec:python3 -c 'print(1)'"),
             Endpoint::Exec(vec!["python3".into(), "-c".into(), "print(1)".into()])
@@ -577,6 +605,8 @@ mod tests {
             "unix:",
             "ws://h/p",
             "quic://h",
+            "tls://h",
+            "tls://:1",
             "exec:",
             "fd:x",
             "exec-fd:1:x",
@@ -591,6 +621,7 @@ mod tests {
             "tcp:127.0.0.1:1",
             "wss://h:1/p",
             "quic://h:2",
+            "tls://h:3",
             "exec:a 'b c'",
             "stdio",
             "fd:4",
