@@ -6,15 +6,15 @@
 # marked UNDER LOAD: compare idle runs with idle runs. A benchmark that fails is recorded
 # as failed with the end of its stderr, and the script exits 1 after the others ran.
 #
-# usage: scripts/bench.sh [BENCH...]    (default: wire relay enforce scale generate py_import)
+# usage: scripts/bench.sh [BENCH...]    (default: wire relay enforce scale secure generate py_import)
 #        BENCH_DOC=FILE to write somewhere else; BENCH_DRY=1 to print without writing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-declare -A PKG=([wire]=contract [relay]=contract-proxy [enforce]=contract-proxy [scale]=contract-proxy [generate]=contractgen
+declare -A PKG=([wire]=contract [relay]=contract-proxy [enforce]=contract-proxy [scale]=contract-proxy [secure]=contract-proxy [generate]=contractgen
     [py_import]=contractgen)
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(wire relay enforce scale generate py_import)
+[ ${#benches[@]} -gt 0 ] || benches=(wire relay enforce scale secure generate py_import)
 for b in "${benches[@]}"; do
     [ -n "${PKG[$b]:-}" ] || { echo "bench.sh: unknown benchmark $b (${!PKG[*]})" >&2; exit 2; }
 done

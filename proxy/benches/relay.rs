@@ -19,14 +19,14 @@
 mod common;
 
 use common::{
-    env_num, free_port, heartbeat, pct, proxy, socat, us, wait_for, websocat, websocat_path,
-    ws_connect, ws_echo,
+    call, echo_server, env_num, frame, free_port, heartbeat, pad_to, pct, proxy, read_frame,
+    result, socat, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
 };
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -34,57 +34,6 @@ use tokio::net::{UnixListener, UnixStream};
 /// (all when unset), e.g. to profile one of them alone.
 fn part(name: &str) -> bool {
     std::env::var("RELAY_BENCH_PARTS").map_or(true, |v| v.split(',').any(|p| p.trim() == name))
-}
-
-fn pad_to(make: impl Fn(&str) -> Value, target: usize) -> Vec<u8> {
-    let base = serde_json::to_vec(&make("")).expect("json").len();
-    let fill = "x".repeat(target.saturating_sub(base));
-    serde_json::to_vec(&make(&fill)).expect("json")
-}
-
-fn call(id: u64, fill: &str) -> Value {
-    json!({"jsonrpc":"2.0","id":format!("e:{id}"),"method":"rukh.call","params":{"operation":"fs.read","version":"1","input":{"path":fill},"timeoutMs":1000}})
-}
-
-fn result(id: &Value, fill: &str) -> Value {
-    json!({"jsonrpc":"2.0","id":id,"result":{"output":{"text":fill}}})
-}
-
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(body);
-    out
-}
-
-async fn read_frame(s: &mut UnixStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).await?;
-    buf.resize(u32::from_be_bytes(len) as usize, 0);
-    s.read_exact(buf).await?;
-    Ok(())
-}
-
-/// The rukh core side: answers each rukh.call with a result of the same size class.
-async fn echo_server(l: UnixListener, target: std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    loop {
-        let Ok((mut s, _)) = l.accept().await else {
-            return;
-        };
-        let target = target.clone();
-        tokio::spawn(async move {
-            let mut buf = Vec::new();
-            while read_frame(&mut s, &mut buf).await.is_ok() {
-                let Ok(v) = serde_json::from_slice::<Value>(&buf) else {
-                    return;
-                };
-                let size = target.load(std::sync::atomic::Ordering::Relaxed);
-                let reply = pad_to(|f| result(&v["id"], f), size);
-                if s.write_all(&frame(&reply)).await.is_err() {
-                    return;
-                }
-            }
-        });
-    }
 }
 
 /// Bulk sink: reads data frames to EOF, answers with the byte count.

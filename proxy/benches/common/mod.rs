@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// A child process killed and reaped when dropped.
 pub struct Kill(pub Child);
@@ -235,5 +236,67 @@ pub async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
             Some(Ok(_)) => continue,
             other => panic!("no reply: {other:?}"),
         }
+    }
+}
+
+/// A rukh message padded to `target` bytes of JSON by `make`'s filler string.
+pub fn pad_to(make: impl Fn(&str) -> Value, target: usize) -> Vec<u8> {
+    let base = serde_json::to_vec(&make("")).expect("json").len();
+    let fill = "x".repeat(target.saturating_sub(base));
+    serde_json::to_vec(&make(&fill)).expect("json")
+}
+
+/// A rukh `rukh.call` with id `e:ID`.
+pub fn call(id: u64, fill: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":format!("e:{id}"),"method":"rukh.call","params":{"operation":"fs.read","version":"1","input":{"path":fill},"timeoutMs":1000}})
+}
+
+/// The result answering `id`.
+pub fn result(id: &Value, fill: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"result":{"output":{"text":fill}}})
+}
+
+/// `body` with its 4-byte big-endian length.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    out
+}
+
+/// One length-prefixed frame into `buf`.
+pub async fn read_frame(
+    s: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    buf.resize(u32::from_be_bytes(len) as usize, 0);
+    s.read_exact(buf).await?;
+    Ok(())
+}
+
+/// The rukh core side: answers each rukh.call with a result of the same size class.
+pub async fn echo_server(
+    l: tokio::net::UnixListener,
+    target: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    loop {
+        let Ok((mut s, _)) = l.accept().await else {
+            return;
+        };
+        let target = target.clone();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while read_frame(&mut s, &mut buf).await.is_ok() {
+                let Ok(v) = serde_json::from_slice::<Value>(&buf) else {
+                    return;
+                };
+                let size = target.load(std::sync::atomic::Ordering::Relaxed);
+                let reply = pad_to(|f| result(&v["id"], f), size);
+                if s.write_all(&frame(&reply)).await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 }
