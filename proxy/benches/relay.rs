@@ -5,7 +5,9 @@
 //! peer, through socat, and through contract-proxy with full inspection (JSON
 //! log written to a file, as people run a debugging proxy). Overhead = RTT(via) − RTT(direct) at p50 and
 //! p99; the printed ratios are proxy overhead / socat overhead. Then bulk
-//! throughput of 4 KiB kernel data frames (proxy vs socat vs direct), and a
+//! throughput of 4 KiB kernel data frames under credit (a whole kernel session, both
+//! channels: hello, stream.open, the shell granting as it processes, the core sending
+//! within its credit; the proxy in enforce mode, beside socat and direct), and a
 //! WebSocket ping-pong (toolchannel heartbeat) through the proxy vs websocat.
 //! Rounds alternate between the paths so load drift on a shared machine hits
 //! all of them alike. Targets (issue 24; issue 6 asked ≤1.5× and ≥0.8×): overhead
@@ -19,11 +21,12 @@
 mod common;
 
 use common::{
-    call, echo_server, env_num, frame, free_port, heartbeat, pad_to, pct, proxy, read_frame,
-    result, socat, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
+    Kernel, call, control, echo_server, env_num, frame, free_port, heartbeat, pad_to, pct, proxy,
+    read_control, read_frame, result, socat, us, wait_for, websocat, websocat_path, ws_connect,
+    ws_echo,
 };
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -34,27 +37,6 @@ use tokio::net::{UnixListener, UnixStream};
 /// (all when unset), e.g. to profile one of them alone.
 fn part(name: &str) -> bool {
     std::env::var("RELAY_BENCH_PARTS").map_or(true, |v| v.split(',').any(|p| p.trim() == name))
-}
-
-/// Bulk sink: reads data frames to EOF, answers with the byte count.
-async fn sink_server(l: UnixListener) {
-    loop {
-        let Ok((mut s, _)) = l.accept().await else {
-            return;
-        };
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 256 * 1024];
-            let mut total = 0u64;
-            loop {
-                match s.read(&mut buf).await {
-                    Ok(0) => break,
-                    Ok(n) => total += n as u64,
-                    Err(_) => return,
-                }
-            }
-            let _ = s.write_all(&total.to_be_bytes()).await;
-        });
-    }
 }
 
 struct Stats {
@@ -162,62 +144,171 @@ async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
     }
 }
 
-async fn bulk(dir: &Path, total: usize) {
-    let sink = dir.join("sink.sock");
-    tokio::spawn(sink_server(UnixListener::bind(&sink).expect("bind")));
-    let via_socat = dir.join("bulk-socat.sock");
-    let _s = socat(&via_socat, &format!("UNIX-CONNECT:{}", sink.display()));
-    let via_proxy = dir.join("bulk-proxy.sock");
-    let _p = proxy(
-        &dir.join("bulk.log"),
-        &[
-            "--contract",
-            "kernel",
-            "--channel",
-            "data",
-            "--listen",
-            &format!("unix:{}", via_proxy.display()),
-            "--upstream",
-            &format!("unix:{}", sink.display()),
-        ],
+/// Payload bytes per data frame, and frames per write.
+const PAYLOAD: usize = 4096;
+const BATCH: usize = 64;
+/// The shell's first grant, and what it grants again each time it has processed as much.
+const WINDOW: u64 = 4 << 20;
+const REGRANT: u64 = 1 << 20;
+
+/// One way to the shell: its two listeners, where the core connects, and the relays.
+struct Route {
+    shell: (UnixListener, UnixListener),
+    via: (PathBuf, PathBuf),
+    _relays: Vec<common::Kill>,
+}
+
+fn route(dir: &Path, path: &str) -> Route {
+    let p = |s: &str| dir.join(format!("bulk-{path}-{s}"));
+    let (uc, ud) = (p("shell-c"), p("shell-d"));
+    let shell = (
+        UnixListener::bind(&uc).expect("bind"),
+        UnixListener::bind(&ud).expect("bind"),
     );
-    wait_for(&via_socat).await;
-    wait_for(&via_proxy).await;
-    // 64 data frames of 4 KiB payload per write, numbered per stream as the contract wants.
-    let chunk = |seq: &mut u64| {
-        let mut out = Vec::with_capacity(64 * (16 + 4096));
-        for _ in 0..64 {
-            out.extend_from_slice(&((12 + 4096) as u32).to_be_bytes());
-            out.extend_from_slice(&7u32.to_be_bytes());
-            out.extend_from_slice(&seq.to_be_bytes());
-            out.extend_from_slice(&[0x55; 4096]);
-            *seq += 1;
+    let (vc, vd) = (p("via-c"), p("via-d"));
+    let unix = |p: &Path| format!("unix:{}", p.display());
+    let to = |p: &Path| format!("UNIX-CONNECT:{}", p.display());
+    let (via, relays) = match path {
+        "direct" => ((uc.clone(), ud.clone()), vec![]),
+        "socat" => (
+            (vc.clone(), vd.clone()),
+            vec![socat(&vc, &to(&uc)), socat(&vd, &to(&ud))],
+        ),
+        _ => {
+            let args = [
+                "--contract",
+                "kernel",
+                "--mode",
+                "enforce",
+                "--listen",
+                &unix(&vc),
+                "--upstream",
+                &unix(&uc),
+                "--pair-listen",
+                &unix(&vd),
+                "--pair-upstream",
+                &unix(&ud),
+            ];
+            (
+                (vc.clone(), vd.clone()),
+                vec![proxy(&dir.join("bulk.log"), &args)],
+            )
         }
-        out
     };
+    Route {
+        shell,
+        via,
+        _relays: relays,
+    }
+}
+
+/// A kernel session through `r`: hello, the core opens an audio.output stream, the shell
+/// grants [`WINDOW`] and [`REGRANT`] more per [`REGRANT`] processed, the core sends
+/// `total` bytes of data frames within its credit. MiB/s of frames, first byte to last.
+async fn credit_run(r: &Route, k: &Kernel, total: usize) -> f64 {
+    wait_for(&r.via.0).await;
+    wait_for(&r.via.1).await;
+    let mut c = UnixStream::connect(&r.via.0).await.expect("control");
+    let (mut sc, _) = r.shell.0.accept().await.expect("accept control");
+    let mut d = UnixStream::connect(&r.via.1).await.expect("data");
+    let (mut sd, _) = r.shell.1.accept().await.expect("accept data");
+    sc.write_all(&control(&k.hello)).await.expect("hello");
+    let hello = read_control(&mut c).await.expect("hello arrives");
+    let mut answer = k.hello_result.clone();
+    answer["correlation_id"] = hello["id"].clone();
+    c.write_all(&control(&answer)).await.expect("hello answer");
+    read_control(&mut sc).await.expect("hello answer arrives");
+    c.write_all(&control(&k.stream_open)).await.expect("open");
+    read_control(&mut sc).await.expect("open arrives");
+    let stream = k.stream_open["payload"]["stream_id"]
+        .as_u64()
+        .expect("stream_id") as u32;
+
+    // The core's allowance, in frames, fed by the shell's grants.
+    let allowance = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let grants = {
+        let a = allowance.clone();
+        tokio::spawn(async move {
+            while let Ok(m) = read_control(&mut c).await {
+                if m["method"] == "stream.credit" {
+                    let bytes = m["payload"]["bytes"].as_u64().expect("bytes") as usize;
+                    a.add_permits(bytes / PAYLOAD);
+                }
+            }
+        })
+    };
+    let frame_len = 16 + PAYLOAD;
+    let frames = total / frame_len;
+    let shell = {
+        let k_credit = k.stream_credit.clone();
+        tokio::spawn(async move {
+            let grant = |n: u64, bytes: u64| {
+                let mut g = k_credit.clone();
+                g["id"] = json!(format!("s-credit-{n}"));
+                g["stream_id"] = json!(stream);
+                g["payload"]["bytes"] = json!(bytes);
+                control(&g)
+            };
+            let (mut buf, mut got, mut granted_at, mut n) =
+                (vec![0u8; 256 * 1024], 0usize, 0u64, 0);
+            sc.write_all(&grant(n, WINDOW)).await.expect("credit");
+            while got < frames * frame_len {
+                let r = sd.read(&mut buf).await.expect("data");
+                assert!(r > 0, "the data channel ended after {got} bytes");
+                got += r;
+                let processed = (got / frame_len * PAYLOAD) as u64;
+                while processed >= granted_at + REGRANT {
+                    granted_at += REGRANT;
+                    n += 1;
+                    sc.write_all(&grant(n, REGRANT)).await.expect("credit");
+                }
+            }
+            got
+        })
+    };
+    let t = Instant::now();
+    let mut out = Vec::with_capacity(BATCH * frame_len);
+    for start in (0..frames).step_by(BATCH) {
+        let batch = BATCH.min(frames - start);
+        allowance
+            .acquire_many(batch as u32)
+            .await
+            .expect("credit")
+            .forget();
+        out.clear();
+        for seq in start..start + batch {
+            out.extend_from_slice(&((12 + PAYLOAD) as u32).to_be_bytes());
+            out.extend_from_slice(&stream.to_be_bytes());
+            out.extend_from_slice(&(seq as u64).to_be_bytes());
+            out.extend_from_slice(&[0x55; PAYLOAD]);
+        }
+        d.write_all(&out).await.expect("data");
+    }
+    let got = shell.await.expect("shell");
+    let rate = got as f64 / t.elapsed().as_secs_f64() / (1024.0 * 1024.0);
+    assert_eq!(got, frames * frame_len, "every frame arrived");
+    grants.abort();
+    rate
+}
+
+async fn bulk(dir: &Path, total: usize) {
+    let k = Kernel::new();
+    let routes = ["direct", "socat", "proxy"].map(|p| route(dir, p));
     let mut rates: [Vec<f64>; 3] = Default::default();
     for _ in 0..3 {
-        for (k, p) in [&sink, &via_socat, &via_proxy].into_iter().enumerate() {
-            let mut c = UnixStream::connect(p).await.expect("connect");
-            let t = Instant::now();
-            let mut sent = 0usize;
-            let mut seq = 0u64;
-            while sent < total {
-                let data = chunk(&mut seq);
-                c.write_all(&data).await.expect("write");
-                sent += data.len();
-            }
-            c.shutdown().await.expect("eof");
-            let mut n = [0u8; 8];
-            c.read_exact(&mut n).await.expect("count");
-            assert_eq!(u64::from_be_bytes(n) as usize, sent, "every byte arrived");
-            rates[k].push(sent as f64 / t.elapsed().as_secs_f64() / (1024.0 * 1024.0));
+        for (i, r) in routes.iter().enumerate() {
+            let run = tokio::time::timeout(Duration::from_secs(120), credit_run(r, &k, total));
+            rates[i].push(run.await.expect("a credit run within 2 minutes"));
         }
     }
+    // Enforce mode drops what breaks a rule, so a clean run is part of the measurement.
+    let log = std::fs::read_to_string(dir.join("bulk.log")).expect("the proxy's log");
+    let broken = log.matches(r#""verdict":"violation""#).count();
+    assert_eq!(broken, 0, "the proxy saw violations in the credit run");
     let best = |v: &Vec<f64>| v.iter().cloned().fold(0.0, f64::max);
     let (d, s, p) = (best(&rates[0]), best(&rates[1]), best(&rates[2]));
     println!(
-        "kernel data 4KiB bulk          MiB/s (best of 3): direct {d:.0}  socat {s:.0}  proxy {p:.0} → proxy/socat {:.2} (target ≥1.0)",
+        "kernel data 4KiB under credit  MiB/s (best of 3): direct {d:.0}  socat {s:.0}  proxy (enforce) {p:.0} → proxy/socat {:.2} (target ≥1.0)",
         p / s
     );
 }

@@ -32,11 +32,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    Kill, children, env_num, free_port, heartbeat, pct, proxy, socat, status_kib, us, wait_for,
-    websocat, websocat_path, ws_connect, ws_echo,
+    Kernel, Kill, children, control, env_num, free_port, heartbeat, pct, proxy, read_control,
+    socat, status_kib, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 
 /// One measured size of one path.
@@ -105,50 +105,6 @@ async fn connect(p: &Path) -> UnixStream {
 
 // ---------------------------------------------------------------------------------------
 // Kernel: length-prefixed JSON control, an idle data channel.
-
-fn control(v: &Value) -> Vec<u8> {
-    let body = serde_json::to_vec(v).expect("json");
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&body);
-    out
-}
-
-async fn read_control(s: &mut UnixStream) -> std::io::Result<Value> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).await?;
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).await?;
-    serde_json::from_slice(&body).map_err(std::io::Error::other)
-}
-
-/// The kernel's examples this bench sends: hello and settings.describe with their results.
-struct Kernel {
-    hello: Value,
-    hello_result: Value,
-    describe: Value,
-    described: Value,
-}
-
-impl Kernel {
-    fn new() -> Self {
-        let c = contract::builtin("kernel").expect("kernel");
-        let ex = |m: &str, part: contract::model::Part| {
-            c.methods[m]
-                .examples
-                .iter()
-                .find(|e| e.part == part)
-                .map(|e| e.message.clone())
-                .unwrap_or_else(|| panic!("a {m} example"))
-        };
-        use contract::model::Part;
-        Kernel {
-            hello: ex("hello", Part::Call),
-            hello_result: ex("hello", Part::Result),
-            describe: ex("settings.describe", Part::Call),
-            described: ex("settings.describe", Part::Result),
-        }
-    }
-}
 
 /// The core: answers every request on its control connection until it closes.
 fn core(mut s: UnixStream, k: &Kernel) {

@@ -300,3 +300,68 @@ pub async fn echo_server(
         });
     }
 }
+
+/// A control envelope, framed.
+pub fn control(v: &Value) -> Vec<u8> {
+    let body = serde_json::to_vec(v).expect("json");
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// One control envelope.
+pub async fn read_control(s: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Value> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+/// The kernel's examples the benches send: hello and settings.describe with their
+/// results, stream.open and stream.credit.
+pub struct Kernel {
+    pub hello: Value,
+    pub hello_result: Value,
+    pub describe: Value,
+    pub described: Value,
+    pub stream_open: Value,
+    pub stream_credit: Value,
+}
+
+impl Kernel {
+    pub fn new() -> Self {
+        let c = contract::builtin("kernel").expect("kernel");
+        let ex = |m: &str, part: contract::model::Part| {
+            c.methods[m]
+                .examples
+                .iter()
+                .find(|e| e.part == part)
+                .map(|e| e.message.clone())
+                .unwrap_or_else(|| panic!("a {m} example"))
+        };
+        use contract::model::Part;
+        // The core opens the stream it sends on (audio.output); the shell grants its credit.
+        let sent_by = |m: &str, from: &str| {
+            c.methods[m]
+                .examples
+                .iter()
+                .find(|e| {
+                    e.from.as_deref() == Some(from)
+                        && e.message["payload"]["kind"]
+                            .as_str()
+                            .is_none_or(|k| k == "audio.output")
+                })
+                .map(|e| e.message.clone())
+                .unwrap_or_else(|| panic!("a {m} example from the {from}"))
+        };
+        Kernel {
+            hello: ex("hello", Part::Call),
+            hello_result: ex("hello", Part::Result),
+            describe: ex("settings.describe", Part::Call),
+            described: ex("settings.describe", Part::Result),
+            stream_open: sent_by("stream.open", "core"),
+            stream_credit: sent_by("stream.credit", "shell"),
+        }
+    }
+}
