@@ -10,54 +10,11 @@ use contract_transport::endpoint::quic::{self, QuicListener};
 use contract_transport::endpoint::tls::{TlsError, TlsOpts};
 use contract_transport::endpoint::{EndpointError, Options};
 use rustls::pki_types::pem::PemObject;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const ALPN: &[u8] = b"test/1";
 mod harness;
-use harness::make_pki;
-
-const WAIT: Duration = Duration::from_secs(20);
-
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: deadline passed"))
-}
-
-fn opts(tls: TlsOpts) -> Options {
-    Options {
-        tls,
-        alpn: ALPN.to_vec(),
-        ..Options::default()
-    }
-}
-
-fn pinned(pin: &str) -> Options {
-    opts(TlsOpts {
-        pin: Some(pin.to_string()),
-        ..TlsOpts::default()
-    })
-}
-
-/// Reads to EOF, refusing more than `limit` bytes.
-async fn read_all(r: &mut (impl AsyncRead + Unpin), limit: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    r.take(limit + 1)
-        .read_to_end(&mut out)
-        .await
-        .expect("read to EOF");
-    assert!(out.len() as u64 <= limit, "more than {limit} bytes");
-    out
-}
-
-fn frame(json: &str) -> Vec<u8> {
-    let mut f = u32::try_from(json.len())
-        .expect("small")
-        .to_be_bytes()
-        .to_vec();
-    f.extend_from_slice(json.as_bytes());
-    f
-}
+use harness::{frame, make_pki, read_all, within};
 
 /// SHA-256, formatted as the listener prints it, computed here independently.
 fn sha256_colon_hex(der: &[u8]) -> String {
@@ -517,4 +474,12 @@ async fn proxy_binary_relays_quic_to_unix_with_half_close() {
         "the upstream got the exact bytes"
     );
     assert_eq!(back, frame(reply), "the client got the upstream's reply");
+}
+
+fn opts(tls: TlsOpts) -> Options {
+    harness::secure_opts(ALPN, tls)
+}
+
+fn pinned(pin: &str) -> Options {
+    harness::pinned_opts(ALPN, pin)
 }

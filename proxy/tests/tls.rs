@@ -9,44 +9,12 @@ use std::time::Duration;
 use contract_transport::endpoint::tls::TlsOpts;
 use contract_transport::endpoint::tls_tcp::{self, Accepted, TlsListener};
 use contract_transport::endpoint::{EndpointError, Options};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 mod harness;
-use harness::{frame, make_pki};
+use harness::{frame, make_pki, read_all, within};
 
 const ALPN: &[u8] = b"test/1";
-const WAIT: Duration = Duration::from_secs(20);
-
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: deadline passed"))
-}
-
-fn opts(tls: TlsOpts) -> Options {
-    Options {
-        tls,
-        alpn: ALPN.to_vec(),
-        ..Options::default()
-    }
-}
-
-fn pinned(pin: &str) -> Options {
-    opts(TlsOpts {
-        pin: Some(pin.to_string()),
-        ..TlsOpts::default()
-    })
-}
-
-async fn read_all(r: &mut (impl AsyncRead + Unpin), limit: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    r.take(limit + 1)
-        .read_to_end(&mut out)
-        .await
-        .expect("read to EOF");
-    assert!(out.len() as u64 <= limit, "more than {limit} bytes");
-    out
-}
 
 fn addr_of(l: &TlsListener) -> String {
     l.local()
@@ -303,4 +271,12 @@ async fn proxy_binary_relays_openssl_over_tls_to_unix_and_unix_to_an_openssl_ser
         frame(r#"{"jsonrpc":"2.0","id":"c:1","result":{}}"#),
         "OpenSSL -> A (tls) -> B (unix) -> OpenSSL server (tls) and back"
     );
+}
+
+fn opts(tls: TlsOpts) -> Options {
+    harness::secure_opts(ALPN, tls)
+}
+
+fn pinned(pin: &str) -> Options {
+    harness::pinned_opts(ALPN, pin)
 }

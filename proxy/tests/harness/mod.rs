@@ -555,3 +555,47 @@ pub fn make_pki(ca_name: &str) -> Pki {
         _dir: dir,
     }
 }
+
+/// Deadline for a wait that includes a TLS or QUIC handshake, or a mebibyte through one.
+pub const SECURE_WAIT: Duration = Duration::from_secs(20);
+
+/// `fut` within [`SECURE_WAIT`], or a panic naming `what`.
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    timeout(SECURE_WAIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: deadline passed"))
+}
+
+/// Endpoint options with `tls` and the ALPN id `alpn`.
+pub fn secure_opts(
+    alpn: &[u8],
+    tls: contract_transport::endpoint::tls::TlsOpts,
+) -> contract_transport::endpoint::Options {
+    contract_transport::endpoint::Options {
+        tls,
+        alpn: alpn.to_vec(),
+        ..contract_transport::endpoint::Options::default()
+    }
+}
+
+/// [`secure_opts`] for a client that pins `pin`.
+pub fn pinned_opts(alpn: &[u8], pin: &str) -> contract_transport::endpoint::Options {
+    secure_opts(
+        alpn,
+        contract_transport::endpoint::tls::TlsOpts {
+            pin: Some(pin.to_string()),
+            ..Default::default()
+        },
+    )
+}
+
+/// Reads to EOF, refusing more than `limit` bytes.
+pub async fn read_all(r: &mut (impl AsyncRead + Unpin), limit: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    r.take(limit + 1)
+        .read_to_end(&mut out)
+        .await
+        .expect("read to EOF");
+    assert!(out.len() as u64 <= limit, "more than {limit} bytes");
+    out
+}

@@ -143,6 +143,14 @@ fn host_port(a: &str) -> bool {
         .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
 }
 
+/// The host of `HOST:PORT` without an IPv6 literal's brackets: the name a TLS client
+/// checks the certificate against.
+fn tls_host(addr: &str) -> Option<&str> {
+    addr.rsplit_once(':')
+        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+        .filter(|h| !h.is_empty())
+}
+
 fn argv(text: &str) -> Option<Vec<String>> {
     shlex::split(text).filter(|v| !v.is_empty())
 }
@@ -585,6 +593,10 @@ mod tests {
             Endpoint::Quic("127.0.0.1:4433".into())
         );
         assert_eq!(ok("tls://[::1]:8443"), Endpoint::Tls("[::1]:8443".into()));
+        assert_eq!(tls_host("[::1]:8443"), Some("::1"));
+        assert_eq!(tls_host("localhost:1"), Some("localhost"));
+        assert_eq!(tls_host(":1"), None);
+        assert_eq!(tls_host("nohost"), None);
         assert_eq!(
             ok("exec:python3 -c 'print(1)'"),
             Endpoint::Exec(vec!["python3".into(), "-c".into(), "print(1)".into()])

@@ -227,16 +227,12 @@ pub async fn connect(addr: &str, opts: &Options) -> Result<BoxIo, EndpointError>
         endpoint: format!("quic://{addr}"),
         source,
     };
-    let host = addr
-        .rsplit_once(':')
-        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| {
-            err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "needs HOST:PORT",
-            ))
-        })?;
+    let host = super::tls_host(addr).ok_or_else(|| {
+        err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "needs HOST:PORT",
+        ))
+    })?;
     let tls = tls::client(&opts.tls, &alpn(opts)?)?;
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| TlsError::Quic(e.to_string()))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));

@@ -193,16 +193,10 @@ pub async fn connect(addr: &str, opts: &Options) -> Result<BoxIo, EndpointError>
         endpoint: format!("tls://{addr}"),
         source,
     };
-    let host = addr
-        .rsplit_once(':')
-        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
-        .unwrap_or(addr);
-    let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
-        err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bad TLS server name {host:?}: {e}"),
-        ))
-    })?;
+    let bad = |why: String| err(io::Error::new(io::ErrorKind::InvalidInput, why));
+    let host = super::tls_host(addr).ok_or_else(|| bad("needs HOST:PORT".into()))?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| bad(format!("bad TLS server name {host:?}: {e}")))?;
     let config = tls::client(&opts.tls, &alpn(opts))?;
     let tcp = TcpStream::connect(addr).await.map_err(err)?;
     tcp.set_nodelay(true).map_err(err)?;

@@ -792,8 +792,7 @@ async fn connect_inner(
     tcp.set_nodelay(true).map_err(ConnectError::Io)?;
     let io: BoxIo = match client_tls {
         Some(cfg) => {
-            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let host = super::tls_host(addr).unwrap_or(addr);
             let name = rustls::pki_types::ServerName::try_from(host.to_string())
                 .map_err(|e| invalid_input(format!("bad TLS server name {host:?}: {e}")))?;
             Box::new(
