@@ -432,13 +432,6 @@ async fn proxy_binary_relays_quic_to_unix_with_half_close() {
         .to_string();
     assert!(!addr.ends_with(":0"), "the real port is printed: {addr}");
 
-    let major = contract_proxy::contract_for("rukh")
-        .expect("rukh contract")
-        .version
-        .split('.')
-        .next()
-        .expect("major")
-        .to_string();
     let mut o = opts(TlsOpts {
         ca: Some(pki.ca.clone()),
         ..TlsOpts::default()
@@ -448,7 +441,7 @@ async fn proxy_binary_relays_quic_to_unix_with_half_close() {
         within("connect", quic::connect(&addr, &o)).await.is_err(),
         "another major is refused"
     );
-    o.alpn = format!("rukh/{major}").into_bytes();
+    o.alpn = harness::contract_alpn("rukh").into_bytes();
 
     let request = r#"{"jsonrpc":"2.0","id":"c:1","method":"rukh.close","params":{}}"#;
     let reply = r#"{"jsonrpc":"2.0","id":"c:1","result":{}}"#;

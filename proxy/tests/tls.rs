@@ -201,14 +201,7 @@ async fn proxy_binary_relays_openssl_over_tls_to_unix_and_unix_to_an_openssl_ser
         pki.cert.display().to_string(),
         pki.key.display().to_string(),
     );
-    let major = contract_proxy::contract_for("rukh")
-        .expect("rukh contract")
-        .version
-        .split('.')
-        .next()
-        .expect("major")
-        .to_string();
-    let alpn = format!("rukh/{major}");
+    let alpn = harness::contract_alpn("rukh");
 
     // Proxy B: unix in, tls:// out to an OpenSSL server that checks the ALPN id.
     let mut server = tokio::process::Command::new("python3")

@@ -599,3 +599,10 @@ pub async fn read_all(r: &mut (impl AsyncRead + Unpin), limit: u64) -> Vec<u8> {
     assert!(out.len() as u64 <= limit, "more than {limit} bytes");
     out
 }
+
+/// The ALPN id the proxy offers for contract `name` over QUIC and TLS (`<name>/<major>`).
+pub fn contract_alpn(name: &str) -> String {
+    let c = contract_proxy::contract_for(name).expect("a built-in contract");
+    let o = contract_transport::endpoint::Options::for_contract(&c, "", Default::default());
+    String::from_utf8(o.alpn).expect("UTF-8")
+}
