@@ -223,6 +223,19 @@ pub struct ConformanceArgs {
     /// `token=…` and `session=…` of a host it dials or a worker that dials it); repeatable.
     #[arg(long, value_name = "KEY=VALUE")]
     pub param: Vec<String>,
+    /// SHA-256 fingerprint the certificate of a dialed wss://, quic:// or tls:// target must have.
+    #[arg(long, value_name = "SHA256")]
+    pub pin: Option<String>,
+    /// CA bundle (PEM) to verify a dialed wss://, quic:// or tls:// target with.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// Certificate (PEM) the suite presents when the target dials a TLS endpoint it listens
+    /// on (default: self-signed, its fingerprint printed).
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
 }
 
 /// Why the suite could not run (checks that fail are in the report instead).
@@ -250,6 +263,8 @@ pub struct Opts {
     /// What the contract's durations are multiplied by ([`contract::TIME_SCALE_ENV`],
     /// which a launched implementation inherits and must honour too).
     pub time_scale: f64,
+    /// TLS for wss://, quic:// and tls:// targets.
+    pub tls: contract_transport::endpoint::tls::TlsOpts,
 }
 
 impl Opts {
@@ -435,12 +450,18 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     let wire = Arc::new(
         Wire::new(Arc::new(contract)).map_err(|e| ConformanceError::Usage(e.to_string()))?,
     );
+    let tls = contract_transport::endpoint::tls::TlsOpts {
+        cert: args.cert.clone(),
+        key: args.key.clone(),
+        pin: args.pin.clone(),
+        ca: args.ca.clone(),
+    };
     let target = Target::from_args(
         &wire,
         &args.play,
-        &args.target,
-        args.target_data.as_deref(),
+        (&args.target, args.target_data.as_deref()),
         args.sockets,
+        &tls,
     )
     .await
     .map_err(ConformanceError::Usage)?;
@@ -458,6 +479,7 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
         task_seconds: args.task_seconds,
         params,
         time_scale: time_scale()?,
+        tls,
     };
     let mut report = Report::new(&name, &args.play, &args.target);
     report.strict = args.strict;

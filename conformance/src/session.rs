@@ -27,6 +27,7 @@ use tokio_util::codec::{Decoder, Encoder, Framed};
 use super::{Failure, Opts};
 use crate::judge::Judge;
 use contract_transport::conn::{BoxIo, BoxMsg, Conn, Msg};
+use contract_transport::endpoint::tls::TlsOpts;
 use contract_transport::endpoint::{Endpoint, Incoming as Accepted, Listener, Options};
 
 #[cfg(unix)]
@@ -107,14 +108,9 @@ fn channels(wire: &Wire) -> (String, Option<String>) {
     (control, data)
 }
 
-/// Endpoint options for the contract (the QUIC ALPN is `<contract>/<major>`).
-fn endpoint_options(wire: &Wire) -> Options {
-    let c = wire.contract();
-    let major = c.version.split('.').next().unwrap_or("0");
-    Options {
-        alpn: format!("{}/{major}", c.name).into_bytes(),
-        ..Options::default()
-    }
+/// Endpoint options for the contract (its QUIC and TLS ALPN id) with `tls`.
+fn endpoint_options(wire: &Wire, tls: &TlsOpts) -> Options {
+    Options::for_contract(wire.contract(), "", tls.clone())
 }
 
 const PLACEHOLDERS: [&str; 2] = ["{control}", "{data}"];
@@ -139,9 +135,9 @@ impl Target {
     pub async fn from_args(
         wire: &Wire,
         play: &str,
-        target: &str,
-        target_data: Option<&str>,
+        (target, target_data): (&str, Option<&str>),
         sockets: SocketKind,
+        tls: &TlsOpts,
     ) -> Result<Self, String> {
         let (control_ch, _) = channels(wire);
         let connects = wire
@@ -191,7 +187,7 @@ impl Target {
             ),
             _ if suite_dials => Ok(Target::Dial { control: ep, data }),
             _ => {
-                let opts = endpoint_options(wire);
+                let opts = endpoint_options(wire, tls);
                 let control = ep.listen(&opts).await.map_err(|e| e.to_string())?;
                 let data = match data {
                     Some(d) => Some(Arc::new(d.listen(&opts).await.map_err(|e| e.to_string())?)),
@@ -418,7 +414,7 @@ impl Ctx {
 
     /// [`Ctx::open`] without the suite's opener: the target reached as written.
     pub async fn open_plain(&mut self) -> Result<Peer, Failure> {
-        let opts = endpoint_options(&self.wire);
+        let opts = endpoint_options(&self.wire, &self.opts.tls);
         let target = self.target.clone();
         match &*target {
             Target::Dial { control, data } => {
@@ -457,7 +453,7 @@ impl Ctx {
     /// Both channels over `link` (dialed, or accepted, control first) within `wait`, as this
     /// session's way to the implementation, remembered for [`Ctx::reopen`].
     async fn reach(&mut self, link: Link, wait: Duration) -> Result<Peer, Failure> {
-        let opts = endpoint_options(&self.wire);
+        let opts = endpoint_options(&self.wire, &self.opts.tls);
         let (c, d) = match &link {
             Link::Dial(c, d) => (
                 dial_retrying(c, &opts, "control", wait).await?,
