@@ -200,6 +200,12 @@ impl Target {
                         .map(|d| format!(" and {}", d.local()))
                         .unwrap_or_default()
                 );
+                // One certificate per listener when self-signed: the implementation pins each.
+                for l in std::iter::once(&control).chain(data.as_deref()) {
+                    if let Some(fp) = l.fingerprint() {
+                        eprintln!("contract-proxy: conformance: {} presents certificate SHA-256 {fp}", l.local());
+                    }
+                }
                 Ok(Target::Accept {
                     control: Arc::new(control),
                     data,
