@@ -265,12 +265,12 @@ fn a_shell_that_drops_trace_id_fails_the_messages_check() {
     );
 }
 
-#[test]
-fn dials_a_running_shell_and_reconnects_to_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let c = format!("unix:{}", dir.path().join("c.sock").display());
-    let d = format!("unix:{}", dir.path().join("d.sock").display());
-    let mut shell = Command::new(peer())
+/// The Rust shell listening on unix sockets in `dir` for a session after another: the
+/// child and its control and data endpoints.
+fn running_shell(dir: &std::path::Path) -> (std::process::Child, String, String) {
+    let c = format!("unix:{}", dir.join("c.sock").display());
+    let d = format!("unix:{}", dir.join("d.sock").display());
+    let shell = Command::new(peer())
         .args([
             "shell",
             "--control",
@@ -284,6 +284,13 @@ fn dials_a_running_shell_and_reconnects_to_it() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start the shell");
+    (shell, c, d)
+}
+
+#[test]
+fn dials_a_running_shell_and_reconnects_to_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut shell, c, d) = running_shell(dir.path());
     let r = suite(&[
         "--contract",
         "kernel",
@@ -319,22 +326,7 @@ fn dials_a_running_shell_and_reconnects_to_it() {
 #[test]
 fn dials_a_shell_behind_tls_by_its_pinned_certificate() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let c = format!("unix:{}", dir.path().join("c.sock").display());
-    let d = format!("unix:{}", dir.path().join("d.sock").display());
-    let mut shell = Command::new(peer())
-        .args([
-            "shell",
-            "--control",
-            &c,
-            "--data",
-            &d,
-            "--accept-timeout",
-            "60",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the shell");
+    let (mut shell, c, d) = running_shell(dir.path());
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("cert");
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     std::fs::write(&cert, made.cert.pem()).expect("write cert");
