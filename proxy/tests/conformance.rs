@@ -369,38 +369,26 @@ fn dials_a_shell_behind_tls_by_its_pinned_certificate() {
         .expect("start the proxy");
     let wrong = "00".repeat(32);
     let only = "kernel.derived.unknown-method";
-    let refused = suite(&[
-        "--contract",
-        "kernel",
-        "--play",
-        "core",
-        "--target",
-        &tc,
-        "--target-data",
-        &td,
-        "--pin",
-        &wrong,
-        "--only",
-        only,
-        "--deadline",
-        "3",
-    ]);
-    let r = suite(&[
-        "--contract",
-        "kernel",
-        "--play",
-        "core",
-        "--target",
-        &tc,
-        "--target-data",
-        &td,
-        "--pin",
-        &pin,
-        "--only",
-        only,
-        "--deadline",
-        "5",
-    ]);
+    let dial = |pin: &str, deadline: &str| {
+        suite(&[
+            "--contract",
+            "kernel",
+            "--play",
+            "core",
+            "--target",
+            &tc,
+            "--target-data",
+            &td,
+            "--pin",
+            pin,
+            "--only",
+            only,
+            "--deadline",
+            deadline,
+        ])
+    };
+    let refused = dial(&wrong, "3");
+    let r = dial(&pin, "5");
     for child in [&mut proxy, &mut shell] {
         let _ = child.kill();
         let _ = child.wait();
