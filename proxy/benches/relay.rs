@@ -21,12 +21,12 @@
 mod common;
 
 use common::{
-    Kernel, call, control, echo_server, env_num, frame, free_port, heartbeat, pad_to, pct, proxy,
-    read_control, read_frame, result, socat, us, wait_for, websocat, websocat_path, ws_connect,
-    ws_echo,
+    Kernel, KernelRoute, call, control, echo_server, env_num, frame, free_port, heartbeat,
+    kernel_route, pad_to, pct, proxy, read_control, read_frame, result, socat, us, wait_for,
+    websocat, websocat_path, ws_connect, ws_echo,
 };
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -151,61 +151,15 @@ const BATCH: usize = 64;
 const WINDOW: u64 = 4 << 20;
 const REGRANT: u64 = 1 << 20;
 
-/// One way to the shell: its two listeners, where the core connects, and the relays.
-struct Route {
-    shell: (UnixListener, UnixListener),
-    via: (PathBuf, PathBuf),
-    _relays: Vec<common::Kill>,
-}
-
-fn route(dir: &Path, path: &str) -> Route {
-    let p = |s: &str| dir.join(format!("bulk-{path}-{s}"));
-    let (uc, ud) = (p("shell-c"), p("shell-d"));
-    let shell = (
-        UnixListener::bind(&uc).expect("bind"),
-        UnixListener::bind(&ud).expect("bind"),
-    );
-    let (vc, vd) = (p("via-c"), p("via-d"));
-    let unix = |p: &Path| format!("unix:{}", p.display());
-    let to = |p: &Path| format!("UNIX-CONNECT:{}", p.display());
-    let (via, relays) = match path {
-        "direct" => ((uc.clone(), ud.clone()), vec![]),
-        "socat" => (
-            (vc.clone(), vd.clone()),
-            vec![socat(&vc, &to(&uc)), socat(&vd, &to(&ud))],
-        ),
-        _ => {
-            let args = [
-                "--contract",
-                "kernel",
-                "--mode",
-                "enforce",
-                "--listen",
-                &unix(&vc),
-                "--upstream",
-                &unix(&uc),
-                "--pair-listen",
-                &unix(&vd),
-                "--pair-upstream",
-                &unix(&ud),
-            ];
-            (
-                (vc.clone(), vd.clone()),
-                vec![proxy(&dir.join("bulk.log"), &args)],
-            )
-        }
-    };
-    Route {
-        shell,
-        via,
-        _relays: relays,
-    }
+fn route(dir: &Path, path: &str) -> KernelRoute {
+    let name = |s: &str| dir.join(format!("bulk-{path}-{s}"));
+    kernel_route(name, path, &dir.join("bulk.log"), &["--mode", "enforce"])
 }
 
 /// A kernel session through `r`: hello, the core opens an audio.output stream, the shell
 /// grants [`WINDOW`] and [`REGRANT`] more per [`REGRANT`] processed, the core sends
 /// `total` bytes of data frames within its credit. MiB/s of frames, first byte to last.
-async fn credit_run(r: &Route, k: &Kernel, total: usize) -> f64 {
+async fn credit_run(r: &KernelRoute, k: &Kernel, total: usize) -> f64 {
     wait_for(&r.via.0).await;
     wait_for(&r.via.1).await;
     let mut c = UnixStream::connect(&r.via.0).await.expect("control");

@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    Kernel, Kill, children, control, env_num, free_port, heartbeat, pct, proxy, read_control,
-    socat, status_kib, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
+    Kernel, Kill, children, control, env_num, free_port, heartbeat, kernel_route, pct, proxy,
+    read_control, status_kib, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
 };
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -223,43 +223,20 @@ async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
     let mut rows = Vec::new();
     for &n in sizes {
         for path in ["direct", "socat", "proxy"] {
-            let p = |s: &str| dir.join(format!("k{n}-{path}-{s}"));
-            let (uc, ud) = (p("shell-c"), p("shell-d"));
-            let shell = (
-                UnixListener::bind(&uc).expect("bind"),
-                UnixListener::bind(&ud).expect("bind"),
-            );
-            let (vc, vd) = (p("via-c"), p("via-d"));
+            let name = |s: &str| dir.join(format!("k{n}-{path}-{s}"));
+            let route = kernel_route(name, path, &dir.join(format!("k{n}-{path}-log")), &[]);
+            let (shell, via) = (route.shell, route.via);
+            let mut relays = route.relays;
             let relay = match path {
                 "direct" => Relay::None,
-                "socat" => {
-                    let to = |p: &Path| format!("UNIX-CONNECT:{}", p.display());
-                    Relay::Socat(vec![socat(&vc, &to(&uc)), socat(&vd, &to(&ud))])
-                }
-                _ => Relay::Proxy(proxy(
-                    &p("log"),
-                    &[
-                        "--contract".into(),
-                        "kernel".into(),
-                        "--listen".into(),
-                        format!("unix:{}", vc.display()),
-                        "--upstream".into(),
-                        format!("unix:{}", uc.display()),
-                        "--pair-listen".into(),
-                        format!("unix:{}", vd.display()),
-                        "--pair-upstream".into(),
-                        format!("unix:{}", ud.display()),
-                    ],
-                )),
+                "socat" => Relay::Socat(relays),
+                _ => Relay::Proxy(relays.pop().expect("the proxy")),
             };
-            let via: (&Path, &Path) = match relay {
-                Relay::None => (&uc, &ud),
-                _ => {
-                    wait_for(&vc).await;
-                    wait_for(&vd).await;
-                    (&vc, &vd)
-                }
-            };
+            if !matches!(relay, Relay::None) {
+                wait_for(&via.0).await;
+                wait_for(&via.1).await;
+            }
+            let via = (via.0.as_path(), via.1.as_path());
             let (mut rtts, rss_before, rss_idle) =
                 kernel_sessions(n, via, (&shell.0, &shell.1), &relay, load).await;
             rtts.sort();

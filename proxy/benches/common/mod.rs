@@ -365,3 +365,61 @@ impl Kernel {
         }
     }
 }
+
+/// A kernel session's way to the shell: the shell's two listeners, where the core
+/// connects, and what relays between them.
+pub struct KernelRoute {
+    /// The shell's control and data listeners.
+    pub shell: (tokio::net::UnixListener, tokio::net::UnixListener),
+    /// Where the core connects, control and data.
+    pub via: (PathBuf, PathBuf),
+    /// Nothing (direct), a socat per channel, or one proxy pairing both channels.
+    pub relays: Vec<Kill>,
+}
+
+/// [`KernelRoute`] for `path` ("direct", "socat", or the proxy for anything else, with
+/// `proxy_args` before its endpoints and its JSON log in `log`); sockets are `name(part)`.
+pub fn kernel_route(
+    name: impl Fn(&str) -> PathBuf,
+    path: &str,
+    log: &Path,
+    proxy_args: &[&str],
+) -> KernelRoute {
+    let (uc, ud) = (name("shell-c"), name("shell-d"));
+    let shell = (
+        tokio::net::UnixListener::bind(&uc).expect("bind"),
+        tokio::net::UnixListener::bind(&ud).expect("bind"),
+    );
+    let (vc, vd) = (name("via-c"), name("via-d"));
+    let unix = |p: &Path| format!("unix:{}", p.display());
+    let to = |p: &Path| format!("UNIX-CONNECT:{}", p.display());
+    let (via, relays) = match path {
+        "direct" => ((uc, ud), vec![]),
+        "socat" => {
+            let relays = vec![socat(&vc, &to(&uc)), socat(&vd, &to(&ud))];
+            ((vc, vd), relays)
+        }
+        _ => {
+            let (lc, luc, ld, lud) = (unix(&vc), unix(&uc), unix(&vd), unix(&ud));
+            let ends = [
+                "--listen",
+                &lc,
+                "--upstream",
+                &luc,
+                "--pair-listen",
+                &ld,
+                "--pair-upstream",
+                &lud,
+            ];
+            let args: Vec<&str> = ["--contract", "kernel"]
+                .iter()
+                .chain(proxy_args)
+                .chain(&ends)
+                .copied()
+                .collect();
+            let relays = vec![proxy(log, &args)];
+            ((vc, vd), relays)
+        }
+    };
+    KernelRoute { shell, via, relays }
+}
