@@ -419,6 +419,82 @@ fn the_greeting_deadline_runs_from_open_to_the_answer() {
     assert_eq!(p.p.next_deadline(), None, "the answer stopped it");
 }
 
+/// tests/fixtures/beacon.json: a clock the station runs, restarted by what its peer sends
+/// (`from: peer`) and not by its own beats (which restart only its beat interval, `from:
+/// self`). A station beating at a quiet client still hangs up on time; a word from the
+/// client puts it off.
+#[test]
+fn a_clock_restarts_on_its_peer_and_not_on_its_runner() {
+    let w = Arc::new(
+        Wire::new(Arc::new(
+            contract::load(&fixture("beacon.json")).expect("beacon"),
+        ))
+        .expect("wire"),
+    );
+    let idle = w.limits().duration("idleSeconds").expect("idle");
+    let beat = w.limits().duration("beatSeconds").expect("beat");
+    let msg = |from: &str, v: Value| {
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let m = w.decode("main", from, &bytes, None).expect("decodes");
+        (m, bytes.len())
+    };
+    let at = |from: &'static str, now: Instant| Ctx {
+        route: "r",
+        conn: 1,
+        session: 1,
+        dir: if from == "client" { Dir::Up } else { Dir::Down },
+        from,
+        to: if from == "client" {
+            "station"
+        } else {
+            "client"
+        },
+        now,
+    };
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let (beat_msg, n) = msg(
+        "station",
+        json!({"jsonrpc": "2.0", "method": "beat", "params": {"n": 1}}),
+    );
+    let mut p = policy(&w, &shared, 1, 1, "");
+    assert!(p.on_open("r", t0).is_empty());
+    assert_eq!(p.next_deadline(), Some(t0 + beat));
+    assert!(
+        p.on_message(&at("station", t0 + beat), &beat_msg, n)
+            .is_empty()
+    );
+    assert_eq!(p.next_deadline(), Some(t0 + idle.min(beat * 2)));
+    let ran_out = p.on_tick(t0 + idle);
+    assert_eq!(ran_out.len(), 1, "{ran_out:?}");
+    assert!(
+        ran_out[0].1.reason.contains("/limits/idleSeconds"),
+        "{}",
+        ran_out[0].1.reason
+    );
+    assert!(matches!(
+        ran_out[0].1.act,
+        Act::Refuse {
+            close: Some(Closing::Drop),
+            ..
+        }
+    ));
+
+    let mut p = policy(&w, &shared, 2, 2, "");
+    assert!(p.on_open("r", t0).is_empty());
+    let (echo, n) = msg(
+        "client",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": "hi"}}),
+    );
+    let t1 = t0 + idle / 2;
+    assert!(p.on_message(&at("client", t1), &echo, n).is_empty());
+    assert!(
+        p.on_tick(t0 + idle).is_empty(),
+        "the client's word put it off"
+    );
+    assert_eq!(p.on_tick(t1 + idle).len(), 1);
+}
+
 /// An `open` trigger names a channel: a connection of a route on another channel does not
 /// arm the deadline (the route's channel reaches the engine through `Engine::on_channel`).
 #[test]

@@ -1390,6 +1390,69 @@ fn kernel_a_chunk_after_its_stream_ended_is_flagged() {
     assert!(send(&other).is_empty());
 }
 
+/// kernel's silence clocks are data (K-44): each side keeps one from the hello's answer,
+/// restarted only by what its peer sends (`from: peer`). A shell pinging a silent core
+/// keeps the core's clock running but not its own: when the shell's clock runs out the
+/// connection is dropped, whoever kept talking.
+#[test]
+fn kernel_each_side_keeps_its_own_silence_clock() {
+    let w = wire("kernel");
+    let dead = secs(&w, "deadAfterSilenceSeconds");
+    let silence = secs(&w, "heartbeatSilenceSeconds");
+    let t0 = Instant::now();
+    let mut p = kernel_ready(&w, &Arc::new(SharedState::new()), t0);
+    assert_eq!(
+        p.next_deadline(),
+        Some(t0 + silence),
+        "armed by hello's answer"
+    );
+    // The shell pings every silence period; the core says nothing.
+    let ping = ex(&w, "ping", "call", 0);
+    let mut t = t0;
+    while t + silence < t0 + dead {
+        t += silence;
+        assert!(
+            p.on_tick(t).is_empty(),
+            "an interval with no action rules nothing"
+        );
+        assert!(feed(&mut *p, &w, "control", "k", 1, &KSHELL, &ping, None, t).is_empty());
+    }
+    assert!(p.on_tick(t0 + dead - Duration::from_millis(1)).is_empty());
+    let r = p.on_tick(t0 + dead);
+    assert_eq!(
+        rules(&r.iter().map(|x| x.1.clone()).collect::<Vec<_>>()),
+        ["limit.deadline"]
+    );
+    assert!(
+        r[0].1.reason.contains("/limits/deadAfterSilenceSeconds"),
+        "{}",
+        r[0].1.reason
+    );
+    assert_eq!(
+        r[0].1.act,
+        Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop)
+        }
+    );
+    // A ping answered restarts both clocks.
+    let mut p = kernel_ready(&w, &Arc::new(SharedState::new()), t0);
+    let pong = ex(&w, "pong", "call", 0);
+    let t1 = t0 + dead / 2;
+    assert!(feed(&mut *p, &w, "control", "k", 1, &KSHELL, &ping, None, t1).is_empty());
+    assert!(feed(&mut *p, &w, "control", "k", 1, &KCORE, &pong, None, t1).is_empty());
+    assert!(p.on_tick(t0 + dead).is_empty());
+    assert_eq!(
+        rules(
+            &p.on_tick(t1 + dead)
+                .into_iter()
+                .map(|x| x.1)
+                .collect::<Vec<_>>()
+        ),
+        ["limit.deadline"]
+    );
+}
+
 /// kernel's task machine is data too (one instance per `/payload/task_id`): progress keeps a
 /// task running, its one final event ends it, and any task event after that is flagged; a
 /// task may end before its first progress (K-39), and another task is untouched.

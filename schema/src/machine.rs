@@ -75,9 +75,20 @@ pub fn kind_is(c: &Contract, method: &str, kind: Option<Kind>, got: Kind) -> boo
     }
 }
 
+/// A limit's trigger `from` naming the party that runs the timer.
+pub const RUNNER: &str = "self";
+/// A limit's trigger `from` naming any party but the one that runs the timer.
+pub const PEER: &str = "peer";
+
 impl Trigger {
     /// Whether this trigger fires on `seen`; only message triggers fire on messages.
     pub fn fires(&self, c: &Contract, seen: &Seen) -> bool {
+        self.fires_for(c, seen, None)
+    }
+
+    /// [`Trigger::fires`] for a limit's trigger on the clock `runner` keeps, where `from`
+    /// may be [`RUNNER`] or [`PEER`] (neither fires without a runner).
+    pub fn fires_for(&self, c: &Contract, seen: &Seen, runner: Option<&str>) -> bool {
         let Trigger::Message {
             method,
             kind,
@@ -92,10 +103,34 @@ impl Trigger {
             None => kind.is_none_or(|k| k == seen.kind),
         };
         which
-            && from.as_deref().is_none_or(|p| p == seen.from)
+            && from
+                .as_deref()
+                .is_none_or(|p| sent_by(p, seen.from, runner))
             && matches
                 .iter()
                 .all(|(p, v)| seen.value.pointer(p) == Some(v))
+    }
+}
+
+/// Whether `sender` is the party a trigger's `from` names, relative to `runner`.
+fn sent_by(from: &str, sender: &str, runner: Option<&str>) -> bool {
+    match (from, runner) {
+        (RUNNER, Some(r)) => sender == r,
+        (PEER, Some(r)) => sender != r,
+        (RUNNER | PEER, None) => false,
+        _ => from == sender,
+    }
+}
+
+impl crate::model::Limit {
+    /// The parties whose clocks this limit is: each party for a `both` timer, the one it
+    /// names, or a single clock of nobody's (`None`) when `timer` names no party.
+    pub fn runners<'c>(&'c self, c: &'c Contract) -> Vec<Option<&'c str>> {
+        match self.timer.as_deref() {
+            Some("both") => c.parties.keys().map(|p| Some(p.as_str())).collect(),
+            Some(p) if c.parties.contains_key(p) => vec![Some(p)],
+            _ => vec![None],
+        }
     }
 }
 

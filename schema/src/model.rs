@@ -1003,6 +1003,10 @@ pub struct Limit {
     /// parseable line, a heartbeat).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restart: Vec<Trigger>,
+    /// For a deadline or interval a party runs (`timer`): the method that party sends when
+    /// the time runs out (the kernel's ping after a silence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sends: Option<String>,
     /// What the limit is.
     pub description: String,
     /// Seed section.
@@ -1268,7 +1272,9 @@ pub enum Trigger {
         /// for the answer to a request.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         kind: Option<Kind>,
-        /// The party that sends it; any party the method allows when absent.
+        /// The party that sends it; any party the method allows when absent. In a limit's
+        /// `start`, `stop` and `restart`, also `self` (the party running the timer) or `peer`
+        /// (any other party): a `both` timer runs one clock per party.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         from: Option<String>,
         /// JSON pointer → value pairs the message must all hold (e.g. a kernel response

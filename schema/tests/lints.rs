@@ -531,6 +531,39 @@ fn a_deadline_waited_on_is_started() {
     assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
 }
 
+/// A limit's trigger may name `self` or `peer` only where the limit says whose clock it is
+/// (`timer`), and what a timer `sends` is a method every party running it sends.
+#[test]
+fn a_clock_relative_to_its_runner_names_the_runner() {
+    let clock = |d: &mut Value| {
+        d["methods"]["echo"]["from"] = json!(["client", "server"]);
+        d["limits"]["idleSeconds"]["start"] = json!({"event": "open", "channel": "main"});
+        d["limits"]["idleSeconds"]["restart"] = json!([{"event": "message", "from": "peer"},
+            {"event": "message", "method": "echo", "from": "self"}]);
+        d["limits"]["idleSeconds"]["sends"] = json!("echo");
+    };
+    let mut doc = fixture();
+    clock(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let nobody = |d: &mut Value| {
+        clock(d);
+        d["limits"]["idleSeconds"]
+            .as_object_mut()
+            .map(|o| o.remove("timer"));
+    };
+    assert_fires(nobody, Lint::NameRef, "/limits/idleSeconds/restart/0/from");
+    let client_only = |d: &mut Value| {
+        clock(d);
+        d["methods"]["echo"]["from"] = json!(["client"]);
+    };
+    assert_fires(client_only, Lint::NameRef, "/limits/idleSeconds/sends");
+    let unknown = |d: &mut Value| {
+        clock(d);
+        d["limits"]["idleSeconds"]["sends"] = json!("shout");
+    };
+    assert_fires(unknown, Lint::NameRef, "/limits/idleSeconds/sends");
+}
+
 #[test]
 fn machine_scope_and_allows_refer_to_what_exists() {
     assert_fires(

@@ -1,7 +1,10 @@
 //! Deadlines as data: a `deadline` limit with a `start` trigger is armed on this
 //! connection when the trigger fires (a connection opening on a channel, or a message),
 //! disarmed when any of its `stop` triggers fires, and re-armed when its start or any of
-//! its `restart` triggers fires (a heartbeat, xsession's every parseable line). At expiry it gets the limit's `action` (`close`, `drop-connection` and
+//! its `restart` triggers fires (a heartbeat, xsession's every parseable line). A limit a
+//! party runs is one clock of that party's (a `both` timer: one per party), on which a
+//! trigger's `from` may be `self` or `peer` (the kernel's silence: messages from the peer
+//! restart it). At expiry it gets the limit's `action` (`close`, `drop-connection` and
 //! `fail` end the connection, others are flagged; a limit without one rules nothing), and
 //! every machine instance of the connection with a `timer` transition on it moves.
 
@@ -12,7 +15,9 @@ use contract::model::{Limit, LimitKind, Trigger};
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
-use super::{Ruling, fires, ruling};
+use contract::machine::Seen;
+
+use super::{Ruling, ruling};
 
 /// Whether the contract has a deadline this engine runs.
 pub(crate) fn any(c: &Contract) -> bool {
@@ -23,10 +28,10 @@ fn typed(l: &Limit) -> bool {
     matches!(l.kind, LimitKind::Deadline | LimitKind::Interval) && l.start.is_some()
 }
 
-/// One connection's armed deadlines, by limit name.
+/// One connection's armed deadlines, by limit name and the party whose clock it is.
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
-    due: HashMap<String, Instant>,
+    due: HashMap<(String, Option<String>), Instant>,
 }
 
 impl Timers {
@@ -34,7 +39,9 @@ impl Timers {
     pub(crate) fn open(&mut self, c: &Contract, limits: &Limits, channel: &str, now: Instant) {
         for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
             if matches!(&l.start, Some(Trigger::Open { channel: ch }) if ch == channel) {
-                self.arm(limits, name, now);
+                for r in l.runners(c) {
+                    self.arm(limits, name, r, now);
+                }
             }
         }
     }
@@ -48,20 +55,24 @@ impl Timers {
         msg: &Message,
         now: Instant,
     ) {
+        let seen = Seen::of(from, msg);
         for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
-            if l.stop.iter().any(|t| fires(c, t, from, msg)) {
-                self.due.remove(name);
-            }
-            let restarts = l.restart.iter().any(|t| fires(c, t, from, msg));
-            if restarts || l.start.as_ref().is_some_and(|t| fires(c, t, from, msg)) {
-                self.arm(limits, name, now);
+            for r in l.runners(c) {
+                let fires = |t: &Trigger| t.fires_for(c, &seen, r);
+                if l.stop.iter().any(fires) {
+                    self.due.remove(&(name.clone(), r.map(str::to_string)));
+                }
+                if l.restart.iter().any(fires) || l.start.as_ref().is_some_and(fires) {
+                    self.arm(limits, name, r, now);
+                }
             }
         }
     }
 
-    fn arm(&mut self, limits: &Limits, name: &str, now: Instant) {
+    fn arm(&mut self, limits: &Limits, name: &str, runner: Option<&str>, now: Instant) {
         if let Some(at) = limits.duration(name).ok().and_then(|d| now.checked_add(d)) {
-            self.due.insert(name.to_string(), at);
+            let key = (name.to_string(), runner.map(str::to_string));
+            self.due.insert(key, at);
         }
     }
 
@@ -70,18 +81,21 @@ impl Timers {
         self.due.values().min().copied()
     }
 
-    /// The deadlines run out by `now`, disarmed, in name order.
+    /// The deadlines run out by `now`, disarmed, in name order (a limit once, however
+    /// many parties' clocks of it ran out).
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<String> {
-        let mut out: Vec<String> = self
+        let gone: Vec<_> = self
             .due
             .iter()
             .filter(|(_, at)| **at <= now)
-            .map(|(n, _)| n.clone())
+            .map(|(k, _)| k.clone())
             .collect();
-        out.sort();
-        for n in &out {
-            self.due.remove(n);
+        for k in &gone {
+            self.due.remove(k);
         }
+        let mut out: Vec<String> = gone.into_iter().map(|(n, _)| n).collect();
+        out.sort();
+        out.dedup();
         out
     }
 }

@@ -3,7 +3,8 @@
 //! and a timer some machine waits on is started somewhere.
 
 use super::{CodeIndex, Cx, Lint, carried};
-use crate::model::{Applies, Contract, Kind, LimitCounts, LimitKey, LimitKind, Trigger};
+use crate::machine::{PEER, RUNNER};
+use crate::model::{Applies, Contract, Kind, Limit, LimitCounts, LimitKey, LimitKind, Trigger};
 use crate::pointer::join;
 
 impl Cx<'_> {
@@ -41,16 +42,69 @@ impl Cx<'_> {
                 self.key_carried(c, &join(&base, ["key", "pointer"]), name, pointer);
             }
             if let Some(t) = &l.start {
-                self.trigger(c, idx, &join(&base, ["start"]), t);
+                self.limit_trigger(c, idx, l, &join(&base, ["start"]), t);
             }
             for (i, t) in l.stop.iter().enumerate() {
-                self.trigger(c, idx, &join(&base, ["stop", &i.to_string()]), t);
+                let at = join(&base, ["stop", &i.to_string()]);
+                self.limit_trigger(c, idx, l, &at, t);
             }
             for (i, t) in l.restart.iter().enumerate() {
-                self.trigger(c, idx, &join(&base, ["restart", &i.to_string()]), t);
+                let at = join(&base, ["restart", &i.to_string()]);
+                self.limit_trigger(c, idx, l, &at, t);
+            }
+            if let Some(m) = &l.sends {
+                self.sends(c, l, &join(&base, ["sends"]), m);
             }
         }
         self.timers_started(c);
+    }
+
+    /// A limit's trigger, where `from` may also be `self` or `peer` when the limit names
+    /// the party (or `both`) whose timer it is.
+    fn limit_trigger(&mut self, c: &Contract, idx: &CodeIndex, l: &Limit, at: &str, t: &Trigger) {
+        let Trigger::Message { from: Some(f), .. } = t else {
+            return self.trigger(c, idx, at, t);
+        };
+        if f != RUNNER && f != PEER {
+            return self.trigger(c, idx, at, t);
+        }
+        if l.runners(c).contains(&None) {
+            let why = format!("`from: {f}` needs the limit's `timer`: a party, or `both`");
+            self.push(Lint::NameRef, join(at, ["from"]), why);
+        }
+        let mut plain = t.clone();
+        if let Trigger::Message { from, .. } = &mut plain {
+            *from = None;
+        }
+        self.trigger(c, idx, at, &plain);
+    }
+
+    /// What a timer `sends` when it runs out: a method every party running it may send.
+    fn sends(&mut self, c: &Contract, l: &Limit, at: &str, method: &str) {
+        let Some(m) = c.methods.get(method) else {
+            return self.push(
+                Lint::NameRef,
+                at.into(),
+                format!("unknown method {method:?}"),
+            );
+        };
+        if !matches!(l.kind, LimitKind::Deadline | LimitKind::Interval) {
+            let why = "`sends` is for a deadline or an interval".to_string();
+            return self.push(Lint::NameRef, at.into(), why);
+        }
+        for r in l.runners(c) {
+            let Some(r) = r else {
+                let why = "`sends` needs the limit's `timer`: a party, or `both`";
+                return self.push(Lint::NameRef, at.into(), why);
+            };
+            if !m.from.iter().any(|f| f == r) {
+                self.push(
+                    Lint::NameRef,
+                    at.into(),
+                    format!("{r} does not send {method}"),
+                );
+            }
+        }
     }
 
     /// A pending-requests count applies to requests only: answers are what end a wait.
