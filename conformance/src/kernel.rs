@@ -1,6 +1,7 @@
-//! The kernel suite: the seed's §15 checks (3a and 1–12) and the §13 heartbeat
-//! rules, played as the shell against a real core (`--play shell`) or as the
-//! core against a real shell (`--play core`).
+//! The kernel suite: the seed's §15 checks (3a and 1–12), played as the shell
+//! against a real core (`--play shell`) or as the core against a real shell
+//! (`--play core`). The §13 heartbeat is derived from the contract's limits
+//! (`kernel.derived.timer.*`).
 //!
 //! A black-box shell can only make a core act through commands, so the suite
 //! drives the core with `command.handle` texts every reference core understands
@@ -40,8 +41,6 @@ const VERSION: u64 = 1;
 const CREDIT_STEP: u64 = 4096;
 /// How long the credit check waits for data beyond what it granted.
 const OVERRUN_WINDOW: Duration = Duration::from_millis(400);
-/// Slack allowed around the heartbeat's timers (scheduling, a loaded machine).
-const HEARTBEAT_SLACK: Duration = Duration::from_millis(2500);
 
 bodies! {
     s_3a => shell_3a, c_3a => core_3a,
@@ -56,7 +55,6 @@ bodies! {
     s_10 => shell_10,
     s_11 => shell_11, c_11 => core_11,
     s_12 => shell_12, c_12 => core_12,
-    s_hb => heartbeat, c_hb => heartbeat,
 }
 
 /// The suite for `role` (`shell` or `core`), in the seed's order; `None` for another role.
@@ -152,13 +150,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             Ok(s_12),
             Ok(c_12),
         ),
-        (
-            "kernel.13.heartbeat",
-            "ping after heartbeatSilenceSeconds of silence; missedPingsDead unanswered pings → the peer is dead and the channel closes",
-            "§13 (K-13, K-32)",
-            Ok(s_hb),
-            Ok(c_hb),
-        ),
     ];
     super::table(role, ["shell", "core"], rows)
 }
@@ -195,8 +186,6 @@ struct Sess {
     wait: Duration,
     /// Capabilities the implementation declared in the handshake.
     other_caps: Vec<String>,
-    /// Whether pings are answered.
-    pong: bool,
     /// How a background permission.request is answered (playing the shell).
     grant: bool,
     granted: HashMap<u64, u64>,
@@ -209,8 +198,6 @@ struct Sess {
     /// Streams the implementation opened: id → kind.
     opened: HashMap<u64, String>,
     closed: HashSet<u64>,
-    /// When the suite last sent anything.
-    last_sent: Instant,
     notes: Vec<String>,
     /// Answers and rejected messages nobody waited for, since the current wait began:
     /// a wait that fails shows them, since a misdirected reply is the usual reason.
@@ -231,7 +218,6 @@ impl Sess {
             tag: nonce() & 0xffff_ffff,
             wait: cx.opts.deadline,
             other_caps: Vec::new(),
-            pong: true,
             grant: false,
             granted: HashMap::new(),
             received: HashMap::new(),
@@ -240,7 +226,6 @@ impl Sess {
             over: None,
             opened: HashMap::new(),
             closed: HashSet::new(),
-            last_sent: Instant::now(),
             unclaimed: Vec::new(),
             notes: Vec::new(),
         }
@@ -272,15 +257,11 @@ impl Sess {
     }
 
     async fn send(&mut self, m: &Value) -> Result<Message, Failure> {
-        let r = self.p.send(m).await;
-        self.last_sent = Instant::now();
-        r
+        self.p.send(m).await
     }
 
     async fn send_raw(&mut self, b: &[u8]) -> Result<(), Failure> {
-        let r = self.p.send_raw(b).await;
-        self.last_sent = Instant::now();
-        r
+        self.p.send_raw(b).await
     }
 
     async fn request(
@@ -423,7 +404,7 @@ impl Sess {
         let method = m.method.clone().unwrap_or_default();
         match m.kind {
             Kind::Event => match method.as_str() {
-                "ping" if self.pong => {
+                "ping" => {
                     let t = self.trace_of(&m);
                     let mut pong = self.env("event", Some("pong"), &t, json!({}));
                     if let (Some(id), Some(o)) = (&m.id, pong.as_object_mut()) {
@@ -2004,115 +1985,6 @@ async fn core_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
     pass(detail.join("; "))
 }
 
-// ---------------------------------------------------------------------------------------------
-// §13 heartbeat.
-
-async fn heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    if s.shell {
-        s.handshake(&SHELL_CAPS).await?;
-    } else {
-        s.handshake_core(&CORE_CAPS).await?;
-    }
-    // Let the script settle, answering it, then fall silent: no pongs, no answers.
-    s.idle(Duration::from_millis(1500)).await?;
-    s.pong = false;
-    let limits = cx.limits();
-    let silence = limits.duration("heartbeatSilenceSeconds")?;
-    let answer = limits.duration("pingAnswerSeconds")?;
-    let missed = limits.count("missedPingsDead")?;
-    let dead_by = limits.duration("deadAfterSilenceSeconds")? + HEARTBEAT_SLACK * 2;
-    let mut pings: Vec<(Instant, Got)> = Vec::new();
-    let ended;
-    loop {
-        let base = s.last_sent;
-        let until = base + dead_by;
-        // Requests still arriving get no answer: the suite is a hung peer now.
-        match s.p.next(until).await {
-            Incoming::Control(g) => {
-                if g.method() == Some("ping") {
-                    pings.push((g.at, *g));
-                }
-            }
-            Incoming::Data { frame, raw, .. } => s.account(&frame, &raw),
-            Incoming::DataEnd(_) => {}
-            Incoming::ControlEnd(why) => {
-                ended = Some((Instant::now(), why));
-                break;
-            }
-            Incoming::Timeout => {
-                ended = None;
-                break;
-            }
-        }
-    }
-    let silent_from = s.last_sent;
-    let Some((end_at, why)) = ended else {
-        return Err(Failure::new(format!(
-            "{} pings in {:.1} s of silence, and the {} never declared the suite dead (closing the channel)",
-            pings.len(),
-            dead_by.as_secs_f64(),
-            s.other
-        )));
-    };
-    let Some((first_at, first)) = pings.first() else {
-        return Err(Failure::new(format!(
-            "the {} closed the channel after {:.1} s of silence without pinging first ({why})",
-            s.other,
-            end_at.duration_since(silent_from).as_secs_f64()
-        )));
-    };
-    let first_after = first_at.duration_since(silent_from);
-    if first_after + Duration::from_millis(300) < silence {
-        return Err(s.bad(
-            first,
-            format!(
-                "the first ping came {:.2} s into the silence, before the {:.1} s heartbeatSilenceSeconds allows",
-                first_after.as_secs_f64(),
-                silence.as_secs_f64()
-            ),
-        ));
-    }
-    if first_after > silence + HEARTBEAT_SLACK {
-        return Err(s.bad(
-            first,
-            format!(
-                "the first ping came only {:.2} s into the silence (due after heartbeatSilenceSeconds, {:.1} s)",
-                first_after.as_secs_f64(),
-                silence.as_secs_f64()
-            ),
-        ));
-    }
-    for w in pings.windows(2) {
-        let gap = w[1].0.duration_since(w[0].0);
-        if gap + Duration::from_millis(300) < answer {
-            return Err(s.bad(
-                &w[1].1,
-                format!(
-                    "pings {:.2} s apart: each unanswered ping gets a full pingAnswerSeconds, {:.1} s (K-13)",
-                    gap.as_secs_f64(),
-                    answer.as_secs_f64()
-                ),
-            ));
-        }
-    }
-    let dead_after = end_at.duration_since(silent_from);
-    if (pings.len() as u64) < missed {
-        return Err(Failure::new(format!(
-            "the {} gave up after {} unanswered pings ({:.1} s); missedPingsDead is {missed}",
-            s.other,
-            pings.len(),
-            dead_after.as_secs_f64()
-        )));
-    }
-    pass(format!(
-        "first ping {:.2} s into the silence, {} pings, channel closed {:.1} s in ({why})",
-        first_after.as_secs_f64(),
-        pings.len(),
-        dead_after.as_secs_f64()
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2122,9 +1994,9 @@ mod tests {
         for role in ["shell", "core"] {
             let c = checks(role).expect("role");
             let ids: Vec<_> = c.iter().map(|c| c.id.as_ref()).collect();
-            assert_eq!(ids.len(), 13, "{ids:?}");
+            assert_eq!(ids.len(), 12, "{ids:?}");
             assert_eq!(ids[0], "kernel.15.3a");
-            assert!(ids.contains(&"kernel.15.12") && ids.contains(&"kernel.13.heartbeat"));
+            assert!(ids.contains(&"kernel.15.12"));
         }
         assert!(checks("proxy").is_none());
         assert!(

@@ -906,6 +906,10 @@ pub struct Peer {
     pub log: Vec<Got>,
     /// Frames received beyond the log's bound.
     pub unlogged: u64,
+    /// Every message the suite sent with [`Peer::send`], when, in order (bounded as `log`).
+    pub sent: Vec<(Instant, Message)>,
+    /// When the session's channels were open.
+    pub opened: Instant,
     /// While set, [`Peer::next`] leaves the data channel unread (a consumer that stalls).
     pub pause_data: bool,
     /// The engine judging the session's traffic, once [`Peer::judge`] started it.
@@ -957,6 +961,8 @@ impl Peer {
             prefix: me.chars().next().unwrap_or('x').to_string(),
             log: Vec::new(),
             unlogged: 0,
+            sent: Vec::new(),
+            opened: Instant::now(),
             pause_data: false,
             judge: None,
         })
@@ -1037,6 +1043,9 @@ impl Peer {
         };
         self.send_raw(&bytes).await?;
         self.track(&m, true);
+        if self.sent.len() < LOG_MAX {
+            self.sent.push((Instant::now(), m.clone()));
+        }
         if let Some(j) = self.judge.as_mut() {
             j.sent(&m, bytes.len());
         }

@@ -37,7 +37,12 @@ fn conformance_as(role: &str, contract: &str, target: &str) -> Outcomes {
 }
 
 fn run(args: &[&str]) -> Outcomes {
+    run_env(args, &[])
+}
+
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> Outcomes {
     let out = Command::new(common::BIN)
+        .envs(env.iter().copied())
         .args(["conformance", "--deadline", "2"])
         .args(args)
         .output()
@@ -294,12 +299,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            28,
+            30,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            23,
+            25,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -418,6 +423,56 @@ fn a_cue_acted_on_wrongly_fails_only_its_check() {
     );
 }
 
+/// The §13 heartbeat as data (kernel.json's silence limits, K-44): a core pinging before
+/// its silence ran out fails only the silence check, with the ping's bytes; one that never
+/// declares the silent shell dead fails only the dead-peer check.
+#[test]
+fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
+    let r = kernel_core_breaking("early-ping", "kernel.derived.timer.heartbeatSilenceSeconds");
+    let fail = r.stdout.split("FAIL kernel.derived.timer.").nth(1);
+    let fail = fail.unwrap_or_default();
+    assert!(
+        fail.contains("ping came 0.5") && fail.contains(r#""method":"ping""#),
+        "{}",
+        r.stdout
+    );
+    let r = kernel_core_breaking("immortal", "kernel.derived.timer.deadAfterSilenceSeconds");
+    assert!(
+        r.stdout.contains("prescribes `drop-connection`"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// A contract the project never saw (tests/fixtures/beacon.json) with its clocks as data:
+/// a Python station written from the contract passes every derived check, the timer ones
+/// included; beating early fails only the beat's check, never hanging up only the idle one.
+#[test]
+fn a_contract_of_its_own_gets_its_timers_checked() {
+    let contract = common::root().join("proxy/tests/fixtures/beacon.json");
+    let contract = contract.display().to_string();
+    let station = python("proxy/tests/peers/beacon_station.py");
+    let r = conformance(&contract, &format!("exec:{station}"));
+    assert!(
+        r.with("FAIL").is_empty() && r.with("SKIP").is_empty(),
+        "{}",
+        r.stdout
+    );
+    let timers = ids(&[
+        "beacon.derived.timer.beatSeconds",
+        "beacon.derived.timer.idleSeconds",
+    ]);
+    assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
+    for (broken, fails) in [
+        ("early", "timer.beatSeconds"),
+        ("never", "timer.idleSeconds"),
+    ] {
+        let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
+        let want = ids(&[&format!("beacon.derived.{fails}")]);
+        assert_eq!(r.with("FAIL"), want, "{broken}: {}", r.stdout);
+    }
+}
+
 /// A contract given as a file, and a server that announces a tools change before it answers
 /// initialize: the lifecycle allows that only in `operating`, so the behaviour check fails
 /// and names the machine, while the handshake and the messages checks pass (the message is
@@ -480,19 +535,21 @@ fn the_python_kernel_core_passes_every_derived_check() {
 }
 
 /// The derived suite playing the shell against the reference core breaking `rule`: only
-/// `check` fails, the other 27 checks pass.
+/// `check` fails, the other 29 checks pass.
 fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
     let peer = kernel_peer();
     let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
     let r = kernel_derived("shell", &target);
     assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 27, "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 29, "{rule}: {}", r.stdout);
     r
 }
 
-/// The kernel's derived checks, playing `play` against `target`.
+/// The kernel's derived checks, playing `play` against `target`, with the contract's
+/// durations scaled to a fifth (the suite and the peers it launches read the scale), so
+/// the heartbeat's timer checks take 4 s rather than 20.
 fn kernel_derived(play: &str, target: &str) -> Outcomes {
-    run(&[
+    let args = [
         "--contract",
         "kernel",
         "--derived",
@@ -500,7 +557,8 @@ fn kernel_derived(play: &str, target: &str) -> Outcomes {
         play,
         "--target",
         target,
-    ])
+    ];
+    run_env(&args, &[(contract::TIME_SCALE_ENV, "0.2")])
 }
 
 fn kernel_peer() -> String {

@@ -25,6 +25,9 @@
 //!   the contract accepts;
 //! - `cue.<name>` (`cues`): the implementation acts on each cue the contract declares for
 //!   the played party, sending what the cue expects, then what ends it, breaking no machine;
+//! - `timer.<limit>` (`timers`): with the suite silent from the clock's start, a deadline
+//!   or interval the implementation's party runs sends what it `sends`, or ends the
+//!   channel as its `action` says, when it runs out and not before;
 //! - `behaviour` (`behaviour`): the policy engine the proxy enforces with
 //!   (`contract-policy`), fed both parties' traffic, rules nothing against the
 //!   implementation's (a chunk after its stream ended, an id against its rule, credit
@@ -50,6 +53,7 @@ mod plan;
 mod probes;
 mod rates;
 mod shape;
+mod timers;
 
 use contract::wire::Wire;
 use plan::{
@@ -232,6 +236,12 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             Some(name.clone()),
             false,
         );
+    }
+    for (name, l) in timers::applies(c, role) {
+        let seed = cite(join("/limits", [name]), &l.seed);
+        let id = format!("timer.{name}");
+        let title = timers::title(name, l);
+        add(id, title, &seed, timers::body, Some(name.into()), true);
     }
     if let Some(pointer) = behaviour::applies(c) {
         add(

@@ -91,6 +91,10 @@ pub enum CoreBreak {
     DoneTwice,
     /// Send the chunks of `conformance:stream` on a fresh trace instead of the command's.
     StreamTrace,
+    /// Ping after half of heartbeatSilenceSeconds of silence.
+    EarlyPing,
+    /// Never declare a silent shell dead: keep pinging.
+    Immortal,
 }
 
 /// `kernel-peer shell` arguments.
@@ -414,6 +418,8 @@ struct Liveness {
     silence: Duration,
     answer: Duration,
     missed: u32,
+    /// How much earlier than due each ping goes (none but for `--break early-ping`).
+    early: Duration,
 }
 
 enum Beat {
@@ -434,6 +440,7 @@ impl Liveness {
             silence: l.duration("heartbeatSilenceSeconds").map_err(failed)?,
             answer: l.duration("pingAnswerSeconds").map_err(failed)?,
             missed: u32::try_from(missed).unwrap_or(u32::MAX),
+            early: Duration::ZERO,
         })
     }
 
@@ -452,7 +459,7 @@ impl Liveness {
         if self.pings >= self.missed && silent >= self.due(self.missed) {
             return Beat::Dead;
         }
-        if self.pings < self.missed && silent >= self.due(self.pings) {
+        if self.pings < self.missed && silent + self.early >= self.due(self.pings) {
             self.pings += 1;
             return Beat::Ping;
         }
@@ -736,6 +743,11 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
     let mut ready = false;
     let mut shell_caps: Vec<String> = Vec::new();
     let mut live = Liveness::new(&wire)?;
+    match a.break_rule {
+        Some(CoreBreak::EarlyPing) => live.early = live.silence / 2,
+        Some(CoreBreak::Immortal) => live.missed = u32::MAX,
+        _ => {}
+    }
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let (itx, mut irx) = mpsc::channel::<Internal>(64);
     let tasks: Arc<Mutex<HashMap<String, TaskState>>> = Arc::new(Mutex::new(HashMap::new()));

@@ -1,0 +1,303 @@
+//! The timer family: a deadline or interval the implementation's party runs (`timer`),
+//! whose clock a trigger starts (`start`), runs out the way the contract says: the
+//! party sends the method the limit `sends` (the kernel's ping after a silence), or the
+//! channel ends as its `action` prescribes (the kernel's dead peer). The suite plays its
+//! party up to the start, then falls silent and stays so: it sends and answers nothing,
+//! so only the implementation's own messages move the clock (a restart on its own ping).
+//!
+//! Every check of the family shares one silent session: the clock of each is computed
+//! from the session's whole traffic, both directions, by the limit's own triggers, so a
+//! check taking over the session the one before kept judges it as if it had watched
+//! from the start. The checks that end the channel come last.
+
+use std::time::{Duration, Instant};
+
+use contract::Contract;
+use contract::machine::Seen;
+use contract::model::{Limit, LimitKind, Trigger};
+use contract::wire::Message;
+
+use super::probes::{action_name, ends_the_channel};
+use super::shape::Shape;
+use super::{Session, plan_of};
+use crate::session::{Ctx, Got, Incoming, Kept};
+use crate::{BodyFuture, Failure, Verdict, pass};
+
+/// How early a clock may run out: timer jitter, not an early expiry (at most a tenth of
+/// the clock's time). The implementation's clock starts when it reads what the suite
+/// stamped on sending, so jitter makes it later, rarely earlier.
+const EARLY: Duration = Duration::from_millis(400);
+/// How late past its time a clock may run out, on a loaded machine.
+const LATE: Duration = Duration::from_millis(2500);
+/// How many of a limit's sends are watched when its own send restarts it (the second
+/// shows the spacing of sends that go unanswered).
+const SENDS_WATCHED: usize = 2;
+
+/// A session the suite has fallen silent on, for the next check of the family.
+struct Silent(Session);
+
+/// The limits the family checks for the suite playing `role`, in the order they run:
+/// those the implementation's party runs, started by a trigger, that run out on the wire.
+pub(super) fn applies<'c>(c: &'c Contract, role: &str) -> Vec<(&'c str, &'c Limit)> {
+    let Some(shape) = Shape::of(c) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(&str, &Limit)> = c
+        .limits
+        .iter()
+        .filter(|(_, l)| matches!(l.kind, LimitKind::Deadline | LimitKind::Interval))
+        .filter(|(_, l)| runner(c, l, role).is_some() && seen_to_run_out(l))
+        .filter(|(_, l)| match &l.start {
+            Some(Trigger::Open { channel }) => *channel == shape.channel,
+            Some(Trigger::Message { .. }) => true,
+            _ => false,
+        })
+        .map(|(n, l)| (n.as_str(), l))
+        .collect();
+    // Sends first, then what ends the channel; shorter clocks first within each.
+    let limits = contract::Limits::new(c);
+    let time = |n: &str| limits.duration(n).unwrap_or(Duration::MAX);
+    out.sort_by_key(|(n, l)| (l.sends.is_none(), time(n)));
+    out
+}
+
+/// The party under test whose clock `l` is, when the suite plays `role`.
+fn runner<'c>(c: &'c Contract, l: &'c Limit, role: &str) -> Option<&'c str> {
+    l.runners(c).into_iter().flatten().find(|p| *p != role)
+}
+
+/// Whether the wire shows the limit running out: a message it sends, or the channel's end.
+fn seen_to_run_out(l: &Limit) -> bool {
+    l.sends.is_some()
+        || l.action
+            .as_ref()
+            .is_some_and(|a| ends_the_channel(a.action))
+}
+
+/// The check's title.
+pub(super) fn title(name: &str, l: &Limit) -> String {
+    let after = match (&l.sends, &l.action) {
+        (Some(m), _) => format!("sends {m}"),
+        (None, Some(a)) => format!("ends the channel (`{}`)", action_name(a.action)),
+        (None, None) => "runs out".into(),
+    };
+    format!(
+        "with the suite silent from the clock's start, the implementation {after} when {name} runs out, not before"
+    )
+}
+
+pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        let name = cx.subject.clone().unwrap_or_default();
+        let c = cx.wire.contract().clone();
+        let l = c
+            .limits
+            .get(&name)
+            .ok_or_else(|| Failure::new(format!("suite bug: no limit {name}")))?;
+        let runner = runner(&c, l, &cx.role)
+            .ok_or_else(|| Failure::new(format!("suite bug: {name} has no runner")))?
+            .to_string();
+        let time = cx.limits().duration(&name)?;
+        let kept = cx.kept.take().and_then(Kept::take::<Silent>);
+        let mut s = match kept {
+            Some(Silent(s)) => s,
+            None => {
+                let plan = plan_of(cx);
+                let mut s = Session::open(cx).await?;
+                if let Err(f) = s.handshake(cx, &plan).await {
+                    return plan.unreached(f);
+                }
+                s
+            }
+        };
+        let clock = Clock {
+            c: &c,
+            l,
+            runner: &runner,
+            time,
+        };
+        let opened = s.peer.opened;
+        match &l.sends {
+            Some(m) => {
+                let v = watch_sends(&mut s, &clock, m, opened).await?;
+                cx.kept = Some(Kept::new(Silent(s)));
+                Ok(v)
+            }
+            None => watch_end(&mut s, &clock, &name, opened).await,
+        }
+    })
+}
+
+/// One limit's clock, as the implementation's party keeps it.
+struct Clock<'a> {
+    c: &'a Contract,
+    l: &'a Limit,
+    runner: &'a str,
+    time: Duration,
+}
+
+impl Clock<'_> {
+    /// When the clock last (re)started, from the session's traffic up to `until`
+    /// (exclusive), or `None` while it is not running.
+    fn base(&self, s: &Session, opened: Instant, until: Option<Instant>) -> Option<Instant> {
+        let me = s.peer.me.as_str();
+        let other = s.peer.other.as_str();
+        let mut events: Vec<(Instant, &str, &Message)> = s
+            .peer
+            .sent
+            .iter()
+            .map(|(at, m)| (*at, me, m))
+            .chain(
+                s.peer
+                    .log
+                    .iter()
+                    .filter_map(|g| Some((g.at, other, g.msg.as_ref().ok()?))),
+            )
+            .filter(|(at, ..)| until.is_none_or(|u| *at < u))
+            .collect();
+        events.sort_by_key(|(at, ..)| *at);
+        let mut base = matches!(self.l.start, Some(Trigger::Open { .. })).then_some(opened);
+        for (at, from, m) in events {
+            let seen = Seen::of(from, m);
+            let fires = |t: &Trigger| t.fires_for(self.c, &seen, Some(self.runner));
+            if self.l.stop.iter().any(fires) {
+                base = None;
+            }
+            if self.l.restart.iter().any(fires) || self.l.start.as_ref().is_some_and(fires) {
+                base = Some(at);
+            }
+        }
+        base
+    }
+
+    /// A failure when something at `at` came before the clock started at `base` ran out.
+    fn early(&self, base: Instant, at: Instant, what: &str) -> Result<(), Failure> {
+        let after = at.saturating_duration_since(base);
+        if after + EARLY.min(self.time / 10) >= self.time {
+            return Ok(());
+        }
+        Err(Failure::new(format!(
+            "{what} {:.2} s after the clock (re)started, before its {:.2} s ran out",
+            after.as_secs_f64(),
+            self.time.as_secs_f64()
+        )))
+    }
+}
+
+/// The implementation sends `method` when the clock runs out, not before; watched for
+/// [`SENDS_WATCHED`] sends when its own send restarts the clock.
+async fn watch_sends(
+    s: &mut Session,
+    clock: &Clock<'_>,
+    method: &str,
+    opened: Instant,
+) -> Result<Verdict, Failure> {
+    let mut seen = Vec::new();
+    let want = match restarted_by_own(clock, method) {
+        true => SENDS_WATCHED,
+        false => 1,
+    };
+    while seen.len() < want {
+        let base = started(clock, s, opened, None)?;
+        match s.peer.next(base + clock.time + LATE).await {
+            Incoming::Control(g) if g.method() == Some(method) && is_call(&g) => {
+                let base = started(clock, s, opened, Some(g.at))?;
+                let what = format!("{method} came");
+                clock
+                    .early(base, g.at, &what)
+                    .map_err(|f| f.with(format!("the {method}"), &g.raw))?;
+                seen.push(g.at.saturating_duration_since(base).as_secs_f64());
+            }
+            Incoming::Control(_) | Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+            Incoming::ControlEnd(why) => {
+                return Err(Failure::new(format!(
+                    "the channel ended ({why}) before {method} number {} came",
+                    seen.len() + 1
+                )));
+            }
+            Incoming::Timeout => {
+                return Err(Failure::new(format!(
+                    "no {method} within {:.2} s of the clock's (re)start ({:.2} s, and {:.1} s of slack)",
+                    (clock.time + LATE).as_secs_f64(),
+                    clock.time.as_secs_f64(),
+                    LATE.as_secs_f64()
+                )));
+            }
+        }
+    }
+    let each: Vec<String> = seen.iter().map(|t| format!("{t:.2} s")).collect();
+    pass(format!(
+        "{method} {} after each (re)start of the clock ({:.2} s)",
+        each.join(", "),
+        clock.time.as_secs_f64()
+    ))
+}
+
+/// The channel ends when the clock runs out, not before.
+async fn watch_end(
+    s: &mut Session,
+    clock: &Clock<'_>,
+    name: &str,
+    opened: Instant,
+) -> Result<Verdict, Failure> {
+    let action = clock.l.action.as_ref().map(|a| action_name(a.action));
+    let action = action.unwrap_or("end");
+    let mut sent = 0usize;
+    loop {
+        let base = started(clock, s, opened, None)?;
+        match s.peer.next(base + clock.time + LATE).await {
+            Incoming::Control(_) => sent += 1,
+            Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+            Incoming::ControlEnd(why) => {
+                let at = Instant::now();
+                clock.early(base, at, &format!("the channel ended ({why})"))?;
+                return pass(format!(
+                    "the channel ended ({why}) {:.2} s after the clock's last (re)start ({name}: {:.2} s); {sent} more messages from the implementation before it",
+                    at.saturating_duration_since(base).as_secs_f64(),
+                    clock.time.as_secs_f64()
+                ));
+            }
+            Incoming::Timeout => {
+                return Err(Failure::new(format!(
+                    "the channel was still open {:.2} s after the clock's last (re)start; when {name} ({:.2} s) runs out the contract prescribes `{action}`",
+                    (clock.time + LATE).as_secs_f64(),
+                    clock.time.as_secs_f64()
+                )));
+            }
+        }
+    }
+}
+
+/// When the clock last (re)started, or a skip-worthy failure when nothing started it.
+fn started(
+    clock: &Clock<'_>,
+    s: &Session,
+    opened: Instant,
+    until: Option<Instant>,
+) -> Result<Instant, Failure> {
+    clock.base(s, opened, until).ok_or_else(|| {
+        Failure::new(format!(
+            "nothing in the session started the clock (its start: {})",
+            serde_json::to_string(&clock.l.start).unwrap_or_default()
+        ))
+    })
+}
+
+/// Whether the runner's own `method` restarts the clock (each unanswered ping gets a
+/// whole period).
+fn restarted_by_own(clock: &Clock<'_>, method: &str) -> bool {
+    clock.l.restart.iter().any(|t| {
+        matches!(t, Trigger::Message { method: Some(m), from: Some(f), .. }
+            if m == method && f == contract::machine::RUNNER)
+    })
+}
+
+/// Whether `g` is a method's own message (not an answer).
+fn is_call(g: &Got) -> bool {
+    g.msg.as_ref().is_ok_and(|m| {
+        !matches!(
+            m.kind,
+            contract::model::Kind::Response | contract::model::Kind::Error
+        )
+    })
+}

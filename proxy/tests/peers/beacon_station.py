@@ -1,0 +1,106 @@
+"""A station of proxy/tests/fixtures/beacon.json, written from the contract's text alone.
+
+One JSON-RPC 2.0 message per line on stdin/stdout. It answers echo, beats when the
+client has been quiet for beatSeconds (and again each beatSeconds after its own beat),
+and exits, ending the channel, once the client has been quiet for idleSeconds. The
+numbers are read from the contract file, scaled by CONTRACT_TIME_SCALE like every peer.
+
+--break early: beat after half of beatSeconds.
+--break never: never hang up on a quiet client.
+"""
+
+import argparse
+import json
+import os
+import select
+import sys
+import time
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "beacon.json")
+
+
+def limits():
+    with open(FIXTURE, encoding="utf-8") as f:
+        c = json.load(f)["limits"]
+    scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
+    return c["beatSeconds"]["value"] * scale, c["idleSeconds"]["value"] * scale, c["lineMax"]["value"] * 1024
+
+
+def send(obj):
+    sys.stdout.buffer.write(json.dumps(obj).encode() + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def error(id_, code, message):
+    send({"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}})
+
+
+def handle(line):
+    """Answer one line; whether it was a message (it restarts the clocks)."""
+    try:
+        m = json.loads(line)
+    except ValueError:
+        error(None, -32700, "parse error")
+        return False
+    if not isinstance(m, dict) or m.get("jsonrpc") != "2.0":
+        error(None, -32600, "invalid request")
+        return False
+    method, id_ = m.get("method"), m.get("id")
+    if not isinstance(method, str):
+        if "result" not in m and "error" not in m:
+            error(id_, -32600, "invalid request")
+            return False
+        return True
+    if "id" not in m:
+        return True  # a notification: none is known, each is ignored
+    if method != "echo":
+        error(id_, -32601, "method not found")
+        return True
+    params = m.get("params")
+    if not isinstance(params, dict) or set(params) != {"text"} or not isinstance(params["text"], str):
+        error(id_, -32602, "invalid params")
+        return True
+    send({"jsonrpc": "2.0", "id": id_, "result": {"text": params["text"]}})
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--break", dest="broken", choices=["early", "never"])
+    a = ap.parse_args()
+    beat, idle, cap = limits()
+    if a.broken == "early":
+        beat /= 2
+    heard = last_beat = time.monotonic()
+    n = 0
+    buf = b""
+    fd = sys.stdin.fileno()
+    while True:
+        now = time.monotonic()
+        if a.broken != "never" and now - heard >= idle:
+            return 0
+        due = max(heard, last_beat) + beat
+        if now >= due:
+            n += 1
+            send({"jsonrpc": "2.0", "method": "beat", "params": {"n": n}})
+            last_beat = now
+            continue
+        ready, _, _ = select.select([fd], [], [], min(due - now, 0.05))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return 0
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if len(line) > cap:
+                return 0
+            if handle(line):
+                heard = time.monotonic()
+        if len(buf) > cap:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
