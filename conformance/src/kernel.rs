@@ -43,9 +43,7 @@ const CREDIT_STEP: u64 = 4096;
 const OVERRUN_WINDOW: Duration = Duration::from_millis(400);
 
 bodies! {
-    s_3a => shell_3a, c_3a => core_3a,
     s_1 => shell_1, c_1 => core_1,
-    s_3 => shell_3, c_3 => core_3,
     s_4 => shell_4, c_4 => core_4,
     s_5 => shell_5, c_5 => core_5,
     s_6 => shell_6, c_6 => core_6,
@@ -61,25 +59,11 @@ bodies! {
 pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
         (
-            "kernel.15.3a",
-            "a shell offering [1, 2] works with a core offering [1], on version 1",
-            "§4, §15 item 3a (ADR 0004, K-7)",
-            Ok(s_3a),
-            Ok(c_3a),
-        ),
-        (
             "kernel.15.1",
             "a request missing envelope members is protocol.invalid_envelope with details.fields naming them (every message's own validity: kernel.derived.messages)",
             "§3, §5, §15 item 1 (K-4)",
             Ok(s_1),
             Ok(c_1),
-        ),
-        (
-            "kernel.15.3",
-            "incompatible protocol version → a clear protocol.incompatible, not a disconnect",
-            "§4, §15 item 3 (4.0-D03, K-16)",
-            Ok(s_3),
-            Ok(c_3),
         ),
         (
             "kernel.15.4",
@@ -725,23 +709,6 @@ impl Sess {
         .await?;
         Ok(start.elapsed())
     }
-
-    /// Every message of the session log from index `from` on carries envelope version `v`;
-    /// the first that does not fails (`whose` it is, `want` says which version was due).
-    fn carry_version(&self, from: usize, v: u64, whose: &str, want: &str) -> Result<(), Failure> {
-        for g in self.p.log.iter().skip(from) {
-            if g.at_ptr("/v").and_then(Value::as_u64) != Some(v) {
-                return Err(self.bad(
-                    g,
-                    format!(
-                        "{whose} after the handshake carries v {:?}, not {want}",
-                        g.at_ptr("/v")
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
 fn caps_of(v: &Value) -> Vec<String> {
@@ -802,59 +769,6 @@ async fn command(s: &mut Sess, text: &str, trace: &str) -> Result<Message, Failu
         json!({"text": text, "source": "typed"}),
     )
     .await
-}
-
-// ---------------------------------------------------------------------------------------------
-// 3a. Version overlap.
-
-async fn shell_3a(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    let (_, g) = s.hello(&[1, 2], &SHELL_CAPS).await?;
-    let m = s.hello_response(&g, "the core refused a hello offering [1, 2]")?;
-    let core = versions_of(&m.value, "/payload/protocol_versions");
-    let chosen = m
-        .value
-        .pointer("/payload/protocol_version")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let expect = core.iter().copied().filter(|v| [1, 2].contains(v)).max();
-    if Some(chosen) != expect || m.value.get("v") != Some(&json!(1)) {
-        return Err(s.bad(&g, format!("shell [1, 2], core {core:?}: expected protocol_version {expect:?} in a v 1 response, got {chosen}")));
-    }
-    s.v = chosen;
-    let mark = s.p.log.len();
-    s.ping().await?;
-    let t = s.trace();
-    let req = command(&mut s, "hello", &t).await?;
-    s.valid_reply(&req, "the command.handle reply").await?;
-    s.carry_version(
-        mark,
-        chosen,
-        "a message",
-        &format!("the negotiated {chosen}"),
-    )?;
-    pass(format!(
-        "core offered {core:?}; negotiated {chosen}; pong and command reply carried v {chosen}"
-    ))
-}
-
-async fn core_3a(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    let hello = s.await_hello().await?;
-    let offered = versions_of(&hello.value, "/payload/protocol_versions");
-    if s.answer_hello(&hello, &CORE_CAPS).await?.is_none() {
-        return Err(Failure::new(format!(
-            "the shell offered {offered:?}, without version 1: it cannot work with a version-1 core"
-        )));
-    }
-    let mark = s.p.log.len();
-    s.ping().await?;
-    s.idle(Duration::from_secs(2)).await?;
-    let n = s.p.log.len() - mark;
-    s.carry_version(mark, VERSION, "a shell message", "1")?;
-    pass(format!(
-        "shell offered {offered:?}; worked on version 1; {n} later messages all carried v 1"
-    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -920,90 +834,6 @@ async fn core_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let got = envelope_probe(&mut s, "programs.index", json!({})).await?;
     cx.notes.append(&mut s.notes);
     pass(got)
-}
-
-// ---------------------------------------------------------------------------------------------
-// 3. Incompatible version.
-
-async fn shell_3(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    let (_, g) = s.hello(&[999], &SHELL_CAPS).await?;
-    let code = code_of(&g);
-    if type_of(&g) != Some("error") || code != "protocol.incompatible" {
-        return Err(s.bad(
-            &g,
-            format!(
-                "hello offering only [999] was answered {code:?}, not error protocol.incompatible"
-            ),
-        ));
-    }
-    if let Err(v) = &g.msg {
-        return Err(s.bad(
-            &g,
-            format!(
-                "the protocol.incompatible error breaks the contract: {}",
-                vtext(v)
-            ),
-        ));
-    }
-    let text = g
-        .at_ptr("/payload/message")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    if text.is_empty() {
-        return Err(s.bad(
-            &g,
-            "protocol.incompatible carries no message text (4.0-D03: say exactly what is wrong)",
-        ));
-    }
-    if let Some(why) = s.idle(Duration::from_millis(500)).await? {
-        return Err(Failure::new(format!("the core disconnected after protocol.incompatible ({why}); the seed forbids a mysterious disconnect")).with("its error", &g.raw));
-    }
-    let t = s.trace();
-    let req = command(&mut s, "hello", &t).await?;
-    let g2 = s
-        .reply_to(&req, "the reply to a command after protocol.incompatible")
-        .await?;
-    let code2 = code_of(&g2);
-    if code2 != "protocol.not_ready" {
-        return Err(s.bad(&g2, format!("after protocol.incompatible a command was answered {code2:?}, not protocol.not_ready (K-16)")));
-    }
-    pass(format!(
-        "protocol.incompatible: {text:?}; the channel stayed open and answered protocol.not_ready"
-    ))
-}
-
-async fn core_3(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    let hello = s.await_hello().await?;
-    let offered = versions_of(&hello.value, "/payload/protocol_versions");
-    let ours = offered.iter().copied().max().unwrap_or(VERSION) + 1;
-    let t = s.trace_of(&hello);
-    s.reply_error(
-        hello.id.clone(),
-        &t,
-        "protocol.incompatible",
-        false,
-        &format!("Оболочка поддерживает версии {offered:?}, ядро — только версию {ours}."),
-        json!({"shell_versions": offered, "core_versions": [ours]}),
-    )
-    .await?;
-    let mark = s.p.log.len();
-    let ended = s.idle(Duration::from_secs(2)).await?;
-    for g in s.p.log.iter().skip(mark) {
-        if g.method() != Some("hello") {
-            return Err(s.bad(g, "after protocol.incompatible the shell went on as if connected (only a new hello or closing the channel is right)"));
-        }
-    }
-    let how = match ended {
-        Some(_) => "closed the channel",
-        None => "stayed quiet",
-    };
-    pass(format!(
-        "the shell offered {offered:?}, got protocol.incompatible (core [{ours}]) and {how}"
-    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1994,8 +1824,8 @@ mod tests {
         for role in ["shell", "core"] {
             let c = checks(role).expect("role");
             let ids: Vec<_> = c.iter().map(|c| c.id.as_ref()).collect();
-            assert_eq!(ids.len(), 12, "{ids:?}");
-            assert_eq!(ids[0], "kernel.15.3a");
+            assert_eq!(ids.len(), 10, "{ids:?}");
+            assert_eq!(ids[0], "kernel.15.1");
             assert!(ids.contains(&"kernel.15.12"));
         }
         assert!(checks("proxy").is_none());

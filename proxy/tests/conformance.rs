@@ -14,10 +14,8 @@ use common::{BIN, Run, conformance, finish, junit_ids, show, tmp};
 const RUN_DEADLINE: Duration = Duration::from_secs(240);
 /// The kernel's hand-written check ids, in the suite's order: they follow the checks
 /// derived from the contract (`kernel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 12] = [
-    "kernel.15.3a",
+const HAND_WRITTEN: [&str; 10] = [
     "kernel.15.1",
-    "kernel.15.3",
     "kernel.15.4",
     "kernel.15.5",
     "kernel.15.6",
@@ -300,7 +298,7 @@ fn dials_a_running_shell_and_reconnects_to_it() {
         "--target-data",
         &d,
         "--only",
-        "kernel.derived.unknown-method,kernel.15.3a,kernel.15.11",
+        "kernel.derived.version.protocol.none,kernel.derived.unknown-method,kernel.15.11",
         "--deadline",
         "5",
     ]);
@@ -310,8 +308,8 @@ fn dials_a_running_shell_and_reconnects_to_it() {
     assert_eq!(
         r.with("PASS"),
         [
+            "kernel.derived.version.protocol.none",
             "kernel.derived.unknown-method",
-            "kernel.15.3a",
             "kernel.15.11"
         ],
         "{}",

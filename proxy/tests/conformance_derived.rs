@@ -126,7 +126,7 @@ const FASTMCP_FAILS: [&str; 18] = [
 
 /// FastMCP fails exactly where it answers otherwise than the contract, and passes the rest:
 /// the handshake, the calls, the largest safe integers, a line at the cap, an ignored
-/// unknown notification, invalid params.
+/// unknown notification, invalid params, the version it was offered.
 #[test]
 fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
     let r = conformance("mcp", &format!("exec:{}", python("examples/mcp/server.py")));
@@ -138,6 +138,7 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
         "mcp.derived.frame.at-cap",
         "mcp.derived.unknown-notification",
         "mcp.derived.invalid-params",
+        "mcp.derived.version.mcpProtocolVersion",
     ] {
         assert!(r.with("PASS").contains(passed), "{passed}: {}", r.stdout);
     }
@@ -146,7 +147,7 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
         "{}",
         r.stdout
     );
-    assert_eq!(r.with("PASS").len(), 20, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 21, "{}", r.stdout);
     // A probe's failure shows what the suite sent, then what came back.
     let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
     let reuse = reuse
@@ -177,7 +178,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 36, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 37, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",
@@ -299,12 +300,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            30,
+            32,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            25,
+            26,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -535,13 +536,13 @@ fn the_python_kernel_core_passes_every_derived_check() {
 }
 
 /// The derived suite playing the shell against the reference core breaking `rule`: only
-/// `check` fails, the other 29 checks pass.
+/// `check` fails, the other 31 checks pass.
 fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
     let peer = kernel_peer();
     let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
     let r = kernel_derived("shell", &target);
     assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 29, "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 31, "{rule}: {}", r.stdout);
     r
 }
 

@@ -107,8 +107,44 @@ pub struct VersionInfo {
     pub location: String,
     /// How the version is negotiated and what a mismatch does.
     pub description: String,
+    /// The negotiation in messages, as data a conformance suite runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub negotiation: Option<Negotiation>,
     /// Seed section.
     pub seed: String,
+}
+
+/// A version negotiated by a request: the party that sends `offer` offers versions at
+/// `offered`; its result names the one chosen at `chosen`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Negotiation {
+    /// The request that offers (its sender is the offering party).
+    pub offer: String,
+    /// JSON pointer to the offered versions in the request.
+    pub offered: String,
+    /// `list`: every version the offerer speaks; `single`: the one it prefers.
+    pub form: VersionForm,
+    /// JSON pointer to the chosen version in the request's result.
+    pub chosen: String,
+    /// JSON pointer, in the result, to the versions the chooser speaks: the choice is
+    /// then the highest both speak. Without it, the choice is any offered one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own: Option<String>,
+    /// What the chooser does when it speaks none of the offered versions; without it, it
+    /// answers with one of its own and the offerer decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub none: Option<Action>,
+}
+
+/// How versions are offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum VersionForm {
+    /// An array of every version the offerer speaks.
+    List,
+    /// The one version the offerer prefers.
+    Single,
 }
 
 /// A party to the protocol.

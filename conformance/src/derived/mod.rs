@@ -10,6 +10,9 @@
 //! - `call.<method>`: after the handshake, each request the party may send gets an answer
 //!   the contract accepts: a result valid against the method's schema, or an error whose
 //!   code the catalog or the method lists;
+//! - `version.<name>[.none]` (`versions`): an offer of every version the contract names
+//!   gets one chosen (the highest both speak); one of none gets the contract's reaction;
+//!   playing the chooser, a refused offerer offers again or ends the channel;
 //! - `out-of-place.<machine>[.<state>]`: a request the machine does not allow where a new
 //!   connection puts it (its initial state, or where an `open` trigger takes it), sent
 //!   first, or in a state the walk passes where the machine waits for the suite, gets the
@@ -54,6 +57,7 @@ mod probes;
 mod rates;
 mod shape;
 mod timers;
+mod versions;
 
 use contract::wire::Wire;
 use plan::{
@@ -111,6 +115,18 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             call,
             Some(m.clone()),
             plan.stays(c, &m),
+        );
+    }
+    for (id, title, i, kind) in versions::applies(c, role) {
+        let v = &c.versions[i];
+        let seed = cite(join("/versions", [&i.to_string(), "negotiation"]), &v.seed);
+        add(
+            id,
+            title,
+            &seed,
+            versions::body(kind),
+            Some(i.to_string()),
+            false,
         );
     }
     for (name, sm, method) in out_of_place_probes(c, role) {

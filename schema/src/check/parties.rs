@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{
-    ActionKind, Binding, Claim, Contract, Cue, Framing, Kind, LimitKind, Part, Trigger,
+    ActionKind, Binding, Claim, Contract, Cue, Framing, Kind, LimitKind, Negotiation, Part, Trigger,
 };
 use crate::pointer::join;
 
@@ -43,6 +43,41 @@ impl Cx<'_> {
         }
         for (name, cue) in &c.cues {
             self.cue(c, name, cue);
+        }
+        for (i, v) in c.versions.iter().enumerate() {
+            if let Some(n) = &v.negotiation {
+                self.negotiation(
+                    c,
+                    idx,
+                    &join("/versions", [&i.to_string(), "negotiation"]),
+                    n,
+                );
+            }
+        }
+    }
+
+    /// A negotiation's offer is a request whose examples carry the offered versions, and
+    /// whose results carry the choice (and the chooser's own versions, where named).
+    fn negotiation(&mut self, c: &Contract, idx: &CodeIndex, at: &str, n: &Negotiation) {
+        let m_at = join(at, ["offer"]);
+        if c.methods
+            .get(&n.offer)
+            .is_some_and(|m| m.kind != Kind::Request)
+        {
+            let why = format!("{} is not a request: nothing answers the offer", n.offer);
+            return self.push(Lint::NameRef, m_at, why);
+        }
+        let slots = [
+            (Part::Call, "offered", &n.offered),
+            (Part::Result, "chosen", &n.chosen),
+        ];
+        let own = n.own.as_ref().map(|o| (Part::Result, "own", o));
+        for (part, field, pointer) in slots.into_iter().chain(own) {
+            let p_at = join(at, [field]);
+            self.carried_by(c, (&m_at, &p_at), &n.offer, part, pointer);
+        }
+        if let Some(a) = &n.none {
+            self.action_names(c, idx, &join(at, ["none"]), a);
         }
     }
 
