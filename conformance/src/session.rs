@@ -17,7 +17,8 @@ use contract::io::{JsonCodec, SkipOversize};
 use contract::model::{ActionKind, Kind};
 use contract::wire::framing::BinaryCodec;
 use contract::wire::{
-    BinaryFrame, ChannelCodec, Correlator, FrameError, Message, Violation, ViolationClass, Wire,
+    BinaryFrame, ChannelCodec, CloseFrame, Correlator, FrameError, Message, Violation,
+    ViolationClass, Wire,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
@@ -910,6 +911,9 @@ pub struct Peer {
     pub sent: Vec<(Instant, Message)>,
     /// When the session's channels were open.
     pub opened: Instant,
+    /// The close the implementation ended a message transport with (`Some(None)`: one
+    /// without a code), once it did.
+    pub closed_with: Option<Option<CloseFrame>>,
     /// While set, [`Peer::next`] leaves the data channel unread (a consumer that stalls).
     pub pause_data: bool,
     /// The engine judging the session's traffic, once [`Peer::judge`] started it.
@@ -963,6 +967,7 @@ impl Peer {
             unlogged: 0,
             sent: Vec::new(),
             opened: Instant::now(),
+            closed_with: None,
             pause_data: false,
             judge: None,
         })
@@ -1228,7 +1233,7 @@ impl Peer {
     /// The next thing to arrive on either channel, or [`Incoming::Timeout`] at `until`.
     pub async fn next(&mut self, until: Instant) -> Incoming {
         enum Raw {
-            C(Option<Result<Result<Bytes, FrameError>, String>>),
+            C(Option<Result<Result<Bytes, FrameError>, Gone>>),
             D(Option<Result<(BinaryFrame, Bytes), String>>),
             T,
         }
@@ -1249,9 +1254,18 @@ impl Peer {
                 self.control = None;
                 Incoming::ControlEnd("end of stream".into())
             }
-            Raw::C(Some(Err(e))) => {
+            Raw::C(Some(Err(Gone::Failed(e)))) => {
                 self.control = None;
                 Incoming::ControlEnd(e)
+            }
+            Raw::C(Some(Err(Gone::Closed(f)))) => {
+                self.control = None;
+                let why = match &f {
+                    Some(f) => format!("closed {} {:?}", f.code, f.reason),
+                    None => "closed with no close code".to_string(),
+                };
+                self.closed_with = Some(f);
+                Incoming::ControlEnd(why)
             }
             Raw::C(Some(Ok(Ok(b)))) => Incoming::Control(Box::new(self.decode(b))),
             Raw::C(Some(Ok(Err(e)))) => self.oversize(e),
@@ -1311,15 +1325,27 @@ impl Peer {
     }
 }
 
-/// The next control frame, or a skipped oversize one; `Err`: the channel broke.
+/// Why the control channel ended before its end of stream.
+enum Gone {
+    /// The peer closed the message transport, with its close frame if it sent one.
+    Closed(Option<CloseFrame>),
+    /// The channel broke.
+    Failed(String),
+}
+
+/// The next control frame, or a skipped oversize one; `None`: the end of the stream.
 async fn recv_control(
     c: &mut Option<ControlIo>,
-) -> Option<Result<Result<Bytes, FrameError>, String>> {
+) -> Option<Result<Result<Bytes, FrameError>, Gone>> {
     match c.as_mut()? {
-        ControlIo::Stream(f) => f.next().await.map(|r| r.map_err(|e| e.to_string())),
+        ControlIo::Stream(f) => f
+            .next()
+            .await
+            .map(|r| r.map_err(|e| Gone::Failed(e.to_string()))),
         ControlIo::Msg(m) => match m.next().await {
-            None | Some(Ok(Msg::Close(_))) => None,
-            Some(Err(e)) => Some(Err(e.to_string())),
+            None => None,
+            Some(Ok(Msg::Close(f))) => Some(Err(Gone::Closed(f))),
+            Some(Err(e)) => Some(Err(Gone::Failed(e.to_string()))),
             Some(Ok(Msg::Text(b) | Msg::Binary(b))) => Some(Ok(Ok(b))),
         },
     }

@@ -259,3 +259,38 @@ fn as_worker_a_host_started_elsewhere_is_dialed_with_the_token_given() {
     assert_eq!(r.code, 0, "{}", show(&r));
     assert_eq!(r.with("PASS").len(), 2, "{}", show(&r));
 }
+
+/// The host's close on a worker's MCP version it cannot speak is the contract's
+/// (`/versions/1/negotiation/refused`, 4001), and the derived check reads the close frame's
+/// code: the same host against a copy of the contract prescribing 4002 fails that check,
+/// naming both codes.
+#[test]
+fn the_close_code_a_contract_prescribes_is_read_from_the_close_frame() {
+    let id = "toolchannel.derived.version.mcpProtocolVersion.refused";
+    let target = host_target("");
+    let r = suite(&["--play", "worker", "--target", &target, "--only", id]);
+    assert_eq!(r.with("PASS"), [id], "{}", show(&r));
+    assert!(r.stdout.contains("closed 4001"), "{}", show(&r));
+    let path = Path::new(ROOT).join("schema/contracts/toolchannel.json");
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("contract")).expect("json");
+    c["versions"][1]["negotiation"]["refused"]["code"] = 4002.into();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let other = dir.path().join("toolchannel.json");
+    std::fs::write(&other, c.to_string()).expect("write");
+    let args = [
+        "--contract",
+        other.to_str().expect("utf-8"),
+        "--play",
+        "worker",
+    ];
+    let rest = ["--target", &target, "--only", id];
+    let all: Vec<&str> = args.iter().chain(rest.iter()).copied().collect();
+    let r = conformance(&all, Some("toolchannel"), RUN_DEADLINE);
+    assert_eq!(r.with("FAIL"), [id], "{}", show(&r));
+    assert!(
+        r.stdout.contains("closed with 4001") && r.stdout.contains("prescribes close 4002"),
+        "{}",
+        show(&r)
+    );
+}

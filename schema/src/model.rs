@@ -135,6 +135,9 @@ pub struct Negotiation {
     /// answers with one of its own and the offerer decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub none: Option<Action>,
+    /// What the offerer does with a choice it does not speak (MCP's client disconnects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Action>,
 }
 
 /// How versions are offered.

@@ -591,6 +591,12 @@ impl Session {
     /// Answer the implementation's `request` of `method` with the played party's result
     /// example, echoing what the example pair echoes (see [`echoed`]).
     async fn reply(&mut self, cx: &Ctx, method: &str, request: &Value) -> Result<(), Failure> {
+        let v = self.answer_for(cx, method, request)?;
+        self.peer.send(&v).await.map(|_| ())
+    }
+
+    /// The answer [`Session::reply`] sends to `request`.
+    fn answer_for(&mut self, cx: &Ctx, method: &str, request: &Value) -> Result<Value, Failure> {
         let c = cx.wire.contract();
         let mut v = example_of(c, method, Part::Result, &cx.role).ok_or_else(|| {
             Failure::new(format!("the contract has no result example of {method}"))
@@ -601,7 +607,7 @@ impl Session {
         echoed(&self.shape, &mut v, call.as_ref(), request);
         let own = self.shape.answers_have_ids().then(|| self.take_id());
         self.shape.answer_to(&mut v, request, own);
-        self.peer.send(&v).await.map(|_| ())
+        Ok(v)
     }
 
     /// Remember the trace of a request the suite sends as raw bytes (a probe), when the

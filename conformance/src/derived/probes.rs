@@ -682,6 +682,44 @@ pub(super) fn ends_the_channel(action: ActionKind) -> bool {
     !matches!(action, ActionKind::ReplyError | ActionKind::Ignore)
 }
 
+/// For a `close` with a code on a message transport (a WebSocket): the implementation's
+/// close frame carried that code. A byte stream has no close frame to carry one.
+pub(super) fn closed_as(
+    s: &Session,
+    cx: &Ctx,
+    action: ActionKind,
+    code: Option<&Value>,
+) -> Result<(), Failure> {
+    let (ActionKind::Close, Some(code)) = (action, code) else {
+        return Ok(());
+    };
+    let framing = cx
+        .wire
+        .contract()
+        .channels
+        .get(&s.shape.channel)
+        .map(|c| &c.framing);
+    if !matches!(
+        framing,
+        Some(contract::model::Framing::WebsocketText { .. })
+    ) {
+        return Ok(());
+    }
+    match &s.peer.closed_with {
+        Some(Some(f)) if code.as_u64() == Some(u64::from(f.code)) => Ok(()),
+        Some(Some(f)) => Err(Failure::new(format!(
+            "the implementation closed with {} {:?}; the contract prescribes close {code}",
+            f.code, f.reason
+        ))),
+        Some(None) => Err(Failure::new(format!(
+            "the implementation closed with no code; the contract prescribes close {code}"
+        ))),
+        None => Err(Failure::new(format!(
+            "the connection ended without a close frame; the contract prescribes close {code}"
+        ))),
+    }
+}
+
 /// Whether `g` answers one of `ids` with a result (served, not refused).
 fn served(shape: &Shape, g: &Got, ids: &[Value]) -> bool {
     g.value()
@@ -785,6 +823,7 @@ async fn ended(
     let until = cx.soon();
     let waited = until.saturating_duration_since(std::time::Instant::now());
     let mut seen = Vec::new();
+    let kind = action;
     let action = action_name(action);
     loop {
         match s.peer.next(until).await {
@@ -800,6 +839,11 @@ async fn ended(
                 }
             }
             Incoming::ControlEnd(why) => {
+                let code = match &b.reaction {
+                    Reaction::Rule { code, .. } => code.as_ref(),
+                    Reaction::Answer { .. } => None,
+                };
+                closed_as(s, cx, kind, code).map_err(|f| with_meanwhile(f, seen.clone()))?;
                 let after: Vec<String> = seen.iter().map(Got::brief).collect();
                 return pass(format!("the channel ended ({why}) after {after:?}"));
             }

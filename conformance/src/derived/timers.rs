@@ -17,16 +17,16 @@ use contract::machine::Seen;
 use contract::model::{Limit, LimitKind, Trigger};
 use contract::wire::Message;
 
-use super::probes::{action_name, ends_the_channel};
+use super::probes::{action_name, closed_as, ends_the_channel};
 use super::shape::Shape;
 use super::{Session, plan_of};
 use crate::session::{Ctx, Got, Incoming, Kept};
 use crate::{BodyFuture, Failure, Verdict, pass};
 
-/// How early a clock may run out: timer jitter, not an early expiry (at most a tenth of
-/// the clock's time). The implementation's clock starts when it reads what the suite
-/// stamped on sending, so jitter makes it later, rarely earlier.
-const EARLY: Duration = Duration::from_millis(400);
+/// How early a clock may run out: an implementation's timer granularity (a 100 ms tick
+/// is common), not an early expiry; at most a quarter of the clock's time. It does not
+/// shrink with `CONTRACT_TIME_SCALE`: a tick does not.
+const EARLY: Duration = Duration::from_millis(250);
 /// How late past its time a clock may run out, on a loaded machine.
 const LATE: Duration = Duration::from_millis(2500);
 /// How many of a limit's sends are watched when its own send restarts it (the second
@@ -123,7 +123,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
                 cx.kept = Some(Kept::new(Silent(s)));
                 Ok(v)
             }
-            None => watch_end(&mut s, &clock, &name, opened).await,
+            None => watch_end(&mut s, cx, &clock, &name, opened).await,
         }
     })
 }
@@ -173,7 +173,7 @@ impl Clock<'_> {
     /// A failure when something at `at` came before the clock started at `base` ran out.
     fn early(&self, base: Instant, at: Instant, what: &str) -> Result<(), Failure> {
         let after = at.saturating_duration_since(base);
-        if after + EARLY.min(self.time / 10) >= self.time {
+        if after + EARLY.min(self.time / 4) >= self.time {
             return Ok(());
         }
         Err(Failure::new(format!(
@@ -236,6 +236,7 @@ async fn watch_sends(
 /// The channel ends when the clock runs out, not before.
 async fn watch_end(
     s: &mut Session,
+    cx: &Ctx,
     clock: &Clock<'_>,
     name: &str,
     opened: Instant,
@@ -251,6 +252,9 @@ async fn watch_end(
             Incoming::ControlEnd(why) => {
                 let at = Instant::now();
                 clock.early(base, at, &format!("the channel ended ({why})"))?;
+                if let Some(a) = &clock.l.action {
+                    closed_as(s, cx, a.action, a.code.as_ref())?;
+                }
                 return pass(format!(
                     "the channel ended ({why}) {:.2} s after the clock's last (re)start ({name}: {:.2} s); {sent} more messages from the implementation before it",
                     at.saturating_duration_since(base).as_secs_f64(),

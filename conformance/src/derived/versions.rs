@@ -8,9 +8,14 @@
 //! - `version.<name>.none` (where the contract says what a chooser does then): an offer
 //!   of a version nobody speaks gets that reaction; an error reply keeps the channel open.
 //!
-//! Playing the chooser, where its reaction is an error reply:
-//! - `version.<name>.none`: the suite answers the implementation's offer with that error;
-//!   the offerer then sends nothing but a new offer, or ends the channel.
+//! Playing the chooser:
+//! - `version.<name>.none` (where the chooser's reaction is an error reply): the suite
+//!   answers the implementation's offer with that error; the offerer then sends nothing
+//!   but a new offer, or ends the channel;
+//! - `version.<name>.refused` (where the contract says what an offerer does with a choice
+//!   it does not speak, and that ends the channel): the suite answers the offer choosing a
+//!   version the contract does not name; the channel ends as prescribed (a close frame
+//!   with the prescribed code on a WebSocket), and nothing else comes first.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +24,7 @@ use contract::model::{ActionKind, Negotiation, Part, VersionForm, VersionInfo};
 use serde_json::{Value, json};
 
 use super::plan::example_of;
-use super::probes::{action_name, ends_the_channel};
+use super::probes::{action_name, closed_as, ends_the_channel};
 use super::{Session, expect_code};
 use crate::session::{Ctx, Got, Incoming, STARTUP, with_meanwhile};
 use crate::{BodyFuture, Failure, Verdict, pass};
@@ -36,6 +41,8 @@ pub(super) enum Kind {
     None,
     /// The suite, choosing, speaks none of the implementation's offer.
     Refuse,
+    /// The suite chooses a version the implementation cannot speak.
+    Unspoken,
 }
 
 /// The family's checks for `role`: (check id, title, the version entry's index, kind).
@@ -68,12 +75,23 @@ pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, usize, K
                 );
                 out.push((format!("version.{name}.none"), title, i, Kind::None));
             }
-        } else if reacts == Some(ActionKind::ReplyError) && refusal(c, n, role).is_some() {
-            let title = format!(
-                "after {} is refused for want of a common {name}, the implementation offers again or ends the channel, and sends nothing else",
-                n.offer
-            );
-            out.push((format!("version.{name}.none"), title, i, Kind::Refuse));
+        } else {
+            if reacts == Some(ActionKind::ReplyError) && refusal(c, n, role).is_some() {
+                let title = format!(
+                    "after {} is refused for want of a common {name}, the implementation offers again or ends the channel, and sends nothing else",
+                    n.offer
+                );
+                out.push((format!("version.{name}.none"), title, i, Kind::Refuse));
+            }
+            if let Some(a) = n.refused.as_ref().filter(|a| ends_the_channel(a.action)) {
+                let code = a.code.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
+                let title = format!(
+                    "answered {} with a {name} the contract does not name, the implementation ends the channel (`{}`{code})",
+                    n.offer,
+                    action_name(a.action)
+                );
+                out.push((format!("version.{name}.refused"), title, i, Kind::Unspoken));
+            }
         }
     }
     out
@@ -92,6 +110,7 @@ pub(super) fn body(kind: Kind) -> fn(&mut Ctx) -> BodyFuture<'_> {
         Kind::Common => |cx| Box::pin(common(cx)),
         Kind::None => |cx| Box::pin(none(cx)),
         Kind::Refuse => |cx| Box::pin(refuse(cx)),
+        Kind::Unspoken => |cx| Box::pin(unspoken(cx)),
     }
 }
 
@@ -277,6 +296,40 @@ async fn refuse(cx: &mut Ctx) -> Result<Verdict, Failure> {
                 return pass(format!(
                     "offered {offered}, refused: {again} new offers and nothing else"
                 ));
+            }
+            Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+        }
+    }
+}
+
+async fn unspoken(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let (v, n) = entry(cx)?;
+    let a = n
+        .refused
+        .clone()
+        .ok_or_else(|| Failure::new("suite bug: no reaction"))?;
+    let mut s = Session::open(cx).await?;
+    let first = awaited_offer(&mut s, &n.offer).await?;
+    let request = first.value().cloned().unwrap_or(Value::Null);
+    let mut reply = s.answer_for(cx, &n.offer, &request)?;
+    let stranger = unknown(&v.values);
+    contract::set_pointer(&mut reply, &n.chosen, stranger.clone());
+    // Raw: the suite's own wire may not take a version the contract does not name.
+    let bytes = reply.to_string().into_bytes();
+    s.peer.send_raw(&bytes).await?;
+    let until = Instant::now() + cx.opts.deadline;
+    loop {
+        match s.peer.next(until).await {
+            Incoming::ControlEnd(why) => {
+                closed_as(&s, cx, a.action, a.code.as_ref())
+                    .map_err(|f| f.with("the answer", &bytes))?;
+                return pass(format!("answered {stranger}: the channel ended ({why})"));
+            }
+            Incoming::Control(g) => {
+                return Err(Failure::new(format!("answered {} with {} {stranger}, which it cannot speak, the implementation went on", n.offer, v.name)).with("the answer", &bytes).with("what it sent", &g.raw));
+            }
+            Incoming::Timeout => {
+                return Err(Failure::new(format!("answered {} with {} {stranger}, the channel was still open {:.1} s later; the contract prescribes `{}`", n.offer, v.name, cx.opts.deadline.as_secs_f64(), action_name(a.action))).with("the answer", &bytes));
             }
             Incoming::Data { .. } | Incoming::DataEnd(_) => {}
         }

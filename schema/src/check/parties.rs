@@ -79,6 +79,9 @@ impl Cx<'_> {
         if let Some(a) = &n.none {
             self.action_names(c, idx, &join(at, ["none"]), a);
         }
+        if let Some(a) = &n.refused {
+            self.action_names(c, idx, &join(at, ["refused"]), a);
+        }
     }
 
     /// A cue is a method its party sends, with a call example to send; what it expects and

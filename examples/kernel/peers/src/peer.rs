@@ -411,9 +411,12 @@ async fn data_frame(
 }
 
 /// The §13 silence counter: any message resets it; a ping after `silence`, another each
-/// `answer` it goes unanswered, dead after `missed` of them (the contract's limits).
+/// `answer` after the last one went unanswered, dead `answer` after the `missed`th and no
+/// sooner than silence + missed × answer after the peer's last word (the contract's limits). Each wait runs from the ping it follows, so a late tick never
+/// shortens the next one.
 struct Liveness {
     last_rx: Instant,
+    last_ping: Option<Instant>,
     pings: u32,
     silence: Duration,
     answer: Duration,
@@ -436,6 +439,7 @@ impl Liveness {
         let missed = l.count("missedPingsDead").map_err(failed)?;
         Ok(Liveness {
             last_rx: Instant::now(),
+            last_ping: None,
             pings: 0,
             silence: l.duration("heartbeatSilenceSeconds").map_err(failed)?,
             answer: l.duration("pingAnswerSeconds").map_err(failed)?,
@@ -446,24 +450,30 @@ impl Liveness {
 
     fn heard(&mut self) {
         self.last_rx = Instant::now();
+        self.last_ping = None;
         self.pings = 0;
     }
 
-    /// When the `n`th unanswered ping is due (n = 0: the first).
-    fn due(&self, n: u32) -> Duration {
-        self.silence + self.answer * n
-    }
-
     fn tick(&mut self) -> Beat {
-        let silent = self.last_rx.elapsed();
-        if self.pings >= self.missed && silent >= self.due(self.missed) {
-            return Beat::Dead;
+        let (since, wait) = match self.last_ping {
+            None => (self.last_rx.elapsed(), self.silence),
+            Some(p) => (p.elapsed(), self.answer),
+        };
+        if self.pings >= self.missed {
+            // Dead a whole deadAfterSilenceSeconds after the peer's last word, however
+            // early the pings went.
+            let dead_at = self.silence + self.answer * self.missed;
+            return match since >= wait && self.last_rx.elapsed() >= dead_at {
+                true => Beat::Dead,
+                false => Beat::Nothing,
+            };
         }
-        if self.pings < self.missed && silent + self.early >= self.due(self.pings) {
-            self.pings += 1;
-            return Beat::Ping;
+        if since + self.early < wait {
+            return Beat::Nothing;
         }
-        Beat::Nothing
+        self.pings += 1;
+        self.last_ping = Some(Instant::now());
+        Beat::Ping
     }
 }
 
