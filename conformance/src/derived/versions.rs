@@ -3,7 +3,7 @@
 //!
 //! Playing the offering party, on a fresh session:
 //! - `version.<name>`: the offer holds every version the contract names and one it does
-//!   not (a list), or the newest it names (a single version); the result chooses one
+//!   not (a list), or the first it names, its preferred (a single version); the result chooses one
 //!   offered, the highest both speak where the result lists the chooser's own;
 //! - `version.<name>.none` (where the contract says what a chooser does then): an offer
 //!   of a version nobody speaks gets that reaction; an error reply keeps the channel open.
@@ -57,13 +57,16 @@ pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, usize, K
         let offers = m.from.iter().any(|p| p == role);
         let reacts = n.none.as_ref().map(|a| a.action);
         if offers {
-            let title = format!(
-                "{} offering every {name} the contract names (and one it does not) gets one of them chosen{}",
-                n.offer,
-                match n.own {
-                    Some(_) => ", the highest both speak",
-                    None => "",
+            let what = match n.form {
+                VersionForm::List => {
+                    format!("every {name} the contract names (and one it does not)")
                 }
+                VersionForm::Single => format!("the preferred {name}"),
+            };
+            let highest = n.own.as_ref().map_or("", |_| ", the highest both speak");
+            let title = format!(
+                "{} offering {what} gets one offered chosen{highest}",
+                n.offer
             );
             out.push((format!("version.{name}"), title, i, Kind::Common));
             if let Some(a) = reacts.filter(|a| *a == ActionKind::ReplyError || ends_the_channel(*a))
@@ -164,7 +167,7 @@ async fn common(cx: &mut Ctx) -> Result<Verdict, Failure> {
             .cloned()
             .chain([unknown(&v.values)])
             .collect(),
-        VersionForm::Single => v.values.last().cloned().into_iter().collect(),
+        VersionForm::Single => v.values.first().cloned().into_iter().collect(),
     };
     let wire = match n.form {
         VersionForm::List => Value::Array(offered.clone()),
