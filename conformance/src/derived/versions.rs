@@ -142,8 +142,8 @@ fn unknown(values: &[Value]) -> Value {
     json!(format!("{top}-unknown"))
 }
 
-/// Send the offer with `offered` at its pointer; the answer.
-async fn offer(
+/// Send the offer with `offered` at its pointer; its id and bytes.
+async fn send_offer(
     cx: &Ctx,
     s: &mut Session,
     n: &Negotiation,
@@ -152,10 +152,21 @@ async fn offer(
     let mut m = s.message(cx, &n.offer)?;
     contract::set_pointer(&mut m, &n.offered, offered);
     let id = s.send_value(&m).await?.unwrap_or(Value::Null);
+    Ok((id, m.to_string().into_bytes()))
+}
+
+/// [`send_offer`], then the answer.
+async fn offer(
+    cx: &Ctx,
+    s: &mut Session,
+    n: &Negotiation,
+    offered: Value,
+) -> Result<(Value, Vec<u8>), Failure> {
+    let (id, sent) = send_offer(cx, s, n, offered).await?;
     let (v, _) = s
         .wait_answer(cx, &[id], &n.offer, Instant::now() + STARTUP)
         .await?;
-    Ok((v, m.to_string().into_bytes()))
+    Ok((v, sent))
 }
 
 async fn common(cx: &mut Ctx) -> Result<Verdict, Failure> {
@@ -203,13 +214,14 @@ async fn common(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .max_by(|a, b| rank(a, b))
         .cloned()
         .unwrap_or(Value::Null);
+    let own = Value::Array(own.clone());
     if chosen != highest {
         return Err(bad(format!(
-            "offered {wire}, speaking {own:?}, the implementation chose {chosen}, not the highest both speak ({highest})"
+            "offered {wire}, speaking {own}, the implementation chose {chosen}, not the highest both speak ({highest})"
         )));
     }
     pass(format!(
-        "offered {wire}, speaking {own:?}: chose {chosen}, the highest both speak"
+        "offered {wire}, speaking {own}: chose {chosen}, the highest both speak"
     ))
 }
 
@@ -234,9 +246,7 @@ async fn none(cx: &mut Ctx) -> Result<Verdict, Failure> {
     };
     let mut s = Session::open(cx).await?;
     if ends_the_channel(a.action) {
-        let mut m = s.message(cx, &n.offer)?;
-        contract::set_pointer(&mut m, &n.offered, wire.clone());
-        s.send_value(&m).await?;
+        send_offer(cx, &mut s, &n, wire.clone()).await?;
         return match watch(&mut s, Instant::now() + cx.opts.deadline).await {
             Ok(Some(why)) => pass(format!("offered {wire}: the channel ended ({why})")),
             _ => Err(Failure::new(format!(
