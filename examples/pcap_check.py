@@ -66,9 +66,12 @@ def tshark(script, pcap, display, fields):
 def dissected(contract, pcap, workdir):
     """The dissector's rows for PCAP per (route, conn): (kind, method, experts); the filter
     name."""
-    subprocess.run(
+    gen = subprocess.run(
         [os.environ["CONTRACTGEN"], "generate", "--lang", "wireshark", "--out", workdir, contract],
-        capture_output=True, text=True, check=True)
+        capture_output=True, text=True)
+    if gen.returncode != 0:
+        sys.exit(f"FAIL: contractgen generate --lang wireshark (exit {gen.returncode}): "
+                 f"{' '.join(gen.stderr.split())}")
     [lua] = [f for f in os.listdir(workdir) if f.endswith(".lua")]
     script = f"lua_script:{os.path.join(workdir, lua)}"
     names = subprocess.run(["tshark", "-G", "protocols", "-X", script],

@@ -62,11 +62,18 @@ s_wine() { stage_wait setup; stage_bg wine scripts/wine-test.sh; }
 # local registry that overlays the real one. Cargo unpacks that overlay's crates under
 # $CARGO_HOME/registry/src/-<hash>/ (no host in the name) once and reuses them while the
 # version stays 0.1.0, so a kept CARGO_HOME would verify against an old contract: those
-# unpacked copies are removed first (only ours live there).
+# unpacked copies are removed first (only ours live there). Cargo also never rebuilds a
+# registry crate it has built, whatever its source now says, so the verifying builds get
+# a target directory of their own, where contract's artifacts are cleaned first; sharing
+# the stages' one also left the packaged contractgen in target/debug, where the stages
+# beside this one ran it (CI once did: an old contract refused kernel.json).
 s_package() {
     rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/
-    stage_bg package env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
-        cargo package --quiet --locked --allow-dirty -p contract -p contractgen
+    local dir=$TARGET/packaging
+    stage_bg package env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS bash -c '
+        cargo clean --quiet --target-dir "$1" -p contract &&
+        cargo package --quiet --locked --allow-dirty --target-dir "$1" -p contract -p contractgen' \
+        package "$dir"
 }
 # The web view in headless Chromium (proxy/web/tests/browser.mjs): the committed bundle is
 # checked fresh, then real kernel and toolchannel sessions are watched through the page.
