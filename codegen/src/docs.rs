@@ -136,3 +136,136 @@ pub fn register(hb: &mut Handlebars<'static>) {
     hb.register_helper("type_rows", Box::new(type_rows));
     hb.register_helper("arrow", Box::new(arrow));
 }
+
+/// An action as docs text: `close 4001`, `reply-error "protocol.frame_too_large"`.
+fn action_text(a: &contract::model::Action) -> String {
+    let kind = serde_json::to_value(a.action)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    match &a.code {
+        Some(code) => format!("{kind} `{code}`"),
+        None => kind,
+    }
+}
+
+fn triggers_text(ts: &[contract::model::Trigger]) -> String {
+    ts.iter()
+        .map(|t| format!("`{}`", crate::ir::trigger_label(t)))
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
+/// The limits an engine runs from their machine form, one row each for the docs page:
+/// the clock (what starts, restarts and stops it), the messages it applies to, what it is
+/// kept per, and the reaction (what is sent, what is done). Limits with prose only are
+/// left out: the table above says all there is.
+pub fn engine_limits(c: &contract::Contract) -> Vec<Value> {
+    use contract::model::{LimitCounts, LimitKey};
+    let dash = |s: String| if s.is_empty() { "—".to_string() } else { s };
+    c.limits
+        .iter()
+        .filter_map(|(key, l)| {
+            let mut clock = Vec::new();
+            if let Some(t) = &l.start {
+                clock.push(format!(
+                    "starts at {}",
+                    triggers_text(std::slice::from_ref(t))
+                ));
+            }
+            if !l.restart.is_empty() {
+                clock.push(format!("starts afresh at {}", triggers_text(&l.restart)));
+            }
+            if !l.stop.is_empty() {
+                clock.push(format!("stops at {}", triggers_text(&l.stop)));
+            }
+            let applies = l.applies.as_ref().map(|a| {
+                let mut s = match a.methods.as_slice() {
+                    [] => "any message".to_string(),
+                    m => m
+                        .iter()
+                        .map(|m| format!("`{m}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                };
+                if let Some(ch) = &a.channel {
+                    s.push_str(&format!(" on `{ch}`"));
+                }
+                if let Some(p) = &a.from {
+                    s.push_str(&format!(" from {p}"));
+                }
+                s
+            });
+            let per = match (&l.key, l.counts) {
+                (Some(LimitKey::Pointer { pointer }), _) => format!("the value at `{pointer}`"),
+                (Some(LimitKey::Connection), _) => "connection".into(),
+                (Some(LimitKey::Party), _) => "sending party".into(),
+                (Some(LimitKey::Global), _) => "one for all".into(),
+                (None, Some(LimitCounts::OpenConnections)) => {
+                    "counts open connections per listener".into()
+                }
+                (None, Some(LimitCounts::PendingRequests)) => {
+                    "counts requests awaiting an answer, per sender and connection".into()
+                }
+                (None, None) => String::new(),
+            };
+            let mut reaction = Vec::new();
+            if let Some(m) = &l.sends {
+                reaction.push(format!("sends `{m}`"));
+            }
+            if let Some(a) = &l.action {
+                reaction.push(action_text(a));
+            }
+            if let Some(caps) = l.caps {
+                let caps = serde_json::to_value(caps).unwrap_or_default();
+                reaction.push(format!("holds for {}", caps.as_str().unwrap_or("")));
+            }
+            let machine =
+                !clock.is_empty() || applies.is_some() || !per.is_empty() || !reaction.is_empty();
+            machine.then(|| {
+                json!({
+                    "key": key,
+                    "clock": dash(clock.join("; ")),
+                    "applies": dash(applies.unwrap_or_default()),
+                    "per": dash(per),
+                    "reaction": dash(reaction.join("; ")),
+                })
+            })
+        })
+        .collect()
+}
+
+/// Each party's request-id rules as one line of docs text, for the parties that have them.
+pub fn id_rules(c: &contract::Contract) -> Vec<Value> {
+    c.parties
+        .iter()
+        .filter_map(|(party, p)| {
+            let r = p.ids.as_ref()?;
+            let mut rules = Vec::new();
+            if let Some(pre) = &r.prefix {
+                rules.push(format!("strings starting `{pre}`, then the number"));
+            }
+            if let Some(n) = r.start {
+                rules.push(format!("from {n}"));
+            }
+            for (on, what) in [
+                (r.increasing, "increasing"),
+                (r.gapless, "gapless"),
+                (r.unique, "never reused in a session"),
+            ] {
+                if on {
+                    rules.push(what.to_string());
+                }
+            }
+            if let Some(l) = &r.max_pending {
+                rules.push(format!("at most `{l}` awaiting an answer"));
+            }
+            let breach = r
+                .action
+                .as_ref()
+                .map(|a| format!("{}: {}", action_text(a), a.description))
+                .unwrap_or_else(|| "reported, not acted on".into());
+            Some(json!({"party": party, "rules": rules.join(", "), "breach": breach}))
+        })
+        .collect()
+}

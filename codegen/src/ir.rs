@@ -946,7 +946,7 @@ fn refusal_ir(r: &contract::model::Refusal) -> RefusalIr {
     }
 }
 
-fn trigger_label(t: &contract::model::Trigger) -> String {
+pub(crate) fn trigger_label(t: &contract::model::Trigger) -> String {
     use contract::model::{Kind, TransportEvent, Trigger};
     match t {
         Trigger::Message {

@@ -84,6 +84,8 @@ pub fn context(ir: &Ir) -> Result<Value, GenError> {
         "tables": ser("tables", serde_json::to_value(&ir.tables))?,
         "limits": ser("limits", serde_json::to_value(&ir.limits))?,
         "limitTexts": ir.limits.iter().map(crate::rust::limit_text).collect::<Vec<_>>(),
+        "engineLimits": crate::docs::engine_limits(c),
+        "idRuleTexts": crate::docs::id_rules(c),
         "relations": c.relations.iter().map(|r| json!({
             "left": contract::check::show(&r.left), "op": r.op, "right": contract::check::show(&r.right),
             "description": r.description, "seed": r.seed,

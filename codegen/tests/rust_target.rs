@@ -242,6 +242,72 @@ fn docs_pages_carry_every_section() {
     }
 }
 
+/// A contract that is not built in (proxy/tests/fixtures/jobs.json): its limits' machine
+/// form (clock, applies, key, reaction) and its request-id rules reach the page, read from
+/// the contract, so an edit there changes the page.
+#[test]
+fn docs_pages_show_behaviour_data_of_any_contract() {
+    let path = root().join("proxy/tests/fixtures/jobs.json");
+    let c = contract::load(&path).expect("jobs.json");
+    let mut cfg = Config::new();
+    cfg.lang(contractgen::Lang::Docs).contract(&path);
+    let files = cfg.generate().expect("docs");
+    let page = &files
+        .iter()
+        .find(|f| f.name == "jobs.md")
+        .expect("page")
+        .contents;
+    let row = |key: &str| {
+        page.lines()
+            .find(|l| l.starts_with(&format!("| `{key}` |")) && l.matches('|').count() == 6)
+            .unwrap_or_else(|| panic!("no machine-form row for {key}:\n{page}"))
+            .to_string()
+    };
+    let mut seen = 0;
+    for (key, l) in &c.limits {
+        let Some(a) = &l.action else { continue };
+        let r = row(key);
+        let kind = serde_json::to_value(a.action).expect("action");
+        assert!(r.contains(kind.as_str().expect("kind")), "{r}");
+        if let Some(code) = &a.code {
+            assert!(r.contains(&format!("`{code}`")), "{r}");
+        }
+        for m in l.applies.iter().flat_map(|a| &a.methods) {
+            assert!(r.contains(&format!("`{m}`")), "{r}");
+        }
+        if let Some(contract::model::LimitKey::Pointer { pointer }) = &l.key {
+            assert!(r.contains(&format!("`{pointer}`")), "{r}");
+        }
+        if l.start.is_some() {
+            assert!(r.contains("starts at"), "{r}");
+        }
+        for t in &l.stop {
+            if let contract::model::Trigger::Message {
+                method: Some(m), ..
+            } = t
+            {
+                assert!(r.contains(&format!("stops at `{m}")), "{r}");
+            }
+        }
+        seen += 1;
+    }
+    assert!(seen >= 2, "jobs.json has limits in machine form");
+    let (party, p) = c
+        .parties
+        .iter()
+        .find(|(_, p)| p.ids.is_some())
+        .expect("id rules");
+    let ids = p.ids.as_ref().expect("ids");
+    let line = page
+        .lines()
+        .find(|l| l.starts_with(&format!("| `{party}` |")) && l.contains("awaiting an answer"))
+        .unwrap_or_else(|| panic!("no request-id row for {party}:\n{page}"));
+    let prefix = ids.prefix.as_deref().expect("prefix");
+    assert!(line.contains(&format!("`{prefix}`")), "{line}");
+    let desc = &ids.action.as_ref().expect("action").description;
+    assert!(line.contains(desc.as_str()), "{line}");
+}
+
 #[test]
 fn templates_dir_overrides_the_built_in_templates() {
     let dir = tempfile::tempdir().expect("tempdir");
