@@ -63,9 +63,6 @@ const HOLD: Duration = Duration::from_millis(1200);
 /// How often the suite heartbeats while it waits for a host to release (faster than the
 /// interval: a host that releases after N heartbeats gets there quickly).
 const RELEASE_BEAT: Duration = Duration::from_millis(150);
-/// An MCP protocol version the suite offers or answers as one the other side cannot speak
-/// (an older published MCP version; replaced if the contract ever lists it).
-const FOREIGN_MCP: [&str; 2] = ["2024-11-05", "2099-12-31"];
 /// The name and tag the suite announces.
 const SUITE_TAG: &str = "contract-proxy-conformance";
 
@@ -78,7 +75,6 @@ bodies! {
     h_supersede => host_supersede, w_supersede => worker_supersede,
     w_refuse => worker_refuse,
     h_reverse => host_reverse, w_reverse => worker_reverse,
-    h_mcp => host_mcp, w_mcp => worker_mcp,
     h_channel => host_channel, w_channel => worker_channel,
     h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
     h_lost => host_lost, w_lost => worker_lost,
@@ -150,13 +146,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "sampling is disabled — and exactly where; Error codes; P4.8 #24 (T-34)",
             Ok(h_reverse),
             Ok(w_reverse),
-        ),
-        (
-            "toolchannel.version.mcp",
-            "an MCP protocolVersion the host cannot speak → close 4001 carrying both values (no silent downgrade); the worker exits 78",
-            "Version rule (MCP protocol version); P4.8 #22 (T-16, T-53)",
-            Ok(h_mcp),
-            Ok(w_mcp),
         ),
         (
             "toolchannel.version.channel",
@@ -334,14 +323,6 @@ impl K {
             out = format!("{m}.conformance");
         }
         out
-    }
-
-    fn foreign_mcp(&self) -> String {
-        FOREIGN_MCP
-            .iter()
-            .find(|v| !self.mcp.iter().any(|m| m == *v))
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| "0000-00-00".into())
     }
 
     /// The lowest channel minor of the spoken major (`1.0.0`): no worker is below it.
@@ -2308,54 +2289,6 @@ async fn worker_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
 
 // ---------------------------------------------------------------------------------------------
 // versions
-
-async fn host_mcp(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (_dock, mut s) = host_session(cx, &k).await?;
-    let foreign = k.foreign_mcp();
-    let p = s.init_params(&k.highest_minor(), &foreign);
-    let g = s.initialize(p, true).await?;
-    let answered = g
-        .at_ptr("/result/protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if answered == foreign {
-        return Err(s.bad(&g, format!("the worker claims MCP {foreign}, a version the contract does not list (it answers with the nearest it supports)")));
-    }
-    let close = k.close("VERSION_UNSUPPORTED")?;
-    s.ch.close(
-        close,
-        &format!("{close} mcp host={foreign} worker={answered}"),
-    )
-    .await;
-    let seen = expect_exit(cx, k.exit_after_close(close)?, &format!("close {close}")).await?;
-    pass(&s, format!("answered {answered} to {foreign}; {seen}"))
-}
-
-async fn worker_mcp(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (k, _, mut s) = worker_session(cx).await?;
-    let foreign = k.foreign_mcp();
-    let f2 = foreign.clone();
-    let g = s
-        .accept_initialize(move |r| r["protocolVersion"] = json!(f2), true)
-        .await?;
-    let host_v = g
-        .at_ptr("/params/protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let want = k.close("VERSION_UNSUPPORTED")?;
-    let r = refused(
-        &mut s,
-        &format!("MCP {foreign}, which it cannot speak (no silent downgrade)"),
-        None,
-    )
-    .await?;
-    close_is(want, r.code, &r.reason, &format!("close {want}"))?;
-    carries_both(want, &r.reason, &host_v, &foreign)?;
-    pass(&s, format!("close {want} {:?}", r.reason))
-}
 
 async fn host_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let k = K::new(cx)?;

@@ -356,6 +356,9 @@ class Worker:
         self.exec_budget = self.budgets["maxExecSeconds"]
         # MCP version: the requested one if spoken, else the nearest this worker speaks.
         version = p.protocol_version if p.protocol_version in MCP_VERSIONS else MCP_VERSIONS[0]
+        if self.a.brk == "echo-version":
+            log(f"--break echo-version: claiming MCP {p.protocol_version}, spoken or not")
+            version = p.protocol_version
         self.effective = min(meta.channel_version, CHANNEL_VERSION, key=semver)
         result = tc.InitializeResult(
             protocol_version=version,
@@ -643,7 +646,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

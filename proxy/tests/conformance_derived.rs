@@ -139,6 +139,7 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
         "mcp.derived.unknown-notification",
         "mcp.derived.invalid-params",
         "mcp.derived.version.mcpProtocolVersion",
+        "mcp.derived.version.mcpProtocolVersion.foreign",
     ] {
         assert!(r.with("PASS").contains(passed), "{passed}: {}", r.stdout);
     }
@@ -147,7 +148,7 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
         "{}",
         r.stdout
     );
-    assert_eq!(r.with("PASS").len(), 21, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 22, "{}", r.stdout);
     // A probe's failure shows what the suite sent, then what came back.
     let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
     let reuse = reuse
@@ -178,7 +179,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 37, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 38, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",

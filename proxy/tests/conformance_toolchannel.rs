@@ -22,7 +22,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 16] = [
+const HAND_WRITTEN: [&str; 15] = [
     "toolchannel.upgrade.401",
     "toolchannel.upgrade.426",
     "toolchannel.handshake.order",
@@ -31,7 +31,6 @@ const HAND_WRITTEN: [&str; 16] = [
     "toolchannel.redial.supersede",
     "toolchannel.redial.refuse",
     "toolchannel.reverse.sampling",
-    "toolchannel.version.mcp",
     "toolchannel.version.channel",
     "toolchannel.heartbeat",
     "toolchannel.heartbeat.lost",
@@ -214,6 +213,49 @@ fn as_worker_a_host_that_answers_sampling_fails_exactly_the_sampling_check() {
     let (report, jids) = junit_ids(&xml);
     assert_eq!(jids, ids("worker"));
     assert_eq!(report.failures, 1);
+}
+
+/// The whole suite for `role` against a peer run with `--break <flag>` fails exactly
+/// `check`, whose failure block contains each of `says`.
+fn breaks_exactly(role: &str, target: &str, check: &str, says: &[&str]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let xml = dir.path().join("break.xml");
+    let r = play(role, target, &xml);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(r.with("FAIL"), [check], "{}", show(&r));
+    let fail = r.stdout.split(&format!("FAIL {check}")).nth(1);
+    let fail = fail.expect("failure block");
+    for s in says {
+        assert!(fail.contains(s), "{s:?} in {fail}");
+    }
+    let (report, jids) = junit_ids(&xml);
+    assert_eq!(jids, ids(role));
+    assert_eq!(report.failures, 1);
+}
+
+/// A worker that claims whatever MCP version it is offered (`--break echo-version`) fails
+/// the derived check of a negotiation without a `none` reaction, and nothing else.
+#[test]
+fn as_host_a_worker_claiming_a_version_nobody_speaks_fails_exactly_the_foreign_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "--break echo-version");
+    let check = "toolchannel.derived.version.mcpProtocolVersion.foreign";
+    breaks_exactly(
+        "host",
+        &target,
+        check,
+        &["which nobody speaks", "the answer"],
+    );
+}
+
+/// A host whose close 4001 names neither version (`--break terse-close`) fails the
+/// contract's `namesBoth`, judged by the derived `refused` check alone.
+#[test]
+fn as_worker_a_host_closing_without_both_versions_fails_exactly_the_refused_check() {
+    let target = host_target("--break terse-close");
+    let check = "toolchannel.derived.version.mcpProtocolVersion.refused";
+    let says = ["mcp version unsupported\" does not name", "namesBoth"];
+    breaks_exactly("worker", &target, check, &says);
 }
 
 /// A host the suite does not launch (`--target ws://…` with `--param token=… --param

@@ -138,6 +138,11 @@ pub struct Negotiation {
     /// What the offerer does with a choice it does not speak (MCP's client disconnects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Action>,
+    /// The `refused` reaction's close reason names both versions, the offered and the
+    /// chosen one: no silent downgrade (toolchannel's host closes 4001 "carrying both
+    /// values"). Needs a `refused` that closes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub names_both: bool,
 }
 
 /// How versions are offered.

@@ -902,3 +902,31 @@ fn a_cue_is_sent_by_its_party_and_answered_by_another() {
     };
     assert_fires(own, Lint::NameRef, "/cues/one/until");
 }
+
+/// `namesBoth` needs a `refused` reaction with a close reason to name the versions in:
+/// toolchannel's negotiation is clean as it is, and fires once its refusal only drops.
+#[test]
+fn names_both_needs_a_refusal_that_closes() {
+    let mut doc: Value =
+        serde_json::from_str(include_str!("../contracts/toolchannel.json")).expect("JSON");
+    let at = doc["versions"]
+        .as_array()
+        .and_then(|vs| {
+            vs.iter()
+                .position(|v| v["negotiation"]["namesBoth"] == true)
+        })
+        .expect("toolchannel names both versions");
+    let pointer = format!("/versions/{at}/negotiation/namesBoth");
+    assert!(!problems(&doc).iter().any(|p| p.pointer == pointer));
+    doc["versions"][at]["negotiation"]["refused"]["action"] = json!("drop-connection");
+    doc["versions"][at]["negotiation"]["refused"]
+        .as_object_mut()
+        .expect("refused")
+        .remove("code");
+    let ps = problems(&doc);
+    assert!(
+        ps.iter()
+            .any(|p| p.lint == Lint::NameRef && p.pointer == pointer),
+        "{ps:?}"
+    );
+}

@@ -6,7 +6,9 @@
 //!   not (a list), or the first it names, its preferred (a single version); the result chooses one
 //!   offered, the highest both speak where the result lists the chooser's own;
 //! - `version.<name>.none` (where the contract says what a chooser does then): an offer
-//!   of a version nobody speaks gets that reaction; an error reply keeps the channel open.
+//!   of a version nobody speaks gets that reaction; an error reply keeps the channel open;
+//! - `version.<name>.foreign` (where it does not): the same offer gets a version of the
+//!   chooser's own, never the one offered.
 //!
 //! Playing the chooser:
 //! - `version.<name>.none` (where the chooser's reaction is an error reply): the suite
@@ -15,7 +17,8 @@
 //! - `version.<name>.refused` (where the contract says what an offerer does with a choice
 //!   it does not speak, and that ends the channel): the suite answers the offer choosing a
 //!   version the contract does not name; the channel ends as prescribed (a close frame
-//!   with the prescribed code on a WebSocket), and nothing else comes first.
+//!   with the prescribed code on a WebSocket, whose reason names both versions where the
+//!   contract says `namesBoth`), and nothing else comes first.
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +42,8 @@ pub(super) enum Kind {
     Common,
     /// The suite offers only a version nobody speaks.
     None,
+    /// The suite offers a version nobody speaks where the chooser answers with its own.
+    Foreign,
     /// The suite, choosing, speaks none of the implementation's offer.
     Refuse,
     /// The suite chooses a version the implementation cannot speak.
@@ -78,6 +83,13 @@ pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, usize, K
                 );
                 out.push((format!("version.{name}.none"), title, i, Kind::None));
             }
+            if n.none.is_none() {
+                let title = format!(
+                    "{} offering only a {name} the contract does not name gets one of the chooser's own, not the one offered",
+                    n.offer
+                );
+                out.push((format!("version.{name}.foreign"), title, i, Kind::Foreign));
+            }
         } else {
             if reacts == Some(ActionKind::ReplyError) && refusal(c, n, role).is_some() {
                 let title = format!(
@@ -112,6 +124,7 @@ pub(super) fn body(kind: Kind) -> fn(&mut Ctx) -> BodyFuture<'_> {
     match kind {
         Kind::Common => |cx| Box::pin(common(cx)),
         Kind::None => |cx| Box::pin(none(cx)),
+        Kind::Foreign => |cx| Box::pin(foreign(cx)),
         Kind::Refuse => |cx| Box::pin(refuse(cx)),
         Kind::Unspoken => |cx| Box::pin(unspoken(cx)),
     }
@@ -269,6 +282,38 @@ async fn none(cx: &mut Ctx) -> Result<Verdict, Failure> {
     Ok(seen)
 }
 
+/// Without a `none` reaction the chooser answers an offer it cannot speak with a version
+/// of its own: never the one offered, which nobody speaks.
+async fn foreign(cx: &mut Ctx) -> Result<Verdict, Failure> {
+    let (v, n) = entry(cx)?;
+    let stranger = unknown(&v.values);
+    let wire = match n.form {
+        VersionForm::List => json!([stranger]),
+        VersionForm::Single => stranger.clone(),
+    };
+    let mut s = Session::open(cx).await?;
+    let (answer, sent) = offer(cx, &mut s, &n, wire.clone()).await?;
+    let bad = |why: String| {
+        Failure::new(why)
+            .with("the offer", &sent)
+            .with("the answer", answer.to_string().as_bytes())
+    };
+    if let Some(code) = s.shape.error_code(&answer) {
+        return Err(bad(format!(
+            "an offer of {wire} was refused with {code}; the contract has no `none` reaction, so the chooser answers with a {} of its own",
+            v.name
+        )));
+    }
+    match answer.pointer(&n.chosen) {
+        None => Err(bad(format!("the answer has no {} at {}", v.name, n.chosen))),
+        Some(c) if *c == stranger => Err(bad(format!(
+            "the implementation claims {} {c}, which nobody speaks (it answers with one of its own)",
+            v.name
+        ))),
+        Some(c) => pass(format!("offered {wire}, chose its own {c}")),
+    }
+}
+
 /// Whether the channel ends by `until`: the reason, or `None` while it stays open.
 async fn watch(s: &mut Session, until: Instant) -> Result<Option<String>, Failure> {
     loop {
@@ -336,6 +381,11 @@ async fn unspoken(cx: &mut Ctx) -> Result<Verdict, Failure> {
             Incoming::ControlEnd(why) => {
                 closed_as(&s, cx, a.action, a.code.as_ref())
                     .map_err(|f| f.with("the answer", &bytes))?;
+                let offered = request.pointer(&n.offered).cloned().unwrap_or(Value::Null);
+                if n.names_both {
+                    names_both(&s, &offered, &stranger)
+                        .map_err(|f| f.with("the answer", &bytes))?;
+                }
                 return pass(format!("answered {stranger}: the channel ended ({why})"));
             }
             Incoming::Control(g) => {
@@ -347,6 +397,33 @@ async fn unspoken(cx: &mut Ctx) -> Result<Verdict, Failure> {
             Incoming::Data { .. } | Incoming::DataEnd(_) => {}
         }
     }
+}
+
+/// The implementation's close reason names every version it offered and the one chosen
+/// (`namesBoth`).
+fn names_both(s: &Session, offered: &Value, chosen: &Value) -> Result<(), Failure> {
+    let reason = match &s.peer.closed_with {
+        Some(Some(f)) => f.reason.clone(),
+        _ => String::new(),
+    };
+    let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    let offered = match offered {
+        Value::Array(all) => all.clone(),
+        one => vec![one.clone()],
+    };
+    let missing: Vec<String> = offered
+        .iter()
+        .chain([chosen])
+        .map(text)
+        .filter(|v| !reason.contains(v.as_str()))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::new(format!(
+        "the close reason {reason:?} does not name {} (the contract's namesBoth: both versions, no silent downgrade)",
+        missing.join(", ")
+    )))
 }
 
 /// The implementation's first `offer` request; anything before it is a failure.

@@ -82,6 +82,16 @@ impl Cx<'_> {
         if let Some(a) = &n.refused {
             self.action_names(c, idx, &join(at, ["refused"]), a);
         }
+        if n.names_both
+            && !n
+                .refused
+                .as_ref()
+                .is_some_and(|a| a.action == ActionKind::Close)
+        {
+            let why =
+                "namesBoth needs a `refused` reaction that closes: the close reason names both";
+            self.push(Lint::NameRef, join(at, ["namesBoth"]), why.to_string());
+        }
     }
 
     /// A cue is a method its party sends, with a call example to send; what it expects and

@@ -23,7 +23,9 @@
 //! bindings (`contract_generated::toolchannel::decode`). The one exception is
 //! `--break sampling-accept`: it answers `sampling/createMessage` with a
 //! result on purpose, which the contract forbids (result schema `false`), so
-//! that reply alone skips the outgoing check.
+//! that reply alone skips the outgoing check. `--break terse-close` closes 4001 on
+//! an MCP version it cannot speak without naming the two versions (the contract's
+//! `namesBoth`).
 //!
 //! Exit: 0 when the session was released (release report received), 1 when
 //! the session failed (reason printed), 2 for bad usage.
@@ -61,6 +63,8 @@ const HOST_CHANNEL_VERSION: &str = "1.3.0";
 enum Break {
     /// Answer sampling/createMessage with a result instead of -32003.
     SamplingAccept,
+    /// Close 4001 on an MCP version it cannot speak without naming the two versions.
+    TerseClose,
 }
 
 /// Run one toolchannel session as the host.
@@ -723,10 +727,16 @@ impl Host {
     async fn initialize_result(&mut self, conn: u64, result: &Value) -> anyhow::Result<()> {
         let r: types::InitializeResult = serde_json::from_value(result.clone())?;
         if r.protocol_version.as_str() != MCP_VERSION {
-            let what = format!(
+            let mut what = format!(
                 "mcp host={MCP_VERSION} worker={}",
                 r.protocol_version.as_str()
             );
+            if self.args.brk == Some(Break::TerseClose) {
+                eprintln!(
+                    "toolchannel-host: --break terse-close: a close reason naming no version"
+                );
+                what = "mcp version unsupported".into();
+            }
             self.close(conn, CloseCodes::VersionUnsupported, &what)
                 .await;
             self.fail("channel_version");
