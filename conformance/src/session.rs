@@ -252,6 +252,9 @@ pub struct Ctx {
     /// (rukh: the core exits as `execution_failed` says), set by the [`Opener`] that
     /// opened it.
     pub on_end: Option<EndHook>,
+    /// The close code of the close frame that ended the derived check's session, for the
+    /// [`Ctx::on_end`] hook (toolchannel: the worker exits as its own close code says).
+    pub closed_code: Option<u16>,
     /// Values the contract's examples stand for in this session, set by the [`Opener`]
     /// that opened it (toolchannel: the example's session id is the one the launched
     /// worker was given): the derived checks write the second of each pair wherever a
@@ -395,6 +398,7 @@ impl Ctx {
             kept: None,
             opener: None,
             on_end: None,
+            closed_code: None,
             aliases: Vec::new(),
             held: Vec::new(),
         }
@@ -1059,16 +1063,32 @@ impl Peer {
 
     /// Send bytes as one control frame, unvalidated (for checks that send bad messages).
     pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.send_as(bytes, false).await
+    }
+
+    /// Send `bytes` as one binary message, where the control channel is a message
+    /// transport (a WebSocket); a byte stream has no message types to break.
+    pub async fn send_binary(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.send_as(bytes, true).await
+    }
+
+    async fn send_as(&mut self, bytes: &[u8], binary: bool) -> Result<(), Failure> {
         let wait = Duration::from_secs(10);
         let b = Bytes::copy_from_slice(bytes);
         let r = match self.control.as_mut() {
             None => return Err(Failure::new("the control channel is closed")),
+            Some(ControlIo::Stream(_)) if binary => {
+                return Err(Failure::new("suite bug: a binary message on a byte stream"));
+            }
             Some(ControlIo::Stream(f)) => tokio::time::timeout(wait, f.send(b))
                 .await
                 .map(|r| r.map_err(|e| e.to_string())),
-            Some(ControlIo::Msg(m)) => tokio::time::timeout(wait, m.send(Msg::Text(b)))
-                .await
-                .map(|r| r.map_err(|e| e.to_string())),
+            Some(ControlIo::Msg(m)) => {
+                let msg = if binary { Msg::Binary(b) } else { Msg::Text(b) };
+                tokio::time::timeout(wait, m.send(msg))
+                    .await
+                    .map(|r| r.map_err(|e| e.to_string()))
+            }
         };
         match r {
             Ok(Ok(())) => Ok(()),

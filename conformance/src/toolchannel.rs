@@ -78,7 +78,6 @@ bodies! {
     h_channel => host_channel, w_channel => worker_channel,
     h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
     h_lost => host_lost, w_lost => worker_lost,
-    h_frames => host_frames, w_frames => worker_frames,
     h_closes => host_closes,
     h_handshake => host_handshake, w_handshake => worker_handshake,
     h_release => host_release, w_release => worker_release,
@@ -167,13 +166,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Deadlines and exit codes; Losing the connection; P4.8 #13, #14 (T-8, T-33)",
             Ok(h_lost),
             Ok(w_lost),
-        ),
-        (
-            "toolchannel.frames.bad",
-            "each bad frame → -32700 (not JSON) / -32600 (not JSON-RPC, binary, batch) with id null; the badFramesMax-th → close 4006 (worker exits 78)",
-            "Framing; P4.8 #23 (T-9, T-47, T-50)",
-            Ok(h_frames),
-            Ok(w_frames),
         ),
         (
             "toolchannel.close.exit",
@@ -537,10 +529,6 @@ impl Chan {
         self.put(Msg::Text(Bytes::copy_from_slice(bytes))).await
     }
 
-    async fn send_binary(&mut self, bytes: &[u8]) -> Result<(), Failure> {
-        self.put(Msg::Binary(Bytes::copy_from_slice(bytes))).await
-    }
-
     fn id(&mut self) -> Value {
         self.next_id += 1;
         json!(self.next_id)
@@ -682,6 +670,7 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
                 let io = admit(&k, next_dial(&dock, cx.opts.deadline).await?).await?;
                 let session = dock.session.clone();
                 cx.hold(dock);
+                cx.on_end = Some(worker_exits);
                 (io, session)
             }
             _ => {
@@ -694,6 +683,21 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
             .into_iter()
             .collect();
         cx.peer_on(contract_transport::conn::Conn::Messages(io))
+    })
+}
+
+/// After a derived check whose session the worker closed: the worker exits as its own
+/// close code maps (`closeCodes` → `workerExit`; the worker counts bad frames too).
+fn worker_exits(cx: &mut Ctx) -> super::BodyFutureOf<'_, String> {
+    Box::pin(async move {
+        let k = K::new(cx)?;
+        let Some(code) = cx.closed_code else {
+            return Ok("no close frame, no exit owed".into());
+        };
+        let Ok(want) = k.exit_after_close(code) else {
+            return Ok(format!("close {code} maps no exit"));
+        };
+        expect_exit(cx, want, &format!("its close {code}")).await
     })
 }
 
@@ -2199,92 +2203,6 @@ async fn worker_reverse(cx: &mut Ctx) -> Result<Verdict, Failure> {
         }
     }
     pass(&s, seen.join(", "))
-}
-
-/// The bad frames sent, in order: (what, bytes, binary, expected error name).
-fn bad_frames(n: usize) -> Vec<(&'static str, Vec<u8>, bool, &'static str)> {
-    let kinds: [(&str, &[u8], bool, &str); 4] = [
-        ("not JSON", b"{conformance: not json", false, "PARSE_ERROR"),
-        (
-            "a JSON object that is not JSON-RPC",
-            br#"{"jsonrpc":"2.0","conformance":true}"#,
-            false,
-            "INVALID_REQUEST",
-        ),
-        (
-            "a binary message",
-            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-            true,
-            "INVALID_REQUEST",
-        ),
-        (
-            "a batch",
-            br#"[{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
-            false,
-            "INVALID_REQUEST",
-        ),
-    ];
-    (0..n)
-        .map(|i| {
-            let (w, b, bin, e) = kinds[i % kinds.len()];
-            (w, b.to_vec(), bin, e)
-        })
-        .collect()
-}
-
-/// Send badFramesMax bad frames: each answered with its code and id null, then close 4006.
-async fn frames(s: &mut Sess) -> Result<String, Failure> {
-    let k = s.k.clone();
-    let max = k.limit("badFramesMax")? as usize;
-    let want_close = k.close("BAD_FRAMES")?;
-    let list = bad_frames(max);
-    for (i, (what, bytes, binary, err)) in list.into_iter().enumerate() {
-        if binary {
-            s.ch.send_binary(&bytes).await?;
-        } else {
-            s.ch.send_raw(&bytes).await?;
-        }
-        let want = k.err(err)?;
-        let until = s.soon();
-        let g = s
-            .until(
-                &format!("the error for bad frame {} ({what})", i + 1),
-                until,
-                |g| {
-                    g.value()
-                        .is_some_and(|v| {
-                            v.get("error").is_some() && v.get("id") == Some(&Value::Null)
-                        })
-                        .then(|| g.clone())
-                },
-            )
-            .await
-            .map_err(|f| f.with(format!("bad frame {} sent", i + 1), &bytes))?;
-        s.coded(&g, want, &format!("bad frame {} ({what})", i + 1), "")?;
-    }
-    let until = s.soon();
-    let what = format!("close {want_close} after {max} bad frames");
-    s.closes(want_close, &what, &what, until).await?;
-    Ok(format!(
-        "{max} bad frames answered -32700/-32600 with id null, then close {want_close}"
-    ))
-}
-
-async fn host_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (_dock, mut s) = host_up(cx, &k).await?;
-    let what = frames(&mut s).await?;
-    let close = k.close("BAD_FRAMES")?;
-    let seen = exit_after_own_close(cx, &k, close).await?;
-    pass(&s, format!("{what}; {seen}"))
-}
-
-async fn worker_frames(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (_, _, mut s) = worker_session(cx).await?;
-    s.up().await?;
-    s.settle().await?;
-    let what = frames(&mut s).await?;
-    pass(&s, what)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@
 //! - `call.<method>`: after the handshake, each request the party may send gets an answer
 //!   the contract accepts: a result valid against the method's schema, or an error whose
 //!   code the catalog or the method lists;
-//! - `version.<name>[.none]` (`versions`): an offer of every version the contract names
-//!   gets one chosen (the highest both speak); one of none gets the contract's reaction;
+//! - `version.<name>[.none|.foreign|.refused]` (`versions`): an offer of every version
+//!   the contract names gets one chosen (the highest both speak); one of none gets the
+//!   contract's reaction, or the chooser's own version;
 //!   playing the chooser, a refused offerer offers again or ends the channel;
 //! - `out-of-place.<machine>[.<state>]`: a request the machine does not allow where a new
 //!   connection puts it (its initial state, or where an `open` trigger takes it), sent
@@ -19,6 +20,8 @@
 //!   machine's `outOfPlace` error;
 //! - the bad-input families (`probes`) and the framing family (`framing`) get the
 //!   contract's `violations` reactions, or are served like any other;
+//! - `count.<limit>` (`counted`): the limit's worth of inputs counting toward it
+//!   (`countToward`), each answered by its own entry, then the limit's action;
 //! - `ids.reuse`, `ids.gap`, `ids.prefix`: a request breaking the party's id rule gets
 //!   its reaction;
 //! - `rate.<limit>` (`rates`): a connection's token bucket refuses with its code;
@@ -49,6 +52,7 @@ use serde_json::Value;
 
 mod behaviour;
 mod capabilities;
+mod counted;
 mod cues;
 mod framing;
 mod messages;
@@ -169,9 +173,16 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
                 &seed,
                 probes::body,
                 Some(p.name().into()),
-                true,
+                // An input counting toward a limit gets a fresh session, where the count
+                // starts at zero: on a shared one the limit's action could come first.
+                b.counts.is_none(),
             );
         }
+    }
+    for (limit, title, seed) in counted::applies(c, &wire, role, &carriers) {
+        let seed = cite(join("/limits", [&limit]), &seed);
+        let id = format!("count.{limit}");
+        add(id, title, &seed, counted::body, Some(limit), false);
     }
     for (f, pointer) in framing::applies(c, &wire, &plan.staying(c)) {
         let ch = Shape::of(c).map(|s| s.channel).unwrap_or_default();

@@ -38,6 +38,7 @@ pub(super) enum Probe {
     SafeInteger,
     Null,
     NotAnObject,
+    Binary,
     OverCap,
     AtCap,
     Invalid,
@@ -50,7 +51,7 @@ pub(super) enum Probe {
 
 impl Probe {
     /// Every probe, in the order the suite lists them.
-    pub const ALL: [Probe; 22] = [
+    pub const ALL: [Probe; 23] = [
         Probe::Parse,
         Probe::DuplicateKey,
         Probe::Bom,
@@ -66,6 +67,7 @@ impl Probe {
         Probe::Items,
         Probe::Null,
         Probe::NotAnObject,
+        Probe::Binary,
         Probe::AtCap,
         Probe::OverCap,
         Probe::Invalid,
@@ -92,6 +94,7 @@ impl Probe {
             Probe::SafeInteger => "json.safe-integer",
             Probe::Null => "json.null",
             Probe::NotAnObject => "json.not-an-object",
+            Probe::Binary => "frame.binary",
             Probe::OverCap => "frame.over-cap",
             Probe::AtCap => "frame.at-cap",
             Probe::Invalid => "invalid",
@@ -124,6 +127,7 @@ impl Probe {
             Probe::SafeInteger => "a request with the integers ±(2^53 − 1)",
             Probe::Null => "a request with a null member",
             Probe::NotAnObject => "a request wrapped in an array (a batch)",
+            Probe::Binary => "a request sent as a binary message",
             Probe::OverCap => "a request padded one byte over the frame cap",
             Probe::AtCap => "a request padded exactly to the frame cap",
             Probe::Invalid => "an object with an id but no method, result or error",
@@ -157,11 +161,15 @@ pub(super) struct Built {
     pub ids: Vec<Value>,
     /// Framed over the channel's cap.
     pub uncapped: bool,
+    /// Sent as a binary message on a channel that carries text messages.
+    pub binary: bool,
     pub reaction: Reaction,
     /// The contract entry prescribing the reaction (a JSON pointer).
     pub pointer: String,
     /// That entry's seed section.
     pub seed: String,
+    /// The count limit the violation counts toward (`countToward`), if any.
+    pub counts: Option<String>,
 }
 
 impl Built {
@@ -172,9 +180,20 @@ impl Built {
             bytes,
             ids,
             uncapped: false,
+            binary: false,
             reaction,
             pointer: String::new(),
             seed: String::new(),
+            counts: None,
+        }
+    }
+
+    /// Send the probe's bytes as it is framed.
+    pub async fn send(&self, peer: &mut crate::Peer) -> Result<(), Failure> {
+        match (self.uncapped, self.binary) {
+            (true, _) => peer.send_uncapped(&self.bytes).await,
+            (_, true) => peer.send_binary(&self.bytes).await,
+            _ => peer.send_raw(&self.bytes).await,
         }
     }
 
@@ -230,6 +249,13 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
     };
     let violation = match p {
         Probe::OverCap => wire.violation(ViolationClass::Oversize, "over the frame cap"),
+        // A message transport carrying text: the proxy's verdict on a binary message.
+        Probe::Binary => match &c.channels.get(ch)?.framing {
+            contract::model::Framing::WebsocketText { .. } => {
+                wire.violation(ViolationClass::Invalid, "a binary message")
+            }
+            _ => return None,
+        },
         _ => match wire.decode(ch, role, &bytes, None) {
             Ok(_) => return None,
             Err(v) => v,
@@ -244,9 +270,11 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
         bytes,
         ids,
         uncapped: p == Probe::OverCap,
+        binary: p == Probe::Binary,
         reaction: Reaction::Rule { action, code },
         pointer: format!("/violations/{}", entry(c, violation.class)),
         seed: violation.seed.unwrap_or_default(),
+        counts: violation.count_toward,
     })
 }
 
@@ -340,6 +368,7 @@ fn bytes_of(p: Probe, wire: &Wire, shape: &Shape, m: &Value) -> Option<Vec<u8>> 
             v.to_string().into_bytes()
         }
         Probe::Parse => text.as_bytes()[..text.len() / 2].to_vec(),
+        Probe::Binary => text.into_bytes(),
         _ => return None,
     })
 }
@@ -391,9 +420,11 @@ fn served_as_is(
         bytes,
         ids: vec![shape.id(m)?.clone()],
         uncapped: false,
+        binary: false,
         reaction: Reaction::Answer { plain: m.clone() },
         pointer: pointer.to_string(),
         seed: wire.contract().channels.get(ch)?.seed.clone(),
+        counts: None,
     })
 }
 
@@ -611,10 +642,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             s.take_id();
         }
         s.remember(cx, &b.bytes);
-        let sent = match b.uncapped {
-            true => s.peer.send_uncapped(&b.bytes).await,
-            false => s.peer.send_raw(&b.bytes).await,
-        };
+        let sent = b.send(&mut s.peer).await;
         let verdict = match sent {
             // A receiver that reads a length over the cap and ends the channel at once
             // (before allocating) makes the rest of the write fail: that is the reaction.
@@ -657,6 +685,12 @@ pub(super) async fn settle(
         s.keep(cx);
         return Ok(verdict);
     }
+    cx.closed_code = s
+        .peer
+        .closed_with
+        .as_ref()
+        .and_then(|f| f.as_ref())
+        .map(|f| f.code);
     drop(s);
     let (Some(hook), Verdict::Pass(seen)) = (cx.on_end, &verdict) else {
         return Ok(verdict);
@@ -813,7 +847,7 @@ async fn ignored(
 }
 
 /// `close`, `drop-connection`, `fail`: the channel ends; serving the probe is a failure.
-async fn ended(
+pub(super) async fn ended(
     s: &mut Session,
     cx: &Ctx,
     b: &Built,
