@@ -142,6 +142,8 @@ class Core:
         self.version = 1  # bootstrap v of the hello exchange (K-7)
         self.shell_caps: set[str] = set()
         self.pending: dict[str, asyncio.Future[Any]] = {}
+        # The shell's request ids, checked by its rules in the contract (unique, K-5).
+        self.shell_ids = k._rt.IdCounter()
         self.streams: dict[int, Stream] = {}
         self.text_streams: dict[int, asyncio.Task[None]] = {}
         self.tasks: dict[str, Task] = {}
@@ -293,6 +295,8 @@ class Core:
         kind = type(msg).__name__
         method = getattr(msg, "method", None)
         log(f"<- {kind[:-7].lower()} {method or ''} {msg.id} trace={msg.trace_id}")
+        if await self.id_broken(msg):
+            return
         if self.state != k.SessionState.READY:
             if isinstance(msg, k.RequestMessage) and msg.method == "hello" \
                     and self.state == k.SessionState.AWAITING_HELLO:
@@ -377,6 +381,20 @@ class Core:
             elif sid in self.text_streams:
                 self.text_streams[sid].cancel()
         # pong and unknown events: nothing to do (any message already reset the silence counter).
+
+    async def id_broken(self, msg: Any) -> bool:
+        """A request whose id breaks the shell's rules (``ID_RULES``) gets the rules' error."""
+        rules = k.ID_RULES.get("shell")
+        if rules is None or not isinstance(msg, k.RequestMessage):
+            return False
+        try:
+            self.shell_ids.admit(rules, msg.id)
+        except k._rt.IdRuleBroken as e:
+            log(f"request id refused: {e}")
+            await self.error(k.ErrorCode.PROTOCOL_INVALID_ENVELOPE, str(e), trace=msg.trace_id,
+                             correlation=msg.id, details=k.ErrorDetails(fields=["id"]))
+            return True
+        return False
 
     async def on_request(self, msg: Any) -> None:
         handlers = {"command.handle": self.command, "task.cancel": self.task_cancel,

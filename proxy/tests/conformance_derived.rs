@@ -303,12 +303,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            32,
+            33,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            26,
+            27,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -323,6 +323,7 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
             "out-of-place.session",
             "frame.over-cap",
             "json.null",
+            "ids.reuse",
         ] {
             let id = format!("kernel.derived.{family}");
             assert!(r.with("PASS").contains(&id), "{play}: {id}: {}", r.stdout);
@@ -533,7 +534,8 @@ fn the_python_kernel_core_passes_every_derived_check() {
     assert!(
         r.with("PASS")
             .contains("kernel.derived.call.command.handle")
-            && r.with("PASS").contains("kernel.derived.json.null"),
+            && r.with("PASS").contains("kernel.derived.json.null")
+            && r.with("PASS").contains("kernel.derived.ids.reuse"),
         "{}",
         r.stdout
     );
@@ -541,13 +543,13 @@ fn the_python_kernel_core_passes_every_derived_check() {
 }
 
 /// The derived suite playing the shell against the reference core breaking `rule`: only
-/// `check` fails, the other 31 checks pass.
+/// `check` fails, the other 32 checks pass.
 fn kernel_core_breaking(rule: &str, check: &str) -> Outcomes {
     let peer = kernel_peer();
     let target = format!("exec:{peer} core --control {{control}} --data {{data}} --break {rule}");
     let r = kernel_derived("shell", &target);
     assert_eq!(r.with("FAIL"), ids(&[check]), "{rule}: {}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 31, "{rule}: {}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 32, "{rule}: {}", r.stdout);
     r
 }
 

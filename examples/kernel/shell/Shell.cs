@@ -542,10 +542,25 @@ namespace KernelShell
                         continue;
                     }
                     string id = Id(m);
+                    bool reused;
                     lock (coreIds)
                     {
-                        if (coreIds.ContainsKey(id)) Check(false, "core reused message id " + id + " (K-5)");
+                        reused = coreIds.ContainsKey(id);
                         coreIds[id] = true;
+                    }
+                    if (reused)
+                    {
+                        string what = "core reused message id " + id + " (K-5)";
+                        if (serving) Say("shell: " + what); else Check(false, what);
+                        // A request under a used id is refused, not carried out (K-5).
+                        var again = m as RequestMessage;
+                        if (again != null)
+                        {
+                            var d = new ErrorDetails();
+                            d.Fields = new List<string> { "id" };
+                            ErrorReply(Codes.ErrorCode.ProtocolInvalidEnvelope, "id " + id + " was used before (K-5)", again.TraceId, again.Id, d);
+                            continue;
+                        }
                     }
                     if (ready && V(m) != version) Check(false, Describe(m) + ": v=" + V(m) + ", negotiated " + version);
                     var ev = m as EventMessage;

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use contract::ids::IdCounter;
 use contract::io::{JsonCodec, SkipOversize};
 use contract::model::{ActionKind, Kind};
 use contract::wire::framing::BinaryCodec;
@@ -617,6 +618,24 @@ fn decode(
         .map_err(Box::new)
 }
 
+/// A request whose id breaks its sender's rules in the contract (`parties.*.ids`: the
+/// kernel's ids are unique in a session, K-5) gets the rules' error, as the proxy's
+/// engine would give it: its code and the reason, or `None` when the id is fine.
+fn id_broken(
+    wire: &Wire,
+    from: &str,
+    ids: &mut IdCounter,
+    m: &Message,
+) -> Option<(String, String)> {
+    if m.kind != Kind::Request {
+        return None;
+    }
+    let rules = wire.contract().parties.get(from)?.ids.as_ref()?;
+    let broke = ids.admit(rules, m.id.as_ref()?).err()?;
+    let code = rules.action.as_ref()?.code.as_ref()?.as_str()?.to_string();
+    Some((code, format!("{}: {}", broke.rule, broke.why)))
+}
+
 fn track(pending: &mut Correlator, m: &Message, sender: &str, other: &str) {
     match m.kind {
         Kind::Request => {
@@ -750,6 +769,8 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
     let out = link.out.clone();
     let ignore_credit = a.break_rule == Some(CoreBreak::Credit);
     let mut pending = Correlator::new(contract::io::DEFAULT_PENDING);
+    // The shell's request ids, checked by its rules in the contract.
+    let mut shell_ids = IdCounter::new();
     let mut ready = false;
     let mut shell_caps: Vec<String> = Vec::new();
     let mut live = Liveness::new(&wire)?;
@@ -788,6 +809,10 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                     Ok(m) => m,
                     Err(v) => { answer_violation(&out, &v, &bytes, !ready); continue; }
                 };
+                if let Some((code, why)) = id_broken(&wire, "shell", &mut shell_ids, &m) {
+                    out.error(m.id.as_ref(), m.trace.as_deref(), &code, &why, json!({"fields": ["id"]}));
+                    continue;
+                }
                 track(&mut pending, &m, "shell", "core");
                 let method = m.method.clone().unwrap_or_default();
                 let trace = m.trace.clone().unwrap_or_else(|| "t-none".into());
@@ -1117,6 +1142,8 @@ async fn shell_session(
     };
     let out = link.out.clone();
     let mut pending = Correlator::new(contract::io::DEFAULT_PENDING);
+    // The core's request ids, checked by its rules in the contract.
+    let mut core_ids = IdCounter::new();
     let mut traces = 0u64;
     let mut trace = || {
         traces += 1;
@@ -1170,6 +1197,10 @@ async fn shell_session(
                     Ok(m) => m,
                     Err(v) => { answer_violation(&out, &v, &bytes, !ready); continue; }
                 };
+                if let Some((code, why)) = id_broken(wire, "core", &mut core_ids, &m) {
+                    out.error(m.id.as_ref(), m.trace.as_deref(), &code, &why, json!({"fields": ["id"]}));
+                    continue;
+                }
                 track(&mut pending, &m, "core", "shell");
                 let method = m.method.clone().unwrap_or_default();
                 if !ready {
