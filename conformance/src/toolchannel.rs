@@ -169,7 +169,7 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
         ),
         (
             "toolchannel.close.exit",
-            "received close codes decide the worker's exit: 4001 → 78, 4003 → 78, 4004 → 75 (closeCodes maps workerExit)",
+            "each close code the closeCodes table maps to a worker exit other than 0 ends a fresh serving worker with that exit",
             "Losing the connection (close table); Exit codes; P4.8 #22 (T-20, T-23)",
             Ok(h_closes),
             Err(
@@ -280,6 +280,24 @@ impl K {
 
     fn secs(&self, name: &str) -> Result<Duration, Failure> {
         Ok(self.wire.limits().duration(name)?)
+    }
+
+    /// Every close code the table maps to a worker exit other than 0, with that exit: the
+    /// closes that end a worker for good.
+    fn failing_closes(&self) -> Result<Vec<(u16, i32)>, Failure> {
+        let table = self.wire.contract().codes.get("closeCodes");
+        let table = table.ok_or_else(|| Failure::new("the contract has no closeCodes table"))?;
+        let mut out = Vec::new();
+        for v in &table.values {
+            let code = v.value.as_u64().and_then(|n| u16::try_from(n).ok());
+            let exit = v.mapped("workerExit").and_then(Value::as_i64);
+            if let (Some(code), Some(exit)) = (code, exit.and_then(|e| i32::try_from(e).ok()))
+                && exit != 0
+            {
+                out.push((code, exit));
+            }
+        }
+        Ok(out)
     }
 
     /// The exit a worker owes after receiving close `code`.
@@ -2442,13 +2460,7 @@ async fn host_closes(cx: &mut Ctx) -> Result<Verdict, Failure> {
         ));
     }
     let mut seen = Vec::new();
-    for name in [
-        "VERSION_UNSUPPORTED",
-        "HANDSHAKE_DEADLINE",
-        "HEARTBEAT_LOST",
-    ] {
-        let code = k.close(name)?;
-        let want = k.exit_after_close(code)?;
+    for (code, want) in k.failing_closes()? {
         let (_dock, mut s) = host_up(cx, &k).await?;
         s.ch.close(code, &format!("{code} conformance")).await;
         let r = expect_exit(cx, want, &format!("close {code}")).await?;
