@@ -197,14 +197,9 @@ async fn common(cx: &mut Ctx) -> Result<Verdict, Failure> {
         VersionForm::List => Value::Array(offered.clone()),
         VersionForm::Single => offered.first().cloned().unwrap_or(Value::Null),
     };
-    let mut s = Session::open(cx).await?;
-    let (answer, sent) = offer(cx, &mut s, &n, wire.clone()).await?;
-    let bad = |why: String| {
-        Failure::new(why)
-            .with("the offer", &sent)
-            .with("the answer", answer.to_string().as_bytes())
-    };
-    if let Some(code) = s.shape.error_code(&answer) {
+    let (s, o) = Offered::on_fresh(cx, &n, wire.clone()).await?;
+    let (answer, bad) = (&o.answer, |why| o.bad(why));
+    if let Some(code) = s.shape.error_code(answer) {
         return Err(bad(format!("an offer of {wire} was refused with {code}")));
     }
     let chosen = answer.pointer(&n.chosen).cloned().unwrap_or(Value::Null);
@@ -236,6 +231,30 @@ async fn common(cx: &mut Ctx) -> Result<Verdict, Failure> {
     pass(format!(
         "offered {wire}, speaking {own}: chose {chosen}, the highest both speak"
     ))
+}
+
+/// An offer sent on a fresh session, and its answer: what a failure shows.
+struct Offered {
+    answer: Value,
+    sent: Vec<u8>,
+}
+
+impl Offered {
+    async fn on_fresh(
+        cx: &mut Ctx,
+        n: &Negotiation,
+        wire: Value,
+    ) -> Result<(Session, Offered), Failure> {
+        let mut s = Session::open(cx).await?;
+        let (answer, sent) = offer(cx, &mut s, n, wire).await?;
+        Ok((s, Offered { answer, sent }))
+    }
+
+    fn bad(&self, why: String) -> Failure {
+        Failure::new(why)
+            .with("the offer", &self.sent)
+            .with("the answer", self.answer.to_string().as_bytes())
+    }
 }
 
 /// Versions compare as numbers when both are, else as text.
@@ -291,14 +310,9 @@ async fn foreign(cx: &mut Ctx) -> Result<Verdict, Failure> {
         VersionForm::List => json!([stranger]),
         VersionForm::Single => stranger.clone(),
     };
-    let mut s = Session::open(cx).await?;
-    let (answer, sent) = offer(cx, &mut s, &n, wire.clone()).await?;
-    let bad = |why: String| {
-        Failure::new(why)
-            .with("the offer", &sent)
-            .with("the answer", answer.to_string().as_bytes())
-    };
-    if let Some(code) = s.shape.error_code(&answer) {
+    let (s, o) = Offered::on_fresh(cx, &n, wire.clone()).await?;
+    let (answer, bad) = (&o.answer, |why| o.bad(why));
+    if let Some(code) = s.shape.error_code(answer) {
         return Err(bad(format!(
             "an offer of {wire} was refused with {code}; the contract has no `none` reaction, so the chooser answers with a {} of its own",
             v.name
