@@ -451,9 +451,10 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
     );
 }
 
-/// A contract the project never saw (tests/fixtures/beacon.json) with its clocks as data:
-/// a Python station written from the contract passes every derived check, the timer ones
-/// included; beating early fails only the beat's check, never hanging up only the idle one.
+/// A contract the project never saw (tests/fixtures/beacon.json) with its clocks and its
+/// bad-line count as data: a Python station written from the contract passes every derived
+/// check, the timer and count ones included; beating early fails only the beat's check,
+/// never hanging up only the idle one, ignoring the bad-line count only the count's.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -468,11 +469,13 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
     let timers = ids(&[
         "beacon.derived.timer.beatSeconds",
         "beacon.derived.timer.idleSeconds",
+        "beacon.derived.count.badLinesMax",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     for (broken, fails) in [
         ("early", "timer.beatSeconds"),
         ("never", "timer.idleSeconds"),
+        ("uncounted", "count.badLinesMax"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);

@@ -5,8 +5,12 @@ client has been quiet for beatSeconds (and again each beatSeconds after its own 
 and exits, ending the channel, once the client has been quiet for idleSeconds. The
 numbers are read from the contract file, scaled by CONTRACT_TIME_SCALE like every peer.
 
+It answers each line that is not JSON, or not one JSON-RPC object, with its error, and
+hangs up after answering the badLinesMax-th.
+
 --break early: beat after half of beatSeconds.
 --break never: never hang up on a quiet client.
+--break uncounted: never hang up on bad lines.
 """
 
 import argparse
@@ -23,7 +27,12 @@ def limits():
     with open(FIXTURE, encoding="utf-8") as f:
         c = json.load(f)["limits"]
     scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
-    return c["beatSeconds"]["value"] * scale, c["idleSeconds"]["value"] * scale, c["lineMax"]["value"] * 1024
+    return (c["beatSeconds"]["value"] * scale, c["idleSeconds"]["value"] * scale,
+            c["lineMax"]["value"] * 1024, c["badLinesMax"]["value"])
+
+
+class Bad(Exception):
+    """A line that counts toward badLinesMax (already answered)."""
 
 
 def send(obj):
@@ -36,20 +45,21 @@ def error(id_, code, message):
 
 
 def handle(line):
-    """Answer one line; whether it was a message (it restarts the clocks)."""
+    """Answer one line; whether it was a message (it restarts the clocks). A line that
+    counts toward badLinesMax raises :class:`Bad` once answered."""
     try:
         m = json.loads(line)
     except ValueError:
         error(None, -32700, "parse error")
-        return False
+        raise Bad
     if not isinstance(m, dict) or m.get("jsonrpc") != "2.0":
         error(None, -32600, "invalid request")
-        return False
+        raise Bad
     method, id_ = m.get("method"), m.get("id")
     if not isinstance(method, str):
         if "result" not in m and "error" not in m:
             error(id_, -32600, "invalid request")
-            return False
+            raise Bad
         return True
     if "id" not in m:
         return True  # a notification: none is known, each is ignored
@@ -66,9 +76,10 @@ def handle(line):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted"])
     a = ap.parse_args()
-    beat, idle, cap = limits()
+    beat, idle, cap, bad_max = limits()
+    bad = 0
     if a.broken == "early":
         beat /= 2
     heard = last_beat = time.monotonic()
@@ -96,8 +107,13 @@ def main():
             line, buf = buf.split(b"\n", 1)
             if len(line) > cap:
                 return 0
-            if handle(line):
-                heard = time.monotonic()
+            try:
+                if handle(line):
+                    heard = time.monotonic()
+            except Bad:
+                bad += 1
+                if bad >= bad_max and a.broken != "uncounted":
+                    return 0
         if len(buf) > cap:
             return 0
 
