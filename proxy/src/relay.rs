@@ -1497,7 +1497,7 @@ async fn pump(
         let mut to = ends.toward(dir).lock().await;
         let mut close = None;
         let mut ended = None;
-        if route.mode == Mode::Observe {
+        if route.mode == Mode::Observe && may_forward_ahead(route) {
             let ahead = Ahead {
                 dir,
                 now,
@@ -1628,6 +1628,14 @@ fn inspect_item(
         }
         Item::Raw(_) | Item::End(_) => None,
     })
+}
+
+/// Whether observe mode may forward a batch before inspecting it. Not where frames on
+/// another connection are judged by what these frames grant (credit across a kernel
+/// session's channels): the peer answers a forwarded grant at once, and its data could
+/// be judged before the grant was seen, a credit overrun that never happened.
+fn may_forward_ahead(route: &Route) -> bool {
+    route.wire.contract().credit.is_empty()
 }
 
 /// Observe mode's fast path: a batch's leading frames go out before they are
