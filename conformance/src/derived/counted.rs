@@ -84,6 +84,11 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         };
         let carriers = s.carriers(cx, &callable);
         let kinds = counted(&cx.wire, &cx.role, &carriers, &limit);
+        if kinds.is_empty() {
+            return Err(Failure::new(format!(
+                "suite bug: no input counts toward {limit}"
+            )));
+        }
         let mut answered = Vec::new();
         for i in 0..max as usize {
             let p = kinds[i % kinds.len()];
