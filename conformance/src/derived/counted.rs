@@ -92,7 +92,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let mut answered = Vec::new();
         for i in 0..max as usize {
             let p = kinds[i % kinds.len()];
-            let b = one(cx, &s, &callable, p)?;
+            let b = probes::built(p, cx, &s, &callable)?;
             if b.ids.first().is_some_and(|id| !id.is_null()) {
                 s.take_id();
             }
@@ -128,10 +128,4 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         )
         .await
     })
-}
-
-fn one(cx: &Ctx, s: &Session, callable: &[String], p: Probe) -> Result<Built, Failure> {
-    let carriers = s.carriers(cx, callable);
-    probes::build(p, &cx.wire, &cx.role, &carriers)
-        .ok_or_else(|| Failure::new(format!("suite bug: {} does not apply", p.name())))
 }

@@ -700,7 +700,12 @@ pub(super) async fn settle(
 }
 
 /// `p` built on the session's next id.
-fn built(p: Probe, cx: &Ctx, s: &Session, callable: &[String]) -> Result<Built, Failure> {
+pub(super) fn built(
+    p: Probe,
+    cx: &Ctx,
+    s: &Session,
+    callable: &[String],
+) -> Result<Built, Failure> {
     let carriers = s.carriers(cx, callable);
     build(p, &cx.wire, &cx.role, &carriers)
         .ok_or_else(|| Failure::new(format!("suite bug: {} does not apply", p.name())))
