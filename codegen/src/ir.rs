@@ -180,6 +180,8 @@ pub struct MethodIr {
     pub description: String,
     /// Wire codes of the errors it may return.
     pub errors: Vec<Value>,
+    /// The other party's methods that answer this one-way message (`answeredBy`).
+    pub answered_by: Vec<String>,
 }
 
 /// One value of a code table or the error catalog.
@@ -553,6 +555,7 @@ impl Ir {
                 result,
                 description: m.description.clone(),
                 errors: m.errors.clone(),
+                answered_by: m.answered_by.clone(),
             });
         }
         let channel_idents = dedupe(c.channels.keys().map(|k| pascal(k)).collect());

@@ -327,3 +327,29 @@ fn templates_dir_overrides_the_built_in_templates() {
     assert_eq!(files[0].name, "rukh.txt");
     assert_eq!(files[0].contents, "custom page for rukh: 7 methods\n");
 }
+
+/// A one-way message's answers (`answeredBy`) on a contract of its own (the depot fixture):
+/// its docs page names each answering method, linked, under the method.
+#[test]
+fn docs_pages_name_the_answers_of_a_one_way_message() {
+    let path = root().join("proxy/tests/fixtures/depot.json");
+    let c = contract::load(&path).expect("depot.json");
+    let mut cfg = Config::new();
+    cfg.lang(contractgen::Lang::Docs).contract(&path);
+    let files = cfg.generate().expect("docs");
+    let page = &files
+        .iter()
+        .find(|f| f.name == "depot.md")
+        .expect("page")
+        .contents;
+    let mut seen = 0;
+    for m in c.methods.values().filter(|m| !m.answered_by.is_empty()) {
+        let links: Vec<String> = (m.answered_by.iter())
+            .map(|a| format!("[`{a}`](#method-{a})"))
+            .collect();
+        let line = format!("- answered by: {},", links.join(", "));
+        assert!(page.contains(&line), "{line}\n{page}");
+        seen += 1;
+    }
+    assert!(seen > 0, "depot.json names no answers");
+}

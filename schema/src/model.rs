@@ -662,6 +662,10 @@ pub enum Binding {
         /// Pointer to the id of the message a reply refers to.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         correlation: Option<String>,
+        /// Pointer to an array of further ids the same reply covers: one verdict on a
+        /// batch (xsession's `droppedMsgIds`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        batch: Option<String>,
         /// Pointer to the frame-format version.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<String>,
@@ -743,6 +747,11 @@ pub struct Method {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(with = "Vec<serde_json::Value>")]
     pub errors: Vec<Value>,
+    /// For a one-way message: the other party's messages that answer it, carrying its id
+    /// at the binding's `correlation` (xsession's delivery_status about a user frame). Such
+    /// answers are best-effort: one may never come, and one that comes must be valid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered_by: Vec<String>,
     /// Limit (by name) capping this method's frames, tighter than the channel's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_payload: Option<String>,

@@ -930,3 +930,29 @@ fn names_both_needs_a_refusal_that_closes() {
         "{ps:?}"
     );
 }
+
+/// `answeredBy` names methods another party sends on the same channel, on a one-way message
+/// of a channel whose binding names a correlation (the depot fixture, not built in).
+#[test]
+fn answered_by_names_the_other_partys_methods_on_a_correlated_channel() {
+    let mut doc: Value =
+        serde_json::from_str(include_str!("../../proxy/tests/fixtures/depot.json")).expect("JSON");
+    let pointer = "/methods/parcel/answeredBy";
+    let ours = |doc: &Value| {
+        problems(doc)
+            .into_iter()
+            .filter(|p| p.lint == Lint::NameRef && p.pointer == pointer)
+            .count()
+    };
+    assert_eq!(ours(&doc), 0);
+    // The courier's own hello cannot answer the courier's parcel.
+    doc["methods"]["parcel"]["answeredBy"] = json!(["hello"]);
+    assert_eq!(ours(&doc), 1);
+    doc["methods"]["parcel"]["answeredBy"] = json!(["receipt"]);
+    let binding = doc["channels"]["desk"]["binding"]
+        .as_object_mut()
+        .expect("binding");
+    binding.remove("correlation");
+    binding.remove("batch");
+    assert_eq!(ours(&doc), 1);
+}

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{
-    ActionKind, Binding, Claim, Contract, Cue, Framing, Kind, LimitKind, Negotiation, Part, Trigger,
+    ActionKind, Binding, Claim, Contract, Cue, Framing, Kind, LimitKind, Method, Negotiation, Part,
+    Trigger,
 };
 use crate::pointer::join;
 
@@ -43,6 +44,9 @@ impl Cx<'_> {
         }
         for (name, cue) in &c.cues {
             self.cue(c, name, cue);
+        }
+        for (name, m) in &c.methods {
+            self.answered_by(c, name, m);
         }
         for (i, v) in c.versions.iter().enumerate() {
             if let Some(n) = &v.negotiation {
@@ -96,6 +100,42 @@ impl Cx<'_> {
 
     /// A cue is a method its party sends, with a call example to send; what it expects and
     /// what ends it are methods another party sends; its `set` pointers are pointers.
+    /// `answeredBy`: on a one-way message of a channel whose binding names a correlation,
+    /// each answer a method another party sends on the same channel.
+    fn answered_by(&mut self, c: &Contract, name: &str, m: &Method) {
+        if m.answered_by.is_empty() {
+            return;
+        }
+        let at = join("/methods", [name, "answeredBy"]);
+        if m.kind == Kind::Request {
+            let why = "a request's answers are its response and errors".to_string();
+            self.push(Lint::NameRef, at.clone(), why);
+        }
+        let correlated = c
+            .channels
+            .get(&m.channel)
+            .and_then(|ch| ch.binding.as_ref());
+        let correlated = match correlated {
+            Some(Binding::Tagged { correlation, .. } | Binding::Envelope { correlation, .. }) => {
+                correlation.is_some()
+            }
+            _ => false,
+        };
+        if !correlated {
+            let why = format!("channel {} names no correlation to carry the id", m.channel);
+            self.push(Lint::NameRef, at.clone(), why);
+        }
+        for a in &m.answered_by {
+            let ok = c.methods.get(a).is_some_and(|x| {
+                x.channel == m.channel && x.from.iter().any(|f| !m.from.contains(f))
+            });
+            if !ok {
+                let why = format!("{a:?} is no method another party sends on {}", m.channel);
+                self.push(Lint::NameRef, at.clone(), why);
+            }
+        }
+    }
+
     fn cue(&mut self, c: &Contract, name: &str, cue: &Cue) {
         let at = join("/cues", [name]);
         if !self.party_known(c, join(&at, ["party"]), &cue.party) {
