@@ -309,7 +309,12 @@ fn hand_written(name: &str) -> Option<HandWritten> {
             toolchannel::OPENER,
             true,
         ),
-        "xsession" => (["sender", "recipient"], xsession::checks, None, false),
+        "xsession" => (
+            ["sender", "recipient"],
+            xsession::checks,
+            xsession::OPENER,
+            true,
+        ),
         _ => return None,
     };
     Some(HandWritten {

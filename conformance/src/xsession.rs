@@ -43,7 +43,6 @@ bodies! {
     s_socket => imp::sender_socket,
     s_one_way => imp::sender_one_way, r_one_way => imp::recipient_one_way,
     s_line_max => imp::sender_line_max, r_line_max => imp::recipient_line_max,
-    s_line_deadline => imp::sender_line_deadline,
     s_max_conns => imp::sender_max_connections,
     s_auth => imp::sender_auth, r_auth => imp::recipient_auth,
     r_user_frame => imp::recipient_user_frame,
@@ -53,6 +52,13 @@ bodies! {
     s_duplicate => imp::sender_duplicate,
     s_unknown => imp::sender_unknown,
 }
+
+/// The derived checks' sessions ([`imp::open_session`]).
+#[cfg(unix)]
+pub const OPENER: Option<super::Opener> = Some(imp::open_session);
+/// Off unix the derived checks have no way to reach an inbox.
+#[cfg(not(unix))]
+pub const OPENER: Option<super::Opener> = None;
 
 const RECIPIENT_ONLY: &str =
     "it binds the recipient's inbox; run --play sender against a recipient";
@@ -126,13 +132,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§2 L53 (P1.7 item 7; X-40)",
             Ok(s_line_max),
             Ok(r_line_max),
-        ),
-        (
-            "xsession.2.line-deadline",
-            "a connection without a parseable line for parseableLineDeadline is closed; garbage lines neither extend nor end it",
-            "§2 L53 (P1.7 item 8; X-7, X-9)",
-            Ok(s_line_deadline),
-            Err(RECIPIENT_ONLY),
         ),
         (
             "xsession.2.max-connections",
@@ -254,7 +253,10 @@ mod imp {
     use tokio_util::codec::FramedRead;
 
     use super::super::{Ctx, Failure, Stdout, Target, Verdict, first_channel, pass, skip};
+
+    mod open;
     use contract_transport::endpoint::Endpoint;
+    pub(super) use open::open_session;
 
     /// The name the suite's own session registers under (the target's `{peer}`).
     const SUITE_NAME: &str = "conformance-suite";
@@ -268,8 +270,6 @@ mod imp {
     const POLL: Duration = Duration::from_millis(5);
     /// After the fence's status: how long a status that must not come may still be on its way.
     const STATUS_GRACE: Duration = Duration::from_millis(700);
-    /// Scheduling slack around the parse deadline.
-    const DEADLINE_SLACK: Duration = Duration::from_secs(3);
     /// Pause for the target to accept the connections that fill its cap.
     const CAP_SETTLE: Duration = Duration::from_secs(1);
     /// Margin after a bucket's refill period before the resend.
@@ -291,7 +291,6 @@ mod imp {
 
     struct Lim {
         line_max: u64,
-        line_deadline: Duration,
         max_conns: usize,
         per_sender: Rate,
         global: Rate,
@@ -318,7 +317,6 @@ mod imp {
         let chars = |name: &str| -> Result<usize, Failure> { Ok(l.count(name)? as usize) };
         Ok(Lim {
             line_max: l.cap("lineMax")?,
-            line_deadline: l.duration("parseableLineDeadline")?,
             max_conns: l.count("maxConnections")? as usize,
             per_sender: rate("perSenderRate")?,
             global: rate("globalRate")?,
@@ -2211,70 +2209,6 @@ mod imp {
         ))
     }
 
-    pub(super) async fn sender_line_deadline(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let t = open_tx(cx).await?;
-        let deadline = t.env.lim.line_deadline;
-        let stream = tokio::time::timeout(t.env.wait, UnixStream::connect(t.ipc()))
-            .await
-            .map_err(|_| Failure::new("connecting timed out"))?
-            .map_err(|e| Failure::new(format!("cannot connect: {e}")))?;
-        let (mut rd, mut wr) = stream.into_split();
-        let auth = t.auth()?;
-        if !auth.is_empty() {
-            wr.write_all(&auth)
-                .await
-                .map_err(|e| Failure::new(format!("cannot write the auth line: {e}")))?;
-        }
-        // The deadline restarts at the last parseable line: the auth line.
-        let start = Instant::now();
-        let latest = start + deadline + DEADLINE_SLACK;
-        let every = deadline / 6;
-        let mut next_garbage = start + every;
-        let mut garbage = 0u32;
-        let mut back = Vec::new();
-        let mut buf = [0u8; 1024];
-        let closed_after = loop {
-            let wake = next_garbage.min(latest);
-            tokio::select! {
-                r = rd.read(&mut buf) => match r {
-                    Ok(0) | Err(_) => break Some(start.elapsed()),
-                    Ok(n) => back.extend_from_slice(&buf[..n.min(EVIDENCE_MAX)]),
-                },
-                () = tokio::time::sleep_until(wake.into()) => {
-                    if Instant::now() >= latest {
-                        break None;
-                    }
-                    if wr.write_all(b"conformance garbage, not json\n").await.is_err() {
-                        break Some(start.elapsed());
-                    }
-                    garbage += 1;
-                    next_garbage += every;
-                }
-            }
-        };
-        drop(wr);
-        match closed_after {
-            None => Err(Failure::new(format!(
-                "the connection was still open {:?} after its last parseable line ({garbage} garbage lines since): garbage must not extend the {deadline:?} deadline",
-                deadline + DEADLINE_SLACK
-            ))
-            .with("each garbage line", b"conformance garbage, not json\n")),
-            Some(e) if e + DEADLINE_SLACK < deadline => Err(Failure::new(format!(
-                "the connection was closed {e:.1?} after the auth line, after {garbage} garbage lines: garbage after the auth line is skipped, not a reason to close (violations.parse)"
-            ))
-            .with("each garbage line", b"conformance garbage, not json\n")),
-            Some(e) => {
-                if !back.is_empty() {
-                    return Err(Failure::new("the listener wrote on the connection")
-                        .with("bytes written back", &back));
-                }
-                pass(format!(
-                    "closed {e:.1?} after the last parseable line ({garbage} garbage lines did not extend it; deadline {deadline:?})"
-                ))
-            }
-        }
-    }
-
     pub(super) async fn sender_max_connections(cx: &mut Ctx) -> Result<Verdict, Failure> {
         let mut t = open_tx(cx).await?;
         let max = t.env.lim.max_conns;
@@ -2550,14 +2484,18 @@ mod imp {
                 "the auth line does not carry the ipcToken of the suite's registry record",
             )
             .with("the first line", &first)),
-            (Ok(m), _) => Err(Failure::new(format!(
-                "the first line is {m}, not the auth line the suite's record asks for (it has an ipcToken, §3)"
-            ))
-            .with("the first line", &first)),
-            (Err(why), _) => Err(Failure::new(format!(
-                "the first line is not a valid auth line: {why}"
-            ))
-            .with("the first line", &first)),
+            // Whether the first line is the auth line at all is the inboxConnection
+            // machine's rule, judged by the derived handshake (one rule, one failing check).
+            (Ok(m), _) => {
+                return skip(format!(
+                    "the first line is {m}, not an auth line: xsession.derived.handshake reports it"
+                ));
+            }
+            (Err(why), _) => {
+                return skip(format!(
+                    "the first line is no valid message ({why}): xsession.derived.handshake reports it"
+                ));
+            }
         };
         // Answer like a conforming recipient would, so the sender can settle.
         if let Some(f) = r.frames.first() {

@@ -439,6 +439,9 @@ class Session:
         self.open_conns += 1
         try:
             await self.serve_conn(reader)
+        except asyncio.CancelledError:
+            # The session is ending with the connection open: close it, no traceback.
+            pass
         except Exception as e:  # one bad connection must not take the inbox down
             self.log(f"connection error: {e!r}")
         finally:

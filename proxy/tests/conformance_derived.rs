@@ -672,3 +672,36 @@ fn every_derived_check_cites_an_entry_of_the_contract() {
         }
     }
 }
+
+/// A contract the project never saw (tests/fixtures/depot.json) whose binding is tagged
+/// and whose messages are all one-way: a parcel is answered by receipts that name it
+/// (`answeredBy`, the binding's `correlation`), one receipt may cover several parcels (its
+/// `batch`). A Python depot written from the contract passes every derived check; a receipt
+/// that forgets the batch fails only the check that sent two parcels in one write, and a
+/// receipt off its schema fails only the parcel's call check, not every probe it answered.
+#[test]
+fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
+    let contract = common::root().join("proxy/tests/fixtures/depot.json");
+    let contract = contract.display().to_string();
+    let depot = python("proxy/tests/peers/depot.py");
+    let r = conformance_as("courier", &contract, &format!("exec:{depot}"));
+    assert!(
+        r.with("FAIL").is_empty() && r.with("SKIP").is_empty(),
+        "{}",
+        r.stdout
+    );
+    let families = ids(&[
+        "depot.derived.handshake",
+        "depot.derived.call.parcel",
+        "depot.derived.unknown-notification",
+        "depot.derived.frame.merged",
+        "depot.derived.messages",
+    ]);
+    assert!(families.is_subset(&r.with("PASS")), "{}", r.stdout);
+    for (broken, fails) in [("lost-batch", "frame.merged"), ("bad-state", "call.parcel")] {
+        let target = format!("exec:{depot} --break {broken}");
+        let r = conformance_as("courier", &contract, &target);
+        let want = ids(&[&format!("depot.derived.{fails}")]);
+        assert_eq!(r.with("FAIL"), want, "{broken}: {}", r.stdout);
+    }
+}

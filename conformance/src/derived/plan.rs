@@ -65,7 +65,8 @@ impl Plan {
         }
     }
 
-    /// The requests the party may send once the handshake is done, in contract order.
+    /// The requests (and the one-way messages answered by others, `answeredBy`) the party
+    /// may send once the handshake is done, in contract order.
     pub fn callable(&self, c: &Contract) -> Vec<String> {
         // What the handshake sent (or asked, for an answer it awaited) is not called again.
         let sent: Vec<&String> = self
@@ -78,7 +79,7 @@ impl Plan {
             .collect();
         c.methods
             .iter()
-            .filter(|(_, m)| m.kind == Kind::Request && m.from.contains(&self.role))
+            .filter(|(_, m)| answered(m) && m.from.contains(&self.role))
             .filter(|(n, _)| !sent.contains(n) && example(c, n, &self.role).is_some())
             .filter(|(n, _)| self.allowed(c, n))
             .map(|(n, _)| n.clone())
@@ -282,12 +283,13 @@ pub(super) fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<
         }
     }
     // On a tie the furthest state wins (max_by_key keeps the last): rukh's `Running`,
-    // past the invoke, where the core's requests come.
-    let best = order
-        .iter()
-        .max_by_key(|s| allowed_in(sm, s))
-        .cloned()
-        .unwrap_or_default();
+    // past the invoke, where the core's requests come. A machine that allows nothing by
+    // name (xsession's inboxConnection) is walked to its furthest state.
+    let best = match sm.allows.is_empty() {
+        true => order.last(),
+        false => order.iter().max_by_key(|s| allowed_in(sm, s)),
+    };
+    let best = best.cloned().unwrap_or_default();
     let mut steps = Vec::new();
     for (state, step) in paths.remove(&best).unwrap_or_default() {
         steps.extend(only_here(c, sm, &state, role, &step).map(|s| (state.clone(), s)));
@@ -428,7 +430,7 @@ pub(super) fn out_of_place_on_the_way(c: &Contract, plan: &Plan) -> Vec<(String,
 }
 
 /// `role`'s first call example of `method` (any call example when none names a sender).
-pub(super) fn example(c: &Contract, method: &str, role: &str) -> Option<Value> {
+pub(crate) fn example(c: &Contract, method: &str, role: &str) -> Option<Value> {
     example_of(c, method, Part::Call, role)
 }
 
@@ -485,4 +487,9 @@ pub(super) fn carriers(c: &Contract, role: &str, methods: &[String], id: &Value)
             v
         })
         .collect()
+}
+
+/// Whether `m` gets answers: a request, or a one-way message with `answeredBy`.
+pub(super) fn answered(m: &contract::model::Method) -> bool {
+    m.kind == Kind::Request || !m.answered_by.is_empty()
 }

@@ -258,6 +258,11 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
         },
         _ => match wire.decode(ch, role, &bytes, None) {
             Ok(_) => return None,
+            // An unknown method of the other kind is the other probe's (a tagged binding's
+            // every message is one-way).
+            Err(v) if p == Probe::UnknownRequest && v.class != ViolationClass::UnknownRequest => {
+                return None;
+            }
             Err(v) => v,
         },
     };
@@ -628,6 +633,15 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             Err(f) => return plan.unreached(f),
         };
         let mut b = built(p, cx, &s, &callable)?;
+        // Only an error reply is the probe's own rule; another answer's content is its
+        // call check's to judge.
+        s.judge_answers = matches!(
+            b.reaction,
+            Reaction::Rule {
+                action: ActionKind::ReplyError,
+                ..
+            }
+        );
         if ends(&b.reaction) {
             // An end the session would have reached anyway is no evidence: it must be
             // alive right before the probe.
@@ -767,8 +781,8 @@ fn served(shape: &Shape, g: &Got, ids: &[Value]) -> bool {
 
 /// Whether `g` answers one of `ids` at all.
 fn answers(shape: &Shape, g: &Got, ids: &[Value]) -> bool {
-    let to = g.value().and_then(|v| shape.answered(v));
-    to.is_some_and(|id| ids.contains(&id))
+    let to = g.value().map(|v| shape.answered_all(v)).unwrap_or_default();
+    to.iter().any(|id| ids.contains(id))
 }
 
 /// Judge what the implementation did after `b` was sent.

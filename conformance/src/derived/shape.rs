@@ -1,7 +1,8 @@
 //! Where the channel's binding keeps the parts of a message the derived suite reads and
 //! writes: JSON-RPC's members, or the pointers of a custom envelope (the kernel's `type`,
-//! `id`, `correlation_id`, `payload`). The checks speak of ids, answers and error codes;
-//! only this module knows where a binding puts them.
+//! `id`, `correlation_id`, `payload`), or a tagged binding's (xsession's `msgId`,
+//! `origMsgId`, and the `dropReason` a report writes its code to). The checks speak of ids,
+//! answers and error codes; only this module knows where a binding puts them.
 
 use contract::Contract;
 use contract::model::{Binding, Kind};
@@ -13,8 +14,8 @@ use serde_json::Value;
 pub(super) struct Shape {
     /// The channel the suite speaks on.
     pub channel: String,
-    /// Where an error answer keeps its code.
-    error_code: String,
+    /// Where an error answer keeps its code (a tagged binding's: where a report writes it).
+    error_code: Option<String>,
     form: Form,
 }
 
@@ -30,13 +31,23 @@ enum Form {
         correlation: Option<String>,
         payload: String,
     },
+    /// Messages told apart by their `match` fields; an answer is a message carrying the
+    /// correlation (a one-way message's `answeredBy`).
+    Tagged {
+        id: Option<String>,
+        correlation: Option<String>,
+        /// Further ids an answer covers.
+        batch: Option<String>,
+        /// Each method's `match` fields.
+        matches: Vec<(String, Vec<(String, Value)>)>,
+    },
 }
 
 impl Shape {
-    /// The first channel bound as JSON-RPC or as an envelope; `None` without one (a tagged
-    /// binding names no method field to probe with).
+    /// The first channel with a binding; `None` without one.
     pub fn of(c: &Contract) -> Option<Shape> {
         c.channels.iter().find_map(|(name, ch)| {
+            let body = c.error_body_pointer(name).map(|b| format!("{b}/code"));
             let form = match ch.binding.as_ref()? {
                 Binding::Jsonrpc { .. } => Form::Jsonrpc,
                 Binding::Envelope {
@@ -58,12 +69,34 @@ impl Shape {
                     correlation: correlation.clone(),
                     payload: payload.clone(),
                 },
-                Binding::Tagged { .. } => return None,
+                Binding::Tagged {
+                    id,
+                    correlation,
+                    batch,
+                    ..
+                } => {
+                    let matches = (c.methods.iter())
+                        .filter(|(_, m)| m.channel == *name)
+                        .map(|(n, m)| {
+                            let fields = m.matches.iter().map(|(p, v)| (p.clone(), v.clone()));
+                            (n.clone(), fields.collect())
+                        })
+                        .collect();
+                    return Some(Shape {
+                        channel: name.clone(),
+                        error_code: report_code(c),
+                        form: Form::Tagged {
+                            id: id.clone(),
+                            correlation: correlation.clone(),
+                            batch: batch.clone(),
+                            matches,
+                        },
+                    });
+                }
             };
-            let body = c.error_body_pointer(name)?;
             Some(Shape {
                 channel: name.clone(),
-                error_code: format!("{body}/code"),
+                error_code: Some(body?),
                 form,
             })
         })
@@ -71,7 +104,7 @@ impl Shape {
 
     fn wire_kind(&self, v: &Value) -> Option<Kind> {
         match &self.form {
-            Form::Jsonrpc => None,
+            Form::Jsonrpc | Form::Tagged { .. } => None,
             Form::Envelope { kind, kinds, .. } => {
                 let w = v.pointer(kind)?;
                 kinds.iter().find(|(_, x)| x == w).map(|(k, _)| *k)
@@ -83,7 +116,7 @@ impl Shape {
     pub fn id<'v>(&self, v: &'v Value) -> Option<&'v Value> {
         match &self.form {
             Form::Jsonrpc => v.get("id"),
-            Form::Envelope { id, .. } => v.pointer(id.as_deref()?),
+            Form::Envelope { id, .. } | Form::Tagged { id, .. } => v.pointer(id.as_deref()?),
         }
     }
 
@@ -91,8 +124,10 @@ impl Shape {
     pub fn set_id(&self, v: &mut Value, id: Value) {
         match &self.form {
             Form::Jsonrpc => v["id"] = id,
-            Form::Envelope { id: Some(p), .. } => set_pointer(v, p, id),
-            Form::Envelope { id: None, .. } => {}
+            Form::Envelope { id: Some(p), .. } | Form::Tagged { id: Some(p), .. } => {
+                set_pointer(v, p, id);
+            }
+            Form::Envelope { id: None, .. } | Form::Tagged { id: None, .. } => {}
         }
     }
 
@@ -103,6 +138,9 @@ impl Shape {
             Form::Envelope { .. } => {
                 matches!(self.wire_kind(v), Some(Kind::Response | Kind::Error))
             }
+            Form::Tagged { correlation, .. } => correlation
+                .as_deref()
+                .is_some_and(|p| v.pointer(p).is_some()),
         }
     }
 
@@ -113,9 +151,22 @@ impl Shape {
         }
         let to = match &self.form {
             Form::Jsonrpc => v.get("id"),
-            Form::Envelope { correlation, .. } => correlation.as_deref().and_then(|p| v.pointer(p)),
+            Form::Envelope { correlation, .. } | Form::Tagged { correlation, .. } => {
+                correlation.as_deref().and_then(|p| v.pointer(p))
+            }
         };
         Some(to.cloned().unwrap_or(Value::Null))
+    }
+
+    /// Every id an answer covers: the one it answers, and a batch's others.
+    pub fn answered_all(&self, v: &Value) -> Vec<Value> {
+        let mut all: Vec<Value> = self.answered(v).into_iter().collect();
+        if let Form::Tagged { batch: Some(p), .. } = &self.form
+            && let Some(more) = v.pointer(p).and_then(Value::as_array)
+        {
+            all.extend(more.iter().cloned());
+        }
+        all
     }
 
     /// Whether an answer is a result (the request was served).
@@ -123,6 +174,7 @@ impl Shape {
         match &self.form {
             Form::Jsonrpc => v.get("result").is_some(),
             Form::Envelope { .. } => self.wire_kind(v) == Some(Kind::Response),
+            Form::Tagged { .. } => self.is_answer(v) && self.error_code(v).is_none(),
         }
     }
 
@@ -130,7 +182,7 @@ impl Shape {
     pub fn error_code<'v>(&self, v: &'v Value) -> Option<&'v Value> {
         match &self.form {
             Form::Envelope { .. } if self.wire_kind(v) != Some(Kind::Error) => None,
-            _ => v.pointer(&self.error_code),
+            _ => v.pointer(self.error_code.as_deref()?),
         }
     }
 
@@ -139,6 +191,7 @@ impl Shape {
         match &self.form {
             Form::Jsonrpc => "/params",
             Form::Envelope { payload, .. } => payload,
+            Form::Tagged { .. } => "",
         }
     }
 
@@ -147,13 +200,17 @@ impl Shape {
         match &self.form {
             Form::Jsonrpc => "/result",
             Form::Envelope { payload, .. } => payload,
+            Form::Tagged { .. } => "",
         }
     }
 
     /// Whether an answer carries an id of its own (an envelope's every message does),
     /// which the answering party gives out like a request's.
     pub fn answers_have_ids(&self) -> bool {
-        matches!(&self.form, Form::Envelope { id: Some(_), .. })
+        matches!(
+            &self.form,
+            Form::Envelope { id: Some(_), .. } | Form::Tagged { id: Some(_), .. }
+        )
     }
 
     /// Make `reply` (a result example) the answer to `request`, with `own` as its own id
@@ -163,6 +220,9 @@ impl Shape {
         match &self.form {
             Form::Jsonrpc => reply["id"] = to,
             Form::Envelope {
+                correlation, id, ..
+            }
+            | Form::Tagged {
                 correlation, id, ..
             } => {
                 if let Some(p) = correlation {
@@ -184,6 +244,21 @@ impl Shape {
                 v["method"] = Value::from(method);
             }
             Form::Envelope { method: p, .. } => set_pointer(&mut v, p, Value::from(method)),
+            Form::Tagged { matches, .. } => match matches.iter().find(|(m, _)| m == method) {
+                Some((_, fields)) => {
+                    for (p, w) in fields {
+                        set_pointer(&mut v, p, w.clone());
+                    }
+                }
+                // A method no `match` names: its name where the message has a tag.
+                None => {
+                    for (p, _) in matches.iter().flat_map(|(_, f)| f) {
+                        if v.pointer(p).is_some() {
+                            set_pointer(&mut v, p, Value::from(method));
+                        }
+                    }
+                }
+            },
         }
         v
     }
@@ -203,6 +278,8 @@ impl Shape {
                     set_pointer(&mut v, kind, w.clone());
                 }
             }
+            // Every tagged message is one-way.
+            Form::Tagged { .. } => {}
         }
         v
     }
@@ -214,10 +291,29 @@ impl Shape {
         let gone: Vec<&str> = match &self.form {
             Form::Jsonrpc => vec!["/method", "/params"],
             Form::Envelope { kind, method, .. } => vec![kind, method],
+            Form::Tagged { matches, .. } => {
+                let mut all: Vec<&str> = matches
+                    .iter()
+                    .flat_map(|(_, f)| f)
+                    .map(|(p, _)| p.as_str())
+                    .collect();
+                all.sort_unstable();
+                all.dedup();
+                all
+            }
         };
         for p in gone {
             remove_pointer(&mut v, p);
         }
         v
     }
+}
+
+/// Where the contract's reports write an action's code (xsession's `/dropReason`): the
+/// first report message that places one.
+fn report_code(c: &Contract) -> Option<String> {
+    (c.limits.values().filter_map(|l| l.action.as_ref()))
+        .filter_map(|a| a.report.as_ref())
+        .flat_map(|r| &r.messages)
+        .find_map(|m| m.code.clone())
 }

@@ -5,6 +5,11 @@
 //! party up to the start, then falls silent and stays so: it sends and answers nothing,
 //! so only the implementation's own messages move the clock (a restart on its own ping).
 //!
+//! Where the clock restarts on messages and the contract ignores bytes that are not JSON
+//! (`violations.parse`), the suite is not quite silent while it waits for the end: it
+//! writes such a line every sixth of the clock, which must not restart it (xsession's
+//! parseableLineDeadline: garbage does not extend it).
+//!
 //! Every check of the family shares one silent session: the clock of each is computed
 //! from the session's whole traffic, both directions, by the limit's own triggers, so a
 //! check taking over the session the one before kept judges it as if it had watched
@@ -32,6 +37,11 @@ const LATE: Duration = Duration::from_millis(2500);
 /// How many of a limit's sends are watched when its own send restarts it (the second
 /// shows the spacing of sends that go unanswered).
 const SENDS_WATCHED: usize = 2;
+
+/// What the suite writes as noise while a clock runs (see the module doc).
+const NOISE: &[u8] = b"conformance noise, not JSON";
+/// Noise lines per run of the clock.
+const NOISE_PER_CLOCK: u32 = 6;
 
 /// A session the suite has fallen silent on, for the next check of the family.
 struct Silent(Session);
@@ -244,9 +254,19 @@ async fn watch_end(
     let action = clock.l.action.as_ref().map(|a| action_name(a.action));
     let action = action.unwrap_or("end");
     let mut sent = 0usize;
+    let every = noise(clock).then(|| clock.time / NOISE_PER_CLOCK);
+    let mut noise_at = every.map(|e| Instant::now() + e);
+    let mut noisy = 0u32;
     loop {
         let base = started(clock, s, opened, None)?;
-        match s.peer.next(base + clock.time + LATE).await {
+        let end = base + clock.time + LATE;
+        match s.peer.next(noise_at.map_or(end, |n| n.min(end))).await {
+            Incoming::Timeout if noise_at.is_some_and(|n| n < end) => {
+                // A write the closing channel refuses shows as its end on the next read.
+                let _ = s.peer.send_raw(NOISE).await;
+                noisy += 1;
+                noise_at = noise_at.zip(every).map(|(n, e)| n + e);
+            }
             Incoming::Control(_) => sent += 1,
             Incoming::Data { .. } | Incoming::DataEnd(_) => {}
             Incoming::ControlEnd(why) => {
@@ -256,7 +276,7 @@ async fn watch_end(
                     closed_as(s, cx, a.action, a.code.as_ref())?;
                 }
                 return pass(format!(
-                    "the channel ended ({why}) {:.2} s after the clock's last (re)start ({name}: {:.2} s); {sent} more messages from the implementation before it",
+                    "the channel ended ({why}) {:.2} s after the clock's last (re)start ({name}: {:.2} s; {noisy} lines that are not JSON did not restart it); {sent} more messages from the implementation before it",
                     at.saturating_duration_since(base).as_secs_f64(),
                     clock.time.as_secs_f64()
                 ));
@@ -270,6 +290,15 @@ async fn watch_end(
             }
         }
     }
+}
+
+/// Whether the suite writes noise while `clock` runs: only messages restart it, and the
+/// contract ignores a line that is not JSON.
+fn noise(clock: &Clock<'_>) -> bool {
+    let ignored = (clock.c.violations.parse.as_ref())
+        .is_some_and(|a| a.action == contract::model::ActionKind::Ignore);
+    let restart = &clock.l.restart;
+    ignored && !restart.is_empty() && restart.iter().all(|t| matches!(t, Trigger::Message { .. }))
 }
 
 /// When the clock last (re)started, or a skip-worthy failure when nothing started it.

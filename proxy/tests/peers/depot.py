@@ -1,0 +1,77 @@
+"""A depot of proxy/tests/fixtures/depot.json, written from the contract's text alone.
+
+One JSON object per line on stdin/stdout, told apart by `t`. After the courier's hello it
+answers each parcel with a receipt naming it by `re`; parcels that came in one read share
+one receipt, the first named by `re` and the rest listed in `also`. Lines that are not
+JSON, not objects, of an unknown `t`, or parcels off their schema are skipped; a parcel
+before hello is skipped too. A line over lineMax ends the session.
+
+--break lost-batch: a receipt for several parcels names only the first.
+--break bad-state: a receipt's state is one the contract does not list.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "depot.json")
+
+
+def line_max():
+    with open(FIXTURE, encoding="utf-8") as f:
+        return json.load(f)["limits"]["lineMax"]["value"] * 1024
+
+
+def parcel(m):
+    """The parcel's number when `m` is a parcel on its schema, else None."""
+    keys = set(m)
+    ok = (keys == {"t", "no", "weight"} and isinstance(m["no"], str) and m["no"]
+          and type(m["weight"]) is int and m["weight"] >= 1)
+    return m["no"] if ok else None
+
+
+def receipt(nos, brk):
+    r = {"t": "receipt", "re": nos[0], "state": "stored"}
+    if len(nos) > 1 and brk != "lost-batch":
+        r["also"] = nos[1:]
+    if brk == "bad-state":
+        r["state"] = "shredded"
+    sys.stdout.buffer.write(json.dumps(r).encode() + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state"])
+    brk = ap.parse_args().brk
+    cap = line_max()
+    fd = sys.stdin.fileno()
+    buf = b""
+    hello = False
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        if len(buf) > cap or any(len(l) > cap for l in lines):
+            return
+        nos = []
+        for raw in lines:
+            try:
+                m = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(m, dict):
+                continue
+            if m.get("t") == "hello" and isinstance(m.get("courier"), str) and m["courier"]:
+                hello = True
+            elif m.get("t") == "parcel" and hello and parcel(m) is not None:
+                nos.append(parcel(m))
+        if nos:
+            receipt(nos, brk)
+
+
+if __name__ == "__main__":
+    main()
