@@ -839,10 +839,11 @@ handlebars_helper!(cs_keyed_helper: |l: Json| {
 handlebars_helper!(cs_id_rules_helper: |r: Json| {
     let flag = |k: &str| if r[k] == true { "true" } else { "false" };
     format!(
-        "new IdRules({}, {}, {}, {}, {})",
+        "new IdRules({}, {}, {}, {}, {}, {})",
         r["prefix"].as_str().map_or("null".to_string(), cs_string),
         r["start"].as_i64().map_or("null".to_string(), |n| format!("(long?){n}L")),
         flag("increasing"), flag("gapless"), flag("unique"),
+        r["code"].as_str().map_or("null".to_string(), cs_string),
     )
 });
 handlebars_helper!(cs_fields_helper: |def: Json, types: Json| fields(def, types));

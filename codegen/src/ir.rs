@@ -310,6 +310,8 @@ pub struct IdRulesIr {
     pub gapless: bool,
     /// No id is used twice.
     pub unique: bool,
+    /// The error code a broken rule is answered with (a `reply-error` action's).
+    pub code: Option<Value>,
 }
 
 /// A state machine with identifiers.
@@ -749,6 +751,9 @@ impl Ir {
                     increasing: r.increasing,
                     gapless: r.gapless,
                     unique: r.unique,
+                    code: (r.action.as_ref())
+                        .filter(|a| a.action == contract::model::ActionKind::ReplyError)
+                        .and_then(|a| a.code.clone()),
                 })
             })
             .collect();

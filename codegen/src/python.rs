@@ -809,7 +809,7 @@ pub fn py_module(ctx: &Value) -> Value {
             let flag = |k: &str| if r[k] == true { "True" } else { "False" };
             json!({
                 "party": py_literal(&r["party"]),
-                "rules": format!("_rt.IdRules({}, {}, {}, {}, {})", opt(&r["prefix"]), opt(&r["start"]), flag("increasing"), flag("gapless"), flag("unique")),
+                "rules": format!("_rt.IdRules({}, {}, {}, {}, {}, {})", opt(&r["prefix"]), opt(&r["start"]), flag("increasing"), flag("gapless"), flag("unique"), opt(&r["code"])),
             })
         })
         .collect();

@@ -391,7 +391,7 @@ class Core:
             self.shell_ids.admit(rules, msg.id)
         except k._rt.IdRuleBroken as e:
             log(f"request id refused: {e}")
-            await self.error(k.ErrorCode.PROTOCOL_INVALID_ENVELOPE, str(e), trace=msg.trace_id,
+            await self.error(k.ErrorCode(rules.code), str(e), trace=msg.trace_id,
                              correlation=msg.id, details=k.ErrorDetails(fields=["id"]))
             return True
         return False

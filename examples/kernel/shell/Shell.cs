@@ -100,6 +100,16 @@ namespace KernelShell
         readonly Dictionary<long, StreamRx> streams = new Dictionary<long, StreamRx>();
         // Dictionary, not HashSet: HashSet lives in System.Collections, whose 3.1 reference clashes with STJ 8 under mcs (CS1705).
         readonly Dictionary<string, bool> coreIds = new Dictionary<string, bool>();
+
+        // The error the contract's id rules for the core answer a broken rule with, if any.
+        static bool IdRefusal(out Codes.ErrorCode code)
+        {
+            code = default(Codes.ErrorCode);
+            IdRules rules;
+            if (!Rules.IdRulesByParty.TryGetValue("core", out rules) || rules.Code == null) return false;
+            using (var doc = JsonDocument.Parse(JsonSerializer.Serialize(rules.Code)))
+                return WireNames.TryParseWire(doc.RootElement, out code);
+        }
         int nextId;
         long version = 1; // the hello exchange carries v = 1 (K-7)
         volatile bool ready;
@@ -554,11 +564,12 @@ namespace KernelShell
                         if (serving) Say("shell: " + what); else Check(false, what);
                         // A request under a used id is refused, not carried out (K-5).
                         var again = m as RequestMessage;
-                        if (again != null)
+                        Codes.ErrorCode refusal;
+                        if (again != null && IdRefusal(out refusal))
                         {
                             var d = new ErrorDetails();
                             d.Fields = new List<string> { "id" };
-                            ErrorReply(Codes.ErrorCode.ProtocolInvalidEnvelope, "id " + id + " was used before (K-5)", again.TraceId, again.Id, d);
+                            ErrorReply(refusal, "id " + id + " was used before (K-5)", again.TraceId, again.Id, d);
                             continue;
                         }
                     }
