@@ -488,7 +488,7 @@ impl Session {
                         let others = to.iter().filter(|id| !ids.contains(id));
                         let room = COVERED_MAX.saturating_sub(self.covered.len());
                         let others = others.take(room).map(|id| (id.clone(), v.clone()));
-                        self.covered.extend(others.collect::<Vec<_>>());
+                        self.covered.extend(others);
                     }
                     if !to.iter().any(|id| ids.contains(id)) {
                         let ours = self.serves(ids, &got) || self.keeps_alive(&got);

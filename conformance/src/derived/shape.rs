@@ -47,7 +47,6 @@ impl Shape {
     /// The first channel with a binding; `None` without one.
     pub fn of(c: &Contract) -> Option<Shape> {
         c.channels.iter().find_map(|(name, ch)| {
-            let body = c.error_body_pointer(name).map(|b| format!("{b}/code"));
             let form = match ch.binding.as_ref()? {
                 Binding::Jsonrpc { .. } => Form::Jsonrpc,
                 Binding::Envelope {
@@ -94,9 +93,10 @@ impl Shape {
                     });
                 }
             };
+            let body = c.error_body_pointer(name)?;
             Some(Shape {
                 channel: name.clone(),
-                error_code: Some(body?),
+                error_code: Some(format!("{body}/code")),
                 form,
             })
         })
