@@ -843,9 +843,17 @@ handlebars_helper!(cs_id_rules_helper: |r: Json| {
         r["prefix"].as_str().map_or("null".to_string(), cs_string),
         r["start"].as_i64().map_or("null".to_string(), |n| format!("(long?){n}L")),
         flag("increasing"), flag("gapless"), flag("unique"),
-        r["code"].as_str().map_or("null".to_string(), cs_string),
+        id_rules_code(&r["code"]),
     )
 });
+// An id rule's error code as a C# literal: a string, a boxed long, or null.
+fn id_rules_code(code: &Value) -> String {
+    match code {
+        Value::String(s) => cs_string(s),
+        Value::Number(n) => n.as_i64().map_or("null".to_string(), |n| format!("{n}L")),
+        _ => "null".to_string(),
+    }
+}
 handlebars_helper!(cs_fields_helper: |def: Json, types: Json| fields(def, types));
 handlebars_helper!(cs_keeps_null_helper: |def: Json, types: Json| fields(def, types)
     .as_array()
