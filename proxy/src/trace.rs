@@ -3,7 +3,8 @@
 //! [`Tracer`] is a relay [`Sink`]: every inspected frame becomes span bookkeeping
 //! through `tracing` + `tracing-opentelemetry` on a private dispatcher (nothing
 //! global is installed). A request and its reply (response, error, or the
-//! connection's end) form one span whose duration is the exchange's latency;
+//! connection's end) form one span whose duration is the exchange's latency as the
+//! inspector measured it (`proxy.latency_ns`: request read to reply read);
 //! events, notifications, stream chunks, data frames and heartbeats become span
 //! events on the span they belong to, never traces of their own. Violations and
 //! enforcement actions become `contract.violation` / `contract.enforcement` span
@@ -418,10 +419,32 @@ struct QueueProcessor {
     deadline: Duration,
 }
 
+/// Where a reply records the exchange's latency as the inspector measured it.
+const LATENCY_NS: &str = "proxy.latency_ns";
+
+/// Start an answered request's span [`LATENCY_NS`] before it ended. The tracer runs behind
+/// the relay, on a task of its own, so its clock stamps a frame when it gets to it, not
+/// when the frame arrived; the inspector's latency (request read to reply read) is the
+/// exchange's own.
+fn at_latency(span: &mut SpanData) {
+    let latency = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == LATENCY_NS)
+        .and_then(|kv| match kv.value {
+            opentelemetry::Value::I64(n) => u64::try_from(n).ok(),
+            _ => None,
+        });
+    if let Some(start) = latency.and_then(|n| span.end_time.checked_sub(Duration::from_nanos(n))) {
+        span.start_time = start;
+    }
+}
+
 impl SpanProcessor for QueueProcessor {
     fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
 
-    fn on_end(&self, span: SpanData) {
+    fn on_end(&self, mut span: SpanData) {
+        at_latency(&mut span);
         if self.closed.load(Ordering::Acquire) {
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
             return;
@@ -1480,6 +1503,9 @@ impl Inner {
         let msg = ins.message.as_ref();
         span.set_attribute("proxy.response.bytes", ev.size as i64);
         span.set_attribute("proxy.reply.kind", kind_name(ev.kind));
+        if let Some(l) = ev.latency {
+            span.set_attribute(LATENCY_NS, i64::try_from(l.as_nanos()).unwrap_or(i64::MAX));
+        }
         if !shape.jsonrpc()
             && let Some(id) = &ev.id
         {
