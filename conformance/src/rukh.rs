@@ -269,47 +269,6 @@ fn success(g: &Got, label: &str, why: impl Into<String>) -> Result<(), Failure> 
     }
 }
 
-/// Counter of `prefix:N`.
-fn counter(id: &str, prefix: &str) -> Option<u64> {
-    id.strip_prefix(prefix)?.parse().ok()
-}
-
-/// Whether `ids` are `prefix:1, prefix:2, …` in order; else the first offender.
-fn gapless(ids: &[String], prefix: &str) -> Result<(), (usize, String)> {
-    for (i, id) in ids.iter().enumerate() {
-        if counter(id, prefix) != Some(i as u64 + 1) {
-            return Err((i, format!("{prefix}{}", i + 1)));
-        }
-    }
-    Ok(())
-}
-
-/// Whether the request ids of the implementation (`who`) are its direction `prefix` and a
-/// gapless counter from 1; `requests` are its requests, one of them the evidence.
-fn judge_ids<'a>(
-    who: &str,
-    prefix: &str,
-    ids: &[String],
-    mut requests: impl Iterator<Item = &'a Got>,
-) -> Result<Verdict, Failure> {
-    let Err((i, want)) = gapless(ids, prefix) else {
-        return Ok(Verdict::Pass(format!(
-            "{who} request ids {}",
-            ids.join(", ")
-        )));
-    };
-    let id = &ids[i];
-    let raw = requests
-        .find(|g| id_of(g).as_deref() == Some(id.as_str()))
-        .map(|g| g.raw.to_vec())
-        .unwrap_or_default();
-    Err(Failure::new(format!(
-        "{who} request {} has id {id}, expected {want}: ids are {prefix}N, gapless and increasing from 1 (R-10)",
-        i + 1
-    ))
-    .with("that request", &raw))
-}
-
 // ---------------------------------------------------------------------------
 // Playing the core: the extension is under test.
 
@@ -675,26 +634,6 @@ async fn core_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
 }
 
-async fn core_before_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    let id = s.id();
-    let msg = CoreSide::invoke_msg(&id, json!({}));
-    s.peer.send(&msg).await?;
-    let want = s.sp.error("not_initialized")?;
-    let d = s.rejected(Some(&id)).await?;
-    // A refusal, if any, carries the contract's code for it.
-    if let Some(code) = s.peer.log.iter().find_map(error_code)
-        && code != want
-    {
-        return Err(Failure::new(format!(
-            "rukh.invoke before rukh.initialize was refused with {code}, not not_initialized ({want})"
-        )));
-    }
-    Ok(Verdict::Pass(format!(
-        "rukh.invoke before rukh.initialize {d}"
-    )))
-}
-
 async fn core_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::open(cx).await?;
     let params = s.init_params(&[])?;
@@ -850,28 +789,6 @@ async fn core_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
     Ok(Verdict::Pass(format!(
         "a describe invoke in a session pinned to execute {d}"
     )))
-}
-
-async fn core_ids_own(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let g = s.invoke(json!({}), s.soon()).await?;
-    success(&g, "its answer", "the invocation did not complete")?;
-    s.close().await?;
-    if s.ext_ids.is_empty() {
-        return Ok(Verdict::Pass(
-            "the extension sent no request (nothing to number)".into(),
-        ));
-    }
-    let requests = s.peer.log.iter().filter(|g| kind(g) == Some(Kind::Request));
-    judge_ids("extension", "e:", &s.ext_ids, requests)
-}
-
-async fn core_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let bytes = to_bytes(&json!({"jsonrpc": "2.0", "id": "e:99", "result": {"output": {}}}));
-    s.reject(&bytes, None, "the response")
-        .await
-        .map(|d| Verdict::Pass(format!("a response to the never-issued e:99: {d}")))
 }
 
 async fn core_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
@@ -1557,28 +1474,6 @@ async fn ext_session(cx: &mut Ctx, result: Value, code: i64) -> Result<i32, Fail
 }
 
 #[cfg(unix)]
-async fn ext_early_request(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = launch_core(cx, None).await?;
-    s.initialize().await?;
-    let had_invoke = s.invoke.is_some();
-    let (id, msg) = s.call_msg(json!({}));
-    s.peer.send(&msg).await?;
-    let r = s
-        .rejected(
-            cx,
-            Some(&id),
-            "a rukh.call before the handshake was confirmed",
-        )
-        .await?;
-    if !had_invoke && s.invoke.is_some() {
-        return Err(Failure::new(
-            "the core sent rukh.invoke although the handshake was never confirmed",
-        ));
-    }
-    Ok(Verdict::Pass(r))
-}
-
-#[cfg(unix)]
 async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = launch_core(cx, None).await?;
     s.ready().await?;
@@ -1677,15 +1572,6 @@ async fn ext_refuse(cx: &mut Ctx, mismatch: bool) -> Result<Verdict, Failure> {
     Ok(Verdict::Pass(format!("no invoke; {r}")))
 }
 
-#[cfg(unix)]
-async fn ext_ids_own(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    s.wrap_up().await?;
-    s.exit(cx).await?;
-    let ids: Vec<String> = s.core_reqs.iter().filter_map(id_of).collect();
-    judge_ids("core", "c:", &ids, s.core_reqs.iter())
-}
-
 /// After the invoke, send `frames` (raw payloads) and expect the core to fail the invocation.
 #[cfg(unix)]
 async fn ext_reject_after_invoke(
@@ -1708,24 +1594,6 @@ async fn ext_reject_after_invoke(
                 )
             })
         })
-}
-
-#[cfg(unix)]
-async fn ext_ids_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    ext_reject_after_invoke(
-        cx,
-        |_| {
-            (
-                None,
-                vec![to_bytes(
-                    &json!({"jsonrpc": "2.0", "id": "c:99", "result": {}}),
-                )],
-            )
-        },
-        "a response to the never-issued c:99",
-    )
-    .await
-    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
@@ -2190,13 +2058,10 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
 bodies! { cx;
     c_shape => core_response_shape(cx),
     c_lsize => core_lifecycle_size(cx),
-    c_before => core_before_init(cx),
     c_confirm => core_confirm(cx),
     c_incompat => core_incompatible(cx),
     c_once => core_once(cx),
     c_kind => core_kind(cx),
-    c_ids_own => core_ids_own(cx),
-    c_ids_unknown => core_ids_unknown(cx),
     c_denial => core_denial(cx),
     c_cancel => core_cancel(cx),
     c_ok => core_outcome(cx, false),
@@ -2210,11 +2075,8 @@ bodies! { cx;
     e_confirm => ext_confirm(cx),
     e_incompat => ext_refuse(cx, false),
     e_mismatch => ext_refuse(cx, true),
-    e_early => ext_early_request(cx),
     e_kind => ext_kind(cx),
     e_once => ext_once(cx),
-    e_ids_own => ext_ids_own(cx),
-    e_ids_unknown => ext_ids_unknown(cx),
     e_context => ext_context(cx),
     e_after => ext_after_completion(cx),
     e_log => ext_log_intake(cx),
@@ -2268,13 +2130,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             ext!(e_lsize),
         ),
         (
-            "rukh.handshake.before-initialize",
-            "before the confirmation only rukh.initialize and its answer travel; nothing else reaches a handler",
-            "Session identity and handshake; P3.6 rule 8; P3.7 item 9 (R-38)",
-            Ok(c_before),
-            Err("playing the extension, rukh.derived.handshake checks what the core sends first"),
-        ),
-        (
             "rukh.handshake.confirm",
             "the handshake confirms the pinned session exactly (no downgrade); the invoke stays in that context",
             "Session identity and handshake; P3.2 (R-8, R-15)",
@@ -2296,15 +2151,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             ext!(e_mismatch),
         ),
         (
-            "rukh.handshake.early-request",
-            "a request from the extension before the confirmation never reaches a handler (125, no invoke)",
-            "Session identity and handshake; P3.6 rule 8; P3.7 item 9",
-            Err(
-                "playing the core, the suite sends nothing early; an extension's early messages fail rukh.handshake.confirm",
-            ),
-            ext!(e_early),
-        ),
-        (
             "rukh.invoke.kind",
             "execute cannot become describe (nor complete with describe's help)",
             "Frame format and value representation; P3.6 rule 11 (R-13)",
@@ -2317,20 +2163,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Session identity and handshake; P3.6 rule 11",
             Ok(c_once),
             ext!(e_once),
-        ),
-        (
-            "rukh.ids.own",
-            "the implementation's request ids are its direction prefix and a gapless counter from 1",
-            "Requests, responses and events (request IDs); P3.6 rule 7 (R-10)",
-            Ok(c_ids_own),
-            ext!(e_ids_own),
-        ),
-        (
-            "rukh.ids.unknown-response",
-            "a response to a never-issued (future) id is a protocol error",
-            "Requests, responses and events (request IDs); P3.6 rule 7",
-            Ok(c_ids_unknown),
-            ext!(e_ids_unknown),
         ),
         (
             "rukh.call.denial",

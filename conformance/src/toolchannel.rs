@@ -14,7 +14,7 @@
 //!
 //! One rule, one failing check: every check tolerates what another check judges
 //! (the handshake order is judged by `toolchannel.handshake.order` only, the
-//! reverse-capability refusals by `toolchannel.reverse.sampling` only), and
+//! reverse-capability refusals by the derived `call.<method>` checks only), and
 //! whatever the implementation sends that a check is not waiting for is answered
 //! as a plain conforming peer would (heartbeats, tool calls, unknown requests).
 //! Codes, close codes, exit codes, limits and version names come from the
@@ -74,7 +74,6 @@ bodies! {
     h_mismatch => host_mismatch, w_mismatch => worker_mismatch,
     h_supersede => host_supersede, w_supersede => worker_supersede,
     w_refuse => worker_refuse,
-    h_reverse => host_reverse, w_reverse => worker_reverse,
     h_channel => host_channel, w_channel => worker_channel,
     h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
     h_lost => host_lost, w_lost => worker_lost,
@@ -138,13 +137,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
                 "the host keeps the redial table; the worker's half (same instanceId, attempt + 1) is toolchannel.redial.supersede",
             ),
             Ok(w_refuse),
-        ),
-        (
-            "toolchannel.reverse.sampling",
-            "sampling/* requests → -32003 SAMPLING_DISABLED; elicitation/*, roots/* → -32004; a worker never emits them",
-            "sampling is disabled — and exactly where; Error codes; P4.8 #24 (T-34)",
-            Ok(h_reverse),
-            Ok(w_reverse),
         ),
         (
             "toolchannel.version.channel",
@@ -2147,80 +2139,6 @@ async fn worker_refuse(cx: &mut Ctx) -> Result<Verdict, Failure> {
         &a,
         format!("both redials closed {want}; the live socket kept serving"),
     )
-}
-
-// ---------------------------------------------------------------------------------------------
-// reverse capabilities, unknown methods, bad frames
-
-async fn host_reverse(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (_dock, mut s) = host_up(cx, &k).await?;
-    // Watch two heartbeat intervals of serving: the worker transport must not emit them.
-    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
-    s.watch(every * 2 + QUIET, |_| false).await?;
-    let seen = s.ch.log.iter().find(|g| {
-        g.method().is_some_and(|m| {
-            g.at_ptr("/id").is_some()
-                && (m.starts_with("sampling/")
-                    || m.starts_with("elicitation/")
-                    || m.starts_with("roots/"))
-        })
-    });
-    if let Some(g) = seen.cloned() {
-        return Err(s.bad(
-            &g,
-            "the worker sent a reverse-capability request (never declared)",
-        ));
-    }
-    pass(
-        &s,
-        format!(
-            "no sampling/, elicitation/ or roots/ request in {:?} of serving",
-            every * 2 + QUIET
-        ),
-    )
-}
-
-async fn worker_reverse(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (k, _, mut s) = worker_session(cx).await?;
-    s.up().await?;
-    let probes = [
-        (
-            "sampling/createMessage",
-            json!({"messages": [{"role": "user", "content": {"type": "text", "text": "conformance"}}], "maxTokens": 1}),
-            k.err("SAMPLING_DISABLED")?,
-        ),
-        (
-            "elicitation/create",
-            json!({"message": "conformance", "requestedSchema": {"type": "object", "properties": {}}}),
-            k.err("CAPABILITY_NOT_NEGOTIATED")?,
-        ),
-        ("roots/list", json!({}), k.err("CAPABILITY_NOT_NEGOTIATED")?),
-    ];
-    let mut seen = Vec::new();
-    for (method, params, want) in probes {
-        let id = s.ch.request_raw(method, params).await?;
-        let g = s
-            .answer(&format!("the answer to {method}"), &id, s.soon())
-            .await?;
-        match code_of(&g) {
-            Some(c) if c == want => seen.push(format!("{method} → {c}")),
-            Some(c) => {
-                return Err(s.bad(
-                    &g,
-                    format!("{method} was refused with {c}; the contract says {want}"),
-                ));
-            }
-            // A result breaks the method's schema: its derived call check reports that
-            // (one broken rule, one failing check).
-            None => {
-                return super::skip(format!(
-                    "{method} was answered with a result (toolchannel.derived.call.{method} reports it)"
-                ));
-            }
-        }
-    }
-    pass(&s, seen.join(", "))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
         ),
         (
             "xsession.7.unknown",
-            "unknown fields are ignored, unknown frame types and control actions and garbage after the auth line are skipped, a msgV 2 frame is dropped",
+            "unknown fields are ignored, unknown control actions are skipped, a msgV 2 frame is dropped (unknown frame types and garbage lines: the derived unknown-notification and parse checks)",
             "§4 L86, §7 (P1.7 item 22; X-9, X-10, X-25)",
             Ok(s_unknown),
             Err(RECIPIENT_ONLY),
@@ -2082,20 +2082,14 @@ mod imp {
         };
         let msg_v = t.env.msg_v.clone();
         let newer = msg_v.as_u64().map(|v| v + 1).unwrap_or(2);
-        // Garbage after the auth line is skipped (violations.parse: ignore).
-        let (garbage_id, v) = t.frame(0, None);
-        let l = t.env.line(&v)?;
-        t.send_lines(&[b"conformance: not json\n".to_vec(), l])
-            .await?;
-        // Unknown frame type and unknown control action are skipped.
+        // An unknown control action is skipped (garbage lines and unknown frame types are
+        // the derived `parse` and `unknown-notification` checks').
         let (unknown_id, v) = t.frame(0, None);
         let l = t.env.line(&v)?;
-        let future =
-            Env::raw(&json!({"msgV": msg_v, "type": "conformance-future", "msgId": uuid()}));
         let rename = Env::raw(
             &json!({"msgV": msg_v, "type": "control", "action": "conformance-rename", "msgId": uuid()}),
         );
-        t.send_lines(&[future, rename, l]).await?;
+        t.send_lines(&[rename, l]).await?;
         // Unknown fields are ignored.
         let (fields_id, mut v) = t.frame(0, None);
         v["conformanceExtra"] = json!({"ignored": true});
@@ -2106,13 +2100,11 @@ mod imp {
         let (newer_id, mut v) = t.frame(0, None);
         v["msgV"] = json!(newer);
         t.send_lines(&[Env::raw(&v)]).await?;
-        let want = [garbage_id.clone(), unknown_id.clone(), fields_id.clone()];
+        let want = [unknown_id.clone(), fields_id.clone()];
         let missing = t.wait_ids(&want, 1, t.env.soon()).await;
         let label = |id: &str| {
-            if id == garbage_id {
-                "a frame after a garbage line"
-            } else if id == unknown_id {
-                "a frame after an unknown type and an unknown control action"
+            if id == unknown_id {
+                "a frame after an unknown control action"
             } else {
                 "a frame with unknown fields"
             }
@@ -2128,7 +2120,7 @@ mod imp {
         t.fenced_none(&[(newer_id, "a user frame with a newer msgV")])
             .await?;
         pass(format!(
-            "garbage, an unknown type and an unknown control action skipped, unknown fields ignored (control {ctl}); msgV {newer} dropped without a status"
+            "an unknown control action skipped, unknown fields ignored (control {ctl}); msgV {newer} dropped without a status"
         ))
     }
 

@@ -400,6 +400,10 @@ class Worker:
         result = tc.ListToolsResult(tools=[TOOLS[t]["tool"] for t in self.tools])
         await self.reply(rid, result, tc.ListToolsResult)
         self.go(W.SERVING)
+        if self.a.brk == "ask-roots":
+            log("--break ask-roots: asking for roots/list, which the host never declared")
+            self.next_id += 1
+            await self.send(tc.JsonRpcRequest(jsonrpc="2.0", id=self.next_id, method="roots/list", params=msgspec.UNSET))
 
     async def on_tools_call(self, rid: Any, p: Any) -> None:
         if self.state is not W.SERVING:
@@ -646,7 +650,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

@@ -453,8 +453,10 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 
 /// A contract the project never saw (tests/fixtures/beacon.json) with its clocks and its
 /// bad-line count as data: a Python station written from the contract passes every derived
-/// check, the timer and count ones included; beating early fails only the beat's check,
-/// never hanging up only the idle one, ignoring the bad-line count only the count's.
+/// check, the timer, count and unissued-answer ones included; beating early fails only the
+/// beat's check, never hanging up only the idle one, ignoring the bad-line count only the
+/// count's, refusing an answer its id rule says to drop only the id check, answering a
+/// retired method otherwise than its one error only that method's call check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -470,12 +472,15 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.timer.beatSeconds",
         "beacon.derived.timer.idleSeconds",
         "beacon.derived.count.badLinesMax",
+        "beacon.derived.ids.unissued",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     for (broken, fails) in [
         ("early", "timer.beatSeconds"),
         ("never", "timer.idleSeconds"),
         ("uncounted", "count.badLinesMax"),
+        ("answers", "ids.unissued"),
+        ("retired", "call.rewind"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);

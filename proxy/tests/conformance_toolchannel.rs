@@ -22,7 +22,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 14] = [
+const HAND_WRITTEN: [&str; 13] = [
     "toolchannel.upgrade.401",
     "toolchannel.upgrade.426",
     "toolchannel.handshake.order",
@@ -30,7 +30,6 @@ const HAND_WRITTEN: [&str; 14] = [
     "toolchannel.session.mismatch",
     "toolchannel.redial.supersede",
     "toolchannel.redial.refuse",
-    "toolchannel.reverse.sampling",
     "toolchannel.version.channel",
     "toolchannel.heartbeat",
     "toolchannel.heartbeat.lost",
@@ -174,6 +173,20 @@ fn as_host_an_early_ready_worker_fails_exactly_the_handshake_check() {
     assert_eq!(report.failures, 1);
 }
 
+/// The host's capabilities are data (`parties.host.declares`): a worker that asks for roots
+/// it was never offered fails the derived capabilities check, and only it.
+#[test]
+fn as_host_a_worker_asking_for_roots_fails_exactly_the_capabilities_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let xml = dir.path().join("host-roots.xml");
+    let target = worker_target(dir.path(), "--break ask-roots");
+    let r = play("host", &target, &xml);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    let check = "toolchannel.derived.capabilities";
+    assert_eq!(r.with("FAIL"), [check], "{}", show(&r));
+    assert!(r.stdout.contains("roots/list"), "{}", show(&r));
+}
+
 #[test]
 fn as_worker_the_rust_host_passes_and_junit_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -202,13 +215,6 @@ fn as_worker_a_host_that_answers_sampling_fails_exactly_the_sampling_check() {
         "{fail}"
     );
     assert!(fail.contains("sampled anyway"), "{fail}");
-    // The hand-written check leaves the result to the derived one (one rule, one check).
-    assert!(
-        r.with("SKIP")
-            .contains(&"toolchannel.reverse.sampling".to_string()),
-        "{}",
-        show(&r)
-    );
     let (report, jids) = junit_ids(&xml);
     assert_eq!(jids, ids("worker"));
     assert_eq!(report.failures, 1);

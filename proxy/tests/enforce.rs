@@ -904,7 +904,7 @@ async fn invalid_frames_get_32600(c: &Contract, texts: &[&str]) {
 }
 
 /// The worker may not ask the host for sampling, elicitation or roots: the
-/// proxy answers exactly as the contract's own examples do (-32003
+/// proxy answers with the contract's own examples' codes and messages (-32003
 /// SAMPLING_DISABLED, -32004 CAPABILITY_NOT_NEGOTIATED) and the host never
 /// sees the requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -917,15 +917,23 @@ async fn toolchannel_sampling_elicitation_and_roots_are_refused_before_dispatch(
     let init = example(&c, "initialize", Part::Call, 0);
     ws_send(&mut host_ws, &init).await;
     assert_eq!(ws_json(&mut worker).await, init);
+    // The host declared no capability (`parties.host.declares`), and each method's only
+    // answer is its one error: the engine refuses before the toolchannel hook is asked.
     for (method, rule) in [
-        ("sampling/createMessage", "toolchannel.sampling.refused"),
-        ("elicitation/create", "toolchannel.capability.refused"),
-        ("roots/list", "toolchannel.capability.refused"),
+        ("sampling/createMessage", "capability.undeclared"),
+        ("elicitation/create", "capability.undeclared"),
+        ("roots/list", "capability.undeclared"),
     ] {
         let ask = example(&c, method, Part::Call, 0);
         let want = example(&c, method, Part::Error, 0);
         ws_send(&mut worker, &ask).await;
-        assert_eq!(ws_json(&mut worker).await, want, "{method}");
+        let got = ws_json(&mut worker).await;
+        assert_eq!(got["id"], want["id"], "{method}: {got}");
+        assert_eq!(
+            got["error"]["code"], want["error"]["code"],
+            "{method}: {got}"
+        );
+        assert_eq!(got["error"]["message"], want["error"]["message"], "{got}");
         let ev = p.until(method, |e| e["method"] == method).await;
         assert_eq!(class(&ev), rule, "{ev}");
         assert_eq!(ev["verdict"]["code"], want["error"]["code"], "{ev}");

@@ -589,6 +589,40 @@ impl Tool {
     }
 }
 
+/// Once the host's initialize declared its (no) capabilities, the engine itself refuses a
+/// reverse request: it needs a capability the host did not declare, and the contract
+/// never serves it (`result: false`, one error), so that error is its answer.
+#[test]
+fn toolchannel_reverse_requests_after_the_declaration_are_the_engines_to_refuse() {
+    let w = wire("toolchannel");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    for method in ["sampling/createMessage", "elicitation/create", "roots/list"] {
+        let mut t = Tool::new(&w, &shared, 1, t0);
+        let init = ex(&w, "initialize", "call", 0);
+        assert!(t.send(&HOST, &init, None, t0).is_empty());
+        let r = t.send(&WORKER, &ex(&w, method, "call", 0), None, t0);
+        assert_eq!(rules(&r), ["capability.undeclared"], "{method}");
+        let want = w.contract().only_error(method).cloned();
+        assert!(want.is_some(), "{method} has one error");
+        assert_eq!(r[0].code, want, "{method}");
+        let Act::Refuse {
+            reply: Some(reply),
+            close: None,
+        } = &r[0].act
+        else {
+            panic!("{r:?}")
+        };
+        // The contract's own refusal, with the proxy's reason as its data.
+        let example = ex(&w, method, "error", 0);
+        assert_eq!(reply["id"], example["id"], "{method}");
+        assert_eq!(reply["error"]["code"], example["error"]["code"], "{method}");
+        assert_eq!(reply["error"]["message"], example["error"]["message"]);
+        let entry = format!("/methods/{}/capability", method.replace('/', "~1"));
+        assert_eq!(reply["error"]["data"]["entry"], json!(entry), "{reply}");
+    }
+}
+
 #[test]
 fn toolchannel_reverse_requests_are_refused_before_dispatch() {
     let w = wire("toolchannel");

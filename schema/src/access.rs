@@ -324,6 +324,17 @@ impl Contract {
         listed || self.error_for(code).is_some()
     }
 
+    /// The one answer `method` can get, where the contract leaves no other: its result
+    /// schema is `false` (it is never served) and it lists exactly one error code
+    /// (toolchannel's sampling/createMessage: SAMPLING_DISABLED).
+    pub fn only_error(&self, method: &str) -> Option<&Value> {
+        let m = self.methods.get(method)?;
+        match (&m.result, m.errors.as_slice()) {
+            (Some(Value::Bool(false)), [code]) => Some(code),
+            _ => None,
+        }
+    }
+
     /// A code table by name.
     pub fn code_table(&self, table: &str) -> Result<&CodeTable, AccessError> {
         self.codes

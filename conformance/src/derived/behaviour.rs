@@ -38,6 +38,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let plan = plan_of(cx);
         let c = cx.wire.contract().clone();
         let mut s = Session::open(cx).await?;
+        s.serves_all = true;
         s.peer.judge();
         if let Err(f) = s.handshake(cx, &plan).await {
             return plan.unreached(f);

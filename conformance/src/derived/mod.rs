@@ -22,8 +22,9 @@
 //!   contract's `violations` reactions, or are served like any other;
 //! - `count.<limit>` (`counted`): the limit's worth of inputs counting toward it
 //!   (`countToward`), each answered by its own entry, then the limit's action;
-//! - `ids.reuse`, `ids.gap`, `ids.prefix`: a request breaking the party's id rule gets
-//!   its reaction;
+//! - `ids.reuse`, `ids.gap`, `ids.prefix`, `ids.unissued` (`ids`): a request breaking the
+//!   party's id rule, or an answer to an id the implementation never issued, gets the
+//!   rule's reaction;
 //! - `rate.<limit>` (`rates`): a connection's token bucket refuses with its code;
 //! - `capabilities` (`capabilities`): with the played party declaring none, the
 //!   implementation uses no capability it would have had to declare;
@@ -55,6 +56,7 @@ mod capabilities;
 mod counted;
 mod cues;
 mod framing;
+mod ids;
 mod messages;
 mod plan;
 mod probes;
@@ -112,7 +114,10 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         add("handshake".into(), title, &seed, handshake, None, false);
     }
     for m in plan.callable(c) {
-        let title = format!("an example {m} gets an answer the contract accepts");
+        let title = match c.only_error(&m) {
+            Some(code) => format!("an example {m} gets error {code}, its only answer"),
+            None => format!("an example {m} gets an answer the contract accepts"),
+        };
         add(
             format!("call.{m}"),
             title,
@@ -135,8 +140,14 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         );
     }
     for (name, sm, method) in out_of_place_probes(c, role) {
-        let title =
-            format!("{method} before the {name} machine allows it gets its outOfPlace error");
+        let reaction = match sm.out_of_place.as_ref() {
+            Some(a) if a.action != ActionKind::ReplyError => {
+                let code = a.code.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
+                format!("`{}`{code}", probes::action_name(a.action))
+            }
+            _ => "its outOfPlace error".into(),
+        };
+        let title = format!("{method} before the {name} machine allows it gets {reaction}");
         add(
             format!("out-of-place.{name}"),
             title,
@@ -209,24 +220,15 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let id = format!("rate.{}", r.limit);
         add(id, title, &r.seed, rates::body, Some(r.limit), false);
     }
-    for probe in IdProbe::ALL {
-        let Some((action, code)) = id_rule(c, role, probe) else {
-            continue;
-        };
-        let code = code.map(|c| format!(" {c}")).unwrap_or_default();
-        let title = format!(
-            "{} gets `{}`{code}",
-            probe.what(role),
-            probes::action_name(action)
+    for (name, title, seed) in ids::applies(c, role) {
+        add(
+            name.into(),
+            title,
+            &seed,
+            ids::body,
+            Some(name.into()),
+            true,
         );
-        let seed = c.parties[role]
-            .ids
-            .as_ref()
-            .and_then(|i| i.action.as_ref())
-            .map(|a| cite(join("/parties", [role, "ids"]), &a.seed))
-            .unwrap_or_default();
-        let name = probe.name();
-        add(name.into(), title, &seed, id_probe, Some(name.into()), true);
     }
     if let Some((caps, seed)) = capabilities::applies(c, role) {
         let title = format!(
@@ -315,6 +317,10 @@ struct Session {
     judge_answers: bool,
     /// Whether the last wait for an answer ran out of time (no answer came at all).
     timed_out: bool,
+    /// Whether every request of the implementation's the played party can answer is
+    /// answered while the suite waits: on a session no other check shares, the
+    /// implementation's own work may then run its course (a rukh command's calls).
+    serves_all: bool,
 }
 
 impl Session {
@@ -334,6 +340,7 @@ impl Session {
             covered: Vec::new(),
             judge_answers: true,
             timed_out: false,
+            serves_all: false,
         })
     }
 
@@ -491,7 +498,8 @@ impl Session {
                         self.covered.extend(others);
                     }
                     if !to.iter().any(|id| ids.contains(id)) {
-                        let ours = self.serves(ids, &got) || self.keeps_alive(&got);
+                        let ours =
+                            self.serves_all || self.serves(ids, &got) || self.keeps_alive(&got);
                         if !answer && ours && self.respond(cx, &got).await? {
                             continue;
                         }
@@ -678,10 +686,10 @@ impl Session {
 
     /// Answer `got` if it is a request of the implementation's the played party serves:
     /// a ping while the suite expects the next handshake message, or a request the
-    /// implementation makes to serve one of the suite's ([`Session::serves`]). A request
-    /// that comes otherwise stays unanswered, so the implementation's own work (a rukh
-    /// command awaiting its rukh.call) does not move the session on between the checks
-    /// that share it. Whether it answered.
+    /// implementation makes to serve one of the suite's ([`Session::serves`]), or any on a
+    /// session that serves all. A request that comes otherwise stays unanswered, so the
+    /// implementation's own work (a rukh command awaiting its rukh.call) does not move the
+    /// session on between the checks that share it. Whether it answered.
     async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {
         let Some(m) = got.ok().filter(|m| m.kind == Kind::Request) else {
             return Ok(false);
@@ -810,6 +818,13 @@ fn call(cx: &mut Ctx) -> BodyFuture<'_> {
             }
             r => r?,
         };
+        if let Some(want) = cx.wire.contract().only_error(&method) {
+            let v = expect_code(&s.shape, &got, want, &method)?;
+            if plan.stays(cx.wire.contract(), &method) {
+                s.keep(cx);
+            }
+            return Ok(v);
+        }
         let refused = s.shape.error_code(&got).is_some();
         if plan.stays(cx.wire.contract(), &method) {
             s.keep(cx);
@@ -831,16 +846,34 @@ fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {
             .into_iter()
             .find(|(n, _, _)| *n == name)
             .ok_or_else(|| Failure::new(format!("suite bug: no probe for {name}")))?;
-        let want = sm
+        let action = sm
             .out_of_place
-            .as_ref()
-            .and_then(|a| a.code.clone())
-            .unwrap_or_default();
+            .clone()
+            .ok_or_else(|| Failure::new(format!("suite bug: {name} has no outOfPlace")))?;
+        let want = action.code.clone().unwrap_or_default();
         let mut s = Session::open(cx).await?;
-        let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
-        let got = s.answer(cx, &id, &method).await?;
         let first = sm.opened(&s.shape.channel);
-        expect_code(&s.shape, &got, &want, &format!("{method} in `{first}`"))
+        let what = format!("{method} in `{first}`");
+        if action.action == ActionKind::ReplyError {
+            let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
+            let got = s.answer(cx, &id, &method).await?;
+            return expect_code(&s.shape, &got, &want, &what);
+        }
+        // The channel ends (the session machine's `fail`): nothing may serve the request.
+        let v = s.message(cx, &method)?;
+        let id = s.send_value(&v).await?.unwrap_or(Value::Null);
+        let b = probes::Built::expecting(
+            v.to_string().into_bytes(),
+            vec![id, Value::Null],
+            probes::Reaction::Rule {
+                action: action.action,
+                code: action.code,
+            },
+        );
+        let verdict = probes::react(&mut s, cx, &b, &what, &[])
+            .await
+            .map_err(|f| f.sent(&b.bytes))?;
+        probes::settle(s, cx, &b, verdict).await
     })
 }
 
@@ -868,115 +901,5 @@ fn out_of_place_at(cx: &mut Ctx) -> BodyFuture<'_> {
         let id = s.send(cx, &method).await?.unwrap_or(Value::Null);
         let got = s.answer(cx, &id, &method).await?;
         expect_code(&s.shape, &got, &want, &format!("{method} in `{state}`"))
-    })
-}
-
-/// A request id that breaks the party's id rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum IdProbe {
-    /// The id of the request just answered (`unique`).
-    Reuse,
-    /// The next id but one (`gapless`).
-    Gap,
-    /// The other party's prefix (`prefix`).
-    Prefix,
-}
-
-impl IdProbe {
-    const ALL: [IdProbe; 3] = [IdProbe::Reuse, IdProbe::Gap, IdProbe::Prefix];
-
-    fn name(self) -> &'static str {
-        match self {
-            IdProbe::Reuse => "ids.reuse",
-            IdProbe::Gap => "ids.gap",
-            IdProbe::Prefix => "ids.prefix",
-        }
-    }
-
-    fn what(self, role: &str) -> String {
-        match self {
-            IdProbe::Reuse => format!("a request from the {role} reusing an id"),
-            IdProbe::Gap => format!("a request from the {role} skipping an id"),
-            IdProbe::Prefix => format!("a request from the {role} with another id prefix"),
-        }
-    }
-
-    fn applies(self, ids: &contract::model::IdRules) -> bool {
-        match self {
-            IdProbe::Reuse => ids.unique,
-            IdProbe::Gap => ids.gapless,
-            IdProbe::Prefix => ids.prefix.is_some(),
-        }
-    }
-}
-
-/// The reaction the party's id rule prescribes for `probe`, when the suite can see it.
-fn id_rule(c: &Contract, role: &str, probe: IdProbe) -> Option<(ActionKind, Option<Value>)> {
-    let ids = c
-        .parties
-        .get(role)?
-        .ids
-        .as_ref()
-        .filter(|i| probe.applies(i))?;
-    let a = ids.action.as_ref()?;
-    match (a.action, &a.code) {
-        (ActionKind::ReplyError, None) => None,
-        (kind, code) => Some((kind, code.clone())),
-    }
-}
-
-/// The id `probe` sends after the session answered `last`: the same, one skipped, or
-/// the next number with another party's prefix (none when no other party has one).
-fn probe_id(c: &Contract, s: &mut Session, cx: &Ctx, probe: IdProbe, last: &Value) -> Value {
-    match probe {
-        IdProbe::Reuse => last.clone(),
-        IdProbe::Gap => {
-            s.take_id();
-            s.take_id()
-        }
-        IdProbe::Prefix => {
-            let other = c
-                .parties
-                .get(&cx.other)
-                .and_then(|p| p.ids.as_ref()?.prefix.clone());
-            id_value(other.as_deref(), s.next + 1)
-        }
-    }
-}
-
-fn id_probe(cx: &mut Ctx) -> BodyFuture<'_> {
-    Box::pin(async move {
-        let plan = plan_of(cx);
-        let c = cx.wire.contract().clone();
-        let name = cx.subject.clone().unwrap_or_default();
-        let probe = IdProbe::ALL.into_iter().find(|p| p.name() == name);
-        let rule = probe.and_then(|p| Some((p, id_rule(&c, &cx.role, p)?)));
-        let (probe, (action, code)) =
-            rule.ok_or_else(|| Failure::new(format!("suite bug: no id rule for {name}")))?;
-        let callable = plan.staying(&c);
-        let method = callable
-            .first()
-            .ok_or_else(|| Failure::new("no request to send after the handshake"))?;
-        let mut s = match Session::start(cx, &plan).await {
-            Ok(s) => s,
-            Err(f) => return plan.unreached(f),
-        };
-        // Answered right before the probe: an end it would have reached anyway is no evidence.
-        let last = s.send(cx, method).await?.unwrap_or(Value::Null);
-        s.answer(cx, &last, method).await?;
-        let id = probe_id(&c, &mut s, cx, probe, &last);
-        let mut bad = s.message(cx, method)?;
-        s.shape.set_id(&mut bad, id.clone());
-        s.peer.send_raw(bad.to_string().as_bytes()).await?;
-        let b = probes::Built::expecting(
-            bad.to_string().into_bytes(),
-            vec![id.clone(), Value::Null],
-            probes::Reaction::Rule { action, code },
-        );
-        let what = format!("{method} with id {id} after {last}");
-        let verdict = probes::react(&mut s, cx, &b, &what, &callable)
-            .await
-            .map_err(|f| f.sent(&b.bytes))?;
-        probes::settle(s, cx, &b, verdict).await
     })
 }

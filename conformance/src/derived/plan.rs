@@ -18,6 +18,17 @@ pub(super) fn reply_error(a: Option<&Action>) -> Option<&Action> {
     a.filter(|a| a.action == ActionKind::ReplyError && a.code.is_some())
 }
 
+/// `a`, when the suite can see it taken on a message sent first: an error with a code,
+/// or the channel's end (`fail`, `close`, `drop-connection`). An `ignore` shows only by
+/// a next request being served, which a machine that ignores misplaced messages would
+/// ignore as well.
+pub(super) fn seen_first(a: Option<&Action>) -> Option<&Action> {
+    a.filter(|a| {
+        reply_error(Some(a)).is_some()
+            || !matches!(a.action, ActionKind::ReplyError | ActionKind::Ignore)
+    })
+}
+
 /// The channel the suite speaks on.
 pub(super) fn channel(c: &Contract) -> String {
     Shape::of(c).map(|s| s.channel).unwrap_or_default()
@@ -357,7 +368,7 @@ pub(super) fn out_of_place_probes<'c>(
 ) -> Vec<(String, &'c StateMachine, String)> {
     c.state_machines
         .iter()
-        .filter(|(_, sm)| lifecycle(sm) && reply_error(sm.out_of_place.as_ref()).is_some())
+        .filter(|(_, sm)| lifecycle(sm) && seen_first(sm.out_of_place.as_ref()).is_some())
         .filter_map(|(name, sm)| {
             let method = misplaced(c, sm, sm.opened(&channel(c)), role, None)?;
             Some((name.clone(), sm, method))
@@ -457,7 +468,8 @@ pub(super) fn id_prefix(c: &Contract, role: &str) -> Option<String> {
     }
     let shape = Shape::of(c)?;
     let sent = c.methods.values().flat_map(|m| &m.examples);
-    let mut sent = sent.filter(|e| e.from.as_deref() == Some(role));
+    // A call's id is the party's own; an answer's is the asker's.
+    let mut sent = sent.filter(|e| e.from.as_deref() == Some(role) && e.part == Part::Call);
     let id = sent.find_map(|e| shape.id(&e.message)?.as_str())?;
     Some(
         id.trim_end_matches(|ch: char| ch.is_ascii_digit())

@@ -779,6 +779,18 @@ fn served(shape: &Shape, g: &Got, ids: &[Value]) -> bool {
         .is_some_and(|v| shape.is_result(v) && answers(shape, g, ids))
 }
 
+/// Whether `g` refuses the probe with a code other than its rule's (which names one).
+fn refused_otherwise(shape: &Shape, g: &Got, b: &Built) -> bool {
+    let Reaction::Rule {
+        code: Some(want), ..
+    } = &b.reaction
+    else {
+        return false;
+    };
+    let code = g.value().and_then(|v| shape.error_code(v));
+    answers(shape, g, &b.ids) && code.is_some_and(|c| c != want)
+}
+
 /// Whether `g` answers one of `ids` at all.
 fn answers(shape: &Shape, g: &Got, ids: &[Value]) -> bool {
     let to = g.value().map(|v| shape.answered_all(v)).unwrap_or_default();
@@ -883,6 +895,14 @@ pub(super) async fn ended(
             Incoming::Control(g) if served(&s.shape, &g, &b.ids) => {
                 return Err(Failure::new(format!(
                     "{what} was served, where the contract prescribes `{action}`"
+                ))
+                .with("the answer", &g.raw));
+            }
+            // A refusal before the end is the implementation's to send, but with the
+            // contract's code.
+            Incoming::Control(g) if refused_otherwise(&s.shape, &g, b) => {
+                return Err(Failure::new(format!(
+                    "{what} was refused with another code than the contract's for `{action}`"
                 ))
                 .with("the answer", &g.raw));
             }

@@ -2,16 +2,18 @@
 //! its capabilities; a method's `capability` names what it needs and the capability's
 //! `declaredBy` who must have declared it. Once that party's declaration has been seen
 //! on the connection, a message of a method needing a capability it did not declare is
-//! flagged: the receiver decides what to do about it, the proxy only reports.
+//! flagged: the receiver decides what to do about it, the proxy only reports. Where the
+//! contract has decided for it (a method never served, whose one error is its only
+//! answer: toolchannel's sampling/createMessage), the request is refused with that error.
 
 use std::collections::{HashMap, HashSet};
 
 use contract::Contract;
-use contract::model::{DeclarationForm, Kind, Part};
+use contract::model::{Action, ActionKind, DeclarationForm, Kind, Part};
 use contract::wire::Message;
 use serde_json::Value;
 
-use super::{Act, Ruling, ruling};
+use super::{Act, Ruling, broken, ruling};
 
 /// The capabilities each party declared on one connection.
 #[derive(Debug, Default)]
@@ -66,12 +68,30 @@ pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) ->
     let seed = &c.capabilities[cap].seed;
     let reason =
         format!("{method} from {from} needs capability {cap}, which {owner} did not declare");
-    Some(ruling(
+    let Some(code) = c.only_error(method) else {
+        return Some(ruling(
+            "capability.undeclared",
+            &entry,
+            seed,
+            None,
+            reason,
+            Act::Flag,
+        ));
+    };
+    let refusal = Action {
+        action: ActionKind::ReplyError,
+        code: Some(code.clone()),
+        count_toward: None,
+        report: None,
+        description: format!("{method} is never served: its one error is its only answer"),
+        seed: seed.clone(),
+    };
+    Some(broken(
+        c,
         "capability.undeclared",
         &entry,
-        seed,
-        None,
+        Some(&refusal),
+        msg,
         reason,
-        Act::Flag,
     ))
 }

@@ -6,11 +6,14 @@ and exits, ending the channel, once the client has been quiet for idleSeconds. T
 numbers are read from the contract file, scaled by CONTRACT_TIME_SCALE like every peer.
 
 It answers each line that is not JSON, or not one JSON-RPC object, with its error, and
-hangs up after answering the badLinesMax-th.
+hangs up after answering the badLinesMax-th. It never asks the client's time, so an answer
+(to an id it never issued) is dropped, as its id rule says.
 
 --break early: beat after half of beatSeconds.
 --break never: never hang up on a quiet client.
 --break uncounted: never hang up on bad lines.
+--break answers: refuse an answer to an id it never issued, instead of dropping it.
+--break retired: answer the retired rewind as an unknown method, not RETIRED.
 """
 
 import argparse
@@ -44,7 +47,7 @@ def error(id_, code, message):
     send({"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}})
 
 
-def handle(line):
+def handle(line, broken):
     """Answer one line; whether it was a message (it restarts the clocks). A line that
     counts toward badLinesMax raises :class:`Bad` once answered."""
     try:
@@ -60,9 +63,14 @@ def handle(line):
         if "result" not in m and "error" not in m:
             error(id_, -32600, "invalid request")
             raise Bad
+        if broken == "answers":
+            error(id_, -32600, "no such request")
         return True
     if "id" not in m:
         return True  # a notification: none is known, each is ignored
+    if method == "rewind" and broken != "retired":
+        error(id_, -32001, "retired")
+        return True
     if method != "echo":
         error(id_, -32601, "method not found")
         return True
@@ -76,7 +84,7 @@ def handle(line):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired"])
     a = ap.parse_args()
     beat, idle, cap, bad_max = limits()
     bad = 0
@@ -108,7 +116,7 @@ def main():
             if len(line) > cap:
                 return 0
             try:
-                if handle(line):
+                if handle(line, a.broken):
                     heard = time.monotonic()
             except Bad:
                 bad += 1
