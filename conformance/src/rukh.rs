@@ -727,58 +727,6 @@ async fn core_incompatible(cx: &mut Ctx) -> Result<Verdict, Failure> {
     }
 }
 
-async fn core_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let first = s.id();
-    s.peer
-        .send(&CoreSide::invoke_msg(&first, json!({})))
-        .await?;
-    let second = s.id();
-    s.peer
-        .send(&CoreSide::invoke_msg(&second, json!({})))
-        .await?;
-    let until = Instant::now() + s.wait;
-    let (mut done1, mut done2) = (None, None);
-    while done1.is_none() || done2.is_none() {
-        match next_ev(&mut s.peer, until).await {
-            Ev::Msg(g) => match id_of(&g) {
-                Some(i) if i == first && kind(&g) != Some(Kind::Request) => done1 = Some(g),
-                Some(i) if i == second && kind(&g) != Some(Kind::Request) => done2 = Some(g),
-                _ => s.serve(&g).await?,
-            },
-            Ev::End(e) => {
-                return Err(s.last(Failure::new(format!(
-                    "the session ended before both invokes were answered: {e}"
-                ))));
-            }
-            Ev::Timeout => {
-                return Err(Failure::new(format!(
-                    "no answer to both invokes within {:?} (first: {}, second: {})",
-                    s.wait,
-                    done1.is_some(),
-                    done2.is_some()
-                )));
-            }
-        }
-    }
-    let (Some(g1), Some(g2)) = (done1, done2) else {
-        return Err(Failure::new("suite bug: answers lost"));
-    };
-    if is_success(&g2) {
-        return Err(
-            Failure::new("the second rukh.invoke of the session was run")
-                .with("its answer", &g2.raw),
-        );
-    }
-    let what = ("the second rukh.invoke was refused", "");
-    let want = error_is(&s.sp, &g2, "already_invoked", what, "the answer")?;
-    success(&g1, "its answer", "the first rukh.invoke did not complete")?;
-    s.close().await?;
-    Ok(Verdict::Pass(format!(
-        "second invoke refused with {want}; the first completed once"
-    )))
-}
-
 async fn core_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::confirmed(cx).await?;
     let id = s.id();
@@ -1520,28 +1468,6 @@ async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 #[cfg(unix)]
-async fn ext_once(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    s.wrap_up().await?;
-    let code = s.exit(cx).await?;
-    let invokes: Vec<&Got> = s
-        .core_reqs
-        .iter()
-        .filter(|g| g.is(Kind::Request, "rukh.invoke"))
-        .collect();
-    if let [_, second, ..] = invokes.as_slice() {
-        return Err(Failure::new(format!(
-            "the core sent {} rukh.invoke in one session (exactly one)",
-            invokes.len()
-        ))
-        .with("the second", &second.raw));
-    }
-    Ok(Verdict::Pass(format!(
-        "exactly one rukh.invoke in the session (exit {code})"
-    )))
-}
-
-#[cfg(unix)]
 async fn ext_refuse(cx: &mut Ctx, mismatch: bool) -> Result<Verdict, Failure> {
     let mut s = launch_core(cx, None).await?;
     let (id, params) = s.initialize().await?;
@@ -2060,7 +1986,6 @@ bodies! { cx;
     c_lsize => core_lifecycle_size(cx),
     c_confirm => core_confirm(cx),
     c_incompat => core_incompatible(cx),
-    c_once => core_once(cx),
     c_kind => core_kind(cx),
     c_denial => core_denial(cx),
     c_cancel => core_cancel(cx),
@@ -2076,7 +2001,6 @@ bodies! { cx;
     e_incompat => ext_refuse(cx, false),
     e_mismatch => ext_refuse(cx, true),
     e_kind => ext_kind(cx),
-    e_once => ext_once(cx),
     e_context => ext_context(cx),
     e_after => ext_after_completion(cx),
     e_log => ext_log_intake(cx),
@@ -2156,13 +2080,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Frame format and value representation; P3.6 rule 11 (R-13)",
             Ok(c_kind),
             ext!(e_kind),
-        ),
-        (
-            "rukh.invoke.once",
-            "one rukh.invoke per session; a second one is refused (-32002) and not run",
-            "Session identity and handshake; P3.6 rule 11",
-            Ok(c_once),
-            ext!(e_once),
         ),
         (
             "rukh.call.denial",

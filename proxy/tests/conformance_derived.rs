@@ -456,7 +456,8 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// check, the timer, count and unissued-answer ones included; beating early fails only the
 /// beat's check, never hanging up only the idle one, ignoring the bad-line count only the
 /// count's, refusing an answer its id rule says to drop only the id check, answering a
-/// retired method otherwise than its one error only that method's call check.
+/// retired method otherwise than its one error only that method's call check, serving a
+/// second tune only the `link` machine's refusal check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -473,6 +474,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.timer.idleSeconds",
         "beacon.derived.count.badLinesMax",
         "beacon.derived.ids.unissued",
+        "beacon.derived.refusal.link.tune",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     for (broken, fails) in [
@@ -481,6 +483,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("uncounted", "count.badLinesMax"),
         ("answers", "ids.unissued"),
         ("retired", "call.rewind"),
+        ("retune", "refusal.link.tune"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);

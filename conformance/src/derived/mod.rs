@@ -22,6 +22,8 @@
 //!   contract's `violations` reactions, or are served like any other;
 //! - `count.<limit>` (`counted`): the limit's worth of inputs counting toward it
 //!   (`countToward`), each answered by its own entry, then the limit's action;
+//! - `refusal.<machine>.<method>` (`refusals`): a request the lifecycle machine's
+//!   `refusals` name in the walk's end state gets the refusal's action;
 //! - `ids.reuse`, `ids.gap`, `ids.prefix`, `ids.unissued` (`ids`): a request breaking the
 //!   party's id rule, or an answer to an id the implementation never issued, gets the
 //!   rule's reaction;
@@ -61,6 +63,7 @@ mod messages;
 mod plan;
 mod probes;
 mod rates;
+mod refusals;
 mod shape;
 mod timers;
 mod versions;
@@ -155,6 +158,18 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             out_of_place,
             Some(name),
             false,
+        );
+    }
+    for r in refusals::applies(c, &plan, role) {
+        let (title, seed) = (r.title(), r.seed());
+        let id = format!("refusal.{}.{}", r.machine, r.method);
+        add(
+            id,
+            title,
+            &seed,
+            refusals::body,
+            Some(r.index.to_string()),
+            true,
         );
     }
     if let Some((name, sm)) = &plan.machine {

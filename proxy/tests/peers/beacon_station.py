@@ -5,6 +5,7 @@ client has been quiet for beatSeconds (and again each beatSeconds after its own 
 and exits, ending the channel, once the client has been quiet for idleSeconds. The
 numbers are read from the contract file, scaled by CONTRACT_TIME_SCALE like every peer.
 
+It answers the first tune, and refuses each later one with TUNED (B-4).
 It answers each line that is not JSON, or not one JSON-RPC object, with its error, and
 hangs up after answering the badLinesMax-th. It never asks the client's time, so an answer
 (to an id it never issued) is dropped, as its id rule says.
@@ -14,6 +15,7 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break uncounted: never hang up on bad lines.
 --break answers: refuse an answer to an id it never issued, instead of dropping it.
 --break retired: answer the retired rewind as an unknown method, not RETIRED.
+--break retune: serve a second tune instead of refusing it with TUNED.
 """
 
 import argparse
@@ -47,7 +49,14 @@ def error(id_, code, message):
     send({"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}})
 
 
-def handle(line, broken):
+class Session:
+    """What one client's session has done."""
+
+    def __init__(self):
+        self.tuned = False
+
+
+def handle(line, broken, session):
     """Answer one line; whether it was a message (it restarts the clocks). A line that
     counts toward badLinesMax raises :class:`Bad` once answered."""
     try:
@@ -71,6 +80,13 @@ def handle(line, broken):
     if method == "rewind" and broken != "retired":
         error(id_, -32001, "retired")
         return True
+    if method == "tune":
+        if session.tuned and broken != "retune":
+            error(id_, -32002, "tuned already")
+        else:
+            session.tuned = True
+            send({"jsonrpc": "2.0", "id": id_, "result": {}})
+        return True
     if method != "echo":
         error(id_, -32601, "method not found")
         return True
@@ -84,10 +100,11 @@ def handle(line, broken):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune"])
     a = ap.parse_args()
     beat, idle, cap, bad_max = limits()
     bad = 0
+    session = Session()
     if a.broken == "early":
         beat /= 2
     heard = last_beat = time.monotonic()
@@ -116,7 +133,7 @@ def main():
             if len(line) > cap:
                 return 0
             try:
-                if handle(line, a.broken):
+                if handle(line, a.broken, session):
                     heard = time.monotonic()
             except Bad:
                 bad += 1
