@@ -566,26 +566,6 @@ impl CoreSide {
     }
 }
 
-/// The code of the contract's error `name`, which the answer `g` must carry. Another answer
-/// fails: "`what` with …, not `name` (code)`tail`", showing the answer as `label`.
-fn error_is(
-    sp: &Spec,
-    g: &Got,
-    name: &str,
-    (what, tail): (&str, &str),
-    label: &str,
-) -> Result<i64, Failure> {
-    let want = sp.error(name)?;
-    if error_code(g) != Some(want) {
-        return Err(Failure::new(format!(
-            "{what} with {:?}, not {name} ({want}){tail}",
-            error_code(g)
-        ))
-        .with(label, &g.raw));
-    }
-    Ok(want)
-}
-
 /// Wait for the launched extension to exit; its code.
 async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
     match cx.child_exit(limit).await {
@@ -1590,26 +1570,6 @@ async fn ext_context(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 #[cfg(unix)]
-async fn ext_after_completion(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    s.complete(succeeded()).await?;
-    let (_, g) = s.call(json!({})).await?;
-    if is_success(&g) {
-        return Err(Failure::new(
-            "the core ran a rukh.call that came after the completion message (no new work, R-29)",
-        )
-        .with("its answer", &g.raw));
-    }
-    let what = ("new work after the completion was refused", "");
-    let want = error_is(&s.sp, &g, "session_closing", what, "its answer")?;
-    s.closing(0).await?;
-    let e = s
-        .expect_exit(cx, "succeeded", "after the refused call")
-        .await?;
-    Ok(Verdict::Pass(format!("refused with {want}; {e}")))
-}
-
-#[cfg(unix)]
 async fn ext_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
     ext_reject_after_invoke(
         cx,
@@ -1939,21 +1899,6 @@ async fn ext_early_eof(cx: &mut Ctx) -> Result<Verdict, Failure> {
 }
 
 #[cfg(unix)]
-async fn ext_duplicate_completion(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    ext_reject_after_invoke(
-        cx,
-        |s| {
-            let id = s.invoke_id();
-            let done = to_bytes(&json!({"jsonrpc": "2.0", "id": id, "result": succeeded()}));
-            (None, vec![done.clone(), done])
-        },
-        "two completion messages",
-    )
-    .await
-    .map(Verdict::Pass)
-}
-
-#[cfg(unix)]
 async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = ext_ready(cx).await?;
     let cap = s.sp.command_result.clone().unwrap_or_default();
@@ -2002,7 +1947,6 @@ bodies! { cx;
     e_mismatch => ext_refuse(cx, true),
     e_kind => ext_kind(cx),
     e_context => ext_context(cx),
-    e_after => ext_after_completion(cx),
     e_log => ext_log_intake(cx),
     e_flood => ext_cancel_flood(cx),
     e_cancel => ext_cancel_stop(cx),
@@ -2012,7 +1956,6 @@ bodies! { cx;
     e_mismatch_exit => ext_exit_mismatch(cx),
     e_invoke_err => ext_invoke_error(cx),
     e_eof => ext_early_eof(cx),
-    e_dup_done => ext_duplicate_completion(cx),
     e_cr => ext_command_result(cx),
     e_user => ext_exit_user(cx),
     e_owner => ext_exit_owner(cx),
@@ -2096,13 +2039,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             ext!(e_context),
         ),
         (
-            "rukh.call.after-completion",
-            "after the completion message no new work is accepted (-32007)",
-            "Completion and transport errors; P3.7 item 13 (R-29)",
-            Err(ONLY_CORE),
-            ext!(e_after),
-        ),
-        (
             "rukh.log.intake",
             "log floods, malformed and over-cap records are dropped and counted, never a command error",
             "Load, log and UI events; P3.6 rule 12; P3.7 item 7 (R-16, R-26, R-41)",
@@ -2164,13 +2100,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Completion and transport errors; P3.6 rule 14",
             Err(ONLY_CORE),
             ext!(e_eof),
-        ),
-        (
-            "rukh.outcome.duplicate-completion",
-            "a second completion message is a protocol error (125)",
-            "Requests, responses and events (request IDs); P3.7 item 11",
-            Err(ONLY_CORE),
-            ext!(e_dup_done),
         ),
         (
             "rukh.outcome.command-result",

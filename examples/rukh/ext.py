@@ -55,6 +55,7 @@ class Extension:
         self.writer = writer
         self.brk = brk
         self.initialized = False
+        self.completed = False
         self.core_next = 1
         self.next_id = 1
         self.sent_requests = 0
@@ -127,6 +128,7 @@ class Extension:
         else:
             result = r.SucceededCompletion(summary="echoed")
         await self.send(r.SuccessResponse(jsonrpc="2.0", id=self.invoke_id, result=msgspec.to_builtins(result)), "rukh.invoke")
+        self.completed = True
 
     async def finish_or_sleep(self) -> None:
         ms = self.inputs.get("sleepMs")
@@ -184,6 +186,9 @@ class Extension:
             else:
                 await self.log("info", "demo command started")
                 await self.call("echo", "demo.echo", self.inputs)
+        elif req.method == "rukh.ui.event" and self.completed:
+            # After the completion no new UI request is accepted.
+            await self.error(req, r.ErrorCode.SESSION_CLOSING, "session closing")
         elif req.method == "rukh.ui.event":
             ev = msgspec.convert(raw_params, r.UiEventParams)
             await self.reply(req, r.UiEventResult(sequence=ev.sequence))

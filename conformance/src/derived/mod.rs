@@ -22,8 +22,9 @@
 //!   contract's `violations` reactions, or are served like any other;
 //! - `count.<limit>` (`counted`): the limit's worth of inputs counting toward it
 //!   (`countToward`), each answered by its own entry, then the limit's action;
-//! - `refusal.<machine>.<method>` (`refusals`): a request the lifecycle machine's
-//!   `refusals` name in the walk's end state gets the refusal's action;
+//! - `refusal.<machine>.<method>[.result|.error]` (`refusals`): a request, or a second
+//!   answer, that the lifecycle machine's `refusals` name gets the refusal's action, in
+//!   the walk's end state or further on by the played party's own steps;
 //! - `ids.reuse`, `ids.gap`, `ids.prefix`, `ids.unissued` (`ids`): a request breaking the
 //!   party's id rule, or an answer to an id the implementation never issued, gets the
 //!   rule's reaction;
@@ -162,7 +163,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
     }
     for r in refusals::applies(c, &plan, role) {
         let (title, seed) = (r.title(), r.seed());
-        let id = format!("refusal.{}.{}", r.machine, r.method);
+        let id = r.id();
         add(
             id,
             title,
@@ -336,6 +337,15 @@ struct Session {
     /// answered while the suite waits: on a session no other check shares, the
     /// implementation's own work may then run its course (a rukh command's calls).
     serves_all: bool,
+    /// The walk's last request sent and its method: an `Await` step takes its answer.
+    last: Option<(Value, String)>,
+    /// The other party's request the walk expected and has yet to answer: answered by an
+    /// `Answer` step, or before the next message is expected (the implementation may wait
+    /// for it). A request the walk ends on stays unanswered: its answer would move the
+    /// machine on (rukh's invoke result completes the invocation).
+    owed: Option<(Value, String)>,
+    /// The last request an `Answer` step answered (a second answer's id).
+    answered: Option<Value>,
 }
 
 impl Session {
@@ -356,6 +366,9 @@ impl Session {
             judge_answers: true,
             timed_out: false,
             serves_all: false,
+            last: None,
+            owed: None,
+            answered: None,
         })
     }
 
@@ -559,54 +572,57 @@ impl Session {
 
     /// The first `n` steps of `plan`'s handshake.
     async fn walk_to(&mut self, cx: &Ctx, plan: &Plan, n: usize) -> Result<(), Failure> {
-        let mut last = None;
-        // The other party's request the suite expected and has yet to answer: answered by
-        // an `Answer` step, or before the next message is expected (the implementation may
-        // wait for it).
-        let mut owed: Option<(Value, String)> = None;
-        let mut first = true;
-        for (step, state) in plan.steps.iter().zip(&plan.states).take(n) {
+        self.walk_steps(cx, plan, 0..n).await
+    }
+
+    /// `plan`'s steps in `range`, on from where the session's walk left off.
+    async fn walk_steps(
+        &mut self,
+        cx: &Ctx,
+        plan: &Plan,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), Failure> {
+        let mut first = range.start == 0;
+        let steps = plan.steps.iter().zip(&plan.states);
+        for (step, state) in steps.skip(range.start).take(range.len()) {
             // The first message of a fresh session also pays for the launch.
             let wait = match std::mem::take(&mut first) {
                 true => cx.opts.deadline.max(STARTUP),
                 false => cx.opts.deadline,
             };
+            let until = Instant::now() + wait;
             match step {
-                Step::Send(m) => last = self.send(cx, m).await?.map(|id| (id, m.clone())),
+                Step::Send(m) => self.last = self.send(cx, m).await?.map(|id| (id, m.clone())),
                 Step::Await(m) => {
                     // A machine may move on the answer alone (LSP's initialize): ask first.
-                    let id = match last.take().filter(|(_, s)| s == m) {
+                    let id = match self.last.take().filter(|(_, s)| s == m) {
                         Some((id, _)) => id,
                         None => self.send(cx, m).await?.unwrap_or(Value::Null),
                     };
-                    self.answer_by(cx, &id, m, Instant::now() + wait).await?;
+                    self.answer_by(cx, &id, m, until).await?;
                 }
                 Step::Expect(m) => {
-                    let got = self
-                        .expect(cx, plan, state, m, Instant::now() + wait)
-                        .await?;
-                    if let Some((request, m)) = owed.take() {
+                    let got = self.expect(cx, plan, state, m, until).await?;
+                    if let Some((request, m)) = self.owed.take() {
                         self.reply(cx, &m, &request).await?;
                     }
-                    owed = got.map(|request| (request, m.clone()));
+                    self.owed = got.map(|request| (request, m.clone()));
                 }
                 Step::Answer(m) => {
                     // A machine that moves on the answer alone (the kernel's hello) names no
                     // step for the request: expect it first.
-                    let request = match owed.take().filter(|(_, r)| r == m) {
+                    let request = match self.owed.take().filter(|(_, r)| r == m) {
                         Some((request, _)) => request,
                         None => self
-                            .expect(cx, plan, state, m, Instant::now() + wait)
+                            .expect(cx, plan, state, m, until)
                             .await?
                             .ok_or_else(|| Failure::new(format!("{m} came without an id")))?,
                     };
                     self.reply(cx, m, &request).await?;
+                    self.answered = Some(request);
                 }
             }
         }
-        // A request the walk ends on stays unanswered: its answer would move the machine
-        // on (rukh's invoke result completes the invocation).
-        drop(owed);
         Ok(())
     }
 
@@ -658,12 +674,25 @@ impl Session {
 
     /// The answer [`Session::reply`] sends to `request`.
     fn answer_for(&mut self, cx: &Ctx, method: &str, request: &Value) -> Result<Value, Failure> {
+        self.answer_as(cx, method, request, Part::Result)
+    }
+
+    /// The played party's `part` example of `method` (a result or an error) answering
+    /// `request`.
+    fn answer_as(
+        &mut self,
+        cx: &Ctx,
+        method: &str,
+        request: &Value,
+        part: Part,
+    ) -> Result<Value, Failure> {
         let c = cx.wire.contract();
-        let mut v = example_of(c, method, Part::Result, &cx.role).ok_or_else(|| {
-            Failure::new(format!("the contract has no result example of {method}"))
+        let mut v = example_of(c, method, part, &cx.role).ok_or_else(|| {
+            let part = format!("{part:?}").to_lowercase();
+            Failure::new(format!("the contract has no {part} example of {method}"))
         })?;
         dealias(&cx.aliases, &mut v);
-        self.undeclare(method, Part::Result, &mut v);
+        self.undeclare(method, part, &mut v);
         let call = example_of(c, method, Part::Call, &cx.other);
         echoed(&self.shape, &mut v, call.as_ref(), request);
         let own = self.shape.answers_have_ids().then(|| self.take_id());

@@ -46,6 +46,7 @@ pub(super) enum Step {
 }
 
 /// The lifecycle walk for one party.
+#[derive(Clone)]
 pub(super) struct Plan {
     pub machine: Option<(String, StateMachine)>,
     pub target: String,
@@ -118,6 +119,38 @@ impl Plan {
         let mut all = self.callable(c);
         all.retain(|m| self.stays(c, m));
         all
+    }
+
+    /// The walk taken on from its target, by the played party's steps, to the nearest of
+    /// `states` (not past a terminal one): rukh's extension answering the invoke, into
+    /// `Completing`. The walk itself when its target is among them.
+    pub fn onward(&self, c: &Contract, states: &[String]) -> Option<Plan> {
+        let (_, sm) = self.machine.as_ref()?;
+        let mut paths: HashMap<&str, Vec<(String, Step)>> =
+            HashMap::from([(self.target.as_str(), Vec::new())]);
+        let mut queue = VecDeque::from([self.target.as_str()]);
+        while let Some(state) = queue.pop_front() {
+            if states.iter().any(|s| s == state) {
+                let mut plan = self.clone();
+                for (from, step) in paths.remove(state).unwrap_or_default() {
+                    plan.states.push(from);
+                    plan.steps.push(step);
+                }
+                plan.target = state.to_string();
+                return Some(plan);
+            }
+            for t in sm.transitions.iter().filter(|t| t.from == state) {
+                let step = step_of(c, t.trigger.as_ref(), &self.role);
+                let known = paths.contains_key(t.to.as_str()) || sm.terminal.contains(&t.to);
+                if let (Some(step), false) = (step, known) {
+                    let mut path = paths[state].clone();
+                    path.push((state.to_string(), step));
+                    paths.insert(&t.to, path);
+                    queue.push_back(&t.to);
+                }
+            }
+        }
+        None
     }
 
     /// What a check that needs the handshake done makes of its failure: a skip, since the

@@ -316,6 +316,13 @@ impl Ext {
                     self.work = Work::AwaitEcho(cid);
                 }
             }
+            // After the completion no new UI request is accepted.
+            rukh::Call::RukhUiEvent(_) if matches!(self.work, Work::Done) => {
+                let code = rukh::ErrorCode::SessionClosing.code();
+                self.conn
+                    .send(&error(&id, code, "session closing", None)?)
+                    .await?;
+            }
             rukh::Call::RukhUiEvent(p) => {
                 self.conn
                     .send(&success(&id, json!({"sequence": p.sequence}))?)
