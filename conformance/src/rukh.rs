@@ -538,20 +538,6 @@ impl CoreSide {
         }
     }
 
-    /// Send `payload` as one frame the extension must reject ([`CoreSide::rejected`]); a
-    /// failure shows the frame as `label`.
-    async fn reject(
-        &mut self,
-        payload: &[u8],
-        offending: Option<&str>,
-        label: &str,
-    ) -> Result<String, Failure> {
-        self.peer.send_raw(payload).await?;
-        self.rejected(offending)
-            .await
-            .map_err(|f| f.with(label, &framed(payload)))
-    }
-
     /// The extension's frames the contract rejects, as a failure.
     fn invalid_failure(&self) -> Option<Failure> {
         let g = self.invalid.first()?;
@@ -576,41 +562,6 @@ async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
         None => Err(Failure::new(
             "the target is not a launched process: its exit cannot be judged (use exec-fd:N:CMD)",
         )),
-    }
-}
-
-async fn core_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let id = s.id();
-    s.peer.send(&CoreSide::invoke_msg(&id, json!({}))).await?;
-    let until = Instant::now() + s.wait;
-    loop {
-        match next_ev(&mut s.peer, until).await {
-            Ev::Msg(g) if g.is(Kind::Request, "rukh.call") => {
-                let call = id_of(&g).unwrap_or_default();
-                let code = s.sp.error("internal_error")?;
-                let both = json!({"jsonrpc": "2.0", "id": call, "result": {"output": {}},
-                                  "error": {"code": code, "message": "both"}});
-                return s
-                    .reject(&to_bytes(&both), None, "the response with result and error")
-                    .await
-                    .map(Verdict::Pass);
-            }
-            Ev::Msg(g) => {
-                if id_of(&g).as_deref() == Some(id.as_str()) {
-                    return Ok(Verdict::Skip(
-                        "the extension completed without a rukh.call to answer".into(),
-                    ));
-                }
-                s.serve(&g).await?;
-            }
-            Ev::End(e) => return Err(s.last(Failure::new(format!("the session ended: {e}")))),
-            Ev::Timeout => {
-                return Ok(Verdict::Skip(
-                    "the extension sent no rukh.call to answer".into(),
-                ));
-            }
-        }
     }
 }
 
@@ -1503,23 +1454,6 @@ async fn ext_reject_after_invoke(
 }
 
 #[cfg(unix)]
-async fn ext_response_shape(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let code = Spec::new(cx)?.error("internal_error")?;
-    ext_reject_after_invoke(
-        cx,
-        |s| {
-            let id = s.invoke_id();
-            let both = json!({"jsonrpc": "2.0", "id": id, "result": succeeded(),
-                              "error": {"code": code, "message": "both"}});
-            (None, vec![to_bytes(&both)])
-        },
-        "a completion with both result and error",
-    )
-    .await
-    .map(Verdict::Pass)
-}
-
-#[cfg(unix)]
 async fn ext_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let sp = Spec::new(cx)?;
     let max = sp.count("lifecyclePayloadMax")?;
@@ -1927,7 +1861,6 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
 // The table.
 
 bodies! { cx;
-    c_shape => core_response_shape(cx),
     c_lsize => core_lifecycle_size(cx),
     c_confirm => core_confirm(cx),
     c_incompat => core_incompatible(cx),
@@ -1940,7 +1873,6 @@ bodies! { cx;
 
 #[cfg(unix)]
 bodies! { cx;
-    e_shape => ext_response_shape(cx),
     e_lsize => ext_lifecycle_size(cx),
     e_confirm => ext_confirm(cx),
     e_incompat => ext_refuse(cx, false),
@@ -1982,13 +1914,6 @@ const ONLY_CORE: &str = "the rule binds the core; run --play extension against a
 /// The suite for `role` (`core` or `extension`), in order; `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
-        (
-            "rukh.profile.response-shape",
-            "a response with both result and error is rejected",
-            "Requests, responses and events; P3.6 rule 6",
-            Ok(c_shape),
-            ext!(e_shape),
-        ),
         (
             "rukh.frame.lifecycle-size",
             "rukh.initialize (request or result) at 16 KiB passes, one byte more is rejected",

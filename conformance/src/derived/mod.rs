@@ -25,6 +25,9 @@
 //! - `refusal.<machine>.<method>[.result|.error]` (`refusals`): a request, or a second
 //!   answer, that the lifecycle machine's `refusals` name gets the refusal's action, in
 //!   the walk's end state or further on by the played party's own steps;
+//! - `answer.result-and-error` (`answers`): an answer to the implementation's request that
+//!   is both a result and an error gets the `Wire`'s reaction, where it ends the channel
+//!   or ignores the answer;
 //! - `ids.reuse`, `ids.gap`, `ids.prefix`, `ids.unissued` (`ids`): a request breaking the
 //!   party's id rule, or an answer to an id the implementation never issued, gets the
 //!   rule's reaction;
@@ -54,6 +57,7 @@ use contract::join_pointer as join;
 use contract::model::{ActionKind, Kind, Part};
 use serde_json::Value;
 
+mod answers;
 mod behaviour;
 mod capabilities;
 mod counted;
@@ -245,6 +249,11 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             Some(name.into()),
             true,
         );
+    }
+    if let Some(a) = answers::applies(&wire, role) {
+        let seed = cite(a.pointer.clone(), &a.seed);
+        let id = "answer.result-and-error".to_string();
+        add(id, a.title(), &seed, answers::body, None, false);
     }
     if let Some((caps, seed)) = capabilities::applies(c, role) {
         let title = format!(

@@ -292,7 +292,7 @@ fn checkable(v: &Violation) -> Option<(ActionKind, Option<Value>)> {
 }
 
 /// The `violations` member the Wire took `class`'s action from.
-fn entry(c: &Contract, class: ViolationClass) -> &'static str {
+pub(super) fn entry(c: &Contract, class: ViolationClass) -> &'static str {
     let v = &c.violations;
     let or_invalid = |own: bool, name| if own { name } else { "invalid" };
     match class {

@@ -204,6 +204,17 @@ impl Shape {
         }
     }
 
+    /// `answer` made both a result and an error (JSON-RPC's `result` and `error`
+    /// together, which no message may be); `None` for a binding whose answers cannot be.
+    pub fn spoil(&self, answer: &mut Value, code: Value) -> Option<()> {
+        let Form::Jsonrpc = self.form else {
+            return None;
+        };
+        let error = serde_json::json!({"code": code, "message": "conformance: result and error"});
+        answer.as_object_mut()?.insert("error".into(), error);
+        Some(())
+    }
+
     /// Whether an answer carries an id of its own (an envelope's every message does),
     /// which the answering party gives out like a request's.
     pub fn answers_have_ids(&self) -> bool {
