@@ -670,37 +670,6 @@ async fn core_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
     )))
 }
 
-async fn core_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let sp = Spec::new(cx)?;
-    let max = sp.count("lifecyclePayloadMax")?;
-    let mut seen = Vec::new();
-    for (size, accept) in [(max, true), (max + 1, false)] {
-        let mut s = CoreSide::open(cx).await?;
-        let (id, msg) = s.request("rukh.initialize", s.init_params(&[])?);
-        let payload = sized(&msg, "/params", "command", size)?;
-        s.peer.send_raw(&payload).await?;
-        if accept {
-            let until = Instant::now() + s.wait;
-            let g = s
-                .reply(&id, "rukh.initialize", until)
-                .await
-                .map_err(|f| f.with("the initialize", &framed(&payload)))?;
-            success(
-                &g,
-                "the answer",
-                format!("a {size}-byte rukh.initialize (at the lifecycle cap) was refused"),
-            )?;
-            seen.push(format!("{size}-byte initialize confirmed"));
-        } else {
-            let d = s.rejected(Some(&id)).await.map_err(|f| {
-                f.with("the initialize", &framed(&payload[..64.min(payload.len())]))
-            })?;
-            seen.push(format!("{size}-byte initialize {d}"));
-        }
-    }
-    Ok(Verdict::Pass(seen.join("; ")))
-}
-
 async fn core_denial(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::open(cx).await?;
     s.policy = CallPolicy::Deny;
@@ -1454,41 +1423,6 @@ async fn ext_reject_after_invoke(
 }
 
 #[cfg(unix)]
-async fn ext_lifecycle_size(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let sp = Spec::new(cx)?;
-    let max = sp.count("lifecyclePayloadMax")?;
-    let mut seen = Vec::new();
-    for (size, accept) in [(max, true), (max + 1, false)] {
-        let mut s = launch_core(cx, None).await?;
-        let (id, params) = s.initialize().await?;
-        let had_invoke = s.invoke.is_some();
-        let msg = json!({"jsonrpc": "2.0", "id": id, "result": ExtSide::echo(&params)});
-        let payload = sized(&msg, "/result/adapter", "name", size)?;
-        s.peer.send_raw(&payload).await?;
-        let what = format!("a {size}-byte initialize result");
-        if accept {
-            s.until("rukh.invoke", |s| s.invoke.is_some())
-                .await
-                .map_err(|f| f.with("the result", &framed(&payload[..256.min(payload.len())])))?;
-            s.wrap_up().await?;
-            seen.push(
-                s.expect_exit(cx, "succeeded", &format!("{what} accepted"))
-                    .await?,
-            );
-        } else {
-            let r = s.rejected(cx, None, &what).await?;
-            if !had_invoke && s.invoke.is_some() {
-                return Err(Failure::new(format!(
-                    "the core sent rukh.invoke after {what} (over the lifecycle cap)"
-                )));
-            }
-            seen.push(r);
-        }
-    }
-    Ok(Verdict::Pass(seen.join("; ")))
-}
-
-#[cfg(unix)]
 async fn ext_context(cx: &mut Ctx) -> Result<Verdict, Failure> {
     ext_reject_after_invoke(
         cx,
@@ -1861,7 +1795,6 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
 // The table.
 
 bodies! { cx;
-    c_lsize => core_lifecycle_size(cx),
     c_confirm => core_confirm(cx),
     c_incompat => core_incompatible(cx),
     c_kind => core_kind(cx),
@@ -1873,7 +1806,6 @@ bodies! { cx;
 
 #[cfg(unix)]
 bodies! { cx;
-    e_lsize => ext_lifecycle_size(cx),
     e_confirm => ext_confirm(cx),
     e_incompat => ext_refuse(cx, false),
     e_mismatch => ext_refuse(cx, true),
@@ -1914,13 +1846,6 @@ const ONLY_CORE: &str = "the rule binds the core; run --play extension against a
 /// The suite for `role` (`core` or `extension`), in order; `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
-        (
-            "rukh.frame.lifecycle-size",
-            "rukh.initialize (request or result) at 16 KiB passes, one byte more is rejected",
-            "Load, log and UI events (limits); P3.6 rule 1; P3.7 item 5 (lifecyclePayloadMax, R-4)",
-            Ok(c_lsize),
-            ext!(e_lsize),
-        ),
         (
             "rukh.handshake.confirm",
             "the handshake confirms the pinned session exactly (no downgrade); the invoke stays in that context",

@@ -457,7 +457,8 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// beat's check, never hanging up only the idle one, ignoring the bad-line count only the
 /// count's, refusing an answer its id rule says to drop only the id check, answering a
 /// retired method otherwise than its one error only that method's call check, serving a
-/// second tune only the `link` machine's refusal check.
+/// second tune only the `link` machine's refusal check, serving a tune over its own cap
+/// only that cap's check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -475,6 +476,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.count.badLinesMax",
         "beacon.derived.ids.unissued",
         "beacon.derived.refusal.link.tune",
+        "beacon.derived.frame.method-cap.tune",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     for (broken, fails) in [
@@ -484,6 +486,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("answers", "ids.unissued"),
         ("retired", "call.rewind"),
         ("retune", "refusal.link.tune"),
+        ("uncapped", "frame.method-cap.tune"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);

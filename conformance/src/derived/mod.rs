@@ -25,6 +25,8 @@
 //! - `refusal.<machine>.<method>[.result|.error]` (`refusals`): a request, or a second
 //!   answer, that the lifecycle machine's `refusals` name gets the refusal's action, in
 //!   the walk's end state or further on by the played party's own steps;
+//! - `frame.method-cap.<method>` (`sizes`): a handshake message whose method has its own
+//!   cap, padded to it, is served; one byte over gets the `Wire`'s reaction;
 //! - `answer.result-and-error` (`answers`): an answer to the implementation's request that
 //!   is both a result and an error gets the `Wire`'s reaction, where it ends the channel
 //!   or ignores the answer;
@@ -70,6 +72,7 @@ mod probes;
 mod rates;
 mod refusals;
 mod shape;
+mod sizes;
 mod timers;
 mod versions;
 
@@ -226,6 +229,17 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             framing::body,
             Some(f.name().into()),
             f != framing::Family::Stalled,
+        );
+    }
+    for m in sizes::applies(&wire, &plan, role) {
+        let id = format!("frame.method-cap.{}", m.method);
+        add(
+            id,
+            m.title(),
+            &m.seed(),
+            sizes::body,
+            Some(m.method.clone()),
+            false,
         );
     }
     for r in rates::rate_probes(c, role, &plan.staying(c)) {

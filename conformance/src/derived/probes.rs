@@ -284,7 +284,7 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
 }
 
 /// The action (and code) of a violation the suite can observe.
-fn checkable(v: &Violation) -> Option<(ActionKind, Option<Value>)> {
+pub(super) fn checkable(v: &Violation) -> Option<(ActionKind, Option<Value>)> {
     match (v.action?, &v.code) {
         (ActionKind::ReplyError, None) => None,
         (a, code) => Some((a, code.clone())),
@@ -386,7 +386,7 @@ fn over_cap_target(wire: &Wire, ch: &str) -> Option<u64> {
 
 /// `text` padded with spaces (JSON whitespace after the value) to `len` bytes; ASCII only,
 /// so a cap counted in UTF-16 units counts the same.
-fn padded(text: &str, len: u64) -> Option<Vec<u8>> {
+pub(super) fn padded(text: &str, len: u64) -> Option<Vec<u8>> {
     let len = usize::try_from(len).ok()?;
     if !text.is_ascii() || text.len() > len {
         return None;

@@ -5,7 +5,8 @@ client has been quiet for beatSeconds (and again each beatSeconds after its own 
 and exits, ending the channel, once the client has been quiet for idleSeconds. The
 numbers are read from the contract file, scaled by CONTRACT_TIME_SCALE like every peer.
 
-It answers the first tune, and refuses each later one with TUNED (B-4).
+It answers the first tune, and refuses each later one with TUNED (B-4); it hangs up on a
+tune line over tuneMax.
 It answers each line that is not JSON, or not one JSON-RPC object, with its error, and
 hangs up after answering the badLinesMax-th. It never asks the client's time, so an answer
 (to an id it never issued) is dropped, as its id rule says.
@@ -16,6 +17,7 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break answers: refuse an answer to an id it never issued, instead of dropping it.
 --break retired: answer the retired rewind as an unknown method, not RETIRED.
 --break retune: serve a second tune instead of refusing it with TUNED.
+--break uncapped: serve a tune line over tuneMax instead of hanging up.
 """
 
 import argparse
@@ -33,7 +35,7 @@ def limits():
         c = json.load(f)["limits"]
     scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
     return (c["beatSeconds"]["value"] * scale, c["idleSeconds"]["value"] * scale,
-            c["lineMax"]["value"] * 1024, c["badLinesMax"]["value"])
+            c["lineMax"]["value"] * 1024, c["badLinesMax"]["value"], c["tuneMax"]["value"] * 1024)
 
 
 class Bad(Exception):
@@ -98,11 +100,20 @@ def handle(line, broken, session):
     return True
 
 
+def is_tune(line):
+    """Whether `line` is a tune request (its cap is tuneMax)."""
+    try:
+        m = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(m, dict) and m.get("method") == "tune"
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped"])
     a = ap.parse_args()
-    beat, idle, cap, bad_max = limits()
+    beat, idle, cap, bad_max, tune_cap = limits()
     bad = 0
     session = Session()
     if a.broken == "early":
@@ -130,7 +141,7 @@ def main():
         buf += chunk
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
-            if len(line) > cap:
+            if len(line) > cap or (len(line) > tune_cap and a.broken != "uncapped" and is_tune(line)):
                 return 0
             try:
                 if handle(line, a.broken, session):
