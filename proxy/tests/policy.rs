@@ -105,6 +105,17 @@ fn rules(rs: &[Ruling]) -> Vec<&'static str> {
     rs.iter().map(|r| r.rule).collect()
 }
 
+/// The reply of the first ruling, which must refuse with a reply and keep the connection.
+fn reply_only(rs: &[Ruling]) -> &Value {
+    match rs.first().map(|r| &r.act) {
+        Some(Act::Refuse {
+            reply: Some(reply),
+            close: None,
+        }) => reply,
+        _ => panic!("not a refusal with a reply alone: {rs:?}"),
+    }
+}
+
 // ---------------------------------------------------------------- rukh
 
 struct Rukh {
@@ -298,13 +309,7 @@ fn pending_capped(mut s: Rukh) {
     let over = format!("e:{}", max + 1);
     let r = s.send(&EXT, &s.req("rukh.call", &over), None);
     assert_eq!(rules(&r), ["limit.pending"]);
-    let Act::Refuse {
-        reply: Some(reply),
-        close: None,
-    } = &r[0].act
-    else {
-        panic!("{r:?}")
-    };
+    let reply = reply_only(&r);
     assert_eq!(reply["id"], json!(over));
     assert_eq!(reply["error"]["code"], json!(-32006));
     assert_eq!(
@@ -420,13 +425,7 @@ fn rukh_one_invoke_per_session() {
     let r = s.send(&CORE, &s.req("rukh.invoke", "c:3"), None);
     // The session machine's refusal (already_invoked), not the hook.
     assert_eq!(rules(&r), ["machine.out-of-place"]);
-    let Act::Refuse {
-        reply: Some(reply),
-        close: None,
-    } = &r[0].act
-    else {
-        panic!("{r:?}")
-    };
+    let reply = reply_only(&r);
     assert_eq!(reply["error"]["code"], json!(-32002));
 }
 
@@ -606,13 +605,7 @@ fn toolchannel_reverse_requests_after_the_declaration_are_the_engines_to_refuse(
         let want = w.contract().only_error(method).cloned();
         assert!(want.is_some(), "{method} has one error");
         assert_eq!(r[0].code, want, "{method}");
-        let Act::Refuse {
-            reply: Some(reply),
-            close: None,
-        } = &r[0].act
-        else {
-            panic!("{r:?}")
-        };
+        let reply = reply_only(&r);
         // The contract's own refusal, with the proxy's reason as its data.
         let example = ex(&w, method, "error", 0);
         assert_eq!(reply["id"], example["id"], "{method}");
@@ -638,13 +631,7 @@ fn toolchannel_reverse_requests_are_refused_before_dispatch() {
         let r = t.send(&WORKER, &call, None, t0);
         assert_eq!(r.len(), 1, "{method}: {r:?}");
         assert_eq!(r[0].code, Some(json!(code)), "{method}");
-        let Act::Refuse {
-            reply: Some(reply),
-            close: None,
-        } = &r[0].act
-        else {
-            panic!("{r:?}")
-        };
+        let reply = reply_only(&r);
         // The reply is exactly the contract's own example of the refusal.
         assert_eq!(reply, &ex(&w, method, "error", 0), "{method}");
     }
@@ -688,13 +675,7 @@ fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
         // The hostSession machine's data (allows, outOfPlace) refuses it, as the worker would.
         assert_eq!(rules(&r), ["machine.out-of-place"], "{method}");
         assert_eq!(r[0].code, Some(code.clone()));
-        let Act::Refuse {
-            reply: Some(reply),
-            close: None,
-        } = &r[0].act
-        else {
-            panic!("{r:?}")
-        };
+        let reply = reply_only(&r);
         assert_eq!(reply["id"], call["id"]);
         assert_eq!(reply["error"]["code"], code);
     }

@@ -14,7 +14,7 @@ use super::plan::{Plan, example_of};
 use super::probes::{self, Built, Reaction};
 use super::{Session, plan_of};
 use crate::session::{Ctx, Incoming};
-use crate::{BodyFuture, Failure, Verdict};
+use crate::{BodyFuture, Failure};
 
 /// What the family's one check expects, when the contract gives it one.
 pub(super) struct Spoiled {
@@ -104,10 +104,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         b.send(&mut s.peer).await?;
         let what = format!("an answer to {method} with both a result and an error");
         let callable = plan.callable(&c);
-        let verdict: Verdict = probes::react(&mut s, cx, &b, &what, &callable)
-            .await
-            .map_err(|f| f.sent(&b.bytes))?;
-        probes::settle(s, cx, &b, verdict).await
+        probes::judged(s, cx, &b, &what, &callable).await
     })
 }
 

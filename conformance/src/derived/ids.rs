@@ -210,9 +210,6 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             probes::Reaction::Rule { action, code },
         );
         let what = format!("{what} after {last}");
-        let verdict = probes::react(&mut s, cx, &b, &what, &callable)
-            .await
-            .map_err(|f| f.sent(&b.bytes))?;
-        probes::settle(s, cx, &b, verdict).await
+        probes::judged(s, cx, &b, &what, &callable).await
     })
 }

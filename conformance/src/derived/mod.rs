@@ -937,10 +937,7 @@ fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {
                 code: action.code,
             },
         );
-        let verdict = probes::react(&mut s, cx, &b, &what, &[])
-            .await
-            .map_err(|f| f.sent(&b.bytes))?;
-        probes::settle(s, cx, &b, verdict).await
+        probes::judged(s, cx, &b, &what, &[]).await
     })
 }
 

@@ -687,6 +687,20 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     })
 }
 
+/// [`react`] to `b`, sent, showing its bytes on a failure; then [`settle`] the session.
+pub(super) async fn judged(
+    mut s: Session,
+    cx: &mut Ctx,
+    b: &Built,
+    what: &str,
+    callable: &[String],
+) -> Result<Verdict, Failure> {
+    let verdict = react(&mut s, cx, b, what, callable)
+        .await
+        .map_err(|f| f.sent(&b.bytes))?;
+    settle(s, cx, b, verdict).await
+}
+
 /// After a passing probe: the session goes on for the next check, or, when the reaction
 /// ended it, the suite's end hook ([`Ctx::on_end`]) adds what it also expects.
 pub(super) async fn settle(

@@ -171,10 +171,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             code: p.action.code.clone(),
         };
         let b = probes::Built::expecting(bytes, ids, reaction);
-        let verdict = probes::react(&mut s, cx, &b, &what, &[])
-            .await
-            .map_err(|f| f.sent(&b.bytes))?;
-        probes::settle(s, cx, &b, verdict).await
+        probes::judged(s, cx, &b, &what, &[]).await
     })
 }
 

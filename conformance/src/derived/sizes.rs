@@ -134,10 +134,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let ids = id.into_iter().chain([Value::Null]).collect();
         let b = Built::expecting(bytes, ids, reaction);
         let what = format!("{} one byte over {}", p.what(), p.limit);
-        let verdict = probes::react(&mut s, cx, &b, &what, &[])
-            .await
-            .map_err(|f| f.sent(&b.bytes[..b.bytes.len().min(256)]))?;
-        match probes::settle(s, cx, &b, verdict).await? {
+        match probes::judged(s, cx, &b, &what, &[]).await? {
             Verdict::Pass(over) => Ok(Verdict::Pass(format!("{at}; {over}"))),
             other => Ok(other),
         }
