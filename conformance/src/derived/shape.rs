@@ -204,6 +204,11 @@ impl Shape {
         }
     }
 
+    /// Whether every message is one-way, told apart by its fields (a tagged binding).
+    pub fn tagged(&self) -> bool {
+        matches!(self.form, Form::Tagged { .. })
+    }
+
     /// `answer` made both a result and an error (JSON-RPC's `result` and `error`
     /// together, which no message may be); `None` for a binding whose answers cannot be.
     pub fn spoil(&self, answer: &mut Value, code: Value) -> Option<()> {
