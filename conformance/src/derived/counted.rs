@@ -98,6 +98,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             }
             s.remember(cx, &b.bytes);
             let what = format!("input {} of {max} toward {limit} ({})", i + 1, p.what());
+            let what = s.shape.say(&what);
             b.send(&mut s.peer).await.map_err(|f| {
                 Failure::new(format!("the channel ended before {what}: {}", f.why))
                     .with("answered so far", answered.join("; ").as_bytes())

@@ -158,7 +158,9 @@ async fn split(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict, 
         Some(_) => ", one cut inside a multi-byte character",
         None => " (the suite's wire took no multi-byte text in it)",
     };
-    let what = format!("a request in {} pieces{wide}", cuts.len() + 1);
+    let what = s
+        .shape
+        .say(&format!("a request in {} pieces{wide}", cuts.len() + 1));
     let b = answered(&s.shape, &m, &carrier);
     let verdict = probes::react(&mut s, cx, &b, &what, &[])
         .await
@@ -177,7 +179,9 @@ async fn merged(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict,
     s.peer.write_bytes(&bytes, cx.opts.deadline).await?;
     let mut seen = Vec::new();
     for (m, which) in [(&first, "the first"), (&second, "the second")] {
-        let what = format!("{which} of two requests in one write");
+        let what = s
+            .shape
+            .say(&format!("{which} of two requests in one write"));
         let b = answered(&s.shape, m, &carrier);
         match probes::react(&mut s, cx, &b, &what, &[]).await {
             Ok(Verdict::Pass(d)) => seen.push(d),

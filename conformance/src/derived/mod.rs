@@ -323,27 +323,12 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         );
     }
     // A tagged binding's messages are all one-way: what the suite sends is a message.
-    if Shape::of(c).is_some_and(|s| s.tagged()) {
+    if let Some(shape) = Shape::of(c) {
         for check in &mut out {
-            check.title = one_way(&check.title).into();
+            check.title = shape.say(&check.title).into();
         }
     }
     Ok(out)
-}
-
-/// `title` said of one-way messages, not requests (depot's parcels, xsession's frames).
-fn one_way(title: &str) -> String {
-    title
-        .replace(
-            "an object with an id but no method, result or error",
-            "a message without the fields that tell its method",
-        )
-        .replace(
-            "a call of each request",
-            "one of each message the suite sends",
-        )
-        .replace("two requests", "two messages")
-        .replace("a request", "a message")
 }
 
 /// A check's citation: the contract entry it comes from, then the seed section that

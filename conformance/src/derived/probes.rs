@@ -667,16 +667,16 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             sent => {
                 // The implementation ended the channel under the probe, where the contract
                 // keeps it open (an oversize frame it should skip and report).
+                let what = s.shape.say(p.what());
                 sent.map_err(|f| {
                     Failure::new(format!(
-                        "the channel ended while the suite wrote {}, which {}: {}",
-                        p.what(),
+                        "the channel ended while the suite wrote {what}, which {}: {}",
                         b.title(p).trim_start_matches(p.what()).trim(),
                         f.why
                     ))
                     .sent(&b.bytes)
                 })?;
-                react(&mut s, cx, &b, p.what(), &callable)
+                react(&mut s, cx, &b, &what, &callable)
                     .await
                     .map_err(|f| f.sent(&b.bytes))?
             }

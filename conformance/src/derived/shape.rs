@@ -204,9 +204,23 @@ impl Shape {
         }
     }
 
-    /// Whether every message is one-way, told apart by its fields (a tagged binding).
-    pub fn tagged(&self) -> bool {
-        matches!(self.form, Form::Tagged { .. })
+    /// `text` (a title, what a probe sent) as this binding says it: where every message is
+    /// one-way (a tagged binding: depot's parcels, xsession's frames), the suite sends
+    /// messages, not requests.
+    pub fn say(&self, text: &str) -> String {
+        let Form::Tagged { .. } = self.form else {
+            return text.to_string();
+        };
+        text.replace(
+            "an object with an id but no method, result or error",
+            "a message without the fields that tell its method",
+        )
+        .replace(
+            "a call of each request",
+            "one of each message the suite sends",
+        )
+        .replace("two requests", "two messages")
+        .replace("a request", "a message")
     }
 
     /// `answer` made both a result and an error (JSON-RPC's `result` and `error`
