@@ -126,31 +126,15 @@ impl Plan {
     /// `Completing`. The walk itself when its target is among them.
     pub fn onward(&self, c: &Contract, states: &[String]) -> Option<Plan> {
         let (_, sm) = self.machine.as_ref()?;
-        let mut paths: HashMap<&str, Vec<(String, Step)>> =
-            HashMap::from([(self.target.as_str(), Vec::new())]);
-        let mut queue = VecDeque::from([self.target.as_str()]);
-        while let Some(state) = queue.pop_front() {
-            if states.iter().any(|s| s == state) {
-                let mut plan = self.clone();
-                for (from, step) in paths.remove(state).unwrap_or_default() {
-                    plan.states.push(from);
-                    plan.steps.push(step);
-                }
-                plan.target = state.to_string();
-                return Some(plan);
-            }
-            for t in sm.transitions.iter().filter(|t| t.from == state) {
-                let step = step_of(c, t.trigger.as_ref(), &self.role);
-                let known = paths.contains_key(t.to.as_str()) || sm.terminal.contains(&t.to);
-                if let (Some(step), false) = (step, known) {
-                    let mut path = paths[state].clone();
-                    path.push((state.to_string(), step));
-                    paths.insert(&t.to, path);
-                    queue.push_back(&t.to);
-                }
-            }
+        let (order, mut paths) = reachable(c, sm, &self.target, &self.role);
+        let to = order.into_iter().find(|s| states.contains(s))?;
+        let mut plan = self.clone();
+        for (from, step) in paths.remove(&to).unwrap_or_default() {
+            plan.states.push(from);
+            plan.steps.push(step);
         }
-        None
+        plan.target = to;
+        Some(plan)
     }
 
     /// What a check that needs the handshake done makes of its failure: a skip, since the
@@ -304,13 +288,41 @@ pub(super) fn step_of(c: &Contract, t: Option<&Trigger>, role: &str) -> Option<S
 
 /// The state allowing `role` the most methods (the furthest on a tie) and the steps there,
 /// each with the state it starts from.
-pub(super) fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<(String, Step)>) {
+pub(super) fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Path) {
     // The suite's connection is open before its first step.
-    let start = sm.opened(&channel(c)).to_string();
-    let mut paths: HashMap<String, Vec<(String, Step)>> =
-        HashMap::from([(start.clone(), Vec::new())]);
-    let mut order = vec![start.clone()];
-    let mut queue = VecDeque::from([start]);
+    let start = sm.opened(&channel(c));
+    let (order, mut paths) = reachable(c, sm, start, role);
+    // On a tie the furthest state wins (max_by_key keeps the last): rukh's `Running`,
+    // past the invoke, where the core's requests come. A machine that allows nothing by
+    // name (xsession's inboxConnection) is walked to its furthest state.
+    let best = match sm.allows.is_empty() {
+        true => order.last(),
+        false => order.iter().max_by_key(|s| allowed_in(sm, s)),
+    };
+    let best = best.cloned().unwrap_or_default();
+    let mut steps = Vec::new();
+    for (state, step) in paths.remove(&best).unwrap_or_default() {
+        steps.extend(only_here(c, sm, &state, role, &step).map(|s| (state.clone(), s)));
+        steps.push((state, step));
+    }
+    (best, steps)
+}
+
+/// Steps to a state, each with the state it starts from.
+type Path = Vec<(String, Step)>;
+
+/// The states `role` can take `sm` to from `from` by its own steps, not past a terminal
+/// one, nearest first (`from` itself first), each with the steps there and the state each
+/// starts from.
+fn reachable(
+    c: &Contract,
+    sm: &StateMachine,
+    from: &str,
+    role: &str,
+) -> (Vec<String>, HashMap<String, Path>) {
+    let mut paths = HashMap::from([(from.to_string(), Vec::new())]);
+    let mut order = vec![from.to_string()];
+    let mut queue = VecDeque::from([from.to_string()]);
     while let Some(state) = queue.pop_front() {
         for t in sm.transitions.iter().filter(|t| t.from == state) {
             let Some(step) = step_of(c, t.trigger.as_ref(), role) else {
@@ -326,20 +338,7 @@ pub(super) fn walk(c: &Contract, sm: &StateMachine, role: &str) -> (String, Vec<
             queue.push_back(t.to.clone());
         }
     }
-    // On a tie the furthest state wins (max_by_key keeps the last): rukh's `Running`,
-    // past the invoke, where the core's requests come. A machine that allows nothing by
-    // name (xsession's inboxConnection) is walked to its furthest state.
-    let best = match sm.allows.is_empty() {
-        true => order.last(),
-        false => order.iter().max_by_key(|s| allowed_in(sm, s)),
-    };
-    let best = best.cloned().unwrap_or_default();
-    let mut steps = Vec::new();
-    for (state, step) in paths.remove(&best).unwrap_or_default() {
-        steps.extend(only_here(c, sm, &state, role, &step).map(|s| (state.clone(), s)));
-        steps.push((state, step));
-    }
-    (best, steps)
+    (order, paths)
 }
 
 /// How many methods `sm` allows in `state`: those its `allows` lists there, and those
