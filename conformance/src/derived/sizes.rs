@@ -122,10 +122,10 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             Ok(seen) => seen,
             Err(f) => return plan.unreached(f),
         };
-        let Ok((mut s, id)) = reach(cx, &plan, &p).await? else {
+        let Ok((mut s, id)) = reach(cx, &plan, &p).await else {
             return crate::skip("the handshake did not reach the capped message a second time");
         };
-        let (bytes, _) = padded(&mut s, cx, &p, p.cap + 1)?;
+        let bytes = padded(&mut s, cx, &p, p.cap + 1)?;
         s.peer.send_raw(&bytes).await?;
         let reaction = Reaction::Rule {
             action: p.action,
@@ -148,11 +148,11 @@ async fn at_cap(
     plan: &Plan,
     p: &MethodCap,
 ) -> Result<Result<String, Failure>, Failure> {
-    let (mut s, id) = match reach(cx, plan, p).await? {
+    let (mut s, id) = match reach(cx, plan, p).await {
         Ok(x) => x,
         Err(f) => return Ok(Err(f)),
     };
-    let (bytes, _) = padded(&mut s, cx, p, p.cap)?;
+    let bytes = padded(&mut s, cx, p, p.cap)?;
     s.peer.send_raw(&bytes).await?;
     let what = format!("{} padded to {} bytes", p.what(), p.cap);
     let shown = &bytes[..bytes.len().min(256)];
@@ -181,42 +181,36 @@ async fn at_cap(
 }
 
 /// A fresh session walked up to `p`'s step, with the id of the request it sends (`None`
-/// for an answer). The inner error is the handshake's.
+/// for an answer); the handshake's error when it does not get there.
 async fn reach(
     cx: &mut Ctx,
     plan: &Plan,
     p: &MethodCap,
-) -> Result<Result<(Session, Option<Value>), Failure>, Failure> {
-    let mut s = match Session::open(cx).await {
-        Ok(s) => s,
-        Err(f) => return Ok(Err(f)),
-    };
-    if let Err(f) = s.walk_to(cx, plan, p.step).await {
-        return Ok(Err(f));
-    }
+) -> Result<(Session, Option<Value>), Failure> {
+    let mut s = Session::open(cx).await?;
+    s.walk_to(cx, plan, p.step).await?;
     let id = match p.part {
         Part::Call => Some(s.peek_id()),
         _ => None,
     };
-    Ok(Ok((s, id)))
+    Ok((s, id))
 }
 
 /// `p`'s message padded with JSON whitespace to `len` bytes: the played party's example
-/// request on the session's next id, or its answer to the request the walk owes.
-fn padded(s: &mut Session, cx: &Ctx, p: &MethodCap, len: u64) -> Result<(Vec<u8>, Value), Failure> {
+/// request on the session's next id, or its answer to the request the walk owes (no
+/// longer owed: the rest of the walk must not answer it again).
+fn padded(s: &mut Session, cx: &Ctx, p: &MethodCap, len: u64) -> Result<Vec<u8>, Failure> {
     let v = match p.part {
         Part::Call => s.message(cx, &p.method)?,
         part => {
             let (request, _) = s
                 .owed
-                .clone()
+                .take()
                 .filter(|(_, m)| *m == p.method)
                 .ok_or_else(|| Failure::new(format!("no {} request to answer", p.method)))?;
-            s.answered = Some(request.clone());
             s.answer_as(cx, &p.method, &request, part)?
         }
     };
-    let bytes = probes::padded(&v.to_string(), len)
-        .ok_or_else(|| Failure::new(format!("{} does not pad to {len} bytes", p.method)))?;
-    Ok((bytes, v))
+    probes::padded(&v.to_string(), len)
+        .ok_or_else(|| Failure::new(format!("{} does not pad to {len} bytes", p.method)))
 }
