@@ -169,6 +169,8 @@ pub struct MethodIr {
     pub channel: String,
     /// Capability it needs.
     pub capability: Option<String>,
+    /// Capabilities a message needs by its values (`needs`).
+    pub needs: Vec<NeedIr>,
     /// Named type of its params, if any.
     pub params: Option<String>,
     /// A message may leave its params out (their schema accepts `null` or `{}`: the wire
@@ -182,6 +184,31 @@ pub struct MethodIr {
     pub errors: Vec<Value>,
     /// The other party's methods that answer this one-way message (`answeredBy`).
     pub answered_by: Vec<String>,
+}
+
+/// Capabilities a message needs when its members hold given values.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NeedIr {
+    /// The capabilities.
+    pub capabilities: Vec<String>,
+    /// The condition, as text: `` `/payload/kind` is `"audio.input"` ``, joined by "and".
+    pub when: String,
+    /// Seed section.
+    pub seed: String,
+}
+
+impl NeedIr {
+    fn of(n: &contract::model::Need) -> NeedIr {
+        let when: Vec<String> = (n.matches.iter())
+            .map(|(p, v)| format!("`{p}` is `{v}`"))
+            .collect();
+        NeedIr {
+            capabilities: n.capabilities.clone(),
+            when: when.join(" and "),
+            seed: n.seed.clone(),
+        }
+    }
 }
 
 /// One value of a code table or the error catalog.
@@ -553,6 +580,7 @@ impl Ir {
                 from: m.from.clone(),
                 channel: m.channel.clone(),
                 capability: m.capability.clone(),
+                needs: m.needs.iter().map(NeedIr::of).collect(),
                 params,
                 result,
                 description: m.description.clone(),

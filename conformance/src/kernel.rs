@@ -44,7 +44,6 @@ const OVERRUN_WINDOW: Duration = Duration::from_millis(400);
 
 bodies! {
     s_1 => shell_1, c_1 => core_1,
-    s_4 => shell_4, c_4 => core_4,
     s_5 => shell_5, c_5 => core_5,
     s_6 => shell_6, c_6 => core_6,
     c_7 => core_7,
@@ -64,13 +63,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§3, §5, §15 item 1 (K-4)",
             Ok(s_1),
             Ok(c_1),
-        ),
-        (
-            "kernel.15.4",
-            "a capability not declared in the handshake is never called",
-            "§4, §15 item 4 (K-14, K-17)",
-            Ok(s_4),
-            Ok(c_4),
         ),
         (
             "kernel.15.5",
@@ -834,90 +826,6 @@ async fn core_1(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let got = envelope_probe(&mut s, "programs.index", json!({})).await?;
     cx.notes.append(&mut s.notes);
     pass(got)
-}
-
-// ---------------------------------------------------------------------------------------------
-// 4. Undeclared capabilities.
-
-/// The capability `g` uses that its sender's peer (or its sender) did not declare, if any.
-fn undeclared(
-    wire: &contract::wire::Wire,
-    g: &Got,
-    shell_caps: &[String],
-    core_caps: &[String],
-) -> Option<String> {
-    let c = wire.contract();
-    let method = g.method()?;
-    let mut needs: Vec<String> = Vec::new();
-    if let Some(cap) = c.methods.get(method).and_then(|m| m.capability.clone()) {
-        needs.push(cap);
-    }
-    if method == "stream.open" {
-        match g.at_ptr("/payload/kind").and_then(Value::as_str) {
-            Some("audio.input") => needs.extend(["audio.input".to_string(), "stt".to_string()]),
-            Some("audio.output") => needs.extend(["audio.output".to_string(), "tts".to_string()]),
-            Some("screen.frame") => needs.push("actuation".to_string()),
-            _ => {}
-        }
-    }
-    for cap in needs {
-        let by = c
-            .capabilities
-            .get(&cap)
-            .map(|k| k.declared_by.as_str())
-            .unwrap_or("");
-        let declared = if by == "shell" { shell_caps } else { core_caps };
-        if !declared.contains(&cap) {
-            return Some(format!(
-                "{method} needs capability {cap} (declared by the {by}), which was not declared"
-            ));
-        }
-    }
-    None
-}
-
-async fn shell_4(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    let hello = s.handshake(&[]).await?;
-    let core_caps = caps_of(&hello.value);
-    let mut n = 0;
-    for text in [
-        "conformance:speak 1",
-        "conformance:power-off",
-        "conformance:stream",
-    ] {
-        let t = s.trace();
-        let req = command(&mut s, text, &t).await?;
-        s.reply_to(&req, &format!("the reply to {text:?}")).await?;
-        n += 1;
-    }
-    s.idle(Duration::from_millis(800)).await?;
-    for g in &s.p.log {
-        if let Some(why) = undeclared(&cx.wire, g, &[], &core_caps) {
-            return Err(s.bad(g, format!("with a shell declaring no capabilities: {why}")));
-        }
-    }
-    pass(format!(
-        "shell declared no capabilities; {n} commands (speak, power-off, stream); the core's {} messages used none it lacked",
-        s.p.log.len()
-    ))
-}
-
-async fn core_4(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = open(cx).await?;
-    let hello = s.handshake_core(&[]).await?;
-    let shell_caps = caps_of(&hello.value);
-    s.ping().await?;
-    s.idle(Duration::from_secs(2)).await?;
-    for g in &s.p.log {
-        if let Some(why) = undeclared(&cx.wire, g, &shell_caps, &[]) {
-            return Err(s.bad(g, format!("with a core declaring no capabilities: {why}")));
-        }
-    }
-    pass(format!(
-        "core declared no capabilities; the shell's {} messages used none it lacked",
-        s.p.log.len()
-    ))
 }
 
 // ---------------------------------------------------------------------------------------------

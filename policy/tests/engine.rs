@@ -495,6 +495,64 @@ fn a_clock_restarts_on_its_peer_and_not_on_its_runner() {
     assert_eq!(p.on_tick(t1 + idle).len(), 1);
 }
 
+/// tests/fixtures/beacon.json: a beat needs no capability as a method, but a beat of kind
+/// chime needs the client's `chime` (its `needs`, B-5): flagged once the client's tune
+/// has declared what it hears without it, never before, and never for a plain beat.
+#[test]
+fn a_capability_a_message_needs_by_its_values_is_flagged() {
+    let w = Arc::new(
+        Wire::new(Arc::new(
+            contract::load(&fixture("beacon.json")).expect("beacon"),
+        ))
+        .expect("wire"),
+    );
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
+    let t = Instant::now();
+    let mut send = |from: &'static str, v: Value| {
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let m = w.decode("main", from, &bytes, None).expect("decodes");
+        let to = if from == "client" {
+            "station"
+        } else {
+            "client"
+        };
+        let dir = if from == "client" { Dir::Up } else { Dir::Down };
+        let ctx = Ctx {
+            route: "r",
+            conn: 1,
+            session: 1,
+            dir,
+            from,
+            to,
+            now: t,
+        };
+        p.on_message(&ctx, &m, bytes.len())
+    };
+    let beat = |kind: Option<&str>| {
+        let mut v = json!({"jsonrpc": "2.0", "method": "beat", "params": {"n": 1}});
+        if let Some(k) = kind {
+            v["params"]["kind"] = json!(k);
+        }
+        v
+    };
+    assert_eq!(
+        rules(&send("station", beat(Some("chime")))),
+        none(),
+        "nothing declared yet"
+    );
+    let tune = json!({"jsonrpc": "2.0", "id": 1, "method": "tune", "params": {"hears": []}});
+    assert_eq!(rules(&send("client", tune)), none());
+    assert_eq!(rules(&send("station", beat(None))), none());
+    let r = send("station", beat(Some("chime")));
+    assert_eq!(rules(&r), ["capability.undeclared"]);
+    assert_eq!(r[0].act, Act::Flag);
+    assert!(
+        r[0].reason.contains("/methods/beat/needs/0"),
+        "{}",
+        r[0].reason
+    );
+}
+
 /// An `open` trigger names a channel: a connection of a route on another channel does not
 /// arm the deadline (the route's channel reaches the engine through `Engine::on_channel`).
 #[test]

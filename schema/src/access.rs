@@ -335,6 +335,37 @@ impl Contract {
         }
     }
 
+    /// The capabilities a message of `method` needs: the method's own `capability`, then
+    /// those of each `needs` entry whose `matches` all hold on `message`, each with the
+    /// pointer of the entry that asks for it.
+    pub fn needed_capabilities(&self, method: &str, message: &Value) -> Vec<(&str, String)> {
+        let Some(m) = self.methods.get(method) else {
+            return Vec::new();
+        };
+        let base = crate::pointer::join("/methods", [method]);
+        let own = (m.capability.as_deref()).map(|cap| (cap, format!("{base}/capability")));
+        let by_value = (m.needs.iter().enumerate())
+            .filter(|(_, n)| (n.matches.iter()).all(|(p, v)| message.pointer(p) == Some(v)))
+            .flat_map(|(i, n)| {
+                let at = format!("{base}/needs/{i}");
+                (n.capabilities.iter()).map(move |cap| (cap.as_str(), at.clone()))
+            });
+        own.into_iter().chain(by_value).collect()
+    }
+
+    /// Every capability some message of `method` may need: its `capability` and those its
+    /// `needs` name.
+    pub fn gated_capabilities(&self, method: &str) -> Vec<&str> {
+        let Some(m) = self.methods.get(method) else {
+            return Vec::new();
+        };
+        let needs = m.needs.iter().flat_map(|n| n.capabilities.iter());
+        (m.capability.iter())
+            .chain(needs)
+            .map(String::as_str)
+            .collect()
+    }
+
     /// A code table by name.
     pub fn code_table(&self, table: &str) -> Result<&CodeTable, AccessError> {
         self.codes

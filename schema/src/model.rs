@@ -726,6 +726,11 @@ pub struct Method {
     /// Capability the receiver must have declared before this may be sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capability: Option<String>,
+    /// Capabilities a message of this method needs only when its members hold given
+    /// values (kernel's stream.open of kind audio.output needs the shell's audio.output
+    /// and the core's tts), on top of `capability`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<Need>,
     /// What it does.
     pub description: String,
     /// Seed section.
@@ -762,6 +767,19 @@ pub struct Method {
     /// Whole wire messages that show the method, each validated by `contractgen check`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<Example>,
+}
+
+/// Capabilities a message needs when every one of its `matches` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Need {
+    /// JSON pointer into the whole message → the literal value it must hold.
+    #[schemars(with = "IndexMap<String, serde_json::Value>")]
+    pub matches: IndexMap<String, Value>,
+    /// The capabilities needed, each declared by its own `declaredBy` party.
+    pub capabilities: Vec<String>,
+    /// Seed section (or note) the rule comes from.
+    pub seed: String,
 }
 
 /// An example wire message.

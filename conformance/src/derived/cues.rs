@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::behaviour::breaches;
 use super::{LINGER, Session, plan_of};
-use crate::session::{Ctx, Incoming, with_meanwhile};
+use crate::session::{Ctx, Got, Incoming, with_meanwhile};
 use crate::{BodyFuture, Failure, pass};
 
 /// The cues the suite playing `role` can send.
@@ -36,8 +36,12 @@ pub(super) fn title(cue: &Cue) -> String {
         true => ", all on its trace",
         false => "",
     };
+    let article = match cue.method.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        true => "an",
+        false => "a",
+    };
     format!(
-        "a {} cue is acted on: {then}{trace}, with no machine broken",
+        "{article} {} cue is acted on: {then}{trace}, with no machine broken",
         cue.method
     )
 }
@@ -53,16 +57,22 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &plan).await {
             return plan.unreached(f);
         }
-        let mut v = s.message(cx, &cue.method)?;
-        for (pointer, value) in &cue.set {
-            contract::set_pointer(&mut v, pointer, value.clone());
-        }
+        let v = cue_message(&mut s, cx, cue)?;
         let trace = (c.trace.as_ref()).and_then(|t| v.pointer(&t.path)).cloned();
         let id = s.send_value(&v).await?.unwrap_or(Value::Null);
         let seen = watch(&mut s, cx, cue, &id).await?;
         verdict(&s, cue, &seen)?;
         traced(cue, trace.as_ref(), &seen)
     })
+}
+
+/// The cue as the suite sends it: its method's call example, with the cue's `set` applied.
+pub(super) fn cue_message(s: &mut Session, cx: &Ctx, cue: &Cue) -> Result<Value, Failure> {
+    let mut v = s.message(cx, &cue.method)?;
+    for (pointer, value) in &cue.set {
+        contract::set_pointer(&mut v, pointer, value.clone());
+    }
+    Ok(v)
 }
 
 /// One message the implementation sent after the cue.
@@ -79,17 +89,25 @@ struct Seen {
 
 /// The implementation's messages, in order, from the cue until the first of `until` and
 /// [`LINGER`] after it (answers to other requests left out); a failure when `until` does
-/// not come within the deadline.
+/// not come within the deadline, or a request cue was never answered (what came to other
+/// ids is shown: a misdirected answer).
 async fn watch(s: &mut Session, cx: &Ctx, cue: &Cue, id: &Value) -> Result<Vec<Seen>, Failure> {
     let mut seen = Vec::new();
+    let mut unclaimed = Vec::new();
     let mut until = Instant::now() + cx.opts.deadline;
     let mut ended = false;
     loop {
         match s.peer.next(until).await {
             Incoming::Control(got) => {
-                let Some(m) = got.ok() else { continue };
+                let Some(m) = got.ok() else {
+                    keep(&mut unclaimed, &got);
+                    continue;
+                };
                 let answer = matches!(m.kind, Kind::Response | Kind::Error);
                 let to_cue = answer && m.correlation.as_ref() == Some(id);
+                if answer && !to_cue {
+                    keep(&mut unclaimed, &got);
+                }
                 if let (Some(method), true) = (m.method.clone(), to_cue || !answer) {
                     if !ended && !answer && cue.until.contains(&method) {
                         ended = true;
@@ -107,7 +125,7 @@ async fn watch(s: &mut Session, cx: &Ctx, cue: &Cue, id: &Value) -> Result<Vec<S
                     s.respond(cx, &got).await?;
                 }
             }
-            Incoming::Timeout if ended => return Ok(seen),
+            Incoming::Timeout if ended => return answered(cue, id, seen, unclaimed),
             Incoming::Timeout => {
                 let secs = cx.opts.deadline.as_secs_f64();
                 let f = Failure::new(format!(
@@ -116,7 +134,7 @@ async fn watch(s: &mut Session, cx: &Ctx, cue: &Cue, id: &Value) -> Result<Vec<S
                     cue.method,
                     names(&seen)
                 ));
-                return Err(with_meanwhile(f, Vec::new()));
+                return Err(with_meanwhile(f, unclaimed));
             }
             Incoming::ControlEnd(why) => {
                 return Err(Failure::new(format!(
@@ -127,6 +145,31 @@ async fn watch(s: &mut Session, cx: &Ctx, cue: &Cue, id: &Value) -> Result<Vec<S
             Incoming::Data { .. } | Incoming::DataEnd(_) => {}
         }
     }
+}
+
+/// Keep `got` to show, up to a few.
+fn keep(unclaimed: &mut Vec<Got>, got: &Got) {
+    if unclaimed.len() < super::UNCLAIMED {
+        unclaimed.push(got.clone());
+    }
+}
+
+/// `seen`, when a request cue (one with an id) got its answer.
+fn answered(
+    cue: &Cue,
+    id: &Value,
+    seen: Vec<Seen>,
+    unclaimed: Vec<Got>,
+) -> Result<Vec<Seen>, Failure> {
+    if id.is_null() || seen.iter().any(|s| s.answer) {
+        return Ok(seen);
+    }
+    let f = Failure::new(format!(
+        "no answer to the {} cue (id {id}); the implementation sent {:?}",
+        cue.method,
+        names(&seen)
+    ));
+    Err(with_meanwhile(f, unclaimed))
 }
 
 /// Every expected method came before the end, and the engine ruled nothing against the

@@ -1,6 +1,6 @@
 //! Capability gating as data: a party's `declares` says where in the handshake it lists
-//! its capabilities; a method's `capability` names what it needs and the capability's
-//! `declaredBy` who must have declared it. Once that party's declaration has been seen
+//! its capabilities; a method's `capability` (and its `needs`, by its members' values)
+//! names what it needs and the capability's `declaredBy` who must have declared it. Once that party's declaration has been seen
 //! on the connection, a message of a method needing a capability it did not declare is
 //! flagged: the receiver decides what to do about it, the proxy only reports. Where the
 //! contract has decided for it (a method never served, whose one error is its only
@@ -52,19 +52,21 @@ impl Declared {
     }
 }
 
-/// A ruling when `msg` needs a capability its declaring party has declared without it.
+/// A ruling when `msg` needs a capability its declaring party has declared without it:
+/// its method's `capability`, or one a `needs` entry asks of its members' values.
 pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) -> Option<Ruling> {
     if !msg.is_call() {
         return None;
     }
     let method = msg.method.as_deref()?;
-    let cap = c.methods.get(method)?.capability.as_deref()?;
-    let owner = &c.capabilities.get(cap)?.declared_by;
-    let declared = seen.by.get(owner)?;
-    if declared.contains(cap) {
-        return None;
-    }
-    let entry = format!("/methods/{}/capability", contract::escape_pointer(method));
+    let (cap, entry, owner) = c
+        .needed_capabilities(method, &msg.value)
+        .into_iter()
+        .find_map(|(cap, entry)| {
+            let owner = &c.capabilities.get(cap)?.declared_by;
+            let declared = seen.by.get(owner)?;
+            (!declared.contains(cap)).then_some((cap, entry, owner))
+        })?;
     let seed = &c.capabilities[cap].seed;
     let reason =
         format!("{method} from {from} needs capability {cap}, which {owner} did not declare");

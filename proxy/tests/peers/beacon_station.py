@@ -6,7 +6,8 @@ and exits, ending the channel, once the client has been quiet for idleSeconds. T
 numbers are read from the contract file, scaled by CONTRACT_TIME_SCALE like every peer.
 
 It answers the first tune, and refuses each later one with TUNED (B-4); it hangs up on a
-tune line over tuneMax.
+tune line over tuneMax. The echo of `chime` makes it beat at once: a chime where the
+first tune's `hears` named chime, else a plain beat (B-5).
 It answers each line that is not JSON, or not one JSON-RPC object, with its error, and
 hangs up after answering the badLinesMax-th. It never asks the client's time, so an answer
 (to an id it never issued) is dropped, as its id rule says.
@@ -18,6 +19,7 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break retired: answer the retired rewind as an unknown method, not RETIRED.
 --break retune: serve a second tune instead of refusing it with TUNED.
 --break uncapped: serve a tune line over tuneMax instead of hanging up.
+--break deaf: chime whatever the client hears.
 """
 
 import argparse
@@ -56,6 +58,15 @@ class Session:
 
     def __init__(self):
         self.tuned = False
+        self.hears = []
+        self.beats = 0
+
+    def beat(self, kind=None):
+        self.beats += 1
+        params = {"n": self.beats}
+        if kind:
+            params["kind"] = kind
+        send({"jsonrpc": "2.0", "method": "beat", "params": params})
 
 
 def handle(line, broken, session):
@@ -86,6 +97,10 @@ def handle(line, broken, session):
         if session.tuned and broken != "retune":
             error(id_, -32002, "tuned already")
         else:
+            params = m.get("params")
+            hears = params.get("hears") if isinstance(params, dict) else None
+            if isinstance(hears, list):
+                session.hears = hears
             session.tuned = True
             send({"jsonrpc": "2.0", "id": id_, "result": {}})
         return True
@@ -97,6 +112,8 @@ def handle(line, broken, session):
         error(id_, -32602, "invalid params")
         return True
     send({"jsonrpc": "2.0", "id": id_, "result": {"text": params["text"]}})
+    if params["text"] == "chime":
+        session.beat("chime" if "chime" in session.hears or broken == "deaf" else None)
     return True
 
 
@@ -111,7 +128,7 @@ def is_tune(line):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf"])
     a = ap.parse_args()
     beat, idle, cap, bad_max, tune_cap = limits()
     bad = 0
@@ -119,7 +136,6 @@ def main():
     if a.broken == "early":
         beat /= 2
     heard = last_beat = time.monotonic()
-    n = 0
     buf = b""
     fd = sys.stdin.fileno()
     while True:
@@ -128,8 +144,7 @@ def main():
             return 0
         due = max(heard, last_beat) + beat
         if now >= due:
-            n += 1
-            send({"jsonrpc": "2.0", "method": "beat", "params": {"n": n}})
+            session.beat()
             last_beat = now
             continue
         ready, _, _ = select.select([fd], [], [], min(due - now, 0.05))

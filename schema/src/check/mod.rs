@@ -503,6 +503,16 @@ impl Cx<'_> {
                     format!("capability {cap:?} is not declared"),
                 );
             }
+            for (i, need) in m.needs.iter().enumerate() {
+                let at = join(&base, ["needs", &i.to_string()]);
+                for cap in (need.capabilities.iter()).filter(|k| !c.capabilities.contains_key(*k)) {
+                    self.push(
+                        Lint::NameRef,
+                        join(&at, ["capabilities"]),
+                        format!("capability {cap:?} is not declared"),
+                    );
+                }
+            }
             if let Some(l) = &m.max_payload {
                 limit_refs.push((join(&base, ["maxPayload"]), l.clone()));
             }

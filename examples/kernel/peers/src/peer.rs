@@ -85,6 +85,8 @@ pub enum CoreBreak {
     Event,
     /// After answering a plain command, ask permission.request whatever the shell declared.
     Capability,
+    /// Open the audio.output stream of `conformance:speak` whatever the shell declared.
+    SpeechUndeclared,
     /// After answering a plain command, stream a text whose last chunk comes after its
     /// stream.end (the text-stream machine's terminal state).
     AfterEnd,
@@ -845,7 +847,7 @@ async fn core(wire: Arc<Wire>, a: CoreArgs) -> Result<i32, PeerError> {
                         match verb {
                             "conformance:speak" => {
                                 out.reply(&m.value, json!({"text": "Говорю."}));
-                                if shell_caps.iter().any(|c| c == "audio.output") {
+                                if shell_caps.iter().any(|c| c == "audio.output") || a.break_rule == Some(CoreBreak::SpeechUndeclared) {
                                     let s = next_stream; next_stream += 1;
                                     out.event("stream.open", &trace, json!({"kind": "audio.output", "stream_id": s, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None);
                                     let c = Credit::new();
