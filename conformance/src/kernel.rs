@@ -1732,7 +1732,7 @@ mod tests {
         for role in ["shell", "core"] {
             let c = checks(role).expect("role");
             let ids: Vec<_> = c.iter().map(|c| c.id.as_ref()).collect();
-            assert_eq!(ids.len(), 10, "{ids:?}");
+            assert_eq!(ids.len(), 9, "{ids:?}");
             assert_eq!(ids[0], "kernel.15.1");
             assert!(ids.contains(&"kernel.15.12"));
         }

@@ -922,6 +922,9 @@ pub struct Peer {
     pub pause_data: bool,
     /// The engine judging the session's traffic, once [`Peer::judge`] started it.
     pub judge: Option<Judge>,
+    /// What was read and handed back unhandled ([`Peer::unread`]): [`Peer::next`] yields
+    /// it again first.
+    held: std::collections::VecDeque<Incoming>,
 }
 
 impl Peer {
@@ -974,6 +977,7 @@ impl Peer {
             closed_with: None,
             pause_data: false,
             judge: None,
+            held: std::collections::VecDeque::new(),
         })
     }
 
@@ -1250,8 +1254,19 @@ impl Peer {
         Incoming::Control(Box::new(got))
     }
 
+    /// Hand back what [`Peer::next`] yielded, in order, for the next reads: a wait that
+    /// only watched (nothing out of place came) leaves the traffic to the wait after it.
+    pub fn unread(&mut self, seen: impl IntoIterator<Item = Incoming>) {
+        let mut back: Vec<Incoming> = seen.into_iter().collect();
+        back.extend(self.held.drain(..));
+        self.held.extend(back);
+    }
+
     /// The next thing to arrive on either channel, or [`Incoming::Timeout`] at `until`.
     pub async fn next(&mut self, until: Instant) -> Incoming {
+        if let Some(first) = self.held.pop_front() {
+            return first;
+        }
         enum Raw {
             C(Option<Result<Result<Bytes, FrameError>, Gone>>),
             D(Option<Result<(BinaryFrame, Bytes), String>>),

@@ -69,7 +69,6 @@ const SUITE_TAG: &str = "contract-proxy-conformance";
 bodies! {
     h_401 => host_401, w_401 => worker_401,
     h_426 => host_426, w_426 => worker_426,
-    w_order => worker_order,
     h_init => host_init, w_init => worker_init,
     h_mismatch => host_mismatch, w_mismatch => worker_mismatch,
     h_supersede => host_supersede, w_supersede => worker_supersede,
@@ -98,15 +97,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Version rule (channel major); P4.8 #2 (T-45)",
             Ok(h_426),
             Ok(w_426),
-        ),
-        (
-            "toolchannel.handshake.order",
-            "initialize → result → notifications/initialized → agentfy/ready → tools/list, in this order",
-            "Connection shape steps 2–5; 1. initialize; 2. agentfy/ready; P4.8 #7 (T-1, T-2)",
-            Err(
-                "the derived handshake walks this order and fails a message out of place (toolchannel.derived.handshake)",
-            ),
-            Ok(w_order),
         ),
         (
             "toolchannel.handshake.initialize",
@@ -1834,31 +1824,6 @@ async fn worker_426(cx: &mut Ctx) -> Result<Verdict, Failure> {
 
 // ---------------------------------------------------------------------------------------------
 // handshake
-
-async fn worker_order(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (_, _, mut s) = worker_session(cx).await?;
-    s.accept_initialize(|_| {}, false).await?;
-    s.hb_every = Some(secs(s.budget("heartbeatIntervalSeconds")?)?);
-    let early = |g: &Got| is_request(g, "tools/list");
-    if let Some(g) = s.watch(QUIET, early).await? {
-        return Err(s.bad(&g, "tools/list before notifications/initialized (rule 14)"));
-    }
-    s.initialized().await?;
-    if let Some(g) = s.watch(QUIET, early).await? {
-        return Err(s.bad(
-            &g,
-            "tools/list before agentfy/ready (tools/list is the answer to ready)",
-        ));
-    }
-    s.ready().await?;
-    s.listed().await?;
-    pass(
-        &s,
-        format!(
-            "no tools/list in {QUIET:?} after the result nor after notifications/initialized; tools/list after agentfy/ready"
-        ),
-    )
-}
 
 async fn host_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let k = K::new(cx)?;

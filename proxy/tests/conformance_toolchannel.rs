@@ -22,10 +22,9 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 13] = [
+const HAND_WRITTEN: [&str; 12] = [
     "toolchannel.upgrade.401",
     "toolchannel.upgrade.426",
-    "toolchannel.handshake.order",
     "toolchannel.handshake.initialize",
     "toolchannel.session.mismatch",
     "toolchannel.redial.supersede",
@@ -38,7 +37,7 @@ const HAND_WRITTEN: [&str; 13] = [
     "toolchannel.release",
 ];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
-const NOT_FOR_HOST: [&str; 2] = ["toolchannel.handshake.order", "toolchannel.redial.refuse"];
+const NOT_FOR_HOST: [&str; 1] = ["toolchannel.redial.refuse"];
 const NOT_FOR_WORKER: [&str; 1] = ["toolchannel.close.exit"];
 
 /// The Rust host, built once if missing.
@@ -251,6 +250,21 @@ fn as_host_a_worker_claiming_a_version_nobody_speaks_fails_exactly_the_foreign_c
         check,
         &["which nobody speaks", "the answer"],
     );
+}
+
+/// A host that sends tools/list as soon as notifications/initialized arrives, without
+/// waiting for the worker's agentfy/ready (`--break early-list`): the derived handshake,
+/// which watches before each of the suite's own steps, fails alone, naming the state the
+/// hostSession machine was in.
+#[test]
+fn as_worker_a_host_listing_before_ready_fails_exactly_the_handshake_check() {
+    let target = host_target("--break early-list");
+    let check = "toolchannel.derived.handshake";
+    let says = [
+        "sent tools/list in `awaiting-ready`",
+        "before the suite's agentfy/ready",
+    ];
+    breaks_exactly("worker", &target, check, &says);
 }
 
 /// A host whose close 4001 names neither version (`--break terse-close`) fails the

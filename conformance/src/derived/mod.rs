@@ -375,6 +375,10 @@ struct Session {
     owed: Option<(Value, String)>,
     /// The last request an `Answer` step answered (a second answer's id).
     answered: Option<Value>,
+    /// Whether the walk watches [`PATIENCE`] before each step of the suite's own, failing a
+    /// message the machine does not allow there (the handshake check: an implementation
+    /// that does not wait for the suite).
+    patient: bool,
 }
 
 impl Session {
@@ -398,6 +402,7 @@ impl Session {
             last: None,
             owed: None,
             answered: None,
+            patient: false,
         })
     }
 
@@ -619,6 +624,17 @@ impl Session {
                 true => cx.opts.deadline.max(STARTUP),
                 false => cx.opts.deadline,
             };
+            let ours = match step {
+                Step::Send(m) | Step::Answer(m) => Some(m),
+                Step::Await(m) => (self.last.as_ref())
+                    .filter(|(_, s)| s == m)
+                    .is_none()
+                    .then_some(m),
+                Step::Expect(_) => None,
+            };
+            if let Some(m) = ours.filter(|_| self.patient) {
+                self.bide(cx, plan, state, m).await?;
+            }
             let until = Instant::now() + wait;
             match step {
                 Step::Send(m) => self.last = self.send(cx, m).await?.map(|id| (id, m.clone())),
@@ -652,6 +668,39 @@ impl Session {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// [`PATIENCE`] of the implementation's traffic while the walk's next step, `next`, is
+    /// the suite's: a message the machine does not allow in `state` fails (it did not wait
+    /// for the suite); the rest is handed back to the steps after.
+    async fn bide(
+        &mut self,
+        cx: &Ctx,
+        plan: &Plan,
+        state: &str,
+        next: &str,
+    ) -> Result<(), Failure> {
+        let until = Instant::now() + PATIENCE;
+        let mut seen = Vec::new();
+        loop {
+            let got = self.peer.next(until).await;
+            if let Incoming::Control(g) = &got {
+                let call = g.ok().filter(|m| m.is_call());
+                if let Some(mut f) = plan.out_of_place(cx.wire.contract(), call, state) {
+                    f.why += &format!(", before the suite's {next}");
+                    return Err(f.with("the message", &g.raw));
+                }
+            }
+            let more = matches!(got, Incoming::Control(_) | Incoming::Data { .. });
+            if !matches!(got, Incoming::Timeout) {
+                seen.push(got);
+            }
+            if !more {
+                break;
+            }
+        }
+        self.peer.unread(seen);
         Ok(())
     }
 
@@ -822,6 +871,10 @@ const UNCLAIMED: usize = 8;
 /// task's events): the messages and capabilities checks.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How long the handshake check watches, before each step of the suite's own, for a
+/// message the implementation should have waited with.
+const PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// An error answer must carry a code the contract knows.
 fn known_code(
     c: &Contract,
@@ -858,7 +911,9 @@ fn handshake(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let plan = plan_of(cx);
         let mut s = Session::open(cx).await?;
+        s.patient = true;
         s.handshake(cx, &plan).await?;
+        s.patient = false;
         s.keep(cx);
         pass(format!(
             "reached {} in {} steps: {:?}",

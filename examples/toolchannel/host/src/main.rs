@@ -65,6 +65,9 @@ enum Break {
     SamplingAccept,
     /// Close 4001 on an MCP version it cannot speak without naming the two versions.
     TerseClose,
+    /// Send tools/list as soon as notifications/initialized arrives, without waiting for
+    /// agentfy/ready.
+    EarlyList,
 }
 
 /// Run one toolchannel session as the host.
@@ -593,7 +596,7 @@ impl Host {
                     c.initialized_at = Some(Instant::now());
                 }
                 let early = self.conns.get(&conn).is_some_and(|c| c.early_ready);
-                if early {
+                if early || self.args.brk == Some(Break::EarlyList) {
                     self.ready(conn).await?;
                 }
                 Ok(())
