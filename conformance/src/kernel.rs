@@ -1,4 +1,4 @@
-//! The kernel suite: the seed's §15 checks (3a and 1–12), played as the shell
+//! The kernel suite: the seed's §15 checks that data cannot state, played as the shell
 //! against a real core (`--play shell`) or as the core against a real shell
 //! (`--play core`). The §13 heartbeat is derived from the contract's limits
 //! (`kernel.derived.timer.*`).
@@ -12,8 +12,9 @@
 //! provokes the rest itself (streams, permission asks, unknown methods, silence).
 //!
 //! One rule, one failing check: every check validates what it waits for; a
-//! message without `trace_id` is reported by kernel.15.12 only (the other checks
-//! note it), and credit is judged by kernel.15.5 only.
+//! message without `trace_id` is reported by kernel.derived.messages only, the trace
+//! an answer or an action's message carries by the derived call and cue checks
+//! (`trace.answersInherit`, the cues' `traced`), and credit by kernel.15.5 only.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -51,7 +52,6 @@ bodies! {
     s_9 => shell_9, c_9 => core_9,
     s_10 => shell_10,
     s_11 => shell_11, c_11 => core_11,
-    s_12 => shell_12, c_12 => core_12,
 }
 
 /// The suite for `role` (`shell` or `core`), in the seed's order; `None` for another role.
@@ -118,13 +118,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§13, §15 item 11 (4.0-F12, K-20)",
             Ok(s_11),
             Ok(c_11),
-        ),
-        (
-            "kernel.15.12",
-            "the request's trace_id is carried throughout the chain to the final event (a message without one: kernel.derived.messages; a task's and a text stream's, from the core: kernel.derived.cue.*)",
-            "§14, §15 item 12 (K-31)",
-            Ok(s_12),
-            Ok(c_12),
         ),
     ];
     super::table(role, ["shell", "core"], rows)
@@ -670,22 +663,6 @@ impl Sess {
         self.event("stream.open", trace, json!({"kind": kind, "stream_id": stream, "format": {"encoding": "pcm_s16le", "rate": 16000, "channels": 1}}), None)
             .await
             .map(drop)
-    }
-
-    /// Playing the core: request `method` and judge that its valid answer keeps the trace.
-    async fn traced_answer(&mut self, method: &str, payload: Value) -> Result<(), Failure> {
-        let t = self.trace();
-        let req = self.request(method, &t, payload).await?;
-        let (g, _) = self
-            .valid_reply(&req, &format!("the answer to {method}"))
-            .await?;
-        if g.at_ptr("/trace_id").and_then(Value::as_str) != Some(t.as_str()) {
-            return Err(self.bad(
-                &g,
-                format!("the answer to {method} does not carry the request's trace_id {t:?}"),
-            ));
-        }
-        Ok(())
     }
 
     /// One ping → pong round trip; the time it took.
@@ -1652,77 +1629,6 @@ async fn core_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
     )
 }
 
-// ---------------------------------------------------------------------------------------------
-// 12. trace_id.
-
-fn check_trace(
-    s: &Sess,
-    from: usize,
-    pred: impl Fn(&Got) -> bool,
-    trace: &str,
-    what: &str,
-) -> Result<usize, Failure> {
-    let mut n = 0;
-    for g in s.p.log.iter().skip(from).filter(|g| pred(g)) {
-        n += 1;
-        // A message with no trace_id at all breaks the envelope's schema, which
-        // kernel.derived.messages judges; this check judges which trace a message carries.
-        let Some(t) = g.at_ptr("/trace_id").and_then(Value::as_str) else {
-            continue;
-        };
-        if t != trace {
-            return Err(s.bad(
-                g,
-                format!("{what}: trace_id {t:?}, not the action's {trace:?}"),
-            ));
-        }
-    }
-    Ok(n)
-}
-
-async fn shell_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = shell_session(cx).await?;
-    let mut detail = Vec::new();
-    // A permission ask: the request and the final reply carry the command's trace.
-    s.grant = false;
-    let t = s.trace();
-    let mark = s.p.log.len();
-    let (req, first) = power_off(&mut s, &t).await?;
-    if first.method() == Some("permission.request") {
-        answer_permission(&mut s, &first, false).await?;
-        s.reply_to(&req, "the reply to power-off").await?;
-    }
-    let n = check_trace(
-        &s,
-        mark,
-        |g| {
-            g.method() == Some("permission.request")
-                || g.at_ptr("/correlation_id") == req.id.as_ref()
-        },
-        &t,
-        "a message of the power-off action",
-    )?;
-    detail.push(format!("power-off: {n} messages"));
-    pass(format!(
-        "the action's own trace throughout ({})",
-        detail.join(", ")
-    ))
-}
-
-async fn core_12(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = core_session(cx).await?;
-    s.idle(Duration::from_secs(2)).await?;
-    let mut detail = vec![];
-    s.traced_answer("programs.index", json!({})).await?;
-    detail.push("programs.index answer kept the trace".to_string());
-    if s.other_caps.iter().any(|c| c == "permissions") {
-        let ask = json!({"request_id": format!("ask-t-{:x}", s.tag), "permission": "system.power", "action": "shutdown", "reason": "conformance check", "preview": "Компьютер будет выключен.", "ttl": 30});
-        s.traced_answer("permission.request", ask).await?;
-        detail.push("permission answer kept the trace".to_string());
-    }
-    pass(detail.join("; "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1732,9 +1638,9 @@ mod tests {
         for role in ["shell", "core"] {
             let c = checks(role).expect("role");
             let ids: Vec<_> = c.iter().map(|c| c.id.as_ref()).collect();
-            assert_eq!(ids.len(), 9, "{ids:?}");
+            assert_eq!(ids.len(), 8, "{ids:?}");
             assert_eq!(ids[0], "kernel.15.1");
-            assert!(ids.contains(&"kernel.15.12"));
+            assert!(ids.contains(&"kernel.15.11"));
         }
         assert!(checks("proxy").is_none());
         assert!(

@@ -14,7 +14,7 @@ use common::{BIN, Run, conformance, finish, junit_ids, show, tmp};
 const RUN_DEADLINE: Duration = Duration::from_secs(240);
 /// The kernel's hand-written check ids, in the suite's order: they follow the checks
 /// derived from the contract (`kernel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 9] = [
+const HAND_WRITTEN: [&str; 8] = [
     "kernel.15.1",
     "kernel.15.5",
     "kernel.15.6",
@@ -23,7 +23,6 @@ const HAND_WRITTEN: [&str; 9] = [
     "kernel.15.9",
     "kernel.15.10",
     "kernel.15.11",
-    "kernel.15.12",
 ];
 
 /// Every check id the suite lists for `play`: derived ones first, then [`HAND_WRITTEN`].
@@ -255,13 +254,36 @@ fn a_shell_that_drops_trace_id_fails_the_messages_check() {
         "5",
     ]);
     // A message without trace_id breaks the envelope's schema: the derived messages check
-    // reports it; kernel.15.12 judges which trace the chain carries.
+    // reports it; the derived call checks judge which trace an answer carries.
     let fail = only_failure(&r, "kernel.derived.messages");
     assert!(fail.contains("missing trace_id"), "{fail}");
     assert!(
         fail.contains("\"method\":\"command.handle\""),
         "the evidence is the request itself: {fail}"
     );
+}
+
+/// A shell that answers programs.index on a fresh trace, not the request's: the
+/// contract's answers inherit their request's trace (`trace.answersInherit`, K-31), and
+/// only the derived call check of that request fails, with the answer's bytes.
+#[test]
+fn a_shell_answering_on_another_trace_fails_only_that_call_check() {
+    let target = shell_target("--break answer-trace");
+    let r = fast_suite(&[
+        "--contract",
+        "kernel",
+        "--play",
+        "core",
+        "--target",
+        &target,
+        "--task-seconds",
+        "3",
+        "--deadline",
+        "5",
+    ]);
+    let fail = only_failure(&r, "kernel.derived.call.programs.index");
+    assert!(fail.contains("not its request's"), "{fail}");
+    assert!(fail.contains("/trace/answersInherit"), "{fail}");
 }
 
 /// The Rust shell listening on unix sockets in `dir` for a session after another: the

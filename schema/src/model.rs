@@ -1442,6 +1442,11 @@ pub struct Trace {
     pub format: TraceFormat,
     /// Which messages carry it.
     pub propagation: String,
+    /// An answer carries the trace id of the request it answers (kernel's K-31: every
+    /// message an action causes carries its trace); the derived call checks hold each
+    /// answer to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answers_inherit: bool,
     /// Seed section.
     pub seed: String,
 }

@@ -953,6 +953,7 @@ fn call(cx: &mut Ctx) -> BodyFuture<'_> {
             }
             return Ok(v);
         }
+        inherits_trace(cx.wire.contract(), &s, &id, &got)?;
         let refused = s.shape.error_code(&got).is_some();
         if plan.stays(cx.wire.contract(), &method) {
             s.keep(cx);
@@ -964,6 +965,27 @@ fn call(cx: &mut Ctx) -> BodyFuture<'_> {
         };
         pass(format!("{how} in {:?}", started.elapsed()))
     })
+}
+
+/// Where the contract's answers inherit their request's trace id (`trace.answersInherit`),
+/// `answer` to request `id` carries the one the suite sent (an answer with none breaks
+/// the envelope, which the messages check judges).
+fn inherits_trace(c: &Contract, s: &Session, id: &Value, answer: &Value) -> Result<(), Failure> {
+    let Some(t) = c.trace.as_ref().filter(|t| t.answers_inherit) else {
+        return Ok(());
+    };
+    let (Some(sent), Some(got)) = (s.traces.get(&id.to_string()), answer.pointer(&t.path)) else {
+        return Ok(());
+    };
+    if got.as_str() == Some(sent.as_str()) {
+        return Ok(());
+    }
+    let why = format!(
+        "the answer carries trace {got} at {}, not its request's {sent:?} (/trace/answersInherit: {})",
+        t.path, t.seed
+    );
+    let raw = serde_json::to_vec(answer).unwrap_or_default();
+    Err(Failure::new(why).with("the answer", &raw))
 }
 
 fn out_of_place(cx: &mut Ctx) -> BodyFuture<'_> {

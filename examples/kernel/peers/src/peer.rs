@@ -132,6 +132,8 @@ pub struct ShellArgs {
 pub enum ShellBreak {
     /// The third request of the script goes out without trace_id.
     TraceId,
+    /// Answer programs.index on a fresh trace instead of the request's.
+    AnswerTrace,
 }
 
 /// Why a peer stopped abnormally.
@@ -1231,7 +1233,13 @@ async fn shell_session(
                         let rid = m.value.pointer("/payload/request_id").cloned().unwrap_or(json!("?"));
                         out.reply(&m.value, json!({"request_id": rid, "granted": true, "scope": "once"}));
                     }
-                    (Kind::Request, "programs.index") => out.reply(&m.value, json!({"programs": [{"name": "Telegram", "path": "/usr/bin/telegram-desktop", "aliases": ["телеграм"]}]})),
+                    (Kind::Request, "programs.index") => {
+                        let mut to = m.value.clone();
+                        if a.break_rule == Some(ShellBreak::AnswerTrace) {
+                            to["trace_id"] = json!(trace());
+                        }
+                        out.reply(&to, json!({"programs": [{"name": "Telegram", "path": "/usr/bin/telegram-desktop", "aliases": ["телеграм"]}]}));
+                    }
                     (Kind::Request, _) => out.error(m.id.as_ref(), m.trace.as_deref(), "protocol.unknown_method", "unknown method", json!({"method": method})),
                     (Kind::Event, "ping") => {
                         let t = m.trace.clone().unwrap_or_else(&mut trace);
