@@ -320,7 +320,10 @@ fn binding(c: &contract::Contract, key: &str, b: &Binding) -> BindingView {
             error_code,
         },
         Binding::Tagged {
-            id, correlation, ..
+            id,
+            correlation,
+            trace,
+            ..
         } => BindingView {
             model: "tagged",
             version: None,
@@ -329,7 +332,7 @@ fn binding(c: &contract::Contract, key: &str, b: &Binding) -> BindingView {
             method: None,
             id: id.clone(),
             correlation: correlation.clone(),
-            trace: None,
+            trace: trace.clone(),
             error_code,
         },
     }

@@ -282,7 +282,7 @@ fn a_shell_answering_on_another_trace_fails_only_that_call_check() {
         "5",
     ]);
     let fail = only_failure(&r, "kernel.derived.call.programs.index");
-    assert!(fail.contains("not its request's"), "{fail}");
+    assert!(fail.contains("of what it answers"), "{fail}");
     assert!(fail.contains("/trace/answersInherit"), "{fail}");
 }
 

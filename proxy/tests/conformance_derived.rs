@@ -722,7 +722,8 @@ fn every_derived_check_cites_an_entry_of_the_contract() {
 /// (`answeredBy`, the binding's `correlation`), one receipt may cover several parcels (its
 /// `batch`). A Python depot written from the contract passes every derived check; a receipt
 /// that forgets the batch fails only the check that sent two parcels in one write, and a
-/// receipt off its schema fails only the parcel's call check, not every probe it answered.
+/// receipt off its schema fails only the parcel's call check, not every probe it answered,
+/// and so does one that does not carry its parcel's trace (`trace.answersInherit`, D-2).
 /// The titles and findings speak of messages, not requests.
 #[test]
 fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
@@ -745,7 +746,11 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
     assert!(families.is_subset(&r.with("PASS")), "{}", r.stdout);
     // Its messages are all one-way: no title or finding speaks of requests.
     assert!(!r.stdout.contains("request"), "{}", r.stdout);
-    for (broken, fails) in [("lost-batch", "frame.merged"), ("bad-state", "call.parcel")] {
+    for (broken, fails) in [
+        ("lost-batch", "frame.merged"),
+        ("bad-state", "call.parcel"),
+        ("new-trace", "call.parcel"),
+    ] {
         let target = format!("exec:{depot} --break {broken}");
         let r = conformance_as("courier", &contract, &target);
         let want = ids(&[&format!("depot.derived.{fails}")]);

@@ -669,6 +669,9 @@ pub enum Binding {
         /// Pointer to the frame-format version.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<String>,
+        /// Pointer to the trace id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
     },
 }
 

@@ -981,7 +981,7 @@ fn inherits_trace(c: &Contract, s: &Session, id: &Value, answer: &Value) -> Resu
         return Ok(());
     }
     let why = format!(
-        "the answer carries trace {got} at {}, not its request's {sent:?} (/trace/answersInherit: {})",
+        "the answer carries trace {got} at {}, not the {sent:?} of what it answers (/trace/answersInherit: {})",
         t.path, t.seed
     );
     let raw = serde_json::to_vec(answer).unwrap_or_default();

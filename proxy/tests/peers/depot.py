@@ -6,8 +6,11 @@ one receipt, the first named by `re` and the rest listed in `also`. Lines that a
 JSON, not objects, of an unknown `t`, or parcels off their schema are skipped; a parcel
 before hello is skipped too. A line over lineMax ends the session.
 
+A receipt carries the trace of the first parcel it names, when that parcel has one (D-2).
+
 --break lost-batch: a receipt for several parcels names only the first.
 --break bad-state: a receipt's state is one the contract does not list.
+--break new-trace: a receipt carries a trace of its own, not its parcel's.
 """
 
 import argparse
@@ -25,14 +28,17 @@ def line_max():
 
 def parcel(m):
     """The parcel's number when `m` is a parcel on its schema, else None."""
-    keys = set(m)
+    keys = set(m) - {"trace"}
     ok = (keys == {"t", "no", "weight"} and isinstance(m["no"], str) and m["no"]
-          and type(m["weight"]) is int and m["weight"] >= 1)
+          and type(m["weight"]) is int and m["weight"] >= 1
+          and (isinstance(m.get("trace"), str) and m["trace"] or "trace" not in m))
     return m["no"] if ok else None
 
 
-def receipt(nos, brk):
+def receipt(nos, trace, brk):
     r = {"t": "receipt", "re": nos[0], "state": "stored"}
+    if trace:
+        r["trace"] = "t-depot" if brk == "new-trace" else trace
     if len(nos) > 1 and brk != "lost-batch":
         r["also"] = nos[1:]
     if brk == "bad-state":
@@ -43,7 +49,7 @@ def receipt(nos, brk):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state"])
+    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace"])
     brk = ap.parse_args().brk
     cap = line_max()
     fd = sys.stdin.fileno()
@@ -57,7 +63,7 @@ def main():
         *lines, buf = buf.split(b"\n")
         if len(buf) > cap or any(len(l) > cap for l in lines):
             return
-        nos = []
+        nos, first_trace = [], None
         for raw in lines:
             try:
                 m = json.loads(raw)
@@ -68,9 +74,11 @@ def main():
             if m.get("t") == "hello" and isinstance(m.get("courier"), str) and m["courier"]:
                 hello = True
             elif m.get("t") == "parcel" and hello and parcel(m) is not None:
+                if not nos:
+                    first_trace = m.get("trace")
                 nos.append(parcel(m))
         if nos:
-            receipt(nos, brk)
+            receipt(nos, first_trace, brk)
 
 
 if __name__ == "__main__":

@@ -792,9 +792,9 @@ impl Cx<'_> {
         }
         for (cname, ch) in &c.channels {
             let trace = match &ch.binding {
-                Some(Binding::Jsonrpc { trace, .. }) | Some(Binding::Envelope { trace, .. }) => {
-                    trace.as_deref()
-                }
+                Some(Binding::Jsonrpc { trace, .. })
+                | Some(Binding::Envelope { trace, .. })
+                | Some(Binding::Tagged { trace, .. }) => trace.as_deref(),
                 _ => None,
             };
             if let Some(p) = trace {

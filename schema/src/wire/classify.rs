@@ -748,7 +748,10 @@ impl Wire {
                 msg
             }
             Some(Binding::Tagged {
-                id, correlation, ..
+                id,
+                correlation,
+                trace,
+                ..
             }) => {
                 let name = ch.tagged_order.iter().find(|n| {
                     ch.methods.get(n.as_str()).is_some_and(|m| {
@@ -774,7 +777,7 @@ impl Wire {
                     method,
                     id: get(id),
                     correlation: get(correlation),
-                    trace: None,
+                    trace: get(trace).and_then(|t| t.as_str().map(str::to_string)),
                     value,
                 };
                 if let Some(env) = &ch.envelope
