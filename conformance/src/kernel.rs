@@ -27,17 +27,6 @@ use serde_json::{Value, json};
 use super::session::with_meanwhile;
 use super::{Check, Ctx, Failure, Got, Incoming, Peer, Row, Verdict, now_secs, pass, skip, str_at};
 
-/// Capabilities the suite declares when it plays the shell (all the seed's).
-const SHELL_CAPS: [&str; 4] = [
-    "audio.input",
-    "audio.output",
-    "permissions",
-    "window.actions",
-];
-/// Capabilities the suite declares when it plays the core (4.0: no actuation).
-const CORE_CAPS: [&str; 5] = ["stt", "tts", "reminders", "llm", "plugins"];
-/// The only protocol version the contract describes.
-const VERSION: u64 = 1;
 /// Credit granted per step in the credit check.
 const CREDIT_STEP: u64 = 4096;
 /// How long the credit check waits for data beyond what it granted.
@@ -150,6 +139,11 @@ struct Sess {
     shell: bool,
     other: String,
     v: u64,
+    /// The highest protocol version the contract names: the one the suite speaks.
+    version: u64,
+    /// The capabilities the played party declares in the contract's example of its
+    /// declaration (`parties.<role>.declares`).
+    caps: Vec<String>,
     traces: u64,
     tag: u64,
     wait: Duration,
@@ -182,7 +176,9 @@ impl Sess {
             p,
             shell: cx.role == "shell",
             other: cx.other.clone(),
-            v: VERSION,
+            v: version(cx.wire.contract()),
+            version: version(cx.wire.contract()),
+            caps: declared(cx.wire.contract(), &cx.role),
             traces: 0,
             tag: nonce() & 0xffff_ffff,
             wait: cx.opts.deadline,
@@ -547,14 +543,18 @@ impl Sess {
         }
     }
 
-    fn caps_value(caps: &[&str]) -> Value {
+    fn caps_value(caps: &[String]) -> Value {
         json!(caps)
     }
 
     /// Playing the shell: send hello and return the core's reply as it came.
-    async fn hello(&mut self, versions: &[u64], caps: &[&str]) -> Result<(Message, Got), Failure> {
+    async fn hello(
+        &mut self,
+        versions: &[u64],
+        caps: &[String],
+    ) -> Result<(Message, Got), Failure> {
         let t = self.trace();
-        self.v = VERSION;
+        self.v = self.version;
         let req = self
             .request("hello", &t, json!({"protocol_versions": versions, "shell_version": "4.0.0-conformance", "capabilities": Self::caps_value(caps), "locale": "ru"}))
             .await?;
@@ -576,14 +576,14 @@ impl Sess {
     }
 
     /// Playing the shell: a successful handshake offering `[1]`.
-    async fn handshake(&mut self, caps: &[&str]) -> Result<Message, Failure> {
-        let (_, g) = self.hello(&[VERSION], caps).await?;
+    async fn handshake(&mut self, caps: &[String]) -> Result<Message, Failure> {
+        let (_, g) = self.hello(&[self.version], caps).await?;
         let m = self.hello_response(&g, "the core refused a hello offering version 1")?;
         self.v = m
             .value
             .pointer("/payload/protocol_version")
             .and_then(Value::as_u64)
-            .unwrap_or(VERSION);
+            .unwrap_or(self.version);
         self.other_caps = caps_of(&m.value);
         Ok(m)
     }
@@ -609,12 +609,12 @@ impl Sess {
     async fn answer_hello(
         &mut self,
         hello: &Message,
-        caps: &[&str],
+        caps: &[String],
     ) -> Result<Option<u64>, Failure> {
-        self.v = VERSION;
+        self.v = self.version;
         let offered = versions_of(&hello.value, "/payload/protocol_versions");
         self.other_caps = caps_of(&hello.value);
-        if !offered.contains(&VERSION) {
+        if !offered.contains(&self.version) {
             let t = self.trace_of(hello);
             self.reply_error(
                 hello.id.clone(),
@@ -624,18 +624,18 @@ impl Sess {
                 &format!(
                     "The shell implements protocol versions {offered:?}, this core only version 1."
                 ),
-                json!({"shell_versions": offered, "core_versions": [VERSION]}),
+                json!({"shell_versions": offered, "core_versions": [self.version]}),
             )
             .await?;
             return Ok(None);
         }
         let sid = format!("conf-{:08x}", self.tag);
-        self.reply(hello, json!({"protocol_versions": [VERSION], "protocol_version": VERSION, "core_version": "4.0.0-conformance", "capabilities": Self::caps_value(caps), "session_id": sid})).await?;
-        Ok(Some(VERSION))
+        self.reply(hello, json!({"protocol_versions": [self.version], "protocol_version": self.version, "core_version": "4.0.0-conformance", "capabilities": Self::caps_value(caps), "session_id": sid})).await?;
+        Ok(Some(self.version))
     }
 
     /// Playing the core: a successful handshake.
-    async fn handshake_core(&mut self, caps: &[&str]) -> Result<Message, Failure> {
+    async fn handshake_core(&mut self, caps: &[String]) -> Result<Message, Failure> {
         let hello = self.await_hello().await?;
         match self.answer_hello(&hello, caps).await? {
             Some(_) => Ok(hello),
@@ -680,6 +680,34 @@ impl Sess {
     }
 }
 
+/// The highest protocol version the contract names (its first `versions` entry).
+fn version(c: &contract::Contract) -> u64 {
+    let values = c
+        .versions
+        .first()
+        .map(|v| v.values.as_slice())
+        .unwrap_or_default();
+    values.iter().filter_map(Value::as_u64).max().unwrap_or(1)
+}
+
+/// The capabilities `party` declares in the contract's example of its declaration
+/// (`parties.<party>.declares`): what the suite declares playing `party`.
+fn declared(c: &contract::Contract, party: &str) -> Vec<String> {
+    let Some(d) = c.parties.get(party).and_then(|p| p.declares.as_ref()) else {
+        return Vec::new();
+    };
+    let examples = c.methods.get(&d.method).map(|m| m.examples.as_slice());
+    let example = (examples.unwrap_or_default().iter())
+        .find(|e| e.part == d.part && e.from.as_deref() == Some(party));
+    let list = example.and_then(|e| e.message.pointer(&d.pointer));
+    let names = list
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str));
+    names
+        .map(|n| n.map(String::from).collect())
+        .unwrap_or_default()
+}
+
 fn caps_of(v: &Value) -> Vec<String> {
     v.pointer("/payload/capabilities")
         .and_then(Value::as_array)
@@ -707,14 +735,14 @@ async fn open(cx: &mut Ctx) -> Result<Sess, Failure> {
 /// Playing the shell: a fresh session through the handshake, every capability declared.
 async fn shell_session(cx: &mut Ctx) -> Result<Sess, Failure> {
     let mut s = open(cx).await?;
-    s.handshake(&SHELL_CAPS).await?;
+    s.handshake(&s.caps.clone()).await?;
     Ok(s)
 }
 
 /// Playing the core: a fresh session through the handshake, every capability declared.
 async fn core_session(cx: &mut Ctx) -> Result<Sess, Failure> {
     let mut s = open(cx).await?;
-    s.handshake_core(&CORE_CAPS).await?;
+    s.handshake_core(&s.caps.clone()).await?;
     Ok(s)
 }
 
@@ -743,16 +771,16 @@ async fn command(s: &mut Sess, text: &str, trace: &str) -> Result<Message, Failu
 // ---------------------------------------------------------------------------------------------
 // 1. Envelope.
 
-fn missing_fields_request(id: &str, method: &str, payload: Value) -> Vec<u8> {
+fn missing_fields_request(v: u64, id: &str, method: &str, payload: Value) -> Vec<u8> {
     serde_json::to_vec(
-        &json!({"v": VERSION, "type": "request", "id": id, "method": method, "payload": payload}),
+        &json!({"v": v, "type": "request", "id": id, "method": method, "payload": payload}),
     )
     .unwrap_or_default()
 }
 
 async fn envelope_probe(s: &mut Sess, method: &str, payload: Value) -> Result<String, Failure> {
     let id = s.p.id();
-    let bytes = missing_fields_request(&id, method, payload);
+    let bytes = missing_fields_request(s.version, &id, method, payload);
     s.send_raw(&bytes).await?;
     let until = s.soon();
     let idv = json!(id);
@@ -1381,7 +1409,15 @@ async fn answer_permission(s: &mut Sess, ask: &Got, granted: bool) -> Result<(),
 async fn shell_9(cx: &mut Ctx) -> Result<Verdict, Failure> {
     // Without the permissions capability the core cannot ask, so it must refuse outright.
     let mut s = open(cx).await?;
-    s.handshake(&["audio.input", "audio.output"]).await?;
+    let asks = cx.wire.contract().methods.get("permission.request");
+    let asks = asks.and_then(|m| m.capability.as_deref());
+    let caps: Vec<String> = s
+        .caps
+        .iter()
+        .filter(|c| Some(c.as_str()) != asks)
+        .cloned()
+        .collect();
+    s.handshake(&caps).await?;
     let t = s.trace();
     let (_, g) = power_off(&mut s, &t).await?;
     if g.method() == Some("permission.request") {
@@ -1536,7 +1572,7 @@ async fn shell_10(cx: &mut Ctx) -> Result<Verdict, Failure> {
 
 async fn shell_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = open(cx).await?;
-    let first = s.handshake(&SHELL_CAPS).await?;
+    let first = s.handshake(&s.caps.clone()).await?;
     let sid1 = str_at(&first.value, "/payload/session_id")
         .unwrap_or("")
         .to_string();
@@ -1575,7 +1611,7 @@ async fn shell_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
     if code_of(&g) != "protocol.not_ready" {
         return Err(s.bad(&g, "a new session answered a command before hello: state was restored, not rebuilt by a new handshake"));
     }
-    let second = s.handshake(&SHELL_CAPS).await?;
+    let second = s.handshake(&s.caps.clone()).await?;
     let sid2 = str_at(&second.value, "/payload/session_id")
         .unwrap_or("")
         .to_string();
@@ -1622,7 +1658,7 @@ async fn core_11(cx: &mut Ctx) -> Result<Verdict, Failure> {
     };
     let mut s = Sess::new(p, cx);
     let hello = s.await_hello().await?;
-    s.answer_hello(&hello, &CORE_CAPS).await?;
+    s.answer_hello(&hello, &s.caps.clone()).await?;
     s.ping().await?;
     pass(
         "after the core vanished the shell took a new core connection and repeated the handshake (hello first)",
