@@ -33,6 +33,11 @@ fn policy(
     contract_policy::layered(engine, vec![])
 }
 
+fn beacon() -> Arc<Wire> {
+    let c = contract::load(&fixture("beacon.json")).expect("the beacon contract loads");
+    Arc::new(Wire::new(Arc::new(c)).expect("wire"))
+}
+
 fn jobs() -> Arc<Wire> {
     let path = fixture("jobs.json");
     let c = contract::load(&path).expect("the jobs contract loads");
@@ -425,12 +430,7 @@ fn the_greeting_deadline_runs_from_open_to_the_answer() {
 /// client puts it off.
 #[test]
 fn a_clock_restarts_on_its_peer_and_not_on_its_runner() {
-    let w = Arc::new(
-        Wire::new(Arc::new(
-            contract::load(&fixture("beacon.json")).expect("beacon"),
-        ))
-        .expect("wire"),
-    );
+    let w = beacon();
     let idle = w.limits().duration("idleSeconds").expect("idle");
     let beat = w.limits().duration("beatSeconds").expect("beat");
     let msg = |from: &str, v: Value| {
@@ -500,12 +500,7 @@ fn a_clock_restarts_on_its_peer_and_not_on_its_runner() {
 /// has declared what it hears without it, never before, and never for a plain beat.
 #[test]
 fn a_capability_a_message_needs_by_its_values_is_flagged() {
-    let w = Arc::new(
-        Wire::new(Arc::new(
-            contract::load(&fixture("beacon.json")).expect("beacon"),
-        ))
-        .expect("wire"),
-    );
+    let w = beacon();
     let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
     let t = Instant::now();
     let mut send = |from: &'static str, v: Value| {

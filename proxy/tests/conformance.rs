@@ -240,19 +240,7 @@ fn suite_as_core_passes_against_the_rust_shell() {
 
 #[test]
 fn a_shell_that_drops_trace_id_fails_the_messages_check() {
-    let target = shell_target("--break trace-id");
-    let r = fast_suite(&[
-        "--contract",
-        "kernel",
-        "--play",
-        "core",
-        "--target",
-        &target,
-        "--task-seconds",
-        "3",
-        "--deadline",
-        "5",
-    ]);
+    let r = against_broken_shell("trace-id");
     // A message without trace_id breaks the envelope's schema: the derived messages check
     // reports it; the derived call checks judge which trace an answer carries.
     let fail = only_failure(&r, "kernel.derived.messages");
@@ -268,8 +256,16 @@ fn a_shell_that_drops_trace_id_fails_the_messages_check() {
 /// only the derived call check of that request fails, with the answer's bytes.
 #[test]
 fn a_shell_answering_on_another_trace_fails_only_that_call_check() {
-    let target = shell_target("--break answer-trace");
-    let r = fast_suite(&[
+    let r = against_broken_shell("answer-trace");
+    let fail = only_failure(&r, "kernel.derived.call.programs.index");
+    assert!(fail.contains("of what it answers"), "{fail}");
+    assert!(fail.contains("/trace/answersInherit"), "{fail}");
+}
+
+/// The whole suite, playing the core, against the Rust shell run with `--break <rule>`.
+fn against_broken_shell(rule: &str) -> Run {
+    let target = shell_target(&format!("--break {rule}"));
+    fast_suite(&[
         "--contract",
         "kernel",
         "--play",
@@ -280,10 +276,7 @@ fn a_shell_answering_on_another_trace_fails_only_that_call_check() {
         "3",
         "--deadline",
         "5",
-    ]);
-    let fail = only_failure(&r, "kernel.derived.call.programs.index");
-    assert!(fail.contains("of what it answers"), "{fail}");
-    assert!(fail.contains("/trace/answersInherit"), "{fail}");
+    ])
 }
 
 /// The Rust shell listening on unix sockets in `dir` for a session after another: the
