@@ -33,6 +33,20 @@ fn policy(
     contract_policy::layered(engine, vec![])
 }
 
+/// Connection 1's context for a message from `from` to `to` at `now` (the client's go up).
+fn at<'a>(from: &'a str, to: &'a str, now: Instant) -> Ctx<'a> {
+    let dir = if from == "client" { Dir::Up } else { Dir::Down };
+    Ctx {
+        route: "r",
+        conn: 1,
+        session: 1,
+        dir,
+        from,
+        to,
+        now,
+    }
+}
+
 fn beacon() -> Arc<Wire> {
     let c = contract::load(&fixture("beacon.json")).expect("the beacon contract loads");
     Arc::new(Wire::new(Arc::new(c)).expect("wire"))
@@ -68,10 +82,7 @@ impl Play {
     }
 
     fn send(&mut self, from: &str, v: Value) -> Vec<Ruling> {
-        let (to, dir) = match from {
-            "client" => ("runner", Dir::Up),
-            _ => ("client", Dir::Down),
-        };
+        let to = if from == "client" { "runner" } else { "client" };
         let answers = v
             .get("id")
             .filter(|_| v.get("method").is_none())
@@ -84,16 +95,7 @@ impl Play {
             .w
             .decode("main", from, &bytes, answers.as_deref())
             .unwrap_or_else(|e| panic!("{v} does not decode: {}", e.reason));
-        let ctx = Ctx {
-            route: "r",
-            conn: 1,
-            session: 1,
-            dir,
-            from,
-            to,
-            now: self.t,
-        };
-        self.p.on_message(&ctx, &msg, bytes.len())
+        self.p.on_message(&at(from, to, self.t), &msg, bytes.len())
     }
 
     /// A client request with the next id in sequence.
@@ -511,17 +513,7 @@ fn a_capability_a_message_needs_by_its_values_is_flagged() {
         } else {
             "client"
         };
-        let dir = if from == "client" { Dir::Up } else { Dir::Down };
-        let ctx = Ctx {
-            route: "r",
-            conn: 1,
-            session: 1,
-            dir,
-            from,
-            to,
-            now: t,
-        };
-        p.on_message(&ctx, &m, bytes.len())
+        p.on_message(&at(from, to, t), &m, bytes.len())
     };
     let beat = |kind: Option<&str>| {
         let mut v = json!({"jsonrpc": "2.0", "method": "beat", "params": {"n": 1}});
