@@ -377,6 +377,11 @@ async fn run_body(body: Body, mut cx: Ctx, limit: Duration) -> (Outcome, Option<
     let mut outcome = match ran {
         Ok(Ok(Verdict::Pass(d))) => Outcome::Pass(d),
         Ok(Ok(Verdict::Skip(d))) => Outcome::Skip(d),
+        Ok(Err(Failure {
+            why,
+            reported_by: Some(by),
+            ..
+        })) => Outcome::Skip(format!("{by} reports this: {why}")),
         Ok(Err(f)) => Outcome::Fail(f),
         Err(_) => Outcome::Fail(Failure::new(format!(
             "the check did not finish within {limit:?} (--check-deadline)"

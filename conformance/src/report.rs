@@ -88,6 +88,10 @@ pub struct Failure {
     pub evidence: Vec<Evidence>,
     /// Context collected while the check ran (child exits, skipped steps).
     pub notes: Vec<String>,
+    /// The check that reports this failure, when it is another one (a session that did
+    /// not open is the handshake check's): this one skips, naming it, so one broken rule
+    /// fails one check.
+    pub reported_by: Option<String>,
 }
 
 impl Failure {
@@ -97,7 +101,14 @@ impl Failure {
             why: why.into(),
             evidence: Vec::new(),
             notes: Vec::new(),
+            reported_by: None,
         }
+    }
+
+    /// This failure is `check`'s to report (see [`Failure::reported_by`]).
+    pub fn reported_by(mut self, check: impl Into<String>) -> Self {
+        self.reported_by = Some(check.into());
+        self
     }
 
     /// Add bytes that show it.

@@ -521,6 +521,29 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
     }
 }
 
+/// A target that never starts breaks one rule, once: the handshake check fails with the
+/// reason, and every other check skips, naming the check that reports it (those that open
+/// their own session as well as those that walk the handshake first).
+#[test]
+fn a_target_that_does_not_start_fails_only_the_handshake_check() {
+    let contract = common::root().join("proxy/tests/fixtures/beacon.json");
+    let r = conformance(&contract.display().to_string(), "exec:/nonexistent/station");
+    assert_eq!(
+        r.with("FAIL"),
+        ids(&["beacon.derived.handshake"]),
+        "{}",
+        r.stdout
+    );
+    assert!(r.with("PASS").is_empty(), "{}", r.stdout);
+    assert!(r.with("SKIP").len() > 20, "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("beacon.derived.handshake reports this: cannot start"),
+        "{}",
+        r.stdout
+    );
+}
+
 /// A contract given as a file, and a server that announces a tools change before it answers
 /// initialize: the lifecycle allows that only in `operating`, so the behaviour check fails
 /// and names the machine, while the handshake and the messages checks pass (the message is

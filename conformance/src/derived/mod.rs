@@ -385,7 +385,14 @@ impl Session {
     async fn open(cx: &mut Ctx) -> Result<Session, Failure> {
         let c = cx.wire.contract().clone();
         let shape = Shape::of(&c).ok_or_else(|| Failure::new("suite bug: no bound channel"))?;
-        let peer = cx.open().await?;
+        let plan = Plan::new(&c, &cx.role);
+        let peer = match cx.open().await {
+            // The handshake check, where there is one, reports a session that did not open.
+            Err(f) if plan.machine.is_some() => {
+                return Err(f.reported_by(format!("{}.derived.handshake", c.name)));
+            }
+            opened => opened?,
+        };
         let prefix = id_prefix(&c, &cx.role);
         Ok(Session {
             peer,
@@ -393,7 +400,7 @@ impl Session {
             next: 0,
             prefix,
             traces: HashMap::new(),
-            keeps: Plan::new(&c, &cx.role).keeps(&c),
+            keeps: plan.keeps(&c),
             declares_none: None,
             covered: Vec::new(),
             judge_answers: true,
@@ -910,7 +917,12 @@ fn plan_of(cx: &Ctx) -> Plan {
 fn handshake(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let plan = plan_of(cx);
-        let mut s = Session::open(cx).await?;
+        let opened = Session::open(cx).await;
+        // A session that does not open is this check's to report.
+        let mut s = opened.map_err(|f| Failure {
+            reported_by: None,
+            ..f
+        })?;
         s.patient = true;
         s.handshake(cx, &plan).await?;
         s.patient = false;
