@@ -696,10 +696,8 @@ fn declared(c: &contract::Contract, party: &str) -> Vec<String> {
     let Some(d) = c.parties.get(party).and_then(|p| p.declares.as_ref()) else {
         return Vec::new();
     };
-    let examples = c.methods.get(&d.method).map(|m| m.examples.as_slice());
-    let example = (examples.unwrap_or_default().iter())
-        .find(|e| e.part == d.part && e.from.as_deref() == Some(party));
-    let list = example.and_then(|e| e.message.pointer(&d.pointer));
+    let example = super::derived::example_of(c, &d.method, d.part, party);
+    let list = example.as_ref().and_then(|e| e.pointer(&d.pointer));
     let names = list
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str));

@@ -345,7 +345,7 @@ impl Contract {
         let base = crate::pointer::join("/methods", [method]);
         let own = (m.capability.as_deref()).map(|cap| (cap, format!("{base}/capability")));
         let by_value = (m.needs.iter().enumerate())
-            .filter(|(_, n)| (n.matches.iter()).all(|(p, v)| message.pointer(p) == Some(v)))
+            .filter(|(_, n)| crate::pointer::matches_all(&n.matches, message))
             .flat_map(|(i, n)| {
                 let at = format!("{base}/needs/{i}");
                 (n.capabilities.iter()).map(move |cap| (cap.as_str(), at.clone()))

@@ -106,9 +106,7 @@ impl Trigger {
             && from
                 .as_deref()
                 .is_none_or(|p| sent_by(p, seen.from, runner))
-            && matches
-                .iter()
-                .all(|(p, v)| seen.value.pointer(p) == Some(v))
+            && crate::pointer::matches_all(matches, seen.value)
     }
 }
 

@@ -2,6 +2,15 @@
 
 use serde_json::Value;
 
+/// Whether every pointer of `matches` holds its literal in `root` (a trigger's `matches`, a
+/// `needs` entry's): an absent member holds nothing.
+pub fn matches_all<'a>(
+    matches: impl IntoIterator<Item = (&'a String, &'a Value)>,
+    root: &Value,
+) -> bool {
+    matches.into_iter().all(|(p, v)| root.pointer(p) == Some(v))
+}
+
 /// Escape one reference token (`~` → `~0`, `/` → `~1`).
 pub fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")

@@ -7,8 +7,8 @@
 //! it was never declared.
 
 use super::cues::cue_message;
-use super::{LINGER, Session, cite, plan_of};
-use crate::session::{Ctx, Incoming};
+use super::{Session, cite, plan_of};
+use crate::session::Ctx;
 use crate::{BodyFuture, Failure, pass};
 use contract::Contract;
 use serde_json::Value;
@@ -82,7 +82,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
 }
 
 /// Send each cue the played party sends, each awaiting its answer (its own check judges
-/// it), then listen [`LINGER`] more; what to add to the verdict.
+/// it), then linger ([`Session::linger`]); what to add to the verdict.
 async fn send_cues(s: &mut Session, cx: &Ctx, c: &Contract) -> Result<String, Failure> {
     let cues = super::cues::applies(c, &cx.role);
     for (name, cue) in &cues {
@@ -91,8 +91,7 @@ async fn send_cues(s: &mut Session, cx: &Ctx, c: &Contract) -> Result<String, Fa
         let what = format!("the {name} cue");
         let _ = s.wait_answer(cx, &[id], &what, cx.soon()).await;
     }
-    let until = std::time::Instant::now() + LINGER;
-    while let Incoming::Control(_) | Incoming::Data { .. } = s.peer.next(until).await {}
+    s.linger().await;
     let names: Vec<&str> = cues.iter().map(|(n, _)| n.as_str()).collect();
     Ok(match names.is_empty() {
         true => String::new(),

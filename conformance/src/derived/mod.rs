@@ -77,11 +77,10 @@ mod timers;
 mod versions;
 
 use contract::wire::Wire;
-pub(crate) use plan::example;
 use plan::{
-    Plan, Step, carriers, example_of, id_prefix, id_value, out_of_place_on_the_way,
-    out_of_place_probes,
+    Plan, Step, carriers, id_prefix, id_value, out_of_place_on_the_way, out_of_place_probes,
 };
+pub(crate) use plan::{example, example_of};
 use probes::Probe;
 use shape::Shape;
 
@@ -479,9 +478,15 @@ impl Session {
                 in_vain.push(from..self.peer.log.len());
             }
         }
+        self.linger().await;
+        Ok(in_vain)
+    }
+
+    /// Take what the implementation sends for [`LINGER`] more, until it falls quiet or
+    /// the channel ends (what was set off runs its course into the log).
+    async fn linger(&mut self) {
         let until = Instant::now() + LINGER;
         while let Incoming::Control(_) | Incoming::Data { .. } = self.peer.next(until).await {}
-        Ok(in_vain)
     }
 
     /// The id the next request gets.

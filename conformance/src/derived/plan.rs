@@ -478,7 +478,7 @@ pub(crate) fn example(c: &Contract, method: &str, role: &str) -> Option<Value> {
 }
 
 /// `role`'s first `part` example of `method` (one naming no sender when none names it).
-pub(super) fn example_of(c: &Contract, method: &str, part: Part, role: &str) -> Option<Value> {
+pub(crate) fn example_of(c: &Contract, method: &str, part: Part, role: &str) -> Option<Value> {
     let m = c.methods.get(method)?;
     let of = || m.examples.iter().filter(|e| e.part == part);
     of().find(|e| e.from.as_deref() == Some(role))

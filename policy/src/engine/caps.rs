@@ -1,10 +1,11 @@
 //! Capability gating as data: a party's `declares` says where in the handshake it lists
 //! its capabilities; a method's `capability` (and its `needs`, by its members' values)
-//! names what it needs and the capability's `declaredBy` who must have declared it. Once that party's declaration has been seen
-//! on the connection, a message of a method needing a capability it did not declare is
-//! flagged: the receiver decides what to do about it, the proxy only reports. Where the
-//! contract has decided for it (a method never served, whose one error is its only
-//! answer: toolchannel's sampling/createMessage), the request is refused with that error.
+//! names what it needs and the capability's `declaredBy` who must have declared it. Once
+//! that party's declaration has been seen on the connection, a message needing a
+//! capability it did not declare is flagged: the receiver decides what to do about it, the
+//! proxy only reports. Where the contract has decided for it (a method never served, whose
+//! one error is its only answer: toolchannel's sampling/createMessage), the request is
+//! refused with that error.
 
 use std::collections::{HashMap, HashSet};
 
