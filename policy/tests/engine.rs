@@ -152,6 +152,13 @@ fn none() -> Vec<&'static str> {
     Vec::new()
 }
 
+/// `r` is one `capability.undeclared` ruling, only flagged, naming the entry at `entry`.
+fn flagged_undeclared(r: &[Ruling], entry: &str) {
+    assert_eq!(rules(r), ["capability.undeclared"]);
+    assert_eq!(r[0].act, Act::Flag);
+    assert!(r[0].reason.contains(entry), "{}", r[0].reason);
+}
+
 /// The JSON-RPC error a refusal replies with, as (id, code).
 fn refusal(r: &Ruling) -> (Value, Value) {
     let Act::Refuse {
@@ -347,13 +354,7 @@ fn a_feature_the_runner_did_not_declare_is_flagged() {
     p.greet(json!([]));
     assert_eq!(rules(&p.start("j1", "ann")), none());
     let (_, r) = p.call("job.upload", json!({"job": "j1", "data": "x"}));
-    assert_eq!(rules(&r), ["capability.undeclared"]);
-    assert_eq!(r[0].act, Act::Flag);
-    assert!(
-        r[0].reason.contains("/methods/job.upload/capability"),
-        "{}",
-        r[0].reason
-    );
+    flagged_undeclared(&r, "/methods/job.upload/capability");
 }
 
 #[test]
@@ -531,13 +532,7 @@ fn a_capability_a_message_needs_by_its_values_is_flagged() {
     assert_eq!(rules(&send("client", tune)), none());
     assert_eq!(rules(&send("station", beat(None))), none());
     let r = send("station", beat(Some("chime")));
-    assert_eq!(rules(&r), ["capability.undeclared"]);
-    assert_eq!(r[0].act, Act::Flag);
-    assert!(
-        r[0].reason.contains("/methods/beat/needs/0"),
-        "{}",
-        r[0].reason
-    );
+    flagged_undeclared(&r, "/methods/beat/needs/0");
 }
 
 /// An `open` trigger names a channel: a connection of a route on another channel does not
