@@ -382,6 +382,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         proxy.sink(plan.metrics.clone());
     }
     let bound = proxy.bind().await.map_err(|e| usage(&e))?;
+    let stop = (!forwards_signals).then(Stop::listen);
     for r in bound.routes() {
         eprintln!("contract-proxy: {}: listening on {}", r.name, r.summary);
         if let Some(fp) = r.fingerprint {
@@ -397,11 +398,12 @@ pub async fn run(args: RunArgs) -> Result<Outcome, CliError> {
         None => None,
     };
     let shutdown = async {
-        if forwards_signals {
-            std::future::pending::<()>().await
-        } else {
-            wait_for_stop().await;
-            eprintln!("contract-proxy: stopping");
+        match stop {
+            Some(stop) => {
+                stop.wait().await;
+                eprintln!("contract-proxy: stopping");
+            }
+            None => std::future::pending::<()>().await,
         }
     };
     let done = bound.run(shutdown).await;
@@ -461,10 +463,11 @@ async fn show_web(a: ShowArgs) -> Result<Outcome, CliError> {
     let Some(addr) = a.web.web else {
         return Ok(Outcome::Code(0));
     };
+    let stop = Stop::listen();
     let w = crate::web::serve_saying(addr, app)
         .await
         .map_err(|e| web_usage(addr, e))?;
-    wait_for_stop().await;
+    stop.wait().await;
     w.stop().await;
     Ok(Outcome::Code(0))
 }
@@ -535,24 +538,50 @@ fn summarize(done: &Finished) -> Outcome {
     outcome
 }
 
-async fn wait_for_stop() {
+/// Termination signals (Ctrl-C, and SIGTERM on Unix), listened for from the moment
+/// this is made. A command makes one before it says it is ready: a signal sent on
+/// that word must reach this listener, not the default action, which would end the
+/// process without its summary or exit code.
+struct Stop {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+    #[cfg(windows)]
+    ctrl_c: Option<tokio::signal::windows::CtrlC>,
+}
+
+impl Stop {
+    fn listen() -> Stop {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let int = signal(SignalKind::interrupt());
+            let signals = int.and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
+            Stop {
+                signals: signals.ok(),
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+        }
+        #[cfg(windows)]
+        {
+            Stop {
+                ctrl_c: tokio::signal::windows::ctrl_c().ok(),
             }
         }
     }
-    #[cfg(not(unix))]
-    {
+
+    async fn wait(mut self) {
+        #[cfg(unix)]
+        if let Some((int, term)) = &mut self.signals {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+        #[cfg(windows)]
+        if let Some(c) = &mut self.ctrl_c {
+            c.recv().await;
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     }
 }
@@ -669,13 +698,15 @@ pub async fn dispatch(cli: Cli) -> Result<Outcome, CliError> {
                         2 => CliError::Usage(e.to_string()),
                         _ => CliError::Failed(e.to_string()),
                     })?;
+            // Listening before the summary, which tells a watcher the run is over.
+            let stop = web.is_some().then(Stop::listen);
             summary.print();
-            if let Some(w) = web {
+            if let (Some(w), Some(stop)) = (web, stop) {
                 eprintln!(
                     "contract-proxy: web: the view stays up at {} until Ctrl-C",
                     w.url
                 );
-                wait_for_stop().await;
+                stop.wait().await;
                 w.stop().await;
             }
             Ok(Outcome::Code(summary.exit_code()))
