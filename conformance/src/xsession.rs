@@ -42,7 +42,6 @@ bodies! {
     s_misaddressed => imp::sender_misaddressed,
     s_socket => imp::sender_socket,
     s_one_way => imp::sender_one_way, r_one_way => imp::recipient_one_way,
-    s_line_max => imp::sender_line_max, r_line_max => imp::recipient_line_max,
     s_max_conns => imp::sender_max_connections,
     s_auth => imp::sender_auth, r_auth => imp::recipient_auth,
     r_user_frame => imp::recipient_user_frame,
@@ -125,13 +124,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§2 L55, §5 L90 (P1.7 item 11; X-28, X-31)",
             Ok(s_one_way),
             Ok(r_one_way),
-        ),
-        (
-            "xsession.2.line-max",
-            "the line cap is lineMax UTF-16 code units: a line of exactly lineMax units (more bytes) is read, one of lineMax + 1 units (fewer code points) drops the connection with no status",
-            "§2 L53 (P1.7 item 7; X-40)",
-            Ok(s_line_max),
-            Ok(r_line_max),
         ),
         (
             "xsession.2.max-connections",
@@ -290,7 +282,6 @@ mod imp {
     }
 
     struct Lim {
-        line_max: u64,
         max_conns: usize,
         per_sender: Rate,
         global: Rate,
@@ -316,7 +307,6 @@ mod imp {
         };
         let chars = |name: &str| -> Result<usize, Failure> { Ok(l.count(name)? as usize) };
         Ok(Lim {
-            line_max: l.cap("lineMax")?,
             max_conns: l.count("maxConnections")? as usize,
             per_sender: rate("perSenderRate")?,
             global: rate("globalRate")?,
@@ -434,14 +424,6 @@ mod imp {
     impl Env {
         fn contract(&self) -> &Contract {
             self.wire.contract()
-        }
-
-        /// UTF-16 code units of a line in the contract's measure.
-        fn units(&self, line: &[u8]) -> u64 {
-            match &self.codec {
-                JsonCodec::Ndjson(n) => n.line_units(line),
-                JsonCodec::LengthPrefixed(_) | JsonCodec::HeaderDelimited(_) => line.len() as u64,
-            }
         }
 
         fn soon(&self) -> Instant {
@@ -2124,83 +2106,6 @@ mod imp {
         ))
     }
 
-    /// A user frame line of exactly `units` UTF-16 units, padded with `pad` (1 or 2 units a char).
-    fn sized_line(t: &mut Tx, units: u64, wide: bool) -> Result<(String, Vec<u8>), Failure> {
-        let (id, mut v) = t.frame(0, Some(""));
-        let base = serde_json::to_vec(&v).map_err(|e| Failure::new(e.to_string()))?;
-        let base_units = t.env.units(&base);
-        let need = units
-            .checked_sub(base_units)
-            .ok_or_else(|| Failure::new("lineMax is smaller than a frame"))?;
-        let text = if wide {
-            // Astral characters: 2 units, 4 bytes, 1 code point each.
-            let mut s = "\u{1F600}".repeat((need / 2) as usize);
-            if need % 2 == 1 {
-                s.push('a');
-            }
-            s
-        } else {
-            // 2-byte characters: 1 unit each, so the line has more bytes than units.
-            "\u{e9}".repeat(need as usize)
-        };
-        v["message"]["content"] = json!(text);
-        let mut line = serde_json::to_vec(&v).map_err(|e| Failure::new(e.to_string()))?;
-        let got = t.env.units(&line);
-        if got != units {
-            return Err(Failure::new(format!(
-                "suite bug: built a line of {got} units, wanted {units}"
-            )));
-        }
-        line.push(b'\n');
-        Ok((id, line))
-    }
-
-    pub(super) async fn sender_line_max(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let mut t = open_tx(cx).await?;
-        let max = t.env.lim.line_max;
-        let Some((_, ctl)) = t.control().await? else {
-            return t.skip_no_status();
-        };
-        let (fit_id, fit) = sized_line(&mut t, max, false)?;
-        let fit_bytes = fit.len() - 1;
-        let d = t.send_lines(&[fit]).await?;
-        let missing = t
-            .wait_ids(std::slice::from_ref(&fit_id), 1, t.env.soon())
-            .await;
-        if !missing.is_empty() {
-            return Err(Failure::new(format!(
-                "a line of exactly {max} UTF-16 units ({fit_bytes} bytes) got no status within {:?} ({}): the cap is counted in UTF-16 code units, not bytes",
-                t.env.wait,
-                dial_text(&d)
-            )));
-        }
-        let fit_status = t
-            .first(&fit_id)
-            .map(|s| s.status.clone())
-            .unwrap_or_default();
-        let (over_id, over) = sized_line(&mut t, max + 1, true)?;
-        let over_points = String::from_utf8_lossy(&over).chars().count() - 1;
-        let mut payload = t.auth()?;
-        payload.extend_from_slice(&over);
-        let d = dial(&t.ipc(), &payload, false, t.env.wait)
-            .await
-            .map_err(Failure::new)?;
-        if !d.closed() {
-            return Err(Failure::new(format!(
-                "a line of {} UTF-16 units ({over_points} code points) did not drop the connection within {:?}",
-                max + 1,
-                t.env.wait
-            )));
-        }
-        t.fenced_none(&[(over_id, "a line one UTF-16 unit over lineMax")])
-            .await?;
-        pass(format!(
-            "{max} units ({fit_bytes} bytes) read: {fit_status} (control {ctl}); {} units ({over_points} code points) dropped the connection ({}) with no status",
-            max + 1,
-            dial_text(&d)
-        ))
-    }
-
     pub(super) async fn sender_max_connections(cx: &mut Ctx) -> Result<Verdict, Failure> {
         let mut t = open_tx(cx).await?;
         let max = t.env.lim.max_conns;
@@ -2615,33 +2520,6 @@ mod imp {
         pass(format!(
             "a status on a new connection to `from` (auth line with the replyToken): nothing written back, {}",
             dial_text(&d)
-        ))
-    }
-
-    pub(super) async fn recipient_line_max(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let mut r = open_rx(cx, RxSetup::default(), &|_, _, _| Ok(Vec::new())).await?;
-        r.collect(1, r.env.soon(), true).await?;
-        for c in &r.conns {
-            if let End::TooLong(e, head) = &c.end {
-                return Err(
-                    Failure::new(format!("the target wrote a line over lineMax: {e}"))
-                        .with("the start of the line", head),
-                );
-            }
-        }
-        if r.frames.is_empty() {
-            return Err(r.no_frame());
-        }
-        let longest = r
-            .conns
-            .iter()
-            .flat_map(|c| c.lines.iter())
-            .map(|l| r.env.units(l))
-            .max()
-            .unwrap_or(0);
-        pass(format!(
-            "every line within {} UTF-16 units (longest {longest}); an over-long send cannot be provoked through the launch placeholders",
-            r.env.lim.line_max
         ))
     }
 

@@ -475,6 +475,10 @@ class Session:
                 return  # an unterminated last line is not a frame
             if line is None:
                 return
+            if self.a.brk == "line-bytes" and len(line) > xs.LINE_MAX:
+                # The broken measure: bytes, where the cap counts UTF-16 code units.
+                self.drop_conn("lineMax")
+                return
             if state is C.ACCEPTED and self.token is not None:
                 # The first line must be an auth line with our token (§3); else silent drop.
                 try:
@@ -916,7 +920,7 @@ def main() -> int:
     ap.add_argument("--discover-timeout", type=float, default=10.0)
     ap.add_argument("--linger", type=float, default=0.5)
     ap.add_argument("--summary", help="write a JSON summary here on exit")
-    ap.add_argument("--break", dest="brk", choices=["no-auth"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes"], help="break one rule on purpose")
     a = ap.parse_args()
     if a.release_held_after is not None and a.release_held_after < 0:
         ap.error("--release-held-after must be >= 0")

@@ -747,7 +747,8 @@ fn every_derived_check_cites_an_entry_of_the_contract() {
 /// that forgets the batch fails only the check that sent two parcels in one write, and a
 /// receipt off its schema fails only the parcel's call check, not every probe it answered,
 /// and so does one that does not carry its parcel's trace (`trace.answersInherit`, D-2).
-/// The titles and findings speak of messages, not requests.
+/// Its lines are counted in UTF-16 code units (D-3): a depot counting bytes fails only the
+/// at-cap check. The titles and findings speak of messages, not requests.
 #[test]
 fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/depot.json");
@@ -764,6 +765,8 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
         "depot.derived.call.parcel",
         "depot.derived.unknown-notification",
         "depot.derived.frame.merged",
+        "depot.derived.frame.at-cap",
+        "depot.derived.frame.over-cap",
         "depot.derived.messages",
     ]);
     assert!(families.is_subset(&r.with("PASS")), "{}", r.stdout);
@@ -773,6 +776,7 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
         ("lost-batch", "frame.merged"),
         ("bad-state", "call.parcel"),
         ("new-trace", "call.parcel"),
+        ("line-bytes", "frame.at-cap"),
     ] {
         let target = format!("exec:{depot} --break {broken}");
         let r = conformance_as("courier", &contract, &target);

@@ -21,7 +21,7 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Check ids of the suite, in order, and whether each applies playing the sender / the recipient.
-const IDS: [(&str, bool, bool); 22] = [
+const IDS: [(&str, bool, bool); 21] = [
     ("xsession.1.record", true, false),
     ("xsession.1.symlink", true, false),
     ("xsession.1.removed", true, false),
@@ -30,7 +30,6 @@ const IDS: [(&str, bool, bool); 22] = [
     ("xsession.1.misaddressed", true, false),
     ("xsession.2.socket", true, false),
     ("xsession.2.one-way", true, true),
-    ("xsession.2.line-max", true, true),
     ("xsession.2.max-connections", true, false),
     ("xsession.3.auth", true, true),
     ("xsession.4.user-frame", false, true),
@@ -47,11 +46,13 @@ const IDS: [(&str, bool, bool); 22] = [
 ];
 
 /// The derived checks playing the sender (the parse deadline's among them, 30 s).
-const DERIVED_SENDER: [&str; 11] = [
+const DERIVED_SENDER: [&str; 13] = [
     "handshake",
     "call.user",
     "parse",
     "json.not-an-object",
+    "frame.at-cap",
+    "frame.over-cap",
     "invalid",
     "unknown-notification",
     "frame.split",
@@ -167,6 +168,34 @@ fn a_sender_without_the_auth_line_fails_exactly_the_handshake() {
     assert!(xml.contains("xsession.derived.handshake"), "{xml}");
     // The evidence is the frame that came first, as it crossed the wire.
     assert!(r.stdout.contains("\"type\":\"user\""), "{}", show(&r));
+}
+
+/// The line cap counted in bytes where the contract counts UTF-16 code units: a line at
+/// the cap made of 2-byte characters is dropped. Every sender check but the 30 s timer's
+/// runs, and only the derived at-cap check fails.
+#[test]
+fn a_recipient_counting_its_line_cap_in_bytes_fails_exactly_the_at_cap_check() {
+    let derived = DERIVED_SENDER.iter().filter(|d| !d.starts_with("timer."));
+    let ids: Vec<String> = (derived.map(|d| format!("xsession.derived.{d}")))
+        .chain(IDS.iter().map(|(id, _, _)| id.to_string()))
+        .collect();
+    let target = target(&format!("{RECIPIENT} --break line-bytes"));
+    let mut args = vec!["--play", "sender", "--target", &target];
+    ids.iter().for_each(|id| args.extend(["--only", id]));
+    let r = suite(&args);
+    assert_eq!(r.code, 1, "{}", show(&r));
+    assert_eq!(
+        r.with("FAIL"),
+        vec!["xsession.derived.frame.at-cap".to_string()],
+        "{}",
+        show(&r)
+    );
+    // Both sizes are on the failure: which one the receiver counted is the point.
+    assert!(
+        r.stdout.contains("UTF-16 code units (the cap: "),
+        "{}",
+        show(&r)
+    );
 }
 
 #[test]

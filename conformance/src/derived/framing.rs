@@ -18,7 +18,7 @@ use crate::session::{Ctx, Incoming};
 use crate::{BodyFuture, Failure, Verdict};
 
 /// A string of multi-byte UTF-8 characters (two and three bytes) a cut can fall inside.
-const WIDE: &str = "démo ёж ✓";
+pub(super) const WIDE: &str = "démo ёж ✓";
 /// How early a frame deadline may fire: a timer's own jitter, not an early close.
 const EARLY: Duration = Duration::from_millis(400);
 /// How late a stalled frame may end the session past its deadline, on a loaded machine.

@@ -128,8 +128,8 @@ impl Probe {
             Probe::Null => "a request with a null member",
             Probe::NotAnObject => "a request wrapped in an array (a batch)",
             Probe::Binary => "a request sent as a binary message",
-            Probe::OverCap => "a request padded one byte over the frame cap",
-            Probe::AtCap => "a request padded exactly to the frame cap",
+            Probe::OverCap => "a request grown one unit over the frame cap",
+            Probe::AtCap => "a request grown exactly to the frame cap",
             Probe::Invalid => "an object with an id but no method, result or error",
             Probe::UnknownRequest => "a request of a method the contract does not know",
             Probe::UnknownNotification => "a notification the contract does not know",
@@ -236,11 +236,11 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
     let (carrier, bytes) = match p {
         Probe::WrongDirection => wrong_direction(c, &shape, role, carriers.first()?)?,
         Probe::InvalidParams => invalid_params(wire, &shape, role, carriers)?,
-        // Padding counts bytes, so a cap counted otherwise (UTF-16 units) needs ASCII.
         Probe::OverCap => {
-            let mut ascii = carriers.iter().filter(|m| m.to_string().is_ascii());
-            let m = ascii.next()?;
-            (m.clone(), bytes_of(p, wire, &shape, m)?)
+            let cap = over_cap_target(wire, ch)?.checked_add(1)?;
+            carriers
+                .iter()
+                .find_map(|m| Some((m.clone(), grown(wire, &shape, role, m, cap, true)?)))?
         }
         _ => {
             let m = carriers.first()?;
@@ -359,10 +359,6 @@ fn bytes_of(p: Probe, wire: &Wire, shape: &Shape, m: &Value) -> Option<Vec<u8>> 
         Probe::NotAnObject if rules.is_some_and(|r| r.object_only) => {
             format!("[{text}]").into_bytes()
         }
-        Probe::OverCap => {
-            let cap = over_cap_target(wire, ch)?;
-            padded(&text, cap.checked_add(1)?)?
-        }
         Probe::Invalid => shape.stripped(m).to_string().into_bytes(),
         Probe::UnknownRequest => {
             let v = shape.renamed(m, "conformance/no-such-method");
@@ -396,7 +392,7 @@ pub(super) fn padded(text: &str, len: u64) -> Option<Vec<u8>> {
     Some(b)
 }
 
-/// A request padded exactly to the cap, which the contract accepts, on the first carrier
+/// A request grown exactly to the cap, which the contract accepts, on the first carrier
 /// no per-method cap holds below it.
 fn at_cap(wire: &Wire, shape: &Shape, role: &str, carriers: &[Value]) -> Option<Built> {
     let ch = shape.channel.as_str();
@@ -404,8 +400,46 @@ fn at_cap(wire: &Wire, shape: &Shape, role: &str, carriers: &[Value]) -> Option<
     let (field, _) = wire.contract().channels.get(ch)?.framing.payload_cap()?;
     let pointer = format!("/channels/{ch}/framing/{field}");
     carriers.iter().find_map(|m| {
-        let bytes = padded(&m.to_string(), cap)?;
+        let bytes = grown(wire, shape, role, m, cap, false)?;
         served_as_is(wire, shape, role, m, bytes, &pointer)
+    })
+}
+
+/// Carrier `m` grown to exactly `len` units of the channel cap's measure. Counted in
+/// bytes, the growth is spaces after the value. Counted otherwise (UTF-16 units), a few
+/// characters first go into a string member, chosen so that a receiver counting the wrong
+/// measure misjudges the frame: within the cap, 2- and 3-byte ones (more bytes than
+/// units); `over` it, astral ones (fewer code points than units). They are few, since an
+/// answer may echo them. The member is the first place where they leave the carrier
+/// valid, its id untouched.
+fn grown(
+    wire: &Wire,
+    shape: &Shape,
+    role: &str,
+    m: &Value,
+    len: u64,
+    over: bool,
+) -> Option<Vec<u8>> {
+    let ch = shape.channel.as_str();
+    let codec = wire.codec(ch).ok()?;
+    if codec.counts_bytes() {
+        return padded(&m.to_string(), len);
+    }
+    let marked = if over {
+        "\u{1F600}\u{1F600}"
+    } else {
+        super::framing::WIDE
+    };
+    places(m).iter().find_map(|place| {
+        let v = place.put(m, json!(marked))?;
+        let text = v.to_string();
+        if shape.id(&v) != shape.id(m) || wire.decode(ch, role, text.as_bytes(), None).is_err() {
+            return None;
+        }
+        let need = usize::try_from(len.checked_sub(codec.measure(text.as_bytes()))?).ok()?;
+        let mut bytes = text.into_bytes();
+        bytes.resize(bytes.len() + need, b' ');
+        Some(bytes)
     })
 }
 
@@ -633,6 +667,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             Err(f) => return plan.unreached(f),
         };
         let mut b = built(p, cx, &s, &callable)?;
+        measured(cx, p, &b.bytes);
         // Only an error reply is the probe's own rule; another answer's content is its
         // call check's to judge.
         s.judge_answers = matches!(
@@ -685,6 +720,28 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             .await
             .map_err(|f| f.sent(&b.bytes))
     })
+}
+
+/// For a cap probe on a cap counted other than in bytes, a note giving both sizes: which
+/// one the receiver counted is what such a check turns on.
+fn measured(cx: &mut Ctx, p: Probe, bytes: &[u8]) {
+    if !matches!(p, Probe::AtCap | Probe::OverCap) {
+        return;
+    }
+    let channel = Shape::of(cx.wire.contract()).map(|s| s.channel);
+    let Some(codec) = channel.and_then(|ch| cx.wire.codec(&ch).ok()) else {
+        return;
+    };
+    if !codec.counts_bytes() {
+        let chars = String::from_utf8_lossy(bytes).chars().count();
+        cx.notes.push(format!(
+            "the frame is {} {} (the cap: {}), {} bytes, {chars} code points",
+            codec.measure(bytes),
+            codec.unit(),
+            codec.cap(),
+            bytes.len()
+        ));
+    }
 }
 
 /// [`react`] to `b`, sent, showing its bytes on a failure; then [`settle`] the session.

@@ -4,13 +4,14 @@ One JSON object per line on stdin/stdout, told apart by `t`. After the courier's
 answers each parcel with a receipt naming it by `re`; parcels that came in one read share
 one receipt, the first named by `re` and the rest listed in `also`. Lines that are not
 JSON, not objects, of an unknown `t`, or parcels off their schema are skipped; a parcel
-before hello is skipped too. A line over lineMax ends the session.
+before hello is skipped too. A line over lineMax UTF-16 code units ends the session (D-3).
 
 A receipt carries the trace of the first parcel it names, when that parcel has one (D-2).
 
 --break lost-batch: a receipt for several parcels names only the first.
 --break bad-state: a receipt's state is one the contract does not list.
 --break new-trace: a receipt carries a trace of its own, not its parcel's.
+--break line-bytes: a line's length is counted in bytes, not UTF-16 code units.
 """
 
 import argparse
@@ -23,7 +24,14 @@ FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "depot.json"
 
 def line_max():
     with open(FIXTURE, encoding="utf-8") as f:
-        return json.load(f)["limits"]["lineMax"]["value"] * 1024
+        return json.load(f)["limits"]["lineMax"]["value"]
+
+
+def units(b, brk):
+    """A line's length as the cap counts it (D-3); invalid UTF-8 counts a unit a byte."""
+    if brk == "line-bytes":
+        return len(b)
+    return len(b.decode("utf-8", "replace").encode("utf-16-le", "surrogatepass")) // 2
 
 
 def parcel(m):
@@ -49,7 +57,7 @@ def receipt(nos, trace, brk):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace"])
+    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes"])
     brk = ap.parse_args().brk
     cap = line_max()
     fd = sys.stdin.fileno()
@@ -61,7 +69,7 @@ def main():
             return
         buf += chunk
         *lines, buf = buf.split(b"\n")
-        if len(buf) > cap or any(len(l) > cap for l in lines):
+        if units(buf, brk) > cap or any(units(l, brk) > cap for l in lines):
             return
         nos, first_trace = [], None
         for raw in lines:

@@ -558,6 +558,28 @@ impl ChannelCodec {
         }
     }
 
+    /// `payload`'s length as [`Self::cap`] counts it: bytes, or UTF-16 units for lines
+    /// counted so.
+    pub fn measure(&self, payload: &[u8]) -> u64 {
+        match self {
+            ChannelCodec::Ndjson(c) => c.line_units(payload),
+            _ => payload.len() as u64,
+        }
+    }
+
+    /// Whether [`Self::cap`] counts bytes.
+    pub fn counts_bytes(&self) -> bool {
+        self.unit() == "bytes"
+    }
+
+    /// What [`Self::cap`] counts, for messages: "bytes" or "UTF-16 code units".
+    pub fn unit(&self) -> &'static str {
+        match self {
+            ChannelCodec::Ndjson(c) => c.measure_name(),
+            _ => "bytes",
+        }
+    }
+
     /// The same framing with its cap set to `max`: a test peer that must send a frame over
     /// the contract's cap frames it exactly as a conforming sender frames any other.
     pub fn with_cap(mut self, max: u64) -> Self {
@@ -761,6 +783,22 @@ mod tests {
             c.decode(&mut buf).expect("ok").as_deref(),
             Some("éé€é".as_bytes())
         );
+    }
+
+    #[test]
+    fn a_codec_measures_a_frame_as_its_cap_counts() {
+        let units = ChannelCodec::Ndjson(Ndjson::new(4, LineMeasure::Utf16Units));
+        assert_eq!(
+            (units.measure("é😀".as_bytes()), units.unit()),
+            (3, "UTF-16 code units")
+        );
+        assert!(!units.counts_bytes());
+        let bytes = ChannelCodec::Ndjson(Ndjson::new(4, LineMeasure::Bytes));
+        assert_eq!(
+            (bytes.measure("é😀".as_bytes()), bytes.unit()),
+            (6, "bytes")
+        );
+        assert!(bytes.counts_bytes());
     }
 
     #[test]
