@@ -111,6 +111,12 @@ impl Failure {
         self
     }
 
+    /// Add a note that explains it.
+    pub fn with_note(mut self, note: String) -> Self {
+        self.notes.push(note);
+        self
+    }
+
     /// Add bytes that show it.
     pub fn with(mut self, label: impl Into<String>, bytes: &[u8]) -> Self {
         if self.evidence.len() < EVIDENCE_MAX {

@@ -148,7 +148,7 @@ fn fastmcp_fails_exactly_where_it_answers_otherwise_than_the_contract() {
         "{}",
         r.stdout
     );
-    assert_eq!(r.with("PASS").len(), 22, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 23, "{}", r.stdout);
     // A probe's failure shows what the suite sent, then what came back.
     let reuse = r.stdout.split("FAIL mcp.derived.json.duplicate-key").nth(1);
     let reuse = reuse
@@ -179,7 +179,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 38, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 39, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",
@@ -218,6 +218,7 @@ fn the_mcp_sdk_client_is_checked_with_the_suite_playing_the_server() {
         "mcp.derived.frame.merged",
         "mcp.derived.unknown-notification",
         "mcp.derived.invalid-params",
+        "mcp.derived.unknown-member",
         "mcp.derived.capabilities",
         "mcp.derived.messages",
         "mcp.derived.behaviour",
@@ -244,7 +245,7 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
     );
     let r = conformance_as("server", "mcp", &target);
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 31, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 32, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
@@ -269,6 +270,7 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
         "lsp.derived.frame.split",
         "lsp.derived.frame.merged",
         "lsp.derived.unknown-notification",
+        "lsp.derived.unknown-member",
         "lsp.derived.messages",
         "lsp.derived.cue.diagnostics",
         "lsp.derived.behaviour",
@@ -303,12 +305,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            35,
+            36,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            27,
+            28,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -482,7 +484,8 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// retired method otherwise than its one error only that method's call check, serving a
 /// second tune only the `link` machine's refusal check, serving a tune over its own cap
 /// only that cap's check, chiming at a client that does not hear chimes (a capability the
-/// beat needs by its kind, B-5) only the capabilities check.
+/// beat needs by its kind, B-5) only the capabilities check, refusing an echo with a member
+/// its open schema allows (B-6) only the unknown-member check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -503,6 +506,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.frame.method-cap.tune",
         "beacon.derived.capabilities",
         "beacon.derived.cue.chime",
+        "beacon.derived.unknown-member",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     for (broken, fails) in [
@@ -514,6 +518,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("retune", "refusal.link.tune"),
         ("uncapped", "frame.method-cap.tune"),
         ("deaf", "capabilities"),
+        ("closed-params", "unknown-member"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);

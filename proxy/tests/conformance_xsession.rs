@@ -46,7 +46,7 @@ const IDS: [(&str, bool, bool); 21] = [
 ];
 
 /// The derived checks playing the sender (the parse deadline's among them, 30 s).
-const DERIVED_SENDER: [&str; 13] = [
+const DERIVED_SENDER: [&str; 14] = [
     "handshake",
     "call.user",
     "parse",
@@ -55,6 +55,7 @@ const DERIVED_SENDER: [&str; 13] = [
     "frame.over-cap",
     "invalid",
     "unknown-notification",
+    "unknown-member",
     "frame.split",
     "frame.merged",
     "messages",

@@ -11,7 +11,7 @@ use contract::model::Framing;
 use contract::wire::Wire;
 use serde_json::{Value, json};
 
-use super::probes::{self, Built, Reaction, places};
+use super::probes::{self, Built, Probe, Reaction, places};
 use super::shape::Shape;
 use super::{Session, plan_of};
 use crate::session::{Ctx, Incoming};
@@ -114,17 +114,49 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     })
 }
 
-/// `carrier` with [`WIDE`] where the suite's own wire accepts it (else as it is).
-fn widened(cx: &Ctx, shape: &Shape, carrier: &Value) -> Value {
+/// `carrier` with [`WIDE`] where the suite's own wire accepts it (else as it is), and
+/// whether it went into a member of its own (one the schema leaves open).
+fn widened(cx: &Ctx, shape: &Shape, carrier: &Value) -> (Value, bool) {
     places(carrier)
         .iter()
-        .filter_map(|p| p.put(carrier, json!(WIDE)))
-        .find(|m| {
+        .filter_map(|p| Some((p.put(carrier, json!(WIDE))?, p.is_new())))
+        .find(|(m, _)| {
             cx.wire
                 .decode(&shape.channel, &cx.role, m.to_string().as_bytes(), None)
                 .is_ok()
         })
-        .unwrap_or_else(|| carrier.clone())
+        .unwrap_or_else(|| (carrier.clone(), false))
+}
+
+/// A split message refused where its [`WIDE`] member is one of the suite's own: sent again
+/// whole, on a fresh id. Refused again, the refusal is the member's, and the derived
+/// `unknown-member` check reports it; served, the split was at fault after all.
+async fn whole_again(s: &mut Session, cx: &mut Ctx, carrier: &Value, f: Failure) -> Failure {
+    let fresh = s.numbered(carrier.clone());
+    let (m, _) = widened(cx, &s.shape, &fresh);
+    s.remember(cx, m.to_string().as_bytes());
+    if let Err(e) = s.peer.send_raw(m.to_string().as_bytes()).await {
+        return f.with_note(format!(
+            "sent again whole, it could not be written: {}",
+            e.why
+        ));
+    }
+    let what = s.shape.say("the same request, whole");
+    let b = answered(&s.shape, &m, carrier);
+    let checked = probes::build(
+        Probe::UnknownMember,
+        &cx.wire,
+        &cx.role,
+        std::slice::from_ref(carrier),
+    );
+    match probes::react(s, cx, &b, &what, &[]).await {
+        Ok(_) => f.with_note("the same request sent whole was served".into()),
+        Err(_) if checked.is_some() => {
+            let check = format!("{}.derived.unknown-member", cx.wire.contract().name);
+            f.reported_by(check)
+        }
+        Err(_) => f.with_note("the same request sent whole was refused too".into()),
+    }
 }
 
 /// A probe of `m`, answered like any other.
@@ -136,7 +168,7 @@ fn answered(shape: &Shape, m: &Value, plain: &Value) -> Built {
 
 async fn split(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict, Failure> {
     let m = s.numbered(carrier.clone());
-    let m = widened(cx, &s.shape, &m);
+    let (m, own_member) = widened(cx, &s.shape, &m);
     // Its trace (the implementation's requests on it are served: see Session::serves).
     s.remember(cx, m.to_string().as_bytes());
     let framed = s.peer.framed(m.to_string().as_bytes());
@@ -162,9 +194,10 @@ async fn split(mut s: Session, cx: &mut Ctx, carrier: Value) -> Result<Verdict, 
         .shape
         .say(&format!("a request in {} pieces{wide}", cuts.len() + 1));
     let b = answered(&s.shape, &m, &carrier);
-    let verdict = probes::react(&mut s, cx, &b, &what, &[])
-        .await
-        .map_err(|f| f.sent(&framed))?;
+    let verdict = match probes::react(&mut s, cx, &b, &what, &[]).await {
+        Err(f) if own_member => Err(whole_again(&mut s, cx, &carrier, f.sent(&framed)).await),
+        got => got.map_err(|f| f.sent(&framed)),
+    }?;
     probes::settle(s, cx, &b, verdict).await
 }
 

@@ -47,11 +47,12 @@ pub(super) enum Probe {
     Parse,
     WrongDirection,
     InvalidParams,
+    UnknownMember,
 }
 
 impl Probe {
     /// Every probe, in the order the suite lists them.
-    pub const ALL: [Probe; 23] = [
+    pub const ALL: [Probe; 24] = [
         Probe::Parse,
         Probe::DuplicateKey,
         Probe::Bom,
@@ -75,6 +76,7 @@ impl Probe {
         Probe::UnknownNotification,
         Probe::WrongDirection,
         Probe::InvalidParams,
+        Probe::UnknownMember,
     ];
 
     /// The check's name after `<contract>.derived.`.
@@ -103,6 +105,7 @@ impl Probe {
             Probe::Parse => "parse",
             Probe::WrongDirection => "wrong-direction",
             Probe::InvalidParams => "invalid-params",
+            Probe::UnknownMember => "unknown-member",
         }
     }
 
@@ -136,6 +139,7 @@ impl Probe {
             Probe::Parse => "a frame that is not JSON",
             Probe::WrongDirection => "a request only the other party may send",
             Probe::InvalidParams => "a request whose params fail their schema",
+            Probe::UnknownMember => "a request with a member its schema leaves open",
         }
     }
 }
@@ -231,6 +235,7 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
         Probe::DepthAtCap | Probe::ItemsAtCap | Probe::SafeInteger => {
             return json_borderline(p, wire, &shape, role, carriers);
         }
+        Probe::UnknownMember => return unknown_member(wire, &shape, role, carriers),
         _ => {}
     }
     let (carrier, bytes) = match p {
@@ -521,11 +526,45 @@ fn json_borderline(
     })
 }
 
+/// A request with a member no schema names, in its params where their schema leaves them
+/// open (JSON Schema's default): served like any other, since the contract accepts it.
+/// The entry cited is the params schema of the request's method.
+fn unknown_member(wire: &Wire, shape: &Shape, role: &str, carriers: &[Value]) -> Option<Built> {
+    let ch = shape.channel.as_str();
+    let params = shape.params_pointer();
+    carriers.iter().find_map(|m| {
+        let method = wire
+            .decode(ch, role, m.to_string().as_bytes(), None)
+            .ok()?
+            .method?;
+        let pointer = contract::join_pointer("/methods", [method.as_str(), "params"]);
+        let seed = wire.contract().methods.get(&method)?.seed.clone();
+        places(m).iter().find_map(|place| {
+            let inside = contract::join_pointer("", &place.0);
+            let within = inside == params || inside.starts_with(&format!("{params}/"));
+            if place.1.is_some() || !within {
+                return None;
+            }
+            let bytes = place.put(m, json!("conformance"))?.to_string().into_bytes();
+            let b = served_as_is(wire, shape, role, m, bytes, &pointer)?;
+            Some(Built {
+                seed: seed.clone(),
+                ..b
+            })
+        })
+    })
+}
+
 /// Where a probe puts a value in a message: the path to an object, then the member
 /// (`None`: a new member, `conformance`).
 pub(super) struct Place(Vec<String>, Option<String>);
 
 impl Place {
+    /// Whether the place is a new member (one the suite adds), not an existing one.
+    pub(super) fn is_new(&self) -> bool {
+        self.1.is_none()
+    }
+
     /// `m` with `v` at this place (`None` if `m` has no such place).
     pub(super) fn put(&self, m: &Value, v: Value) -> Option<Value> {
         let mut m = m.clone();

@@ -20,6 +20,7 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break retune: serve a second tune instead of refusing it with TUNED.
 --break uncapped: serve a tune line over tuneMax instead of hanging up.
 --break deaf: chime whatever the client hears.
+--break closed-params: refuse an echo carrying a member it does not know (B-6 leaves them open).
 """
 
 import argparse
@@ -108,7 +109,8 @@ def handle(line, broken, session):
         error(id_, -32601, "method not found")
         return True
     params = m.get("params")
-    if not isinstance(params, dict) or set(params) != {"text"} or not isinstance(params["text"], str):
+    closed = broken == "closed-params" and isinstance(params, dict) and set(params) != {"text"}
+    if not isinstance(params, dict) or not isinstance(params.get("text"), str) or closed:
         error(id_, -32602, "invalid params")
         return True
     send({"jsonrpc": "2.0", "id": id_, "result": {"text": params["text"]}})
@@ -128,7 +130,7 @@ def is_tune(line):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params"])
     a = ap.parse_args()
     beat, idle, cap, bad_max, tune_cap = limits()
     bad = 0
