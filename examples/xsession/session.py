@@ -506,7 +506,10 @@ class Session:
                 continue  # garbage / not an object: skipped, deadline keeps running
             deadline = loop.time() + xs.PARSEABLE_LINE_DEADLINE
             if env.msg_v > 1:
-                continue  # a newer frame version is dropped (§7)
+                if self.a.brk != "newer-frames":
+                    continue  # a newer frame version is dropped (§7)
+                # The broken reader takes it for a frame of its own version.
+                line = json.dumps({**json.loads(line), "msgV": 1}).encode()
             if env.type == xs.FrameType.USER.value:
                 try:
                     uf = lenient(xs.UserFrame, line, USER_OPTIONAL)
@@ -920,7 +923,7 @@ def main() -> int:
     ap.add_argument("--discover-timeout", type=float, default=10.0)
     ap.add_argument("--linger", type=float, default=0.5)
     ap.add_argument("--summary", help="write a JSON summary here on exit")
-    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes", "newer-frames"], help="break one rule on purpose")
     a = ap.parse_args()
     if a.release_held_after is not None and a.release_held_after < 0:
         ap.error("--release-held-after must be >= 0")

@@ -46,7 +46,7 @@ const IDS: [(&str, bool, bool); 21] = [
 ];
 
 /// The derived checks playing the sender (the parse deadline's among them, 30 s).
-const DERIVED_SENDER: [&str; 14] = [
+const DERIVED_SENDER: [&str; 15] = [
     "handshake",
     "call.user",
     "parse",
@@ -56,6 +56,7 @@ const DERIVED_SENDER: [&str; 14] = [
     "invalid",
     "unknown-notification",
     "unknown-member",
+    "version.msgV.newer",
     "frame.split",
     "frame.merged",
     "messages",
@@ -171,32 +172,35 @@ fn a_sender_without_the_auth_line_fails_exactly_the_handshake() {
     assert!(r.stdout.contains("\"type\":\"user\""), "{}", show(&r));
 }
 
-/// The line cap counted in bytes where the contract counts UTF-16 code units: a line at
-/// the cap made of 2-byte characters is dropped. Every sender check but the 30 s timer's
-/// runs, and only the derived at-cap check fails.
-#[test]
-fn a_recipient_counting_its_line_cap_in_bytes_fails_exactly_the_at_cap_check() {
+/// Every sender check but the 30 s timer's, against a recipient run with `--break FLAG`.
+fn sender_checks_against_broken(flag: &str) -> Run {
     let derived = DERIVED_SENDER.iter().filter(|d| !d.starts_with("timer."));
     let ids: Vec<String> = (derived.map(|d| format!("xsession.derived.{d}")))
         .chain(IDS.iter().map(|(id, _, _)| id.to_string()))
         .collect();
-    let target = target(&format!("{RECIPIENT} --break line-bytes"));
+    let target = target(&format!("{RECIPIENT} --break {flag}"));
     let mut args = vec!["--play", "sender", "--target", &target];
     ids.iter().for_each(|id| args.extend(["--only", id]));
-    let r = suite(&args);
-    assert_eq!(r.code, 1, "{}", show(&r));
-    assert_eq!(
-        r.with("FAIL"),
-        vec!["xsession.derived.frame.at-cap".to_string()],
-        "{}",
-        show(&r)
-    );
-    // Both sizes are on the failure: which one the receiver counted is the point.
-    assert!(
-        r.stdout.contains("UTF-16 code units (the cap: "),
-        "{}",
-        show(&r)
-    );
+    suite(&args)
+}
+
+/// The line cap counted in bytes where the contract counts UTF-16 code units (a line at
+/// the cap made of 2-byte characters is dropped) fails only the derived at-cap check; a
+/// frame of a newer msgV taken like any other fails only the derived newer-version check.
+#[test]
+fn a_recipient_breaking_a_rule_of_the_data_fails_exactly_its_derived_check() {
+    for (flag, fails) in [
+        ("line-bytes", "frame.at-cap"),
+        ("newer-frames", "version.msgV.newer"),
+    ] {
+        let r = sender_checks_against_broken(flag);
+        assert_eq!(r.code, 1, "{flag}: {}", show(&r));
+        let want = vec![format!("xsession.derived.{fails}")];
+        assert_eq!(r.with("FAIL"), want, "{flag}: {}", show(&r));
+        // Both sizes are on the cap's failure: which one the receiver counted is the point.
+        let sizes = r.stdout.contains("UTF-16 code units (the cap: ");
+        assert_eq!(sizes, flag == "line-bytes", "{flag}: {}", show(&r));
+    }
 }
 
 #[test]

@@ -110,8 +110,22 @@ pub struct VersionInfo {
     /// The negotiation in messages, as data a conformance suite runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub negotiation: Option<Negotiation>,
+    /// A version each message states for itself, not negotiated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Carried>,
     /// Seed section.
     pub seed: String,
+}
+
+/// A version each message states for itself (xsession's `msgV`): where, and what a
+/// receiver does with a message stating a higher one than the contract's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Carried {
+    /// JSON pointer to the version in a message that carries one.
+    pub pointer: String,
+    /// The reaction to a message of a higher version (xsession: dropped, no status).
+    pub newer: Action,
 }
 
 /// A version negotiated by a request: the party that sends `offer` offers versions at

@@ -67,6 +67,7 @@ mod cues;
 mod framing;
 mod ids;
 mod messages;
+mod newer;
 mod plan;
 mod probes;
 mod rates;
@@ -217,6 +218,11 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let seed = cite(join("/limits", [&limit]), &seed);
         let id = format!("count.{limit}");
         add(id, title, &seed, counted::body, Some(limit), false);
+    }
+    for n in newer::applies(c, &carriers) {
+        let id = format!("version.{}.newer", n.name);
+        let index = Some(n.index.to_string());
+        add(id, n.title, &n.seed, newer::body, index, false);
     }
     for (f, pointer) in framing::applies(c, &wire, &plan.staying(c)) {
         let ch = Shape::of(c).map(|s| s.channel).unwrap_or_default();

@@ -7,11 +7,13 @@ JSON, not objects, of an unknown `t`, or parcels off their schema are skipped; a
 before hello is skipped too. A line over lineMax UTF-16 code units ends the session (D-3).
 
 A receipt carries the trace of the first parcel it names, when that parcel has one (D-2).
+A parcel of a newer form (`v` above 1) is skipped, unanswered (D-4).
 
 --break lost-batch: a receipt for several parcels names only the first.
 --break bad-state: a receipt's state is one the contract does not list.
 --break new-trace: a receipt carries a trace of its own, not its parcel's.
 --break line-bytes: a line's length is counted in bytes, not UTF-16 code units.
+--break newer-v: a parcel of a newer form is taken like any other.
 """
 
 import argparse
@@ -34,10 +36,12 @@ def units(b, brk):
     return len(b.decode("utf-8", "replace").encode("utf-16-le", "surrogatepass")) // 2
 
 
-def parcel(m):
-    """The parcel's number when `m` is a parcel on its schema, else None."""
-    keys = set(m) - {"trace"}
-    ok = (keys == {"t", "no", "weight"} and isinstance(m["no"], str) and m["no"]
+def parcel(m, brk):
+    """The parcel's number when `m` is a parcel on its schema of a form it knows, else None."""
+    keys = set(m) - {"trace", "v"}
+    v = m.get("v", 1)
+    known = type(v) is int and (1 <= v <= 1 or (v > 1 and brk == "newer-v"))
+    ok = (keys == {"t", "no", "weight"} and known and isinstance(m["no"], str) and m["no"]
           and type(m["weight"]) is int and m["weight"] >= 1
           and (isinstance(m.get("trace"), str) and m["trace"] or "trace" not in m))
     return m["no"] if ok else None
@@ -57,7 +61,7 @@ def receipt(nos, trace, brk):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes"])
+    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes", "newer-v"])
     brk = ap.parse_args().brk
     cap = line_max()
     fd = sys.stdin.fileno()
@@ -81,10 +85,10 @@ def main():
                 continue
             if m.get("t") == "hello" and isinstance(m.get("courier"), str) and m["courier"]:
                 hello = True
-            elif m.get("t") == "parcel" and hello and parcel(m) is not None:
+            elif m.get("t") == "parcel" and hello and parcel(m, brk) is not None:
                 if not nos:
                     first_trace = m.get("trace")
-                nos.append(parcel(m))
+                nos.append(parcel(m, brk))
         if nos:
             receipt(nos, first_trace, brk)
 

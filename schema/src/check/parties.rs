@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{
-    ActionKind, Binding, Claim, Contract, Cue, Framing, Kind, LimitKind, Method, Negotiation, Part,
-    Trigger,
+    ActionKind, Binding, Carried, Claim, Contract, Cue, Framing, Kind, LimitKind, Method,
+    Negotiation, Part, Trigger,
 };
 use crate::pointer::join;
 
@@ -57,7 +57,24 @@ impl Cx<'_> {
                     n,
                 );
             }
+            if let Some(cv) = &v.carried {
+                self.carried(c, idx, &join("/versions", [&i.to_string(), "carried"]), cv);
+            }
         }
+    }
+
+    /// A carried version is at its pointer in some example, and its reaction names codes
+    /// the contract holds.
+    fn carried(&mut self, c: &Contract, idx: &CodeIndex, at: &str, cv: &Carried) {
+        let examples = c.methods.values().flat_map(|m| &m.examples);
+        if !examples
+            .into_iter()
+            .any(|e| e.message.pointer(&cv.pointer).is_some())
+        {
+            let why = format!("no example carries a version at {}", cv.pointer);
+            self.push(Lint::NameRef, join(at, ["pointer"]), why);
+        }
+        self.action_names(c, idx, &join(at, ["newer"]), &cv.newer);
     }
 
     /// A negotiation's offer is a request whose examples carry the offered versions, and
