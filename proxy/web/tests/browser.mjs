@@ -568,11 +568,12 @@ async function kernel() {
     await shot(page, '06-kernel-diagram');
     await page.click('[data-testid=tab-flows]');
 
-    // /metrics parses with prometheus_client.
+    // /metrics parses with prometheus_client. Messages go on while we look (pings), so
+    // the stats are read first and the metric after them.
+    const stats = await api(base, 'api/stats');
     const metrics = await http(new URL('metrics', base).href);
     expect('kernel: /metrics answers', metrics.status === 200, 200, metrics.status);
     const parsed = promParse(metrics.body);
-    const stats = await api(base, 'api/stats');
     const mt = parsed.sums.contract_proxy_messages_total;
     expect(
       'kernel: /metrics parses with prometheus_client and has contract_proxy_messages_total samples',
@@ -580,7 +581,6 @@ async function kernel() {
       'contract_proxy_messages_total samples',
       Object.keys(parsed.counts).filter((k) => k.startsWith('contract_proxy_messages')),
     );
-    // Messages go on while we look (pings): the metric is read after the stats.
     expect('kernel: contract_proxy_messages_total sums to the messages', mt >= stats.messages, `>= ${stats.messages}`, mt);
     const want = {
       contract_proxy_messages: 'counter',
