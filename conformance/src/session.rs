@@ -260,6 +260,11 @@ pub struct Ctx {
     /// worker was given): the derived checks write the second of each pair wherever a
     /// message they send from an example holds the first.
     pub aliases: Vec<(Value, Value)>,
+    /// Further values of a member the session hears answers through as well, set by the
+    /// [`Opener`] (xsession: each socket of the suite's inbox is a `from` its statuses come
+    /// back to): a derived check that must vary a member a report is addressed to takes
+    /// the values from here, each pointer with its values.
+    pub alternates: Vec<(String, Vec<Value>)>,
     /// What lives as long as the sessions of this context (a launcher's helper socket).
     held: Vec<Kept>,
 }
@@ -400,6 +405,7 @@ impl Ctx {
             on_end: None,
             closed_code: None,
             aliases: Vec::new(),
+            alternates: Vec::new(),
             held: Vec::new(),
         }
     }

@@ -46,8 +46,7 @@ bodies! {
     s_auth => imp::sender_auth, r_auth => imp::recipient_auth,
     r_user_frame => imp::recipient_user_frame,
     s_transitions => imp::sender_transitions, r_transitions => imp::recipient_transitions,
-    s_per_sender => imp::sender_per_sender_rate, r_per_sender => imp::recipient_per_sender_rate,
-    s_global => imp::sender_global_rate,
+    r_per_sender => imp::recipient_per_sender_rate,
     s_duplicate => imp::sender_duplicate,
     s_unknown => imp::sender_unknown,
 }
@@ -62,6 +61,7 @@ pub const OPENER: Option<super::Opener> = None;
 const RECIPIENT_ONLY: &str =
     "it binds the recipient's inbox; run --play sender against a recipient";
 const SENDER_ONLY: &str = "it binds the sender; run --play recipient against a sender";
+const DERIVED_RATES: &str = "the recipient's admission buckets are limits the derived rate.perSenderRate and rate.globalRate checks judge; run --play recipient for the sender's own";
 const NOT_ON_WIRE_POLICY: &str = "the outcome depends on the recipient's own configuration (agents.crossSessionInbound, agents.crossSessionHeldExpiry) or on its session consuming its queue, which nothing on the wire sets";
 
 /// The suite for `role` (`sender` or `recipient`), in the seed's order; `None` for another role.
@@ -155,17 +155,10 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
         ),
         (
             "xsession.6.per-sender-rate",
-            "per-sender admission: a burst of perSenderRate.burst, then one per perSeconds; the rest dropped/rate-limited, and a dropped msgId passes after the refill (the sender mirrors the bucket)",
-            "§6 step 1, L125 (P1.7 item 13; X-4, X-6, X-19, X-29)",
-            Ok(s_per_sender),
+            "a sender mirrors the per-sender bucket: asked for more, it writes a burst of perSenderRate.burst, then one per perSeconds (the recipient's buckets: the derived rate.perSenderRate and rate.globalRate)",
+            "§6 step 1, L125 (P1.7 item 13; X-19, X-29)",
+            Err(DERIVED_RATES),
             Ok(r_per_sender),
-        ),
-        (
-            "xsession.6.global-rate",
-            "global admission: across senders a burst of globalRate.burst, then one per perSeconds; the rest dropped/rate-limited",
-            "§6 step 1 (P1.7 item 13; X-29)",
-            Ok(s_global),
-            Err(RECIPIENT_ONLY),
         ),
         (
             "xsession.6.duplicate",
@@ -264,8 +257,6 @@ mod imp {
     const STATUS_GRACE: Duration = Duration::from_millis(700);
     /// Pause for the target to accept the connections that fill its cap.
     const CAP_SETTLE: Duration = Duration::from_secs(1);
-    /// Margin after a bucket's refill period before the resend.
-    const REFILL_MARGIN: Duration = Duration::from_millis(400);
     /// Bytes kept as evidence from a connection.
     const EVIDENCE_MAX: usize = 512;
     /// Lines kept per connection (more are counted as one note).
@@ -284,7 +275,6 @@ mod imp {
     struct Lim {
         max_conns: usize,
         per_sender: Rate,
-        global: Rate,
         reg_dir_mode: u32,
         reg_file_mode: u32,
         sock_dir_mode: u32,
@@ -309,7 +299,6 @@ mod imp {
         Ok(Lim {
             max_conns: l.count("maxConnections")? as usize,
             per_sender: rate("perSenderRate")?,
-            global: rate("globalRate")?,
             reg_dir_mode: l.mode("registryDirMode")?,
             reg_file_mode: l.mode("registryFileMode")?,
             sock_dir_mode: l.mode("socketDirMode")?,
@@ -1868,144 +1857,6 @@ mod imp {
                 got(&bare_id).map(|x| x.0).unwrap_or_default()
             )),
         }
-    }
-
-    /// Send `n` valid messages back to back (each from its own `from` when `spread`) and wait
-    /// for a status of each: their ids and how long sending took, or the skip when no status
-    /// came at all. Some missing fails (`note` adds to why).
-    async fn send_burst(
-        t: &mut Tx,
-        n: usize,
-        spread: bool,
-        note: &str,
-    ) -> Result<Result<(Vec<String>, Duration), Verdict>, Failure> {
-        let start = Instant::now();
-        let mut ids = Vec::new();
-        for k in 0..n {
-            let (id, _) = t.send(if spread { k } else { 0 }, None).await?;
-            ids.push(id);
-        }
-        let took = start.elapsed();
-        let missing = t.wait_ids(&ids, 1, t.env.soon()).await;
-        if missing.len() == ids.len() {
-            return t.skip_no_status().map(Err);
-        }
-        if !missing.is_empty() {
-            return Err(Failure::new(format!(
-                "{} of {n} messages got no status within {:?}{note}",
-                missing.len(),
-                t.env.wait
-            )));
-        }
-        Ok(Ok((ids, took)))
-    }
-
-    /// Judge a burst against a bucket: the first `burst` admitted, enough of the rest dropped
-    /// rate-limited, every drop rate-limited.
-    fn judge_burst(
-        t: &Tx,
-        ids: &[String],
-        rate: &Rate,
-        took: Duration,
-        what: &str,
-    ) -> Result<usize, Failure> {
-        let limited = code(t.env.contract(), "dropReason", "rate-limited")?;
-        let dropped_state = state(&t.env.sm, "dropped")?;
-        let refill = (took.as_secs_f64() / rate.per).floor() as usize;
-        let mut dropped = 0;
-        for (i, id) in ids.iter().enumerate() {
-            let Some(s) = t.first(id) else { continue };
-            if s.status == dropped_state {
-                if s.drop_reason.as_deref() != Some(limited.as_str()) {
-                    return Err(Failure::new(format!(
-                        "message {} of the burst was dropped with {:?}, not {limited:?}",
-                        i + 1,
-                        s.drop_reason
-                    ))
-                    .with("the delivery_status", &s.raw));
-                }
-                if (i as u64) < rate.burst {
-                    return Err(Failure::new(format!(
-                        "{what}: message {} was dropped/{limited} inside the burst of {}",
-                        i + 1,
-                        rate.burst
-                    ))
-                    .with("the delivery_status", &s.raw));
-                }
-                dropped += 1;
-            }
-        }
-        let need = ids.len().saturating_sub(rate.burst as usize + refill);
-        if dropped < need {
-            return Err(Failure::new(format!(
-                "{what}: {} messages in {took:.2?} admitted {} (burst {}, one per {} s); at least {need} must be dropped/{limited}, {dropped} were",
-                ids.len(),
-                ids.len() - dropped,
-                rate.burst,
-                rate.per
-            )));
-        }
-        Ok(dropped)
-    }
-
-    pub(super) async fn sender_per_sender_rate(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let mut t = open_tx(cx).await?;
-        let burst = t.env.lim.per_sender.burst;
-        let per = t.env.lim.per_sender.per;
-        let n = burst as usize + 2;
-        let (ids, took) =
-            match send_burst(&mut t, n, false, " (a drop is reported too, §5)").await? {
-                Ok(sent) => sent,
-                Err(v) => return Ok(v),
-            };
-        let dropped = judge_burst(&t, &ids, &t.env.lim.per_sender, took, "one sender")?;
-        let Some(again) = ids
-            .iter()
-            .find(|i| t.first(i).is_some_and(|s| !t.env.sm.admitted(&s.status)))
-            .cloned()
-        else {
-            return Err(Failure::new("suite bug: no dropped message to resend"));
-        };
-        // After one refill period a resend of the dropped msgId is judged afresh.
-        tokio::time::sleep(Duration::from_secs_f64(per) + REFILL_MARGIN).await;
-        let (_, mut v) = t.frame(0, None);
-        v["msgId"] = json!(again);
-        let l = t.env.line(&v)?;
-        t.send_lines(&[l]).await?;
-        let missing = t
-            .wait_ids(std::slice::from_ref(&again), 2, t.env.soon())
-            .await;
-        let s = t.got.get(&again).and_then(|v| v.get(1));
-        match s {
-            None if !missing.is_empty() => Err(Failure::new(format!(
-                "the dropped msgId resent after {per} s got no status within {:?}",
-                t.env.wait
-            ))),
-            Some(s) if !t.env.sm.admitted(&s.status) => Err(Failure::new(format!(
-                "the dropped msgId resent after the refill got {:?}: a drop leaves no trace, the resend must pass (X-6)",
-                s.status
-            ))
-            .with("the delivery_status", &s.raw)),
-            _ => pass(format!(
-                "{n} messages in {took:.2?}: {} admitted, {dropped} dropped/rate-limited; the dropped msgId passed after {per} s",
-                n - dropped
-            )),
-        }
-    }
-
-    pub(super) async fn sender_global_rate(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let env = env(cx)?;
-        let n = env.lim.global.burst as usize + 2;
-        let mut t = open_tx_with(cx, env, n).await?;
-        let (ids, took) = match send_burst(&mut t, n, true, "").await? {
-            Ok(sent) => sent,
-            Err(v) => return Ok(v),
-        };
-        let dropped = judge_burst(&t, &ids, &t.env.lim.global, took, "all senders")?;
-        pass(format!(
-            "{n} messages from {n} senders in {took:.2?}: {} admitted, {dropped} dropped/rate-limited",
-            n - dropped
-        ))
     }
 
     pub(super) async fn sender_duplicate(cx: &mut Ctx) -> Result<Verdict, Failure> {

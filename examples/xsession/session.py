@@ -543,7 +543,8 @@ class Session:
         # Step 1, admission: tokens are not returned when a later check fails.
         bucket = self.sender_buckets.setdefault(frm, Bucket(xs.PER_SENDER_RATE_BURST, xs.PER_SENDER_RATE_PER_SECONDS))
         reason: Optional[xs.DropReason] = None
-        if not bucket.take() or not self.global_bucket.take():
+        per_sender = self.a.brk == "no-sender-rate" or bucket.take()
+        if not per_sender or not (self.a.brk == "no-global-rate" or self.global_bucket.take()):
             reason = xs.DropReason.RATE_LIMITED
         elif kind is xs.TokenKind.PEER:
             now = time.monotonic()
@@ -923,7 +924,7 @@ def main() -> int:
     ap.add_argument("--discover-timeout", type=float, default=10.0)
     ap.add_argument("--linger", type=float, default=0.5)
     ap.add_argument("--summary", help="write a JSON summary here on exit")
-    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes", "newer-frames"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes", "newer-frames", "no-sender-rate", "no-global-rate"], help="break one rule on purpose")
     a = ap.parse_args()
     if a.release_held_after is not None and a.release_held_after < 0:
         ap.error("--release-held-after must be >= 0")

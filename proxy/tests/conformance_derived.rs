@@ -485,7 +485,10 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// second tune only the `link` machine's refusal check, serving a tune over its own cap
 /// only that cap's check, chiming at a client that does not hear chimes (a capability the
 /// beat needs by its kind, B-5) only the capabilities check, refusing an echo with a member
-/// its open schema allows (B-6) only the unknown-member check.
+/// its open schema allows (B-6) only the unknown-member check. Its two buckets on ring
+/// (B-7), one kept per bell and one for the station, refuse with the same code: each is
+/// judged apart from the other (ringRate's rings spread over bells), so a station without
+/// either fails exactly that one's check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -507,8 +510,37 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.capabilities",
         "beacon.derived.cue.chime",
         "beacon.derived.unknown-member",
+        "beacon.derived.rate.bellRate",
+        "beacon.derived.rate.ringRate",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("spread over 5 values of /params/bell so that bellRate refuses none"),
+        "{}",
+        r.stdout
+    );
+    // The buckets' checks alone: the rest of the suite sends no ring twice.
+    let rates = "beacon.derived.rate.bellRate,beacon.derived.rate.ringRate";
+    for broken in ["bell-rate", "ring-rate"] {
+        let target = format!("exec:{station} --break {broken}");
+        let r = run(&[
+            "--contract",
+            &contract,
+            "--play",
+            "client",
+            "--target",
+            &target,
+            "--only",
+            rates,
+        ]);
+        let want = ids(&[&format!(
+            "beacon.derived.rate.{}Rate",
+            broken.trim_end_matches("-rate")
+        )]);
+        assert_eq!(r.with("FAIL"), want, "{broken}: {}", r.stdout);
+        assert_eq!(r.with("PASS").len(), 1, "{broken}: {}", r.stdout);
+    }
     for (broken, fails) in [
         ("early", "timer.beatSeconds"),
         ("never", "timer.idleSeconds"),

@@ -33,7 +33,8 @@
 //! - `ids.reuse`, `ids.gap`, `ids.prefix`, `ids.unissued` (`ids`): a request breaking the
 //!   party's id rule, or an answer to an id the implementation never issued, gets the
 //!   rule's reaction;
-//! - `rate.<limit>` (`rates`): a connection's token bucket refuses with its code;
+//! - `rate.<limit>` (`rates`): a token bucket, whatever it is kept per, refuses what
+//!   outruns it with its code, and a message an `ignore` refused is served later;
 //! - `capabilities` (`capabilities`): with the played party declaring none, the
 //!   implementation uses no capability it would have had to declare;
 //! - `messages` (`messages`): every message the implementation sends of its own is one
@@ -248,16 +249,9 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         );
     }
     for r in rates::rate_probes(c, role, &plan.staying(c)) {
-        let title = format!(
-            "{} back-to-back {} get served up to the bucket of {}, then {}",
-            2 * r.burst + 1,
-            r.method,
-            r.burst,
-            r.code
-        );
         // A fresh session: the bucket is full when the connection opens.
         let id = format!("rate.{}", r.limit);
-        add(id, title, &r.seed, rates::body, Some(r.limit), false);
+        add(id, r.title(), &r.seed, rates::body, Some(r.limit), false);
     }
     for (name, title, seed) in ids::applies(c, role) {
         add(

@@ -21,6 +21,11 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break uncapped: serve a tune line over tuneMax instead of hanging up.
 --break deaf: chime whatever the client hears.
 --break closed-params: refuse an echo carrying a member it does not know (B-6 leaves them open).
+--break bell-rate: ring a bell however often it is rung (no bellRate).
+--break ring-rate: ring the bells together however often (no ringRate).
+
+A ring is refused with RINGING over its bell's bucket or the station's (B-7): token
+buckets, full at the start, read from the contract's limits.
 """
 
 import argparse
@@ -39,6 +44,27 @@ def limits():
     scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
     return (c["beatSeconds"]["value"] * scale, c["idleSeconds"]["value"] * scale,
             c["lineMax"]["value"] * 1024, c["badLinesMax"]["value"], c["tuneMax"]["value"] * 1024)
+
+
+class Bucket:
+    """A token bucket of a rate limit in the contract: `burst` at once, `value` every `perSeconds`."""
+
+    def __init__(self, name):
+        with open(FIXTURE, encoding="utf-8") as f:
+            l = json.load(f)["limits"][name]
+        scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
+        self.burst, self.tokens = l["burst"], l["burst"]
+        self.every = l["perSeconds"] * scale / l["value"]
+        self.at = time.monotonic()
+
+    def take(self):
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) / self.every)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 class Bad(Exception):
@@ -61,6 +87,15 @@ class Session:
         self.tuned = False
         self.hears = []
         self.beats = 0
+        self.bells = {}
+        self.rings = Bucket("ringRate")
+
+    def may_ring(self, bell, broken):
+        """Whether `bell` may ring now (B-7): its own bucket first, then the station's."""
+        own = self.bells.setdefault(bell, Bucket("bellRate"))
+        if broken != "bell-rate" and not own.take():
+            return False
+        return broken == "ring-rate" or self.rings.take()
 
     def beat(self, kind=None):
         self.beats += 1
@@ -105,6 +140,16 @@ def handle(line, broken, session):
             session.tuned = True
             send({"jsonrpc": "2.0", "id": id_, "result": {}})
         return True
+    if method == "ring":
+        params = m.get("params")
+        bell = params.get("bell") if isinstance(params, dict) else None
+        if not isinstance(bell, str) or not bell:
+            error(id_, -32602, "invalid params")
+        elif session.may_ring(bell, broken):
+            send({"jsonrpc": "2.0", "id": id_, "result": {}})
+        else:
+            error(id_, -32003, "ringing")
+        return True
     if method != "echo":
         error(id_, -32601, "method not found")
         return True
@@ -130,7 +175,7 @@ def is_tune(line):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate"])
     a = ap.parse_args()
     beat, idle, cap, bad_max, tune_cap = limits()
     bad = 0

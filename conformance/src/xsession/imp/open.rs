@@ -5,7 +5,8 @@
 //! Playing the sender, the session is one connection to the launched recipient's ipcPath,
 //! written by the suite; what the session reads is the recipient's answers, which come on
 //! connections it dials to the suite's inbox (the frames' `from`), and it ends when the
-//! recipient closes the connection the suite dialed. Playing the recipient, the session is
+//! recipient closes the connection the suite dialed; every socket of the inbox is a `from`
+//! the session hears ([`Ctx::alternates`]). Playing the recipient, the session is
 //! the first connection the launched sender dials to the suite's inbox, read to its end;
 //! the suite writes nothing on it (the listener never writes, §2).
 
@@ -19,9 +20,14 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::unix::OwnedReadHalf;
 use tokio::task::JoinHandle;
 
-use super::{Inbox, RxSetup, UnixStream, open_rx, open_tx};
+use super::{Inbox, RxSetup, UnixStream, env, open_rx, open_tx_with};
 use crate::session::{Ctx, Peer};
 use crate::{BodyFutureOf, Failure};
+
+/// Sockets of the suite's inbox, each a `from` whose statuses reach the session: a derived
+/// rate check spreads its messages over them so that the per-sender bucket refuses none
+/// (a check needing more skips, saying how many).
+const FROMS: usize = 4;
 
 /// Bytes of answers buffered for the session before the forwarder waits for its reader.
 const ANSWERS_BUFFER: usize = 1 << 16;
@@ -36,7 +42,8 @@ pub(in crate::xsession) fn open_session(cx: &mut Ctx) -> BodyFutureOf<'_, Peer> 
 }
 
 async fn as_sender(cx: &mut Ctx) -> Result<Peer, Failure> {
-    let t = open_tx(cx).await?;
+    let env = env(cx)?;
+    let t = open_tx_with(cx, env, FROMS).await?;
     let ipc = t.ipc();
     let stream = tokio::time::timeout(cx.opts.deadline, UnixStream::connect(&ipc))
         .await
@@ -60,6 +67,12 @@ async fn as_sender(cx: &mut Ctx) -> Result<Peer, Failure> {
     .into_iter()
     .flatten()
     .collect();
+    let froms = t
+        .inbox
+        .paths
+        .iter()
+        .map(|p| Value::from(p.display().to_string()));
+    cx.alternates = vec![("/from".into(), froms.collect())];
     let wire = cx.wire.clone();
     let task = forward(t.inbox, rd, feed, move |line: &[u8]| {
         let m = wire.decode(&t.env.channel, "recipient", line, None);
