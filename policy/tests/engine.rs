@@ -994,3 +994,40 @@ fn a_contract_of_its_own_keeps_one_connection_per_claimed_identity() {
     let mut fresh = open(7);
     assert_eq!(rules(&attach(&mut fresh, 7, "b-9", 0)), none());
 }
+
+/// tests/fixtures/depot.json: each parcel states its form (`versions[].carried`, D-4); one
+/// stating a form above the contract's is a later courier's and gets the entry's `newer`
+/// reaction (ignore: enforce mode discards it, as the depot skips it), while parcels of
+/// the contract's form, or stating none, pass. The bound is the contract's own.
+#[test]
+fn a_message_stating_a_newer_version_gets_the_entrys_reaction() {
+    let c = contract::load(&fixture("depot.json")).expect("the depot contract loads");
+    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
+    let t = Instant::now();
+    let mut send = |v: Value| {
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let m = w.decode("desk", "courier", &bytes, None).expect("decodes");
+        p.on_message(&at("courier", "depot", t), &m, bytes.len())
+    };
+    let top = w.contract().versions[0].highest_number().expect("a number");
+    let parcel = |no: &str, v: Option<u64>| {
+        let mut m = json!({"t": "parcel", "no": no, "weight": 1});
+        if let Some(v) = v {
+            m["v"] = json!(v);
+        }
+        m
+    };
+    assert_eq!(rules(&send(json!({"t": "hello", "courier": "c"}))), none());
+    assert_eq!(rules(&send(parcel("p-1", Some(top)))), none());
+    assert_eq!(rules(&send(parcel("p-2", None))), none());
+    let r = send(parcel("p-3", Some(top + 1)));
+    assert_eq!(rules(&r), ["version.newer"]);
+    assert_eq!(r[0].act, Act::Discard);
+    assert!(
+        r[0].reason.contains("/versions/0/carried/newer"),
+        "{}",
+        r[0].reason
+    );
+    assert_eq!(rules(&send(parcel("p-4", Some(top)))), none());
+}

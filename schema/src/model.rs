@@ -117,6 +117,21 @@ pub struct VersionInfo {
     pub seed: String,
 }
 
+impl VersionInfo {
+    /// The highest of the values this contract describes, where they are numbers: what a
+    /// message stating its own version (`carried`) may state at most.
+    pub fn highest_number(&self) -> Option<u64> {
+        self.values.iter().filter_map(Value::as_u64).max()
+    }
+
+    /// The number `m` states at the `carried` pointer, when it is above
+    /// [`Self::highest_number`]: a later party's message, which gets `carried.newer`.
+    pub fn newer_in(&self, m: &Value) -> Option<u64> {
+        let stated = m.pointer(&self.carried.as_ref()?.pointer)?.as_u64()?;
+        (stated > self.highest_number()?).then_some(stated)
+    }
+}
+
 /// A version each message states for itself (xsession's `msgV`): where, and what a
 /// receiver does with a message stating a higher one than the contract's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -52,7 +52,7 @@ pub(super) fn applies(c: &Contract, carriers: &[Value]) -> Vec<Newer> {
 /// The first carrier stating `v` as a number, stating one above the highest named, as
 /// a probe expecting the `newer` reaction; and the message.
 fn built(v: &VersionInfo, cv: &Carried, carriers: &[Value]) -> Option<(Value, Built)> {
-    let top = v.values.iter().filter_map(Value::as_u64).max()?;
+    let top = v.highest_number()?;
     let m = carriers
         .iter()
         .find(|m| m.pointer(&cv.pointer).is_some_and(Value::is_u64))?;

@@ -542,7 +542,7 @@ fn unknown_member(wire: &Wire, shape: &Shape, role: &str, carriers: &[Value]) ->
         places(m).iter().find_map(|place| {
             let inside = contract::join_pointer("", &place.0);
             let within = inside == params || inside.starts_with(&format!("{params}/"));
-            if place.1.is_some() || !within {
+            if !place.is_new() || !within {
                 return None;
             }
             let bytes = place.put(m, json!("conformance"))?.to_string().into_bytes();

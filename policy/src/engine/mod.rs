@@ -7,8 +7,9 @@
 //! parties' declarations ([`caps`]); deadlines with start, stop and restart triggers
 //! ([`timer`]); connection caps ([`conns`]) and pending caps ([`pending`]); credit
 //! ([`credit`]); drop reports ([`report`]); one live connection per claimed identity
-//! across redials ([`claims`]); and, for every contract, error codes the contract does
-//! not know ([`unknown_error_code`]). A contract the proxy has never seen gets all of it
+//! across redials ([`claims`]); versions a message states above the contract's
+//! ([`versions`]); and, for every contract, error codes the contract does not know
+//! ([`unknown_error_code`]). A contract the proxy has never seen gets all of it
 //! with no Rust change; a contract that names extensions gets their hooks layered after it.
 //!
 //! Like every policy it is sans-IO: events in ([`Policy::on_message`] with the instant
@@ -27,6 +28,7 @@ mod pending;
 mod rate;
 mod report;
 mod timer;
+mod versions;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -142,6 +144,7 @@ impl Engine {
             || ids::any(c)
             || caps::any(c)
             || timer::any(c)
+            || versions::any(c)
             || !c.credit.is_empty()
             || !c.claims.is_empty()
             || c.limits.values().any(|l| l.counts.is_some())
@@ -168,6 +171,7 @@ impl Policy for Engine {
             .ok()
             .flatten();
         out.extend(caps::check(c, &self.caps, ctx.from, msg));
+        out.extend(versions::check(c, ctx.from, msg));
         let count = match msg.kind {
             Kind::Request => (self.waiting)
                 .request(c, wire.limits(), ctx.from, msg)

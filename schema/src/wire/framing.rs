@@ -569,7 +569,10 @@ impl ChannelCodec {
 
     /// Whether [`Self::cap`] counts bytes.
     pub fn counts_bytes(&self) -> bool {
-        self.unit() == "bytes"
+        match self {
+            ChannelCodec::Ndjson(c) => c.measure == LineMeasure::Bytes,
+            _ => true,
+        }
     }
 
     /// What [`Self::cap`] counts, for messages: "bytes" or "UTF-16 code units".
