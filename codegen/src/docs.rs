@@ -207,7 +207,10 @@ pub fn engine_limits(c: &contract::Contract) -> Vec<Value> {
                 (None, Some(LimitCounts::PendingRequests)) => {
                     "counts requests awaiting an answer, per sender and connection".into()
                 }
-                (None, None) => String::new(),
+                (None, None) => match &l.duplicates {
+                    Some(d) => duplicates_text(d),
+                    None => String::new(),
+                },
             };
             let mut reaction = Vec::new();
             if let Some(m) = &l.sends {
@@ -268,4 +271,15 @@ pub fn id_rules(c: &contract::Contract) -> Vec<Value> {
             Some(json!({"party": party, "rules": rules.join(", "), "breach": breach}))
         })
         .collect()
+}
+
+/// A duplicate window's key: the values that make two messages the same, and the id under
+/// which one sent again is no duplicate of itself.
+fn duplicates_text(d: &contract::model::Duplicates) -> String {
+    let same: Vec<String> = d.same.iter().map(|p| format!("`{p}`")).collect();
+    let mut s = format!("a duplicate: the same values at {}", same.join(", "));
+    if let Some(p) = &d.distinct {
+        s.push_str(&format!(" under another `{p}`"));
+    }
+    s
 }

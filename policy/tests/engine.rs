@@ -1031,3 +1031,40 @@ fn a_message_stating_a_newer_version_gets_the_entrys_reaction() {
     );
     assert_eq!(rules(&send(parcel("p-4", Some(top)))), none());
 }
+
+/// tests/fixtures/depot.json: a parcel handed in again (the same `no`) within its
+/// duplicate window (`dedupeSeconds`, D-5) gets the window's action (ignore: discarded),
+/// wherever it comes from in the window; one the window no longer holds, or another
+/// number, goes on. Only what went on is remembered: a duplicate does not restart it.
+#[test]
+fn a_parcel_handed_in_again_within_its_window_is_a_duplicate() {
+    let c = contract::load(&fixture("depot.json")).expect("the depot contract loads");
+    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let window = w.limits().duration("dedupeSeconds").expect("a window");
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
+    let t0 = Instant::now();
+    let mut send = |v: Value, t: Instant| {
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let m = w.decode("desk", "courier", &bytes, None).expect("decodes");
+        p.on_message(&at("courier", "depot", t), &m, bytes.len())
+    };
+    let parcel = |no: &str| json!({"t": "parcel", "no": no, "weight": 1});
+    assert_eq!(
+        rules(&send(json!({"t": "hello", "courier": "c"}), t0)),
+        none()
+    );
+    assert_eq!(rules(&send(parcel("p-1"), t0)), none());
+    let r = send(parcel("p-1"), t0 + window / 2);
+    assert_eq!(rules(&r), ["limit.duplicate"]);
+    assert_eq!(r[0].act, Act::Discard);
+    assert!(
+        r[0].reason.contains("/limits/dedupeSeconds"),
+        "{}",
+        r[0].reason
+    );
+    assert_eq!(rules(&send(parcel("p-2"), t0 + window / 2)), none());
+    // The window runs from the first parcel, not from the skipped one.
+    assert_eq!(rules(&send(parcel("p-1"), t0 + window)), none());
+    let r = send(parcel("p-1"), t0 + window + window / 2);
+    assert_eq!(rules(&r), ["limit.duplicate"]);
+}

@@ -1305,14 +1305,12 @@ async fn xsession_a_duplicate_body_within_the_window_is_dropped_and_reported() {
     assert_eq!(status["dropReason"], reason, "{status}");
     assert_eq!(status["origMsgId"], "second", "{status}");
     let ev =
-        x.p.until("the duplicate", |e| {
-            class(e) == "xsession.admission.duplicate"
-        })
-        .await;
+        x.p.until("the duplicate", |e| class(e) == "limit.duplicate")
+            .await;
     assert_eq!(ev["id"], "second", "{ev}");
     assert_eq!(ev["verdict"]["code"], reason, "{ev}");
     assert_eq!(
-        ev["action"], "xsession.admission.duplicate: dropped, reported to the sender",
+        ev["action"], "limit.duplicate: dropped, reported to the sender",
         "{ev}"
     );
 

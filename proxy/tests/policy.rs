@@ -1016,7 +1016,7 @@ fn xsession_same_body_within_the_window_is_a_duplicate() {
     );
     let r = x.deliver(&x.user("m2", Some(a), "same body"), t0 + window / 2);
     assert_dropped(&x.w, &r, a, "m2", "duplicate");
-    assert_eq!(r[0].rule, "xsession.admission.duplicate");
+    assert_eq!(r[0].rule, "limit.duplicate");
     // The window runs from the first one's arrival.
     assert!(
         x.deliver(&x.user("m3", Some(a), "same body"), t0 + window)
@@ -1030,7 +1030,7 @@ fn xsession_without_from_a_drop_is_only_discarded() {
     let t0 = Instant::now();
     assert!(x.deliver(&x.user("m1", None, "anonymous"), t0).is_empty());
     let r = x.deliver(&x.user("m2", None, "anonymous"), t0);
-    assert_eq!(rules(&r), ["xsession.admission.duplicate"]);
+    assert_eq!(rules(&r), ["limit.duplicate"]);
     assert_eq!(r[0].act, Act::Discard);
 }
 

@@ -27,8 +27,7 @@ pub const KNOWN: &[Hook] = &[
     },
     Hook {
         name: "xsession.admission",
-        summary: "per-sender and global admission with the duplicate check, reported to the \
-                  sender's own inbox as a delivery_status",
+        summary: "the auth line first on an inbox whose registry record has an ipcToken",
     },
 ];
 

@@ -1087,6 +1087,11 @@ pub struct Limit {
     /// For rates: what one bucket is kept per.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<LimitKey>,
+    /// A duplicate window (`kind: interval`): a message the limit `applies` to that agrees
+    /// with an earlier one that went on within the window at every `same` pointer, under
+    /// another id, gets the limit's `action` (xsession's duplicateWindow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicates: Option<Duplicates>,
     /// For counts the engine keeps: what it counts. `open-connections`: the connections a
     /// listener (a route) has open at once; `pending-requests`: the requests it `applies`
     /// to that one sender has awaiting an answer on a connection. One beyond `value` gets
@@ -1140,6 +1145,19 @@ pub struct Applies {
     /// The sending party; any when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+}
+
+/// What makes two messages duplicates of each other, for a [`Limit`]'s window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Duplicates {
+    /// JSON pointers into the message: messages with equal values at all of them are the
+    /// same (xsession: the sender's `from`, the recipient session and the body).
+    pub same: Vec<String>,
+    /// JSON pointer to the message's own id: the same message sent again under its own id
+    /// is no duplicate of itself (xsession's msgId, X-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distinct: Option<String>,
 }
 
 /// What one token bucket of a rate limit is kept per.

@@ -5,7 +5,8 @@
 //! triggers, `allows` and `outOfPlace` ([`machine`]); keyed rate limits ([`rate`]);
 //! each party's request-id rules and pending cap ([`ids`]); capability gating from the
 //! parties' declarations ([`caps`]); deadlines with start, stop and restart triggers
-//! ([`timer`]); connection caps ([`conns`]) and pending caps ([`pending`]); credit
+//! ([`timer`]); duplicate windows ([`duplicates`]); connection caps ([`conns`]) and
+//! pending caps ([`pending`]); credit
 //! ([`credit`]); drop reports ([`report`]); one live connection per claimed identity
 //! across redials ([`claims`]); versions a message states above the contract's
 //! ([`versions`]); and, for every contract, error codes the contract does not know
@@ -22,6 +23,7 @@ mod caps;
 mod claims;
 mod conns;
 pub mod credit;
+mod duplicates;
 mod ids;
 mod machine;
 mod pending;
@@ -58,6 +60,8 @@ pub struct Shared {
     pub(crate) conns: conns::Open,
     /// Identities claimed, and the connections holding them.
     pub(crate) claims: claims::Claims,
+    /// What the duplicate windows remember.
+    pub(crate) seen: duplicates::Seen,
 }
 
 impl Shared {
@@ -145,6 +149,7 @@ impl Engine {
             || caps::any(c)
             || timer::any(c)
             || versions::any(c)
+            || duplicates::any(c)
             || !c.credit.is_empty()
             || !c.claims.is_empty()
             || c.limits.values().any(|l| l.counts.is_some())
@@ -196,9 +201,16 @@ impl Policy for Engine {
                 (self.conn, size),
                 msg,
             ));
+            // After the buckets: a message they refused is never remembered.
+            let (duplicate, marks) = match crate::refuses(&out) {
+                false => duplicates::judge(c, wire.limits(), &s.seen, ctx, msg),
+                true => (None, Vec::new()),
+            };
+            out.extend(duplicate);
             // A message refused, discarded or reported never reached its receiver.
             let went_on = !crate::refuses(&out);
             if went_on {
+                s.seen.mark(marks, ctx.now);
                 s.machines.apply(moves);
                 s.claims.take(takes, &mut self.claims);
                 if let Some(m) = msg.method.as_deref() {

@@ -83,7 +83,7 @@ fn hook(name: &str, at: &Site) -> Option<Box<dyn Policy>> {
         "rukh.session" => Box::new(rukh::RukhPolicy::new(w)),
         "toolchannel.host" => Box::new(toolchannel::ToolPolicy::new(w, shared, at.conn)),
         "xsession.admission" => {
-            Box::new(xsession::XsPolicy::new(w, shared).auth_required(at.rules.auth_required))
+            Box::new(xsession::XsPolicy::new(w).auth_required(at.rules.auth_required))
         }
         _ => return None,
     })

@@ -7,26 +7,32 @@ JSON, not objects, of an unknown `t`, or parcels off their schema are skipped; a
 before hello is skipped too. A line over lineMax UTF-16 code units ends the session (D-3).
 
 A receipt carries the trace of the first parcel it names, when that parcel has one (D-2).
-A parcel of a newer form (`v` above 1) is skipped, unanswered (D-4).
+A parcel of a newer form (`v` above 1) is skipped, unanswered (D-4). A parcel handed in
+again (the same `no`) within dedupeSeconds of the first is skipped, unanswered (D-5).
 
 --break lost-batch: a receipt for several parcels names only the first.
 --break bad-state: a receipt's state is one the contract does not list.
 --break new-trace: a receipt carries a trace of its own, not its parcel's.
 --break line-bytes: a line's length is counted in bytes, not UTF-16 code units.
 --break newer-v: a parcel of a newer form is taken like any other.
+--break resend: a parcel handed in again is taken again.
 """
 
 import argparse
 import json
 import os
 import sys
+import time
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "depot.json")
 
 
-def line_max():
+def limits():
+    """lineMax, and dedupeSeconds scaled by CONTRACT_TIME_SCALE like every peer's clock."""
     with open(FIXTURE, encoding="utf-8") as f:
-        return json.load(f)["limits"]["lineMax"]["value"]
+        c = json.load(f)["limits"]
+    scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
+    return c["lineMax"]["value"], c["dedupeSeconds"]["value"] * scale
 
 
 def units(b, brk):
@@ -61,9 +67,10 @@ def receipt(nos, trace, brk):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes", "newer-v"])
+    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes", "newer-v", "resend"])
     brk = ap.parse_args().brk
-    cap = line_max()
+    cap, window = limits()
+    taken = {}  # parcel number -> when it was first taken (D-5)
     fd = sys.stdin.fileno()
     buf = b""
     hello = False
@@ -86,9 +93,13 @@ def main():
             if m.get("t") == "hello" and isinstance(m.get("courier"), str) and m["courier"]:
                 hello = True
             elif m.get("t") == "parcel" and hello and parcel(m, brk) is not None:
+                no, now = parcel(m, brk), time.monotonic()
+                if no in taken and now - taken[no] < window and brk != "resend":
+                    continue
+                taken[no] = now
                 if not nos:
                     first_trace = m.get("trace")
-                nos.append(parcel(m, brk))
+                nos.append(no)
         if nos:
             receipt(nos, first_trace, brk)
 

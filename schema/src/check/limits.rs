@@ -1,10 +1,12 @@
 //! Lints of the limits' typed behaviour: what a limit applies to exists, a rate's key
-//! is carried by the messages it keys, what a count counts fits it, a deadline's start and stop triggers are valid,
+//! and a duplicate window's pointers are carried by the messages it keys, what a count counts fits it, a deadline's start and stop triggers are valid,
 //! and a timer some machine waits on is started somewhere.
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::machine::{PEER, RUNNER};
-use crate::model::{Applies, Contract, Kind, Limit, LimitCounts, LimitKey, LimitKind, Trigger};
+use crate::model::{
+    Applies, Contract, Duplicates, Kind, Limit, LimitCounts, LimitKey, LimitKind, Trigger,
+};
 use crate::pointer::join;
 
 impl Cx<'_> {
@@ -40,6 +42,9 @@ impl Cx<'_> {
             }
             if let Some(LimitKey::Pointer { pointer }) = &l.key {
                 self.key_carried(c, &join(&base, ["key", "pointer"]), name, pointer);
+            }
+            if let Some(d) = &l.duplicates {
+                self.duplicates(c, &base, name, d);
             }
             if let Some(t) = &l.start {
                 self.limit_trigger(c, idx, l, &join(&base, ["start"]), t);
@@ -137,6 +142,22 @@ impl Cx<'_> {
                 at.to_string(),
                 format!("no example of a message {name} applies to carries {pointer}"),
             );
+        }
+    }
+
+    /// A duplicate window: an interval, whose pointers the messages it applies to carry.
+    fn duplicates(&mut self, c: &Contract, base: &str, name: &str, d: &Duplicates) {
+        let l = &c.limits[name];
+        if l.kind != LimitKind::Interval || l.action.is_none() {
+            let why = "`duplicates` is for an interval limit with an `action`".to_string();
+            self.push(Lint::NameRef, join(base, ["duplicates"]), why);
+        }
+        for (i, p) in d.same.iter().enumerate() {
+            let at = join(base, ["duplicates", "same", &i.to_string()]);
+            self.key_carried(c, &at, name, p);
+        }
+        if let Some(p) = &d.distinct {
+            self.key_carried(c, &join(base, ["duplicates", "distinct"]), name, p);
         }
     }
 
