@@ -47,7 +47,6 @@ bodies! {
     r_user_frame => imp::recipient_user_frame,
     s_transitions => imp::sender_transitions, r_transitions => imp::recipient_transitions,
     r_per_sender => imp::recipient_per_sender_rate,
-    s_duplicate => imp::sender_duplicate,
     s_unknown => imp::sender_unknown,
 }
 
@@ -159,13 +158,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§6 step 1, L125 (P1.7 item 13; X-19, X-29)",
             Err(DERIVED_RATES),
             Ok(r_per_sender),
-        ),
-        (
-            "xsession.6.duplicate",
-            "the same body from the same `from` under a new msgId within duplicateWindow is dropped/duplicate",
-            "§6 step 1, §8 (P1.7 item 14; X-5)",
-            Ok(s_duplicate),
-            Err(RECIPIENT_ONLY),
         ),
         (
             "xsession.7.unknown",
@@ -312,19 +304,11 @@ mod imp {
     struct Sm {
         machine: contract::model::StateMachine,
         known: HashSet<String>,
-        /// The admission/capacity drop state.
-        dropped: String,
     }
 
     impl Sm {
         fn allowed(&self, from: &str, to: &str) -> bool {
             self.machine.allows(from, to)
-        }
-
-        /// Whether a status says the frame passed admission (§6 step 1): anything but
-        /// `dropped`. Policy may still hold or refuse it; that is the recipient's own setting.
-        fn admitted(&self, s: &str) -> bool {
-            s != self.dropped
         }
     }
 
@@ -336,14 +320,7 @@ mod imp {
             .iter()
             .filter_map(|v| v.value.as_str().map(str::to_string))
             .collect();
-        let dropped = "dropped".to_string();
-        if !known.contains(&dropped) {
-            return Err(Failure::new(
-                "suite bug: the contract's deliveryStatus has no \"dropped\"",
-            ));
-        }
         Ok(Sm {
-            dropped,
             machine: m.clone(),
             known,
         })
@@ -1078,7 +1055,6 @@ mod imp {
     /// A status the target sent, as the suite's inbox read it.
     struct Status {
         status: String,
-        drop_reason: Option<String>,
         raw: Bytes,
         /// The token of the connection's auth line, if it had one.
         auth: Option<String>,
@@ -1242,10 +1218,6 @@ mod imp {
                 for id in ids {
                     self.got.entry(id).or_default().push(Status {
                         status: status.clone(),
-                        drop_reason: v
-                            .get("dropReason")
-                            .and_then(Value::as_str)
-                            .map(str::to_string),
                         raw: l.clone(),
                         auth: auth.clone(),
                         first: first.clone(),
@@ -1857,55 +1829,6 @@ mod imp {
                 got(&bare_id).map(|x| x.0).unwrap_or_default()
             )),
         }
-    }
-
-    pub(super) async fn sender_duplicate(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let mut t = open_tx(cx).await?;
-        let duplicate = code(t.env.contract(), "dropReason", "duplicate")?;
-        let dropped_state = state(&t.env.sm, "dropped")?;
-        let body = format!("conformance duplicate {}", hex(8));
-        let (a, _) = t.send(0, Some(&body)).await?;
-        let (b, _) = t.send(0, Some(&body)).await?;
-        let (c, _) = t.send(0, None).await?;
-        let ids = [a.clone(), b.clone(), c.clone()];
-        let missing = t.wait_ids(&ids, 1, t.env.soon()).await;
-        if t.first(&a).is_none() && t.first(&c).is_none() {
-            return t.skip_no_status();
-        }
-        if !missing.is_empty() {
-            return Err(Failure::new(format!(
-                "no status within {:?} for {}",
-                t.env.wait,
-                missing.join(", ")
-            )));
-        }
-        let (sa, sb, sc) = match (t.first(&a), t.first(&b), t.first(&c)) {
-            (Some(x), Some(y), Some(z)) => (x, y, z),
-            _ => return Err(Failure::new("suite bug: statuses vanished")),
-        };
-        if !t.env.sm.admitted(&sa.status) {
-            return Err(
-                Failure::new(format!("the first message got {:?}", sa.status))
-                    .with("the delivery_status", &sa.raw),
-            );
-        }
-        if sb.status != dropped_state || sb.drop_reason.as_deref() != Some(duplicate.as_str()) {
-            return Err(Failure::new(format!(
-                "the same body under a new msgId within the window got {:?}/{:?}, not {dropped_state}/{duplicate}",
-                sb.status, sb.drop_reason
-            ))
-            .with("the delivery_status", &sb.raw));
-        }
-        if !t.env.sm.admitted(&sc.status) {
-            return Err(
-                Failure::new(format!("a different body right after got {:?}", sc.status))
-                    .with("the delivery_status", &sc.raw),
-            );
-        }
-        pass(format!(
-            "same body, new msgId → {dropped_state}/{duplicate}; first {}, a different body {}",
-            sa.status, sc.status
-        ))
     }
 
     pub(super) async fn sender_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {

@@ -550,7 +550,7 @@ class Session:
             now = time.monotonic()
             key = (frm, uf.message.content)
             prev = self.bodies.get(key)
-            if prev and now - prev[0] < xs.DUPLICATE_WINDOW and prev[1] != uf.msg_id:
+            if prev and now - prev[0] < xs.DUPLICATE_WINDOW and prev[1] != uf.msg_id and self.a.brk != "no-duplicates":
                 reason = xs.DropReason.DUPLICATE
             elif not prev or now - prev[0] >= xs.DUPLICATE_WINDOW:
                 self.bodies[key] = (now, uf.msg_id)
@@ -924,7 +924,7 @@ def main() -> int:
     ap.add_argument("--discover-timeout", type=float, default=10.0)
     ap.add_argument("--linger", type=float, default=0.5)
     ap.add_argument("--summary", help="write a JSON summary here on exit")
-    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes", "newer-frames", "no-sender-rate", "no-global-rate"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes", "newer-frames", "no-sender-rate", "no-global-rate", "no-duplicates"], help="break one rule on purpose")
     a = ap.parse_args()
     if a.release_held_after is not None and a.release_held_after < 0:
         ap.error("--release-held-after must be >= 0")

@@ -786,7 +786,8 @@ fn every_derived_check_cites_an_entry_of_the_contract() {
 /// and so does one that does not carry its parcel's trace (`trace.answersInherit`, D-2).
 /// Its lines are counted in UTF-16 code units (D-3): a depot counting bytes fails only the
 /// at-cap check. Each parcel states its form (`v`, a carried version, D-4): a depot taking
-/// one of a newer form fails only that version's check. The titles and findings speak of messages, not requests.
+/// one of a newer form fails only that version's check. A parcel number stays taken for
+/// its window (D-5): a depot taking a parcel handed in again fails only the duplicate check. The titles and findings speak of messages, not requests.
 #[test]
 fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/depot.json");
@@ -806,6 +807,7 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
         "depot.derived.frame.at-cap",
         "depot.derived.frame.over-cap",
         "depot.derived.version.v.newer",
+        "depot.derived.duplicate.dedupeSeconds",
         "depot.derived.messages",
     ]);
     assert!(families.is_subset(&r.with("PASS")), "{}", r.stdout);
@@ -817,6 +819,7 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
         ("new-trace", "call.parcel"),
         ("line-bytes", "frame.at-cap"),
         ("newer-v", "version.v.newer"),
+        ("resend", "duplicate.dedupeSeconds"),
     ] {
         let target = format!("exec:{depot} --break {broken}");
         let r = conformance_as("courier", &contract, &target);

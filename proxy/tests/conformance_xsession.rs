@@ -21,7 +21,7 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Check ids of the suite, in order, and whether each applies playing the sender / the recipient.
-const IDS: [(&str, bool, bool); 20] = [
+const IDS: [(&str, bool, bool); 19] = [
     ("xsession.1.record", true, false),
     ("xsession.1.symlink", true, false),
     ("xsession.1.removed", true, false),
@@ -35,7 +35,6 @@ const IDS: [(&str, bool, bool); 20] = [
     ("xsession.4.user-frame", false, true),
     ("xsession.5.transitions", true, true),
     ("xsession.6.per-sender-rate", false, true),
-    ("xsession.6.duplicate", true, false),
     ("xsession.7.unknown", true, false),
     ("xsession.6.policy", false, false),
     ("xsession.6.hold-capacity", false, false),
@@ -45,7 +44,7 @@ const IDS: [(&str, bool, bool); 20] = [
 ];
 
 /// The derived checks playing the sender (the parse deadline's among them, 30 s).
-const DERIVED_SENDER: [&str; 17] = [
+const DERIVED_SENDER: [&str; 18] = [
     "handshake",
     "call.user",
     "parse",
@@ -55,6 +54,7 @@ const DERIVED_SENDER: [&str; 17] = [
     "invalid",
     "unknown-notification",
     "unknown-member",
+    "duplicate.duplicateWindow",
     "version.msgV.newer",
     "frame.split",
     "frame.merged",
@@ -190,7 +190,8 @@ fn sender_checks_against_broken(flag: &str) -> Run {
 /// frame of a newer msgV taken like any other fails only the derived newer-version check;
 /// a recipient without its per-sender or its global admission bucket fails only that
 /// limit's rate check (the global one's messages spread over the suite's inbox sockets, so
-/// the per-sender bucket refuses none of them).
+/// the per-sender bucket refuses none of them); one taking the same body again within
+/// duplicateWindow fails only the derived duplicate check.
 #[test]
 fn a_recipient_breaking_a_rule_of_the_data_fails_exactly_its_derived_check() {
     for (flag, fails) in [
@@ -198,6 +199,7 @@ fn a_recipient_breaking_a_rule_of_the_data_fails_exactly_its_derived_check() {
         ("newer-frames", "version.msgV.newer"),
         ("no-sender-rate", "rate.perSenderRate"),
         ("no-global-rate", "rate.globalRate"),
+        ("no-duplicates", "duplicate.duplicateWindow"),
     ] {
         let r = sender_checks_against_broken(flag);
         assert_eq!(r.code, 1, "{flag}: {}", show(&r));

@@ -35,6 +35,8 @@
 //!   rule's reaction;
 //! - `rate.<limit>` (`rates`): a token bucket, whatever it is kept per, refuses what
 //!   outruns it with its code, and a message an `ignore` refused is served later;
+//! - `duplicate.<limit>` (`duplicates`): a message sent again within a duplicate window
+//!   gets the window's action;
 //! - `capabilities` (`capabilities`): with the played party declaring none, the
 //!   implementation uses no capability it would have had to declare;
 //! - `messages` (`messages`): every message the implementation sends of its own is one
@@ -65,6 +67,7 @@ mod behaviour;
 mod capabilities;
 mod counted;
 mod cues;
+mod duplicates;
 mod framing;
 mod ids;
 mod messages;
@@ -219,6 +222,10 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let seed = cite(join("/limits", [&limit]), &seed);
         let id = format!("count.{limit}");
         add(id, title, &seed, counted::body, Some(limit), false);
+    }
+    for d in duplicates::applies(c, role, &plan.staying(c)) {
+        let id = format!("duplicate.{}", d.limit);
+        add(id, d.title, &d.seed, duplicates::body, Some(d.limit), false);
     }
     for n in newer::applies(c, &carriers) {
         let id = format!("version.{}.newer", n.name);
