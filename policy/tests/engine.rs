@@ -159,6 +159,18 @@ fn flagged_undeclared(r: &[Ruling], entry: &str) {
     assert!(r[0].reason.contains(entry), "{}", r[0].reason);
 }
 
+/// `r` is one `rule` ruling that discards the message (an `ignore`), naming `entry`.
+fn discarded(r: &[Ruling], rule: &str, entry: &str) {
+    assert_eq!(rules(r), [rule]);
+    assert_eq!(r[0].act, Act::Discard);
+    assert!(r[0].reason.contains(entry), "{}", r[0].reason);
+}
+
+fn depot() -> Arc<Wire> {
+    let c = contract::load(&fixture("depot.json")).expect("the depot contract loads");
+    Arc::new(Wire::new(Arc::new(c)).expect("wire"))
+}
+
 /// The JSON-RPC error a refusal replies with, as (id, code).
 fn refusal(r: &Ruling) -> (Value, Value) {
     let Act::Refuse {
@@ -1001,8 +1013,7 @@ fn a_contract_of_its_own_keeps_one_connection_per_claimed_identity() {
 /// the contract's form, or stating none, pass. The bound is the contract's own.
 #[test]
 fn a_message_stating_a_newer_version_gets_the_entrys_reaction() {
-    let c = contract::load(&fixture("depot.json")).expect("the depot contract loads");
-    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let w = depot();
     let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
     let t = Instant::now();
     let mut send = |v: Value| {
@@ -1022,13 +1033,7 @@ fn a_message_stating_a_newer_version_gets_the_entrys_reaction() {
     assert_eq!(rules(&send(parcel("p-1", Some(top)))), none());
     assert_eq!(rules(&send(parcel("p-2", None))), none());
     let r = send(parcel("p-3", Some(top + 1)));
-    assert_eq!(rules(&r), ["version.newer"]);
-    assert_eq!(r[0].act, Act::Discard);
-    assert!(
-        r[0].reason.contains("/versions/0/carried/newer"),
-        "{}",
-        r[0].reason
-    );
+    discarded(&r, "version.newer", "/versions/0/carried/newer");
     assert_eq!(rules(&send(parcel("p-4", Some(top)))), none());
 }
 
@@ -1038,8 +1043,7 @@ fn a_message_stating_a_newer_version_gets_the_entrys_reaction() {
 /// number, goes on. Only what went on is remembered: a duplicate does not restart it.
 #[test]
 fn a_parcel_handed_in_again_within_its_window_is_a_duplicate() {
-    let c = contract::load(&fixture("depot.json")).expect("the depot contract loads");
-    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let w = depot();
     let window = w.limits().duration("dedupeSeconds").expect("a window");
     let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
     let t0 = Instant::now();
@@ -1055,13 +1059,7 @@ fn a_parcel_handed_in_again_within_its_window_is_a_duplicate() {
     );
     assert_eq!(rules(&send(parcel("p-1"), t0)), none());
     let r = send(parcel("p-1"), t0 + window / 2);
-    assert_eq!(rules(&r), ["limit.duplicate"]);
-    assert_eq!(r[0].act, Act::Discard);
-    assert!(
-        r[0].reason.contains("/limits/dedupeSeconds"),
-        "{}",
-        r[0].reason
-    );
+    discarded(&r, "limit.duplicate", "/limits/dedupeSeconds");
     assert_eq!(rules(&send(parcel("p-2"), t0 + window / 2)), none());
     // The window runs from the first parcel, not from the skipped one.
     assert_eq!(rules(&send(parcel("p-1"), t0 + window)), none());
