@@ -16,7 +16,8 @@ use serde_json::Value;
 use super::{Ctx, Ruling, broken, limit_entry};
 
 /// Messages remembered at once per run; past it, even after forgetting those out of their
-/// windows, a new one is not remembered (a memory guard: the values are the peer's).
+/// windows, a new one is not remembered, and flagged so (a memory guard: the values are
+/// the peer's).
 const MAX_SEEN: usize = 100_000;
 
 /// (route, limit, digest of the `same` values).
@@ -42,11 +43,12 @@ pub(crate) fn any(c: &Contract) -> bool {
 pub(crate) fn judge(
     c: &Contract,
     limits: &Limits,
-    seen: &Seen,
+    seen: &mut Seen,
     ctx: &Ctx,
     msg: &Message,
 ) -> (Option<Ruling>, Vec<Mark>) {
     let mut marks = Vec::new();
+    seen.sweep(ctx.now);
     for (name, l) in &c.limits {
         let Some(d) = &l.duplicates else { continue };
         let Ok(window) = limits.duration(name) else {
@@ -89,6 +91,20 @@ pub(crate) fn judge(
                 );
             }
         }
+        if seen.map.len() >= MAX_SEEN && !seen.map.contains_key(&key) {
+            let reason = format!("{name}: over {MAX_SEEN} messages remembered; not tracked");
+            return (
+                Some(broken(
+                    c,
+                    "limit.untracked",
+                    &limit_entry(name),
+                    None,
+                    msg,
+                    reason,
+                )),
+                Vec::new(),
+            );
+        }
         marks.push(Mark(key, id, window));
     }
     (None, marks)
@@ -97,14 +113,8 @@ pub(crate) fn judge(
 impl Seen {
     /// Remember what went on, at `now`.
     pub(crate) fn mark(&mut self, marks: Vec<Mark>, now: Instant) {
-        if marks.is_empty() {
-            return;
-        }
-        self.sweep(now);
         for Mark(key, id, window) in marks {
-            if self.map.len() < MAX_SEEN || self.map.contains_key(&key) {
-                self.map.insert(key, (now, id, window));
-            }
+            self.map.insert(key, (now, id, window));
         }
     }
 

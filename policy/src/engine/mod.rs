@@ -203,7 +203,7 @@ impl Policy for Engine {
             ));
             // After the buckets: a message they refused is never remembered.
             let (duplicate, marks) = match crate::refuses(&out) {
-                false => duplicates::judge(c, wire.limits(), &s.seen, ctx, msg),
+                false => duplicates::judge(c, wire.limits(), &mut s.seen, ctx, msg),
                 true => (None, Vec::new()),
             };
             out.extend(duplicate);
