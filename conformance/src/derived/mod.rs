@@ -638,11 +638,14 @@ impl Session {
         let mut first = range.start == 0;
         let steps = plan.steps.iter().zip(&plan.states);
         for (step, state) in steps.skip(range.start).take(range.len()) {
-            // The first message of a fresh session also pays for the launch.
-            let wait = match std::mem::take(&mut first) {
+            // The first wait of a fresh session also pays for the launch: a step that only
+            // sends (MCP's initialize) leaves it to the answer it awaits.
+            let waits = !matches!(step, Step::Send(_));
+            let wait = match first && waits {
                 true => cx.opts.deadline.max(STARTUP),
                 false => cx.opts.deadline,
             };
+            first &= !waits;
             let ours = match step {
                 Step::Send(m) | Step::Answer(m) => Some(m),
                 Step::Await(m) => (self.last.as_ref())
