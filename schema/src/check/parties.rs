@@ -66,11 +66,7 @@ impl Cx<'_> {
     /// A carried version is at its pointer in some example, and its reaction names codes
     /// the contract holds.
     fn carried(&mut self, c: &Contract, idx: &CodeIndex, at: &str, cv: &Carried) {
-        let examples = c.methods.values().flat_map(|m| &m.examples);
-        if !examples
-            .into_iter()
-            .any(|e| e.message.pointer(&cv.pointer).is_some())
-        {
+        if !carried(c.methods.values(), None, &cv.pointer) {
             let why = format!("no example carries a version at {}", cv.pointer);
             self.push(Lint::NameRef, join(at, ["pointer"]), why);
         }
