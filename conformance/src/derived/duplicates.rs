@@ -11,6 +11,7 @@ use contract::model::{ActionKind, Limit};
 use serde_json::Value;
 
 use super::probes::{self, Built, Reaction};
+use super::shape::reports_code;
 use super::{Session, cite, plan_of};
 use crate::session::Ctx;
 use crate::{BodyFuture, Failure, skip};
@@ -59,10 +60,8 @@ pub(super) fn applies(c: &Contract, role: &str, staying: &[String]) -> Vec<Dupli
 /// an error answer with that code.
 fn reaction(l: &Limit) -> Option<(ActionKind, Option<Value>)> {
     let a = l.action.as_ref()?;
-    let report = a.report.as_ref().map(|r| r.messages.as_slice());
-    let shown = report.unwrap_or_default().iter().any(|m| m.code.is_some());
     match (a.action, &a.code) {
-        (ActionKind::Ignore, Some(code)) if shown => {
+        (ActionKind::Ignore, Some(code)) if reports_code(a) => {
             Some((ActionKind::ReplyError, Some(code.clone())))
         }
         (kind, code) => Some((kind, code.clone())),

@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use contract::Contract;
-use contract::model::{ActionKind, Limit, LimitKey, LimitKind, Unit};
+use contract::model::{ActionKind, Limit, LimitKey};
 use serde_json::Value;
 
-use super::shape::Shape;
+use super::shape::{Shape, reports_code};
 use super::{Session, plan_of};
 use crate::session::{Ctx, Got, Incoming, with_meanwhile};
 use crate::{BodyFuture, Failure, pass, skip};
@@ -78,9 +78,12 @@ impl RateProbe {
 /// `staying` to send.
 pub(super) fn rate_probes(c: &Contract, role: &str, staying: &[String]) -> Vec<RateProbe> {
     let limits = c.evaluated_limits();
-    rates_on(c, role)
+    (c.limits.iter().filter(|(_, l)| counted(l)))
         .filter_map(|(name, l)| {
-            let method = staying.iter().find(|m| applies_to(l, m))?.clone();
+            let method = staying
+                .iter()
+                .find(|m| l.applies_to(c, role, Some(m)))?
+                .clone();
             let rate = limits.rate(name).ok()?;
             let (period, _) = rate.token_period()?;
             let mut p = RateProbe {
@@ -101,27 +104,15 @@ pub(super) fn rate_probes(c: &Contract, role: &str, staying: &[String]) -> Vec<R
         .collect()
 }
 
-/// The rate limits, counted in messages, on what `role` sends.
-fn rates_on<'c>(c: &'c Contract, role: &'c str) -> impl Iterator<Item = (&'c String, &'c Limit)> {
-    c.limits.iter().filter(move |(_, l)| {
-        let from = l.applies.as_ref().and_then(|a| a.from.as_deref());
-        l.kind == LimitKind::Rate && l.unit == Unit::Count && from.is_none_or(|f| f == role)
-    })
-}
-
-/// Whether `l` counts `method`.
-fn applies_to(l: &Limit, method: &str) -> bool {
-    let methods = l.applies.as_ref().map(|a| a.methods.as_slice());
-    let methods = methods.unwrap_or_default();
-    methods.is_empty() || methods.iter().any(|m| m == method)
+/// Whether `l` is a rate the engine runs (`Limit::is_keyed_rate`) counted in messages.
+fn counted(l: &Limit) -> bool {
+    l.is_keyed_rate() && !l.counts_bytes()
 }
 
 /// The code a refused message shows: its error answer's, or the one a report writes.
 fn refusal_code(l: &Limit) -> Option<Value> {
     let a = l.action.as_ref()?;
-    let report = a.report.as_ref().map(|r| r.messages.as_slice());
-    let shown = a.action == ActionKind::ReplyError
-        || report.unwrap_or_default().iter().any(|m| m.code.is_some());
+    let shown = a.action == ActionKind::ReplyError || reports_code(a);
     shown.then(|| a.code.clone()).flatten()
 }
 
@@ -135,8 +126,9 @@ fn key_pointer(l: &Limit) -> Option<&str> {
 /// Keep the other limits on `p`'s messages from refusing any (see the module doc).
 fn isolate(c: &Contract, role: &str, l: &Limit, limits: &contract::Limits, p: &mut RateProbe) {
     let own = key_pointer(l);
-    let others: Vec<(&String, &Limit, u64)> = rates_on(c, role)
-        .filter(|(n, m)| **n != p.limit && applies_to(m, &p.method))
+    let others: Vec<(&String, &Limit, u64)> = (c.limits.iter())
+        .filter(|(n, m)| counted(m) && **n != p.limit)
+        .filter(|(_, m)| m.applies_to(c, role, Some(&p.method)))
         .filter_map(|(n, m)| Some((n, m, limits.rate(n).ok()?.burst.max(1))))
         .collect();
     let mut capped_by = None;
@@ -191,13 +183,18 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             for (ptr, vals) in &values {
                 contract::set_pointer(&mut v, ptr, vals[i % vals.len()].clone());
             }
-            if let Err(e) =
-                cx.wire
-                    .decode(&s.shape.channel, &cx.role, v.to_string().as_bytes(), None)
-            {
+            // Only a spread message is the suite's own making; an example is the contract's.
+            let refused = || {
+                let bytes = v.to_string();
+                let m = cx
+                    .wire
+                    .decode(&s.shape.channel, &cx.role, bytes.as_bytes(), None);
+                m.err().map(|e| e.reason)
+            };
+            if let Some(why) = (!values.is_empty()).then(refused).flatten() {
                 return skip(format!(
-                    "spread over {values:?}, a {} is not one the contract accepts: {}",
-                    p.method, e.reason
+                    "spread over {values:?}, a {} is not one the contract accepts: {why}",
+                    p.method
                 ));
             }
             sent.push((s.send_value(&v).await?.unwrap_or(Value::Null), v));

@@ -5,7 +5,7 @@
 //! answers and error codes; only this module knows where a binding puts them.
 
 use contract::Contract;
-use contract::model::{Binding, Kind};
+use contract::model::{Action, Binding, Kind};
 use contract::{remove_pointer, set_pointer};
 use serde_json::Value;
 
@@ -337,6 +337,13 @@ impl Shape {
         }
         v
     }
+}
+
+/// Whether a report of `a` writes its code (xsession's `delivery_status` `dropped`): on the
+/// wire that refusal is an answer carrying the code, as an error answer is.
+pub(super) fn reports_code(a: &Action) -> bool {
+    let report = a.report.as_ref().map(|r| r.messages.as_slice());
+    report.unwrap_or_default().iter().any(|m| m.code.is_some())
 }
 
 /// Where the contract's reports write an action's code (xsession's `/dropReason`): the
