@@ -167,6 +167,9 @@ pub fn engine_limits(c: &contract::Contract) -> Vec<Value> {
         .iter()
         .filter_map(|(key, l)| {
             let mut clock = Vec::new();
+            for k in &l.carried {
+                clock.push(carrier_text(k));
+            }
             if let Some(t) = &l.start {
                 clock.push(format!(
                     "starts at {}",
@@ -271,6 +274,20 @@ pub fn id_rules(c: &contract::Contract) -> Vec<Value> {
             Some(json!({"party": party, "rules": rules.join(", "), "breach": breach}))
         })
         .collect()
+}
+
+/// Where the wire carries a limit's value for a connection.
+fn carrier_text(k: &contract::model::LimitCarrier) -> String {
+    let which = match k.kind {
+        Some(kind) => format!("`{}` {}", k.method, kind.name()),
+        None => format!("`{}`", k.method),
+    };
+    let lower = if k.lower_only {
+        ", which may only lower it"
+    } else {
+        ""
+    };
+    format!("value set by {which} at `{}`{lower}", k.pointer)
 }
 
 /// A duplicate window's key: the values that make two messages the same, and the id under

@@ -10,6 +10,7 @@
 //! Lookups that fail name what was missing: a contract that lacks a value a tool needs
 //! gets a specific error, never a default.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -137,15 +138,26 @@ struct Entry {
 pub struct Limits {
     entries: IndexMap<String, Entry>,
     time_scale: f64,
+    /// Values the wire carried ([`Limits::carry`]), in each limit's own unit, divided by
+    /// the time scale for durations: a carried duration is real time, never scaled again.
+    given: HashMap<String, f64>,
 }
 
 impl Limits {
     /// Evaluate every limit of `c`. A limit that does not evaluate is kept as its error,
     /// reported when (and only when) a caller asks for it.
     pub fn new(c: &Contract) -> Limits {
-        let mut ev = Evaluator::new(c);
-        let entries = c
-            .limits
+        let given = HashMap::new();
+        Limits {
+            entries: Self::evaluate(c, &given),
+            time_scale: 1.0,
+            given,
+        }
+    }
+
+    fn evaluate(c: &Contract, given: &HashMap<String, f64>) -> IndexMap<String, Entry> {
+        let mut ev = Evaluator::with_given(c, given);
+        c.limits
             .iter()
             .map(|(name, l)| {
                 let value = ev.limit_value(name).map(|v| {
@@ -158,11 +170,37 @@ impl Limits {
                 };
                 (name.clone(), entry)
             })
-            .collect();
-        Limits {
-            entries,
-            time_scale: 1.0,
+            .collect()
+    }
+
+    /// Take the values `m`, sent by `from`, carries for limits of `c` (each limit's
+    /// `carried`): they hold from now on, and every limit computed from them follows. A
+    /// `lowerOnly` value above the one in force is ignored. The names of the limits whose
+    /// value changed.
+    pub fn carry(&mut self, c: &Contract, from: &str, m: &crate::wire::Message) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (name, l) in &c.limits {
+            for carrier in &l.carried {
+                let Some(v) = carrier.value_in(c, from, m) else {
+                    continue;
+                };
+                let (one, dim) = to_base(l.unit, 1.0);
+                let v = match dim {
+                    Dim::Seconds => v / self.time_scale,
+                    _ => v,
+                };
+                let now = self.eval(name).map(|e| e.base / one).ok();
+                let lowers = now.is_none_or(|n| v < n);
+                if (lowers || !carrier.lower_only) && now != Some(v) {
+                    self.given.insert(name.clone(), v);
+                    changed.push(name.clone());
+                }
+            }
         }
+        if !changed.is_empty() {
+            self.entries = Self::evaluate(c, &self.given);
+        }
+        changed
     }
 
     /// The same limits with every duration multiplied by `factor` (finite, > 0).
@@ -250,6 +288,18 @@ impl Limits {
         }
         Duration::try_from_secs_f64(e.base * self.time_scale)
             .map_err(|_| self.wrong(name, "a duration", format!("{} s", e.base)))
+    }
+
+    /// The value as the wire carries it (a limit's `carried`): in the limit's own unit,
+    /// a duration times the time scale.
+    pub fn as_carried(&self, name: &str) -> Result<f64, AccessError> {
+        let e = self.eval(name)?;
+        let (one, _) = to_base(self.get(name)?.unit, 1.0);
+        let scale = match e.dim {
+            Dim::Seconds => self.time_scale,
+            _ => 1.0,
+        };
+        Ok(e.base * scale / one)
     }
 
     /// A Unix file mode (declared in decimal).

@@ -1115,10 +1115,51 @@ pub struct Limit {
     /// the time runs out (the kernel's ping after a silence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sends: Option<String>,
+    /// Where the wire carries the limit's value for a connection: a value found there holds
+    /// on that connection from then on, in place of `value`, which is the default
+    /// (toolchannel's budgets in `initialize`, cut by a heartbeat's answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carried: Vec<LimitCarrier>,
     /// What the limit is.
     pub description: String,
     /// Seed section.
     pub seed: String,
+}
+
+/// A message that carries a limit's value, in the limit's own unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitCarrier {
+    /// The method (wire name); for a response or error, the method of the request.
+    pub method: String,
+    /// Which message: the method's own kind when absent, else `response` or `error` for
+    /// the answer to a request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Kind>,
+    /// JSON pointer to the number in the message.
+    pub pointer: String,
+    /// Whether the value may only lower the one in force: a larger one is ignored (a
+    /// budget the receiver caps, never raised over the wire).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lower_only: bool,
+}
+
+impl LimitCarrier {
+    /// The value `m` (sent by `from`) carries here, when it is this carrier's message and
+    /// holds a number at the pointer.
+    pub fn value_in(&self, c: &Contract, from: &str, m: &crate::wire::Message) -> Option<f64> {
+        let seen = crate::machine::Seen::of(from, m);
+        let t = Trigger::Message {
+            method: Some(self.method.clone()),
+            kind: self.kind,
+            from: None,
+            matches: IndexMap::new(),
+        };
+        t.fires_for(c, &seen, None)
+            .then(|| m.value.pointer(&self.pointer)?.as_f64())
+            .flatten()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    }
 }
 
 /// What a count limit counts, when the engine keeps the count.

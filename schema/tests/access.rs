@@ -236,3 +236,42 @@ fn an_unknown_contract_name_lists_the_built_in_ones() {
         .to_string();
     assert!(err.contains("cannot read"), "{err}");
 }
+
+/// A limit whose value the wire carries: the carried value holds, limits computed from it
+/// follow, a `lowerOnly` value above the one in force is ignored, and a carried duration
+/// is real time, never scaled again.
+#[test]
+fn a_value_the_wire_carries_holds_and_what_is_computed_from_it_follows() {
+    let carried = json!([{"method": "echo", "pointer": "/id", "lowerOnly": true}]);
+    let mut idle = limit("deadline", json!(90), "s");
+    idle["carried"] = carried;
+    let c = contract_with(json!({"limits": {
+        "idleSeconds": idle,
+        "hostWait": limit("deadline", json!({"product": [2, "idleSeconds"]}), "s"),
+    }}));
+    let wire = contract::wire::Wire::new(std::sync::Arc::new(c.clone())).expect("compiles");
+    let echo = |id: u64| {
+        let bytes = json!({"jsonrpc": "2.0", "id": id, "method": "echo", "params": {"text": "hi"}});
+        let bytes = serde_json::to_vec(&bytes).expect("json");
+        wire.decode("main", "client", &bytes, None)
+            .expect("valid echo")
+    };
+    let mut l = c.evaluated_limits().time_scaled(0.5);
+    assert_eq!(l.duration("hostWait"), Ok(Duration::from_secs(90)));
+    assert_eq!(
+        l.carry(&c, "client", &echo(7)),
+        vec!["idleSeconds".to_string()]
+    );
+    assert_eq!(l.duration("idleSeconds"), Ok(Duration::from_secs(7)));
+    assert_eq!(l.duration("hostWait"), Ok(Duration::from_secs(14)));
+    // Only lowers: 100 is above the 7 in force.
+    assert!(l.carry(&c, "client", &echo(100)).is_empty());
+    assert_eq!(l.duration("idleSeconds"), Ok(Duration::from_secs(7)));
+    // An answer is not the carrier (the carrier is echo's call).
+    let answer = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 3, "result": {"text": "hi"}}))
+        .expect("json");
+    let answer = wire
+        .decode("main", "server", &answer, Some("echo"))
+        .expect("valid answer");
+    assert!(l.carry(&c, "server", &answer).is_empty());
+}

@@ -956,3 +956,24 @@ fn answered_by_names_the_other_partys_methods_on_a_correlated_channel() {
     binding.remove("batch");
     assert_eq!(ours(&doc), 1);
 }
+
+/// A limit's value carried on the wire: a known method, a message that method has, and a
+/// number some example of that message holds at the pointer.
+#[test]
+fn a_carried_limit_names_a_message_whose_examples_hold_a_number_there() {
+    let carried = |carrier: Value| {
+        move |d: &mut Value| d["limits"]["idleSeconds"]["carried"] = json!([carrier])
+    };
+    let mut doc = fixture();
+    carried(json!({"method": "echo", "pointer": "/id", "lowerOnly": true}))(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let at = "/limits/idleSeconds/carried/0";
+    let text = carried(json!({"method": "echo", "pointer": "/params/text"}));
+    assert_fires(text, Lint::NameRef, &format!("{at}/pointer"));
+    let missing = carried(json!({"method": "echo", "kind": "response", "pointer": "/result/wait"}));
+    assert_fires(missing, Lint::NameRef, &format!("{at}/pointer"));
+    let unknown = carried(json!({"method": "shout", "pointer": "/id"}));
+    assert_fires(unknown, Lint::NameRef, &format!("{at}/method"));
+    let event = carried(json!({"method": "echo", "kind": "event", "pointer": "/id"}));
+    assert_fires(event, Lint::NameRef, &format!("{at}/kind"));
+}

@@ -1,11 +1,15 @@
 //! Lints of the limits' typed behaviour: what a limit applies to exists, a rate's key
 //! and a duplicate window's pointers are carried by the messages it keys, what a count counts fits it, a deadline's start and stop triggers are valid,
-//! and a timer some machine waits on is started somewhere.
+//! and a timer some machine waits on is started somewhere; a limit's value carried on the
+//! wire is a number some example of its message holds.
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::machine::{PEER, RUNNER};
+use serde_json::Value;
+
 use crate::model::{
-    Applies, Contract, Duplicates, Kind, Limit, LimitCounts, LimitKey, LimitKind, Trigger,
+    Applies, Contract, Duplicates, Kind, Limit, LimitCarrier, LimitCounts, LimitKey, LimitKind,
+    Part, Trigger,
 };
 use crate::pointer::join;
 
@@ -60,8 +64,47 @@ impl Cx<'_> {
             if let Some(m) = &l.sends {
                 self.sends(c, l, &join(&base, ["sends"]), m);
             }
+            for (i, carrier) in l.carried.iter().enumerate() {
+                self.carrier(c, &join(&base, ["carried", &i.to_string()]), carrier);
+            }
         }
         self.timers_started(c);
+    }
+
+    /// A message that carries a limit's value: a known method, and an example of that
+    /// message holding a number at the pointer.
+    fn carrier(&mut self, c: &Contract, at: &str, carrier: &LimitCarrier) {
+        let Some(m) = c.methods.get(&carrier.method) else {
+            let why = format!("unknown method {:?}", carrier.method);
+            return self.push(Lint::NameRef, join(at, ["method"]), why);
+        };
+        let part = match carrier.kind {
+            None => Some(Part::Call),
+            Some(Kind::Response) => Some(Part::Result),
+            Some(Kind::Error) => Some(Part::Error),
+            Some(_) => None,
+        };
+        let answer = part.is_some_and(|p| p != Part::Call);
+        if part.is_none() || (answer && m.kind != Kind::Request) {
+            let why = format!("{} has no such message", carrier.method);
+            return self.push(Lint::NameRef, join(at, ["kind"]), why);
+        }
+        let numeric = m.examples.iter().any(|e| {
+            Some(e.part) == part
+                && e.message
+                    .pointer(&carrier.pointer)
+                    .is_some_and(Value::is_number)
+        });
+        if !numeric {
+            let why = format!(
+                "no example of {}'s {} carries a number at {}",
+                carrier.method,
+                part.map(|p| format!("{p:?}").to_lowercase())
+                    .unwrap_or_default(),
+                carrier.pointer
+            );
+            self.push(Lint::NameRef, join(at, ["pointer"]), why);
+        }
     }
 
     /// A limit's trigger, where `from` may also be `self` or `peer` when the limit names

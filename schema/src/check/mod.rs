@@ -814,10 +814,7 @@ impl Cx<'_> {
     }
 
     fn relations(&mut self, c: &Contract) {
-        let mut ev = Evaluator {
-            c,
-            stack: Vec::new(),
-        };
+        let mut ev = Evaluator::new(c);
         for (lname, l) in &c.limits {
             if let Err(e) = ev.limit(lname) {
                 self.push(Lint::Relation, join("/limits", [lname, "value"]), e);
@@ -923,6 +920,8 @@ pub fn to_base(unit: Unit, v: f64) -> (f64, Dim) {
 pub struct Evaluator<'c> {
     c: &'c Contract,
     stack: Vec<String>,
+    /// Values that hold in place of the declared ones, in each limit's own unit.
+    given: Option<&'c HashMap<String, f64>>,
 }
 
 impl<'c> Evaluator<'c> {
@@ -931,6 +930,16 @@ impl<'c> Evaluator<'c> {
         Evaluator {
             c,
             stack: Vec::new(),
+            given: None,
+        }
+    }
+
+    /// An evaluator where `given` values (in each limit's own unit) replace the declared
+    /// ones, and every expression over them follows.
+    pub fn with_given(c: &'c Contract, given: &'c HashMap<String, f64>) -> Self {
+        Evaluator {
+            given: Some(given),
+            ..Evaluator::new(c)
         }
     }
 
@@ -941,6 +950,9 @@ impl<'c> Evaluator<'c> {
             .limits
             .get(name)
             .ok_or_else(|| format!("unknown limit {name:?}"))?;
+        if let Some(v) = self.given.and_then(|g| g.get(name)) {
+            return Ok(*v);
+        }
         if self.stack.iter().any(|s| s == name) {
             return Err(format!("limit {name:?} is defined in terms of itself"));
         }
