@@ -510,6 +510,43 @@ fn a_clock_restarts_on_its_peer_and_not_on_its_runner() {
     assert_eq!(p.on_tick(t1 + idle).len(), 1);
 }
 
+/// tests/fixtures/beacon.json: a tune may carry the station's idleSeconds (B-8, the
+/// limit's `carried`): from then on the station's clock on that connection runs that
+/// long, re-armed from its last start, longer or shorter than the contract's value.
+#[test]
+fn a_deadline_the_wire_carries_runs_as_long_as_the_message_said() {
+    let w = beacon();
+    let idle = w.limits().duration("idleSeconds").expect("idle");
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let mut p = policy(&w, &shared, 1, 1, "");
+    assert!(p.on_open("r", t0).is_empty());
+    let tune = |id: u64, secs: u64| {
+        let v = json!({"jsonrpc": "2.0", "id": id, "method": "tune",
+            "params": {"hears": [], "idleSeconds": secs}});
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let m = w.decode("main", "client", &bytes, None).expect("decodes");
+        (m, bytes.len())
+    };
+    let longer = idle.as_secs() * 4;
+    let (m, n) = tune(1, longer);
+    let t1 = t0 + Duration::from_millis(10);
+    assert!(p.on_message(&at("client", "station", t1), &m, n).is_empty());
+    assert!(
+        p.on_tick(t0 + idle * 2).is_empty(),
+        "the tune's value holds"
+    );
+    let ran_out = p.on_tick(t1 + Duration::from_secs(longer));
+    assert_eq!(ran_out.len(), 1, "{ran_out:?}");
+    assert!(ran_out[0].1.reason.contains("/limits/idleSeconds"));
+    // Another connection keeps the contract's value.
+    let mut q = policy(&w, &shared, 2, 2, "");
+    assert!(q.on_open("r", t0).is_empty());
+    let ran_out = q.on_tick(t0 + idle);
+    assert_eq!(ran_out.len(), 1, "{ran_out:?}");
+    assert!(ran_out[0].1.reason.contains("/limits/idleSeconds"));
+}
+
 /// tests/fixtures/beacon.json: a beat needs no capability as a method, but a beat of kind
 /// chime needs the client's `chime` (its `needs`, B-5): flagged once the client's tune
 /// has declared what it hears without it, never before, and never for a plain beat.

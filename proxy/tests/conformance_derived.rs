@@ -488,7 +488,8 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// its open schema allows (B-6) only the unknown-member check. Its two buckets on ring
 /// (B-7), one kept per bell and one for the station, refuse with the same code: each is
 /// judged apart from the other (ringRate's rings spread over bells), so a station without
-/// either fails exactly that one's check.
+/// either fails exactly that one's check. A tune carries the station's idleSeconds (B-8):
+/// the idle clock runs as long as the tune said, and a station ignoring it fails that.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -541,6 +542,35 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         assert_eq!(r.with("FAIL"), want, "{broken}: {}", r.stdout);
         assert_eq!(r.with("PASS").len(), 1, "{broken}: {}", r.stdout);
     }
+    // A station keeping the contract's idleSeconds when its tune carried another (B-8)
+    // hangs up before the clock the session agreed on: the idle timer fails, the beat's
+    // passes (the timers alone: the rest of the suite pauses less than either).
+    let target = format!("exec:{station} --break own-idle");
+    let timers = "beacon.derived.timer.beatSeconds,beacon.derived.timer.idleSeconds";
+    let r = run_env(
+        &[
+            "--contract",
+            &contract,
+            "--play",
+            "client",
+            "--target",
+            &target,
+            "--only",
+            timers,
+        ],
+        &[(contract::TIME_SCALE_ENV, "0.2")],
+    );
+    assert_eq!(
+        r.with("FAIL"),
+        ids(&["beacon.derived.timer.idleSeconds"]),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("before its 1.00 s ran out"),
+        "{}",
+        r.stdout
+    );
     for (broken, fails) in [
         ("early", "timer.beatSeconds"),
         ("never", "timer.idleSeconds"),

@@ -65,6 +65,7 @@ use serde_json::Value;
 mod answers;
 mod behaviour;
 mod capabilities;
+mod carried;
 mod counted;
 mod cues;
 mod duplicates;
@@ -442,6 +443,7 @@ impl Session {
             .ok_or_else(|| Failure::new(format!("the contract has no call example of {method}")))?;
         dealias(&cx.aliases, &mut v);
         self.undeclare(method, Part::Call, &mut v);
+        carried::write(cx, method, Part::Call, &mut v);
         Ok(self.numbered(v))
     }
 
@@ -793,6 +795,7 @@ impl Session {
         })?;
         dealias(&cx.aliases, &mut v);
         self.undeclare(method, part, &mut v);
+        carried::write(cx, method, part, &mut v);
         let call = example_of(c, method, Part::Call, &cx.other);
         echoed(&self.shape, &mut v, call.as_ref(), request);
         let own = self.shape.answers_have_ids().then(|| self.take_id());

@@ -19,12 +19,15 @@ use std::time::{Duration, Instant};
 
 use contract::Contract;
 use contract::machine::Seen;
-use contract::model::{Limit, LimitKind, Trigger};
+use contract::model::{Kind, Limit, LimitKind, Part, Trigger};
 use contract::wire::Message;
+use serde_json::Value;
 
+use super::carried;
+use super::plan::{Plan, Step};
 use super::probes::{action_name, closed_as, ends_the_channel};
 use super::shape::Shape;
-use super::{Session, plan_of};
+use super::{Session, example_of, plan_of};
 use crate::session::{Ctx, Got, Incoming, Kept};
 use crate::{BodyFuture, Failure, Verdict, pass};
 
@@ -107,46 +110,169 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let runner = runner(&c, l, &cx.role)
             .ok_or_else(|| Failure::new(format!("suite bug: {name} has no runner")))?
             .to_string();
-        let time = cx.limits().duration(&name)?;
+        let mut clock = Clock {
+            c: &c,
+            l,
+            name: &name,
+            runner: &runner,
+            time: cx.limits().duration(&name)?,
+        };
         let kept = cx.kept.take().and_then(Kept::take::<Silent>);
+        // A kept session serves when this clock runs on it too; else it ends here.
+        let kept = kept.filter(|Silent(s)| clock.base(s, s.peer.opened, None).is_some());
         let mut s = match kept {
             Some(Silent(s)) => s,
             None => {
                 let plan = plan_of(cx);
                 let mut s = Session::open(cx).await?;
-                if let Err(f) = s.handshake(cx, &plan).await {
+                let steps = walk_length(&clock, &plan, &cx.role, &cx.other);
+                if let Err(f) = s.walk_to(cx, &plan, steps).await {
                     return plan.unreached(f);
                 }
                 s
             }
         };
-        let clock = Clock {
-            c: &c,
-            l,
-            runner: &runner,
-            time,
-        };
         let opened = s.peer.opened;
+        if !await_start(&mut s, cx, &mut clock, opened).await? {
+            // What should have started it is judged by its own check (a heartbeat's
+            // interval): one broken rule, one failing check.
+            return crate::skip(format!(
+                "nothing started the clock within {:.1} s (its start: {})",
+                opened.elapsed().as_secs_f64(),
+                serde_json::to_string(&clock.l.start).unwrap_or_default()
+            ));
+        }
         match &l.sends {
             Some(m) => {
-                let v = watch_sends(&mut s, &clock, m, opened).await?;
+                let v = watch_sends(&mut s, cx, &mut clock, m, opened).await?;
                 cx.kept = Some(Kept::new(Silent(s)));
                 Ok(v)
             }
-            None => watch_end(&mut s, cx, &clock, &name, opened).await,
+            None => watch_end(&mut s, cx, &mut clock, opened).await,
         }
     })
+}
+
+/// How many steps of `plan`'s handshake a fresh session walks before it falls silent:
+/// the whole handshake when the clock runs at its end (every value the suite carries is
+/// then sent), else up to the first step after which it runs (toolchannel's handshake
+/// deadline runs from open until initialize, which the handshake sends); the whole
+/// handshake when no step starts it (its start comes later: a heartbeat's grace).
+/// Judged from the examples the steps send, before any is sent.
+fn walk_length(clock: &Clock<'_>, plan: &Plan, me: &str, other: &str) -> usize {
+    // Each step's messages, as the walk sends and takes them (an `Await` not after its
+    // `Send` asks first; an `Answer` not after its `Expect` takes the request first).
+    let mut steps: Vec<Vec<(&str, Part, &str)>> = Vec::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|p| &plan.steps[p]);
+        steps.push(match step {
+            Step::Send(m) => vec![(me, Part::Call, m)],
+            Step::Await(m) if prev == Some(&Step::Send(m.clone())) => {
+                vec![(other, Part::Result, m)]
+            }
+            Step::Await(m) => vec![(me, Part::Call, m), (other, Part::Result, m)],
+            Step::Expect(m) => vec![(other, Part::Call, m)],
+            Step::Answer(m) if prev == Some(&Step::Expect(m.clone())) => {
+                vec![(me, Part::Result, m)]
+            }
+            Step::Answer(m) => vec![(other, Part::Call, m), (me, Part::Result, m)],
+        });
+    }
+    let examples: Vec<Vec<(&str, Kind, &str, Value)>> = (steps.iter())
+        .map(|msgs| {
+            (msgs.iter())
+                .map(|(from, part, m)| {
+                    let kind = match part {
+                        Part::Call => clock
+                            .c
+                            .methods
+                            .get(*m)
+                            .map_or(Kind::Notification, |x| x.kind),
+                        _ => Kind::Response,
+                    };
+                    let v = example_of(clock.c, m, *part, from).unwrap_or(Value::Null);
+                    (*from, kind, *m, v)
+                })
+                .collect()
+        })
+        .collect();
+    let running = |n: usize| {
+        let seen: Vec<Seen> = (examples[..n].iter().flatten())
+            .map(|(from, kind, m, value)| Seen {
+                from,
+                kind: *kind,
+                method: Some(m),
+                value,
+            })
+            .collect();
+        clock.runs_after(&seen)
+    };
+    let all = plan.steps.len();
+    match running(all) {
+        true => all,
+        false => (0..all).find(|n| running(*n)).unwrap_or(all),
+    }
+}
+
+/// Wait, silent, for the clock's start where nothing has started it yet (a heartbeat's
+/// grace starts at the implementation's own heartbeat, one of its intervals away);
+/// whether it started.
+async fn await_start(
+    s: &mut Session,
+    cx: &Ctx,
+    clock: &mut Clock<'_>,
+    opened: Instant,
+) -> Result<bool, Failure> {
+    let longest = (clock.c.limits.iter())
+        .filter(|(_, l)| l.sends.is_some() && runner(clock.c, l, &cx.role) == Some(clock.runner))
+        .filter_map(|(n, _)| carried::in_force(cx, clock.c, s).duration(n).ok())
+        .max();
+    let until = Instant::now() + longest.unwrap_or(cx.opts.deadline) + LATE;
+    while clock.base(s, opened, None).is_none() {
+        match s.peer.next(until).await {
+            Incoming::Control(_) | Incoming::Data { .. } | Incoming::DataEnd(_) => {}
+            Incoming::ControlEnd(why) => {
+                let f = format!("the channel ended ({why}) before anything started the clock");
+                return Err(Failure::new(f));
+            }
+            Incoming::Timeout => break,
+        }
+    }
+    clock.refresh(cx, s);
+    Ok(clock.base(s, opened, None).is_some())
 }
 
 /// One limit's clock, as the implementation's party keeps it.
 struct Clock<'a> {
     c: &'a Contract,
     l: &'a Limit,
+    name: &'a str,
     runner: &'a str,
+    /// How long it runs, as the session's messages set it (see [`carried`]).
     time: Duration,
 }
 
 impl Clock<'_> {
+    /// Take the time the session's messages set, when it is one.
+    fn refresh(&mut self, cx: &Ctx, s: &Session) {
+        if let Ok(t) = carried::in_force(cx, self.c, s).duration(self.name) {
+            self.time = t;
+        }
+    }
+
+    /// Whether the clock runs after `seen`, in order, from a connection's opening.
+    fn runs_after(&self, seen: &[Seen<'_>]) -> bool {
+        let mut running = matches!(self.l.start, Some(Trigger::Open { .. }));
+        for m in seen {
+            let fires = |t: &Trigger| t.fires_for(self.c, m, Some(self.runner));
+            if self.l.stop.iter().any(fires) {
+                running = false;
+            }
+            running |= self.l.restart.iter().any(fires) || self.l.start.as_ref().is_some_and(fires);
+        }
+        running
+    }
+
     /// When the clock last (re)started, from the session's traffic up to `until`
     /// (exclusive), or `None` while it is not running.
     fn base(&self, s: &Session, opened: Instant, until: Option<Instant>) -> Option<Instant> {
@@ -173,7 +299,9 @@ impl Clock<'_> {
             if self.l.stop.iter().any(fires) {
                 base = None;
             }
-            if self.l.restart.iter().any(fires) || self.l.start.as_ref().is_some_and(fires) {
+            // A start arms a clock not running; a restart re-arms it (the engine's rule).
+            let starts = base.is_none() && self.l.start.as_ref().is_some_and(fires);
+            if starts || self.l.restart.iter().any(fires) {
                 base = Some(at);
             }
         }
@@ -198,7 +326,8 @@ impl Clock<'_> {
 /// [`SENDS_WATCHED`] sends when its own send restarts the clock.
 async fn watch_sends(
     s: &mut Session,
-    clock: &Clock<'_>,
+    cx: &Ctx,
+    clock: &mut Clock<'_>,
     method: &str,
     opened: Instant,
 ) -> Result<Verdict, Failure> {
@@ -208,6 +337,7 @@ async fn watch_sends(
         false => 1,
     };
     while seen.len() < want {
+        clock.refresh(cx, s);
         let base = started(clock, s, opened, None)?;
         match s.peer.next(base + clock.time + LATE).await {
             Incoming::Control(g) if g.method() == Some(method) && is_call(&g) => {
@@ -247,10 +377,10 @@ async fn watch_sends(
 async fn watch_end(
     s: &mut Session,
     cx: &Ctx,
-    clock: &Clock<'_>,
-    name: &str,
+    clock: &mut Clock<'_>,
     opened: Instant,
 ) -> Result<Verdict, Failure> {
+    let name = clock.name;
     let action = clock.l.action.as_ref().map(|a| action_name(a.action));
     let action = action.unwrap_or("end");
     let mut sent = 0usize;
@@ -258,6 +388,7 @@ async fn watch_end(
     let mut noise_at = every.map(|e| Instant::now() + e);
     let mut noisy = 0u32;
     loop {
+        clock.refresh(cx, s);
         let base = started(clock, s, opened, None)?;
         let end = base + clock.time + LATE;
         match s.peer.next(noise_at.map_or(end, |n| n.min(end))).await {

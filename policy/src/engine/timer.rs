@@ -1,7 +1,10 @@
 //! Deadlines as data: a `deadline` limit with a `start` trigger is armed on this
 //! connection when the trigger fires (a connection opening on a channel, or a message),
-//! disarmed when any of its `stop` triggers fires, and re-armed when its start or any of
-//! its `restart` triggers fires (a heartbeat, xsession's every parseable line). A limit a
+//! disarmed when any of its `stop` triggers fires, and re-armed when any of its `restart`
+//! triggers fires (a heartbeat, xsession's every parseable line); its start arms only a
+//! clock not running (toolchannel's heartbeat grace runs from the first unanswered
+//! heartbeat, not the last). A value the wire carries for a limit (its `carried`, the
+//! budgets of toolchannel's `initialize`) holds for this connection's clocks. A limit a
 //! party runs is one clock of that party's (a `both` timer: one per party), on which a
 //! trigger's `from` may be `self` or `peer` (the kernel's silence: messages from the peer
 //! restart it). At expiry it gets the limit's `action` (`close`, `drop-connection` and
@@ -28,10 +31,17 @@ fn typed(l: &Limit) -> bool {
     matches!(l.kind, LimitKind::Deadline | LimitKind::Interval) && l.start.is_some()
 }
 
+/// A clock: the limit's name and the party whose clock it is.
+type Key = (String, Option<String>);
+
 /// One connection's armed deadlines, by limit name and the party whose clock it is.
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
-    due: HashMap<(String, Option<String>), Instant>,
+    /// Each armed clock: when it was (re)started, and when it runs out.
+    due: HashMap<Key, (Instant, Instant)>,
+    /// The contract's limits with the values this connection's wire carried, once it
+    /// carried any.
+    carried: Option<Limits>,
 }
 
 impl Timers {
@@ -40,7 +50,7 @@ impl Timers {
         for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
             if matches!(&l.start, Some(Trigger::Open { channel: ch }) if ch == channel) {
                 for r in l.runners(c) {
-                    self.arm(limits, name, r, now);
+                    arm(&mut self.due, limits, name, r, now);
                 }
             }
         }
@@ -55,30 +65,41 @@ impl Timers {
         msg: &Message,
         now: Instant,
     ) {
+        let carries = c.limits.values().flat_map(|l| &l.carried);
+        if carries
+            .into_iter()
+            .any(|k| k.value_in(c, from, msg).is_some())
+        {
+            let mine = self.carried.get_or_insert_with(|| limits.clone());
+            if !mine.carry(c, from, msg).is_empty() {
+                // A running clock runs out by the value now in force, from its own start.
+                for ((name, _), (base, at)) in self.due.iter_mut() {
+                    if let Some(t) = mine.duration(name).ok().and_then(|d| base.checked_add(d)) {
+                        *at = t;
+                    }
+                }
+            }
+        }
+        let limits = self.carried.as_ref().unwrap_or(limits);
         let seen = Seen::of(from, msg);
         for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
             for r in l.runners(c) {
+                let key = (name.clone(), r.map(str::to_string));
                 let fires = |t: &Trigger| t.fires_for(c, &seen, r);
                 if l.stop.iter().any(fires) {
-                    self.due.remove(&(name.clone(), r.map(str::to_string)));
+                    self.due.remove(&key);
                 }
-                if l.restart.iter().any(fires) || l.start.as_ref().is_some_and(fires) {
-                    self.arm(limits, name, r, now);
+                let starts = l.start.as_ref().is_some_and(fires) && !self.due.contains_key(&key);
+                if starts || l.restart.iter().any(fires) {
+                    arm(&mut self.due, limits, name, r, now);
                 }
             }
         }
     }
 
-    fn arm(&mut self, limits: &Limits, name: &str, runner: Option<&str>, now: Instant) {
-        if let Some(at) = limits.duration(name).ok().and_then(|d| now.checked_add(d)) {
-            let key = (name.to_string(), runner.map(str::to_string));
-            self.due.insert(key, at);
-        }
-    }
-
     /// The earliest armed deadline.
     pub(crate) fn next(&self) -> Option<Instant> {
-        self.due.values().min().copied()
+        self.due.values().map(|(_, at)| *at).min()
     }
 
     /// The deadlines run out by `now`, disarmed, in name order (a limit once, however
@@ -87,7 +108,7 @@ impl Timers {
         let gone: Vec<_> = self
             .due
             .iter()
-            .filter(|(_, at)| **at <= now)
+            .filter(|(_, (_, at))| *at <= now)
             .map(|(k, _)| k.clone())
             .collect();
         for k in &gone {
@@ -97,6 +118,19 @@ impl Timers {
         out.sort();
         out.dedup();
         out
+    }
+}
+
+/// Arm `name`'s clock of `runner` to run out `limits`' duration after `now`.
+fn arm(
+    due: &mut HashMap<Key, (Instant, Instant)>,
+    limits: &Limits,
+    name: &str,
+    runner: Option<&str>,
+    now: Instant,
+) {
+    if let Some(at) = limits.duration(name).ok().and_then(|d| now.checked_add(d)) {
+        due.insert((name.to_string(), runner.map(str::to_string)), (now, at));
     }
 }
 

@@ -20,6 +20,7 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break retune: serve a second tune instead of refusing it with TUNED.
 --break uncapped: serve a tune line over tuneMax instead of hanging up.
 --break deaf: chime whatever the client hears.
+--break own-idle: keep the contract's idleSeconds when a tune carries another (B-8).
 --break closed-params: refuse an echo carrying a member it does not know (B-6 leaves them open).
 --break bell-rate: ring a bell however often it is rung (no bellRate).
 --break ring-rate: ring the bells together however often (no ringRate).
@@ -86,6 +87,8 @@ class Session:
     def __init__(self):
         self.tuned = False
         self.hears = []
+        # The idleSeconds a tune carried (B-8): real seconds, never scaled again.
+        self.idle = None
         self.beats = 0
         self.bells = {}
         self.rings = Bucket("ringRate")
@@ -137,6 +140,9 @@ def handle(line, broken, session):
             hears = params.get("hears") if isinstance(params, dict) else None
             if isinstance(hears, list):
                 session.hears = hears
+            patience = params.get("idleSeconds") if isinstance(params, dict) else None
+            if isinstance(patience, (int, float)) and broken != "own-idle":
+                session.idle = patience
             session.tuned = True
             send({"jsonrpc": "2.0", "id": id_, "result": {}})
         return True
@@ -175,7 +181,7 @@ def is_tune(line):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle"])
     a = ap.parse_args()
     beat, idle, cap, bad_max, tune_cap = limits()
     bad = 0
@@ -187,7 +193,7 @@ def main():
     fd = sys.stdin.fileno()
     while True:
         now = time.monotonic()
-        if a.broken != "never" and now - heard >= idle:
+        if a.broken != "never" and now - heard >= (session.idle or idle):
             return 0
         due = max(heard, last_beat) + beat
         if now >= due:
