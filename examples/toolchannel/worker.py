@@ -234,7 +234,10 @@ class Worker:
         self.bad_frames = 0
         self.go(W.AWAITING_INITIALIZE)
         hb: Optional[asyncio.Task[Any]] = None
-        deadline = asyncio.get_running_loop().time() + min(tc.HANDSHAKE_SECONDS, self.env_budgets.get("handshakeSeconds", tc.HANDSHAKE_SECONDS))
+        # Before any frame the environment's budget holds, else the contract's default,
+        # scaled like every party's clock by CONTRACT_TIME_SCALE (a test run's).
+        default = tc.HANDSHAKE_SECONDS * float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
+        deadline = asyncio.get_running_loop().time() + min(default, self.env_budgets.get("handshakeSeconds", default))
         try:
             while True:
                 timeout = None
@@ -469,52 +472,78 @@ class Worker:
     # --- heartbeats ------------------------------------------------------------------
 
     async def heartbeats(self) -> None:
+        """A heartbeat every interval, answered or not (heartbeatMissedMax: three may go
+        unanswered); the first left unanswered for the grace loses the channel (T-67)."""
         interval = self.budget("heartbeatIntervalSeconds", tc.HEARTBEAT_INTERVAL_SECONDS)
         grace = self.budget("heartbeatGraceSeconds", tc.HEARTBEAT_GRACE_SECONDS)
-        while True:
-            await asyncio.sleep(interval)  # first one an interval after entering serving (T-8)
-            if self.state is not W.SERVING:
-                return
-            now = time.monotonic()
-            params = tc.HeartbeatParams(
-                session_id=self.session_id,
-                idle_seconds=int(now - self.last_call_done),
-                exec_seconds=int(now - self.started),
-                active_tool_calls=len(self.active_calls),
-                workspace_bytes=workspace_bytes(self.workspace),
-                channel_version=self.effective,
-            )
-            try:
-                ans = await self.request("agentfy/heartbeat", params, tc.HeartbeatParams, grace)
-            except asyncio.TimeoutError:
-                log(f"heartbeat unanswered for {grace}s: channel lost")
-                await self.close(CC.GOING_AWAY, "heartbeat unanswered")
-                return
-            except asyncio.CancelledError:
-                raise
-            if isinstance(ans, tc.JsonRpcErrorResponse):
-                log(f"heartbeat refused {ans.error.code} {ans.error.message}; waiting for the host's close")
-                continue
-            try:
-                res = convert(tc.HeartbeatResult, ans.result)
-            except tc.DecodeFailure as e:
-                log(f"heartbeat result malformed ({e.label}); ignored")
-                continue
-            # Budgets can only be lowered (T-17): a larger value is ignored.
-            if self.idle_budget is not None:
-                self.idle_budget = min(self.idle_budget, res.idle_budget_seconds)
-            if self.exec_budget is not None:
-                self.exec_budget = min(self.exec_budget, res.exec_budget_seconds)
-            if not res.continue_:
-                log("heartbeat said continue: false -> tearing down as if released")
-                await self.teardown()
-                await self.close(CC.RELEASED, "4005 wind down")
-                return
-            if self.exec_budget is not None and now - self.started >= self.exec_budget:
-                log("own exec ceiling reached -> tearing down")
-                await self.teardown()
-                await self.close(CC.RELEASED, "4005 exec ceiling")
-                return
+        if self.a.brk == "slow-heartbeat":
+            log("--break slow-heartbeat: a heartbeat every three intervals")
+            interval *= 3
+        beats: set[asyncio.Task[bool]] = set()
+        loop = asyncio.get_running_loop()
+        due = loop.time() + interval  # the first one an interval after entering serving (T-8)
+        try:
+            while True:
+                left = max(0.0, due - loop.time())
+                done: set[asyncio.Task[bool]] = set()
+                if beats:
+                    done, _ = await asyncio.wait(beats, timeout=left)
+                else:
+                    await asyncio.sleep(left)
+                for t in done:
+                    beats.discard(t)
+                    if not t.result():
+                        return
+                if loop.time() >= due:
+                    if self.state is not W.SERVING:
+                        return
+                    beats.add(loop.create_task(self.beat(grace)))
+                    due = loop.time() + interval
+        finally:
+            for t in beats:
+                t.cancel()
+
+    async def beat(self, grace: float) -> bool:
+        """One heartbeat and its answer; whether the channel goes on."""
+        now = time.monotonic()
+        params = tc.HeartbeatParams(
+            session_id=self.session_id,
+            idle_seconds=int(now - self.last_call_done),
+            exec_seconds=int(now - self.started),
+            active_tool_calls=len(self.active_calls),
+            workspace_bytes=workspace_bytes(self.workspace),
+            channel_version=self.effective,
+        )
+        try:
+            ans = await self.request("agentfy/heartbeat", params, tc.HeartbeatParams, grace)
+        except asyncio.TimeoutError:
+            log(f"heartbeat unanswered for {grace}s: channel lost")
+            await self.close(CC.GOING_AWAY, "heartbeat unanswered")
+            return False
+        if isinstance(ans, tc.JsonRpcErrorResponse):
+            log(f"heartbeat refused {ans.error.code} {ans.error.message}; waiting for the host's close")
+            return True
+        try:
+            res = convert(tc.HeartbeatResult, ans.result)
+        except tc.DecodeFailure as e:
+            log(f"heartbeat result malformed ({e.label}); ignored")
+            return True
+        # Budgets can only be lowered (T-17): a larger value is ignored.
+        if self.idle_budget is not None:
+            self.idle_budget = min(self.idle_budget, res.idle_budget_seconds)
+        if self.exec_budget is not None:
+            self.exec_budget = min(self.exec_budget, res.exec_budget_seconds)
+        if not res.continue_:
+            log("heartbeat said continue: false -> tearing down as if released")
+            await self.teardown()
+            await self.close(CC.RELEASED, "4005 wind down")
+            return False
+        if self.exec_budget is not None and time.monotonic() - self.started >= self.exec_budget:
+            log("own exec ceiling reached -> tearing down")
+            await self.teardown()
+            await self.close(CC.RELEASED, "4005 exec ceiling")
+            return False
+        return True
 
     # --- the process -----------------------------------------------------------------
 
@@ -650,7 +679,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

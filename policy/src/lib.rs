@@ -185,8 +185,8 @@ pub enum Act {
 
 /// One connection's stateful rules.
 pub trait Policy: Send {
-    /// The connection was accepted on `route` (xsession: the connection cap;
-    /// toolchannel and xsession: deadlines armed from here).
+    /// The connection was accepted on `route` (the engine: connection caps, deadlines
+    /// armed from here).
     fn on_open(&mut self, _route: &str, _now: Instant) -> Vec<Ruling> {
         vec![]
     }

@@ -547,6 +547,61 @@ fn a_deadline_the_wire_carries_runs_as_long_as_the_message_said() {
     assert!(ran_out[0].1.reason.contains("/limits/idleSeconds"));
 }
 
+/// schema/contracts/toolchannel.json: a heartbeat's grace runs from the first heartbeat
+/// left unanswered, not from the latest (its `start` arms a clock that is not running;
+/// only a `restart` re-arms one), and the budgets initialize carries set it (T-67).
+#[test]
+fn a_started_clock_is_not_started_again_and_follows_the_budgets() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../schema/contracts/toolchannel.json");
+    let c = contract::load(&path).expect("toolchannel loads");
+    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let ex = |method: &str, part: contract::model::Part| {
+        let m = &w.contract().methods[method];
+        let e = m.examples.iter().find(|e| e.part == part);
+        e.expect("an example").message.clone()
+    };
+    use contract::model::Part::{Call, Result as Answer};
+    let shared = Arc::new(SharedState::new());
+    let t0 = Instant::now();
+    let mut p = policy(&w, &shared, 1, 1, "");
+    assert!(p.on_open("r", t0).is_empty());
+    let mut send = |from: &'static str, v: Value, answers: Option<&str>, at: Instant| {
+        let bytes = serde_json::to_vec(&v).expect("json");
+        let m = w.decode("ws", from, &bytes, answers).expect("decodes");
+        let to = if from == "host" { "worker" } else { "host" };
+        let r = p.on_message(&at_ctx(from, to, at), &m, bytes.len());
+        assert_eq!(rules(&r), none(), "{v}");
+    };
+    let mut init = ex("initialize", Call);
+    init["params"]["_meta"]["agentfy"]["budgets"]["heartbeatGraceSeconds"] = json!(3);
+    send("host", init, None, t0);
+    send("worker", ex("initialize", Answer), Some("initialize"), t0);
+    for m in ["notifications/initialized", "agentfy/ready"] {
+        send("worker", ex(m, Call), None, t0);
+    }
+    send("host", ex("tools/list", Call), None, t0);
+    send("worker", ex("tools/list", Answer), Some("tools/list"), t0);
+    let mut beat = ex("agentfy/heartbeat", Call);
+    let t1 = t0 + Duration::from_secs(1);
+    send("worker", beat.clone(), None, t1);
+    beat["id"] = json!(beat["id"].as_u64().unwrap_or(0) + 1);
+    send("worker", beat, None, t1 + Duration::from_secs(1));
+    assert_eq!(p.next_deadline(), Some(t1 + Duration::from_secs(3)));
+}
+
+fn at_ctx<'a>(from: &'a str, to: &'a str, now: Instant) -> Ctx<'a> {
+    Ctx {
+        route: "r",
+        conn: 1,
+        session: 1,
+        dir: if from == "host" { Dir::Down } else { Dir::Up },
+        from,
+        to,
+        now,
+    }
+}
+
 /// tests/fixtures/beacon.json: a beat needs no capability as a method, but a beat of kind
 /// chime needs the client's `chime` (its `needs`, B-5): flagged once the client's tune
 /// has declared what it hears without it, never before, and never for a plain beat.

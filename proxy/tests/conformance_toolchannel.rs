@@ -14,7 +14,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, show};
+use common::{
+    Run, bin_dir, cargo_build, conformance, conformance_env, junit_ids, peers_python, show,
+};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// A whole suite run.
@@ -38,7 +40,7 @@ const HAND_WRITTEN: [&str; 12] = [
 ];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
 const NOT_FOR_HOST: [&str; 1] = ["toolchannel.redial.refuse"];
-const NOT_FOR_WORKER: [&str; 1] = ["toolchannel.close.exit"];
+const NOT_FOR_WORKER: [&str; 2] = ["toolchannel.close.exit", "toolchannel.heartbeat.lost"];
 
 /// The Rust host, built once if missing.
 fn host() -> &'static PathBuf {
@@ -55,7 +57,14 @@ fn host() -> &'static PathBuf {
 fn suite(args: &[&str]) -> Run {
     let mut all = vec!["--contract", "toolchannel"];
     all.extend_from_slice(args);
-    conformance(&all, Some("toolchannel"), RUN_DEADLINE)
+    // Every party's clocks at a fifth (CONTRACT_TIME_SCALE): the suite writes its budgets
+    // in initialize scaled, and the worker scales the handshake wait it keeps before any.
+    conformance_env(
+        &all,
+        Some("toolchannel"),
+        &[(contract::TIME_SCALE_ENV, "0.2")],
+        RUN_DEADLINE,
+    )
 }
 
 fn worker_target(ws: &Path, extra: &str) -> String {
@@ -250,6 +259,18 @@ fn as_host_a_worker_claiming_a_version_nobody_speaks_fails_exactly_the_foreign_c
         check,
         &["which nobody speaks", "the answer"],
     );
+}
+
+/// A worker beating every three intervals of the budget the suite sent in initialize
+/// (`--break slow-heartbeat`) fails the derived timer of the carried heartbeat interval,
+/// and nothing else (the grace, whose clock its first heartbeat starts, skips when that
+/// comes later than an interval and the slack).
+#[test]
+fn as_host_a_worker_beating_slower_than_its_budget_fails_exactly_the_interval_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "--break slow-heartbeat");
+    let check = "toolchannel.derived.timer.heartbeatIntervalSeconds";
+    breaks_exactly("host", &target, check, &["no agentfy/heartbeat within"]);
 }
 
 /// A host that sends tools/list as soon as notifications/initialized arrives, without

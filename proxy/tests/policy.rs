@@ -708,114 +708,154 @@ fn toolchannel_requests_out_of_handshake_order_get_before_handshake_code() {
     assert!(t.send(&HOST, &call, None, t0).is_empty());
 }
 
+/// The one deadline ruling `r` holds: its limit, close code and close.
+fn deadline(r: &[(u64, Ruling)]) -> (String, Option<Value>, Act) {
+    assert_eq!(r.len(), 1, "{r:?}");
+    let x = &r[0].1;
+    assert_eq!(x.rule, "limit.deadline", "{x:?}");
+    let limit = x.reason.split("/limits/").nth(1).unwrap_or_default();
+    let limit = limit.trim_end_matches(')').to_string();
+    (limit, x.code.clone(), x.act.clone())
+}
+
+/// `Act` closing the connection with `code`.
+fn closes(code: u16) -> impl Fn(&Act) -> bool {
+    move |a| matches!(a, Act::Refuse { reply: None, close: Some(Closing::Code(f)) } if f.code == code)
+}
+
+/// The deadlines are the engine's, from the contract's data (T-67): the worker's
+/// handshakeSeconds runs from open until initialize, the host's twice that until
+/// notifications/initialized; each runs as long as the initialize carried, and ends the
+/// socket with its close code.
 #[test]
-fn toolchannel_handshake_deadline_is_flagged() {
+fn toolchannel_handshake_deadlines_close_with_their_codes() {
     let w = wire("toolchannel");
-    let shared = Arc::new(SharedState::new());
     let t0 = Instant::now();
-    let hs = secs(&w, "hostHandshakeSeconds");
-    let mut t = Tool::new(&w, &shared, 1, t0);
+    let hs = secs(&w, "handshakeSeconds");
+    let mut t = Tool::new(&w, &Arc::new(SharedState::new()), 1, t0);
     assert_eq!(t.p.next_deadline(), Some(t0 + hs));
     assert!(t.p.on_tick(t0 + hs - Duration::from_millis(1)).is_empty());
-    let r = t.p.on_tick(t0 + hs);
-    assert_eq!(r.len(), 1);
-    assert_eq!(r[0].0, 1);
-    assert_eq!(r[0].1.rule, "toolchannel.deadline.handshake");
-    assert_eq!(r[0].1.code, Some(json!(4003)));
-    assert_eq!(r[0].1.act, Act::Flag);
-    assert!(t.p.on_tick(t0 + hs * 2).is_empty(), "flagged once");
+    let (limit, code, act) = deadline(&t.p.on_tick(t0 + hs));
+    assert_eq!(
+        (limit.as_str(), code),
+        ("handshakeSeconds", Some(json!(1001)))
+    );
+    assert!(closes(1001)(&act), "{act:?}");
 
-    // Kept: initialized in time moves the wait to readySeconds.
-    let mut t = Tool::new(&w, &shared, 2, t0);
+    // initialize stops the worker's; the host's runs 2 × the handshakeSeconds it carried.
+    let mut t = Tool::new(&w, &Arc::new(SharedState::new()), 2, t0);
+    let mut init = ex(&w, "initialize", "call", 0);
+    init["params"]["_meta"]["agentfy"]["budgets"]["handshakeSeconds"] = json!(2);
+    assert!(t.send(&HOST, &init, None, t0).is_empty());
+    let res = ex(&w, "initialize", "result", 0);
+    assert!(t.send(&WORKER, &res, Some("initialize"), t0).is_empty());
+    let host_wait = t0 + Duration::from_secs(4);
+    assert_eq!(t.p.next_deadline(), Some(host_wait));
+    let (limit, code, act) = deadline(&t.p.on_tick(host_wait));
+    assert_eq!(
+        (limit.as_str(), code),
+        ("hostHandshakeSeconds", Some(json!(4003)))
+    );
+    assert!(closes(4003)(&act), "{act:?}");
+    assert!(t.p.on_tick(host_wait + hs).is_empty(), "once");
+
+    // Kept: initialized in time moves the host's wait to readySeconds.
+    let mut t = Tool::new(&w, &Arc::new(SharedState::new()), 3, t0);
     assert!(t.handshake("inst_a", 0, t0).is_empty());
     let t1 = t0 + Duration::from_secs(1);
-    let init = ex(&w, "notifications/initialized", "call", 0);
-    assert!(t.send(&WORKER, &init, None, t1).is_empty());
+    let initialized = ex(&w, "notifications/initialized", "call", 0);
+    assert!(t.send(&WORKER, &initialized, None, t1).is_empty());
     assert_eq!(t.p.next_deadline(), Some(t1 + secs(&w, "readySeconds")));
-    assert!(t.p.on_tick(t0 + hs).is_empty());
 }
 
+/// readySeconds runs from notifications/initialized until tools/list is answered; the
+/// worker's readyAckSeconds from agentfy/ready until tools/list arrives.
 #[test]
-fn toolchannel_ready_deadline_is_flagged() {
+fn toolchannel_ready_deadlines_close_with_their_codes() {
     let w = wire("toolchannel");
-    let shared = Arc::new(SharedState::new());
     let t0 = Instant::now();
-    let mut t = Tool::new(&w, &shared, 1, t0);
-    assert!(t.handshake("inst_a", 0, t0).is_empty());
-    let init = ex(&w, "notifications/initialized", "call", 0);
-    assert!(t.send(&WORKER, &init, None, t0).is_empty());
-    // agentfy/ready arrives, but tools/list is never answered.
-    let ready = ex(&w, "agentfy/ready", "call", 0);
-    assert!(t.send(&WORKER, &ready, None, t0).is_empty());
-    let r = t.p.on_tick(t0 + secs(&w, "readySeconds"));
-    assert_eq!(r.len(), 1);
-    assert_eq!(r[0].1.rule, "toolchannel.deadline.ready");
-    assert_eq!(r[0].1.code, Some(json!(4003)));
+    let up = |conn| {
+        let mut t = Tool::new(&w, &Arc::new(SharedState::new()), conn, t0);
+        assert!(t.handshake(&format!("inst_{conn}"), 0, t0).is_empty());
+        for m in ["notifications/initialized", "agentfy/ready"] {
+            assert!(t.send(&WORKER, &ex(&w, m, "call", 0), None, t0).is_empty());
+        }
+        t
+    };
+    // No tools/list: the worker's readyAckSeconds runs out first.
+    let mut t = up(1);
+    let (limit, _, act) = deadline(&t.p.on_tick(t0 + secs(&w, "readyAckSeconds")));
+    assert_eq!(limit, "readyAckSeconds");
+    assert!(closes(1001)(&act), "{act:?}");
+    // tools/list sent, never answered: readySeconds.
+    let mut t = up(2);
+    assert!(
+        t.send(&HOST, &ex(&w, "tools/list", "call", 0), None, t0)
+            .is_empty()
+    );
+    let (limit, code, _) = deadline(&t.p.on_tick(t0 + secs(&w, "readySeconds")));
+    assert_eq!((limit.as_str(), code), ("readySeconds", Some(json!(4003))));
 }
 
+/// hostHeartbeatSeconds (grace + interval) from running, restarted by each heartbeat;
+/// answered heartbeats keep the worker's grace from running out; agentfy/release stops
+/// the host's wait, and a declined release starts it afresh (T-12).
 #[test]
-fn toolchannel_heartbeat_gap_is_flagged() {
+fn toolchannel_heartbeat_gap_closes_4004_and_release_stops_it() {
     let w = wire("toolchannel");
-    let shared = Arc::new(SharedState::new());
     let t0 = Instant::now();
     let gap = secs(&w, "hostHeartbeatSeconds");
     assert_eq!(
         gap,
         secs(&w, "heartbeatGraceSeconds") + secs(&w, "heartbeatIntervalSeconds")
     );
-    let mut t = Tool::new(&w, &shared, 1, t0);
+    let mut t = Tool::new(&w, &Arc::new(SharedState::new()), 1, t0);
     assert!(t.handshake("inst_a", 0, t0).is_empty());
     t.reach_running(t0);
-    assert_eq!(t.p.next_deadline(), Some(t0 + gap));
-    // Kept: a heartbeat every interval re-arms it.
-    let hb = ex(&w, "agentfy/heartbeat", "call", 0);
+    // Kept: a heartbeat every interval, each answered.
+    let (hb, ok) = (
+        ex(&w, "agentfy/heartbeat", "call", 0),
+        ex(&w, "agentfy/heartbeat", "result", 0),
+    );
     let every = secs(&w, "heartbeatIntervalSeconds");
     let mut now = t0;
     for _ in 0..5 {
         now += every;
         assert!(t.p.on_tick(now).is_empty());
         assert!(t.send(&WORKER, &hb, None, now).is_empty());
+        assert!(
+            t.send(&HOST, &ok, Some("agentfy/heartbeat"), now)
+                .is_empty()
+        );
     }
-    assert_eq!(t.p.next_deadline(), Some(now + gap));
     // Broken: silence for the whole gap.
     assert!(t.p.on_tick(now + gap - Duration::from_millis(1)).is_empty());
-    let r = t.p.on_tick(now + gap);
-    assert_eq!(r.len(), 1);
-    assert_eq!(r[0].1.rule, "toolchannel.deadline.heartbeat");
-    assert_eq!(r[0].1.code, Some(json!(4004)));
-}
+    let (limit, code, act) = deadline(&t.p.on_tick(now + gap));
+    assert_eq!(
+        (limit.as_str(), code),
+        ("hostHeartbeatSeconds", Some(json!(4004)))
+    );
+    assert!(closes(4004)(&act), "{act:?}");
 
-#[test]
-fn toolchannel_release_grace_is_flagged() {
-    let w = wire("toolchannel");
-    let shared = Arc::new(SharedState::new());
-    let t0 = Instant::now();
-    let grace = secs(&w, "releaseGraceSeconds");
-    let mut t = Tool::new(&w, &shared, 1, t0);
-    assert!(t.handshake("inst_a", 0, t0).is_empty());
+    // A release stops the wait; declined, it starts afresh.
+    let mut t = Tool::new(&w, &Arc::new(SharedState::new()), 2, t0);
+    assert!(t.handshake("inst_b", 0, t0).is_empty());
     t.reach_running(t0);
     let rel = ex(&w, "agentfy/release", "call", 0);
     assert!(t.send(&HOST, &rel, None, t0).is_empty());
-    assert_eq!(t.p.next_deadline(), Some(t0 + grace));
-    let r = t.p.on_tick(t0 + grace);
-    assert_eq!(
-        rules(&r.iter().map(|x| x.1.clone()).collect::<Vec<_>>()),
-        ["toolchannel.deadline.release"]
-    );
-    assert_eq!(r[0].1.act, Act::Flag);
-
-    // Kept: the result arrives in time; nothing is due any more.
-    let shared = Arc::new(SharedState::new());
-    let mut t = Tool::new(&w, &shared, 2, t0);
-    assert!(t.handshake("inst_b", 0, t0).is_empty());
-    t.reach_running(t0);
-    assert!(t.send(&HOST, &rel, None, t0).is_empty());
-    let res = ex(&w, "agentfy/release", "result", 0);
     assert!(
-        t.send(&WORKER, &res, Some("agentfy/release"), t0 + grace / 2)
+        t.p.on_tick(t0 + gap).is_empty(),
+        "no heartbeat owed while releasing"
+    );
+    let mut declined = ex(&w, "agentfy/release", "result", 0);
+    declined["result"]["accepted"] = json!(false);
+    let t1 = t0 + gap + Duration::from_secs(1);
+    assert!(
+        t.send(&WORKER, &declined, Some("agentfy/release"), t1)
             .is_empty()
     );
-    assert_eq!(t.p.next_deadline(), None);
+    let (limit, ..) = deadline(&t.p.on_tick(t1 + gap));
+    assert_eq!(limit, "hostHeartbeatSeconds");
 }
 
 #[test]

@@ -22,8 +22,7 @@ pub const KNOWN: &[Hook] = &[
     },
     Hook {
         name: "toolchannel.host",
-        summary: "refused reverse-request prefixes, the host's deadlines, handshake order and \
-                  one live socket per session (a redial supersedes or is refused)",
+        summary: "refused reverse-request prefixes",
     },
     Hook {
         name: "xsession.admission",

@@ -289,7 +289,16 @@ impl Policy for Engine {
         let wire = self.wire.clone();
         let c = wire.contract();
         let mut out = Vec::new();
-        for name in self.timers.expire(now) {
+        let expired = self.timers.expire(now);
+        // A connection a redial superseded runs no clock: the new one does.
+        let (route, conn) = (self.route.as_str(), self.conn);
+        if self
+            .shared
+            .with_engine(|s| s.claims.is_superseded(route, conn))
+        {
+            return out;
+        }
+        for name in expired {
             let conn = self.conn;
             let route = self.route.as_str();
             let expiry = Trigger::Timer {

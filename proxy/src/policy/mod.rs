@@ -56,8 +56,6 @@ pub fn for_route(
         engine::Engine::new(wire.clone(), shared.clone(), conn, session).on_channel(&rules.channel);
     let at = Site {
         wire,
-        shared,
-        conn,
         rules: &rules,
     };
     let hands: Vec<Box<dyn Policy>> = (wire.contract().extensions.keys())
@@ -66,11 +64,9 @@ pub fn for_route(
     contract_policy::layered(engine, hands)
 }
 
-/// Where a hook is set up: the route's contract, the run's shared state, the connection.
+/// Where a hook is set up: the route's contract and its rules.
 struct Site<'a> {
     wire: &'a Arc<Wire>,
-    shared: &'a Arc<SharedState>,
-    conn: u64,
     rules: &'a RouteRules,
 }
 
@@ -78,10 +74,10 @@ struct Site<'a> {
 /// hand-written module for rules its contract's data cannot say. `None` for a name this
 /// proxy does not implement (a route whose contract names one is refused at set-up).
 fn hook(name: &str, at: &Site) -> Option<Box<dyn Policy>> {
-    let (w, shared) = (at.wire.clone(), at.shared.clone());
+    let w = at.wire.clone();
     Some(match name {
         "rukh.session" => Box::new(rukh::RukhPolicy::new(w)),
-        "toolchannel.host" => Box::new(toolchannel::ToolPolicy::new(w, shared, at.conn)),
+        "toolchannel.host" => Box::new(toolchannel::ToolPolicy::new(w)),
         "xsession.admission" => {
             Box::new(xsession::XsPolicy::new(w).auth_required(at.rules.auth_required))
         }
@@ -98,11 +94,9 @@ mod hooks {
     fn every_known_extension_has_a_hook() {
         let wire =
             Arc::new(Wire::new(Arc::new(contract::builtin("mcp").expect("mcp"))).expect("wire"));
-        let (shared, rules) = (Arc::new(SharedState::new()), RouteRules::default());
+        let rules = RouteRules::default();
         let at = Site {
             wire: &wire,
-            shared: &shared,
-            conn: 1,
             rules: &rules,
         };
         for h in contract::extensions::KNOWN {
