@@ -36,6 +36,19 @@ fn conformance_as(role: &str, contract: &str, target: &str) -> Outcomes {
     run(&["--contract", contract, "--play", role, "--target", target])
 }
 
+/// Only the `only` checks, playing the client against `target`, with `env` set.
+fn client_only(contract: &str, target: &str, only: &str, env: &[(&str, &str)]) -> Outcomes {
+    let args = [
+        "--contract",
+        contract,
+        "--play",
+        "client",
+        "--target",
+        target,
+    ];
+    run_env(&[&args[..], &["--only", only]].concat(), env)
+}
+
 fn run(args: &[&str]) -> Outcomes {
     run_env(args, &[])
 }
@@ -525,16 +538,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
     let rates = "beacon.derived.rate.bellRate,beacon.derived.rate.ringRate";
     for broken in ["bell-rate", "ring-rate"] {
         let target = format!("exec:{station} --break {broken}");
-        let r = run(&[
-            "--contract",
-            &contract,
-            "--play",
-            "client",
-            "--target",
-            &target,
-            "--only",
-            rates,
-        ]);
+        let r = client_only(&contract, &target, rates, &[]);
         let want = ids(&[&format!(
             "beacon.derived.rate.{}Rate",
             broken.trim_end_matches("-rate")
@@ -547,17 +551,10 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
     // passes (the timers alone: the rest of the suite pauses less than either).
     let target = format!("exec:{station} --break own-idle");
     let timers = "beacon.derived.timer.beatSeconds,beacon.derived.timer.idleSeconds";
-    let r = run_env(
-        &[
-            "--contract",
-            &contract,
-            "--play",
-            "client",
-            "--target",
-            &target,
-            "--only",
-            timers,
-        ],
+    let r = client_only(
+        &contract,
+        &target,
+        timers,
         &[(contract::TIME_SCALE_ENV, "0.2")],
     );
     assert_eq!(

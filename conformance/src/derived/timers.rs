@@ -2,18 +2,21 @@
 //! whose clock a trigger starts (`start`), runs out the way the contract says: the
 //! party sends the method the limit `sends` (the kernel's ping after a silence), or the
 //! channel ends as its `action` prescribes (the kernel's dead peer). The suite plays its
-//! party up to the start, then falls silent and stays so: it sends and answers nothing,
-//! so only the implementation's own messages move the clock (a restart on its own ping).
+//! party through the handshake, or only up to the start where the handshake would stop
+//! the clock (toolchannel's handshake deadline), then falls silent and stays so: it sends
+//! and answers nothing, so only the implementation's own messages move the clock (a
+//! restart on its own ping). A clock runs as long as the session's messages carried
+//! (`carried`, toolchannel's budgets), whoever sent them.
 //!
 //! Where the clock restarts on messages and the contract ignores bytes that are not JSON
 //! (`violations.parse`), the suite is not quite silent while it waits for the end: it
 //! writes such a line every sixth of the clock, which must not restart it (xsession's
 //! parseableLineDeadline: garbage does not extend it).
 //!
-//! Every check of the family shares one silent session: the clock of each is computed
-//! from the session's whole traffic, both directions, by the limit's own triggers, so a
-//! check taking over the session the one before kept judges it as if it had watched
-//! from the start. The checks that end the channel come last.
+//! The checks of the family share one silent session where their clocks run on it: the
+//! clock of each is computed from the session's whole traffic, both directions, by the
+//! limit's own triggers, so a check taking over the session the one before kept judges it
+//! as if it had watched from the start. The checks that end the channel come last.
 
 use std::time::{Duration, Instant};
 
@@ -223,9 +226,10 @@ async fn await_start(
     clock: &mut Clock<'_>,
     opened: Instant,
 ) -> Result<bool, Failure> {
+    let limits = carried::in_force(cx, clock.c, s);
     let longest = (clock.c.limits.iter())
         .filter(|(_, l)| l.sends.is_some() && runner(clock.c, l, &cx.role) == Some(clock.runner))
-        .filter_map(|(n, _)| carried::in_force(cx, clock.c, s).duration(n).ok())
+        .filter_map(|(n, _)| limits.duration(n).ok())
         .max();
     let until = Instant::now() + longest.unwrap_or(cx.opts.deadline) + LATE;
     while clock.base(s, opened, None).is_none() {
