@@ -143,9 +143,13 @@ fn action_text(a: &contract::model::Action) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
-    match &a.code {
+    let text = match &a.code {
         Some(code) => format!("{kind} `{code}`"),
         None => kind,
+    };
+    match &a.reason {
+        Some(r) => format!("{text} naming `{r}`"),
+        None => text,
     }
 }
 

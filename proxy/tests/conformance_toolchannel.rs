@@ -40,7 +40,11 @@ const HAND_WRITTEN: [&str; 12] = [
 ];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
 const NOT_FOR_HOST: [&str; 1] = ["toolchannel.redial.refuse"];
-const NOT_FOR_WORKER: [&str; 2] = ["toolchannel.close.exit", "toolchannel.heartbeat.lost"];
+const NOT_FOR_WORKER: [&str; 3] = [
+    "toolchannel.close.exit",
+    "toolchannel.heartbeat.lost",
+    "toolchannel.deadline.handshake",
+];
 
 /// The Rust host, built once if missing.
 fn host() -> &'static PathBuf {
@@ -296,6 +300,21 @@ fn as_worker_a_host_closing_without_both_versions_fails_exactly_the_refused_chec
     let check = "toolchannel.derived.version.mcpProtocolVersion.refused";
     let says = ["mcp version unsupported\" does not name", "namesBoth"];
     breaks_exactly("worker", &target, check, &says);
+}
+
+/// A host closing a missed handshake 4003 without naming handshake_timeout (`--break
+/// nameless-timeout`) fails the derived timer of hostHandshakeSeconds alone: the close
+/// reason names what the limit's action says (T-6).
+#[test]
+fn as_worker_a_host_closing_a_missed_handshake_without_its_name_fails_exactly_that_timer() {
+    let target = host_target("--break nameless-timeout");
+    let check = "toolchannel.derived.timer.hostHandshakeSeconds";
+    breaks_exactly(
+        "worker",
+        &target,
+        check,
+        &["does not name handshake_timeout"],
+    );
 }
 
 /// A host the suite does not launch (`--target ws://…` with `--param token=… --param

@@ -912,6 +912,10 @@ pub struct Action {
     /// to an address the message names (xsession's delivery_status to the sender's inbox).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<Report>,
+    /// For a `close`: the name its close reason carries (toolchannel's failureReason,
+    /// `handshake_timeout`, note T-6), which tells apart reactions sharing one code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Why, in the seed's terms.
     pub description: String,
     /// Seed section.

@@ -409,6 +409,7 @@ async fn watch_end(
                 clock.early(base, at, &format!("the channel ended ({why})"))?;
                 if let Some(a) = &clock.l.action {
                     closed_as(s, cx, a.action, a.code.as_ref())?;
+                    names(s, a)?;
                 }
                 return pass(format!(
                     "the channel ended ({why}) {:.2} s after the clock's last (re)start ({name}: {:.2} s; {noisy} lines that are not JSON did not restart it); {sent} more messages from the implementation before it",
@@ -424,6 +425,21 @@ async fn watch_end(
                 )));
             }
         }
+    }
+}
+
+/// The close reason names what the action says it names (toolchannel's failureReason,
+/// T-6), where the channel carries a close frame.
+fn names(s: &Session, a: &contract::model::Action) -> Result<(), Failure> {
+    let (Some(name), Some(Some(f))) = (&a.reason, &s.peer.closed_with) else {
+        return Ok(());
+    };
+    match f.reason.contains(name.as_str()) {
+        true => Ok(()),
+        false => Err(Failure::new(format!(
+            "the close {} reason {:?} does not name {name}, as the contract's action says",
+            f.code, f.reason
+        ))),
     }
 }
 

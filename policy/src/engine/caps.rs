@@ -86,6 +86,7 @@ pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) ->
         code: Some(code.clone()),
         count_toward: None,
         report: None,
+        reason: None,
         description: format!("{method} is never served: its one error is its only answer"),
         seed: seed.clone(),
     };

@@ -455,7 +455,11 @@ pub(crate) fn on_connection(a: Option<&Action>, reason: &str) -> Act {
 /// `drop-connection`, and `fail` (the session ends), without a word.
 pub(crate) fn closing_for(a: &Action, reason: &str) -> Option<Closing> {
     match a.action {
-        ActionKind::Close => Some(closing_with(a.code.as_ref(), reason.to_string()).0),
+        ActionKind::Close => {
+            // The name the contract gives this close, where it gives one (T-6).
+            let text = a.reason.clone().unwrap_or_else(|| reason.to_string());
+            Some(closing_with(a.code.as_ref(), text).0)
+        }
         ActionKind::DropConnection | ActionKind::Fail => Some(Closing::Drop),
         ActionKind::ReplyError | ActionKind::Ignore => None,
     }

@@ -25,7 +25,8 @@
 //! result on purpose, which the contract forbids (result schema `false`), so
 //! that reply alone skips the outgoing check. `--break terse-close` closes 4001 on
 //! an MCP version it cannot speak without naming the two versions (the contract's
-//! `namesBoth`).
+//! `namesBoth`); `--break nameless-timeout` closes a missed handshake 4003 without
+//! naming handshake_timeout (the action's `reason`, T-6).
 //!
 //! Exit: 0 when the session was released (release report received), 1 when
 //! the session failed (reason printed), 2 for bad usage.
@@ -65,6 +66,8 @@ enum Break {
     SamplingAccept,
     /// Close 4001 on an MCP version it cannot speak without naming the two versions.
     TerseClose,
+    /// Close 4003 on a missed handshake without naming handshake_timeout (T-6).
+    NamelessTimeout,
     /// Send tools/list as soon as notifications/initialized arrives, without waiting for
     /// agentfy/ready.
     EarlyList,
@@ -872,8 +875,11 @@ impl Host {
             };
             let (phase, opened, init_at) = (c.phase, c.opened, c.initialized_at);
             if matches!(phase, Phase::AwaitResult | Phase::AwaitInitialized) && now > opened + hs {
-                self.close(id, CloseCodes::HandshakeDeadline, "handshake_timeout")
-                    .await;
+                let reason = match self.args.brk {
+                    Some(Break::NamelessTimeout) => "timeout",
+                    _ => "handshake_timeout",
+                };
+                self.close(id, CloseCodes::HandshakeDeadline, reason).await;
                 self.fail("handshake_timeout");
             } else if matches!(phase, Phase::AwaitReady | Phase::AwaitToolsList)
                 && init_at.is_some_and(|t| now > t + ready)
