@@ -1152,6 +1152,10 @@ impl LimitCarrier {
     /// The value `m` (sent by `from`) carries here, when it is this carrier's message and
     /// holds a number at the pointer.
     pub fn value_in(&self, c: &Contract, from: &str, m: &crate::wire::Message) -> Option<f64> {
+        // Cheap first: most messages are of another method (the relay asks of each).
+        if m.method.as_deref() != Some(self.method.as_str()) {
+            return None;
+        }
         let seen = crate::machine::Seen::of(from, m);
         let t = Trigger::Message {
             method: Some(self.method.clone()),

@@ -292,10 +292,11 @@ impl Policy for Engine {
         let expired = self.timers.expire(now);
         // A connection a redial superseded runs no clock: the new one does.
         let (route, conn) = (self.route.as_str(), self.conn);
-        if self
-            .shared
-            .with_engine(|s| s.claims.is_superseded(route, conn))
-        {
+        let superseded = || {
+            self.shared
+                .with_engine(|s| s.claims.is_superseded(route, conn))
+        };
+        if !expired.is_empty() && superseded() {
             return out;
         }
         for name in expired {
