@@ -977,3 +977,22 @@ fn a_carried_limit_names_a_message_whose_examples_hold_a_number_there() {
     let event = carried(json!({"method": "echo", "kind": "event", "pointer": "/id"}));
     assert_fires(event, Lint::NameRef, &format!("{at}/kind"));
 }
+
+/// A named close reason belongs to a `close` action.
+#[test]
+fn a_named_reason_is_for_a_close() {
+    let mut doc = fixture();
+    let close = json!({"action": "close", "code": -32001, "reason": "too_loud",
+        "description": "d", "seed": "§5"});
+    doc["limits"]["frameMax"]["action"] = close;
+    let ps: Vec<_> = problems(&doc)
+        .into_iter()
+        .filter(|p| p.pointer.ends_with("/reason"))
+        .collect();
+    assert!(ps.is_empty(), "{ps:?}");
+    let refusal = |d: &mut Value| {
+        d["limits"]["frameMax"]["action"] = json!({"action": "reply-error", "code": -32001,
+            "reason": "too_loud", "description": "d", "seed": "§5"});
+    };
+    assert_fires(refusal, Lint::NameRef, "/limits/frameMax/action/reason");
+}

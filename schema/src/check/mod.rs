@@ -623,6 +623,10 @@ impl Cx<'_> {
                 ),
             );
         }
+        if a.reason.is_some() && a.action != crate::model::ActionKind::Close {
+            let why = "`reason` names a close's reason: it is for a `close` action".to_string();
+            self.push(Lint::NameRef, join(ptr, ["reason"]), why);
+        }
         let reports = a.report.iter().flat_map(|r| r.messages.iter().enumerate());
         for (i, m) in reports.filter(|(_, m)| !c.methods.contains_key(&m.method)) {
             let at = join(ptr, ["report", "messages", &i.to_string(), "method"]);
