@@ -130,6 +130,38 @@ impl crate::model::Limit {
             _ => vec![None],
         }
     }
+
+    /// What `seen` does to this limit's clock of `runner`, running or not: any `stop`
+    /// stops it; then a `start` arms it when it is not running, and a `restart` arms it
+    /// afresh either way. The one rule the proxy's engine and the derived suite keep.
+    pub fn clock_move(
+        &self,
+        c: &Contract,
+        seen: &Seen,
+        runner: Option<&str>,
+        running: bool,
+    ) -> ClockMove {
+        let fires = |t: &Trigger| t.fires_for(c, seen, runner);
+        let stopped = self.stop.iter().any(fires);
+        let running = running && !stopped;
+        let starts = !running && self.start.as_ref().is_some_and(fires);
+        match (starts || self.restart.iter().any(fires), stopped) {
+            (true, _) => ClockMove::Armed,
+            (false, true) => ClockMove::Stopped,
+            (false, false) => ClockMove::Unchanged,
+        }
+    }
+}
+
+/// What a message does to a limit's clock ([`crate::model::Limit::clock_move`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockMove {
+    /// Nothing: it runs on, or stays stopped.
+    Unchanged,
+    /// It stops.
+    Stopped,
+    /// It (re)starts now.
+    Armed,
 }
 
 impl StateMachine {

@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use contract::Contract;
-use contract::machine::Seen;
+use contract::machine::{ClockMove, Seen};
 use contract::model::{Kind, Limit, LimitKind, Part, Trigger};
 use contract::wire::Message;
 use serde_json::Value;
@@ -268,11 +268,11 @@ impl Clock<'_> {
     fn runs_after(&self, seen: &[Seen<'_>]) -> bool {
         let mut running = matches!(self.l.start, Some(Trigger::Open { .. }));
         for m in seen {
-            let fires = |t: &Trigger| t.fires_for(self.c, m, Some(self.runner));
-            if self.l.stop.iter().any(fires) {
-                running = false;
+            match self.l.clock_move(self.c, m, Some(self.runner), running) {
+                ClockMove::Armed => running = true,
+                ClockMove::Stopped => running = false,
+                ClockMove::Unchanged => {}
             }
-            running |= self.l.restart.iter().any(fires) || self.l.start.as_ref().is_some_and(fires);
         }
         running
     }
@@ -299,14 +299,13 @@ impl Clock<'_> {
         let mut base = matches!(self.l.start, Some(Trigger::Open { .. })).then_some(opened);
         for (at, from, m) in events {
             let seen = Seen::of(from, m);
-            let fires = |t: &Trigger| t.fires_for(self.c, &seen, Some(self.runner));
-            if self.l.stop.iter().any(fires) {
-                base = None;
-            }
-            // A start arms a clock not running; a restart re-arms it (the engine's rule).
-            let starts = base.is_none() && self.l.start.as_ref().is_some_and(fires);
-            if starts || self.l.restart.iter().any(fires) {
-                base = Some(at);
+            match self
+                .l
+                .clock_move(self.c, &seen, Some(self.runner), base.is_some())
+            {
+                ClockMove::Armed => base = Some(at),
+                ClockMove::Stopped => base = None,
+                ClockMove::Unchanged => {}
             }
         }
         base

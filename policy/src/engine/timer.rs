@@ -18,7 +18,7 @@ use contract::model::{Limit, LimitKind, Trigger};
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
-use contract::machine::Seen;
+use contract::machine::{ClockMove, Seen};
 
 use super::{Ruling, ruling};
 
@@ -85,13 +85,12 @@ impl Timers {
         for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
             for r in l.runners(c) {
                 let key = (name.clone(), r.map(str::to_string));
-                let fires = |t: &Trigger| t.fires_for(c, &seen, r);
-                if l.stop.iter().any(fires) {
-                    self.due.remove(&key);
-                }
-                let starts = l.start.as_ref().is_some_and(fires) && !self.due.contains_key(&key);
-                if starts || l.restart.iter().any(fires) {
-                    arm(&mut self.due, limits, name, r, now);
+                match l.clock_move(c, &seen, r, self.due.contains_key(&key)) {
+                    ClockMove::Armed => arm(&mut self.due, limits, name, r, now),
+                    ClockMove::Stopped => {
+                        self.due.remove(&key);
+                    }
+                    ClockMove::Unchanged => {}
                 }
             }
         }
