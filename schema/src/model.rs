@@ -1149,6 +1149,17 @@ pub struct LimitCarrier {
 }
 
 impl LimitCarrier {
+    /// Which part of its method the carrier is: the call itself, its result or its
+    /// error; `None` for a kind no method's exchange has besides its own.
+    pub fn part(&self) -> Option<Part> {
+        match self.kind {
+            None => Some(Part::Call),
+            Some(Kind::Response) => Some(Part::Result),
+            Some(Kind::Error) => Some(Part::Error),
+            Some(_) => None,
+        }
+    }
+
     /// The value `m` (sent by `from`) carries here, when it is this carrier's message and
     /// holds a number at the pointer.
     pub fn value_in(&self, c: &Contract, from: &str, m: &crate::wire::Message) -> Option<f64> {

@@ -3,7 +3,7 @@
 //! value in force on a session from the messages both sides sent, so a clock it judges
 //! runs as long as the session agreed, whoever set it.
 
-use contract::model::{Kind, Part};
+use contract::model::Part;
 use contract::{Contract, Limits};
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ pub(super) fn write(cx: &Ctx, method: &str, part: Part, v: &mut Value) {
         for k in l
             .carried
             .iter()
-            .filter(|k| k.method == method && part_of(k.kind) == part)
+            .filter(|k| k.method == method && k.part() == Some(part))
         {
             let Some(old) = v.pointer(&k.pointer) else {
                 continue;
@@ -38,22 +38,13 @@ pub(super) fn write(cx: &Ctx, method: &str, part: Part, v: &mut Value) {
     }
 }
 
-/// The part of a method a carrier's `kind` names.
-fn part_of(kind: Option<Kind>) -> Part {
-    match kind {
-        Some(Kind::Response) => Part::Result,
-        Some(Kind::Error) => Part::Error,
-        _ => Part::Call,
-    }
-}
-
 /// The run's limits with what the session's messages up to now carried, in the order
-/// they went.
-pub(super) fn in_force(cx: &Ctx, c: &Contract, s: &Session) -> Limits {
-    let mut limits = cx.limits();
+/// they went; `None` when the contract carries no limit on the wire (the run's own hold).
+pub(super) fn in_force(cx: &Ctx, c: &Contract, s: &Session) -> Option<Limits> {
     if c.limits.values().all(|l| l.carried.is_empty()) {
-        return limits;
+        return None;
     }
+    let mut limits = cx.limits();
     let (me, other) = (s.peer.me.as_str(), s.peer.other.as_str());
     let sent = s.peer.sent.iter().map(|(at, m)| (*at, me, m));
     let heard = (s.peer.log.iter()).filter_map(|g| Some((g.at, other, g.msg.as_ref().ok()?)));
@@ -62,5 +53,5 @@ pub(super) fn in_force(cx: &Ctx, c: &Contract, s: &Session) -> Limits {
     for (_, from, m) in all {
         limits.carry(c, from, m);
     }
-    limits
+    Some(limits)
 }

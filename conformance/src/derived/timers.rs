@@ -226,7 +226,7 @@ async fn await_start(
     clock: &mut Clock<'_>,
     opened: Instant,
 ) -> Result<bool, Failure> {
-    let limits = carried::in_force(cx, clock.c, s);
+    let limits = carried::in_force(cx, clock.c, s).unwrap_or_else(|| cx.limits());
     let longest = (clock.c.limits.iter())
         .filter(|(_, l)| l.sends.is_some() && runner(clock.c, l, &cx.role) == Some(clock.runner))
         .filter_map(|(n, _)| limits.duration(n).ok())
@@ -257,9 +257,10 @@ struct Clock<'a> {
 }
 
 impl Clock<'_> {
-    /// Take the time the session's messages set, when it is one.
+    /// Take the time the session's messages set, where the contract carries values.
     fn refresh(&mut self, cx: &Ctx, s: &Session) {
-        if let Ok(t) = carried::in_force(cx, self.c, s).duration(self.name) {
+        let limits = carried::in_force(cx, self.c, s);
+        if let Some(t) = limits.and_then(|l| l.duration(self.name).ok()) {
             self.time = t;
         }
     }

@@ -78,12 +78,7 @@ impl Cx<'_> {
             let why = format!("unknown method {:?}", carrier.method);
             return self.push(Lint::NameRef, join(at, ["method"]), why);
         };
-        let part = match carrier.kind {
-            None => Some(Part::Call),
-            Some(Kind::Response) => Some(Part::Result),
-            Some(Kind::Error) => Some(Part::Error),
-            Some(_) => None,
-        };
+        let part = carrier.part();
         let answer = part.is_some_and(|p| p != Part::Call);
         if part.is_none() || (answer && m.kind != Kind::Request) {
             let why = format!("{} has no such message", carrier.method);
