@@ -11,6 +11,7 @@ pub mod breaking;
 #[cfg(feature = "cli")]
 mod cli;
 pub mod config;
+pub mod context;
 pub mod csharp;
 pub mod docs;
 pub mod helpers;

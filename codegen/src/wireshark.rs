@@ -153,7 +153,8 @@ fn filter_name(s: &str) -> String {
 }
 
 /// The dissector's view of a contract, for the template's `target`.
-pub fn view(ir: &Ir) -> Result<Value, GenError> {
+pub fn view(cx: &crate::context::Context) -> Result<Value, GenError> {
+    let ir = cx.ir;
     let c = &ir.contract;
     let errors = ir
         .errors
