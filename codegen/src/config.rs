@@ -299,7 +299,10 @@ impl Config {
                     .collect();
             }
             Lang::Docs => ("docs", crate::docs::TEMPLATES, crate::docs::register),
-            Lang::Python => ("python", crate::python::TEMPLATES, crate::python::register),
+            Lang::Python => {
+                target = Some(crate::python::view);
+                ("python", crate::python::TEMPLATES, crate::python::register)
+            }
             Lang::Csharp => ("csharp", crate::csharp::TEMPLATES, crate::csharp::register),
             Lang::Wireshark => {
                 target = Some(crate::wireshark::view);

@@ -923,7 +923,9 @@ mod tests {
                 contract::load(std::path::Path::new(&path)).expect("contract"),
             )
             .expect("ir");
-            let ctx = crate::sdk::context(&ir).expect("context");
+            let package = Value::Null;
+            let cx = crate::context::Context::build(&ir, "", &package);
+            let ctx = serde_json::to_value(&cx).expect("context");
             let c = ctx["channels"]
                 .as_array()
                 .and_then(|cs| cs.iter().find(|c| c["key"] == key))

@@ -958,7 +958,12 @@ fn event_ir(c: &Contract, t: &contract::model::Trigger, label: String, ident: St
 
 /// A kind's wire name (`request`, `response`, ...).
 pub fn kind_wire(k: Kind) -> String {
-    serde_json::to_value(k)
+    wire_name(&k)
+}
+
+/// A unit enum's name on the wire (its serde name: `request`, `KiB`), or "" for another value.
+pub fn wire_name(v: &impl serde::Serialize) -> String {
+    serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
