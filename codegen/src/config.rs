@@ -303,7 +303,10 @@ impl Config {
                 target = Some(crate::python::view);
                 ("python", crate::python::TEMPLATES, crate::python::register)
             }
-            Lang::Csharp => ("csharp", crate::csharp::TEMPLATES, crate::csharp::register),
+            Lang::Csharp => {
+                target = Some(crate::csharp::view);
+                ("csharp", crate::csharp::TEMPLATES, crate::csharp::register)
+            }
             Lang::Wireshark => {
                 target = Some(crate::wireshark::view);
                 (
