@@ -281,12 +281,7 @@ impl Config {
 
     /// One target's files for the built IRs (each with the name of its contract file).
     fn render(&self, lang: Lang, irs: &[Loaded]) -> Result<Vec<GeneratedFile>, GenError> {
-        let mut target: Option<crate::sdk::TargetView> = None;
-        let (name, templates, register): (
-            &str,
-            &[crate::sdk::Template],
-            fn(&mut handlebars::Handlebars<'static>),
-        ) = match lang {
+        let target = match lang {
             Lang::Rust => {
                 return irs
                     .iter()
@@ -298,33 +293,14 @@ impl Config {
                     })
                     .collect();
             }
-            Lang::Docs => ("docs", crate::docs::TEMPLATES, crate::docs::register),
-            Lang::Python => {
-                target = Some(crate::python::view);
-                ("python", crate::python::TEMPLATES, crate::python::register)
-            }
-            Lang::Csharp => {
-                target = Some(crate::csharp::view);
-                ("csharp", crate::csharp::TEMPLATES, crate::csharp::register)
-            }
-            Lang::Wireshark => {
-                target = Some(crate::wireshark::view);
-                (
-                    "wireshark",
-                    crate::wireshark::TEMPLATES,
-                    crate::wireshark::register,
-                )
-            }
+            Lang::Docs => &crate::docs::TARGET,
+            Lang::Python => &crate::python::TARGET,
+            Lang::Csharp => &crate::csharp::TARGET,
+            Lang::Wireshark => &crate::wireshark::TARGET,
         };
         let irs: Vec<(&Ir, &str)> = irs.iter().map(|l| (&l.ir, l.shown.as_str())).collect();
         let dir = self.templates.as_deref();
-        crate::sdk::generate(
-            name,
-            &irs,
-            templates,
-            (register, target),
-            (dir, &self.package),
-        )
+        crate::sdk::generate(target, &irs, (dir, &self.package))
     }
 
     /// Generate and write into the output directory (default `OUT_DIR`), touching only

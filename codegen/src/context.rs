@@ -43,8 +43,8 @@ pub struct Context<'a> {
     pub limits: &'a [LimitIr],
     /// Each limit as Rust constant text (`16 MiB`), in `limits` order.
     pub limit_texts: Vec<String>,
-    pub engine_limits: Vec<Value>,
-    pub id_rule_texts: Vec<Value>,
+    pub engine_limits: Vec<crate::docs::EngineLimit>,
+    pub id_rule_texts: Vec<crate::docs::IdRuleText>,
     pub relations: Vec<RelationView<'a>>,
     pub machines: &'a [MachineIr],
     pub id_rules: &'a [IdRulesIr],
@@ -62,7 +62,7 @@ pub struct Context<'a> {
     /// The contract's path as the user gave it (headers name it).
     pub input: &'a str,
     /// The package options' names.
-    pub package: &'a Value,
+    pub package: &'a crate::package::PackageContext<'a>,
     /// The target's own view, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<Value>,
@@ -150,7 +150,11 @@ pub struct MethodCap<'a> {
 
 impl<'a> Context<'a> {
     /// The context of one contract, as given at `input`, packaged as `package` says.
-    pub fn build(ir: &'a Ir, input: &'a str, package: &'a Value) -> Context<'a> {
+    pub fn build(
+        ir: &'a Ir,
+        input: &'a str,
+        package: &'a crate::package::PackageContext<'a>,
+    ) -> Context<'a> {
         let c = &ir.contract;
         Context {
             ir,

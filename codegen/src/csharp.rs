@@ -31,6 +31,14 @@ mod view;
 pub use view::view;
 
 /// The built-in C# templates.
+/// The csharp target.
+pub const TARGET: crate::sdk::Target = crate::sdk::Target {
+    lang: "csharp",
+    templates: TEMPLATES,
+    register,
+    view,
+};
+
 pub const TEMPLATES: &[Template] = &[
     (
         "{{assembly}}.csproj.hbs",

@@ -1,15 +1,28 @@
 //! The Markdown docs target: one page per contract, rendered from
-//! `codegen/templates/docs/`. The helpers here spell types, byte diagrams and
-//! Mermaid state diagrams; the templates lay out the page.
+//! `codegen/templates/docs/`. The view (`view`, the template's `target`) draws byte
+//! diagrams and Mermaid state diagrams and spells each type's rows; this file spells
+//! types, and the engine's limits and id rules as the page's text; the templates lay
+//! out the page.
 
 use handlebars::{Handlebars, handlebars_helper};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::sdk::Template;
 use crate::types::TypeRef;
 
+mod view;
+pub use view::view;
+
 /// The built-in docs templates.
+/// The docs target.
+pub const TARGET: crate::sdk::Target = crate::sdk::Target {
+    lang: "docs",
+    templates: TEMPLATES,
+    register,
+    view,
+};
+
 pub const TEMPLATES: &[Template] = &[
     (
         "{{module}}.md.hbs",
@@ -47,94 +60,9 @@ handlebars_helper!(md_type_helper: |v: Json| {
     TypeRef::deserialize(v).map(|t| md_type(&t)).unwrap_or_else(|_| "?".into())
 });
 
-// The byte layout of a framing, as a fenced diagram.
-handlebars_helper!(byte_diagram: |framing: Json, cap: Json| {
-    let cap_text = cap.get("bytes").and_then(Value::as_u64).map(|b| format!("≤ {b} bytes")).unwrap_or_else(|| "no cap".into());
-    let cells: Vec<String> = match framing.get("kind").and_then(Value::as_str) {
-        Some("length-prefixed") => vec![
-            format!("length: {} bytes, {}-endian, unsigned", framing["lengthBytes"], framing["byteOrder"].as_str().unwrap_or("")),
-            format!("payload: UTF-8 JSON, {cap_text}"),
-        ],
-        Some("binary") => {
-            let mut v: Vec<String> = framing["header"].as_array().into_iter().flatten().map(|h| {
-                format!("{}: {} bytes{}", h["name"].as_str().unwrap_or(""), h["bytes"], if h.get("counts").is_some() { format!(" (counts {})", h["counts"].as_str().unwrap_or("")) } else { String::new() })
-            }).collect();
-            v.push(format!("payload: bytes ({cap_text} after the length)"));
-            v
-        }
-        Some("ndjson") => vec![format!("JSON line: {} {}", cap_text.replace("bytes", ""), framing["lineMeasure"].as_str().unwrap_or("")), "\\n".into()],
-        Some("websocket-text") => vec![format!("one WebSocket text message = one JSON message, {cap_text}")],
-        Some("header-delimited") => {
-            let mut v = vec![format!("{}: <decimal body length>\\r\\n", framing["lengthHeader"].as_str().unwrap_or(""))];
-            v.extend(framing["headers"].as_array().into_iter().flatten().map(|h| {
-                format!("{}: {}\\r\\n ({})", h["name"].as_str().unwrap_or(""), h["values"][0].as_str().unwrap_or("…"), if h["required"] == true { "required" } else { "optional" })
-            }));
-            v.push("\\r\\n".into());
-            v.push(format!("body: UTF-8 JSON, {cap_text}"));
-            v
-        }
-        _ => vec!["?".into()],
-    };
-    let widths: Vec<usize> = cells.iter().map(|c| c.chars().count() + 2).collect();
-    let border = format!("+{}+", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("+"));
-    let middle = format!("|{}|", cells.iter().map(|c| format!(" {c} ")).collect::<Vec<_>>().join("|"));
-    format!("```text\n{border}\n{middle}\n{border}\n```")
-});
-
-// A state machine as a Mermaid stateDiagram.
-handlebars_helper!(mermaid: |m: Json| {
-    let mut out = String::from("```mermaid\nstateDiagram-v2\n");
-    let id = |s: &str| s.to_string();
-    out.push_str(&format!("    [*] --> {}\n", id(m["initial"].as_str().unwrap_or(""))));
-    for (i, t) in m["transitions"].as_array().into_iter().flatten().enumerate() {
-        // Mermaid ends a label at a line break and reads `:` after the first as text.
-        let label = m["triggers"][i].as_str().map(|l| format!(" : {}", l.replace(['\n', '"'], " "))).unwrap_or_default();
-        out.push_str(&format!("    {} --> {}{label}\n", id(t[0].as_str().unwrap_or("")), id(t[1].as_str().unwrap_or(""))));
-    }
-    for t in m["terminal"].as_array().into_iter().flatten() {
-        out.push_str(&format!("    {} --> [*]\n", id(t.as_str().unwrap_or(""))));
-    }
-    out.push_str("```");
-    out
-});
-
-// Rows describing a named type: one per field for structs, one per branch for unions.
-handlebars_helper!(type_rows: |types: Json, name: Json| {
-    let name = name.as_str().unwrap_or("");
-    let t = types.as_array().into_iter().flatten().find(|t| t["name"] == name);
-    let rows: Vec<Value> = match t {
-        None => vec![],
-        Some(t) => match t["kind"].as_str() {
-            Some("struct") => t["fields"].as_array().into_iter().flatten().map(|f| json!({
-                "name": f["wire"], "type": TypeRef::deserialize(&f["ty"]).map(|x| md_type(&x)).unwrap_or_default(),
-                "required": f["required"], "description": f["description"],
-            })).collect(),
-            Some("union") => t["variants"].as_array().into_iter().flatten().map(|v| json!({
-                "name": v["tagValue"].as_str().map(|s| format!("{}={s}", t["tag"].as_str().unwrap_or(""))).unwrap_or_else(|| "one of".into()),
-                "type": TypeRef::deserialize(&v["ty"]).map(|x| md_type(&x)).unwrap_or_default(),
-                "required": true, "description": "",
-            })).collect(),
-            Some("stringEnum") => vec![json!({"name": "(value)", "type": t["values"].as_array().into_iter().flatten().map(|v| format!("`{}`", v[1].as_str().unwrap_or(""))).collect::<Vec<_>>().join(", "), "required": true, "description": t["description"]})],
-            _ => vec![json!({"name": "(value)", "type": TypeRef::deserialize(&t["target"]).map(|x| md_type(&x)).unwrap_or_default(), "required": true, "description": t["description"]})],
-        },
-    };
-    Value::Array(rows)
-});
-
-// Direction text: `shell → core`.
-handlebars_helper!(arrow: |from: Json, parties: Json| {
-    let from: Vec<String> = from.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect();
-    let to: Vec<String> = parties.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str().map(str::to_string)).filter(|p| !from.contains(p)).collect();
-    format!("{} → {}", from.join(", "), if to.is_empty() { "any".into() } else { to.join(", ") })
-});
-
 /// Register the docs helpers.
 pub fn register(hb: &mut Handlebars<'static>) {
     hb.register_helper("md_type", Box::new(md_type_helper));
-    hb.register_helper("byte_diagram", Box::new(byte_diagram));
-    hb.register_helper("mermaid", Box::new(mermaid));
-    hb.register_helper("type_rows", Box::new(type_rows));
-    hb.register_helper("arrow", Box::new(arrow));
 }
 
 /// An action as docs text: `close 4001`, `reply-error "protocol.frame_too_large"`.
@@ -160,11 +88,29 @@ fn triggers_text(ts: &[contract::model::Trigger]) -> String {
         .join(" or ")
 }
 
+/// One row of the engine's limits table (`—` where a column says nothing).
+#[derive(Serialize)]
+pub struct EngineLimit {
+    pub key: String,
+    pub clock: String,
+    pub applies: String,
+    pub per: String,
+    pub reaction: String,
+}
+
+/// A party's request-id rules, and what a breach gets.
+#[derive(Serialize)]
+pub struct IdRuleText {
+    pub party: String,
+    pub rules: String,
+    pub breach: String,
+}
+
 /// The limits an engine runs from their machine form, one row each for the docs page:
 /// the clock (what starts, restarts and stops it), the messages it applies to, what it is
 /// kept per, and the reaction (what is sent, what is done). Limits with prose only are
 /// left out: the table above says all there is.
-pub fn engine_limits(c: &contract::Contract) -> Vec<Value> {
+pub fn engine_limits(c: &contract::Contract) -> Vec<EngineLimit> {
     use contract::model::{LimitCounts, LimitKey};
     let dash = |s: String| if s.is_empty() { "—".to_string() } else { s };
     c.limits
@@ -227,26 +173,23 @@ pub fn engine_limits(c: &contract::Contract) -> Vec<Value> {
                 reaction.push(action_text(a));
             }
             if let Some(caps) = l.caps {
-                let caps = serde_json::to_value(caps).unwrap_or_default();
-                reaction.push(format!("holds for {}", caps.as_str().unwrap_or("")));
+                reaction.push(format!("holds for {}", crate::ir::wire_name(&caps)));
             }
             let machine =
                 !clock.is_empty() || applies.is_some() || !per.is_empty() || !reaction.is_empty();
-            machine.then(|| {
-                json!({
-                    "key": key,
-                    "clock": dash(clock.join("; ")),
-                    "applies": dash(applies.unwrap_or_default()),
-                    "per": dash(per),
-                    "reaction": dash(reaction.join("; ")),
-                })
+            machine.then(|| EngineLimit {
+                key: key.clone(),
+                clock: dash(clock.join("; ")),
+                applies: dash(applies.unwrap_or_default()),
+                per: dash(per),
+                reaction: dash(reaction.join("; ")),
             })
         })
         .collect()
 }
 
 /// Each party's request-id rules as one line of docs text, for the parties that have them.
-pub fn id_rules(c: &contract::Contract) -> Vec<Value> {
+pub fn id_rules(c: &contract::Contract) -> Vec<IdRuleText> {
     c.parties
         .iter()
         .filter_map(|(party, p)| {
@@ -275,7 +218,11 @@ pub fn id_rules(c: &contract::Contract) -> Vec<Value> {
                 .as_ref()
                 .map(|a| format!("{}: {}", action_text(a), a.description))
                 .unwrap_or_else(|| "reported, not acted on".into());
-            Some(json!({"party": party, "rules": rules.join(", "), "breach": breach}))
+            Some(IdRuleText {
+                party: party.clone(),
+                rules: rules.join(", "),
+                breach,
+            })
         })
         .collect()
 }

@@ -12,7 +12,8 @@
 //! the C# namespace and assembly, and the version. Two SDKs with different names install
 //! side by side and share one runtime.
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::json;
 
 use crate::config::{GeneratedFile, Lang};
 use crate::ir::GenError;
@@ -157,19 +158,16 @@ impl Package {
     }
 
     /// What the templates see as `package`.
-    pub fn context(&self) -> Value {
-        let dist = self
-            .distribution
-            .clone()
-            .unwrap_or_else(|| self.python.replace('_', "-"));
-        json!({
-            "python": self.python,
-            "distribution": dist,
-            "namespace": self.namespace,
-            "assembly": self.assembly(),
-            "version": self.version,
-            "runtime": runtime_context(),
-        })
+    pub fn context(&self) -> PackageContext<'_> {
+        PackageContext {
+            python: &self.python,
+            distribution: (self.distribution.clone())
+                .unwrap_or_else(|| self.python.replace('_', "-")),
+            namespace: &self.namespace,
+            assembly: self.assembly(),
+            version: &self.version,
+            runtime: RuntimeContext::get(),
+        }
     }
 }
 
@@ -197,14 +195,38 @@ fn semver(v: &str) -> Option<(u64, u64, u64)> {
 }
 
 /// The runtime's name, version and the range of runtimes an SDK of this generator accepts.
-fn runtime_context() -> Value {
-    json!({
-        "version": RUNTIME_VERSION,
-        "below": below(RUNTIME_VERSION),
-        "distribution": RUNTIME_DIST,
-        "module": RUNTIME_MODULE,
-        "assembly": RUNTIME_ASSEMBLY,
-    })
+/// An SDK's names, as the templates see them (`package`).
+#[derive(Serialize)]
+pub struct PackageContext<'a> {
+    pub python: &'a str,
+    pub distribution: String,
+    pub namespace: &'a str,
+    pub assembly: &'a str,
+    pub version: &'a str,
+    pub runtime: RuntimeContext,
+}
+
+/// The runtime package's names, its version and the `below` bound of the range an SDK
+/// accepts.
+#[derive(Serialize)]
+pub struct RuntimeContext {
+    pub version: &'static str,
+    pub below: String,
+    pub distribution: &'static str,
+    pub module: &'static str,
+    pub assembly: &'static str,
+}
+
+impl RuntimeContext {
+    fn get() -> RuntimeContext {
+        RuntimeContext {
+            version: RUNTIME_VERSION,
+            below: below(RUNTIME_VERSION),
+            distribution: RUNTIME_DIST,
+            module: RUNTIME_MODULE,
+            assembly: RUNTIME_ASSEMBLY,
+        }
+    }
 }
 
 /// The first version past the series of `version` that an SDK generated for it accepts: the
@@ -229,7 +251,7 @@ pub fn runtime(lang: Lang) -> Result<Vec<GeneratedFile>, GenError> {
             )));
         }
     };
-    let ctx = json!({ "runtime": runtime_context() });
+    let ctx = json!({ "runtime": RuntimeContext::get() });
     crate::sdk::render_each(name, templates, &ctx)
 }
 

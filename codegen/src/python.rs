@@ -40,6 +40,14 @@ mod view;
 pub use view::view;
 
 /// The built-in Python templates.
+/// The python target.
+pub const TARGET: crate::sdk::Target = crate::sdk::Target {
+    lang: "python",
+    templates: TEMPLATES,
+    register,
+    view,
+};
+
 pub const TEMPLATES: &[Template] = &[
     (
         "pyproject.toml.hbs",

@@ -81,21 +81,29 @@ fn file_key(name: &str) -> String {
     format!("file:{name}")
 }
 
-/// A target's own view of a contract, which its per-contract templates see as `target`.
-pub type TargetView = fn(&Context) -> Result<Value, GenError>;
+/// A template target: its templates, its spelling helpers, and its own view of a
+/// contract, which its per-contract templates see as `target`.
+pub struct Target {
+    /// Directory name under `codegen/templates/` (and under `--templates DIR`).
+    pub lang: &'static str,
+    /// The embedded templates.
+    pub templates: &'static [Template],
+    /// Registers the target's helpers.
+    pub register: fn(&mut Handlebars<'static>),
+    /// Builds the target's view of one contract.
+    pub view: fn(&Context) -> Result<Value, GenError>,
+}
 
 /// Render a template target for `irs`, each with its contract's path as headers show it
-/// (the context's `input`): `register` adds the target's helpers, `target` (when given)
-/// its own view to each contract's context.
+/// (the context's `input`) and the target's view as `target`.
 pub fn generate(
-    lang: &str,
+    target: &Target,
     irs: &[(&Ir, &str)],
-    embedded: &[Template],
-    (register, target): (fn(&mut Handlebars<'static>), Option<TargetView>),
     (dir, package): (Option<&Path>, &Package),
 ) -> Result<Vec<GeneratedFile>, GenError> {
-    let mut hb = engine(lang, register);
-    let templates = load(lang, embedded, dir)?;
+    let lang = target.lang;
+    let mut hb = engine(lang, target.register);
+    let templates = load(lang, target.templates, dir)?;
     // Each template is parsed once, not once per contract it renders.
     for (name, text) in &templates {
         hb.register_template_string(&file_key(name), text)
@@ -108,9 +116,7 @@ pub fn generate(
     let mut contexts = Vec::with_capacity(irs.len());
     for (ir, input) in irs {
         let mut ctx = Context::build(ir, input, &package_ctx);
-        if let Some(view) = target {
-            ctx.target = Some(view(&ctx)?);
-        }
+        ctx.target = Some((target.view)(&ctx)?);
         contexts.push(ctx);
     }
     // Whole-run files (indexes, package metadata) must not depend on argument order.

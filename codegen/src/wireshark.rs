@@ -28,6 +28,14 @@ use crate::sdk::Template;
 use contract::model::{Binding, Framing};
 
 /// The built-in Wireshark templates.
+/// The wireshark target.
+pub const TARGET: crate::sdk::Target = crate::sdk::Target {
+    lang: "wireshark",
+    templates: TEMPLATES,
+    register,
+    view,
+};
+
 pub const TEMPLATES: &[Template] = &[(
     "{{module}}.lua.hbs",
     include_str!("../templates/wireshark/{{module}}.lua.hbs"),

@@ -454,8 +454,9 @@ mod tests {
                 contract::load(std::path::Path::new(&path)).expect("contract"),
             )
             .expect("ir");
-            let package = Value::Null;
-            let cx = Context::build(&ir, "", &package);
+            let package = crate::package::Package::default();
+            let names = package.context();
+            let cx = Context::build(&ir, "", &names);
             let types = CsTypes::new(&cx.types);
             let c = cx.channels.iter().find(|c| c.key == key).expect("channel");
             serde_json::to_value(rules(&types, c)).expect("rules")
