@@ -265,9 +265,16 @@ pub struct Ctx {
     /// back to): a derived check that must vary a member a report is addressed to takes
     /// the values from here, each pointer with its values.
     pub alternates: Vec<(String, Vec<Value>)>,
+    /// How to reach the implementation the last [`Ctx::open`] reached once more, set by
+    /// the [`Opener`] that opened it where it can (xsession: the launched recipient's
+    /// inbox, dialed again); without one, [`Ctx::open_again`] re-dials a dialed target.
+    pub again: Option<Again>,
     /// What lives as long as the sessions of this context (a launcher's helper socket).
     held: Vec<Kept>,
 }
+
+/// An [`Opener`]'s way to one more connection to the implementation it reached.
+pub type Again = Box<dyn for<'a> Fn(&'a mut Ctx) -> super::BodyFutureOf<'a, Peer> + Send + Sync>;
 
 /// A hand-written suite's hook that opens one session: launch a template target with its
 /// placeholders filled in (or reach another the way the suite's protocol needs: a token on
@@ -406,6 +413,7 @@ impl Ctx {
             closed_code: None,
             aliases: Vec::new(),
             alternates: Vec::new(),
+            again: None,
             held: Vec::new(),
         }
     }
@@ -625,6 +633,27 @@ impl Ctx {
                 Ok(None)
             }
             Some(link) => self.reach(link, self.opts.deadline).await.map(Some),
+        }
+    }
+
+    /// One more connection to the implementation the last [`Ctx::open`] reached, beside
+    /// the ones open: the opener's way ([`Ctx::again`]), or a dialed target dialed again;
+    /// `None` where the target is reached once per session (launched, or dialing in).
+    pub async fn open_again(&mut self) -> Result<Option<Peer>, Failure> {
+        if let Some(again) = self.again.take() {
+            let peer = again(self).await;
+            self.again = Some(again);
+            return peer.map(Some);
+        }
+        match self.last.take() {
+            Some(Link::Dial(control, data)) => {
+                let link = Link::Dial(control, data);
+                self.reach(link, self.opts.deadline).await.map(Some)
+            }
+            other => {
+                self.last = other;
+                Ok(None)
+            }
         }
     }
 

@@ -42,7 +42,6 @@ bodies! {
     s_misaddressed => imp::sender_misaddressed,
     s_socket => imp::sender_socket,
     s_one_way => imp::sender_one_way, r_one_way => imp::recipient_one_way,
-    s_max_conns => imp::sender_max_connections,
     s_auth => imp::sender_auth, r_auth => imp::recipient_auth,
     r_user_frame => imp::recipient_user_frame,
     s_transitions => imp::sender_transitions, r_transitions => imp::recipient_transitions,
@@ -123,13 +122,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§2 L55, §5 L90 (P1.7 item 11; X-28, X-31)",
             Ok(s_one_way),
             Ok(r_one_way),
-        ),
-        (
-            "xsession.2.max-connections",
-            "with maxConnections connections open, one more is closed unread and gets no status",
-            "§2 L53 (P1.7 item 9; X-8)",
-            Ok(s_max_conns),
-            Err(RECIPIENT_ONLY),
         ),
         (
             "xsession.3.auth",
@@ -247,8 +239,6 @@ mod imp {
     const POLL: Duration = Duration::from_millis(5);
     /// After the fence's status: how long a status that must not come may still be on its way.
     const STATUS_GRACE: Duration = Duration::from_millis(700);
-    /// Pause for the target to accept the connections that fill its cap.
-    const CAP_SETTLE: Duration = Duration::from_secs(1);
     /// Bytes kept as evidence from a connection.
     const EVIDENCE_MAX: usize = 512;
     /// Lines kept per connection (more are counted as one note).
@@ -265,7 +255,6 @@ mod imp {
     }
 
     struct Lim {
-        max_conns: usize,
         per_sender: Rate,
         reg_dir_mode: u32,
         reg_file_mode: u32,
@@ -289,7 +278,6 @@ mod imp {
         };
         let chars = |name: &str| -> Result<usize, Failure> { Ok(l.count(name)? as usize) };
         Ok(Lim {
-            max_conns: l.count("maxConnections")? as usize,
             per_sender: rate("perSenderRate")?,
             reg_dir_mode: l.mode("registryDirMode")?,
             reg_file_mode: l.mode("registryFileMode")?,
@@ -1857,57 +1845,6 @@ mod imp {
         }
         // Any status shows the frame was read; what policy made of it is the recipient's.
         pass(format!("an unknown control action skipped (control {ctl})"))
-    }
-
-    pub(super) async fn sender_max_connections(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let mut t = open_tx(cx).await?;
-        let max = t.env.lim.max_conns;
-        let Some((_, ctl)) = t.control().await? else {
-            return t.skip_no_status();
-        };
-        let auth = t.auth()?;
-        let mut held = Vec::new();
-        for i in 0..max {
-            let mut s = tokio::time::timeout(t.env.wait, UnixStream::connect(t.ipc()))
-                .await
-                .map_err(|_| Failure::new(format!("connection {} of {max} timed out", i + 1)))?
-                .map_err(|e| Failure::new(format!("connection {} of {max}: {e}", i + 1)))?;
-            if !auth.is_empty() {
-                let _ = s.write_all(&auth).await;
-            }
-            held.push(s);
-        }
-        tokio::time::sleep(CAP_SETTLE).await;
-        let (extra_id, v) = t.frame(0, None);
-        let l = t.env.line(&v)?;
-        let d = t.send_lines(&[l]).await?;
-        let early = held
-            .iter()
-            .filter(|s| {
-                let mut b = [0u8; 1];
-                matches!(s.try_read(&mut b), Ok(0))
-            })
-            .count();
-        drop(held);
-        if !d.closed() {
-            return Err(Failure::new(format!(
-                "connection {} was not closed within {:?}",
-                max + 1,
-                t.env.wait
-            )));
-        }
-        t.fenced_none(&[(extra_id, "the connection over maxConnections")])
-            .await?;
-        let note = if early > 0 {
-            format!("; {early} of the {max} idle connections had been closed already")
-        } else {
-            String::new()
-        };
-        pass(format!(
-            "{max} connections held open: connection {} closed ({}) and its frame got no status (control {ctl}){note}",
-            max + 1,
-            dial_text(&d)
-        ))
     }
 
     // ---------------------------------------------------------------- playing the recipient

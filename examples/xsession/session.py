@@ -432,7 +432,7 @@ class Session:
         self.log(f"inbound connection dropped silently: {why}")
 
     async def on_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.open_conns >= xs.MAX_CONNECTIONS:
+        if self.open_conns >= xs.MAX_CONNECTIONS and self.a.brk != "no-max-connections":
             self.drop_conn("maxConnections")  # closed unread
             writer.close()
             return
@@ -924,7 +924,7 @@ def main() -> int:
     ap.add_argument("--discover-timeout", type=float, default=10.0)
     ap.add_argument("--linger", type=float, default=0.5)
     ap.add_argument("--summary", help="write a JSON summary here on exit")
-    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes", "newer-frames", "no-sender-rate", "no-global-rate", "no-duplicates"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["no-auth", "line-bytes", "newer-frames", "no-sender-rate", "no-global-rate", "no-duplicates", "no-max-connections"], help="break one rule on purpose")
     a = ap.parse_args()
     if a.release_held_after is not None and a.release_held_after < 0:
         ap.error("--release-held-after must be >= 0")

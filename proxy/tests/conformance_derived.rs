@@ -821,11 +821,11 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
     let contract = contract.display().to_string();
     let depot = python("proxy/tests/peers/depot.py");
     let r = conformance_as("courier", &contract, &format!("exec:{depot}"));
-    assert!(
-        r.with("FAIL").is_empty() && r.with("SKIP").is_empty(),
-        "{}",
-        r.stdout
-    );
+    assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
+    // A depot launched per session cannot be held on several connections (D-6's check:
+    // the next test, on a depot the suite dials).
+    let once = ids(&["depot.derived.connections.couriersMax"]);
+    assert_eq!(r.with("SKIP"), once, "{}", r.stdout);
     let families = ids(&[
         "depot.derived.handshake",
         "depot.derived.call.parcel",
@@ -852,5 +852,62 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
         let r = conformance_as("courier", &contract, &target);
         let want = ids(&[&format!("depot.derived.{fails}")]);
         assert_eq!(r.with("FAIL"), want, "{broken}: {}", r.stdout);
+    }
+}
+
+/// The depot serving couriers on a unix socket: its connection cap (couriersMax, D-6) is
+/// data, and the suite, dialing the socket for every session, holds the cap's worth of
+/// connections and one more; a depot serving them all fails exactly that check.
+#[test]
+fn a_connection_cap_is_checked_on_a_listener_the_suite_dials() {
+    let contract = common::root().join("proxy/tests/fixtures/depot.json");
+    let contract = contract.display().to_string();
+    for (broken, fails) in [
+        (None, None),
+        (Some("uncapped-couriers"), Some("connections.couriersMax")),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("desk.sock");
+        let mut depot = Command::new(common::peers_python());
+        depot
+            .arg(common::root().join("proxy/tests/peers/depot.py"))
+            .arg("--listen")
+            .arg(&sock);
+        if let Some(b) = broken {
+            depot.args(["--break", b]);
+        }
+        let mut depot = Depot(depot.spawn().expect("start the depot"));
+        let started = std::time::Instant::now();
+        while !sock.exists() {
+            assert!(started.elapsed().as_secs() < 10, "the depot did not listen");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let target = format!("unix:{}", sock.display());
+        let r = conformance_as("courier", &contract, &target);
+        let want = fails
+            .map(|f| ids(&[&format!("depot.derived.{f}")]))
+            .unwrap_or_default();
+        assert_eq!(r.with("FAIL"), want, "{broken:?}: {}", r.stdout);
+        assert!(r.with("SKIP").is_empty(), "{broken:?}: {}", r.stdout);
+        if broken.is_none() {
+            let cap = "depot.derived.connections.couriersMax".to_string();
+            assert!(r.with("PASS").contains(&cap), "{}", r.stdout);
+            assert!(
+                r.stdout.contains("2 connections held open; connection"),
+                "{}",
+                r.stdout
+            );
+        }
+        let _ = depot.0.kill();
+    }
+}
+
+/// Ends the depot when the test does, whatever happened.
+struct Depot(std::process::Child);
+
+impl Drop for Depot {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

@@ -21,7 +21,7 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Check ids of the suite, in order, and whether each applies playing the sender / the recipient.
-const IDS: [(&str, bool, bool); 19] = [
+const IDS: [(&str, bool, bool); 18] = [
     ("xsession.1.record", true, false),
     ("xsession.1.symlink", true, false),
     ("xsession.1.removed", true, false),
@@ -30,7 +30,6 @@ const IDS: [(&str, bool, bool); 19] = [
     ("xsession.1.misaddressed", true, false),
     ("xsession.2.socket", true, false),
     ("xsession.2.one-way", true, true),
-    ("xsession.2.max-connections", true, false),
     ("xsession.3.auth", true, true),
     ("xsession.4.user-frame", false, true),
     ("xsession.5.transitions", true, true),
@@ -44,7 +43,7 @@ const IDS: [(&str, bool, bool); 19] = [
 ];
 
 /// The derived checks playing the sender (the parse deadline's among them, 30 s).
-const DERIVED_SENDER: [&str; 18] = [
+const DERIVED_SENDER: [&str; 19] = [
     "handshake",
     "call.user",
     "parse",
@@ -54,6 +53,7 @@ const DERIVED_SENDER: [&str; 18] = [
     "invalid",
     "unknown-notification",
     "unknown-member",
+    "connections.maxConnections",
     "duplicate.duplicateWindow",
     "version.msgV.newer",
     "frame.split",
@@ -191,7 +191,8 @@ fn sender_checks_against_broken(flag: &str) -> Run {
 /// a recipient without its per-sender or its global admission bucket fails only that
 /// limit's rate check (the global one's messages spread over the suite's inbox sockets, so
 /// the per-sender bucket refuses none of them); one taking the same body again within
-/// duplicateWindow fails only the derived duplicate check.
+/// duplicateWindow fails only the derived duplicate check; one serving a connection over
+/// maxConnections fails only the derived connection-cap check.
 #[test]
 fn a_recipient_breaking_a_rule_of_the_data_fails_exactly_its_derived_check() {
     for (flag, fails) in [
@@ -200,6 +201,7 @@ fn a_recipient_breaking_a_rule_of_the_data_fails_exactly_its_derived_check() {
         ("no-sender-rate", "rate.perSenderRate"),
         ("no-global-rate", "rate.globalRate"),
         ("no-duplicates", "duplicate.duplicateWindow"),
+        ("no-max-connections", "connections.maxConnections"),
     ] {
         let r = sender_checks_against_broken(flag);
         assert_eq!(r.code, 1, "{flag}: {}", show(&r));

@@ -35,6 +35,8 @@
 //!   rule's reaction;
 //! - `rate.<limit>` (`rates`): a token bucket, whatever it is kept per, refuses what
 //!   outruns it with its code, and a message an `ignore` refused is served later;
+//! - `connections.<limit>` (`connections`): with a connection cap's worth of sessions
+//!   open to the implementation, one more gets the cap's action, the others stay open;
 //! - `duplicate.<limit>` (`duplicates`): a message sent again within a duplicate window
 //!   gets the window's action;
 //! - `capabilities` (`capabilities`): with the played party declaring none, the
@@ -66,6 +68,7 @@ mod answers;
 mod behaviour;
 mod capabilities;
 mod carried;
+mod connections;
 mod counted;
 mod cues;
 mod duplicates;
@@ -223,6 +226,11 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let seed = cite(join("/limits", [&limit]), &seed);
         let id = format!("count.{limit}");
         add(id, title, &seed, counted::body, Some(limit), false);
+    }
+    for (limit, title, seed) in connections::applies(c, role) {
+        let seed = cite(join("/limits", [&limit]), &seed);
+        let id = format!("connections.{limit}");
+        add(id, title, &seed, connections::body, Some(limit), false);
     }
     for d in duplicates::applies(c, role, &plan.staying(c)) {
         let id = format!("duplicate.{}", d.limit);
@@ -391,7 +399,6 @@ struct Session {
 impl Session {
     async fn open(cx: &mut Ctx) -> Result<Session, Failure> {
         let c = cx.wire.contract().clone();
-        let shape = Shape::of(&c).ok_or_else(|| Failure::new("suite bug: no bound channel"))?;
         let plan = Plan::new(&c, &cx.role);
         let peer = match cx.open().await {
             // The handshake check, where there is one, reports a session that did not open.
@@ -400,14 +407,22 @@ impl Session {
             }
             opened => opened?,
         };
-        let prefix = id_prefix(&c, &cx.role);
+        Session::on(cx, peer)
+    }
+
+    /// A session on `peer`, before its handshake.
+    fn on(cx: &Ctx, peer: Peer) -> Result<Session, Failure> {
+        let c = cx.wire.contract();
+        let shape = Shape::of(c).ok_or_else(|| Failure::new("suite bug: no bound channel"))?;
+        let plan = Plan::new(c, &cx.role);
+        let prefix = id_prefix(c, &cx.role);
         Ok(Session {
             peer,
             shape,
             next: 0,
             prefix,
             traces: HashMap::new(),
-            keeps: plan.keeps(&c),
+            keeps: plan.keeps(c),
             declares_none: None,
             covered: Vec::new(),
             judge_answers: true,

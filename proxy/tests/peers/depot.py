@@ -16,23 +16,30 @@ again (the same `no`) within dedupeSeconds of the first is skipped, unanswered (
 --break line-bytes: a line's length is counted in bytes, not UTF-16 code units.
 --break newer-v: a parcel of a newer form is taken like any other.
 --break resend: a parcel handed in again is taken again.
+--break uncapped-couriers: with --listen, serve every courier, however many are connected.
+
+--listen PATH: serve couriers on a unix socket at PATH instead of stdin/stdout, each
+connection a session of its own (parcel numbers are kept per session, D-5); a connection
+beyond couriersMax is closed unread (D-6).
 """
 
 import argparse
 import json
 import os
+import socket
 import sys
+import threading
 import time
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "depot.json")
 
 
 def limits():
-    """lineMax, and dedupeSeconds scaled by CONTRACT_TIME_SCALE like every peer's clock."""
+    """lineMax, dedupeSeconds scaled by CONTRACT_TIME_SCALE like every peer's clock, and couriersMax."""
     with open(FIXTURE, encoding="utf-8") as f:
         c = json.load(f)["limits"]
     scale = float(os.environ.get("CONTRACT_TIME_SCALE", "1"))
-    return c["lineMax"]["value"], c["dedupeSeconds"]["value"] * scale
+    return c["lineMax"]["value"], c["dedupeSeconds"]["value"] * scale, c["couriersMax"]["value"]
 
 
 def units(b, brk):
@@ -53,7 +60,7 @@ def parcel(m, brk):
     return m["no"] if ok else None
 
 
-def receipt(nos, trace, brk):
+def receipt(write, nos, trace, brk):
     r = {"t": "receipt", "re": nos[0], "state": "stored"}
     if trace:
         r["trace"] = "t-depot" if brk == "new-trace" else trace
@@ -61,21 +68,16 @@ def receipt(nos, trace, brk):
         r["also"] = nos[1:]
     if brk == "bad-state":
         r["state"] = "shredded"
-    sys.stdout.buffer.write(json.dumps(r).encode() + b"\n")
-    sys.stdout.buffer.flush()
+    write(json.dumps(r).encode() + b"\n")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes", "newer-v", "resend"])
-    brk = ap.parse_args().brk
-    cap, window = limits()
-    taken = {}  # parcel number -> when it was first taken (D-5)
-    fd = sys.stdin.fileno()
+def session(read, write, brk, cap, window):
+    """One courier's session: lines from `read()` (b"" at the end), receipts to `write`."""
+    taken = {}  # parcel number -> when it was first taken in this session (D-5)
     buf = b""
     hello = False
     while True:
-        chunk = os.read(fd, 65536)
+        chunk = read()
         if not chunk:
             return
         buf += chunk
@@ -101,7 +103,55 @@ def main():
                     first_trace = m.get("trace")
                 nos.append(no)
         if nos:
-            receipt(nos, first_trace, brk)
+            receipt(write, nos, first_trace, brk)
+
+
+def listen(path, brk, cap, window, couriers):
+    """Each connection to `path` a session; one beyond `couriers` open is closed unread (D-6)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    count = {"open": 0}
+    lock = threading.Lock()
+
+    def serve(conn):
+        try:
+            session(lambda: conn.recv(65536), conn.sendall, brk, cap, window)
+        except OSError:
+            pass
+        finally:
+            with lock:
+                count["open"] -= 1
+            conn.close()
+
+    while True:
+        conn, _ = server.accept()
+        with lock:
+            full = count["open"] >= couriers and brk != "uncapped-couriers"
+            if not full:
+                count["open"] += 1
+        if full:
+            conn.close()
+            continue
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes", "newer-v", "resend", "uncapped-couriers"])
+    ap.add_argument("--listen", metavar="PATH")
+    a = ap.parse_args()
+    cap, window, couriers = limits()
+    if a.listen:
+        listen(a.listen, a.brk, cap, window, couriers)
+        return
+
+    def write(b):
+        sys.stdout.buffer.write(b)
+        sys.stdout.buffer.flush()
+
+    fd = sys.stdin.fileno()
+    session(lambda: os.read(fd, 65536), write, a.brk, cap, window)
 
 
 if __name__ == "__main__":

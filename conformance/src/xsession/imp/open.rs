@@ -21,7 +21,7 @@ use tokio::net::unix::OwnedReadHalf;
 use tokio::task::JoinHandle;
 
 use super::{Inbox, RxSetup, UnixStream, env, open_rx, open_tx_with};
-use crate::session::{Ctx, Peer};
+use crate::session::{Again, Ctx, Peer};
 use crate::{BodyFutureOf, Failure};
 
 /// Sockets of the suite's inbox, each a `from` whose statuses reach the session: a derived
@@ -45,10 +45,8 @@ async fn as_sender(cx: &mut Ctx) -> Result<Peer, Failure> {
     let env = env(cx)?;
     let t = open_tx_with(cx, env, FROMS).await?;
     let ipc = t.ipc();
-    let stream = tokio::time::timeout(cx.opts.deadline, UnixStream::connect(&ipc))
-        .await
-        .map_err(|_| Failure::new(format!("connecting to {ipc} timed out")))?
-        .map_err(|e| Failure::new(format!("cannot connect to {ipc}: {e}")))?;
+    let stream = connect(cx, &ipc).await?;
+    cx.again = Some(again_at(ipc));
     let (rd, wr) = stream.into_split();
     let (answers, feed) = tokio::io::duplex(ANSWERS_BUFFER);
     // The examples the derived suite writes from stand for this session's values.
@@ -80,6 +78,26 @@ async fn as_sender(cx: &mut Ctx) -> Result<Peer, Failure> {
     });
     cx.hold(Forward(tokio::spawn(task)));
     cx.peer_on(Conn::Stream(Box::new(tokio::io::join(answers, wr))))
+}
+
+async fn connect(cx: &Ctx, ipc: &str) -> Result<UnixStream, Failure> {
+    tokio::time::timeout(cx.opts.deadline, UnixStream::connect(ipc))
+        .await
+        .map_err(|_| Failure::new(format!("connecting to {ipc} timed out")))?
+        .map_err(|e| Failure::new(format!("cannot connect to {ipc}: {e}")))
+}
+
+/// One more connection to the launched recipient's inbox: its statuses come to the first
+/// session's (the suite's inbox is one), and the listener never writes on it (§2), so
+/// what it reads is its end.
+fn again_at(ipc: String) -> Again {
+    Box::new(move |cx: &mut Ctx| {
+        let ipc = ipc.clone();
+        Box::pin(async move {
+            let stream = connect(cx, &ipc).await?;
+            cx.peer_on(Conn::Stream(Box::new(stream)))
+        })
+    })
 }
 
 /// Copy every line that reaches the suite's inbox into the session, until the recipient
