@@ -11,7 +11,7 @@
 #   7. shell --break trace-id, through the proxy              -> violations > 0 (missing trace_id)
 #   8. contract-proxy conformance --play shell against the core (--ttl 2)      -> exit 0,
 #      skipped only 15.7, whose core side is the derived task cue (kernel.derived.cue.task)
-#   9. the same against core --break credit                    -> exit 1, only kernel.15.5 fails
+#   9. the same against core --break credit                    -> exit 1, only kernel.derived.credit.streams fails
 #  10. contract-proxy conformance --play core against the shell (--core none)  -> exit 0,
 #      skipped only the two checks that do not apply to a shell (15.8, 15.10)
 #  11. the same against shell --break trace-id                 -> exit 1, only kernel.derived.messages
@@ -292,16 +292,17 @@ EOF
 }
 
 not_for_shells="kernel.15.8,kernel.15.10"
-# 15.7's core side is derived from the contract's task cue (kernel.derived.cue.task).
-not_for_cores="kernel.15.7"
+# 15.7's and 15.5's core sides are derived from the contract's task cue and credit entry
+# (kernel.derived.cue.task, kernel.derived.credit.streams).
+not_for_cores="kernel.15.5,kernel.15.7"
 py_core="exec:$py $here/core.py --sdk $sdk_py --control {control} --data {data} --ttl 2"
 cs_shell="exec:$rt/dotnet $build/Shell.dll --control {control} --data {data} --core none"
 
 say "(f) conformance --play shell against the Python core: every check passes"
 conformance suite-core shell 0 "" "$not_for_cores" "$py_core"
 
-say "(g) conformance --play shell against core --break credit: exactly kernel.15.5 fails"
-TIME_SCALE=0.2 conformance suite-core-credit shell 1 "kernel.15.5" "$not_for_cores" "$py_core --break credit"
+say "(g) conformance --play shell against core --break credit: exactly kernel.derived.credit.streams fails"
+TIME_SCALE=0.2 conformance suite-core-credit shell 1 "kernel.derived.credit.streams" "$not_for_cores" "$py_core --break credit"
 
 say "(h) conformance --play core against the C# shell (--core none): every applicable check passes"
 conformance suite-shell core 0 "" "$not_for_shells" "$cs_shell"

@@ -96,14 +96,25 @@ fn suite_as_shell_passes_against_the_rust_core_and_writes_junit() {
     let all = ids("shell");
     assert_eq!(got, all, "{}", show(&r));
     assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(&r));
-    // The Rust core supports every trigger; 15.7's core side moved to the derived task cue.
-    assert_eq!(r.with("SKIP"), ["kernel.15.7"], "{}", show(&r));
+    // The Rust core supports every trigger; 15.5's and 15.7's core sides moved to the
+    // derived credit entry and task cue.
+    assert_eq!(
+        r.with("SKIP"),
+        ["kernel.15.5", "kernel.15.7"],
+        "{}",
+        show(&r)
+    );
     assert!(r.stdout.contains("kernel.derived.cue.task"), "{}", show(&r));
     assert!(
+        r.stdout.contains("kernel.derived.credit.streams"),
+        "{}",
+        show(&r)
+    );
+    assert!(
         r.stdout.contains(&format!(
-            "{} checks: {} passed, 0 failed, 1 skipped",
+            "{} checks: {} passed, 0 failed, 2 skipped",
             all.len(),
-            all.len() - 1
+            all.len() - 2
         )),
         "{}",
         show(&r)
@@ -165,17 +176,25 @@ fn a_core_that_exceeds_credit_fails_exactly_the_credit_check() {
     ]);
     let all = ids("shell");
     assert_eq!(r.lines().len(), all.len(), "{}", show(&r));
-    // The evidence is the offending data frame: its header names the stream.
-    let fail = only_failure(&r, "kernel.15.5");
-    assert!(fail.contains("only 4096 granted"), "{fail}");
-    assert!(fail.contains("hex:  0000040c 00000007"), "{fail}");
+    // The contract's credit entry judges it (the engine's credit rules), and the evidence is
+    // the first frame past the first grant of 4096 bytes: stream 7's fifth, seq 4.
+    let fail = only_failure(&r, "kernel.derived.credit.streams");
+    assert!(fail.contains("the implementation broke credit."), "{fail}");
+    assert!(
+        fail.contains("hex:  0000040c 00000007 00000000 00000004"),
+        "{fail}"
+    );
     let (report, jids) = junit_ids(&junit);
     assert_eq!(jids, all);
     assert_eq!(report.failures, 1);
     let case = report.test_suites[0]
         .test_cases
         .iter()
-        .find(|c| c.name.as_str().starts_with("kernel.15.5:"))
+        .find(|c| {
+            c.name
+                .as_str()
+                .starts_with("kernel.derived.credit.streams:")
+        })
         .expect("credit case");
     match &case.status {
         quick_junit::TestCaseStatus::NonSuccess {
@@ -186,7 +205,7 @@ fn a_core_that_exceeds_credit_fails_exactly_the_credit_check() {
             assert!(
                 message
                     .as_ref()
-                    .is_some_and(|m| m.as_str().contains("granted"))
+                    .is_some_and(|m| m.as_str().contains("credit"))
             );
             assert!(
                 description
@@ -194,7 +213,7 @@ fn a_core_that_exceeds_credit_fails_exactly_the_credit_check() {
                     .is_some_and(|d| d.as_str().contains("hex:"))
             );
         }
-        other => panic!("kernel.15.5 is not a failure in JUnit: {other:?}"),
+        other => panic!("credit.streams is not a failure in JUnit: {other:?}"),
     }
 }
 

@@ -318,7 +318,7 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            36,
+            37,
         ),
         (
             "core",
@@ -343,6 +343,15 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
             let id = format!("kernel.derived.{family}");
             assert!(r.with("PASS").contains(&id), "{play}: {id}: {}", r.stdout);
         }
+        // The suite grants the core's speech stream its credit; the shell sends no data
+        // the suite could grant (the core's side of 15.5 stays hand-written).
+        let credit = "kernel.derived.credit.streams".to_string();
+        assert_eq!(
+            r.with("PASS").contains(&credit),
+            play == "shell",
+            "{}",
+            r.stdout
+        );
     }
 }
 
@@ -910,4 +919,38 @@ impl Drop for Depot {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Credit is data (tests/fixtures/pipes.json, a made-up protocol): the sender opens its
+/// pipes itself, the sink grants. Playing the sink against a Python sender written from the
+/// contract, the suite grants 4 KiB at a time and the engine counts the bulk frames: the
+/// sender passes; one sending everything at once fails exactly the credit check (the
+/// behaviour check leaves credit to it).
+#[test]
+fn a_contract_of_its_own_gets_its_credit_checked() {
+    let contract = common::root().join("proxy/tests/fixtures/pipes.json");
+    let contract = contract.display().to_string();
+    let sender = python("proxy/tests/peers/pipes_sender.py");
+    let target = format!("exec:{sender} --ctl {{control}} --bulk {{data}}");
+    let r = conformance_as("sink", &contract, &target);
+    let all = ids(&[
+        "pipes.derived.messages",
+        "pipes.derived.credit.flow",
+        "pipes.derived.behaviour",
+    ]);
+    assert_eq!(r.with("PASS"), all, "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("pipe 3: nothing before the first grant; 20000 bytes"),
+        "{}",
+        r.stdout
+    );
+    let r = conformance_as("sink", &contract, &format!("{target} --break overrun"));
+    let want = ids(&["pipes.derived.credit.flow"]);
+    assert_eq!(r.with("FAIL"), want, "{}", r.stdout);
+    assert!(
+        r.stdout.contains("the implementation broke credit."),
+        "{}",
+        r.stdout
+    );
 }

@@ -8,7 +8,8 @@
 //! passed, credit overrun.
 //!
 //! Capability rulings are left to the `capabilities` check, which makes the implementation
-//! meet a party that declares nothing: one broken rule, one failing check.
+//! meet a party that declares nothing, and credit rulings to the `credit` checks where the
+//! played party has one: one broken rule, one failing check.
 
 use contract::Contract;
 use contract_policy::Engine;
@@ -44,13 +45,16 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             return plan.unreached(f);
         }
         s.call_each(cx, &plan.staying(&c)).await?;
-        verdict(&s.peer)
+        // Credit rulings are the credit checks' where the suite has them.
+        let credit = !super::credit::applies(&c, &cx.role).is_empty();
+        let left: &[&str] = if credit { &["credit."] } else { &[] };
+        verdict(&s.peer, left)
     })
 }
 
 /// The first finding fails the check; the others are listed with it.
-fn verdict(peer: &Peer) -> Result<crate::Verdict, Failure> {
-    breaches(peer, "the implementation")?;
+fn verdict(peer: &Peer, left: &[&str]) -> Result<crate::Verdict, Failure> {
+    breaches_but(peer, "the implementation", left)?;
     pass(format!(
         "{} messages of the implementation, none breaking a stateful rule",
         peer.log.len()
@@ -61,9 +65,15 @@ fn verdict(peer: &Peer) -> Result<crate::Verdict, Failure> {
 /// (`who` leads its reason): the first finding, the others after it, up to four frames
 /// that drew them. Capability rulings are left to the `capabilities` check.
 pub(super) fn breaches(peer: &Peer, who: &str) -> Result<(), Failure> {
+    breaches_but(peer, who, &[])
+}
+
+/// [`breaches`], leaving the rules named by the prefixes in `left` to their own checks too.
+fn breaches_but(peer: &Peer, who: &str, left: &[&str]) -> Result<(), Failure> {
     let found: Vec<&Finding> = (peer.judge.iter())
         .flat_map(|j| &j.found)
         .filter(|f| !f.ruling.rule.starts_with("capability."))
+        .filter(|f| !left.iter().any(|p| f.ruling.rule.starts_with(p)))
         .collect();
     let Some(first) = found.first() else {
         return Ok(());

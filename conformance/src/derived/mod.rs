@@ -45,6 +45,8 @@
 //!   the contract accepts;
 //! - `cue.<name>` (`cues`): the implementation acts on each cue the contract declares for
 //!   the played party, sending what the cue expects, then what ends it, breaking no machine;
+//! - `credit.<name>` (`credit`): after the played party's cue that makes the
+//!   implementation open a credit key, no data before a grant and never more than granted;
 //! - `timer.<limit>` (`timers`): with the suite silent from the clock's start, a deadline
 //!   or interval the implementation's party runs sends what it `sends`, or ends the
 //!   channel as its `action` says, when it runs out and not before;
@@ -70,6 +72,7 @@ mod capabilities;
 mod carried;
 mod connections;
 mod counted;
+mod credit;
 mod cues;
 mod duplicates;
 mod framing;
@@ -318,6 +321,17 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             &seed,
             cues::body,
             Some(name.clone()),
+            false,
+        );
+    }
+    for (name, title, seed) in credit::applies(c, role) {
+        let seed = cite(join("/credit", [&name]), &seed);
+        add(
+            format!("credit.{name}"),
+            title,
+            &seed,
+            credit::body,
+            Some(name),
             false,
         );
     }
