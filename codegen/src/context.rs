@@ -138,6 +138,67 @@ pub struct WireRules<'a> {
     pub no_null: bool,
 }
 
+/// A channel's JSON rules as a target spells them: booleans in its words, caps as its
+/// expressions, and one line of doc text.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpelledRules {
+    pub no_null: &'static str,
+    pub strict: &'static str,
+    pub object_only: &'static str,
+    pub max_depth: String,
+    pub max_items: String,
+    pub doc: String,
+}
+
+/// How a target spells [`SpelledRules`].
+pub struct Spelling {
+    /// Its true and false.
+    pub yes_no: (&'static str, &'static str),
+    /// Its word for a cap the channel does not set.
+    pub none: &'static str,
+    /// A cap as an expression of the generated code.
+    pub cap: fn(&LimitRef) -> String,
+    /// A cap's expression as doc text shows it.
+    pub quote: fn(&str) -> String,
+}
+
+impl WireRules<'_> {
+    /// The rules in `s`'s words.
+    pub fn spelled(&self, s: &Spelling) -> SpelledRules {
+        let word = |b: bool| if b { s.yes_no.0 } else { s.yes_no.1 };
+        let depth = self.max_depth.as_ref().map(s.cap);
+        let items = self.max_items.as_ref().map(s.cap);
+        let mut doc = Vec::new();
+        if self.strict {
+            doc.push("the strict profile".to_string());
+        }
+        if self.object_only {
+            doc.push("an object at the top".into());
+        }
+        if let Some(d) = &depth {
+            doc.push(format!("depth at most {}", (s.quote)(d)));
+        }
+        if let Some(i) = &items {
+            doc.push(format!("at most {} members plus elements", (s.quote)(i)));
+        }
+        if self.no_null {
+            doc.push("no null".into());
+        }
+        SpelledRules {
+            no_null: word(self.no_null),
+            strict: word(self.strict),
+            object_only: word(self.object_only),
+            max_depth: depth.unwrap_or_else(|| s.none.into()),
+            max_items: items.unwrap_or_else(|| s.none.into()),
+            doc: match doc.is_empty() {
+                true => "no JSON rules of its own".into(),
+                false => doc.join(", "),
+            },
+        }
+    }
+}
+
 /// A method's own frame cap. `ignore`: an over-cap request or notification is dropped and
 /// counted (`overMaxPayload: ignore`).
 #[derive(Serialize)]

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::cs_string;
 use super::types::{CsField, CsTypes, CsUnion, required_mask};
-use crate::context::{ChannelView, Context, LimitRef};
+use crate::context::{ChannelView, Context, SpelledRules, Spelling};
 use crate::ir::{
     EventIr, GenError, IdRulesIr, LimitIr, MachineIr, MethodIr, MoveIr, TableIr, ValueType, pascal,
 };
@@ -326,22 +326,11 @@ struct CsChannel<'a> {
 #[serde(rename_all = "camelCase")]
 pub(super) struct CsRules {
     message_type: Option<String>,
-    rules: Option<CsJsonRules>,
+    rules: Option<SpelledRules>,
     caps: Vec<CsCap>,
     method_at: String,
     reply_at: String,
     deadline: Option<CsDeadline>,
-}
-
-#[derive(Serialize, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-struct CsJsonRules {
-    no_null: &'static str,
-    strict: &'static str,
-    object_only: &'static str,
-    max_depth: String,
-    max_items: String,
-    doc: String,
 }
 
 #[derive(Serialize)]
@@ -362,6 +351,14 @@ fn limits_member(key: &str) -> String {
     format!("Limits.{}", pascal(key))
 }
 
+/// The channel's JSON rules in C#'s words, caps by the generated `Limits` members.
+const SPELLING: Spelling = Spelling {
+    yes_no: ("true", "false"),
+    none: "null",
+    cap: |l| limits_member(l.limit),
+    quote: |t| t.to_string(),
+};
+
 fn channel<'a>(types: &CsTypes, c: &'a ChannelView<'a>) -> CsChannel<'a> {
     CsChannel {
         channel: c,
@@ -371,43 +368,11 @@ fn channel<'a>(types: &CsTypes, c: &'a ChannelView<'a>) -> CsChannel<'a> {
 }
 
 pub(super) fn rules(types: &CsTypes, c: &ChannelView) -> CsRules {
-    let cap = |l: &Option<LimitRef>| l.as_ref().map_or("null".into(), |l| limits_member(l.limit));
     let names = |v: &Option<Vec<String>>| {
         v.as_ref()
             .map_or("null".into(), |a| strings(a.iter().map(String::as_str)))
     };
-    let json_rules = c.wire_rules.as_ref().map(|wr| {
-        let mut doc = Vec::new();
-        if wr.strict {
-            doc.push("the strict profile".to_string());
-        }
-        if wr.object_only {
-            doc.push("an object at the top".into());
-        }
-        if let Some(d) = &wr.max_depth {
-            doc.push(format!("depth at most {}", limits_member(d.limit)));
-        }
-        if let Some(i) = &wr.max_items {
-            doc.push(format!(
-                "at most {} members plus elements",
-                limits_member(i.limit)
-            ));
-        }
-        if wr.no_null {
-            doc.push("no null".into());
-        }
-        CsJsonRules {
-            no_null: cs_bool(wr.no_null),
-            strict: cs_bool(wr.strict),
-            object_only: cs_bool(wr.object_only),
-            max_depth: cap(&wr.max_depth),
-            max_items: cap(&wr.max_items),
-            doc: match doc.is_empty() {
-                true => "no JSON rules of its own".into(),
-                false => doc.join(", "),
-            },
-        }
-    });
+    let json_rules = c.wire_rules.as_ref().map(|r| r.spelled(&SPELLING));
     // The deadline applies where the reader is this runtime's (length-prefixed framing).
     let deadline = match (c.framing, &c.frame_deadline) {
         (contract::model::Framing::LengthPrefixed { .. }, Some(d)) => Some(CsDeadline {

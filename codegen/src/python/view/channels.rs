@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 
 use super::{Names, py_bool, py_opt, py_str, tuple};
-use crate::context::{ChannelView, WireRules};
+use crate::context::{ChannelView, SpelledRules, Spelling};
 use crate::ir::{lower_snake, upper_snake};
 use crate::python::{RESERVED_ATTRS, py_ident};
 use contract::model::{ByteOrder, Framing, LengthCounts, LineMeasure};
@@ -25,7 +25,7 @@ pub(super) struct PyChannel {
     upper: String,
     /// The branches constant of a presence-dispatched message union.
     branches: String,
-    rules: Option<PyRules>,
+    rules: Option<SpelledRules>,
     caps: Vec<PyCap>,
     method_at: String,
     reply_at: String,
@@ -37,17 +37,6 @@ pub(super) struct PyChannel {
     frame_class: Option<String>,
     fields: Option<Vec<PyHeader>>,
     utf16: Option<bool>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PyRules {
-    no_null: &'static str,
-    strict: &'static str,
-    object_only: &'static str,
-    max_depth: String,
-    max_items: String,
-    doc: String,
 }
 
 #[derive(Serialize)]
@@ -110,7 +99,7 @@ pub(super) fn channel(c: &ChannelView, names: &Names, untyped: &HashSet<String>)
         branches: format!("_{message}_BRANCHES"),
         message,
         order: py_opt(order(c.framing)),
-        rules: c.wire_rules.as_ref().map(rules),
+        rules: c.wire_rules.as_ref().map(|r| r.spelled(&SPELLING)),
         caps: (c.method_caps.iter())
             .map(|m| PyCap {
                 method: py_str(m.method),
@@ -180,34 +169,10 @@ fn framing(c: &ChannelView, v: &mut PyChannel) {
     }
 }
 
-fn rules(r: &WireRules) -> PyRules {
-    let depth = r.max_depth.as_ref().map(|l| l.ident);
-    let items = r.max_items.as_ref().map(|l| l.ident);
-    let mut doc = Vec::new();
-    if r.strict {
-        doc.push("the strict profile".to_string());
-    }
-    if r.object_only {
-        doc.push("an object at the top".into());
-    }
-    if let Some(d) = depth {
-        doc.push(format!("depth at most ``{d}``"));
-    }
-    if let Some(i) = items {
-        doc.push(format!("at most ``{i}`` members plus elements"));
-    }
-    if r.no_null {
-        doc.push("no null".into());
-    }
-    PyRules {
-        no_null: py_bool(r.no_null),
-        strict: py_bool(r.strict),
-        object_only: py_bool(r.object_only),
-        max_depth: depth.unwrap_or("None").to_string(),
-        max_items: items.unwrap_or("None").to_string(),
-        doc: match doc.is_empty() {
-            true => "no JSON rules of its own".into(),
-            false => doc.join(", "),
-        },
-    }
-}
+/// The channel's JSON rules in Python's words, caps by their constants' names.
+const SPELLING: Spelling = Spelling {
+    yes_no: ("True", "False"),
+    none: "None",
+    cap: |l| l.ident.to_string(),
+    quote: |t| format!("``{t}``"),
+};
