@@ -46,7 +46,6 @@ bodies! {
     r_user_frame => imp::recipient_user_frame,
     s_transitions => imp::sender_transitions, r_transitions => imp::recipient_transitions,
     r_per_sender => imp::recipient_per_sender_rate,
-    s_unknown => imp::sender_unknown,
 }
 
 /// The derived checks' sessions ([`imp::open_session`]).
@@ -150,13 +149,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "§6 step 1, L125 (P1.7 item 13; X-19, X-29)",
             Err(DERIVED_RATES),
             Ok(r_per_sender),
-        ),
-        (
-            "xsession.7.unknown",
-            "unknown control actions are skipped (unknown fields, unknown frame types, garbage lines and newer frame versions: the derived unknown-member, unknown-notification, parse and version.msgV.newer checks)",
-            "§4 L86, §7 (P1.7 item 22; X-9, X-10, X-25)",
-            Ok(s_unknown),
-            Err(RECIPIENT_ONLY),
         ),
         (
             "xsession.6.policy",
@@ -1817,34 +1809,6 @@ mod imp {
                 got(&bare_id).map(|x| x.0).unwrap_or_default()
             )),
         }
-    }
-
-    pub(super) async fn sender_unknown(cx: &mut Ctx) -> Result<Verdict, Failure> {
-        let mut t = open_tx(cx).await?;
-        let Some((_, ctl)) = t.control().await? else {
-            return t.skip_no_status();
-        };
-        let msg_v = t.env.msg_v.clone();
-        // An unknown control action is skipped (garbage lines, unknown frame types and newer
-        // frame versions are the derived `parse`, `unknown-notification` and
-        // `version.msgV.newer` checks').
-        let (unknown_id, v) = t.frame(0, None);
-        let l = t.env.line(&v)?;
-        let rename = Env::raw(
-            &json!({"msgV": msg_v, "type": "control", "action": "conformance-rename", "msgId": uuid()}),
-        );
-        t.send_lines(&[rename, l]).await?;
-        let missing = t
-            .wait_ids(std::slice::from_ref(&unknown_id), 1, t.env.soon())
-            .await;
-        if !missing.is_empty() {
-            return Err(Failure::new(format!(
-                "a frame after an unknown control action got no status within {:?}: the line before it was not skipped",
-                t.env.wait
-            )));
-        }
-        // Any status shows the frame was read; what policy made of it is the recipient's.
-        pass(format!("an unknown control action skipped (control {ctl})"))
     }
 
     // ---------------------------------------------------------------- playing the recipient

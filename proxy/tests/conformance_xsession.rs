@@ -21,7 +21,7 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Check ids of the suite, in order, and whether each applies playing the sender / the recipient.
-const IDS: [(&str, bool, bool); 18] = [
+const IDS: [(&str, bool, bool); 17] = [
     ("xsession.1.record", true, false),
     ("xsession.1.symlink", true, false),
     ("xsession.1.removed", true, false),
@@ -34,7 +34,6 @@ const IDS: [(&str, bool, bool); 18] = [
     ("xsession.4.user-frame", false, true),
     ("xsession.5.transitions", true, true),
     ("xsession.6.per-sender-rate", false, true),
-    ("xsession.7.unknown", true, false),
     ("xsession.6.policy", false, false),
     ("xsession.6.hold-capacity", false, false),
     ("xsession.6.input-queue", false, false),
