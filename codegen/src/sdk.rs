@@ -121,18 +121,25 @@ pub fn generate(
     }
     // Whole-run files (indexes, package metadata) must not depend on argument order.
     contexts.sort_by(|a, b| a.module.cmp(b.module));
-    // Handlebars renders from JSON: each context is serialised once, not once per template.
+    // Handlebars renders from JSON: each context is serialised once, its view moved in,
+    // and every template renders from that one tree (`render` would copy it each time).
     let modules: Vec<&str> = contexts.iter().map(|c| c.module).collect();
-    let contexts: Vec<Value> = (contexts.iter())
-        .map(serde_json::to_value)
+    let values: Vec<Value> = (contexts.into_iter())
+        .map(as_json)
         .collect::<Result<_, _>>()
         .map_err(|e| GenError::Template {
             template: lang.into(),
             reason: e.to_string(),
         })?;
+    let run = json!({ "contracts": values, "package": package_ctx });
+    let run = handlebars::Context::from(run);
+    let contexts: Vec<handlebars::Context> = match run.data()["contracts"].as_array() {
+        Some(all) => all.iter().cloned().map(handlebars::Context::from).collect(),
+        None => Vec::new(),
+    };
     let mut files = Vec::new();
-    let render = |name: &str, ctx: &Value| -> Result<String, GenError> {
-        hb.render(&file_key(name), ctx)
+    let render = |name: &str, ctx: &handlebars::Context| -> Result<String, GenError> {
+        hb.render_with_context(&file_key(name), ctx)
             .map_err(|e| GenError::Template {
                 template: format!("{lang}/{name}"),
                 reason: e.to_string(),
@@ -151,15 +158,24 @@ pub fn generate(
                 });
             }
         } else {
-            let ctx = json!({ "contracts": contexts, "package": package_ctx });
             files.push(GeneratedFile {
                 name: out_name,
-                contents: render(name, &ctx)?,
+                contents: render(name, &run)?,
             });
         }
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(files)
+}
+
+/// `ctx` as JSON, its target's view moved in rather than copied.
+fn as_json(mut ctx: Context) -> Result<Value, serde_json::Error> {
+    let target = ctx.target.take();
+    let mut v = serde_json::to_value(&ctx)?;
+    if let (Some(t), Some(map)) = (target, v.as_object_mut()) {
+        map.insert("target".into(), t);
+    }
+    Ok(v)
 }
 
 /// Render each of `templates` once with `ctx` (a package that does not depend on the
