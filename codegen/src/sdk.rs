@@ -168,6 +168,14 @@ pub fn generate(
     Ok(files)
 }
 
+/// A target's view as the JSON its templates read, named by the target in an error.
+pub fn view_json(lang: &str, view: impl serde::Serialize) -> Result<Value, GenError> {
+    serde_json::to_value(view).map_err(|e| GenError::Template {
+        template: lang.into(),
+        reason: e.to_string(),
+    })
+}
+
 /// `ctx` as JSON, its target's view moved in rather than copied.
 fn as_json(mut ctx: Context) -> Result<Value, serde_json::Error> {
     let target = ctx.target.take();

@@ -185,10 +185,7 @@ pub fn view(cx: &crate::context::Context) -> Result<Value, GenError> {
         channels,
         errors,
     };
-    serde_json::to_value(d).map_err(|e| GenError::Template {
-        template: "wireshark".into(),
-        reason: e.to_string(),
-    })
+    crate::sdk::view_json("wireshark", d)
 }
 
 fn channel(ir: &Ir, key: &str) -> Result<ChannelView, GenError> {

@@ -645,15 +645,9 @@ impl Ctx {
             self.again = Some(again);
             return peer.map(Some);
         }
-        match self.last.take() {
-            Some(Link::Dial(control, data)) => {
-                let link = Link::Dial(control, data);
-                self.reach(link, self.opts.deadline).await.map(Some)
-            }
-            other => {
-                self.last = other;
-                Ok(None)
-            }
+        match self.last {
+            Some(Link::Dial(..)) => self.reopen().await,
+            _ => Ok(None),
         }
     }
 

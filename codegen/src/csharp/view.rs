@@ -46,10 +46,7 @@ pub fn view(cx: &Context) -> Result<Value, GenError> {
             .collect(),
         machines: ir.machines.iter().map(machine).collect(),
     };
-    serde_json::to_value(view).map_err(|e| GenError::Template {
-        template: "csharp".into(),
-        reason: e.to_string(),
-    })
+    crate::sdk::view_json("csharp", view)
 }
 
 /// A named type and how C# lays it out.

@@ -101,10 +101,7 @@ pub fn view(cx: &Context) -> Result<Value, GenError> {
             })
             .collect(),
     };
-    serde_json::to_value(view).map_err(|e| GenError::Template {
-        template: "docs".into(),
-        reason: e.to_string(),
-    })
+    crate::sdk::view_json("docs", view)
 }
 
 fn arrow(from: &[String], parties: &[&str]) -> String {

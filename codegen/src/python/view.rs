@@ -86,10 +86,7 @@ pub fn view(cx: &Context) -> Result<Value, GenError> {
         dispatch: model.dispatch,
         type_names: model.type_names,
     };
-    serde_json::to_value(view).map_err(|e| GenError::Template {
-        template: "python".into(),
-        reason: e.to_string(),
-    })
+    crate::sdk::view_json("python", view)
 }
 
 /// Python class names: types first (each its own identifier, made unique), then the

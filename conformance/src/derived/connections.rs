@@ -132,7 +132,7 @@ async fn hold(cx: &mut Ctx, max: u64) -> Result<Result<Vec<Session>, Verdict>, F
                 "the target is reached once per session (launched, or dialing in): the suite cannot hold several connections to one implementation".into(),
             )));
         };
-        held.push(Session::on(cx, peer)?);
+        held.push(Session::on(cx, peer, &plan)?);
     }
     for s in &mut held {
         let _ = s.handshake(cx, &plan).await;

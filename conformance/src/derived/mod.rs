@@ -421,14 +421,13 @@ impl Session {
             }
             opened => opened?,
         };
-        Session::on(cx, peer)
+        Session::on(cx, peer, &plan)
     }
 
-    /// A session on `peer`, before its handshake.
-    fn on(cx: &Ctx, peer: Peer) -> Result<Session, Failure> {
+    /// A session on `peer`, before `plan`'s handshake.
+    fn on(cx: &Ctx, peer: Peer, plan: &Plan) -> Result<Session, Failure> {
         let c = cx.wire.contract();
         let shape = Shape::of(c).ok_or_else(|| Failure::new("suite bug: no bound channel"))?;
-        let plan = Plan::new(c, &cx.role);
         let prefix = id_prefix(c, &cx.role);
         Ok(Session {
             peer,
