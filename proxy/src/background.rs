@@ -1,7 +1,10 @@
-//! Threads that serve the sinks (the live view's flusher, the trace exporter): what
-//! they do may wait, so they yield the cores to the relay, and they stop waking up
-//! when there is nothing to do.
+//! Threads that serve the sinks (the live view's flusher, the tracer's span maker and
+//! its exporter): what they do may wait, so they yield the cores to the relay, and they
+//! stop waking up when there is nothing to do. [`Batcher`] is the one way the relay hands
+//! them work: appended to a buffer, taken in batches at a cadence.
 
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How long such a thread keeps its cadence with nothing to do before it sleeps
@@ -10,20 +13,177 @@ use std::time::Duration;
 /// polls at its cadence costs the relay nothing per item.
 pub const QUIET: Duration = Duration::from_secs(1);
 
-/// Nice level of the threads that work for the sinks: on a busy machine the relay's
-/// threads should win the core whenever they have a frame.
+/// Nice level of the threads that work for the sinks where the idle policy is refused:
+/// on a busy machine the relay's threads should win the core whenever they have a frame.
 pub const BACKGROUND_NICE: i32 = 10;
 
-/// Lower the calling thread's priority to [`BACKGROUND_NICE`]. Linux only: there a
-/// thread is a task with its own nice value (elsewhere it would renice the process).
+/// Put the calling thread in Linux's idle scheduling class (`SCHED_IDLE`): it runs when
+/// a core has nothing else to do, and a relay thread that wakes takes the core from it
+/// at once. A nice level only lowers its share, and a share of a core is still a turn the
+/// woken relay thread may wait out (measured: a tenfold tail on the round trip while
+/// spans were made and exported at nice 10). On a machine with no idle time such a
+/// thread falls behind: a [`Batcher`] past its high water is then handed on by the relay
+/// itself, so nothing is lost there, and the trace exporter's bounded queue drops spans
+/// and counts them, as it does for a slow collector. Where the class is refused, the
+/// thread runs at [`BACKGROUND_NICE`].
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn background_thread() {
-    // SAFETY: setpriority takes plain integers and touches no memory of ours; `who` 0
-    // is the calling thread. A failure only leaves the thread at its priority.
-    let _ = unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, BACKGROUND_NICE) };
+    let param = nix::libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a live, initialised struct for the call's duration; pid 0 is the
+    // calling thread. Both calls take plain values otherwise and touch no other memory.
+    let idle = unsafe { nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &param) } == 0;
+    if !idle {
+        // SAFETY: plain integers; `who` 0 is the calling thread. A failure only leaves the
+        // thread at its priority.
+        let _ = unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, BACKGROUND_NICE) };
+    }
 }
 
 /// Elsewhere the thread keeps its priority.
 #[cfg(not(target_os = "linux"))]
 pub fn background_thread() {}
+
+/// Items gathered by whoever pushes them and handed on in batches by a thread of its own,
+/// every `every` while items come (so the pusher makes no system call per item), or by the
+/// pusher itself once `high_water` items wait (so a consumer that cannot keep up slows the
+/// pushers instead of growing memory or dropping anything). Batches reach the consumer in
+/// the order their items were pushed. Dropping it hands on what is left.
+pub struct Batcher<T: Send + 'static> {
+    shared: Arc<Gathering<T>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What one batch is handed to.
+pub type Consumer<T> = Box<dyn FnMut(&mut Vec<T>) + Send>;
+
+struct Gathered<T> {
+    items: Vec<T>,
+    /// The thread waits to be woken (nothing came for [`QUIET`]).
+    asleep: bool,
+    closed: bool,
+}
+
+struct Gathering<T> {
+    pending: Mutex<Gathered<T>>,
+    wake: Condvar,
+    /// Held while a batch is taken and handed on, so batches keep their order.
+    consumer: Mutex<Consumer<T>>,
+    every: Duration,
+    high_water: usize,
+}
+
+impl<T: Send + 'static> Batcher<T> {
+    /// A batcher whose thread is called `name` (if the thread cannot start, every push is
+    /// handed on at once instead). `capacity` is the buffer's first size.
+    pub fn new(
+        name: &str,
+        every: Duration,
+        high_water: usize,
+        capacity: usize,
+        consumer: Consumer<T>,
+    ) -> Self {
+        let shared = Arc::new(Gathering {
+            pending: Mutex::new(Gathered {
+                items: Vec::with_capacity(capacity),
+                asleep: false,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            consumer: Mutex::new(consumer),
+            every,
+            high_water,
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || s.run())
+            .ok();
+        Batcher { shared, thread }
+    }
+
+    /// Add items: `fill` appends them to the buffer.
+    pub fn push(&self, fill: impl FnOnce(&mut Vec<T>)) {
+        let Ok(mut p) = self.shared.pending.lock() else {
+            return;
+        };
+        fill(&mut p.items);
+        if self.thread.is_none() || p.items.len() >= self.shared.high_water {
+            drop(p);
+            self.shared.hand_on();
+        } else if p.asleep {
+            p.asleep = false;
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Hand on everything gathered, now, on this thread.
+    pub fn flush(&self) {
+        self.shared.hand_on();
+    }
+}
+
+impl<T: Send + 'static> Drop for Batcher<T> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.closed = true;
+        }
+        self.shared.wake.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.shared.hand_on();
+    }
+}
+
+impl<T: Send + 'static> Gathering<T> {
+    fn run(&self) {
+        background_thread();
+        let mut quiet = Duration::ZERO;
+        loop {
+            std::thread::sleep(self.every);
+            if self.hand_on() {
+                quiet = Duration::ZERO;
+                continue;
+            }
+            quiet += self.every;
+            let Ok(mut p) = self.pending.lock() else {
+                return;
+            };
+            if p.closed {
+                return;
+            }
+            // An item pushed since `hand_on` found nothing saw the thread awake and did
+            // not wake it: sleeping now would leave it waiting.
+            if quiet >= QUIET && p.items.is_empty() {
+                p.asleep = true;
+                let Ok(p) = self.wake.wait_while(p, |p| p.asleep && !p.closed) else {
+                    return;
+                };
+                drop(p);
+                quiet = Duration::ZERO;
+            }
+        }
+    }
+
+    /// Take what gathered and hand it on; whether there was anything.
+    fn hand_on(&self) -> bool {
+        let Ok(mut consume) = self.consumer.lock() else {
+            return false;
+        };
+        let mut batch = match self.pending.lock() {
+            Ok(mut p) if !p.items.is_empty() => std::mem::take(&mut p.items),
+            _ => return false,
+        };
+        consume(&mut batch);
+        // Hand the allocation back, unless items came meanwhile, so the buffer is not
+        // grown again from nothing.
+        if let Ok(mut p) = self.pending.lock()
+            && p.items.is_empty()
+        {
+            batch.clear();
+            p.items = batch;
+        }
+        true
+    }
+}

@@ -16,9 +16,9 @@
 //! child (a stand-in's stderr) no line is split by the child's output.
 
 use std::io::Write;
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
+
+use crate::background::Batcher;
 
 /// How long a line may wait in the buffer before it is written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(10);
@@ -27,142 +27,50 @@ pub const HIGH_WATER: usize = 256 * 1024;
 /// The largest write a pipe keeps whole (POSIX `PIPE_BUF` on Linux).
 pub const PIPE_ATOMIC: usize = 4096;
 
-struct Pending {
-    buf: Vec<u8>,
-    /// The flusher waits to be woken (the log was quiet).
-    asleep: bool,
-    closed: bool,
-}
-
-struct Shared {
-    pending: Mutex<Pending>,
-    wake: Condvar,
-    /// Held while a batch is taken and written, so batches reach the output in order.
-    out: Mutex<Box<dyn Write + Send>>,
-}
-
 /// Lines for one output; dropping it writes what is left.
 pub struct Lines {
-    shared: Arc<Shared>,
-    flusher: Option<JoinHandle<()>>,
+    bytes: Batcher<u8>,
 }
 
 impl Lines {
     /// Lines for `out`, with a flusher thread (if the thread cannot start, every
     /// line is written at once instead).
-    pub fn new(out: Box<dyn Write + Send>) -> Self {
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(Pending {
-                buf: Vec::with_capacity(64 * 1024),
-                asleep: false,
-                closed: false,
-            }),
-            wake: Condvar::new(),
-            out: Mutex::new(out),
-        });
-        let s = shared.clone();
-        let flusher = std::thread::Builder::new()
-            .name("log-flush".into())
-            .spawn(move || s.run())
-            .ok();
-        Lines { shared, flusher }
+    pub fn new(mut out: Box<dyn Write + Send>) -> Self {
+        let write = move |batch: &mut Vec<u8>| {
+            for piece in pieces(batch, PIPE_ATOMIC) {
+                if out.write_all(piece).is_err() {
+                    break;
+                }
+            }
+            let _ = out.flush();
+        };
+        Lines {
+            bytes: Batcher::new(
+                "log-flush",
+                FLUSH_EVERY,
+                HIGH_WATER,
+                64 * 1024,
+                Box::new(write),
+            ),
+        }
     }
 
     /// Append one line: `fill` writes it (without its newline) into the buffer.
     /// If `fill` fails, whatever it wrote is taken back and nothing is logged.
     pub fn push<E>(&self, fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) {
-        let Ok(mut p) = self.shared.pending.lock() else {
-            return;
-        };
-        let start = p.buf.len();
-        if fill(&mut p.buf).is_err() {
-            p.buf.truncate(start);
-            return;
-        }
-        p.buf.push(b'\n');
-        if self.flusher.is_none() || p.buf.len() >= HIGH_WATER {
-            drop(p);
-            self.shared.write_out();
-        } else if p.asleep {
-            p.asleep = false;
-            self.shared.wake.notify_one();
-        }
+        self.bytes.push(|buf| {
+            let start = buf.len();
+            if fill(buf).is_err() {
+                buf.truncate(start);
+            } else {
+                buf.push(b'\n');
+            }
+        });
     }
 
     /// Write everything buffered now.
     pub fn flush(&self) {
-        self.shared.write_out();
-    }
-}
-
-impl Drop for Lines {
-    fn drop(&mut self) {
-        if let Ok(mut p) = self.shared.pending.lock() {
-            p.closed = true;
-        }
-        self.shared.wake.notify_one();
-        if let Some(t) = self.flusher.take() {
-            let _ = t.join();
-        }
-        self.shared.write_out();
-    }
-}
-
-impl Shared {
-    fn run(&self) {
-        crate::background::background_thread();
-        let mut quiet = Duration::ZERO;
-        loop {
-            std::thread::sleep(FLUSH_EVERY);
-            if self.write_out() {
-                quiet = Duration::ZERO;
-                continue;
-            }
-            quiet += FLUSH_EVERY;
-            let Ok(mut p) = self.pending.lock() else {
-                return;
-            };
-            if p.closed {
-                return;
-            }
-            // A line pushed since `write_out` found nothing saw the flusher awake and
-            // did not wake it: sleeping now would leave it unwritten.
-            if quiet >= crate::background::QUIET && p.buf.is_empty() {
-                p.asleep = true;
-                let Ok(p) = self.wake.wait_while(p, |p| p.asleep && !p.closed) else {
-                    return;
-                };
-                drop(p);
-                quiet = Duration::ZERO;
-            }
-        }
-    }
-
-    /// Take the buffer and write it, in whole-line pieces of at most [`PIPE_ATOMIC`];
-    /// whether there was anything to write.
-    fn write_out(&self) -> bool {
-        let Ok(mut out) = self.out.lock() else {
-            return false;
-        };
-        let mut batch = match self.pending.lock() {
-            Ok(mut p) if !p.buf.is_empty() => std::mem::take(&mut p.buf),
-            _ => return false,
-        };
-        for piece in pieces(&batch, PIPE_ATOMIC) {
-            if out.write_all(piece).is_err() {
-                break;
-            }
-        }
-        let _ = out.flush();
-        // Hand the allocation back, unless lines came meanwhile, so the buffer is
-        // not grown again from nothing.
-        if let Ok(mut p) = self.pending.lock()
-            && p.buf.is_empty()
-        {
-            batch.clear();
-            p.buf = batch;
-        }
-        true
+        self.bytes.flush();
     }
 }
 
@@ -195,6 +103,7 @@ fn pieces(batch: &[u8], max: usize) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
 
     /// An output that records each write it was given.
     #[derive(Clone, Default)]
