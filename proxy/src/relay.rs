@@ -437,6 +437,7 @@ pub(crate) async fn serve(
     route: Route,
     shared: Arc<Shared>,
 ) -> std::io::Result<RouteEnd> {
+    let route = Arc::new(route);
     let mut stop = shared.stop.clone();
     let mut tasks = tokio::task::JoinSet::new();
     let once = listener.is_once();
@@ -473,6 +474,8 @@ pub(crate) async fn serve(
             }
             Err(e) => return Err(e),
         };
+        // Shared, not cloned: a route's names and endpoints are the same for every
+        // connection, and a copy each was allocations and room in every connection's task.
         let route = route.clone();
         let shared = shared.clone();
         tasks.spawn(async move {
@@ -505,8 +508,7 @@ fn bad_gateway() -> contract_transport::conn::HttpRefusal {
     }
 }
 
-/// Connect upstream for one accepted client (answering a pending WebSocket
-/// handshake with the upstream's own answer), then relay.
+/// Connect upstream for one accepted client, then relay.
 async fn handle(
     incoming: Incoming,
     route: &Route,
@@ -515,11 +517,41 @@ async fn handle(
     // Only process endpoints (unix) outlive their connection.
     #[cfg_attr(not(unix), allow(unused_variables))] once: bool,
 ) -> Result<RouteEnd, String> {
-    // The dial and the relay are boxed: a task is as large as the largest state of its
-    // future, and a dial (TLS, QUIC, WebSocket handshakes) is large and short-lived; boxed,
-    // its memory goes back once the upstream is reached, instead of staying with every
-    // idle connection.
-    let (client, upstream) = match incoming {
+    // The dial, the relay and the child's end are boxed: a task is as large as the largest
+    // state of its future, and a dial (TLS, QUIC, WebSocket handshakes) is large and
+    // short-lived; boxed, its memory goes back once the upstream is reached, instead of
+    // staying with every idle connection.
+    let (
+        client,
+        Connected {
+            conn: up, child, ..
+        },
+    ) = Box::pin(dial(incoming, route, shared, conn)).await?;
+    let mut end = RouteEnd::default();
+    let relayed = match child {
+        Some(child) => {
+            let relaying = relay_with_child(child, (client, up), route, shared, conn, once);
+            let (relayed, exited) = Box::pin(relaying).await;
+            end.child = exited;
+            relayed
+        }
+        None => Box::pin(relay(client, up, route, shared, conn)).await,
+    };
+    if let Err(e) = relayed {
+        shared.note(&route.name, conn, &e);
+    }
+    Ok(end)
+}
+
+/// Connect upstream for one accepted client, answering a pending WebSocket handshake
+/// with the upstream's own answer.
+async fn dial(
+    incoming: Incoming,
+    route: &Route,
+    shared: &Arc<Shared>,
+    conn: u64,
+) -> Result<(Conn, Connected), String> {
+    let pair = match incoming {
         Incoming::Conn { conn: c, peer } => {
             shared.note(&route.name, conn, &format!("connected from {peer}"));
             match Box::pin(route.upstream.connect(&route.opts, None)).await {
@@ -595,15 +627,25 @@ async fn handle(
             }
         }
     };
-    let Connected {
-        conn: up, child, ..
-    } = upstream;
-    let mut end = RouteEnd::default();
-    let relayed = match child {
+    Ok(pair)
+}
+
+/// Relay a connection whose upstream is a child of ours, and wait for the child; its exit
+/// status when the route ends with it.
+async fn relay_with_child(
+    mut child: contract_transport::endpoint::process::ChildProc,
+    (client, up): (Conn, Conn),
+    route: &Route,
+    shared: &Arc<Shared>,
+    conn: u64,
+    once: bool,
+) -> (Result<(), String>, Option<std::process::ExitStatus>) {
+    let mut exited = None;
+    let relayed = match once {
         // A stand-in (stdio, fd:N) lives exactly as long as its child, as the launcher
         // expects: when the child exits, what it wrote drains to the launcher within one
         // deadline, and the route ends even if the launcher still holds its end open.
-        Some(mut child) if once => {
+        true => {
             let forwarding = match child.forward_signals() {
                 Ok(f) => Some(f),
                 Err(e) => {
@@ -629,7 +671,7 @@ async fn handle(
             match status {
                 Ok(st) => {
                     shared.note(&route.name, conn, &format!("child exited: {st}"));
-                    end.child = Some(st);
+                    exited = Some(st);
                 }
                 Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
             }
@@ -639,7 +681,7 @@ async fn handle(
             relayed
         }
         // A child per connection gets one deadline to finish after its connection closed.
-        Some(mut child) => {
+        false => {
             let relayed = Box::pin(relay(client, up, route, shared, conn)).await;
             let status = match tokio::time::timeout(SHUTDOWN_DEADLINE, child.wait()).await {
                 Ok(r) => r,
@@ -658,12 +700,8 @@ async fn handle(
             }
             relayed
         }
-        None => Box::pin(relay(client, up, route, shared, conn)).await,
     };
-    if let Err(e) = relayed {
-        shared.note(&route.name, conn, &e);
-    }
-    Ok(end)
+    (relayed, exited)
 }
 
 enum Frame {
@@ -859,9 +897,11 @@ impl FrameIn {
 }
 
 /// Read and throw away a byte stream up to its end (or an error), counting into
-/// `dropped` as it goes, in one small buffer.
+/// `dropped` as it goes, in one small buffer. The buffer is on the heap: a connection
+/// ends once, and on the stack it made every connection's future, idle ones included,
+/// 4 KiB larger for each place that may discard.
 async fn discard<R: AsyncRead + Unpin>(rd: &mut R, dropped: &mut u64) {
-    let mut scrap = [0u8; 4096];
+    let mut scrap = vec![0u8; 4096];
     while let Ok(n) = rd.read(&mut scrap).await
         && n > 0
     {
@@ -1141,6 +1181,9 @@ pub async fn relay(
     conn: u64,
 ) -> Result<(), String> {
     let codec = stream_codec(&route.wire, &route.channel)?;
+    // The session first: nothing of this connection's state waits across that wait, so
+    // none of it takes room in the future twice.
+    let session = shared.join_session(route, conn).await;
     let inspector = Inspector::new(
         route.wire.clone(),
         &route.name,
@@ -1150,7 +1193,6 @@ pub async fn relay(
         route.mode,
     )
     .map_err(|e| e.to_string())?;
-    let session = shared.join_session(route, conn).await;
     if session != conn {
         shared.note(&route.name, conn, &format!("joins session #{session}"));
     }
@@ -1193,31 +1235,39 @@ pub async fn relay(
         shared,
         rec: &rec,
     };
-    let up = pump(Dir::Up, &mut cin, codec.clone(), pumping);
-    let down = pump(Dir::Down, &mut uin, codec.clone(), pumping);
-    // Orders from other connections run beside the pumps, never inside a select arm:
-    // they take the same write locks the pumps hold while a write waits.
-    let orders = injector(ctl_rx, &ends, route, shared, (conn, session));
     let result = {
-        tokio::pin!(up, down, orders);
+        // Pinned where they are made: a future moved into a pin later kept its first place
+        // too, 3 KiB per pump for every connection.
+        tokio::pin! {
+            let up = pump(Dir::Up, &mut cin, codec.clone(), pumping);
+            let down = pump(Dir::Down, &mut uin, codec.clone(), pumping);
+            // Orders from other connections run beside the pumps, never inside a select arm:
+            // they take the same write locks the pumps hold while a write waits.
+            let orders = injector(ctl_rx, &ends, route, shared, (conn, session));
+        }
         let mut stop = shared.stop.clone();
-        let closing = |c: Closing| async {
-            let frame = match c {
-                Closing::Code(f) => Some(f),
-                // Dropped, not closed: a WebSocket ends with no close frame (1006 at the
-                // peer, as when a peer dies), never with a close that says "no status".
-                Closing::Drop => Some(CloseFrame {
-                    code: 1006,
-                    reason: String::new(),
-                }),
-            };
-            // A pump stuck writing to a peer that stopped reading holds its end's lock:
-            // give up after the deadline (dropping the connection closes it anyway).
-            let _ = tokio::time::timeout(DRAIN_DEADLINE, async {
-                let _ = ends.client.lock().await.end(frame.clone()).await;
-                let _ = ends.upstream.lock().await.end(frame).await;
+        let ends = &ends;
+        // Boxed: a connection closes once, and inline the close's future (two locks and two
+        // ends, WebSocket close frames included) would be part of every idle connection.
+        let closing = |c: Closing| {
+            Box::pin(async move {
+                let frame = match c {
+                    Closing::Code(f) => Some(f),
+                    // Dropped, not closed: a WebSocket ends with no close frame (1006 at the
+                    // peer, as when a peer dies), never with a close that says "no status".
+                    Closing::Drop => Some(CloseFrame {
+                        code: 1006,
+                        reason: String::new(),
+                    }),
+                };
+                // A pump stuck writing to a peer that stopped reading holds its end's lock:
+                // give up after the deadline (dropping the connection closes it anyway).
+                let _ = tokio::time::timeout(DRAIN_DEADLINE, async {
+                    let _ = ends.client.lock().await.end(frame.clone()).await;
+                    let _ = ends.upstream.lock().await.end(frame).await;
+                })
+                .await;
             })
-            .await;
         };
         let mut up_done = false;
         let mut down_done = false;
@@ -1226,12 +1276,12 @@ pub async fn relay(
             .lock()
             .map(|mut i| i.open(Instant::now()))
             .unwrap_or_default();
-        for ins in opened {
-            let refused = match &ins.decision {
+        for seen in boxed(opened) {
+            let refused = match &seen.0.decision {
                 Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
                 _ => None,
             };
-            let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
+            let _ = rec.send(Some(seen)).await;
             if let Some(c) = refused {
                 closing(c).await;
                 up_done = true;
@@ -1252,11 +1302,11 @@ pub async fn relay(
                     fired = deadline;
                     let ticked = inspector.lock().map(|mut i| i.tick(Instant::now())).unwrap_or_default();
                     let mut close = None;
-                    for ins in ticked {
-                        if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
+                    for seen in boxed(ticked) {
+                        if let Decision::Refuse { close: Some(c), .. } = &seen.0.decision {
                             close = Some(c.clone());
                         }
-                        let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
+                        let _ = rec.send(Some(seen)).await;
                     }
                     if let Some(c) = close {
                         closing(c).await;
@@ -1296,7 +1346,7 @@ pub async fn relay(
         result
     };
     // Both ends have been told (EOF or a close): hear them out before letting go.
-    let (from_client, from_upstream) = linger(&mut cin, &mut uin).await;
+    let (from_client, from_upstream) = Box::pin(linger(&mut cin, &mut uin)).await;
     if from_client + from_upstream > 0 {
         shared
             .stats
@@ -1314,8 +1364,8 @@ pub async fn relay(
         .lock()
         .map(|mut i| i.close(Instant::now()))
         .unwrap_or_default();
-    for ins in closed {
-        let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
+    for seen in boxed(closed) {
+        let _ = rec.send(Some(seen)).await;
     }
     // Everything inspected reaches the sinks before the connection is reported closed.
     let _ = rec.send(None).await;
@@ -1333,10 +1383,20 @@ pub async fn relay(
     result
 }
 
+/// An inspected frame and its bytes. Boxed: the recorder's queue allocates its slots in
+/// blocks, and every future that sends holds its value, so an unboxed inspection (700
+/// bytes) cost each connection tens of KiB idle.
+type Seen = Box<(Inspection, Bytes)>;
+
+/// Inspections of no frame (a connection's open, a deadline, its close), each boxed
+/// before the loop that sends them waits: an inspection the loop held would take its room
+/// in the connection's future for good.
+fn boxed(all: Vec<Inspection>) -> impl Iterator<Item = Seen> {
+    all.into_iter().map(|i| Box::new((i, Bytes::new())))
+}
+
 /// Inspected frames on their way to the sinks and the recording; `None` ends the queue.
-/// Boxed: the queue allocates its slots in blocks, and every future that sends holds
-/// its value, so an unboxed inspection (700 bytes) cost each connection tens of KiB idle.
-type Rec = tokio::sync::mpsc::Sender<Option<Box<(Inspection, Bytes)>>>;
+type Rec = tokio::sync::mpsc::Sender<Option<Seen>>;
 
 /// Frames a connection's sinks may lag behind its relay. Small, since each entry
 /// holds its frame: the bound is on memory as much as on lag.
@@ -1349,13 +1409,17 @@ const RECORD_QUEUE: usize = 16;
 /// observe mode under the inspector's lock: [`Ahead`]), so a reply is never
 /// shown before its request. A full queue slows the relay; nothing is dropped.
 fn recorder(route: &Route, shared: &Arc<Shared>) -> (Rec, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<Box<(Inspection, Bytes)>>>(RECORD_QUEUE);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<Seen>>(RECORD_QUEUE);
     let (route, shared) = (route.clone(), shared.clone());
     let task = tokio::spawn(async move {
         while let Some(Some(seen)) = rx.recv().await {
-            let (ins, raw) = *seen;
-            shared.record(&route, &ins, &raw);
-            shared.write_record(&ins, &raw).await;
+            let (ins, raw) = &*seen;
+            shared.record(&route, ins, raw);
+            if shared.recorder.is_some() {
+                // Boxed: only a recording run writes records, and inline the write's
+                // future would be part of every connection's recorder.
+                Box::pin(shared.write_record(ins, raw)).await;
+            }
         }
     });
     (tx, task)
@@ -1476,17 +1540,17 @@ async fn pump(
             () = stopped(&mut stop) => return Ok(PumpEnd::Stopped),
             () = at(deadline) => {
                 fired = from.partial_since();
-                let ins = {
+                let seen: Seen = {
                     let Ok(mut i) = inspector.lock() else {
                         return Err(io_err("inspector poisoned"));
                     };
-                    i.incomplete_frame(dir)
+                    Box::new((i.incomplete_frame(dir), Bytes::new()))
                 };
-                let close = match &ins.decision {
+                let close = match &seen.0.decision {
                     Decision::Refuse { close: Some(c), .. } => Some(c.clone()),
                     _ => None,
                 };
-                let _ = rec.send(Some(Box::new((ins, Bytes::new())))).await;
+                let _ = rec.send(Some(seen)).await;
                 if let Some(c) = close {
                     return Ok(PumpEnd::Closed(c));
                 }
@@ -1515,7 +1579,7 @@ async fn pump(
                 };
                 inspect_item(&mut i, dir, &item, now, keep_encoded.then_some(&mut codec))?
             };
-            let Some((mut ins, raw)) = inspected else {
+            let Some(mut seen) = inspected else {
                 match item {
                     Item::End(c) => ended = Some(c),
                     Item::Raw(r) => to.push_raw(&r).await?,
@@ -1523,10 +1587,10 @@ async fn pump(
                 }
                 continue;
             };
-            let effects = std::mem::take(&mut ins.effects);
-            let decision = ins.decision.clone();
-            let conn = ins.event.conn;
-            let _ = rec.send(Some(Box::new((ins, raw)))).await;
+            let effects = std::mem::take(&mut seen.0.effects);
+            let decision = seen.0.decision.clone();
+            let conn = seen.0.event.conn;
+            let _ = rec.send(Some(seen)).await;
             // Frames released by credit go out before this one.
             for e in &effects {
                 if let Effect::Write(frames) = e {
@@ -1610,21 +1674,26 @@ fn inspect_item(
     item: &Item,
     now: Instant,
     codec: Option<&mut ChannelCodec>,
-) -> std::io::Result<Option<(Inspection, Bytes)>> {
+) -> std::io::Result<Option<Seen>> {
+    // Boxed at once: the pump holds it across awaits (the recorder's queue), and inline
+    // it would be part of every connection's future, idle ones included.
     Ok(match item {
         Item::Frame(Frame::Json(b)) | Item::Last(Frame::Json(b), _) => {
-            Some((i.frame(dir, b, now), b.clone()))
+            Some(Box::new((i.frame(dir, b, now), b.clone())))
         }
         Item::Frame(Frame::Data(d)) | Item::Last(Frame::Data(d), _) => {
             let encoded = match codec {
                 Some(c) => encode_data(c, d)?,
                 None => Bytes::new(),
             };
-            Some((i.data_frame(dir, d, encoded, now), d.payload.clone()))
+            Some(Box::new((
+                i.data_frame(dir, d, encoded, now),
+                d.payload.clone(),
+            )))
         }
-        Item::BinaryMsg(b) => Some((i.binary_message(dir, b.len()), b.clone())),
+        Item::BinaryMsg(b) => Some(Box::new((i.binary_message(dir, b.len()), b.clone()))),
         Item::Broken(e, rest) | Item::Oversize(e, rest) => {
-            Some((i.framing_error(dir, e), rest.clone()))
+            Some(Box::new((i.framing_error(dir, e), rest.clone())))
         }
         Item::Raw(_) | Item::End(_) => None,
     })
@@ -1715,16 +1784,15 @@ impl Ahead<'_> {
                 sent = to.try_flush();
             }
             for (item, place) in items.drain(..n).zip(places) {
-                let Some((mut ins, raw)) = inspect_item(&mut i, self.dir, &item, self.now, None)?
-                else {
+                let Some(mut seen) = inspect_item(&mut i, self.dir, &item, self.now, None)? else {
                     continue;
                 };
-                effects.append(&mut ins.effects);
-                conn = ins.event.conn;
-                if let Decision::Refuse { close: Some(c), .. } = &ins.decision {
+                effects.append(&mut seen.0.effects);
+                conn = seen.0.event.conn;
+                if let Decision::Refuse { close: Some(c), .. } = &seen.0.decision {
                     close = Some(c.clone());
                 }
-                place.send(Some(Box::new((ins, raw))));
+                place.send(Some(seen));
             }
             sent?;
         }

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -122,13 +123,6 @@ struct Evaluated {
     dim: Dim,
 }
 
-/// One limit as declared, with its value (or why it has none).
-#[derive(Debug, Clone)]
-struct Entry {
-    def: Limit,
-    value: Result<Evaluated, String>,
-}
-
 /// Every limit of a contract, evaluated once, converted on request.
 ///
 /// `time_scale` multiplies every duration handed out (deadlines, intervals, rate
@@ -136,7 +130,12 @@ struct Entry {
 /// scales time by 0.1 instead of editing the contract.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    entries: IndexMap<String, Entry>,
+    /// Every limit as declared, shared by every copy: a connection's own copy (values the
+    /// wire carried) differs in its values only, so it costs a few hundred bytes, not the
+    /// contract's limit table.
+    defs: Arc<IndexMap<String, Limit>>,
+    /// Each limit's value (or why it has none), in `defs`' order.
+    values: Arc<[Result<Evaluated, String>]>,
     time_scale: f64,
     /// Values the wire carried ([`Limits::carry`]), in each limit's own unit, divided by
     /// the time scale for durations: a carried duration is real time, never scaled again.
@@ -149,26 +148,22 @@ impl Limits {
     pub fn new(c: &Contract) -> Limits {
         let given = HashMap::new();
         Limits {
-            entries: Self::evaluate(c, &given),
+            defs: Arc::new(c.limits.clone()),
+            values: Self::evaluate(c, &given),
             time_scale: 1.0,
             given,
         }
     }
 
-    fn evaluate(c: &Contract, given: &HashMap<String, f64>) -> IndexMap<String, Entry> {
+    fn evaluate(c: &Contract, given: &HashMap<String, f64>) -> Arc<[Result<Evaluated, String>]> {
         let mut ev = Evaluator::with_given(c, given);
         c.limits
             .iter()
             .map(|(name, l)| {
-                let value = ev.limit_value(name).map(|v| {
+                ev.limit_value(name).map(|v| {
                     let (base, dim) = to_base(l.unit, v);
                     Evaluated { base, dim }
-                });
-                let entry = Entry {
-                    def: l.clone(),
-                    value,
-                };
-                (name.clone(), entry)
+                })
             })
             .collect()
     }
@@ -198,7 +193,12 @@ impl Limits {
             }
         }
         if !changed.is_empty() {
-            self.entries = Self::evaluate(c, &self.given);
+            // Values are kept in the order of the contract's limits: a caller handing
+            // another contract than the one these limits came from gets its table too.
+            if !self.defs.keys().eq(c.limits.keys()) {
+                self.defs = Arc::new(c.limits.clone());
+            }
+            self.values = Self::evaluate(c, &self.given);
         }
         changed
     }
@@ -218,14 +218,17 @@ impl Limits {
 
     /// The limit as declared.
     pub fn get(&self, name: &str) -> Result<&Limit, AccessError> {
-        self.entries
+        self.defs
             .get(name)
-            .map(|e| &e.def)
             .ok_or_else(|| AccessError::NoLimit(name.to_string()))
     }
 
     fn eval(&self, name: &str) -> Result<&Evaluated, AccessError> {
-        match self.entries.get(name).map(|e| &e.value) {
+        match self
+            .defs
+            .get_index_of(name)
+            .and_then(|i| self.values.get(i))
+        {
             None => Err(AccessError::NoLimit(name.to_string())),
             Some(Err(reason)) => Err(AccessError::Unevaluable {
                 name: name.to_string(),
