@@ -24,6 +24,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use crate::inspect::{Closing, Decision, Dir, Effect, Inspection, Inspector, Mode};
 use crate::log::Logger;
 use contract_transport::conn::{BoxIo, BoxMsg, CloseFrame, Conn, Hello, Msg};
+use contract_transport::endpoint::process::ChildProc;
 use contract_transport::endpoint::{Connected, Endpoint, Incoming, Listener, Options};
 
 /// The most a direction reads at once.
@@ -633,75 +634,86 @@ async fn dial(
 /// Relay a connection whose upstream is a child of ours, and wait for the child; its exit
 /// status when the route ends with it.
 async fn relay_with_child(
-    mut child: contract_transport::endpoint::process::ChildProc,
-    (client, up): (Conn, Conn),
+    child: ChildProc,
+    pair: (Conn, Conn),
     route: &Route,
     shared: &Arc<Shared>,
     conn: u64,
     once: bool,
 ) -> (Result<(), String>, Option<std::process::ExitStatus>) {
-    let mut exited = None;
-    let relayed = match once {
-        // A stand-in (stdio, fd:N) lives exactly as long as its child, as the launcher
-        // expects: when the child exits, what it wrote drains to the launcher within one
-        // deadline, and the route ends even if the launcher still holds its end open.
-        true => {
-            let forwarding = match child.forward_signals() {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    shared.note(
-                        &route.name,
-                        conn,
-                        &format!("cannot forward signals to the child: {e}"),
-                    );
-                    None
-                }
-            };
-            let mut relaying = Box::pin(relay(client, up, route, shared, conn));
-            let (relayed, status) = tokio::select! {
-                r = &mut relaying => (r, child.wait().await),
-                st = child.wait() => {
-                    let r = match tokio::time::timeout(DRAIN_DEADLINE, &mut relaying).await {
-                        Ok(r) => r,
-                        Err(_) => Ok(()),
-                    };
-                    (r, st)
-                }
-            };
-            match status {
-                Ok(st) => {
-                    shared.note(&route.name, conn, &format!("child exited: {st}"));
-                    exited = Some(st);
-                }
-                Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
-            }
-            if let Some(f) = forwarding {
-                f.abort();
-            }
-            relayed
-        }
-        // A child per connection gets one deadline to finish after its connection closed.
-        false => {
-            let relayed = Box::pin(relay(client, up, route, shared, conn)).await;
-            let status = match tokio::time::timeout(SHUTDOWN_DEADLINE, child.wait()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    shared.note(
-                        &route.name,
-                        conn,
-                        "child still running after its connection closed: terminating it",
-                    );
-                    child.terminate(SHUTDOWN_DEADLINE).await
-                }
-            };
-            match status {
-                Ok(st) => shared.note(&route.name, conn, &format!("child exited: {st}")),
-                Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
-            }
-            relayed
+    if once {
+        stand_in(child, pair, route, shared, conn).await
+    } else {
+        (reap_after(child, pair, route, shared, conn).await, None)
+    }
+}
+
+/// A stand-in (stdio, fd:N) lives exactly as long as its child, as the launcher expects:
+/// when the child exits, what it wrote drains to the launcher within one deadline, and
+/// the route ends even if the launcher still holds its end open.
+async fn stand_in(
+    mut child: ChildProc,
+    (client, up): (Conn, Conn),
+    route: &Route,
+    shared: &Arc<Shared>,
+    conn: u64,
+) -> (Result<(), String>, Option<std::process::ExitStatus>) {
+    let forwarding = match child.forward_signals() {
+        Ok(f) => Some(f),
+        Err(e) => {
+            let text = format!("cannot forward signals to the child: {e}");
+            shared.note(&route.name, conn, &text);
+            None
         }
     };
-    (relayed, exited)
+    let mut relaying = Box::pin(relay(client, up, route, shared, conn));
+    let (relayed, status) = tokio::select! {
+        r = &mut relaying => (r, child.wait().await),
+        st = child.wait() => {
+            let r = match tokio::time::timeout(DRAIN_DEADLINE, &mut relaying).await {
+                Ok(r) => r,
+                Err(_) => Ok(()),
+            };
+            (r, st)
+        }
+    };
+    if let Some(f) = forwarding {
+        f.abort();
+    }
+    match status {
+        Ok(st) => {
+            shared.note(&route.name, conn, &format!("child exited: {st}"));
+            (relayed, Some(st))
+        }
+        Err(e) => {
+            shared.note(&route.name, conn, &format!("waiting for the child: {e}"));
+            (relayed, None)
+        }
+    }
+}
+
+/// A child per connection gets one deadline to finish after its connection closed.
+async fn reap_after(
+    mut child: ChildProc,
+    (client, up): (Conn, Conn),
+    route: &Route,
+    shared: &Arc<Shared>,
+    conn: u64,
+) -> Result<(), String> {
+    let relayed = Box::pin(relay(client, up, route, shared, conn)).await;
+    let status = match tokio::time::timeout(SHUTDOWN_DEADLINE, child.wait()).await {
+        Ok(r) => r,
+        Err(_) => {
+            let text = "child still running after its connection closed: terminating it";
+            shared.note(&route.name, conn, text);
+            child.terminate(SHUTDOWN_DEADLINE).await
+        }
+    };
+    match status {
+        Ok(st) => shared.note(&route.name, conn, &format!("child exited: {st}")),
+        Err(e) => shared.note(&route.name, conn, &format!("waiting for the child: {e}")),
+    }
+    relayed
 }
 
 enum Frame {

@@ -439,7 +439,7 @@ async fn with_otlp_every_action_is_an_exported_trace() {
         "the summary counts what the collector received"
     );
     let ids: BTreeSet<&str> = got.iter().map(|(t, _)| t.as_str()).collect();
-    // The tracer makes heartbeats span events, never traces of their own (trace.rs).
+    // The tracer makes heartbeats span events, never traces of their own (trace/book.rs).
     let want: BTreeSet<String> = s["steps"]
         .as_array()
         .expect("steps")
