@@ -13,26 +13,37 @@ use std::time::Duration;
 /// polls at its cadence costs the relay nothing per item.
 pub const QUIET: Duration = Duration::from_secs(1);
 
-/// Nice level of the threads that work for the sinks where the idle policy is refused:
-/// on a busy machine the relay's threads should win the core whenever they have a frame.
+/// Nice level of a [`Priority::Nice`] thread, and of an idle one where the idle class is
+/// refused: on a busy machine the relay's threads should win the core whenever they have
+/// a frame.
 pub const BACKGROUND_NICE: i32 = 10;
 
-/// Put the calling thread in Linux's idle scheduling class (`SCHED_IDLE`): it runs when
-/// a core has nothing else to do, and a relay thread that wakes takes the core from it
-/// at once. A nice level only lowers its share, and a share of a core is still a turn the
-/// woken relay thread may wait out (measured: a tenfold tail on the round trip while
-/// spans were made and exported at nice 10). On a machine with no idle time such a
-/// thread falls behind: a [`Batcher`] past its high water is then handed on by the relay
-/// itself, so nothing is lost there, and the trace exporter's bounded queue drops spans
-/// and counts them, as it does for a slow collector. Where the class is refused, the
-/// thread runs at [`BACKGROUND_NICE`].
+/// How far below the relay a thread that serves the sinks runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// Linux's idle class (`SCHED_IDLE`): the thread runs when a core has nothing else
+    /// to do, and a relay thread that wakes takes the core from it at once. A nice level
+    /// only lowers a thread's share, and a share of a core is still a turn the woken
+    /// relay thread may wait out (measured: a tenfold tail on the traced round trip while
+    /// spans were exported at nice 10). On a machine with no idle time such a thread
+    /// falls behind: for work that may (the trace exporter's bounded queue drops spans
+    /// and counts them, as for a slow collector).
+    Idle,
+    /// [`BACKGROUND_NICE`]: a smaller share, but a share, so the work is done on a
+    /// saturated machine too (the live view: a line must reach whoever watches).
+    Nice,
+}
+
+/// Lower the calling thread's priority. Linux only: there a thread is a task with its
+/// own policy and nice value (elsewhere it would change the whole process's).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-pub fn background_thread() {
+pub fn lower_priority(p: Priority) {
     let param = nix::libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a live, initialised struct for the call's duration; pid 0 is the
     // calling thread. Both calls take plain values otherwise and touch no other memory.
-    let idle = unsafe { nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &param) } == 0;
+    let idle = p == Priority::Idle
+        && unsafe { nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &param) } == 0;
     if !idle {
         // SAFETY: plain integers; `who` 0 is the calling thread. A failure only leaves the
         // thread at its priority.
@@ -42,7 +53,12 @@ pub fn background_thread() {
 
 /// Elsewhere the thread keeps its priority.
 #[cfg(not(target_os = "linux"))]
-pub fn background_thread() {}
+pub fn lower_priority(_: Priority) {}
+
+/// The trace exporter's threads: [`Priority::Idle`].
+pub fn idle_thread() {
+    lower_priority(Priority::Idle);
+}
 
 /// Items gathered by whoever pushes them and handed on in batches by a thread of its own,
 /// every `every` while items come (so the pusher makes no system call per item), or by the
@@ -71,18 +87,26 @@ struct Gathering<T> {
     consumer: Mutex<Consumer<T>>,
     every: Duration,
     high_water: usize,
+    priority: Priority,
+}
+
+/// How a [`Batcher`] hands on: its thread's name, cadence, priority and high water.
+#[derive(Debug, Clone, Copy)]
+pub struct Cadence {
+    /// The thread's name.
+    pub name: &'static str,
+    /// How often the thread takes what gathered, while items come.
+    pub every: Duration,
+    /// The thread's priority.
+    pub priority: Priority,
+    /// Items waiting past which the pusher hands them on itself.
+    pub high_water: usize,
 }
 
 impl<T: Send + 'static> Batcher<T> {
     /// A batcher whose thread is called `name` (if the thread cannot start, every push is
     /// handed on at once instead). `capacity` is the buffer's first size.
-    pub fn new(
-        name: &str,
-        every: Duration,
-        high_water: usize,
-        capacity: usize,
-        consumer: Consumer<T>,
-    ) -> Self {
+    pub fn new(c: Cadence, capacity: usize, consumer: Consumer<T>) -> Self {
         let shared = Arc::new(Gathering {
             pending: Mutex::new(Gathered {
                 items: Vec::with_capacity(capacity),
@@ -91,12 +115,13 @@ impl<T: Send + 'static> Batcher<T> {
             }),
             wake: Condvar::new(),
             consumer: Mutex::new(consumer),
-            every,
-            high_water,
+            every: c.every,
+            high_water: c.high_water,
+            priority: c.priority,
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
-            .name(name.into())
+            .name(c.name.into())
             .spawn(move || s.run())
             .ok();
         Batcher { shared, thread }
@@ -138,7 +163,7 @@ impl<T: Send + 'static> Drop for Batcher<T> {
 
 impl<T: Send + 'static> Gathering<T> {
     fn run(&self) {
-        background_thread();
+        lower_priority(self.priority);
         let mut quiet = Duration::ZERO;
         loop {
             std::thread::sleep(self.every);

@@ -18,7 +18,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use crate::background::Batcher;
+use crate::background::{Batcher, Cadence, Priority};
 
 /// How long a line may wait in the buffer before it is written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(10);
@@ -46,9 +46,14 @@ impl Lines {
         };
         Lines {
             bytes: Batcher::new(
-                "log-flush",
-                FLUSH_EVERY,
-                HIGH_WATER,
+                Cadence {
+                    name: "log-flush",
+                    every: FLUSH_EVERY,
+                    // A share of a core even on a saturated machine: a line must reach
+                    // whoever watches.
+                    priority: Priority::Nice,
+                    high_water: HIGH_WATER,
+                },
                 64 * 1024,
                 Box::new(write),
             ),

@@ -249,7 +249,7 @@ pub(super) fn export_runtime(
         Protocol::Grpc => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("otlp-io")
-            .on_thread_start(crate::background::background_thread)
+            .on_thread_start(crate::background::idle_thread)
             .enable_all()
             .build()
             .map(Some)
@@ -301,7 +301,7 @@ pub(super) fn spawn(
     std::thread::Builder::new()
         .name("otlp-export".into())
         .spawn(move || {
-            crate::background::background_thread();
+            crate::background::idle_thread();
             // The gRPC exporter's connection lives on a runtime of its own, one thread
             // (built here, so it is dropped here, outside any async context): an export
             // (encoding a batch, writing HTTP/2) never takes a relay thread's turn.

@@ -48,7 +48,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkError;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
-use crate::background::Batcher;
+use crate::background::{Batcher, Cadence, Priority};
 use crate::inspect::Inspection;
 use crate::relay::{Route, Sink};
 use book::{Book, Ids};
@@ -459,10 +459,14 @@ impl Tracer {
         );
         let book = Arc::new(Mutex::new(Book::new(otel, counters.clone())));
         let booking = book.clone();
+        let cadence = Cadence {
+            name: "otlp-spans",
+            every: BOOK_EVERY,
+            priority: Priority::Idle,
+            high_water: BOOK_HIGH_WATER,
+        };
         let items = Batcher::new(
-            "otlp-spans",
-            BOOK_EVERY,
-            BOOK_HIGH_WATER,
+            cadence,
             256,
             Box::new(move |batch: &mut Vec<Item>| {
                 if let Ok(mut b) = booking.lock() {
