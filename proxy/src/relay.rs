@@ -515,8 +515,8 @@ async fn handle(
     route: &Route,
     shared: &Arc<Shared>,
     conn: u64,
-    // Only process endpoints (unix) outlive their connection.
-    #[cfg_attr(not(unix), allow(unused_variables))] once: bool,
+    // A one-connection listener (stdio, fd:N): its child ends the route.
+    once: bool,
 ) -> Result<RouteEnd, String> {
     // The dial, the relay and the child's end are boxed: a task is as large as the largest
     // state of its future, and a dial (TLS, QUIC, WebSocket handshakes) is large and
