@@ -253,6 +253,8 @@ pub struct TableIr {
     pub kind: Option<CodeKind>,
     /// Description.
     pub description: String,
+    /// The party whose process exits with these values (an exit-code table).
+    pub party: Option<String>,
     /// Value typing.
     pub value_type: ValueType,
     /// Values.
@@ -628,6 +630,7 @@ impl Ir {
                 ident: "ErrorCode".into(),
                 kind: None,
                 description: format!("The {} error catalog.", c.name),
+                party: None,
                 value_type: value_type(
                     &c.errors.iter().map(|e| e.code.clone()).collect::<Vec<_>>(),
                 ),
@@ -648,6 +651,7 @@ impl Ir {
                 ident,
                 kind: Some(t.kind),
                 description: t.description.clone(),
+                party: t.party.clone(),
                 value_type: value_type(
                     &t.values.iter().map(|v| v.value.clone()).collect::<Vec<_>>(),
                 ),

@@ -53,6 +53,19 @@ pub enum SocketKind {
     Unix,
     /// TCP on loopback.
     Tcp,
+    /// WebSocket on loopback (`ws://127.0.0.1:PORT/`): a contract whose channel is a
+    /// WebSocket, with the close frames its close codes travel in.
+    Ws,
+}
+
+/// `ws://127.0.0.1:PORT/` (port 0: any, once bound): what a launched target is handed.
+#[cfg(unix)]
+fn loopback_ws(port: u16) -> Endpoint {
+    Endpoint::Ws {
+        tls: false,
+        addr: format!("127.0.0.1:{port}"),
+        path: "/".into(),
+    }
 }
 
 /// Where the implementation under test is, as the command line named it.
@@ -567,6 +580,11 @@ impl Ctx {
                 Endpoint::Tcp("127.0.0.1:0".into()),
                 Endpoint::Tcp("127.0.0.1:0".into()),
             ),
+            SocketKind::Ws if !suite_listens => (
+                loopback_ws(free_port().await?),
+                loopback_ws(free_port().await?),
+            ),
+            SocketKind::Ws => (loopback_ws(0), loopback_ws(0)),
         };
         // A contract with one channel gets `{control}` only: nothing listens for, or dials, a
         // second channel it does not have.
@@ -1357,6 +1375,39 @@ impl Peer {
     /// Whether the control channel is still open (no end seen).
     pub fn control_open(&self) -> bool {
         self.control.is_some()
+    }
+
+    /// Whether the control channel is a message transport (a WebSocket): frames travel
+    /// whole, and its close frame carries a code.
+    pub fn carries_messages(&self) -> bool {
+        matches!(self.control, Some(ControlIo::Msg(_)))
+    }
+
+    /// Close the control channel with `code` and `reason`, then read (and drop) what comes
+    /// until the peer's close: dropping a socket with frames unread resets it, and a reset
+    /// can destroy the close frame before the peer reads its code.
+    pub async fn close_with(&mut self, code: u16, reason: &str) -> Result<(), Failure> {
+        let Some(ControlIo::Msg(mut m)) = self.control.take() else {
+            return Err(Failure::new(
+                "a close code needs a message transport (WebSocket) for the control channel",
+            ));
+        };
+        let frame = CloseFrame {
+            code,
+            reason: reason.into(),
+        };
+        let wait = Duration::from_secs(2);
+        let _ = tokio::time::timeout(wait, async {
+            let _ = m.send(Msg::Close(Some(frame))).await;
+            while let Some(Ok(got)) = m.next().await {
+                if matches!(got, Msg::Close(_)) {
+                    break;
+                }
+            }
+            let _ = m.close().await;
+        })
+        .await;
+        Ok(())
     }
 
     /// Close both channels abruptly (a crash, as the other side sees it).

@@ -71,12 +71,10 @@ bodies! {
     h_426 => host_426, w_426 => worker_426,
     h_init => host_init, w_init => worker_init,
     h_mismatch => host_mismatch, w_mismatch => worker_mismatch,
-    h_supersede => host_supersede, w_supersede => worker_supersede,
-    w_refuse => worker_refuse,
+    h_supersede => host_supersede,
     h_channel => host_channel, w_channel => worker_channel,
     h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
     h_lost => host_lost,
-    h_closes => host_closes,
     h_handshake => host_handshake,
     h_release => host_release, w_release => worker_release,
 }
@@ -117,16 +115,9 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "a redial of the same process (same instanceId, attempt + 1) supersedes the live socket: old one closed 4009, tools/list re-run",
             "One live connection; Losing the connection; P4.8 #21, #22 (T-19, T-49)",
             Ok(h_supersede),
-            Ok(w_supersede),
-        ),
-        (
-            "toolchannel.redial.refuse",
-            "a redial with the same instanceId and an attempt not greater, or another instanceId → close 4002; the live socket stays",
-            "One live connection; P4.8 #21 (T-63)",
             Err(
-                "the host keeps the redial table; the worker's half (same instanceId, attempt + 1) is toolchannel.redial.supersede",
+                "the host's table of live sessions is the derived claim.workerSession (superseding and refused redials)",
             ),
-            Ok(w_refuse),
         ),
         (
             "toolchannel.version.channel",
@@ -149,15 +140,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             Ok(h_lost),
             Err(
                 "the host's wait for heartbeats is the limit hostHeartbeatSeconds: the derived timer.hostHeartbeatSeconds judges it",
-            ),
-        ),
-        (
-            "toolchannel.close.exit",
-            "each close code the closeCodes table maps to a worker exit other than 0 ends a fresh serving worker with that exit",
-            "Losing the connection (close table); Exit codes; P4.8 #22 (T-20, T-23)",
-            Ok(h_closes),
-            Err(
-                "the host sends these close codes; the worker's reaction is judged playing the host",
             ),
         ),
         (
@@ -266,24 +248,6 @@ impl K {
 
     fn secs(&self, name: &str) -> Result<Duration, Failure> {
         Ok(self.wire.limits().duration(name)?)
-    }
-
-    /// Every close code the table maps to a worker exit other than 0, with that exit: the
-    /// closes that end a worker for good.
-    fn failing_closes(&self) -> Result<Vec<(u16, i32)>, Failure> {
-        let table = self.wire.contract().codes.get("closeCodes");
-        let table = table.ok_or_else(|| Failure::new("the contract has no closeCodes table"))?;
-        let mut out = Vec::new();
-        for v in &table.values {
-            let code = v.value.as_u64().and_then(|n| u16::try_from(n).ok());
-            let exit = v.mapped("workerExit").and_then(Value::as_i64);
-            if let (Some(code), Some(exit)) = (code, exit.and_then(|e| i32::try_from(e).ok()))
-                && exit != 0
-            {
-                out.push((code, exit));
-            }
-        }
-        Ok(out)
     }
 
     /// The exit a worker owes after receiving close `code`.
@@ -674,12 +638,14 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
                 let io = admit(&k, next_dial(&dock, cx.opts.deadline).await?).await?;
                 let session = dock.session.clone();
                 cx.hold(dock);
-                cx.on_end = Some(worker_exits);
                 (io, session)
             }
             _ => {
                 let b = host_berth(cx).await?;
-                (dial_host(cx, &k, &b).await?, b.session)
+                let io = dial_host(cx, &k, &b).await?;
+                let session = b.session.clone();
+                cx.again = Some(redial(k.clone(), b));
+                (io, session)
             }
         };
         cx.aliases = example_session(cx)
@@ -690,18 +656,16 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
     })
 }
 
-/// After a derived check whose session the worker closed: the worker exits as its own
-/// close code maps (`closeCodes` → `workerExit`; the worker counts bad frames too).
-fn worker_exits(cx: &mut Ctx) -> super::BodyFutureOf<'_, String> {
-    Box::pin(async move {
-        let k = K::new(cx)?;
-        let Some(code) = cx.closed_code else {
-            return Ok("no close frame, no exit owed".into());
-        };
-        let Ok(want) = k.exit_after_close(code) else {
-            return Ok(format!("close {code} maps no exit"));
-        };
-        expect_exit(cx, want, &format!("its close {code}")).await
+/// One more connection to the host a session reached, with the same token (the claims
+/// check's redials).
+fn redial(k: Arc<K>, b: Berth) -> super::session::Again {
+    let b = Arc::new(b);
+    Box::new(move |cx: &mut Ctx| {
+        let (k, b) = (k.clone(), b.clone());
+        Box::pin(async move {
+            let io = dial_host(cx, &k, &b).await?;
+            cx.peer_on(contract_transport::conn::Conn::Messages(io))
+        })
     })
 }
 
@@ -956,23 +920,6 @@ async fn dial(
                 )));
             }
         }
-    }
-}
-
-/// What the launched process's exit shows; a target the suite did not launch cannot show it.
-async fn expect_exit(cx: &mut Ctx, want: i32, after: &str) -> Result<String, Failure> {
-    let wait = cx.opts.deadline;
-    match cx.child_exit(wait).await {
-        None => Ok(format!(
-            "exit after {after} not observable (target not launched)"
-        )),
-        Some(None) => Err(Failure::new(format!(
-            "the worker was still running {wait:?} after {after} (it must exit {want})"
-        ))),
-        Some(Some(code)) if code == want => Ok(format!("exited {code} after {after}")),
-        Some(Some(code)) => Err(Failure::new(format!(
-            "the worker exited {code} after {after}; the contract says {want}"
-        ))),
     }
 }
 
@@ -1302,16 +1249,6 @@ impl Sess {
         }
     }
 
-    /// A heartbeat answered with a result (`what` names the answer awaited); a refusal fails
-    /// with `refused`.
-    async fn serves(&mut self, what: &str, refused: &str) -> Result<(), Failure> {
-        let g = self.beat(what, None).await?;
-        if g.at_ptr("/result").is_none() {
-            return Err(self.bad(&g, refused));
-        }
-        Ok(())
-    }
-
     /// Read until the connection ends, which must be close `want`: its reason and when it
     /// came. `what` names the wait (in a timeout), `judged` the close looked for (in a
     /// failure when the connection ends otherwise).
@@ -1586,7 +1523,7 @@ async fn host_redial(
 
 /// What the worker's exit shows after it closed the socket itself with `code`.
 async fn exit_after_own_close(cx: &mut Ctx, k: &K, code: u16) -> Result<String, Failure> {
-    expect_exit(cx, k.exit_after_close(code)?, &format!("its close {code}")).await
+    super::derived::exit_owed(cx, k.exit_after_close(code)?, &format!("its close {code}")).await
 }
 
 /// Playing the worker: a launched (or listening) host, dialed; the contract, the berth and
@@ -1719,7 +1656,7 @@ async fn host_401(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .await
         .map_err(|e| Failure::new(format!("answering 401: {e}")))?;
     let want = k.exit_after_http(status)?;
-    let seen = expect_exit(cx, want, &format!("HTTP {status}")).await?;
+    let seen = super::derived::exit_owed(cx, want, &format!("HTTP {status}")).await?;
     Ok(Verdict::Pass(format!(
         "dialed with the Bearer token and {}; {seen}",
         k.majors[0]
@@ -1784,7 +1721,8 @@ async fn host_426(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .await
         .map_err(|e| Failure::new(format!("answering 426: {e}")))?;
     let want = k.exit_after_http(status)?;
-    let seen = expect_exit(cx, want, &format!("HTTP {status} listing only {theirs}")).await?;
+    let seen = super::derived::exit_owed(cx, want, &format!("HTTP {status} listing only {theirs}"))
+        .await?;
     Ok(Verdict::Pass(seen))
 }
 
@@ -1983,7 +1921,7 @@ async fn host_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let reason = format!("{code} SESSION_MISMATCH expected={} got={got}", s.sid);
     s.ch.close(close, &reason).await;
     let want = k.exit_after_close(close)?;
-    let seen = expect_exit(cx, want, &format!("close {close} ({code})")).await?;
+    let seen = super::derived::exit_owed(cx, want, &format!("close {close} ({code})")).await?;
     if dock.launched
         && let Ok(Ok(Incoming::Ws(_))) = tokio::time::timeout(Duration::ZERO, dock.l.accept()).await
     {
@@ -2049,64 +1987,6 @@ async fn host_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
             "after close {drain}: redial with the same instanceId, attempt {}, tools/list re-run",
             att + 1
         ),
-    )
-}
-
-async fn worker_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (k, berth, mut a) = worker_session(cx).await?;
-    a.up().await?;
-    let mut b = worker_dial(cx, &k, &berth).await?;
-    b.instance = a.instance.clone();
-    b.attempt = a.attempt + 1;
-    b.up().await?;
-    let want = k.close("SUPERSEDED")?;
-    let until = a.soon();
-    a.hb_every = None;
-    let judged = format!("close {want} on the old socket");
-    a.closes(want, "close the superseded socket", &judged, until)
-        .await?;
-    // The new socket serves: a heartbeat on it is answered.
-    b.serves(
-        "heartbeat result on the new socket",
-        "the new socket's heartbeat was refused",
-    )
-    .await?;
-    pass(
-        &b,
-        format!("old socket closed {want}; tools/list re-run on the new one, which serves"),
-    )
-}
-
-async fn worker_refuse(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (k, berth, mut a) = worker_session(cx).await?;
-    a.up().await?;
-    let want = k.close("SESSION_REJECTED")?;
-    let tries = [
-        (
-            "the same instanceId and the same attempt",
-            a.instance.clone(),
-            a.attempt,
-        ),
-        ("another instanceId", fresh("instance"), a.attempt + 1),
-    ];
-    for (what, instance, attempt) in tries {
-        let mut c = worker_dial(cx, &k, &berth).await?;
-        c.instance = instance;
-        c.attempt = attempt;
-        c.accept_initialize(|_| {}, false).await?;
-        let r = refused(&mut c, &format!("a redial with {what}"), None).await?;
-        let judged = format!("close {want} of a redial with {what}");
-        close_is(want, r.code, &r.reason, &judged)?;
-        // The live socket stays: its heartbeat is answered.
-        a.serves(
-            &format!("heartbeat on the live socket after a redial with {what}"),
-            "the live socket's heartbeat was refused after a refused redial",
-        )
-        .await?;
-    }
-    pass(
-        &a,
-        format!("both redials closed {want}; the live socket kept serving"),
     )
 }
 
@@ -2302,23 +2182,6 @@ async fn host_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
             att + 1
         ),
     )
-}
-
-async fn host_closes(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    if !matches!(cx.target(), Target::Template { .. }) {
-        return Ok(Verdict::Skip(
-            "the worker's exit code is seen only when the suite launches it".into(),
-        ));
-    }
-    let mut seen = Vec::new();
-    for (code, want) in k.failing_closes()? {
-        let (_dock, mut s) = host_up(cx, &k).await?;
-        s.ch.close(code, &format!("{code} conformance")).await;
-        let r = expect_exit(cx, want, &format!("close {code}")).await?;
-        seen.push(format!("{code} → {r}"));
-    }
-    Ok(Verdict::Pass(seen.join("; ")))
 }
 
 async fn host_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {

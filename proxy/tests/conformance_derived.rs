@@ -113,10 +113,11 @@ fn a_misdirected_answer_is_shown_where_the_wait_fails() {
 /// Every check FastMCP (MCP SDK 1.30.0) fails, each a deviation from the contract shown
 /// with its bytes: code 0 for a missing resource or prompt; -32602 for an unknown method, a
 /// wrong-way request and a request before initialize; no answer to a frame that is not JSON,
-/// breaks the strict profile, is a batch or is no message; a duplicate key, an invalid UTF-8
+/// breaks the strict profile, is a batch, is no message or lacks `jsonrpc`; a duplicate
+/// key, an invalid UTF-8
 /// byte, 2^53, 1e400, a line over the cap and a reused id all served; no tools/call refused
 /// beyond the contract's per-connection bucket.
-const FASTMCP_FAILS: [&str; 18] = [
+const FASTMCP_FAILS: [&str; 19] = [
     "mcp.derived.call.resources/read",
     "mcp.derived.call.prompts/get",
     "mcp.derived.out-of-place.lifecycle",
@@ -131,6 +132,7 @@ const FASTMCP_FAILS: [&str; 18] = [
     "mcp.derived.json.not-an-object",
     "mcp.derived.frame.over-cap",
     "mcp.derived.invalid",
+    "mcp.derived.invalid.missing",
     "mcp.derived.unknown-method",
     "mcp.derived.wrong-direction",
     "mcp.derived.rate.toolsCallRate",
@@ -192,7 +194,7 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
         "mcp.derived.call.prompts/get",
     ]);
     assert_eq!(r.with("FAIL"), failed, "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 39, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 40, "{}", r.stdout);
     assert!(
         r.stdout.contains("refused with -32029 (bucket 5)"),
         "{}",
@@ -208,7 +210,8 @@ fn fastmcp_behind_the_enforcing_proxy_passes_the_rule_checks() {
 /// protocol version it cannot speak, serves the largest safe integers and a line at the
 /// cap, ignores
 /// an unknown notification and answers invalid params with -32602. Like the SDK's server,
-/// it answers nothing that is not JSON, a BOM, a surrogate, trailing bytes or a batch,
+/// it answers nothing that is not JSON, a BOM, a surrogate, trailing bytes, a batch or a
+/// request without `jsonrpc`,
 /// serves a duplicate key, 2^53, 1e400, a reused id and a line over the cap, answers
 /// sampling before initialize and before its initialize is answered, and dies on an
 /// invalid UTF-8 byte.
@@ -238,7 +241,7 @@ fn the_mcp_sdk_client_is_checked_with_the_suite_playing_the_server() {
         "mcp.derived.version.mcpProtocolVersion.refused",
     ]);
     assert_eq!(r.with("PASS"), passed, "{}", r.stdout);
-    assert_eq!(r.with("FAIL").len(), 16, "{}", r.stdout);
+    assert_eq!(r.with("FAIL").len(), 17, "{}", r.stdout);
     assert!(
         r.stdout.contains("[Expect(\"initialize\"), Answer(\"initialize\"), Expect(\"notifications/initialized\")]"),
         "{}",
@@ -258,7 +261,7 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
     );
     let r = conformance_as("server", "mcp", &target);
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
-    assert_eq!(r.with("PASS").len(), 32, "{}", r.stdout);
+    assert_eq!(r.with("PASS").len(), 33, "{}", r.stdout);
 }
 
 /// LSP's lifecycle moves on the answer to initialize: the suite asks, awaits, sends
@@ -267,7 +270,8 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
 /// cap (128, one more than serde_json's own guard allowed the suite's wire) and a body at
 /// the size cap, and ignores an unknown notification. It answers a request before initialize with -32603, not
 /// ServerNotInitialized, and serves one between the initialize result and `initialized`; answers none of a bad frame, a batch, an unknown method, an object
-/// that is no message or invalid params (it shows a message instead); serves a body nested
+/// that is no message, a request without `jsonrpc` or invalid params (it shows a message
+/// instead); serves a body nested
 /// deeper than the contract's cap; and reads a body over the cap.
 #[test]
 fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
@@ -296,6 +300,7 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
         "lsp.derived.json.not-an-object",
         "lsp.derived.frame.over-cap",
         "lsp.derived.invalid",
+        "lsp.derived.invalid.missing",
         "lsp.derived.unknown-method",
         "lsp.derived.invalid-params",
     ]);
@@ -318,12 +323,12 @@ fn the_kernel_reference_peers_pass_every_derived_check_of_both_roles() {
         (
             "shell",
             format!("exec:{peer} core --control {{control}} --data {{data}}"),
-            37,
+            38,
         ),
         (
             "core",
             format!("exec:{peer} shell --control {{control}} --data {{data}}"),
-            28,
+            29,
         ),
     ] {
         let r = kernel_derived(play, &target);
@@ -511,18 +516,19 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// (B-7), one kept per bell and one for the station, refuse with the same code: each is
 /// judged apart from the other (ringRate's rings spread over bells), so a station without
 /// either fails exactly that one's check. A tune carries the station's idleSeconds (B-8):
-/// the idle clock runs as long as the tune said, and a station ignoring it fails that.
+/// the idle clock runs as long as the tune said, and a station ignoring it fails that. A
+/// line without `jsonrpc` is refused naming it where the `invalid` entry's `names` points
+/// (B-10): a station naming nothing fails only that probe's check, not the bad-line count.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
     let contract = contract.display().to_string();
     let station = python("proxy/tests/peers/beacon_station.py");
     let r = conformance(&contract, &format!("exec:{station}"));
-    assert!(
-        r.with("FAIL").is_empty() && r.with("SKIP").is_empty(),
-        "{}",
-        r.stdout
-    );
+    // Its close codes travel on a WebSocket only (B-9): see the test after this one.
+    let exits = ids(&["beacon.derived.exits.closeCodes"]);
+    assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
+    assert_eq!(r.with("SKIP"), exits, "{}", r.stdout);
     let timers = ids(&[
         "beacon.derived.timer.beatSeconds",
         "beacon.derived.timer.idleSeconds",
@@ -587,11 +593,56 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("uncapped", "frame.method-cap.tune"),
         ("deaf", "capabilities"),
         ("closed-params", "unknown-member"),
+        ("unnamed", "invalid.missing"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);
         assert_eq!(r.with("FAIL"), want, "{broken}: {}", r.stdout);
     }
+}
+
+/// The same contract, its station launched serving a WebSocket (`--sockets ws`, B-9): every
+/// derived check passes but the byte-stream framing ones, which skip (a message travels
+/// whole); each close code the client may end with gets the station's exit the code maps
+/// to (`closeCodes` → `stationExit`, the station's table), and a station exiting 0 whatever
+/// the code fails that check alone.
+#[test]
+fn a_contract_of_its_own_gets_its_exits_checked_over_a_websocket() {
+    let contract = common::root().join("proxy/tests/fixtures/beacon.json");
+    let contract = contract.display().to_string();
+    let station = python("proxy/tests/peers/beacon_station.py");
+    let over_ws = |extra: &str| {
+        let target = format!("exec:{station} --ws {{control}}{extra}");
+        let args = [
+            "--contract",
+            &contract,
+            "--play",
+            "client",
+            "--target",
+            &target,
+        ];
+        run(&[&args[..], &["--sockets", "ws"]].concat())
+    };
+    let r = over_ws("");
+    assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
+    let framing = ids(&["beacon.derived.frame.split", "beacon.derived.frame.merged"]);
+    assert_eq!(r.with("SKIP"), framing, "{}", r.stdout);
+    assert!(
+        r.with("PASS").contains("beacon.derived.exits.closeCodes")
+            && r.stdout
+                .contains("exited 0 after close 4000; exited 70 after close 4001"),
+        "{}",
+        r.stdout
+    );
+    let r = over_ws(" --break exit");
+    let exits = ids(&["beacon.derived.exits.closeCodes"]);
+    assert_eq!(r.with("FAIL"), exits, "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("the station exited 0 after close 4001; the contract says 70"),
+        "{}",
+        r.stdout
+    );
 }
 
 /// A target that never starts breaks one rule, once: the handshake check fails with the
@@ -831,9 +882,12 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
     let depot = python("proxy/tests/peers/depot.py");
     let r = conformance_as("courier", &contract, &format!("exec:{depot}"));
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
-    // A depot launched per session cannot be held on several connections (D-6's check:
-    // the next test, on a depot the suite dials).
-    let once = ids(&["depot.derived.connections.couriersMax"]);
+    // A depot launched per session cannot be held on several connections (D-6's and
+    // D-7's checks: the next test, on a depot the suite dials).
+    let once = ids(&[
+        "depot.derived.connections.couriersMax",
+        "depot.derived.claim.courier",
+    ]);
     assert_eq!(r.with("SKIP"), once, "{}", r.stdout);
     let families = ids(&[
         "depot.derived.handshake",
@@ -864,9 +918,12 @@ fn a_tagged_contract_of_one_way_messages_gets_its_answers_checked() {
     }
 }
 
-/// The depot serving couriers on a unix socket: its connection cap (couriersMax, D-6) is
-/// data, and the suite, dialing the socket for every session, holds the cap's worth of
-/// connections and one more; a depot serving them all fails exactly that check.
+/// The depot serving couriers on a unix socket: its connection cap (couriersMax, D-6) and
+/// its one connection per courier (`claims`, D-7) are data. The suite, dialing the socket
+/// for every session, holds the cap's worth of connections and one more, each hello for a
+/// courier of its own; and it says hello for a held courier from the same van (the old
+/// connection must be dropped) and from another (the new one must be). A depot serving
+/// them all fails exactly the cap's check; one taking every hello, exactly the claim's.
 #[test]
 fn a_connection_cap_is_checked_on_a_listener_the_suite_dials() {
     let contract = common::root().join("proxy/tests/fixtures/depot.json");
@@ -874,6 +931,7 @@ fn a_connection_cap_is_checked_on_a_listener_the_suite_dials() {
     for (broken, fails) in [
         (None, None),
         (Some("uncapped-couriers"), Some("connections.couriersMax")),
+        (Some("unclaimed"), Some("claim.courier")),
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let sock = dir.path().join("desk.sock");
@@ -901,6 +959,8 @@ fn a_connection_cap_is_checked_on_a_listener_the_suite_dials() {
         if broken.is_none() {
             let cap = "depot.derived.connections.couriersMax".to_string();
             assert!(r.with("PASS").contains(&cap), "{}", r.stdout);
+            let claim = "depot.derived.claim.courier".to_string();
+            assert!(r.with("PASS").contains(&claim), "{}", r.stdout);
             assert!(
                 r.stdout.contains("2 connections held open; connection"),
                 "{}",

@@ -24,24 +24,22 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 12] = [
+const HAND_WRITTEN: [&str; 10] = [
     "toolchannel.upgrade.401",
     "toolchannel.upgrade.426",
     "toolchannel.handshake.initialize",
     "toolchannel.session.mismatch",
     "toolchannel.redial.supersede",
-    "toolchannel.redial.refuse",
     "toolchannel.version.channel",
     "toolchannel.heartbeat",
     "toolchannel.heartbeat.lost",
-    "toolchannel.close.exit",
     "toolchannel.deadline.handshake",
     "toolchannel.release",
 ];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
-const NOT_FOR_HOST: [&str; 1] = ["toolchannel.redial.refuse"];
+const NOT_FOR_HOST: [&str; 0] = [];
 const NOT_FOR_WORKER: [&str; 3] = [
-    "toolchannel.close.exit",
+    "toolchannel.redial.supersede",
     "toolchannel.heartbeat.lost",
     "toolchannel.deadline.handshake",
 ];
@@ -288,6 +286,21 @@ fn as_worker_a_host_listing_before_ready_fails_exactly_the_handshake_check() {
     let says = [
         "sent tools/list in `awaiting-ready`",
         "before the suite's agentfy/ready",
+    ];
+    breaks_exactly("worker", &target, check, &says);
+}
+
+/// A host that lets any redial of the live instance supersede it, whatever its attempt
+/// (`--break any-attempt`), fails the derived claims check alone: the claim with an attempt
+/// not greater must be refused 4002 (that host takes it, and later closes it for want of
+/// heartbeats).
+#[test]
+fn as_worker_a_host_superseding_on_any_attempt_fails_exactly_the_claim_check() {
+    let target = host_target("--break any-attempt");
+    let check = "toolchannel.derived.claim.workerSession";
+    let says = [
+        "the claim with an attempt not greater",
+        "the contract prescribes close 4002",
     ];
     breaks_exactly("worker", &target, check, &says);
 }

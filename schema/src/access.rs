@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 
 use crate::check::{Dim, Evaluator, to_base};
 use crate::model::{
-    Action, Binding, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit, Note, StateMachine,
+    Action, Binding, CodeKind, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit, Note,
+    StateMachine,
 };
 use crate::pointer::set;
 
@@ -448,6 +449,36 @@ impl Contract {
                 table: table.to_string(),
                 name: value.to_string(),
             })
+    }
+
+    /// The close codes after which `party`'s process owes an exit, with that exit: each
+    /// value of a close-code table that `maps` into an exit-code table of `party`, in the
+    /// tables' order, as `(close table, close code, exit table, exit code)`.
+    pub fn exits_after_close(&self, party: &str) -> Vec<(&str, u16, &str, i32)> {
+        let exit_tables: Vec<&str> = self
+            .codes
+            .iter()
+            .filter(|(_, t)| t.party.as_deref() == Some(party))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let mut out = Vec::new();
+        for (name, t) in &self.codes {
+            if t.kind != CodeKind::CloseCode {
+                continue;
+            }
+            for v in &t.values {
+                let code = v.value.as_u64().and_then(|n| u16::try_from(n).ok());
+                for exits in &exit_tables {
+                    let exit = v.mapped(exits).and_then(Value::as_i64);
+                    if let (Some(code), Some(exit)) =
+                        (code, exit.and_then(|e| i32::try_from(e).ok()))
+                    {
+                        out.push((name.as_str(), code, *exits, exit));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// A note by id.

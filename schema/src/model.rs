@@ -916,6 +916,11 @@ pub struct Action {
     /// `handshake_timeout`, note T-6), which tells apart reactions sharing one code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For a `reply-error` to a message missing members (`invalid`): JSON pointer, in the
+    /// error reply, to the list of the names of the members found missing or invalid
+    /// (kernel's `/payload/details/fields`, 4.0-D04).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<String>,
     /// Why, in the seed's terms.
     pub description: String,
     /// Seed section.
@@ -1011,6 +1016,11 @@ pub struct CodeTable {
     pub description: String,
     /// Seed section.
     pub seed: String,
+    /// The party whose process ends with these values (an exit-code table): what another
+    /// table's `maps` into this one owes of that party's process, which the conformance
+    /// suite watches where it launches the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub party: Option<String>,
     /// The values, in the seed's order.
     pub values: Vec<CodeValue>,
 }

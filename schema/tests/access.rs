@@ -275,3 +275,25 @@ fn a_value_the_wire_carries_holds_and_what_is_computed_from_it_follows() {
         .expect("valid answer");
     assert!(l.carry(&c, "server", &answer).is_empty());
 }
+
+/// A close code owes an exit only of the party its exit-code table names.
+#[test]
+fn a_close_code_owes_the_exit_of_its_tables_party() {
+    let mut c = contract_with(json!({}));
+    assert!(c.exits_after_close("server").is_empty());
+    let exits = c.codes.get_mut("exitCodes").expect("fixture's exit table");
+    exits.party = Some("server".into());
+    let owed: Vec<(String, u16, String, i32)> = c
+        .exits_after_close("server")
+        .into_iter()
+        .map(|(t, code, e, exit)| (t.to_string(), code, e.to_string(), exit))
+        .collect();
+    let close = &c.codes["closeCodes"].values[0];
+    let want_exit = close.mapped("exitCodes").and_then(Value::as_i64);
+    assert_eq!(owed.len(), 1, "{owed:?}");
+    assert_eq!(owed[0].0, "closeCodes");
+    assert_eq!(Some(u64::from(owed[0].1)), close.value.as_u64());
+    assert_eq!(owed[0].2, "exitCodes");
+    assert_eq!(Some(i64::from(owed[0].3)), want_exit);
+    assert!(c.exits_after_close("client").is_empty());
+}

@@ -265,6 +265,15 @@ fn code_table_map_to_missing_value() {
 }
 
 #[test]
+fn exit_table_party_must_exist() {
+    assert_fires(
+        |d| d["codes"]["exitCodes"]["party"] = json!("nobody"),
+        Lint::NameRef,
+        "/codes/exitCodes/party",
+    );
+}
+
+#[test]
 fn violation_code_must_exist() {
     assert_fires(
         |d| d["violations"]["parse"]["code"] = json!(-32123),

@@ -50,15 +50,15 @@ pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, String)>
 }
 
 /// What one held connection did while the suite watched it.
-struct Watched {
+pub(super) struct Watched {
     /// Why it ended, if it did.
-    ended: Option<String>,
+    pub ended: Option<String>,
     /// What it sent meanwhile.
-    seen: Vec<Got>,
+    pub seen: Vec<Got>,
 }
 
 /// Read `s` until its control channel ends or `until`.
-async fn watch(s: &mut Session, until: Instant) -> Watched {
+pub(super) async fn watch(s: &mut Session, until: Instant) -> Watched {
     let mut seen = Vec::new();
     loop {
         match s.peer.next(until).await {
@@ -126,13 +126,16 @@ async fn hold(cx: &mut Ctx, max: u64) -> Result<Result<Vec<Session>, Verdict>, F
         Err(f) => return plan.unreached(f).map(Err),
     };
     let mut held = vec![first];
-    for _ in 0..max {
+    for n in 1..=max {
         let Some(peer) = cx.open_again().await? else {
             return Ok(Err(Verdict::Skip(
                 "the target is reached once per session (launched, or dialing in): the suite cannot hold several connections to one implementation".into(),
             )));
         };
-        held.push(Session::on(cx, peer, &plan)?);
+        let mut s = Session::on(cx, peer, &plan)?;
+        // Each claims an identity of its own: the claims check judges two claiming one.
+        s.writes = super::claims::distinct(cx, &plan, n as usize);
+        held.push(s);
     }
     for s in &mut held {
         let _ = s.handshake(cx, &plan).await;

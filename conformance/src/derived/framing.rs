@@ -100,6 +100,11 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             Ok(s) => s,
             Err(f) => return plan.unreached(f),
         };
+        if s.peer.carries_messages() {
+            return crate::skip(
+                "frames travel whole on a message transport (WebSocket): nothing to split, merge or stall",
+            );
+        }
         s.judge_answers = false;
         let carrier = s
             .carriers(cx, &staying)

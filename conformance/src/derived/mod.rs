@@ -43,6 +43,12 @@
 //!   implementation uses no capability it would have had to declare;
 //! - `messages` (`messages`): every message the implementation sends of its own is one
 //!   the contract accepts;
+//! - `claim.<name>` (`claims`): a second connection claiming the identity the played
+//!   party's handshake claims supersedes the first as the claim says, and one that may not
+//!   is refused while the holder goes on serving;
+//! - `exits.<table>` (`exits`): each close code that maps an exit of the implementation's
+//!   party ends a fresh launched process with that exit (and any check whose session the
+//!   implementation closed with such a code owes it as well);
 //! - `cue.<name>` (`cues`): the implementation acts on each cue the contract declares for
 //!   the played party, sending what the cue expects, then what ends it, breaking no machine;
 //! - `credit.<name>` (`credit`): after the played party's cue that makes the
@@ -70,11 +76,13 @@ mod answers;
 mod behaviour;
 mod capabilities;
 mod carried;
+mod claims;
 mod connections;
 mod counted;
 mod credit;
 mod cues;
 mod duplicates;
+mod exits;
 mod framing;
 mod ids;
 mod messages;
@@ -89,6 +97,7 @@ mod timers;
 mod versions;
 
 use contract::wire::Wire;
+pub(crate) use exits::exit_owed;
 use plan::{
     Plan, Step, carriers, id_prefix, id_value, out_of_place_on_the_way, out_of_place_probes,
 };
@@ -312,6 +321,28 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             false,
         );
     }
+    for (name, title, seed) in claims::applies(c, role) {
+        let seed = cite(join("/claims", [&name]), &seed);
+        add(
+            format!("claim.{name}"),
+            title,
+            &seed,
+            claims::body,
+            Some(name),
+            false,
+        );
+    }
+    for (table, title, seed) in exits::applies(c, role) {
+        let seed = cite(join("/codes", [&table]), &seed);
+        add(
+            format!("exits.{table}"),
+            title,
+            &seed,
+            exits::body,
+            Some(table),
+            false,
+        );
+    }
     for (name, cue) in cues::applies(c, role) {
         let seed = cite(join("/cues", [name]), &cue.seed);
         let id = format!("cue.{name}");
@@ -382,6 +413,9 @@ struct Session {
     /// The played party's capability declaration, written empty in the messages the suite
     /// sends from examples (the capabilities check).
     declares_none: Option<contract::model::Declaration>,
+    /// Values written over the examples of a method the suite sends, each at its pointer
+    /// (a second connection's claimant and attempt, the claims check).
+    writes: Vec<(String, String, Value)>,
     /// Answers that came for ids besides the one awaited (a batch's), by id: a later wait
     /// for one of them takes it from here.
     covered: Vec<(Value, Value)>,
@@ -437,6 +471,7 @@ impl Session {
             traces: HashMap::new(),
             keeps: plan.keeps(c),
             declares_none: None,
+            writes: Vec::new(),
             covered: Vec::new(),
             judge_answers: true,
             timed_out: false,
@@ -472,6 +507,7 @@ impl Session {
         dealias(&cx.aliases, &mut v);
         self.undeclare(method, Part::Call, &mut v);
         carried::write(cx, method, Part::Call, &mut v);
+        self.overwrite(method, &mut v);
         Ok(self.numbered(v))
     }
 
@@ -496,6 +532,13 @@ impl Session {
                 contract::model::DeclarationForm::ObjectKeys => Value::Object(Default::default()),
             };
             contract::set_pointer(v, &d.pointer, empty);
+        }
+    }
+
+    /// [`Session::writes`] of `method` written into `v`.
+    fn overwrite(&self, method: &str, v: &mut Value) {
+        for (_, pointer, value) in self.writes.iter().filter(|(m, _, _)| m == method) {
+            contract::set_pointer(v, pointer, value.clone());
         }
     }
 
@@ -824,6 +867,7 @@ impl Session {
         dealias(&cx.aliases, &mut v);
         self.undeclare(method, part, &mut v);
         carried::write(cx, method, part, &mut v);
+        self.overwrite(method, &mut v);
         let call = example_of(c, method, Part::Call, &cx.other);
         echoed(&self.shape, &mut v, call.as_ref(), request);
         let own = self.shape.answers_have_ids().then(|| self.take_id());

@@ -12,7 +12,7 @@
 //! (`reply-error` without a code), is not made at all.
 
 use contract::Contract;
-use contract::model::{ActionKind, Kind};
+use contract::model::{ActionKind, Binding, Kind};
 use contract::wire::{Violation, ViolationClass, Wire};
 use serde_json::{Map, Value, json};
 
@@ -42,6 +42,7 @@ pub(super) enum Probe {
     OverCap,
     AtCap,
     Invalid,
+    Missing,
     UnknownRequest,
     UnknownNotification,
     Parse,
@@ -52,7 +53,7 @@ pub(super) enum Probe {
 
 impl Probe {
     /// Every probe, in the order the suite lists them.
-    pub const ALL: [Probe; 24] = [
+    pub const ALL: [Probe; 25] = [
         Probe::Parse,
         Probe::DuplicateKey,
         Probe::Bom,
@@ -72,6 +73,7 @@ impl Probe {
         Probe::AtCap,
         Probe::OverCap,
         Probe::Invalid,
+        Probe::Missing,
         Probe::UnknownRequest,
         Probe::UnknownNotification,
         Probe::WrongDirection,
@@ -100,6 +102,7 @@ impl Probe {
             Probe::OverCap => "frame.over-cap",
             Probe::AtCap => "frame.at-cap",
             Probe::Invalid => "invalid",
+            Probe::Missing => "invalid.missing",
             Probe::UnknownRequest => "unknown-method",
             Probe::UnknownNotification => "unknown-notification",
             Probe::Parse => "parse",
@@ -134,6 +137,9 @@ impl Probe {
             Probe::OverCap => "a request grown one unit over the frame cap",
             Probe::AtCap => "a request grown exactly to the frame cap",
             Probe::Invalid => "an object with an id but no method, result or error",
+            Probe::Missing => {
+                "a request without the members its binding requires but routes nothing by"
+            }
             Probe::UnknownRequest => "a request of a method the contract does not know",
             Probe::UnknownNotification => "a notification the contract does not know",
             Probe::Parse => "a frame that is not JSON",
@@ -174,6 +180,9 @@ pub(super) struct Built {
     pub seed: String,
     /// The count limit the violation counts toward (`countToward`), if any.
     pub counts: Option<String>,
+    /// Where the refusal lists the members found missing (the action's `names`), and the
+    /// members the probe left out, which it must list.
+    pub names: Option<(String, Vec<String>)>,
 }
 
 impl Built {
@@ -189,6 +198,7 @@ impl Built {
             pointer: String::new(),
             seed: String::new(),
             counts: None,
+            names: None,
         }
     }
 
@@ -236,6 +246,7 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
             return json_borderline(p, wire, &shape, role, carriers);
         }
         Probe::UnknownMember => return unknown_member(wire, &shape, role, carriers),
+        Probe::Missing => return missing(wire, &shape, role, carriers.first()?),
         _ => {}
     }
     let (carrier, bytes) = match p {
@@ -285,6 +296,51 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
         pointer: format!("/violations/{}", entry(c, violation.class)),
         seed: violation.seed.unwrap_or_default(),
         counts: violation.count_toward,
+        names: None,
+    })
+}
+
+/// Carrier `m` without the members its binding requires but routes nothing by (an
+/// envelope's trace and timestamp, JSON-RPC's `jsonrpc`), where the contract requires
+/// them: the `invalid` entry's reaction, whose refusal must list the members left out
+/// where that entry `names` its list.
+fn missing(wire: &Wire, shape: &Shape, role: &str, m: &Value) -> Option<Built> {
+    let c = wire.contract();
+    let ch = shape.channel.as_str();
+    let members: Vec<String> = match c.channels.get(ch)?.binding.as_ref()? {
+        Binding::Envelope {
+            trace, timestamp, ..
+        } => [trace.clone(), timestamp.clone()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        Binding::Jsonrpc { .. } => vec!["/jsonrpc".into()],
+        Binding::Tagged { .. } => return None,
+    };
+    let mut v = m.clone();
+    let mut gone = Vec::new();
+    for p in members {
+        if contract::remove_pointer(&mut v, &p).is_some() {
+            gone.push(p.rsplit('/').next().unwrap_or_default().to_string());
+        }
+    }
+    let bytes = v.to_string().into_bytes();
+    let violation = match wire.decode(ch, role, &bytes, None) {
+        Err(v) if v.class == ViolationClass::Invalid && !gone.is_empty() => v,
+        _ => return None,
+    };
+    let (action, code) = checkable(&violation)?;
+    let names = c.violations.invalid.as_ref().and_then(|a| a.names.clone());
+    Some(Built {
+        ids: vec![shape.id(m)?.clone(), Value::Null],
+        bytes,
+        uncapped: false,
+        binary: false,
+        reaction: Reaction::Rule { action, code },
+        pointer: "/violations/invalid".into(),
+        seed: violation.seed.unwrap_or_default(),
+        counts: violation.count_toward,
+        names: names.map(|at| (at, gone)),
     })
 }
 
@@ -469,6 +525,7 @@ fn served_as_is(
         pointer: pointer.to_string(),
         seed: wire.contract().channels.get(ch)?.seed.clone(),
         counts: None,
+        names: None,
     })
 }
 
@@ -816,7 +873,12 @@ pub(super) async fn settle(
         .and_then(|f| f.as_ref())
         .map(|f| f.code);
     drop(s);
-    let (Some(hook), Verdict::Pass(seen)) = (cx.on_end, &verdict) else {
+    // The suite's own hook, else the exit the contract's data owes after a close.
+    let data = super::exits::any_owed(cx.wire.contract(), &cx.role);
+    let hook = cx
+        .on_end
+        .or_else(|| data.then_some(super::exits::owed as crate::session::EndHook));
+    let (Some(hook), Verdict::Pass(seen)) = (hook, &verdict) else {
         return Ok(verdict);
     };
     let also = hook(cx).await?;
@@ -951,7 +1013,11 @@ pub(super) async fn react(
             code,
         } => {
             let (v, _) = s.wait_answer(cx, &b.ids, what, cx.soon()).await?;
-            expect_code(&s.shape, &v, code.as_ref().unwrap_or(&Value::Null), what)
+            let verdict = expect_code(&s.shape, &v, code.as_ref().unwrap_or(&Value::Null), what)?;
+            match &b.names {
+                Some((at, gone)) => listed(&v, at, gone, what),
+                None => Ok(verdict),
+            }
         }
         Reaction::Rule {
             action: ActionKind::Ignore,
@@ -959,6 +1025,28 @@ pub(super) async fn react(
         } => ignored(s, cx, b, what, callable).await,
         Reaction::Rule { action, .. } => ended(s, cx, b, *action, what).await,
     }
+}
+
+/// The refusal `v` lists each of `gone` in the list at `at` (the action's `names`).
+fn listed(v: &Value, at: &str, gone: &[String], what: &str) -> Result<Verdict, Failure> {
+    let list: Vec<&str> = (v
+        .pointer(at)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten())
+    .filter_map(Value::as_str)
+    .collect();
+    let unlisted: Vec<&String> = gone
+        .iter()
+        .filter(|g| !list.contains(&g.as_str()))
+        .collect();
+    if unlisted.is_empty() {
+        return pass(format!("{what}: refused, listing {list:?} at {at}"));
+    }
+    Err(Failure::new(format!(
+        "{what}: the refusal lists {list:?} at {at}, not {unlisted:?} (the `invalid` entry's `names`)"
+    ))
+    .with("the answer", v.to_string().as_bytes()))
 }
 
 /// `ignore`: nothing answers the probe, and the party's next request is served.

@@ -87,6 +87,7 @@ pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) ->
         count_toward: None,
         report: None,
         reason: None,
+        names: None,
         description: format!("{method} is never served: its one error is its only answer"),
         seed: seed.clone(),
     };

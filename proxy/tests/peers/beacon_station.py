@@ -24,6 +24,12 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break closed-params: refuse an echo carrying a member it does not know (B-6 leaves them open).
 --break bell-rate: ring a bell however often it is rung (no bellRate).
 --break ring-rate: ring the bells together however often (no ringRate).
+--break exit: exit 0 whatever close code ended its WebSocket (no stationExit).
+--break unnamed: answer a line lacking `jsonrpc` without naming it in data.missing (B-10).
+
+--ws URL: serve one client over a WebSocket at URL (ws://HOST:PORT/) instead of stdio,
+a message per line. A close from the client exits as its code maps to stationExit (B-9);
+its own hang-ups close the socket plainly and exit 0.
 
 A ring is refused with RINGING over its bell's bucket or the station's (B-7): token
 buckets, full at the start, read from the contract's limits.
@@ -34,7 +40,13 @@ import json
 import os
 import select
 import sys
+import threading
 import time
+
+try:
+    from websockets.exceptions import ConnectionClosed
+except ImportError:  # stdio needs no websockets
+    ConnectionClosed = ()
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "beacon.json")
 
@@ -72,13 +84,85 @@ class Bad(Exception):
     """A line that counts toward badLinesMax (already answered)."""
 
 
+class Stdio:
+    """The station's stdin and stdout: a line per message."""
+
+    def __init__(self, cap):
+        self.buf, self.cap, self.fd = b"", cap, sys.stdin.fileno()
+        self.over = False
+
+    def send(self, data):
+        sys.stdout.buffer.write(data + b"\n")
+        sys.stdout.buffer.flush()
+
+    def recv(self, timeout):
+        """The lines that came within `timeout`; None at the end, or after a partial line
+        grew over the cap."""
+        if self.over:
+            return None
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return []
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            return None
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        self.over = len(self.buf) > self.cap
+        return lines
+
+    def hang_up(self):
+        return 0
+
+
+class Ws:
+    """One client's WebSocket (B-9): a text message per line."""
+
+    def __init__(self, conn, broken):
+        self.conn, self.broken = conn, broken
+
+    def send(self, data):
+        try:
+            self.conn.send(data.decode())
+        except ConnectionClosed as e:  # the next recv ends the session
+            self.closed = e.rcvd.code if e.rcvd else None
+
+    def recv(self, timeout):
+        try:
+            m = self.conn.recv(timeout=timeout)
+        except TimeoutError:
+            return []
+        except ConnectionClosed as e:
+            self.closed = e.rcvd.code if e.rcvd else None
+            return None
+        return [m.encode() if isinstance(m, str) else m]
+
+    def hang_up(self):
+        """The exit owed: a client's close code maps to stationExit; the station's own 0."""
+        code = getattr(self, "closed", None)
+        if code is None:
+            self.conn.close()
+            return 0
+        if self.broken == "exit":
+            return 0
+        with open(FIXTURE, encoding="utf-8") as f:
+            table = json.load(f)["codes"]["closeCodes"]["values"]
+        return next((v["maps"]["stationExit"] for v in table
+                     if v["value"] == code and "stationExit" in v.get("maps", {})), 0)
+
+
+CHANNEL = None
+
+
 def send(obj):
-    sys.stdout.buffer.write(json.dumps(obj).encode() + b"\n")
-    sys.stdout.buffer.flush()
+    CHANNEL.send(json.dumps(obj).encode())
 
 
-def error(id_, code, message):
-    send({"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}})
+def error(id_, code, message, data=None):
+    body = {"code": code, "message": message}
+    if data is not None:
+        body["data"] = data
+    send({"jsonrpc": "2.0", "id": id_, "error": body})
 
 
 class Session:
@@ -117,7 +201,9 @@ def handle(line, broken, session):
         error(None, -32700, "parse error")
         raise Bad
     if not isinstance(m, dict) or m.get("jsonrpc") != "2.0":
-        error(None, -32600, "invalid request")
+        lacks = ["jsonrpc"] if isinstance(m, dict) and "jsonrpc" not in m else []
+        named = lacks and broken != "unnamed"
+        error(None, -32600, "invalid request", {"missing": lacks} if named else None)
         raise Bad
     method, id_ = m.get("method"), m.get("id")
     if not isinstance(method, str):
@@ -179,47 +265,62 @@ def is_tune(line):
     return isinstance(m, dict) and m.get("method") == "tune"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle"])
-    a = ap.parse_args()
+def serve(channel, a):
+    """Serve one client on `channel` until one side ends; the exit code owed."""
+    global CHANNEL
+    CHANNEL = channel
     beat, idle, cap, bad_max, tune_cap = limits()
     bad = 0
     session = Session()
     if a.broken == "early":
         beat /= 2
     heard = last_beat = time.monotonic()
-    buf = b""
-    fd = sys.stdin.fileno()
     while True:
         now = time.monotonic()
         if a.broken != "never" and now - heard >= (session.idle or idle):
-            return 0
+            return channel.hang_up()
         due = max(heard, last_beat) + beat
         if now >= due:
             session.beat()
             last_beat = now
             continue
-        ready, _, _ = select.select([fd], [], [], min(due - now, 0.05))
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return 0
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
+        lines = channel.recv(min(due - now, 0.05))
+        if lines is None:
+            return channel.hang_up()
+        for line in lines:
             if len(line) > cap or (len(line) > tune_cap and a.broken != "uncapped" and is_tune(line)):
-                return 0
+                return channel.hang_up()
             try:
                 if handle(line, a.broken, session):
                     heard = time.monotonic()
             except Bad:
                 bad += 1
                 if bad >= bad_max and a.broken != "uncounted":
-                    return 0
-        if len(buf) > cap:
-            return 0
+                    return channel.hang_up()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed"])
+    ap.add_argument("--ws", metavar="URL", help="serve one client over a WebSocket at URL")
+    a = ap.parse_args()
+    if not a.ws:
+        return serve(Stdio(limits()[2]), a)
+    from urllib.parse import urlsplit
+    from websockets.sync.server import serve as ws_serve
+    url = urlsplit(a.ws)
+    done = []
+    ended = threading.Event()
+
+    def one(conn):
+        done.append(serve(Ws(conn, a.broken), a))
+        ended.set()
+
+    # Served on a thread of its own: a handler cannot shut down the server it runs in.
+    with ws_serve(one, url.hostname, url.port, max_size=None) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        ended.wait()
+    return done[0]
 
 
 if __name__ == "__main__":

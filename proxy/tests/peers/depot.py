@@ -18,9 +18,13 @@ again (the same `no`) within dedupeSeconds of the first is skipped, unanswered (
 --break resend: a parcel handed in again is taken again.
 --break uncapped-couriers: with --listen, serve every courier, however many are connected.
 
+--break unclaimed: with --listen, take every hello, whoever holds its courier (no D-7).
+
 --listen PATH: serve couriers on a unix socket at PATH instead of stdin/stdout, each
 connection a session of its own (parcel numbers are kept per session, D-5); a connection
-beyond couriersMax is closed unread (D-6).
+beyond couriersMax is closed unread (D-6). One connection per courier (D-7): a hello from
+the van that holds it takes it over and closes the old connection; one from another van
+is closed unread; the courier is free again once its connection ends.
 """
 
 import argparse
@@ -71,8 +75,9 @@ def receipt(write, nos, trace, brk):
     write(json.dumps(r).encode() + b"\n")
 
 
-def session(read, write, brk, cap, window):
-    """One courier's session: lines from `read()` (b"" at the end), receipts to `write`."""
+def session(read, write, brk, cap, window, claim=lambda m: True):
+    """One courier's session: lines from `read()` (b"" at the end), receipts to `write`;
+    a hello `claim` refuses ends it."""
     taken = {}  # parcel number -> when it was first taken in this session (D-5)
     buf = b""
     hello = False
@@ -93,6 +98,8 @@ def session(read, write, brk, cap, window):
             if not isinstance(m, dict):
                 continue
             if m.get("t") == "hello" and isinstance(m.get("courier"), str) and m["courier"]:
+                if not claim(m):
+                    return
                 hello = True
             elif m.get("t") == "parcel" and hello and parcel(m, brk) is not None:
                 no, now = parcel(m, brk), time.monotonic()
@@ -112,16 +119,35 @@ def listen(path, brk, cap, window, couriers):
     server.bind(path)
     server.listen(64)
     count = {"open": 0}
+    desk = {}  # courier -> (van, connection) holding it (D-7)
     lock = threading.Lock()
+
+    def claim(conn, m):
+        """Whether `conn` may hand over for m's courier; a van taking it over closes the old."""
+        courier, van = m["courier"], m.get("van")
+        with lock:
+            held = desk.get(courier)
+            if held and held[1] is not conn and brk != "unclaimed":
+                if held[0] != van:
+                    return False
+                try:
+                    held[1].shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            desk[courier] = (van, conn)
+        return True
 
     def serve(conn):
         try:
-            session(lambda: conn.recv(65536), conn.sendall, brk, cap, window)
+            session(lambda: conn.recv(65536), conn.sendall, brk, cap, window,
+                    lambda m: claim(conn, m))
         except OSError:
             pass
         finally:
             with lock:
                 count["open"] -= 1
+                for courier in [k for k, (_, c) in desk.items() if c is conn]:
+                    del desk[courier]
             conn.close()
 
     while True:
@@ -138,7 +164,7 @@ def listen(path, brk, cap, window, couriers):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes", "newer-v", "resend", "uncapped-couriers"])
+    ap.add_argument("--break", dest="brk", choices=["lost-batch", "bad-state", "new-trace", "line-bytes", "newer-v", "resend", "uncapped-couriers", "unclaimed"])
     ap.add_argument("--listen", metavar="PATH")
     a = ap.parse_args()
     cap, window, couriers = limits()

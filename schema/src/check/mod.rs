@@ -650,6 +650,9 @@ impl Cx<'_> {
             }
         }
         for (tname, t) in &c.codes {
+            if let Some(p) = &t.party {
+                self.party_known(c, join("/codes", [tname, "party"]), p);
+            }
             let mut seen: BTreeMap<String, usize> = BTreeMap::new();
             for (i, v) in t.values.iter().enumerate() {
                 let ptr = join("/codes", [tname, "values", &i.to_string()]);

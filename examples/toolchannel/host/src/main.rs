@@ -71,6 +71,8 @@ enum Break {
     /// Send tools/list as soon as notifications/initialized arrives, without waiting for
     /// agentfy/ready.
     EarlyList,
+    /// Let a redial of the live instance supersede whatever its attempt (no attempt rule).
+    AnyAttempt,
 }
 
 /// Run one toolchannel session as the host.
@@ -782,7 +784,10 @@ impl Host {
         if let Some(old) = self.live.filter(|l| *l != conn) {
             let current = self.conns.get(&old).and_then(|c| c.instance.clone());
             match current {
-                Some((inst, att)) if inst == instance && attempt > att => {
+                Some((inst, att))
+                    if inst == instance
+                        && (attempt > att || self.args.brk == Some(Break::AnyAttempt)) =>
+                {
                     let lost = self
                         .conns
                         .get(&old)
