@@ -238,6 +238,28 @@ fn kernel_missing_envelope_fields_are_listed() {
     );
 }
 
+/// The list of missing members goes where the `invalid` entry `names` it, under the
+/// details an error reply carries; a contract that names no list gets none.
+#[test]
+fn missing_members_are_listed_where_the_contract_names_them() {
+    let bytes = br#"{"type":"request","method":"command.handle","payload":{"text":"hi"}}"#;
+    let with = |names: Option<&str>| {
+        let mut c = contract::builtin("kernel").expect("kernel");
+        let invalid = c.violations.invalid.as_mut().expect("an invalid entry");
+        invalid.names = names.map(str::to_string);
+        let w = Wire::new(Arc::new(c)).expect("wire");
+        violation(&w, "control", "shell", bytes).details
+    };
+    let elsewhere = with(Some("/payload/details/absent"));
+    let listed = elsewhere["absent"]
+        .as_array()
+        .expect("listed under `absent`");
+    assert!(listed.contains(&json!("trace_id")), "{elsewhere}");
+    assert_eq!(with(None), Value::Null);
+    // Outside the reply's details the wire layer cannot put it: nothing is listed.
+    assert_eq!(with(Some("/payload/fields")), Value::Null);
+}
+
 /// `method`'s first call example.
 fn call_example(w: &Wire, method: &str) -> Value {
     w.contract().methods[method]

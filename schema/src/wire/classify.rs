@@ -105,12 +105,29 @@ pub struct Violation {
     pub seed: Option<String>,
     /// One-line reason.
     pub reason: String,
-    /// Structured details (e.g. `{"fields": [...]}` for missing envelope fields).
+    /// Structured details an error reply carries (an envelope's missing members, listed
+    /// where the `invalid` entry `names`: kernel's `{"fields": [...]}`).
     pub details: Value,
     /// What could be read of the message before it failed (method, id…).
     pub partial: Option<Box<Message>>,
     /// The strict-JSON rule, when `class` is `Parse`.
     pub json: Option<JsonError>,
+}
+
+/// The details an error reply carries under its body's `under` (an envelope's
+/// `<payload>/details`) that put `missing` where the `invalid` entry `names` its list:
+/// kernel's `/payload/details/fields` gives `{"fields": [...]}`. Null where the contract
+/// names no list there.
+fn listed(names: Option<&str>, under: &str, missing: Vec<String>) -> Value {
+    let Some(rest) = names.and_then(|n| n.strip_prefix(under)) else {
+        return Value::Null;
+    };
+    if !rest.starts_with('/') {
+        return Value::Null;
+    }
+    let mut details = Value::Object(Map::new());
+    crate::pointer::set(&mut details, rest, json!(missing));
+    details
 }
 
 /// A classified, validated message.
@@ -694,6 +711,7 @@ impl Wire {
                 id,
                 correlation,
                 trace,
+                payload,
                 ..
             }) => {
                 let wire_kind = lookup(&value, kind)
@@ -733,7 +751,9 @@ impl Wire {
                             format!("envelope is missing {}", missing.join(", "))
                         },
                     );
-                    v.details = json!({ "fields": missing });
+                    let names = self.contract.violations.invalid.as_ref();
+                    let names = names.and_then(|a| a.names.as_deref());
+                    v.details = listed(names, &format!("{payload}/details"), missing);
                     v.partial = Some(Box::new(msg));
                     return Err(v);
                 }
