@@ -131,6 +131,12 @@ pub(crate) fn pass(s: impl Into<String>) -> Result<Verdict, Failure> {
 }
 
 /// A check body's skip with why it could not judge.
+/// The party the implementation plays when the suite plays `role`: the contract's first
+/// other party.
+pub(crate) fn other_party<'c>(c: &'c contract::Contract, role: &str) -> Option<&'c str> {
+    c.parties.keys().map(String::as_str).find(|p| *p != role)
+}
+
 pub(crate) fn skip(s: impl Into<String>) -> Result<Verdict, Failure> {
     Ok(Verdict::Skip(s.into()))
 }
@@ -451,11 +457,8 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
         Some(s) => positive(s, "--check-deadline")?,
         None => Duration::from_secs(60 + 2 * args.task_seconds),
     };
-    let other = contract
-        .parties
-        .keys()
-        .find(|p| **p != args.play)
-        .cloned()
+    let other = other_party(&contract, &args.play)
+        .map(str::to_string)
         .ok_or_else(|| ConformanceError::Usage("the contract has one party".into()))?;
     let wire = Arc::new(
         Wire::new(Arc::new(contract)).map_err(|e| ConformanceError::Usage(e.to_string()))?,

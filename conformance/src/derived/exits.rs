@@ -9,7 +9,7 @@
 
 use super::{Session, plan_of};
 use crate::session::Ctx;
-use crate::{BodyFuture, BodyFutureOf, Failure, pass, skip};
+use crate::{BodyFuture, BodyFutureOf, Failure, other_party, pass, skip};
 use contract::Contract;
 
 /// The close-code tables whose values map exits of the party other than `role`, each with
@@ -35,10 +35,6 @@ pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, String)>
 /// Whether a session the implementation closed owes an exit at all (the end hook applies).
 pub(super) fn any_owed(c: &Contract, role: &str) -> bool {
     other_party(c, role).is_some_and(|o| !c.exits_after_close(o).is_empty())
-}
-
-fn other_party<'c>(c: &'c Contract, role: &str) -> Option<&'c str> {
-    c.parties.keys().map(String::as_str).find(|p| *p != role)
 }
 
 pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {

@@ -113,8 +113,7 @@ fn id_rule(
 
 /// The id family's checks for `role`: name, title and citation.
 pub(super) fn applies(c: &Contract, role: &str) -> Vec<(&'static str, String, String)> {
-    let other = c.parties.keys().find(|p| *p != role);
-    let other = other.map_or("other party", String::as_str);
+    let other = crate::other_party(c, role).unwrap_or("other party");
     let mut out = Vec::new();
     for probe in IdProbe::ALL {
         let Some((action, code)) = id_rule(c, (role, other), probe) else {
