@@ -789,7 +789,7 @@ impl Ir {
                 })
             })
             .collect();
-        let (schemas, idents) = crate::names::resolve(schemas);
+        let (schemas, idents) = crate::names::resolve(crate::shapes::normalise(schemas));
         let origins = origins
             .into_iter()
             .map(|(k, at)| (idents.get(&k).cloned().unwrap_or(k), at))

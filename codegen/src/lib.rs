@@ -21,6 +21,7 @@ pub mod package;
 pub mod python;
 pub mod rust;
 pub mod sdk;
+pub mod shapes;
 pub mod types;
 pub mod vectors;
 pub mod wireshark;

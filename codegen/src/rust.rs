@@ -305,7 +305,7 @@ fn present_is_present(tokens: &str) -> String {
         // A flattened member is not read on its own: serde hands it the leftovers.
         if !attr.contains("flatten") {
             out.push_str(" , deserialize_with = \"present\"");
-            if !attr.contains("default") {
+            if !says_default(attr) {
                 out.push_str(" , default");
             }
         }
@@ -314,6 +314,15 @@ fn present_is_present(tokens: &str) -> String {
     out.push_str(rest);
     out.push_str(PRESENT_FN);
     out
+}
+
+/// Whether a serde attribute's tokens hold `default` itself, not inside a string
+/// (`rename = "default-permission"` does not).
+fn says_default(attr: &str) -> bool {
+    attr.split('"')
+        .step_by(2)
+        .flat_map(|code| code.split(|c: char| !c.is_ascii_alphanumeric() && c != '_'))
+        .any(|word| word == "default")
 }
 
 /// The deserializer every optional member goes through (see [`present_is_present`]).
@@ -1383,7 +1392,7 @@ fn render_named(s: &mut String, ir: &Ir) {
 mod tests {
     use serde_json::json;
 
-    use super::for_typify;
+    use super::{for_typify, says_default};
 
     #[test]
     fn an_enum_mixing_json_types_is_split_by_type() {
@@ -1463,5 +1472,12 @@ mod tests {
                 "allOf": [{ "required": ["a"] }],
             })
         );
+    }
+
+    #[test]
+    fn a_renamed_member_whose_name_says_default_still_gets_serdes_default() {
+        assert!(!says_default(r#"serde (rename = "default-permission" , "#));
+        assert!(says_default(r#"serde (default , rename = "x" , "#));
+        assert!(!says_default(r#"serde (default_value = 1 , "#));
     }
 }

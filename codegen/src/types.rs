@@ -11,6 +11,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::breaking::schema::type_of;
 use crate::ir::{dedupe, lower_snake, pascal};
 
 /// A reference to a type.
@@ -363,7 +364,24 @@ impl Walker<'_> {
                     name: hint.to_string(),
                 };
             }
-            return TypeRef::Any;
+            if values.iter().all(Value::is_boolean) {
+                return TypeRef::Boolean;
+            }
+            // Values of several JSON types (`[true, false, "op"]`, `["http", null]`): one
+            // branch per type, each keeping its own values (split_types).
+            if s.get("type").is_none() {
+                let mut types: Vec<&str> = Vec::new();
+                for t in values.iter().map(type_of) {
+                    if !types.contains(&t) {
+                        types.push(t);
+                    }
+                }
+                let mut typed = s.clone();
+                if let Some(o) = typed.as_object_mut() {
+                    o.insert("type".into(), Value::from(types));
+                }
+                return self.reference(hint, &typed);
+            }
         }
         let split = split_types(s);
         // A nullable object (`"type": ["object", "null"]` with properties): the struct, nullable.
@@ -447,6 +465,13 @@ fn split_types(s: &Value) -> Option<(Vec<Value>, bool)> {
             let mut b = strip_meta(s);
             if let Some(o) = b.as_object_mut() {
                 o.insert("type".into(), t.clone());
+                if let Some(Value::Array(values)) = o.get_mut("enum") {
+                    let t = t.as_str().unwrap_or_default();
+                    values.retain(|v| {
+                        let k = type_of(v);
+                        k == t || (t == "number" && k == "integer")
+                    });
+                }
             }
             b
         })

@@ -107,9 +107,20 @@ fn contract_name(stem: &str) -> String {
     }
 }
 
-/// The root type's `$defs` key: its title (or file stem) with only letters and digits kept.
+/// The root type's `$defs` key: its title (or file stem) with only letters and digits kept,
+/// each word starting upper-case so the words stay apart when a target case-converts it
+/// ("JSON schema for X" → `JSONSchemaForX` → `JsonSchemaForX`, not `JsoNschemaforX`).
 fn root_name(title: &str) -> String {
-    let kept: String = title.chars().filter(char::is_ascii_alphanumeric).collect();
+    let kept: String = title
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .flat_map(|w| {
+            let mut cs = w.chars();
+            cs.next()
+                .map(|f| f.to_ascii_uppercase())
+                .into_iter()
+                .chain(cs)
+        })
+        .collect();
     if kept.is_empty() { "Root".into() } else { kept }
 }
 
@@ -200,6 +211,10 @@ mod tests {
         assert_eq!(contract_name("MCP 2025-06-18"), "mcp-2025-06-18");
         assert_eq!(contract_name("2025"), "schema-2025");
         assert_eq!(root_name("Geo JSON"), "GeoJSON");
+        assert_eq!(
+            root_name("JSON schema for Bukkit Plugin YAML"),
+            "JSONSchemaForBukkitPluginYAML"
+        );
         assert_eq!(root_name("--"), "Root");
     }
 }
