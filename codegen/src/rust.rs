@@ -10,8 +10,9 @@
 //! Schemas typify 0.8 cannot read are narrowed to what it can, the contract's validation
 //! keeping the rest: conditionals (`if`/`then`/`else`) and defaults are dropped, an `enum`
 //! mixing JSON types, or holding `null`, an array or an object, is split by type, and a
-//! nullable schema loses its `title`. Members typify snake-cases alike are numbered apart
-//! after it renders (`distinct_fields`).
+//! nullable schema loses its `title`; an optional member's inline nullable schema becomes a
+//! definition of its own, which typify renders with its `null` (`lift_nullable_objects`).
+//! Members typify snake-cases alike are numbered apart after it renders (`distinct_fields`).
 //!
 //! Two more gaps are closed after typify renders: an optional object or array member is an
 //! `Option` (so `{}` and absent differ), and every optional member reads `null` as its
@@ -150,6 +151,78 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
     }
 }
 
+/// typify 0.8 drops the `null` of a member's inline nullable schema (Prometheus' `global:
+/// {"type": ["object", "null"], "properties": …}` became `Option<struct>`, `rule_files:
+/// {"type": ["array", "null"]}` an `Option<Vec<…>>`, so an explicit `null` was refused). A named nullable schema it renders as a newtype over an `Option`, so
+/// each such member is lifted into a definition of its own (`<Parent><Member>`), nested
+/// ones too, and referenced from where it was.
+fn lift_nullable_objects(defs: &mut Vec<(String, Value)>) {
+    let mut i = 0;
+    while i < defs.len() {
+        let parent = defs[i].0.clone();
+        let mut lifted = Vec::new();
+        let mut schema = std::mem::take(&mut defs[i].1);
+        lift_in(&mut schema, &parent, &mut lifted, defs);
+        defs[i].1 = schema;
+        defs.extend(lifted);
+        i += 1;
+    }
+}
+
+fn lift_in(
+    v: &mut Value,
+    parent: &str,
+    lifted: &mut Vec<(String, Value)>,
+    defs: &[(String, Value)],
+) {
+    let Value::Object(o) = v else {
+        if let Value::Array(a) = v {
+            a.iter_mut().for_each(|x| lift_in(x, parent, lifted, defs));
+        }
+        return;
+    };
+    // A required nullable member typify reads right (`Option::deserialize`, no default).
+    let required: Vec<String> = (o.get("required").and_then(Value::as_array))
+        .map(|r| {
+            r.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    for (k, x) in o.iter_mut() {
+        let Some(members) = x.as_object_mut().filter(|_| k == "properties") else {
+            lift_in(x, parent, lifted, defs);
+            continue;
+        };
+        for (member, schema) in members.iter_mut() {
+            if !is_nullable(schema) || required.contains(member) {
+                lift_in(schema, parent, lifted, defs);
+                continue;
+            }
+            let base = format!("{parent}{}", crate::ir::pascal(member));
+            let taken = |n: &str| defs.iter().chain(lifted.iter()).any(|(d, _)| d == n);
+            let name = (1..)
+                .map(|n| {
+                    if n == 1 {
+                        base.clone()
+                    } else {
+                        format!("{base}{n}")
+                    }
+                })
+                .find(|n| !taken(n))
+                .unwrap_or(base);
+            let reference = serde_json::json!({ "$ref": format!("#/definitions/{name}") });
+            lifted.push((name, std::mem::replace(schema, reference)));
+        }
+    }
+}
+
+fn is_nullable(s: &Value) -> bool {
+    (s.get("type").and_then(Value::as_array))
+        .is_some_and(|ts| ts.len() == 2 && ts.iter().any(|t| t == "null"))
+}
+
 /// typify 0.8 panics on an `enum` whose values are of several JSON types (SIL Kit's
 /// `[1, "1"]`) and refuses one holding `null` (a `const: null` made an enum) or an array or
 /// object (Prometheus' `const: ["AzurePublic", …]`): split it into an `anyOf` of one typed
@@ -205,11 +278,15 @@ pub fn typify_types(ir: &Ir) -> Result<String, GenError> {
         pointer,
         reason,
     };
+    let mut prepared: Vec<(String, Value)> = (ir.schemas.iter())
+        .map(|(name, schema)| (name.clone(), for_typify(schema)))
+        .collect();
+    lift_nullable_objects(&mut prepared);
     let mut defs = Vec::new();
-    for (name, schema) in &ir.schemas {
-        let s: schemars08::schema::Schema = serde_json::from_value(for_typify(schema))
+    for (name, schema) in prepared {
+        let s: schemars08::schema::Schema = serde_json::from_value(schema)
             .map_err(|e| err(format!("/$defs/{name}"), e.to_string()))?;
-        defs.push((name.clone(), s));
+        defs.push((name, s));
     }
     let mut settings = typify::TypeSpaceSettings::default();
     settings.with_struct_builder(false);
@@ -1392,7 +1469,7 @@ fn render_named(s: &mut String, ir: &Ir) {
 mod tests {
     use serde_json::json;
 
-    use super::{for_typify, says_default};
+    use super::{for_typify, lift_nullable_objects, says_default};
 
     #[test]
     fn an_enum_mixing_json_types_is_split_by_type() {
@@ -1479,5 +1556,31 @@ mod tests {
         assert!(!says_default(r#"serde (rename = "default-permission" , "#));
         assert!(says_default(r#"serde (default , rename = "x" , "#));
         assert!(!says_default(r#"serde (default_value = 1 , "#));
+    }
+
+    #[test]
+    fn an_optional_nullable_member_is_lifted_into_a_definition_and_a_required_one_stays() {
+        let mut defs = vec![(
+            "Config".to_string(),
+            json!({ "type": "object", "required": ["must"], "properties": {
+                "global": { "type": ["object", "null"], "properties": { "x": { "type": ["array", "null"] } } },
+                "must": { "type": ["string", "null"] },
+            } }),
+        )];
+        lift_nullable_objects(&mut defs);
+        let names: Vec<&str> = defs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["Config", "ConfigGlobal", "ConfigGlobalX"]);
+        assert_eq!(
+            defs[0].1["properties"]["global"],
+            json!({ "$ref": "#/definitions/ConfigGlobal" })
+        );
+        assert_eq!(
+            defs[0].1["properties"]["must"],
+            json!({ "type": ["string", "null"] })
+        );
+        assert_eq!(
+            defs[1].1["properties"]["x"],
+            json!({ "$ref": "#/definitions/ConfigGlobalX" })
+        );
     }
 }
