@@ -1,7 +1,7 @@
 //! The `contractgen` command line: clap arguments and [`run`] (feature `cli`).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -67,6 +67,9 @@ pub enum Command {
     /// Prints one line per problem (file#pointer: reason [lint]) and exits 1 if
     /// there are any, 0 if there are none.
     Check {
+        /// Documents a plain JSON Schema's references outside itself name.
+        #[command(flatten)]
+        resources: ResourceArgs,
         /// Contract files, or built-in names (kernel, xsession, rukh, toolchannel).
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<String>,
@@ -89,6 +92,9 @@ pub enum Command {
         /// How the Python and C# SDKs are named and versioned.
         #[command(flatten)]
         package: PackageArgs,
+        /// Documents a plain JSON Schema's references outside itself name.
+        #[command(flatten)]
+        resources: ResourceArgs,
         /// Contract files.
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<PathBuf>,
@@ -111,6 +117,9 @@ pub enum Command {
         /// Output directory; each contract gets `<module>/valid.json` and `<module>/invalid.json`.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Documents a plain JSON Schema's references outside itself name.
+        #[command(flatten)]
+        resources: ResourceArgs,
         /// Contract files.
         #[arg(required = true, value_name = "CONTRACT")]
         contracts: Vec<PathBuf>,
@@ -217,6 +226,42 @@ pub struct PackageArgs {
     package_version: Option<String>,
 }
 
+/// `--resource`: documents a plain schema's `$ref`s name outside it, read from files.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ResourceArgs {
+    /// A document a plain JSON Schema's `$ref` names outside itself: FILE, known by its own
+    /// `$id`, or URI=FILE. Repeatable; nothing is fetched.
+    #[arg(long = "resource", value_name = "[URI=]FILE")]
+    resource: Vec<String>,
+}
+
+impl ResourceArgs {
+    /// Each `--resource` as (URI, file): a URI is what comes before the first `=` when it
+    /// is one (`https://…`, `urn:…`), so a file name with `=` still reads as a file.
+    fn pairs(&self) -> impl Iterator<Item = (Option<&str>, &Path)> {
+        self.resource.iter().map(|r| match r.split_once('=') {
+            Some((uri, file)) if uri.contains("://") || uri.starts_with("urn:") => {
+                (Some(uri), Path::new(file))
+            }
+            _ => (None, Path::new(r.as_str())),
+        })
+    }
+
+    fn configure(&self, cfg: &mut Config) {
+        for (uri, file) in self.pairs() {
+            cfg.resource(uri, file);
+        }
+    }
+
+    fn read(&self) -> Result<contract::plain::Resources, contract::LoadError> {
+        let mut res = contract::plain::Resources::default();
+        for (uri, file) in self.pairs() {
+            res.insert_file(uri, file)?;
+        }
+        Ok(res)
+    }
+}
+
 /// One of [`Package`]'s setters.
 type Setter = fn(&mut Package, &str) -> Result<(), GenError>;
 
@@ -253,7 +298,16 @@ pub enum BreakingCategory {
 /// Run a parsed command, writing reports to `out` and `err`. Returns the exit code.
 pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match &cli.command {
-        Command::Check { contracts } => check(contracts, out, err),
+        Command::Check {
+            contracts,
+            resources,
+        } => match resources.read() {
+            Ok(res) => check(contracts, &res, out, err),
+            Err(e) => {
+                let _ = writeln!(err, "contractgen: {e}");
+                EXIT_USAGE
+            }
+        },
         Command::Diff { old, new } => diff(old, new, out, err),
         Command::Breaking { old, new, category } => breaking_cmd(old, new, *category, out, err),
         Command::Generate {
@@ -263,8 +317,10 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             templates,
             check,
             package,
+            resources,
         } => {
             let mut cfg = Config::new();
+            resources.configure(&mut cfg);
             if let Some(t) = templates {
                 cfg.templates(t);
             }
@@ -284,7 +340,10 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                     let _ = writeln!(err, "contractgen: {e}");
                     match e {
                         GenError::Io { .. } => EXIT_USAGE,
-                        GenError::Load(contract::LoadError::Io { .. }) => EXIT_USAGE,
+                        GenError::Load(
+                            contract::LoadError::Io { .. }
+                            | contract::LoadError::ResourceWithoutId { .. },
+                        ) => EXIT_USAGE,
                         _ => EXIT_CONTRACT,
                     }
                 }
@@ -313,10 +372,18 @@ pub fn run(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Vectors {
             out: dir,
             contracts,
+            resources,
         } => {
+            let res = match resources.read() {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = writeln!(err, "contractgen: {e}");
+                    return EXIT_USAGE;
+                }
+            };
             let mut irs = Vec::new();
             for path in contracts {
-                match contract::load(path)
+                match contract::load_with(path, &res)
                     .map_err(GenError::from)
                     .and_then(Ir::build)
                 {
@@ -444,7 +511,12 @@ fn breaking_cmd(
     }
 }
 
-fn check(contracts: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+fn check(
+    contracts: &[String],
+    resources: &contract::plain::Resources,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     let mut worst = EXIT_OK;
     for name in contracts {
         let (origin, text) = match contract::BUILTIN.iter().find(|(n, _)| n == name) {
@@ -465,6 +537,16 @@ fn check(contracts: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 
                 worst = worst.max(EXIT_CONTRACT);
                 continue;
             }
+        };
+        // A plain JSON Schema is checked as the types-only contract it is read as.
+        let doc = if contract::plain::is_plain_schema(&doc) {
+            let stem = Path::new(&origin)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            contract::plain::contract_with(&stem, &doc, resources)
+        } else {
+            doc
         };
         let (_, problems) = contract::check_document(&origin, &doc);
         for p in &problems {

@@ -73,6 +73,7 @@ pub struct Config {
     accepted: Vec<String>,
     shown_from: Option<PathBuf>,
     package: Package,
+    resources: Vec<(Option<String>, PathBuf)>,
 }
 
 /// A contract loaded for a run: its IR, its file name (the Rust header names it) and its
@@ -101,6 +102,7 @@ impl Config {
             accepted: Vec::new(),
             shown_from: None,
             package: Package::default(),
+            resources: Vec::new(),
         }
     }
 
@@ -138,6 +140,24 @@ impl Config {
                 .join("/"),
             None => path.display().to_string(),
         }
+    }
+
+    /// A document a plain JSON Schema's `$ref` may name outside itself: the file `path`,
+    /// known as `uri` or, with `None`, by its own `$id` (OpenRPC's schema names the JSON
+    /// Schema meta-schema it extends). Nothing is fetched.
+    pub fn resource(&mut self, uri: Option<&str>, path: impl AsRef<Path>) -> &mut Self {
+        self.resources
+            .push((uri.map(str::to_string), path.as_ref().to_path_buf()));
+        self
+    }
+
+    /// The resources, read.
+    fn read_resources(&self) -> Result<contract::plain::Resources, GenError> {
+        let mut res = contract::plain::Resources::default();
+        for (uri, path) in &self.resources {
+            res.insert_file(uri.as_deref(), path)?;
+        }
+        Ok(res)
     }
 
     /// Add a contract file.
@@ -251,12 +271,13 @@ impl Config {
             }
         }
         // Contracts load, and targets render, independently: in parallel.
+        let resources = self.read_resources()?;
         let irs = parallel(&self.contracts, |path| {
             let file = path
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let ir = Ir::build(contract::load(path)?)?;
+            let ir = Ir::build(contract::load_with(path, &resources)?)?;
             Ok(Loaded {
                 ir,
                 file,

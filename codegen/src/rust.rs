@@ -151,6 +151,34 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
     }
 }
 
+/// typify 0.8 resolves a `$ref` to a definition only: one into a definition
+/// (`#/$defs/JSONSchemaObject/properties/$ref`, OpenRPC's reference object) is replaced by the
+/// schema it points at, whose own references are followed as deep as `INLINE_DEPTH`.
+fn inline_deep_refs(v: &mut Value, schemas: &indexmap::IndexMap<String, Value>, depth: usize) {
+    const INLINE_DEPTH: usize = 8;
+    match v {
+        Value::Object(o) => {
+            let target = (o.get("$ref").and_then(Value::as_str))
+                .and_then(crate::names::def_pointer)
+                .filter(|(_, tail)| !tail.is_empty() && depth < INLINE_DEPTH)
+                .and_then(|(key, tail)| schemas.get(&key)?.pointer(tail).cloned());
+            match target {
+                Some(mut t) => {
+                    inline_deep_refs(&mut t, schemas, depth + 1);
+                    *v = t;
+                }
+                None => o
+                    .values_mut()
+                    .for_each(|x| inline_deep_refs(x, schemas, depth)),
+            }
+        }
+        Value::Array(a) => a
+            .iter_mut()
+            .for_each(|x| inline_deep_refs(x, schemas, depth)),
+        _ => {}
+    }
+}
+
 /// typify 0.8 drops the `null` of a member's inline nullable schema (Prometheus' `global:
 /// {"type": ["object", "null"], "properties": …}` became `Option<struct>`, `rule_files:
 /// {"type": ["array", "null"]}` an `Option<Vec<…>>`, so an explicit `null` was refused). A named nullable schema it renders as a newtype over an `Option`, so
@@ -279,7 +307,11 @@ pub fn typify_types(ir: &Ir) -> Result<String, GenError> {
         reason,
     };
     let mut prepared: Vec<(String, Value)> = (ir.schemas.iter())
-        .map(|(name, schema)| (name.clone(), for_typify(schema)))
+        .map(|(name, schema)| {
+            let mut schema = schema.clone();
+            inline_deep_refs(&mut schema, &ir.schemas, 0);
+            (name.clone(), for_typify(&schema))
+        })
         .collect();
     lift_nullable_objects(&mut prepared);
     let mut defs = Vec::new();

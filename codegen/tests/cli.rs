@@ -488,3 +488,78 @@ fn the_runtime_packages_carry_contractgens_version() {
         .assert()
         .code(2);
 }
+
+#[test]
+fn a_plain_schema_reaching_outside_itself_is_read_with_the_resources_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, v: serde_json::Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, v.to_string()).expect("write");
+        p.display().to_string()
+    };
+    let doc = write(
+        "doc.json",
+        serde_json::json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "title": "Doc",
+            "type": "object",
+            "properties": { "schema": { "$ref": "https://meta.example/" } },
+            "examples": [{ "schema": { "type": "string" } }]
+        }),
+    );
+    let meta = serde_json::json!({
+        "$id": "https://meta.example/",
+        "title": "Meta",
+        "type": "object",
+        "properties": { "type": { "type": "string" } }
+    });
+    let by_id = write("meta.json", meta.clone());
+    let mut unnamed = meta;
+    unnamed.as_object_mut().map(|o| o.remove("$id"));
+    let unnamed = write("unnamed.json", unnamed);
+    let out = dir.path().join("out").display().to_string();
+
+    // Without the resource the reference leaves the document: a contract problem, named.
+    let bare = contractgen().args(["check", &doc]).output().expect("runs");
+    assert_eq!(bare.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bare.stdout).contains("leaves the document"));
+    // By its own $id, or by a URI given for a file without one.
+    contractgen()
+        .args(["check", "--resource", &by_id, &doc])
+        .assert()
+        .code(0);
+    let given = format!("https://meta.example={unnamed}");
+    contractgen()
+        .args(["vectors", "--out", &out, "--resource", &given, &doc])
+        .assert()
+        .code(0);
+    contractgen()
+        .args([
+            "generate",
+            "--lang",
+            "python",
+            "--out",
+            &out,
+            "--resource",
+            &by_id,
+            &doc,
+        ])
+        .assert()
+        .code(0);
+    // A file without an $id and no URI is a usage error that says how to name it.
+    let no_id = contractgen()
+        .args([
+            "generate",
+            "--lang",
+            "docs",
+            "--out",
+            &out,
+            "--resource",
+            &unnamed,
+            &doc,
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(no_id.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_id.stderr).contains("give it as URI=FILE"));
+}

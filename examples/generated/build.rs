@@ -36,9 +36,10 @@ fn corpus() -> Result<(), Box<dyn Error>> {
         .collect();
     entries.sort();
     let mut files = Vec::new();
+    let mut resources: Vec<(String, String, PathBuf)> = Vec::new();
     for entry in &entries {
         println!("cargo:rerun-if-changed={}", entry.display());
-        if let Some(doc) = assemble(entry)? {
+        if let Some((doc, used)) = assemble(entry)? {
             // Underscores: the file stem names the contract, whose module is then this name.
             let name = entry
                 .file_name()
@@ -47,6 +48,7 @@ fn corpus() -> Result<(), Box<dyn Error>> {
                 .replace('-', "_");
             let file = out.join(format!("{name}.json"));
             contractgen::write_file_if_changed(&file, &serde_json::to_vec_pretty(&doc)?)?;
+            resources.extend(used.into_iter().map(|(uri, f)| (name.clone(), uri, f)));
             files.push((name.to_string(), file));
         }
     }
@@ -54,14 +56,22 @@ fn corpus() -> Result<(), Box<dyn Error>> {
     // writes itself, so every cargo run would find the script stale and run it again.
     let mut cfg = contractgen::Config::new();
     cfg.contracts(files.iter().map(|(_, f)| f));
+    for (_, uri, file) in &resources {
+        cfg.resource(Some(uri), file);
+    }
     for f in cfg.generate()? {
         contractgen::write_file_if_changed(&out.join(&f.name), f.contents.as_bytes())?;
     }
-    contractgen::write_file_if_changed(&out.join("mods.rs"), mods(&files).as_bytes())?;
+    let mods = mods(&files) + &resource_table(&resources)?;
+    contractgen::write_file_if_changed(&out.join("mods.rs"), mods.as_bytes())?;
     Ok(())
 }
 
-fn assemble(entry: &Path) -> Result<Option<Value>, Box<dyn Error>> {
+/// An entry's schema with its examples attached, and the documents its `$ref`s name outside
+/// it (the `[resources]` table: URI → file below the entry).
+type Assembled = (Value, Vec<(String, PathBuf)>);
+
+fn assemble(entry: &Path) -> Result<Option<Assembled>, Box<dyn Error>> {
     let source: toml::Table = std::fs::read_to_string(entry.join("SOURCE.toml"))?.parse()?;
     if let Some(gap) = source
         .get("gaps")
@@ -91,7 +101,27 @@ fn assemble(entry: &Path) -> Result<Option<Value>, Box<dyn Error>> {
                 .ok_or_else(|| format!("{}: no definition {ty}", entry.display()))?;
         }
     }
-    Ok(Some(doc))
+    let used = source
+        .get("resources")
+        .and_then(|r| r.as_table())
+        .into_iter()
+        .flatten()
+        .filter_map(|(uri, f)| Some((uri.clone(), entry.join(f.as_str()?).canonicalize().ok()?)))
+        .collect();
+    Ok(Some((doc, used)))
+}
+
+/// `RESOURCES`: each entry's `--resource URI=FILE` arguments, for the vectors its test makes.
+fn resource_table(resources: &[(String, String, PathBuf)]) -> Result<String, Box<dyn Error>> {
+    let mut s = String::from(
+        "/// Each entry's `--resource URI=FILE` arguments (its `[resources]` table).\npub const RESOURCES: &[(&str, &str)] = &[",
+    );
+    for (entry, uri, file) in resources {
+        let file = file.to_str().ok_or("a resource path that is not UTF-8")?;
+        s.push_str(&format!("({entry:?}, {:?}), ", format!("{uri}={file}")));
+    }
+    s.push_str("];\n");
+    Ok(s)
 }
 
 /// An example's definitions: a string, or a table's `definition` and its `also` list.

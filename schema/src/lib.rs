@@ -74,6 +74,12 @@ pub enum LoadError {
         /// Every problem found.
         problems: Vec<Problem>,
     },
+    /// A resource given without a URI has no `$id` to be known by.
+    #[error("{path}: no $id to name this resource by: give it as URI=FILE")]
+    ResourceWithoutId {
+        /// File that failed.
+        path: String,
+    },
     /// No built-in contract has this name.
     #[error("no built-in contract named {0:?} (built in: {known})", known = builtin_names().join(", "))]
     UnknownBuiltin(String),
@@ -83,6 +89,16 @@ pub enum LoadError {
 /// A plain JSON Schema is read as a types-only contract named after `origin`'s file
 /// stem ([`plain`]).
 pub fn from_str(origin: &str, text: &str) -> Result<Contract, LoadError> {
+    from_str_with(origin, text, &plain::Resources::default())
+}
+
+/// [`from_str`], a plain JSON Schema's references outside itself taken from `resources`
+/// ([`plain::contract_with`]).
+pub fn from_str_with(
+    origin: &str,
+    text: &str,
+    resources: &plain::Resources,
+) -> Result<Contract, LoadError> {
     let doc: serde_json::Value = serde_json::from_str(text).map_err(|source| LoadError::Json {
         path: origin.to_string(),
         source,
@@ -92,7 +108,7 @@ pub fn from_str(origin: &str, text: &str) -> Result<Contract, LoadError> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        plain::contract_of(&stem, &doc)
+        plain::contract_with(&stem, &doc, resources)
     } else {
         doc
     };
@@ -108,12 +124,17 @@ pub fn from_str(origin: &str, text: &str) -> Result<Contract, LoadError> {
 
 /// Load and check a contract file.
 pub fn load(path: &Path) -> Result<Contract, LoadError> {
+    load_with(path, &plain::Resources::default())
+}
+
+/// [`load`], a plain JSON Schema's references outside itself taken from `resources`.
+pub fn load_with(path: &Path, resources: &plain::Resources) -> Result<Contract, LoadError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: origin.clone(),
         source,
     })?;
-    from_str(&origin, &text)
+    from_str_with(&origin, &text, resources)
 }
 
 /// Load one of the built-in contracts by name.

@@ -11,6 +11,38 @@ pub fn matches_all<'a>(
     matches.into_iter().all(|(p, v)| root.pointer(p) == Some(v))
 }
 
+/// Whether an object's member `key` holds JSON data rather than schemas or contract entries
+/// (`examples`, `enum`, `const`, `default`): a `$ref` key inside it is data, not a reference.
+/// `names` says the object's keys are names (of properties, definitions, methods), where
+/// `examples` is a property like any other.
+pub(crate) fn holds_data(key: &str, names: bool) -> bool {
+    !names && matches!(key, "examples" | "example" | "enum" | "const" | "default")
+}
+
+/// Whether the members of an object's member `key` are names (a property, a definition or a
+/// contract entry each) rather than keywords. `names`: the object's own keys are names.
+pub(crate) fn names_below(key: &str, names: bool) -> bool {
+    !names
+        && matches!(
+            key,
+            "properties"
+                | "patternProperties"
+                | "$defs"
+                | "definitions"
+                | "dependentSchemas"
+                | "methods"
+                | "parties"
+                | "channels"
+                | "codes"
+                | "limits"
+                | "stateMachines"
+                | "claims"
+                | "extensions"
+                | "cues"
+                | "credit"
+        )
+}
+
 /// Escape one reference token (`~` → `~0`, `/` → `~1`).
 pub fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")

@@ -35,19 +35,21 @@ stj="$(ls "$rt"/shared/Microsoft.NETCore.App/8.*/System.Text.Json.dll | head -n1
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/cs-sdk-test.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+resources=()
 if [ "$corpus" = yes ]; then
-    "$venv/bin/python" "$root/codegen/tests/corpus/assemble.py" csharp "$work/corpus"
+    # The entries' `$ref`s outside themselves are read from local copies (`--resource URI=FILE`).
+    mapfile -t resources < <("$venv/bin/python" "$root/codegen/tests/corpus/assemble.py" csharp "$work/corpus")
     contracts+=("$work"/corpus/*.json)
 fi
 
 # 2. Generate the library, the runtime it references (and the vectors unless given).
-"$gen" generate --lang csharp --out "$work/sdk" "${contracts[@]}" >/dev/null
+"$gen" generate --lang csharp --out "$work/sdk" ${resources[@]+"${resources[@]}"} "${contracts[@]}" >/dev/null
 "$gen" runtime --lang csharp --out "$work/runtime" >/dev/null
 grep -q '<PackageReference Include="Contract.Runtime"' "$work"/sdk/Contract.Sdk.csproj \
     || { echo "FAIL: the SDK's project does not reference Contract.Runtime" >&2; exit 1; }
 if [ "$vectors" = "-" ]; then
     vectors="$work/vectors"
-    "$gen" vectors --out "$vectors" "${contracts[@]}" >/dev/null
+    "$gen" vectors --out "$vectors" ${resources[@]+"${resources[@]}"} "${contracts[@]}" >/dev/null
 fi
 
 # Every shipped file starts with the generated-code header.

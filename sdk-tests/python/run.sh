@@ -35,10 +35,11 @@ cp "$ROOT"/schema/contracts/*.json "$ROOT"/proxy/tests/fixtures/jobs.json "$CONT
 # their examples attached; the Rust and C# suites run the same vectors.
 # Each corpus example is checked against its schema by an independent validator first.
 "$PY" "$ROOT/codegen/tests/corpus/check_examples.py" | tail -n 1
-"$PY" "$ROOT/codegen/tests/corpus/assemble.py" python "$CONTRACTS"
-"$BIN" generate --lang python --out "$PKG" "$CONTRACTS"/*.json >/dev/null
+# The entries' `$ref`s outside themselves are read from local copies (`--resource URI=FILE`).
+mapfile -t RESOURCES < <("$PY" "$ROOT/codegen/tests/corpus/assemble.py" python "$CONTRACTS")
+"$BIN" generate --lang python --out "$PKG" ${RESOURCES[@]+"${RESOURCES[@]}"} "$CONTRACTS"/*.json >/dev/null
 "$BIN" runtime --lang python --out "$RT" >/dev/null
-"$BIN" vectors --out "$VECTORS" "$CONTRACTS"/*.json >/dev/null
+"$BIN" vectors --out "$VECTORS" ${RESOURCES[@]+"${RESOURCES[@]}"} "$CONTRACTS"/*.json >/dev/null
 echo "generated $(ls "$PKG"/contract_sdk/*.py | wc -l) modules into $PKG; vectors in $VECTORS"
 
 wheel() { "$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$WORK/wheel" "$@" >/dev/null; }

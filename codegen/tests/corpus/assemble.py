@@ -9,6 +9,8 @@ when it names none), so `contractgen vectors` makes it a valid vector and derive
 ones from it (and to each definition its `also` list names). Nothing else of the schema changes. An entry whose SOURCE.toml [gaps] table
 names TARGET is left out, and its reason printed: what the generators cannot do yet
 (CORPUS_GAPS=run runs it anyway, to see whether a gap still holds).
+Standard output gets the `--resource URI=FILE` arguments contractgen needs for the entries'
+`$ref`s outside themselves (their [resources] tables), one per line.
 The Rust side (examples/generated/build.rs) follows the same rule.
 """
 
@@ -64,6 +66,9 @@ def main() -> None:
         doc = assemble(entry, target)
         if doc is not None:
             (out / f"{entry.name.replace('-', '_')}.json").write_text(json.dumps(doc, indent=1) + "\n")
+            resources = tomllib.loads((entry / "SOURCE.toml").read_text()).get("resources", {})
+            for uri, rel in sorted(resources.items()):
+                print(f"--resource\n{uri}={entry / rel}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,12 @@ use serde_json::Value;
 
 fn check(entry: &str) -> (usize, usize) {
     let path = format!("{}/{entry}.json", corpus::DIR);
-    let mut files = common::vectors(&path, &["valid.json", "invalid.json"]).into_iter();
+    let resources: Vec<&str> = (corpus::RESOURCES.iter())
+        .filter(|(e, _)| *e == entry)
+        .map(|(_, r)| *r)
+        .collect();
+    let files = common::vectors_with(&path, &["valid.json", "invalid.json"], &resources);
+    let mut files = files.into_iter();
     let mut list = || match files.next() {
         Some(Value::Array(a)) => a,
         other => panic!("{entry}: not a list of vectors: {other:?}"),

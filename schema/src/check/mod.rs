@@ -343,7 +343,7 @@ impl Cx<'_> {
     /// Every `$ref` in the document resolves to a node of the document.
     fn refs(&mut self) {
         let mut found = Vec::new();
-        collect_refs(self.doc, String::new(), &mut found);
+        collect_refs(self.doc, String::new(), false, &mut found);
         for (ptr, target) in found {
             match target.strip_prefix('#') {
                 Some(frag) if self.doc.pointer(&percent_decode(frag)).is_some() => {}
@@ -1031,27 +1031,27 @@ impl<'c> Evaluator<'c> {
     }
 }
 
-fn collect_refs(v: &Value, ptr: String, out: &mut Vec<(String, String)>) {
+fn collect_refs(v: &Value, ptr: String, names: bool, out: &mut Vec<(String, String)>) {
     match v {
         Value::Object(m) => {
             for (k, child) in m {
                 let p = format!("{ptr}/{}", escape(k));
                 if k == "$ref"
+                    && !names
                     && let Value::String(s) = child
                 {
                     out.push((p, s.clone()));
                     continue;
                 }
-                // Examples are data, not schema: a `$ref` key inside them is not a reference.
-                if k == "examples" && ptr.is_empty() {
+                if crate::pointer::holds_data(k, names) {
                     continue;
                 }
-                collect_refs(child, p, out);
+                collect_refs(child, p, crate::pointer::names_below(k, names), out);
             }
         }
         Value::Array(a) => {
             for (i, child) in a.iter().enumerate() {
-                collect_refs(child, format!("{ptr}/{i}"), out);
+                collect_refs(child, format!("{ptr}/{i}"), false, out);
             }
         }
         _ => {}

@@ -24,16 +24,24 @@ pub fn same_json(a: &Value, b: &Value) -> bool {
 /// `machines.json`, ...) of that contract.
 #[allow(dead_code)]
 pub fn vectors(path: &str, files: &[&str]) -> Vec<Value> {
+    vectors_with(path, files, &[])
+}
+
+/// [`vectors`], with `--resource` arguments (`URI=FILE`) for a plain schema's outside refs.
+pub fn vectors_with(path: &str, files: &[&str], resources: &[&str]) -> Vec<Value> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = tempfile::tempdir().expect("tempdir");
     let contract = root.join(path);
-    let args = [
+    let mut args = vec![
         "contractgen".to_string(),
         "vectors".into(),
         "--out".into(),
         dir.path().display().to_string(),
-        contract.display().to_string(),
     ];
+    for r in resources {
+        args.extend(["--resource".to_string(), r.to_string()]);
+    }
+    args.push(contract.display().to_string());
     let cli = <contractgen::Cli as clap::Parser>::try_parse_from(args).expect("args");
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = contractgen::run(&cli, &mut out, &mut err);
