@@ -384,6 +384,28 @@ pub struct MachineIr {
     pub untyped: Option<String>,
     /// Refusals, for the docs: (message label, state wire names, action, code).
     pub refusals: Vec<RefusalIr>,
+    /// The transitions that end the channel (`ends`), for the docs.
+    pub endings: Vec<EndingIr>,
+}
+
+/// A transition that ends the channel, as the docs show it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndingIr {
+    /// `from → to` (wire names).
+    pub transition: String,
+    /// Its trigger in a few words, when typed.
+    pub trigger: Option<String>,
+    /// The party that ends the channel.
+    pub by: String,
+    /// The action's kebab-case name (`close`, `drop-connection`).
+    pub action: String,
+    /// The close code, as JSON text, when it has one.
+    pub code: Option<String>,
+    /// The exit its party's process makes, when the contract says (as text: `0` is one).
+    pub exit: Option<String>,
+    /// Why, in the seed's terms.
+    pub description: String,
 }
 
 /// One refusal of a machine, as the docs show it.
@@ -762,6 +784,7 @@ impl Ir {
                 },
                 untyped: sm.untyped.clone(),
                 refusals: sm.refusals.iter().map(refusal_ir).collect(),
+                endings: sm.transitions.iter().filter_map(ending_ir).collect(),
             });
             let m = machines.last_mut().expect("just pushed");
             (m.events, m.moves) = typed_events(c, sm, &id);
@@ -989,6 +1012,22 @@ fn refusal_ir(r: &contract::model::Refusal) -> RefusalIr {
             .or_else(|| r.description.clone())
             .unwrap_or_default(),
     }
+}
+
+fn ending_ir(t: &contract::model::Transition) -> Option<EndingIr> {
+    let e = t.ends.as_ref()?;
+    Some(EndingIr {
+        transition: format!("{} → {}", t.from, t.to),
+        trigger: t.trigger.as_ref().map(trigger_label),
+        by: e.by.clone(),
+        action: serde_json::to_value(e.action)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        code: e.code.as_ref().map(Value::to_string),
+        exit: e.exit.map(|x| x.to_string()),
+        description: e.description.clone(),
+    })
 }
 
 pub(crate) fn trigger_label(t: &contract::model::Trigger) -> String {

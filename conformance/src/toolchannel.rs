@@ -76,7 +76,7 @@ bodies! {
     h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
     h_lost => host_lost,
     h_handshake => host_handshake,
-    h_release => host_release, w_release => worker_release,
+    w_release => worker_release,
 }
 
 /// The suite for `role` (`host` or `worker`); `None` for another role.
@@ -153,9 +153,11 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
         ),
         (
             "toolchannel.release",
-            "agentfy/release (never during a tools/call unless deadline/failed) → the release report {accepted, outputsFlushed, outputs}, then close 4005 and exit 0",
+            "agentfy/release never during a tools/call unless deadline/failed, carrying the token's sessionId and releaseGraceSeconds",
             "4. agentfy/release; P4.8 #18, #19 (T-5, T-12, T-52)",
-            Ok(h_release),
+            Err(
+                "the worker's release report and its close 4005 are the derived end.hostSession.releasing (the transition's `ends`, T-68)",
+            ),
             Ok(w_release),
         ),
     ];
@@ -2225,56 +2227,6 @@ async fn host_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
 
 // ---------------------------------------------------------------------------------------------
 // release
-
-async fn host_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (_dock, mut s) = host_up(cx, &k).await?;
-    let grace = secs(s.budget("releaseGraceSeconds")?)?;
-    let params = json!({"sessionId": s.sid, "reason": "explicit", "graceSeconds": s.budgets.get("releaseGraceSeconds").cloned().unwrap_or(json!(1))});
-    let id = s.ch.request("agentfy/release", params).await?;
-    let g = s
-        .answer("the release report", &id, Instant::now() + grace + SLACK)
-        .await?;
-    if let Err(v) = &g.msg {
-        return Err(s.bad(
-            &g,
-            format!("the release report breaks the contract: {}", v.reason),
-        ));
-    }
-    if g.at_ptr("/error").is_some() {
-        return Err(s.bad(&g, "agentfy/release was refused"));
-    }
-    if g.at_ptr("/result/accepted") != Some(&json!(true)) {
-        return Err(s.bad(
-            &g,
-            "the release was not accepted although no tools/call was in flight",
-        ));
-    }
-    let flushed = g
-        .at_ptr("/result/outputsFlushed")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let outputs = g
-        .at_ptr("/result/outputs")
-        .and_then(Value::as_array)
-        .map(Vec::len)
-        .unwrap_or(0);
-    let released = k.close("RELEASED")?;
-    s.closes(
-        released,
-        &format!("close {released} after the report"),
-        &format!("close {released} after the release report"),
-        s.soon(),
-    )
-    .await?;
-    let seen = exit_after_own_close(cx, &k, released).await?;
-    pass(
-        &s,
-        format!(
-            "report accepted, outputsFlushed {flushed}, {outputs} outputs; close {released}; {seen}"
-        ),
-    )
-}
 
 async fn worker_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let (k, b, mut s) = worker_session(cx).await?;

@@ -458,6 +458,10 @@ class Worker:
         await self.teardown()
         outputs = [tc.ResourceLink(uri=f"store://{self.session_id}/{name}", name=name) for name in self.outputs]
         await self.reply(rid, tc.ReleaseResult(accepted=True, outputs_flushed=True, outputs=outputs), tc.ReleaseResult)
+        if self.a.brk == "release-close":
+            log("--break release-close: closing 1000 after the release result, not 4005")
+            await self.close(1000, "released")
+            raise Exit(X.EXIT0, "released")
         await self.close(CC.RELEASED, "4005 released")
         raise Exit(X.EXIT0, "released")
 
@@ -679,7 +683,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

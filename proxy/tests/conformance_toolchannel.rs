@@ -37,7 +37,7 @@ const HAND_WRITTEN: [&str; 10] = [
     "toolchannel.release",
 ];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
-const NOT_FOR_HOST: [&str; 0] = [];
+const NOT_FOR_HOST: [&str; 1] = ["toolchannel.release"];
 const NOT_FOR_WORKER: [&str; 3] = [
     "toolchannel.redial.supersede",
     "toolchannel.heartbeat.lost",
@@ -273,6 +273,21 @@ fn as_host_a_worker_beating_slower_than_its_budget_fails_exactly_the_interval_ch
     let target = worker_target(&dir.path().join("ws"), "--break slow-heartbeat");
     let check = "toolchannel.derived.timer.heartbeatIntervalSeconds";
     breaks_exactly("host", &target, check, &["no agentfy/heartbeat within"]);
+}
+
+/// A worker that closes 1000 after its release result instead of 4005 RELEASED
+/// (`--break release-close`) fails the derived check of the transition's `ends` alone.
+#[test]
+fn as_host_a_worker_closing_1000_after_its_release_fails_exactly_the_end_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "--break release-close");
+    let check = "toolchannel.derived.end.hostSession.releasing";
+    breaks_exactly(
+        "host",
+        &target,
+        check,
+        &["closed with 1000", "prescribes close 4005"],
+    );
 }
 
 /// A host that sends tools/list as soon as notifications/initialized arrives, without

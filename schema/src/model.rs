@@ -1526,6 +1526,33 @@ pub struct Transition {
     /// What triggers it, as data an engine can run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<Trigger>,
+    /// How the channel ends once this transition is taken, where the seed says (a
+    /// toolchannel worker closing 4005 after its release result; an LSP server exiting 0
+    /// after `exit` that followed `shutdown`, 1 after one that did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends: Option<Ending>,
+}
+
+/// How a transition ends the channel: who ends it, how, and the exit its process makes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ending {
+    /// The party that ends the channel.
+    pub by: String,
+    /// `close` (with `code`, a close code) or `drop-connection` (the stream just ends).
+    pub action: ActionKind,
+    /// The close code, for a `close`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub code: Option<Value>,
+    /// The exit code `by`'s process ends with, a value of its exit-code table (a table
+    /// whose `party` is `by`); where a close code already `maps` one, that one holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i64>,
+    /// Why, in the seed's terms.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
 }
 
 /// What a disallowed transition means.

@@ -82,6 +82,7 @@ mod counted;
 mod credit;
 mod cues;
 mod duplicates;
+mod end;
 mod exits;
 mod framing;
 mod ids;
@@ -329,6 +330,17 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             &seed,
             claims::body,
             Some(name),
+            false,
+        );
+    }
+    for e in end::applies(c, role, &plan) {
+        let seed = cite(e.pointer, &e.seed);
+        add(
+            e.name,
+            e.title,
+            &seed,
+            end::body,
+            Some(e.index.to_string()),
             false,
         );
     }

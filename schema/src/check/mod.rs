@@ -771,12 +771,50 @@ impl Cx<'_> {
                 if !pairs.insert((t.from.clone(), t.to.clone(), trigger)) {
                     self.push(
                         Lint::StateMachine,
-                        tp,
+                        tp.clone(),
                         format!("transition {} → {} is listed twice", t.from, t.to),
                     );
                 }
+                if let Some(e) = &t.ends {
+                    self.ending(c, join(&tp, ["ends"]), e);
+                }
             }
             self.machine_graph(&base, sm);
+        }
+    }
+
+    /// A transition's `ends`: a known party, a way to end a channel (a `close` with its code),
+    /// and an exit its party's exit-code table holds.
+    fn ending(&mut self, c: &Contract, at: String, e: &crate::model::Ending) {
+        use crate::model::{ActionKind, CodeKind};
+        self.party_known(c, join(&at, ["by"]), &e.by);
+        match (e.action, &e.code) {
+            (ActionKind::Close, None) => self.push(
+                Lint::StateMachine,
+                join(&at, ["code"]),
+                "a `close` needs its close code",
+            ),
+            (ActionKind::Close | ActionKind::DropConnection, _) => {}
+            (other, _) => self.push(
+                Lint::StateMachine,
+                join(&at, ["action"]),
+                format!("{other:?} does not end a channel: `close` or `drop-connection`"),
+            ),
+        }
+        let Some(exit) = e.exit else { return };
+        let tables: Vec<_> = (c.codes.values())
+            .filter(|t| matches!(t.kind, CodeKind::ExitCode | CodeKind::CliExitCode))
+            .filter(|t| t.party.as_deref() == Some(e.by.as_str()))
+            .collect();
+        if !tables
+            .iter()
+            .any(|t| t.values.iter().any(|v| v.value == exit))
+        {
+            let why = format!(
+                "exit {exit} is in no exit-code table of the {} (a table's `party`)",
+                e.by
+            );
+            self.push(Lint::StateMachine, join(&at, ["exit"]), why);
         }
     }
 
