@@ -537,7 +537,9 @@ class Worker:
             self.idle_budget = min(self.idle_budget, res.idle_budget_seconds)
         if self.exec_budget is not None:
             self.exec_budget = min(self.exec_budget, res.exec_budget_seconds)
-        if not res.continue_:
+        if not res.continue_ and self.a.brk == "ignore-stop":
+            log("--break ignore-stop: heartbeat said continue: false, serving on")
+        elif not res.continue_:
             log("heartbeat said continue: false -> tearing down as if released")
             await self.teardown()
             await self.close(CC.RELEASED, "4005 wind down")
@@ -683,7 +685,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close", "ignore-stop"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

@@ -290,6 +290,16 @@ fn as_host_a_worker_closing_1000_after_its_release_fails_exactly_the_end_check()
     );
 }
 
+/// A worker that serves on after a heartbeat answered `continue: false` (`--break
+/// ignore-stop`) fails the derived check of that transition's `ends` alone.
+#[test]
+fn as_host_a_worker_serving_on_after_continue_false_fails_exactly_the_end_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "--break ignore-stop");
+    let check = "toolchannel.derived.end.hostSession.running";
+    breaks_exactly("host", &target, check, &["/result/continue = false"]);
+}
+
 /// A host that sends tools/list as soon as notifications/initialized arrives, without
 /// waiting for the worker's agentfy/ready (`--break early-list`): the derived handshake,
 /// which watches before each of the suite's own steps, fails alone, naming the state the

@@ -72,12 +72,20 @@ fn title(t: &Transition, e: &Ending) -> String {
     let on = match &t.trigger {
         Some(Trigger::Message {
             method: Some(m),
-            kind: Some(contract::model::Kind::Response),
+            kind,
+            matches,
             ..
-        }) => format!("the answer to {m}"),
-        Some(Trigger::Message {
-            method: Some(m), ..
-        }) => m.clone(),
+        }) => {
+            let base = match kind {
+                Some(contract::model::Kind::Response) => format!("the answer to {m}"),
+                _ => m.clone(),
+            };
+            let held: Vec<String> = matches.iter().map(|(p, v)| format!("{p} = {v}")).collect();
+            match held.is_empty() {
+                true => base,
+                false => format!("{base} with {}", held.join(", ")),
+            }
+        }
         _ => "its trigger".into(),
     };
     format!(
@@ -102,8 +110,8 @@ fn fired(c: &Contract, t: &Transition, role: &str) -> Option<(Step, Vec<(String,
         .map(|(p, v)| (p.clone(), v.clone()))
         .collect();
     // The implementation's own message as the trigger would need a way to make it act:
-    // a cue's work; not yet.
-    matches!(step, Step::Send(_) | Step::Await(_)).then_some((step, holds))
+    // a cue's work; not yet. Its request the suite answers (`Answer`) comes by itself.
+    (!matches!(step, Step::Expect(_))).then_some((step, holds))
 }
 
 pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
@@ -130,7 +138,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &walk).await {
             return walk.unreached(f);
         }
-        let what = fire(&mut s, cx, &step, &holds).await?;
+        let what = fire(&mut s, cx, (&step, &t.from), &holds).await?;
         ended(s, cx, &e, &what).await
     })
 }
@@ -140,7 +148,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
 async fn fire(
     s: &mut Session,
     cx: &Ctx,
-    step: &Step,
+    (step, state): (&Step, &str),
     holds: &[(String, Value)],
 ) -> Result<String, Failure> {
     match step {
@@ -165,7 +173,19 @@ async fn fire(
             }
             Ok(format!("{m} answered"))
         }
-        Step::Expect(m) | Step::Answer(m) => Err(Failure::new(format!(
+        Step::Answer(m) => {
+            // The answer holds the trigger's `matches` (a heartbeat answered `continue:
+            // false`), and so does any answer to the same method while the suite waits.
+            let writes = holds.iter().map(|(p, v)| (m.clone(), p.clone(), v.clone()));
+            s.writes.extend(writes);
+            let until = Instant::now() + cx.opts.deadline;
+            let request = s.expect(cx, &plan_of(cx), state, m, until).await?;
+            let request = request.ok_or_else(|| Failure::new(format!("{m} came without an id")))?;
+            s.reply(cx, m, &request).await?;
+            let held: Vec<String> = holds.iter().map(|(p, v)| format!("{p} = {v}")).collect();
+            Ok(format!("{m} answered with {}", held.join(", ")))
+        }
+        Step::Expect(m) => Err(Failure::new(format!(
             "suite bug: {m} is the implementation's to send, and `fired` took it"
         ))),
     }
