@@ -2,8 +2,10 @@
 //! implementation ends the channel once it is taken (toolchannel's worker closing 4005
 //! after its accepted release result; an LSP server exiting 0 on `exit` after `shutdown`,
 //! 1 without it). On a fresh session the suite walks, by the played party's own steps, to
-//! the transition's `from`, fires its trigger (sends the message, or awaits the answer and
-//! holds it to the trigger's `matches`), and the channel must then end as `ends` says:
+//! the transition's `from`, fires its trigger (sends the message; awaits the answer to its
+//! request and holds it to the trigger's `matches`; or answers the implementation's request
+//! with the `matches` written in: a toolchannel heartbeat answered `continue: false`), and
+//! the channel must then end as `ends` says:
 //! nothing but the end, its close code on a WebSocket, and the process's exit (`exit`, or
 //! the exit the close code `maps`) where the suite launched it.
 
