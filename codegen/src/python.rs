@@ -169,8 +169,9 @@ fn field_alias(union: &str) -> String {
 }
 
 /// How a struct's `__post_init__` turns the value of a member typed `ty` (read as `v`) into
-/// its presence-dispatched union's branch, or `None` when it holds no such union at the top,
-/// in a list or in a map (deeper ones stay as msgspec decoded them).
+/// its presence-dispatched union's branch, or `None` when it holds no such union at the top
+/// or in lists and maps at any depth (the caller follows aliases first; inside another union
+/// it stays as msgspec decoded it).
 pub(crate) fn dispatch_expr(
     ty: &TypeRef,
     v: &str,

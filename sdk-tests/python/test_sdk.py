@@ -726,6 +726,18 @@ def test_a_member_typed_by_an_untagged_union_of_structs_is_validated_and_typed()
     assert m.encode(made) == b'{"type":"resource","resource":{"uri":"u","text":"t"}}'
 
 
+def test_a_member_typed_by_an_alias_of_a_list_of_untagged_unions_is_typed_too() -> None:
+    # The jobs fixture's Bundle.sources is `Sources`, an alias of a list of Source
+    # (FileSource | UrlSource, told apart by which member is present): the struct follows
+    # the alias and picks each element's branch, as it does for a list typed in place.
+    m = sdk("jobs")
+    ok = m.decode(m.Bundle, b'{"sources":[{"path":"a.txt"},{"url":"https://x/b"}]}')
+    assert [type(x) for x in ok.sources] == [m.FileSource, m.UrlSource]
+    with pytest.raises(m.DecodeFailure):
+        m.decode(m.Bundle, b'{"sources":[{"neither":1}]}')
+    assert m.encode(ok) == b'{"sources":[{"path":"a.txt"},{"url":"https://x/b"}]}'
+
+
 def test_an_invalid_request_is_not_taken_for_a_notification() -> None:
     # JSON-RPC's message union picks Request by its id and method; a request whose id is
     # not a RequestId (string or integer) is refused, never passed on as the open

@@ -359,6 +359,10 @@ impl<'a> Types<'a> {
     }
 }
 
+/// How many aliases deep a member's type is followed for dispatch (aliases may name each
+/// other, and a recursive one must not loop).
+const ALIAS_DEPTH: usize = 8;
+
 /// What rendering one type needs.
 struct Render<'a> {
     types: &'a Types<'a>,
@@ -445,12 +449,12 @@ impl Render<'_> {
             ann = format!("Union[{ann}, msgspec.UnsetType]");
         }
         let this = format!("self.{attr}");
-        let pick = dispatch_expr(&f.ty, &this, self.untyped, &self.names.types).map(|e| {
-            match f.required {
+        let ty = self.through_aliases(&f.ty, ALIAS_DEPTH);
+        let pick =
+            dispatch_expr(&ty, &this, self.untyped, &self.names.types).map(|e| match f.required {
                 true => format!("{this} = {e}"),
                 false => format!("if {this} is not msgspec.UNSET:\n            {this} = {e}"),
-            }
-        });
+            });
         PyField {
             attr,
             wire: f.wire.clone(),
@@ -458,6 +462,31 @@ impl Render<'_> {
             default,
             doc: f.description.replace('\n', " "),
             pick,
+        }
+    }
+
+    /// `t` with each named alias replaced by what it names (down to `depth`), so a member
+    /// typed by an alias of a list of presence-dispatched unions is dispatched as the list.
+    fn through_aliases(&self, t: &TypeRef, depth: usize) -> TypeRef {
+        let deeper =
+            |inner: &TypeRef| Box::new(self.through_aliases(inner, depth.saturating_sub(1)));
+        match t {
+            TypeRef::Named { name } if depth > 0 && !self.untyped.contains(name) => {
+                match self.types.by_name.get(name.as_str()) {
+                    Some(TypeDef::Alias { target, .. }) => self.through_aliases(target, depth - 1),
+                    _ => t.clone(),
+                }
+            }
+            TypeRef::Array { items } => TypeRef::Array {
+                items: deeper(items),
+            },
+            TypeRef::Map { values } => TypeRef::Map {
+                values: deeper(values),
+            },
+            TypeRef::Nullable { inner } => TypeRef::Nullable {
+                inner: deeper(inner),
+            },
+            _ => t.clone(),
         }
     }
 
