@@ -128,7 +128,9 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let Some((_, sm)) = &plan.machine else {
             return skip("no lifecycle machine");
         };
-        let t = sm.transitions[index].clone();
+        let Some(t) = sm.transitions.get(index).cloned() else {
+            return skip("suite bug: no such transition");
+        };
         let (Some(e), Some((step, holds)), Some(walk)) = (
             t.ends.clone(),
             fired(&c, &t, &cx.role),
