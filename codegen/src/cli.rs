@@ -254,11 +254,7 @@ impl ResourceArgs {
     }
 
     fn read(&self) -> Result<contract::plain::Resources, contract::LoadError> {
-        let mut res = contract::plain::Resources::default();
-        for (uri, file) in self.pairs() {
-            res.insert_file(uri, file)?;
-        }
-        Ok(res)
+        contract::plain::Resources::read(self.pairs())
     }
 }
 
@@ -539,15 +535,7 @@ fn check(
             }
         };
         // A plain JSON Schema is checked as the types-only contract it is read as.
-        let doc = if contract::plain::is_plain_schema(&doc) {
-            let stem = Path::new(&origin)
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            contract::plain::contract_with(&stem, &doc, resources)
-        } else {
-            doc
-        };
+        let doc = contract::plain::as_contract(&origin, doc, resources);
         let (_, problems) = contract::check_document(&origin, &doc);
         for p in &problems {
             let _ = writeln!(out, "{p}");

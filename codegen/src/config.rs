@@ -153,11 +153,8 @@ impl Config {
 
     /// The resources, read.
     fn read_resources(&self) -> Result<contract::plain::Resources, GenError> {
-        let mut res = contract::plain::Resources::default();
-        for (uri, path) in &self.resources {
-            res.insert_file(uri.as_deref(), path)?;
-        }
-        Ok(res)
+        let given = (self.resources.iter()).map(|(uri, path)| (uri.as_deref(), path.as_path()));
+        Ok(contract::plain::Resources::read(given)?)
     }
 
     /// Add a contract file.

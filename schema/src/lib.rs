@@ -99,25 +99,33 @@ pub fn from_str_with(
     text: &str,
     resources: &plain::Resources,
 ) -> Result<Contract, LoadError> {
-    let doc: serde_json::Value = serde_json::from_str(text).map_err(|source| LoadError::Json {
-        path: origin.to_string(),
-        source,
-    })?;
-    let doc = if plain::is_plain_schema(&doc) {
-        let stem = Path::new(origin)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        plain::contract_with(&stem, &doc, resources)
-    } else {
-        doc
-    };
+    let doc = plain::as_contract(origin, parse(origin, text)?, resources);
     let (contract, problems) = check_document(origin, &doc);
     match contract {
         Some(c) if problems.is_empty() => Ok(c),
         _ => Err(LoadError::Invalid {
             path: origin.to_string(),
             problems,
+        }),
+    }
+}
+
+/// `text` as JSON; `origin` names it in the error.
+pub(crate) fn parse(origin: &str, text: &str) -> Result<serde_json::Value, LoadError> {
+    serde_json::from_str(text).map_err(|source| LoadError::Json {
+        path: origin.to_string(),
+        source,
+    })
+}
+
+/// The text of the file at `path`, with the path as errors name it.
+pub(crate) fn read_text(path: &Path) -> Result<(String, String), LoadError> {
+    let origin = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((origin, text)),
+        Err(source) => Err(LoadError::Io {
+            path: origin,
+            source,
         }),
     }
 }
@@ -129,11 +137,7 @@ pub fn load(path: &Path) -> Result<Contract, LoadError> {
 
 /// [`load`], a plain JSON Schema's references outside itself taken from `resources`.
 pub fn load_with(path: &Path, resources: &plain::Resources) -> Result<Contract, LoadError> {
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: origin.clone(),
-        source,
-    })?;
+    let (origin, text) = read_text(path)?;
     from_str_with(&origin, &text, resources)
 }
 

@@ -49,6 +49,19 @@ pub fn contract_of(stem: &str, doc: &Value) -> Value {
     contract_with(stem, doc, &Resources::default())
 }
 
+/// `doc` as a contract: a plain schema read as one ([`contract_with`], named after the file
+/// stem of `origin`), any other document as it is.
+pub fn as_contract(origin: &str, doc: Value, resources: &Resources) -> Value {
+    if !is_plain_schema(&doc) {
+        return doc;
+    }
+    let stem = std::path::Path::new(origin)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    contract_with(&stem, &doc, resources)
+}
+
 /// [`contract_of`], with the documents its references outside itself name brought in from
 /// `resources`: each one's definitions and root become `$defs` entries of their own (renamed
 /// where a name is taken), and every reference to it points there. A reference to a document
@@ -99,32 +112,31 @@ impl Resources {
         true
     }
 
+    /// The files of `given`, each held as its URI names it or, without one, by its own `$id`.
+    pub fn read<'a>(
+        given: impl IntoIterator<Item = (Option<&'a str>, &'a std::path::Path)>,
+    ) -> Result<Resources, crate::LoadError> {
+        let mut res = Resources::default();
+        for (uri, path) in given {
+            res.insert_file(uri, path)?;
+        }
+        Ok(res)
+    }
+
     /// Read `path` and hold it as `uri` names it or, without one, under its own `$id`.
     pub fn insert_file(
         &mut self,
         uri: Option<&str>,
         path: &std::path::Path,
     ) -> Result<(), crate::LoadError> {
-        let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| crate::LoadError::Io {
-            path: origin.clone(),
-            source,
-        })?;
-        let doc: Value = serde_json::from_str(&text).map_err(|source| crate::LoadError::Json {
-            path: origin.clone(),
-            source,
-        })?;
+        let (origin, text) = crate::read_text(path)?;
+        let doc = crate::parse(&origin, &text)?;
         match uri {
             Some(u) => self.insert(u, doc),
             None if self.insert_by_id(doc) => {}
             None => return Err(crate::LoadError::ResourceWithoutId { path: origin }),
         }
         Ok(())
-    }
-
-    /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.docs.is_empty()
     }
 }
 
@@ -135,7 +147,6 @@ fn base(uri: &str) -> String {
 }
 
 /// One document's place in the contract: the `$defs` key of its root and of each definition.
-#[derive(Default)]
 struct Placed {
     root: String,
     defs: BTreeMap<String, String>,
@@ -270,7 +281,7 @@ fn local(frag: &str, p: &Placed) -> Option<String> {
     for prefix in ["/definitions/", "/$defs/"] {
         if let Some(rest) = frag.strip_prefix(prefix) {
             let (token, tail) = rest.split_once('/').map_or((rest, ""), |(t, r)| (t, r));
-            let name = token.replace("~1", "/").replace("~0", "~");
+            let name = crate::pointer::unescape(token);
             let at = p
                 .defs
                 .get(&name)
@@ -290,28 +301,13 @@ fn local(frag: &str, p: &Placed) -> Option<String> {
 
 /// The documents outside `doc` its references name (their bases), data aside.
 fn external_bases(doc: &Value) -> Vec<String> {
-    fn walk(v: &Value, names: bool, out: &mut Vec<String>) {
-        match v {
-            Value::Object(o) => {
-                for (k, x) in o {
-                    match (k.as_str(), x) {
-                        ("$ref", Value::String(r)) if !names => {
-                            let uri = r.split('#').next().unwrap_or_default();
-                            if !uri.is_empty() && !out.contains(&base(uri)) {
-                                out.push(base(uri));
-                            }
-                        }
-                        _ if crate::pointer::holds_data(k, names) => {}
-                        _ => walk(x, crate::pointer::names_below(k, names), out),
-                    }
-                }
-            }
-            Value::Array(a) => a.iter().for_each(|x| walk(x, false, out)),
-            _ => {}
+    let mut out: Vec<String> = Vec::new();
+    for (_, r) in crate::pointer::references(doc) {
+        let uri = r.split('#').next().unwrap_or_default();
+        if !uri.is_empty() && !out.contains(&base(uri)) {
+            out.push(base(uri));
         }
     }
-    let mut out = Vec::new();
-    walk(doc, false, &mut out);
     out
 }
 

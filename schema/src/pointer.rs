@@ -43,6 +43,39 @@ pub(crate) fn names_below(key: &str, names: bool) -> bool {
         )
 }
 
+/// Undo [`escape`] on one reference token.
+pub(crate) fn unescape(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
+/// Every reference in `v` (a `$ref` key holding a string, data and names aside: see
+/// [`holds_data`], [`names_below`]), with the pointer to it.
+pub(crate) fn references(v: &Value) -> Vec<(String, String)> {
+    fn walk(v: &Value, ptr: String, names: bool, out: &mut Vec<(String, String)>) {
+        match v {
+            Value::Object(m) => {
+                for (k, child) in m {
+                    let p = format!("{ptr}/{}", escape(k));
+                    match child {
+                        Value::String(s) if k == "$ref" && !names => out.push((p, s.clone())),
+                        _ if holds_data(k, names) => {}
+                        _ => walk(child, p, names_below(k, names), out),
+                    }
+                }
+            }
+            Value::Array(a) => {
+                for (i, child) in a.iter().enumerate() {
+                    walk(child, format!("{ptr}/{i}"), false, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, String::new(), false, &mut out);
+    out
+}
+
 /// Escape one reference token (`~` → `~0`, `/` → `~1`).
 pub fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
@@ -67,7 +100,7 @@ pub fn set(root: &mut Value, ptr: &str, v: Value) {
     let mut cur = root;
     let mut parts = ptr.split('/').skip(1).peekable();
     while let Some(raw) = parts.next() {
-        let key = raw.replace("~1", "/").replace("~0", "~");
+        let key = unescape(raw);
         if !cur.is_object() {
             *cur = Value::Object(Default::default());
         }
@@ -86,7 +119,7 @@ pub fn set(root: &mut Value, ptr: &str, v: Value) {
 /// element); what was there, if anything.
 pub fn remove(root: &mut Value, ptr: &str) -> Option<Value> {
     let (parent, last) = ptr.rsplit_once('/')?;
-    let key = last.replace("~1", "/").replace("~0", "~");
+    let key = unescape(last);
     root.pointer_mut(parent)?
         .as_object_mut()?
         .shift_remove(&key)

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::model::{
     Action, Binding, Contract, Example, Expr, Framing, Kind, Method, Part, RelOp, Unit,
 };
-use crate::pointer::{escape, join};
+use crate::pointer::join;
 
 mod limits;
 mod machines;
@@ -180,7 +180,7 @@ fn const_tags<'a>(meta: &'a Value, branch: &'a Value) -> Vec<(&'a String, &'a Va
 fn follow<'a>(meta: &'a Value, schema_path: &str) -> Option<&'a Value> {
     let mut node = meta;
     for seg in schema_path.split('/').skip(1) {
-        let seg = seg.replace("~1", "/").replace("~0", "~");
+        let seg = crate::pointer::unescape(seg);
         node = if seg == "$ref" {
             resolve(meta, node)
         } else {
@@ -342,9 +342,7 @@ impl Cx<'_> {
 
     /// Every `$ref` in the document resolves to a node of the document.
     fn refs(&mut self) {
-        let mut found = Vec::new();
-        collect_refs(self.doc, String::new(), false, &mut found);
-        for (ptr, target) in found {
+        for (ptr, target) in crate::pointer::references(self.doc) {
             match target.strip_prefix('#') {
                 Some(frag) if self.doc.pointer(&percent_decode(frag)).is_some() => {}
                 Some(_) => self.push(
@@ -1066,33 +1064,6 @@ impl<'c> Evaluator<'c> {
                 (total, dim)
             }
         })
-    }
-}
-
-fn collect_refs(v: &Value, ptr: String, names: bool, out: &mut Vec<(String, String)>) {
-    match v {
-        Value::Object(m) => {
-            for (k, child) in m {
-                let p = format!("{ptr}/{}", escape(k));
-                if k == "$ref"
-                    && !names
-                    && let Value::String(s) = child
-                {
-                    out.push((p, s.clone()));
-                    continue;
-                }
-                if crate::pointer::holds_data(k, names) {
-                    continue;
-                }
-                collect_refs(child, p, crate::pointer::names_below(k, names), out);
-            }
-        }
-        Value::Array(a) => {
-            for (i, child) in a.iter().enumerate() {
-                collect_refs(child, format!("{ptr}/{i}"), false, out);
-            }
-        }
-        _ => {}
     }
 }
 
