@@ -136,6 +136,17 @@ fn words(s: &str) -> Vec<String> {
     out
 }
 
+/// `name`, or the first of `name2`, `name3`, … that `taken` does not hold.
+pub(crate) fn unique(name: &str, taken: impl Fn(&str) -> bool) -> String {
+    let mut out = name.to_string();
+    let mut n = 2;
+    while taken(&out) {
+        out = format!("{name}{n}");
+        n += 1;
+    }
+    out
+}
+
 /// Make identifiers unique in order of appearance: the second `Ref` becomes `Ref2`.
 pub(crate) fn dedupe(names: Vec<String>) -> Vec<String> {
     let mut seen: IndexMap<String, usize> = IndexMap::new();
@@ -568,12 +579,7 @@ impl Ir {
                 None | Some(Value::Bool(false)) => None,
                 Some(v) => ref_name(v).or_else(|| {
                     // A `$defs` key may already hold the name: the inline schema takes the next.
-                    let mut unique = name.clone();
-                    let mut n = 2;
-                    while schemas.contains_key(&unique) {
-                        unique = format!("{name}{n}");
-                        n += 1;
-                    }
+                    let unique = unique(&name, |n| schemas.contains_key(n));
                     schemas.insert(unique.clone(), v.clone());
                     origins.insert(unique.clone(), at);
                     Some(unique)

@@ -229,17 +229,9 @@ fn lift_in(
                 continue;
             }
             let base = format!("{parent}{}", crate::ir::pascal(member));
-            let taken = |n: &str| defs.iter().chain(lifted.iter()).any(|(d, _)| d == n);
-            let name = (1..)
-                .map(|n| {
-                    if n == 1 {
-                        base.clone()
-                    } else {
-                        format!("{base}{n}")
-                    }
-                })
-                .find(|n| !taken(n))
-                .unwrap_or(base);
+            let name = crate::ir::unique(&base, |n| {
+                defs.iter().chain(lifted.iter()).any(|(d, _)| d == n)
+            });
             let reference = serde_json::json!({ "$ref": format!("#/definitions/{name}") });
             lifted.push((name, std::mem::replace(schema, reference)));
         }
