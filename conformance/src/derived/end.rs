@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use super::plan::{Plan, Step, step_of};
-use super::probes::closed_as;
+use super::probes::{after_close, closed_as};
 use super::{Session, exits, plan_of};
 use crate::session::{Ctx, Incoming};
 use crate::{BodyFuture, Failure, Verdict, other_party, pass, skip};
@@ -142,7 +142,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &walk).await {
             return walk.unreached(f);
         }
-        let what = fire(&mut s, cx, (&step, &t.from), &holds).await?;
+        let what = fire(&mut s, cx, (&step, &t.from, &walk), &holds).await?;
         ended(s, cx, &e, &what).await
     })
 }
@@ -152,7 +152,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
 async fn fire(
     s: &mut Session,
     cx: &Ctx,
-    (step, state): (&Step, &str),
+    (step, state, walk): (&Step, &str, &Plan),
     holds: &[(String, Value)],
 ) -> Result<String, Failure> {
     match step {
@@ -183,7 +183,7 @@ async fn fire(
             let writes = holds.iter().map(|(p, v)| (m.clone(), p.clone(), v.clone()));
             s.writes.extend(writes);
             let until = Instant::now() + cx.opts.deadline;
-            let request = s.expect(cx, &plan_of(cx), state, m, until).await?;
+            let request = s.expect(cx, walk, state, m, until).await?;
             let request = request.ok_or_else(|| Failure::new(format!("{m} came without an id")))?;
             s.reply(cx, m, &request).await?;
             let held: Vec<String> = holds.iter().map(|(p, v)| format!("{p} = {v}")).collect();
@@ -219,17 +219,19 @@ async fn ended(mut s: Session, cx: &mut Ctx, e: &Ending, what: &str) -> Result<V
         }
     }
     closed_as(&s, cx, e.action, e.code.as_ref())?;
-    cx.closed_code = (s.peer.closed_with.as_ref())
-        .and_then(|f| f.as_ref())
-        .map(|f| f.code);
-    drop(s);
-    let exit = match e.exit {
-        Some(want) => exits::exit_owed(cx, want as i32, what).await?,
-        None => exits::owed(cx).await?,
-    };
     let how = match &e.code {
         Some(code) => format!("closed {code}"),
         None => "ended the channel".into(),
     };
-    pass(format!("{what}; the {who} {how}; {exit}"))
+    let exit = match e.exit {
+        Some(want) => {
+            drop(s);
+            Some(exits::exit_owed(cx, want as i32, what).await?)
+        }
+        None => after_close(s, cx).await?,
+    };
+    match exit {
+        Some(exit) => pass(format!("{what}; the {who} {how}; {exit}")),
+        None => pass(format!("{what}; the {who} {how}")),
+    }
 }

@@ -866,23 +866,30 @@ pub(super) async fn settle(
         s.keep(cx);
         return Ok(verdict);
     }
-    cx.closed_code = s
-        .peer
-        .closed_with
-        .as_ref()
+    let Verdict::Pass(seen) = &verdict else {
+        return Ok(verdict);
+    };
+    match after_close(s, cx).await? {
+        Some(also) => Ok(Verdict::Pass(format!("{seen}; {also}"))),
+        None => Ok(verdict),
+    }
+}
+
+/// What else must happen once the implementation ended `s`: the suite's own end hook, else
+/// the exit the contract's data owes after its close code; `None` when nothing is owed.
+pub(super) async fn after_close(s: Session, cx: &mut Ctx) -> Result<Option<String>, Failure> {
+    cx.closed_code = (s.peer.closed_with.as_ref())
         .and_then(|f| f.as_ref())
         .map(|f| f.code);
     drop(s);
-    // The suite's own hook, else the exit the contract's data owes after a close.
     let data = super::exits::any_owed(cx.wire.contract(), &cx.role);
     let hook = cx
         .on_end
         .or_else(|| data.then_some(super::exits::owed as crate::session::EndHook));
-    let (Some(hook), Verdict::Pass(seen)) = (hook, &verdict) else {
-        return Ok(verdict);
-    };
-    let also = hook(cx).await?;
-    Ok(Verdict::Pass(format!("{seen}; {also}")))
+    match hook {
+        Some(hook) => hook(cx).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// `p` built on the session's next id.
