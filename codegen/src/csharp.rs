@@ -1,6 +1,8 @@
 //! The C# target: a net8.0 class library using System.Text.Json, written in
-//! C# 7.3 syntax (sealed classes, no records, no nullable annotations) so any
-//! compiler from Mono `mcs` to current Roslyn builds it.
+//! C# 7.3 syntax (no records, no nullable annotations) so any compiler from Mono
+//! `mcs` to current Roslyn builds it. Object types are immutable: sealed classes
+//! with get-only properties, built by a public constructor or by the decoder through
+//! private setters (the template README says why this shape).
 //!
 //! The templates in `codegen/templates/csharp/` lay out the files. The view (`view`,
 //! the template's `target`) spells C# types, members, validation statements, the

@@ -84,6 +84,7 @@ public static partial class Tests
                 if (Json.SemanticEquals(value, doc.RootElement)) Pass();
                 else Fail(id, typeName + " re-encodes differently:\n  in:  " + text + "\n  out: " + again);
             }
+            Rebuilds(id, decoded, again);
         }
         catch (Exception e)
         {
@@ -711,6 +712,7 @@ public static partial class Tests
             Framing(module, dir);
             Enums(module, types);
             Machines(module);
+            Immutable(module);
             string machines = Path.Combine(sub, "machines.json");
             if (File.Exists(machines)) MachineVectors(module, machines); else Fail(module, "no machines.json");
             string rulesFile = Path.Combine(sub, "rules.json");
@@ -719,6 +721,7 @@ public static partial class Tests
         }
         Constants(modules);
         Extra(modules);
+        Constructors(modules);
         WireRules(modules);
         Expect(modules.Count > 0, "vectors", "no contract directories in " + dir);
         Console.WriteLine(passed + " passed, " + failed + " failed");

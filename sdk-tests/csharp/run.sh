@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test the generated C# SDK: generate it, compile it with Mono mcs against the .NET Core 3.1
 # reference assemblies plus the .NET 8 System.Text.Json, and run the hand-written runner
-# (Tests.cs, WireTests.cs) on the real .NET 8 runtime. See /work/shared/notes/csharp-toolchain.md.
+# (Tests.cs, WireTests.cs, ImmutableTests.cs) on the real .NET 8 runtime. See /work/shared/notes/csharp-toolchain.md.
 #
 # usage: sdk-tests/csharp/run.sh CONTRACTGEN [VECTORS_DIR] [CONTRACT...]
 #   CONTRACTGEN  path of the contractgen binary
@@ -112,7 +112,7 @@ for f in "$work"/sdk/*.cs; do
     defines+=("-define:CONTRACT_$(printf '%s' "$m" | tr '[:lower:]-' '[:upper:]_')")
 done
 flags=("${refs[@]}" "${defines[@]}")
-csc "$work/tests.dll" "$work/mcs.log" "$work"/sdk/*.cs "$here/Tests.cs" "$here/WireTests.cs"
+csc "$work/tests.dll" "$work/mcs.log" "$work"/sdk/*.cs "$here/Tests.cs" "$here/WireTests.cs" "$here/ImmutableTests.cs"
 grep -E 'error|warning CS' "$work/mcs.log" | grep -v 'warning CS1702' >&2 || true
 
 # 4. Run on the .NET 8 runtime, with a deadline (the socket tests wait on real time).

@@ -32,6 +32,10 @@ pub(super) struct CsField {
     cs_type: String,
     required: bool,
     literal: Option<String>,
+    /// The constructor's parameter for this member (empty for a literal, which is fixed).
+    param: String,
+    /// `Type name` or, for an optional member, `Type name = null`.
+    param_decl: String,
     checks: String,
     null_check: bool,
     description: String,
@@ -315,6 +319,8 @@ impl<'a> CsTypes<'a> {
     /// The members of struct `class`, ready to lay out as properties.
     pub(super) fn fields(&self, class: &str, fields: &[Field]) -> Vec<CsField> {
         let mut used: Vec<String> = vec![class.to_string(), "Extra".into()];
+        // `extra` is the open struct's last parameter.
+        let mut params: Vec<String> = vec!["extra".into()];
         let (mut bit, mut given) = (0u32, 0u32);
         let mut out = Vec::new();
         for f in fields {
@@ -341,6 +347,15 @@ impl<'a> CsTypes<'a> {
             let keep_null = !f.required && nullable && given < 64;
             let given_mask = keep_null.then(|| format!("0x{:X}UL", 1u64 << given));
             given += u32::from(keep_null);
+            let param = match literal {
+                Some(_) => String::new(),
+                None => unique_param(&prop, &mut params),
+            };
+            let param_decl = match (literal.is_some(), f.required) {
+                (true, _) => String::new(),
+                (false, true) => format!("{cs} {param}"),
+                (false, false) => format!("{cs} {param} = null"),
+            };
             out.push(CsField {
                 track,
                 bit: mask.unwrap_or_default(),
@@ -352,6 +367,8 @@ impl<'a> CsTypes<'a> {
                 cs_type: cs,
                 required: f.required,
                 literal,
+                param,
+                param_decl,
                 checks,
                 // STJ 8 lets `null` into a reference-typed property; a required non-nullable
                 // one refuses it.
@@ -573,10 +590,50 @@ fn unique_prop(pascal: &str, used: &mut Vec<String>) -> String {
     prop
 }
 
+/// C#'s reserved words, which a parameter name escapes with `@`.
+const KEYWORDS: &[&str] = &[
+    "abstract", "as", "base", "bool", "break", "byte", "case", "catch", "char", "checked",
+    "class", "const", "continue", "decimal", "default", "delegate", "do", "double", "else",
+    "enum", "event", "explicit", "extern", "false", "finally", "fixed", "float", "for",
+    "foreach", "goto", "if", "implicit", "in", "int", "interface", "internal", "is", "lock",
+    "long", "namespace", "new", "null", "object", "operator", "out", "override", "params",
+    "private", "protected", "public", "readonly", "ref", "return", "sbyte", "sealed", "short",
+    "sizeof", "stackalloc", "static", "string", "struct", "switch", "this", "throw", "true",
+    "try", "typeof", "uint", "ulong", "unchecked", "unsafe", "ushort", "using", "virtual",
+    "void", "volatile", "while",
+];
+
+/// The constructor parameter for property `prop`: camel case, unique among the
+/// parameters, a keyword escaped.
+fn unique_param(prop: &str, used: &mut Vec<String>) -> String {
+    let mut chars = prop.chars();
+    let camel: String = match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => "value".into(),
+    };
+    let mut name = camel.clone();
+    let mut n = 2;
+    while used.contains(&name) {
+        name = format!("{camel}{n}");
+        n += 1;
+    }
+    used.push(name.clone());
+    if KEYWORDS.contains(&name.as_str()) {
+        name.insert(0, '@');
+    }
+    name
+}
+
 impl CsField {
     /// An optional member that may be null, whose given null is written back.
     pub(super) fn keeps_null(&self) -> bool {
         self.keep_null
+    }
+
+    /// The constructor's parameter declaration, in the order the constructor takes them:
+    /// required members first (`false` sorts first).
+    pub(super) fn param_decl(&self) -> Option<(bool, &str)> {
+        (!self.param_decl.is_empty()).then_some((!self.required, self.param_decl.as_str()))
     }
 }
 

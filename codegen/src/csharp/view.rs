@@ -61,6 +61,9 @@ struct CsType<'a> {
     /// ` : Parent` for a union that is itself a branch of one.
     abstract_base: String,
     cs_fields: Vec<CsField>,
+    /// The public constructor's parameter list: required members, then optional ones
+    /// (defaulting to absent), then `extra` for an open struct.
+    ctor_params: String,
     keeps_null: bool,
     literal_mask: String,
     required_mask: String,
@@ -78,8 +81,10 @@ fn cs_type<'a>(types: &CsTypes, def: &'a TypeDef) -> CsType<'a> {
         ),
         _ => (Vec::new(), String::new(), String::new()),
     };
+    let open = matches!(def, TypeDef::Struct { closed: false, .. });
     CsType {
         def,
+        ctor_params: ctor_params(&cs_fields, open),
         type_of: types.type_of(name),
         base: parent.map(|p| format!("{p}, ")).unwrap_or_default(),
         abstract_base: parent.map(|p| format!(" : {p}")).unwrap_or_default(),
@@ -89,6 +94,16 @@ fn cs_type<'a>(types: &CsTypes, def: &'a TypeDef) -> CsType<'a> {
         required_mask: required,
         union: types.union(def),
     }
+}
+
+fn ctor_params(fields: &[CsField], open: bool) -> String {
+    let mut decls: Vec<(bool, &str)> = fields.iter().filter_map(CsField::param_decl).collect();
+    decls.sort_by_key(|(optional, _)| *optional);
+    let mut params: Vec<&str> = decls.into_iter().map(|(_, d)| d).collect();
+    if open {
+        params.push("Dictionary<string, JsonElement> extra = null");
+    }
+    params.join(", ")
 }
 
 /// A code table, or the error catalog, with C# spellings of its wire values.

@@ -344,8 +344,7 @@ namespace KernelShell
 
         RequestMessage Request(string method, string trace, Dictionary<string, JsonElement> payload, bool dropTrace)
         {
-            var r = new RequestMessage();
-            r.V = version; r.Id = NewId(); r.Timestamp = Now(); r.TraceId = trace; r.Method = method; r.Payload = payload;
+            var r = new RequestMessage(v: version, id: NewId(), timestamp: Now(), traceId: trace, method: method, payload: payload);
             Send(r, typeof(RequestMessage), dropTrace);
             return r;
         }
@@ -357,30 +356,21 @@ namespace KernelShell
 
         void Respond(RequestMessage req, Dictionary<string, JsonElement> payload)
         {
-            var r = new ResponseMessage();
-            r.V = version; r.Id = NewId(); r.Timestamp = Now(); r.TraceId = req.TraceId; r.CorrelationId = req.Id; r.Payload = payload;
+            var r = new ResponseMessage(v: version, id: NewId(), timestamp: Now(), traceId: req.TraceId, correlationId: req.Id, payload: payload);
             Send(r, typeof(ResponseMessage), false);
         }
 
         void Event(string method, string trace, Dictionary<string, JsonElement> payload, long? streamId, string correlation)
         {
-            var e = new EventMessage();
-            e.V = version; e.Id = NewId(); e.Timestamp = Now(); e.TraceId = trace; e.Method = method; e.Payload = payload;
-            e.StreamId = streamId; e.CorrelationId = correlation;
+            var e = new EventMessage(v: version, id: NewId(), timestamp: Now(), traceId: trace, method: method, payload: payload,
+                                     streamId: streamId, correlationId: correlation);
             Send(e, typeof(EventMessage), false);
         }
 
         void Error(Codes.ErrorCode code, string text, string trace, long? streamId)
         {
-            var body = new ErrorBody();
-            body.Code = code.ToWire();
-            ErrorCategory cat;
-            WireNames.TryParse(code.Category(), out cat);
-            body.Category = cat;
-            body.Retryable = code.IsRetryable();
-            body.Message = text;
-            var e = new ErrorMessage();
-            e.V = version; e.Id = NewId(); e.Timestamp = Now(); e.TraceId = trace; e.StreamId = streamId; e.Payload = body;
+            var e = new ErrorMessage(v: version, id: NewId(), timestamp: Now(), traceId: trace, streamId: streamId,
+                                     payload: Body(code, text, null));
             Send(e, typeof(ErrorMessage), false);
         }
 
@@ -398,19 +388,19 @@ namespace KernelShell
             return true;
         }
 
+        /// <summary>The error body the catalog gives <paramref name="code"/>: its category and retryable flag.</summary>
+        static ErrorBody Body(Codes.ErrorCode code, string text, ErrorDetails details)
+        {
+            ErrorCategory cat;
+            WireNames.TryParse(code.Category(), out cat);
+            return new ErrorBody(code: code.ToWire(), category: cat, retryable: code.IsRetryable(), message: text, details: details);
+        }
+
         /// <summary>An error answering the core's request <paramref name="correlation"/>.</summary>
         void ErrorReply(Codes.ErrorCode code, string text, string trace, string correlation, ErrorDetails details)
         {
-            var body = new ErrorBody();
-            body.Code = code.ToWire();
-            ErrorCategory cat;
-            WireNames.TryParse(code.Category(), out cat);
-            body.Category = cat;
-            body.Retryable = code.IsRetryable();
-            body.Message = text;
-            if (details != null) body.Details = details;
-            var e = new ErrorMessage();
-            e.V = version; e.Id = NewId(); e.Timestamp = Now(); e.TraceId = trace; e.CorrelationId = correlation; e.Payload = body;
+            var e = new ErrorMessage(v: version, id: NewId(), timestamp: Now(), traceId: trace, correlationId: correlation,
+                                     payload: Body(code, text, details));
             Send(e, typeof(ErrorMessage), false);
         }
 
@@ -517,8 +507,7 @@ namespace KernelShell
                         // the frame's id was never read (K-2).
                         Say("shell: skipping a control frame of " + e.Length + " bytes (cap " + e.Cap + ")");
                         if (!Skip(control, e.Length)) break;
-                        var d = new ErrorDetails();
-                        d.Length = (long)e.Length;
+                        var d = new ErrorDetails(length: (long)e.Length);
                         ErrorReply(Codes.ErrorCode.ProtocolFrameTooLarge, "Кадр в " + e.Length + " байт больше предела " + e.Cap + ".", NewTrace("oversize"), null, d);
                         continue;
                     }
@@ -544,8 +533,7 @@ namespace KernelShell
                         // are only logged (K-15).
                         if (type != "response" && type != "event" && type != "error")
                         {
-                            var d = new ErrorDetails();
-                            if (fields.Count > 0) d.Fields = fields;
+                            var d = new ErrorDetails(fields: fields.Count > 0 ? fields : null);
                             ErrorReply(Codes.ErrorCode.ProtocolInvalidEnvelope, "Неверный конверт сообщения: " + e.Message,
                                        rtrace ?? NewTrace("invalid"), rid, d);
                         }
@@ -567,8 +555,7 @@ namespace KernelShell
                         Codes.ErrorCode refusal;
                         if (again != null && IdRefusal(out refusal))
                         {
-                            var d = new ErrorDetails();
-                            d.Fields = new List<string> { "id" };
+                            var d = new ErrorDetails(fields: new List<string> { "id" });
                             ErrorReply(refusal, "id " + id + " was used before (K-5)", again.TraceId, again.Id, d);
                             continue;
                         }
@@ -683,8 +670,7 @@ namespace KernelShell
                     }
                     else if (silence <= quiet) continue;
                     string trace = NewTrace("ping");
-                    var e = new EventMessage();
-                    e.V = version; e.Id = NewId(); e.Timestamp = Now(); e.TraceId = trace; e.Method = Methods.Ping; e.Payload = Empty();
+                    var e = new EventMessage(v: version, id: NewId(), timestamp: Now(), traceId: trace, method: Methods.Ping, payload: Empty());
                     pingOut = e.Id;
                     pingSentAt = now;
                     lock (pingIds) pingIds[e.Id] = true;
@@ -742,12 +728,8 @@ namespace KernelShell
             {
                 Check(false, "programs.index params: " + e.Message);
             }
-            var entry = new ProgramEntry();
-            entry.Name = "Telegram";
-            entry.Path = "/usr/bin/telegram-desktop";
-            entry.Aliases = new List<string> { "телеграм" };
-            var result = new ProgramsIndexResult();
-            result.Programs = new List<ProgramEntry> { entry };
+            var entry = new ProgramEntry(name: "Telegram", path: "/usr/bin/telegram-desktop", aliases: new List<string> { "телеграм" });
+            var result = new ProgramsIndexResult(programs: new List<ProgramEntry> { entry });
             pendingIndexTrace = rq.TraceId;
             Respond(rq, ToPayload(result));
             return true;
@@ -782,8 +764,7 @@ namespace KernelShell
                 s.Granted += bytes;
                 s.ConsumedSinceGrant = 0;
             }
-            var p = new StreamCreditParams();
-            p.Bytes = bytes;
+            var p = new StreamCreditParams(bytes: bytes);
             Event(Methods.StreamCredit, s.Trace, ToPayload(p), s.Id, null);
         }
 
@@ -945,9 +926,7 @@ namespace KernelShell
             var script = new List<KeyValuePair<string, Dictionary<string, JsonElement>>>();
             foreach (var c in new[] { new[] { "Какая столица Австралии? Расскажи.", "typed" }, new[] { "запусти телеграм", "voice" } })
             {
-                var p = new CommandHandleParams();
-                p.Text = c[0];
-                p.Source = c[1] == "voice" ? CommandSource.Voice : CommandSource.Typed;
+                var p = new CommandHandleParams(text: c[0], source: c[1] == "voice" ? CommandSource.Voice : CommandSource.Typed);
                 script.Add(new KeyValuePair<string, Dictionary<string, JsonElement>>(Methods.CommandHandle, ToPayload(p)));
             }
             script.Add(new KeyValuePair<string, Dictionary<string, JsonElement>>(Methods.SettingsDescribe, Empty()));
@@ -993,24 +972,20 @@ namespace KernelShell
                 }
                 catch (ContractException e)
                 {
-                    var d = new ErrorDetails();
-                    d.Fields = new List<string> { "payload" };
+                    var d = new ErrorDetails(fields: new List<string> { "payload" });
                     ErrorReply(Codes.ErrorCode.ProtocolInvalidPayload, "permission.request: " + e.Message, rq.TraceId, rq.Id, d);
                     return;
                 }
                 // Nobody sits at a served shell to say yes: the dialog is shown (logged) and answered no.
                 Say("shell: [dialog] " + ask.Permission + "/" + ask.Action + ": " + ask.Preview + " (ttl " + ask.Ttl + " s) -> no (no user at a served shell)");
-                var ans = new PermissionResult();
-                ans.RequestId = ask.RequestId;
-                ans.Granted = false;
+                var ans = new PermissionResult(requestId: ask.RequestId, granted: false);
                 Respond(rq, ToPayload(ans));
                 return;
             }
             if (rq != null)
             {
                 // Unknown here, wrong direction, or one this shell does not serve.
-                var d = new ErrorDetails();
-                d.Method = rq.Method;
+                var d = new ErrorDetails(method: rq.Method);
                 ErrorReply(Codes.ErrorCode.ProtocolUnknownMethod, "Метод " + rq.Method + " оболочка не поддерживает.", rq.TraceId, rq.Id, d);
                 return;
             }
@@ -1130,14 +1105,14 @@ namespace KernelShell
         bool Hello()
         {
             Say("step hello");
-            var p = new HelloParams();
-            // [1, 2]: a shell keeps the previous version one release (ADR 0004); the core picks the highest common (§15 3a).
-            p.ProtocolVersions = new List<long> { 1, 2 };
-            p.ShellVersion = "4.0.0-ref";
-            // Serving, the shell also sends microphone audio when the core opens an audio.input stream.
-            p.Capabilities = serving ? new List<string> { "audio.input", "audio.output", "permissions" }
-                                     : new List<string> { "audio.output", "permissions" };
-            p.Locale = "ru";
+            var p = new HelloParams(
+                // [1, 2]: a shell keeps the previous version one release (ADR 0004); the core picks the highest common (§15 3a).
+                protocolVersions: new List<long> { 1, 2 },
+                shellVersion: "4.0.0-ref",
+                // Serving, the shell also sends microphone audio when the core opens an audio.input stream.
+                capabilities: serving ? new List<string> { "audio.input", "audio.output", "permissions" }
+                                      : new List<string> { "audio.output", "permissions" },
+                locale: "ru");
             string trace = NewTrace("hello");
             var req = Request(Methods.Hello, trace, ToPayload(p));
             var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
@@ -1162,8 +1137,7 @@ namespace KernelShell
                 if (early != null)
                 {
                     // The session machine allows the core no request before the handshake (§4).
-                    var d = new ErrorDetails();
-                    d.Method = early.Method;
+                    var d = new ErrorDetails(method: early.Method);
                     ErrorReply(Codes.ErrorCode.ProtocolNotReady, "Рукопожатие ещё не выполнено.", early.TraceId, early.Id, d);
                     if (serving) Say("shell: <- " + Describe(m) + " before the handshake: protocol.not_ready");
                     else Unexpected(m, "hello");
@@ -1195,9 +1169,7 @@ namespace KernelShell
         {
             Say("step streamed answer");
             if (!coreCaps.Contains("llm")) { Check(false, "stream: core lacks llm; a side does not call what the peer did not declare"); return; }
-            var p = new CommandHandleParams();
-            p.Text = "Какая столица Австралии? Расскажи.";
-            p.Source = CommandSource.Typed;
+            var p = new CommandHandleParams(text: "Какая столица Австралии? Расскажи.", source: CommandSource.Typed);
             string trace = NewTrace("stream");
             var req = Request(Methods.CommandHandle, trace, ToPayload(p));
             long? sid = null;
@@ -1240,10 +1212,7 @@ namespace KernelShell
         {
             bool broken = breakRule == "trace-id";
             Say("step plain command" + (broken ? " (--break trace-id: this request goes out WITHOUT trace_id)" : ""));
-            var p = new CommandHandleParams();
-            p.Text = "запусти телеграм";
-            p.Source = CommandSource.Voice;
-            p.RequireWake = false;
+            var p = new CommandHandleParams(text: "запусти телеграм", source: CommandSource.Voice, requireWake: false);
             string trace = NewTrace("launch");
             pendingIndexTrace = null;
             var req = Request(Methods.CommandHandle, trace, ToPayload(p), broken);
@@ -1276,9 +1245,7 @@ namespace KernelShell
         {
             Say("step credit-controlled audio stream");
             if (!coreCaps.Contains("tts")) { Check(false, "speech: core lacks tts"); return; }
-            var p = new CommandHandleParams();
-            p.Text = "скажи привет";
-            p.Source = CommandSource.Typed;
+            var p = new CommandHandleParams(text: "скажи привет", source: CommandSource.Typed);
             string trace = NewTrace("speech");
             var req = Request(Methods.CommandHandle, trace, ToPayload(p));
             StreamRx s = null;
@@ -1351,9 +1318,7 @@ namespace KernelShell
             Say("step permission");
             foreach (bool allow in new[] { false, true })
             {
-                var p = new CommandHandleParams();
-                p.Text = "выключи компьютер";
-                p.Source = CommandSource.Voice;
+                var p = new CommandHandleParams(text: "выключи компьютер", source: CommandSource.Voice);
                 string trace = NewTrace(allow ? "power-yes" : "power-no");
                 var req = Request(Methods.CommandHandle, trace, ToPayload(p));
                 var deadline = DateTime.UtcNow + StepDeadline;
@@ -1374,10 +1339,8 @@ namespace KernelShell
                         Say("shell: [dialog] " + ask.Permission + "/" + ask.Action + ": " + ask.Preview + " (ttl " + ask.Ttl + " s) -> " + (allow ? "yes, once" : "no"));
                         Check(!ask.ConfirmationId.HasValue, "permission: no confirmation_id on the wire (§11)");
                         Check(!string.IsNullOrEmpty(ask.Preview) && ask.Ttl >= 1, "permission: request has a preview and a ttl");
-                        var ans = new PermissionResult();
-                        ans.RequestId = ask.RequestId;
-                        ans.Granted = allow;
-                        if (allow) ans.Scope = PermissionScope.Once;
+                        var ans = new PermissionResult(requestId: ask.RequestId, granted: allow,
+                                                       scope: allow ? PermissionScope.Once : (PermissionScope?)null);
                         Respond(rq, ToPayload(ans));
                     }
                     else if (r != null && r.CorrelationId == req.Id)
@@ -1397,9 +1360,7 @@ namespace KernelShell
 
         string StartTask(string text, string trace)
         {
-            var p = new CommandHandleParams();
-            p.Text = text;
-            p.Source = CommandSource.Typed;
+            var p = new CommandHandleParams(text: text, source: CommandSource.Typed);
             var req = Request(Methods.CommandHandle, trace, ToPayload(p));
             var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
             while (true)
@@ -1421,8 +1382,7 @@ namespace KernelShell
         TaskCancelResult Cancel(string taskId, string trace, out string coreMessageAfter)
         {
             coreMessageAfter = null;
-            var p = new TaskCancelParams();
-            p.TaskId = taskId;
+            var p = new TaskCancelParams(taskId: taskId);
             var req = Request(Methods.TaskCancel, trace, ToPayload(p));
             var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
             while (true)
