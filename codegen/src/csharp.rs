@@ -21,7 +21,9 @@
 //! from a parsed `JsonElement`: by the tag property when the union has one (STJ 8's
 //! `[JsonPolymorphic]` needs the discriminator first in the object and refuses a
 //! branch that also declares the tag as a property, so it cannot be used), else by
-//! JSON kind and, for objects, by which members are present (JSON-RPC).
+//! JSON kind and, for objects, by which members are present (JSON-RPC). Where several
+//! branches share a JSON kind (two arrays: a batch of requests or of responses), a wrapper
+//! tries them in order and reports the first one's refusal.
 
 use handlebars::{Handlebars, handlebars_helper};
 use serde_json::Value;

@@ -161,10 +161,10 @@ pub(crate) fn py_doc(s: &str) -> String {
     out
 }
 
-/// The name a field refers to a presence-dispatched union by: `Any` at run time (msgspec
-/// cannot decode an untagged union of structs; the struct's `__post_init__` picks the
-/// branch), the union itself to a type checker.
-fn field_alias(union: &str) -> String {
+/// The name a member or alias refers to a presence-dispatched union by: `Any` at run time
+/// (msgspec cannot decode an untagged union of structs; the struct's `__post_init__` picks
+/// the branch), the union itself to a type checker.
+pub(crate) fn field_alias(union: &str) -> String {
     format!("_{union}Field")
 }
 
@@ -196,28 +196,38 @@ pub(crate) fn dispatch_expr(
     }
 }
 
-/// A type as a Python annotation; `names` maps contract type names to Python names,
-/// `untyped` lists the presence-dispatched unions, spelled `Any` in an alias and by their
-/// [`field_alias`] in a member's annotation (`field`).
-pub fn py_type_with(
-    t: &TypeRef,
-    names: &HashMap<String, String>,
-    (untyped, field): (&HashSet<String>, bool),
-) -> String {
+/// What the spelling of a named type depends on.
+#[derive(Clone, Copy)]
+pub(crate) struct Among<'a> {
+    /// The presence-dispatched unions, spelled by their [`field_alias`].
+    pub untyped: &'a HashSet<String>,
+    /// The structs a tagged union tags, spelled by their [`tagged_alias`] outside that
+    /// union so their tag stays required.
+    pub tagged: &'a HashSet<String>,
+}
+
+/// The name a member or alias refers to a tagged struct by outside its union: the struct to a
+/// type checker, at run time a union with a branch no value matches, so msgspec requires the
+/// tag, which it does not for a tagged struct on its own.
+pub(crate) fn tagged_alias(name: &str) -> String {
+    format!("_{name}Tagged")
+}
+
+/// A type as a Python annotation; `names` maps contract type names to Python names, and
+/// `among` says how presence-dispatched unions and tagged structs are spelled.
+pub(crate) fn py_type_with(t: &TypeRef, names: &HashMap<String, String>, among: Among) -> String {
     match t {
         TypeRef::Named { name } => {
-            if untyped.contains(name) {
-                // A member's annotation: `Any` to msgspec, the union to a type checker (see
-                // `field_alias`); an alias, evaluated at import, says `Any`.
-                match field {
-                    true => field_alias(names.get(name).map_or(name.as_str(), String::as_str)),
-                    false => "Any".into(),
-                }
+            let py = names
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| py_ident(name, RESERVED_TYPES));
+            if among.untyped.contains(name) {
+                field_alias(&py)
+            } else if among.tagged.contains(name) {
+                tagged_alias(&py)
             } else {
-                names
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_else(|| py_ident(name, RESERVED_TYPES))
+                py
             }
         }
         TypeRef::String => "str".into(),
@@ -240,12 +250,9 @@ pub fn py_type_with(
         TypeRef::Null => "None".into(),
         TypeRef::Any => "Any".into(),
         TypeRef::Array { items } => {
-            format!("list[{}]", py_type_with(items, names, (untyped, field)))
+            format!("list[{}]", py_type_with(items, names, among))
         }
-        TypeRef::Map { values } => format!(
-            "dict[str, {}]",
-            py_type_with(values, names, (untyped, field))
-        ),
+        TypeRef::Map { values } => format!("dict[str, {}]", py_type_with(values, names, among)),
         TypeRef::Literal { value } => match value {
             Value::String(_) => format!("Literal[{}]", py_literal(value)),
             Value::Number(n) if n.is_i64() => format!("Literal[{}]", py_literal(value)),
@@ -254,17 +261,19 @@ pub fn py_type_with(
             _ => "Any".into(),
         },
         TypeRef::Nullable { inner } => {
-            format!(
-                "Union[{}, None]",
-                py_type_with(inner, names, (untyped, field))
-            )
+            format!("Union[{}, None]", py_type_with(inner, names, among))
         }
     }
 }
 
 /// A type as a Python annotation, without renaming.
 pub fn py_type(t: &TypeRef) -> String {
-    py_type_with(t, &HashMap::new(), (&HashSet::new(), false))
+    let none = HashSet::new();
+    let among = Among {
+        untyped: &none,
+        tagged: &none,
+    };
+    py_type_with(t, &HashMap::new(), among)
 }
 
 handlebars_helper!(py_type_helper: |v: Json| {

@@ -119,6 +119,8 @@ fn prepare(v: &Value, in_all_of: bool) -> Value {
                     }
                 }
             }
+            // Before the split, whose own `anyOf` (one branch per JSON type) typify reads right.
+            any_of_beside_non_objects(&mut out);
             split_mixed_enum(&mut out);
             // typify 0.8 names the struct inside a nullable schema by its `title`, which is
             // the name it gives the nullable wrapper too (`struct X(Option<X>)`): without the
@@ -241,6 +243,26 @@ fn lift_in(
 fn is_nullable(s: &Value) -> bool {
     (s.get("type").and_then(Value::as_array))
         .is_some_and(|ts| ts.len() == 2 && ts.iter().any(|t| t == "null"))
+}
+
+/// typify 0.8 renders an `anyOf` as a struct of flattened optional branches, which holds
+/// objects only: MCP 2025-03-26's `JSONRPCMessage` (a message, or an array of them) then
+/// refuses every batch. Where a branch is plainly not an object, the `anyOf` is read as a
+/// `oneOf`, an untagged enum that tries the branches in order; which branches a value
+/// matches the generated `decode` has already checked against the contract's schema.
+fn any_of_beside_non_objects(schema: &mut serde_json::Map<String, Value>) {
+    let not_object = |b: &Value| match b.get("type") {
+        Some(Value::String(t)) => t != "object",
+        _ => false,
+    };
+    let mixed =
+        (schema.get("anyOf").and_then(Value::as_array)).is_some_and(|bs| bs.iter().any(not_object));
+    if mixed
+        && !schema.contains_key("oneOf")
+        && let Some(branches) = schema.remove("anyOf")
+    {
+        schema.insert("oneOf".into(), branches);
+    }
 }
 
 /// typify 0.8 panics on an `enum` whose values are of several JSON types (SIL Kit's

@@ -4,7 +4,8 @@
 # 1. scripts/setup.sh makes .venv-py (msgspec, mypy, pytest) when it is missing;
 # 2. generates the contract_sdk package, the contract_runtime package it imports and the
 #    cross-language vectors (messages and state machines) into a temp dir;
-# 3. builds a wheel of each package (installability) and runs `mypy --strict` on them;
+# 3. builds a wheel of each package (installability) and runs `mypy --strict` on them and on
+#    typed_views.py (the types a consumer's checker sees);
 # 4. runs pytest on sdk-tests/python/test_*.py against them;
 # 5. installs two SDKs named apart (kernel_sdk, rukh_sdk) and the runtime from their wheels into
 #    a fresh venv, and uses both in one process.
@@ -48,6 +49,8 @@ echo "built $(cd "$WORK"/wheel && echo *.whl)"
 
 (cd "$RT" && "$PY" -m mypy --strict --cache-dir "$WORK/mypy-cache" contract_runtime)
 (cd "$PKG" && MYPYPATH="$RT" "$PY" -m mypy --strict --cache-dir "$WORK/mypy-cache" contract_sdk)
+# And what a consumer's type checker sees of the members the module spells for msgspec.
+MYPYPATH="$PKG:$RT" "$PY" -m mypy --strict --cache-dir "$WORK/mypy-cache" "$ROOT/sdk-tests/python/typed_views.py"
 
 PYTHONPATH="$PKG:$RT" CONTRACT_VECTORS="$VECTORS" CONTRACTS_DIR="$CONTRACTS" \
     "$PY" -m pytest -q -p no:cacheprovider "$ROOT/sdk-tests/python"

@@ -738,6 +738,43 @@ def test_a_member_typed_by_an_alias_of_a_list_of_untagged_unions_is_typed_too() 
     assert m.encode(ok) == b'{"sources":[{"path":"a.txt"},{"url":"https://x/b"}]}'
 
 
+def test_a_tagged_struct_outside_its_union_still_requires_its_tag() -> None:
+    # toolchannel's ReleaseResult.outputs is a list of ResourceLink, a branch of the content
+    # union tagged by `type`. On its own msgspec takes a tagged struct without its tag; the
+    # contract's `const` makes the tag required wherever the struct appears.
+    m = sdk("toolchannel")
+    head = b'{"accepted":true,"outputsFlushed":true,"outputs":['
+    ok = m.decode(m.ReleaseResult, head + b'{"type":"resource_link","uri":"store://a"}]}')
+    assert isinstance(ok.outputs[0], m.ResourceLink) and ok.outputs[0].uri == "store://a"
+    assert m.encode(ok) == head + b'{"type":"resource_link","uri":"store://a"}]}'
+    with pytest.raises(m.DecodeFailure) as missing:
+        m.decode(m.ReleaseResult, head + b'{"uri":"store://a"}]}')
+    assert missing.value.label == "missing-field"
+    with pytest.raises(m.DecodeFailure) as other:
+        m.decode(m.ReleaseResult, head + b'{"type":"text","uri":"store://a"}]}')
+    assert other.value.label == "bad-literal"
+
+
+def test_a_union_of_structs_and_arrays_is_picked_by_kind() -> None:
+    # MCP 2025-03-26's JSONRPCMessage is one message or a batch: an array of requests and
+    # notifications, or one of responses and errors. msgspec cannot hold such a union; the
+    # module picks by the value's JSON kind, tries the array branches in order, and picks each
+    # element by its members (the corpus examples 07 and 08 are the same values as vectors).
+    m = sdk("mcp_2025_03_26")
+    one = m.decode_jsonrpc_message(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
+    assert isinstance(one, m.JsonrpcRequest)
+    batch = m.decode_jsonrpc_message(b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]')
+    assert [type(x) for x in batch] == [m.JsonrpcRequest, m.JsonrpcNotification]
+    answers = m.decode_jsonrpc_message(b'[{"jsonrpc":"2.0","id":1,"result":{}}]')
+    assert [type(x) for x in answers] == [m.JsonrpcResponse]
+    with pytest.raises(m.DecodeFailure) as kind:
+        m.decode_jsonrpc_message(b'"ping"')
+    assert kind.value.label == "wrong-type"
+    with pytest.raises(m.DecodeFailure) as neither:
+        m.decode_jsonrpc_message(b'[{"id":1}]')
+    assert neither.value.label == "missing-field"
+
+
 def test_an_invalid_request_is_not_taken_for_a_notification() -> None:
     # JSON-RPC's message union picks Request by its id and method; a request whose id is
     # not a RequestId (string or integer) is refused, never passed on as the open

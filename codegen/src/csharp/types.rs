@@ -47,6 +47,9 @@ pub(super) struct CsUnion {
     style: &'static str,
     variants: Vec<CsVariant>,
     pick: String,
+    /// (branch, the next branch of the same JSON kind to try when it refuses the value):
+    /// MCP's `JSONRPCMessage` is a batch of requests or a batch of responses, both arrays.
+    next: Vec<(usize, usize)>,
 }
 
 #[derive(Serialize)]
@@ -487,7 +490,12 @@ impl<'a> CsTypes<'a> {
             Some(tag) => tagged_pick(name, tag, variants),
             None => self.untagged_pick(name, variants),
         };
+        let next = match tag {
+            Some(_) => Vec::new(),
+            None => self.same_kind_next(variants),
+        };
         Some(CsUnion {
+            next,
             style: self.union_style(def),
             variants: (variants.iter().enumerate())
                 .map(|(index, v)| CsVariant {
@@ -498,6 +506,23 @@ impl<'a> CsTypes<'a> {
                 .collect(),
             pick,
         })
+    }
+
+    /// For each branch picked by its JSON kind alone, the next branch of the same kind.
+    fn same_kind_next(&self, variants: &[Variant]) -> Vec<(usize, usize)> {
+        let tests: Vec<Option<String>> = (variants.iter())
+            .map(|v| match self.object_sig(&v.ty) {
+                Some(_) => None,
+                None => self.kind_test(&v.ty),
+            })
+            .collect();
+        (tests.iter().enumerate())
+            .filter_map(|(i, t)| {
+                let t = t.as_ref()?;
+                let j = (i + 1..tests.len()).find(|&j| tests[j].as_ref() == Some(t))?;
+                Some((i, j))
+            })
+            .collect()
     }
 
     /// By JSON kind, then objects by which members are present and their literals.
@@ -592,15 +617,83 @@ fn unique_prop(pascal: &str, used: &mut Vec<String>) -> String {
 
 /// C#'s reserved words, which a parameter name escapes with `@`.
 const KEYWORDS: &[&str] = &[
-    "abstract", "as", "base", "bool", "break", "byte", "case", "catch", "char", "checked",
-    "class", "const", "continue", "decimal", "default", "delegate", "do", "double", "else",
-    "enum", "event", "explicit", "extern", "false", "finally", "fixed", "float", "for",
-    "foreach", "goto", "if", "implicit", "in", "int", "interface", "internal", "is", "lock",
-    "long", "namespace", "new", "null", "object", "operator", "out", "override", "params",
-    "private", "protected", "public", "readonly", "ref", "return", "sbyte", "sealed", "short",
-    "sizeof", "stackalloc", "static", "string", "struct", "switch", "this", "throw", "true",
-    "try", "typeof", "uint", "ulong", "unchecked", "unsafe", "ushort", "using", "virtual",
-    "void", "volatile", "while",
+    "abstract",
+    "as",
+    "base",
+    "bool",
+    "break",
+    "byte",
+    "case",
+    "catch",
+    "char",
+    "checked",
+    "class",
+    "const",
+    "continue",
+    "decimal",
+    "default",
+    "delegate",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "event",
+    "explicit",
+    "extern",
+    "false",
+    "finally",
+    "fixed",
+    "float",
+    "for",
+    "foreach",
+    "goto",
+    "if",
+    "implicit",
+    "in",
+    "int",
+    "interface",
+    "internal",
+    "is",
+    "lock",
+    "long",
+    "namespace",
+    "new",
+    "null",
+    "object",
+    "operator",
+    "out",
+    "override",
+    "params",
+    "private",
+    "protected",
+    "public",
+    "readonly",
+    "ref",
+    "return",
+    "sbyte",
+    "sealed",
+    "short",
+    "sizeof",
+    "stackalloc",
+    "static",
+    "string",
+    "struct",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "uint",
+    "ulong",
+    "unchecked",
+    "unsafe",
+    "ushort",
+    "using",
+    "virtual",
+    "void",
+    "volatile",
+    "while",
 ];
 
 /// The constructor parameter for property `prop`: camel case, unique among the

@@ -27,6 +27,7 @@ struct PyView {
     structs: Vec<types::PyStruct>,
     aliases: Vec<types::PyAlias>,
     dispatch: Vec<types::PyDispatch>,
+    tagged: Vec<String>,
     type_names: Vec<types::TypeName>,
     tables: Vec<PyTable>,
     errors: Option<PyTable>,
@@ -84,6 +85,7 @@ pub fn view(cx: &Context) -> Result<Value, GenError> {
         structs: model.structs,
         aliases: model.aliases,
         dispatch: model.dispatch,
+        tagged: model.tagged,
         type_names: model.type_names,
     };
     crate::sdk::view_json("python", view)

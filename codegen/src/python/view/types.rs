@@ -9,9 +9,13 @@ use serde_json::Value;
 use super::{Names, py_str};
 use crate::ir::lower_snake;
 use crate::python::{
-    RESERVED_ATTRS, dispatch_expr, member_names, py_doc, py_ident, py_literal, py_type_with,
+    Among, RESERVED_ATTRS, dispatch_expr, member_names, py_doc, py_ident, py_literal, py_type_with,
+    tagged_alias,
 };
 use crate::types::{Field, TypeDef, TypeRef, Variant};
+
+mod kinds;
+use kinds::ByKind;
 
 #[derive(Serialize)]
 pub(super) struct PyEnum {
@@ -65,12 +69,25 @@ pub(super) struct PyAlias {
 
 /// A presence-dispatched union's decoder.
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 pub(super) struct PyDispatch {
     name: String,
     wire: String,
     #[serde(rename = "fn")]
     func: String,
+    /// The structs, picked by presence (for a union picked by kind: its struct branches).
     branches: Vec<PyBranch>,
+    /// Picked by the JSON kind of the value first (`_rt.ByKind`).
+    by_kind: bool,
+    /// The converter of each branch but the structs, for a union picked by kind.
+    kinds: Vec<PyKind>,
+}
+
+/// One branch of a union picked by kind: `(kind, lambda v: expr)`.
+#[derive(Serialize)]
+struct PyKind {
+    kind: String,
+    expr: String,
 }
 
 #[derive(Serialize)]
@@ -94,6 +111,8 @@ pub(super) struct Model {
     pub(super) dispatch: Vec<PyDispatch>,
     pub(super) type_names: Vec<TypeName>,
     pub(super) untyped: HashSet<String>,
+    /// The tagged structs named outside their union (Python names, sorted).
+    pub(super) tagged: Vec<String>,
 }
 
 /// How one union is decoded.
@@ -107,6 +126,16 @@ enum UnionKind {
     Tagged(Vec<String>),
     /// Structs told apart by which members are present: `decode_<name>`.
     Dispatch(Vec<String>),
+    /// Branches msgspec cannot hold in one `Union`, told apart by JSON kind: `decode_<name>`.
+    Kinds(ByKind),
+}
+
+/// The unions msgspec gets as `Any`, picked by the generated code instead.
+fn untyped_of(kinds: &HashMap<String, UnionKind>) -> HashSet<String> {
+    (kinds.iter())
+        .filter(|(_, k)| matches!(k, UnionKind::Dispatch(_) | UnionKind::Kinds(_)))
+        .map(|(n, _)| n.clone())
+        .collect()
 }
 
 /// The named types, by name.
@@ -207,9 +236,23 @@ impl<'a> Types<'a> {
             .collect();
         // Wider unions first: they constrain the tag choice most.
         unions.sort_by_key(|u| std::cmp::Reverse(self.leaves(u.2, 0).map_or(0, |l| l.len())));
-        for (name, tag, variants) in unions {
-            let kind = self.union_kind(tag, variants, &mut tags);
+        for (name, tag, variants) in &unions {
+            let kind = self.union_kind(*tag, variants, &mut tags);
             kinds.insert(name.to_string(), kind);
+        }
+        // A plain union msgspec cannot hold is picked by kind; that makes it untyped, which
+        // may do the same to a union holding it: until nothing changes.
+        for _ in 0..unions.len() {
+            let untyped = untyped_of(&kinds);
+            let split: Vec<(String, ByKind)> = (unions.iter())
+                .filter(|u| matches!(kinds.get(u.0), Some(UnionKind::Plain)))
+                .filter_map(|u| Some((u.0.to_string(), self.split_by_kind(u.2, &kinds, &untyped)?)))
+                .filter(|(_, k)| k.needed())
+                .collect();
+            if split.is_empty() {
+                break;
+            }
+            kinds.extend(split.into_iter().map(|(n, k)| (n, UnionKind::Kinds(k))));
         }
         (kinds, tags)
     }
@@ -299,15 +342,17 @@ impl<'a> Types<'a> {
     /// Render every type with its Python names.
     pub(super) fn render(&self, names: &Names) -> Model {
         let (kinds, tags) = self.unions();
-        let untyped: HashSet<String> = (kinds.iter())
-            .filter(|(_, k)| matches!(k, UnionKind::Dispatch(_)))
-            .map(|(n, _)| n.clone())
-            .collect();
+        let untyped = untyped_of(&kinds);
+        let tagged: HashSet<String> = tags.keys().cloned().collect();
         let cx = Render {
             types: self,
             names,
-            untyped: &untyped,
+            among: Among {
+                untyped: &untyped,
+                tagged: &tagged,
+            },
             tags: &tags,
+            kinds: &kinds,
         };
         let mut m = Model {
             enums: Vec::new(),
@@ -316,6 +361,7 @@ impl<'a> Types<'a> {
             dispatch: Vec::new(),
             type_names: Vec::new(),
             untyped: HashSet::new(),
+            tagged: Vec::new(),
         };
         let mut aliases: Vec<(String, PyAlias, Vec<String>)> = Vec::new();
         for t in self.all {
@@ -347,6 +393,8 @@ impl<'a> Types<'a> {
             }
         }
         m.aliases = cx.ordered(aliases);
+        // A union picked by kind names other unions' branches in its converters: after them.
+        m.dispatch.sort_by_key(|d| d.by_kind);
         m.type_names = (self.all.iter())
             .map(|t| TypeName {
                 wire: t.name().to_string(),
@@ -354,6 +402,7 @@ impl<'a> Types<'a> {
                 dispatch: untyped.contains(t.name()),
             })
             .collect();
+        m.tagged = cx.tagged_outside();
         m.untyped = untyped;
         m
     }
@@ -367,13 +416,43 @@ const ALIAS_DEPTH: usize = 8;
 struct Render<'a> {
     types: &'a Types<'a>,
     names: &'a Names,
-    untyped: &'a HashSet<String>,
+    among: Among<'a>,
     tags: &'a HashMap<String, (String, Value)>,
+    kinds: &'a HashMap<String, UnionKind>,
 }
 
 impl Render<'_> {
     fn ann(&self, t: &TypeRef) -> String {
-        py_type_with(t, &self.names.types, (self.untyped, false))
+        py_type_with(t, &self.names.types, self.among)
+    }
+
+    /// The tagged structs an annotation names outside their union (members, aliases, plain
+    /// unions, a one-struct union): each needs its [`tagged_alias`].
+    fn tagged_outside(&self) -> Vec<String> {
+        let mut named: Vec<String> = Vec::new();
+        for t in self.types.all {
+            match t {
+                TypeDef::Struct { fields, .. } => {
+                    named.extend(fields.iter().flat_map(|f| refs(&f.ty)))
+                }
+                TypeDef::Alias { target, .. } => named.extend(refs(target)),
+                TypeDef::Union { name, variants, .. } => match self.kinds.get(name) {
+                    Some(UnionKind::Plain | UnionKind::Kinds(_)) | None => {
+                        named.extend(variants.iter().flat_map(|v| refs(&v.ty)))
+                    }
+                    Some(UnionKind::Alias(leaves)) => named.extend(leaves.iter().cloned()),
+                    Some(UnionKind::Tagged(_) | UnionKind::Dispatch(_)) => {}
+                },
+                TypeDef::StringEnum { .. } => {}
+            }
+        }
+        let mut out: Vec<String> = (named.iter())
+            .filter(|n| self.tags.contains_key(n.as_str()))
+            .map(|n| self.names.py(n))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     fn string_enum(&self, name: &str, description: &str, values: &[(String, String)]) -> PyEnum {
@@ -437,7 +516,7 @@ impl Render<'_> {
             attr.push('_');
         }
         used.insert(attr.clone());
-        let mut ann = py_type_with(&f.ty, &self.names.types, (self.untyped, true));
+        let mut ann = self.ann(&f.ty);
         let rename = (attr != f.wire).then(|| py_str(&f.wire));
         let default = match (f.required, &rename) {
             (true, None) => String::new(),
@@ -451,9 +530,11 @@ impl Render<'_> {
         let this = format!("self.{attr}");
         let ty = self.through_aliases(&f.ty, ALIAS_DEPTH);
         let pick =
-            dispatch_expr(&ty, &this, self.untyped, &self.names.types).map(|e| match f.required {
-                true => format!("{this} = {e}"),
-                false => format!("if {this} is not msgspec.UNSET:\n            {this} = {e}"),
+            dispatch_expr(&ty, &this, self.among.untyped, &self.names.types).map(|e| {
+                match f.required {
+                    true => format!("{this} = {e}"),
+                    false => format!("if {this} is not msgspec.UNSET:\n            {this} = {e}"),
+                }
             });
         PyField {
             attr,
@@ -471,7 +552,7 @@ impl Render<'_> {
         let deeper =
             |inner: &TypeRef| Box::new(self.through_aliases(inner, depth.saturating_sub(1)));
         match t {
-            TypeRef::Named { name } if depth > 0 && !self.untyped.contains(name) => {
+            TypeRef::Named { name } if depth > 0 && !self.among.untyped.contains(name) => {
                 match self.types.by_name.get(name.as_str()) {
                     Some(TypeDef::Alias { target, .. }) => self.through_aliases(target, depth - 1),
                     _ => t.clone(),
@@ -510,10 +591,19 @@ impl Render<'_> {
         let union_of = |items: Vec<String>| format!("Union[{}]", items.join(", "));
         match kind {
             UnionKind::Alias(leaves) | UnionKind::Tagged(leaves) => {
-                // msgspec takes None beside tagged structs.
+                // msgspec takes None beside tagged structs. A one-struct union names its
+                // struct as a member would; a tagged union's own branches need no alias.
+                let one = leaves.len() == 1;
                 let null = has_null(variants).then(|| "None".to_string());
                 let branches: Vec<String> = (null.into_iter())
-                    .chain(leaves.iter().map(|l| self.names.py(l)))
+                    .chain(
+                        leaves
+                            .iter()
+                            .map(|l| match one && self.tags.contains_key(l) {
+                                true => tagged_alias(&self.names.py(l)),
+                                false => self.names.py(l),
+                            }),
+                    )
                     .collect();
                 let ann = match branches.as_slice() {
                     [one] => one.clone(),
@@ -525,6 +615,11 @@ impl Render<'_> {
                 let ann = union_of(leaves.iter().map(|l| self.names.py(l)).collect());
                 let dispatch = self.dispatch(name, &leaves);
                 (alias(ann), leaves, Some(dispatch))
+            }
+            UnionKind::Kinds(split) => {
+                let ann = union_of(variants.iter().map(|v| self.ann(&v.ty)).collect());
+                let deps = variants.iter().flat_map(|v| refs(&v.ty)).collect();
+                (alias(ann), deps, Some(self.by_kind(name, &split)))
             }
             UnionKind::Plain => {
                 let ann = union_of(variants.iter().map(|v| self.ann(&v.ty)).collect());
@@ -557,7 +652,30 @@ impl Render<'_> {
             wire: name.to_string(),
             func: format!("decode_{}", lower_snake(name)),
             branches,
+            by_kind: false,
+            kinds: Vec::new(),
         }
+    }
+
+    /// `decode_<name>` of a union picked by kind: its structs by presence (`_<name>_OBJECTS`),
+    /// each other branch converted as its annotation says, then picked as a member is.
+    fn by_kind(&self, name: &str, split: &ByKind) -> PyDispatch {
+        let mut d = self.dispatch(name, &split.objects);
+        let objects = (!split.objects.is_empty()).then(|| PyKind {
+            kind: py_str("object"),
+            expr: format!("_rt.by_presence(v, _{}_OBJECTS)", d.name),
+        });
+        let others = split.others.iter().map(|b| {
+            let conv = format!("_rt.convert({}, v)", self.ann(&b.ty));
+            PyKind {
+                kind: py_str(b.kind),
+                expr: dispatch_expr(&b.ty, &conv, self.among.untyped, &self.names.types)
+                    .unwrap_or(conv),
+            }
+        });
+        d.kinds = objects.into_iter().chain(others).collect();
+        d.by_kind = true;
+        d
     }
 
     /// Aliases are evaluated at import: order them after the aliases they name.
@@ -569,7 +687,7 @@ impl Render<'_> {
         let pending = |deps: &[String], done: &HashSet<String>| {
             deps.iter().any(|d| {
                 alias_set.contains(d.as_str())
-                    && !self.untyped.contains(d)
+                    && !self.among.untyped.contains(d)
                     && !done.contains(&self.names.py(d))
             })
         };
