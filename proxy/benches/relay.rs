@@ -21,9 +21,9 @@
 mod common;
 
 use common::{
-    Kernel, KernelRoute, call, control, echo_server, env_num, frame, free_port, heartbeat,
-    kernel_route, pad_to, pct, proxy, read_control, read_frame, result, socat, us, wait_for,
-    websocat, websocat_path, ws_connect, ws_echo,
+    Kernel, KernelRoute, Ws, call, control, echo_server, env_num, frame, free_port, heartbeat,
+    kernel_route, pad_to, pct, proxy, read_control, read_frame, result, round_trip, socat,
+    tool_call, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
 };
 
 use std::path::Path;
@@ -294,13 +294,34 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     for port in [echo_port, wp, pp] {
         conns.push(ws_connect(port).await);
     }
+    // A heartbeat, and a tool call as large as a file's contents (tungstenite reads a
+    // message in chunks of the read buffer's size).
+    let sizes: [(&str, Option<usize>); 2] = [
+        ("toolchannel ws heartbeat", None),
+        ("toolchannel ws 64KiB call", Some(64 << 10)),
+    ];
+    for (label, size) in sizes {
+        ws_sizes(&mut conns, label, size, (rounds, iters)).await;
+    }
+}
+
+/// Round trips of one message size on the direct, websocat and proxy connections.
+async fn ws_sizes(
+    conns: &mut [Ws],
+    label: &str,
+    size: Option<usize>,
+    (rounds, iters): (usize, usize),
+) {
     let mut samples: [Vec<Duration>; 3] = Default::default();
     let mut id = 0u64;
     for _ in 0..rounds {
         for (k, c) in conns.iter_mut().enumerate() {
             for i in 0..iters + 50 {
                 id += 1;
-                let rtt = heartbeat(c, id).await;
+                let rtt = match size {
+                    None => heartbeat(c, id).await,
+                    Some(n) => round_trip(c, tool_call(id, n)).await,
+                };
                 if i >= 50 {
                     samples[k].push(rtt);
                 }
@@ -310,7 +331,7 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     let [d, w, p] = samples.map(summarize);
     println!(
         "{:<28} RTT p50/p99 µs: direct {:.1}/{:.1}  websocat {:.1}/{:.1}  proxy {:.1}/{:.1}",
-        "toolchannel ws heartbeat",
+        label,
         us(d.p50),
         us(d.p99),
         us(w.p50),
@@ -320,7 +341,7 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     );
     println!(
         "{:<28} overhead µs p50: websocat {:.1} proxy {:.1} → ratio {:.2} (target ≤1.0);  p99: websocat {:.1} proxy {:.1} → ratio {:.2}",
-        "toolchannel ws heartbeat",
+        label,
         over(w.p50, d.p50),
         over(p.p50, d.p50),
         over(p.p50, d.p50) / over(w.p50, d.p50).max(0.1),

@@ -226,6 +226,17 @@ pub async fn ws_connect(port: u16) -> Ws {
 /// One toolchannel heartbeat request and its answer; the round trip.
 pub async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
     let m = json!({"jsonrpc":"2.0","id":id,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
+    round_trip(c, m).await
+}
+
+/// A `tools/call` with id `id` whose one argument pads it to `size` bytes of JSON.
+pub fn tool_call(id: u64, size: usize) -> String {
+    let make = |fill: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"write_file","arguments":{"content":fill}}});
+    String::from_utf8(pad_to(make, size)).expect("utf-8")
+}
+
+/// Sends text message `m` and waits for the next text message back.
+pub async fn round_trip(c: &mut Ws, m: String) -> Duration {
     let t = Instant::now();
     c.send(tokio_tungstenite::tungstenite::Message::text(m))
         .await

@@ -93,8 +93,12 @@ pub struct WsSettings {
     pub handshake_deadline: Duration,
 }
 
-/// What a WebSocket connection reads at once.
-pub const WS_READ_BUFFER: usize = 8 * 1024;
+/// What a WebSocket connection reads at once. tungstenite allocates it for every
+/// connection up front (two per proxied session), and grows it to hold a large frame, which
+/// it then reads in chunks of this size: at 2 KiB an idle session costs 12 KiB less than at
+/// 8 KiB, and a 64 KiB message costs no more to relay (`cargo bench -p contract-proxy
+/// --bench relay`, its WebSocket part; docs/benchmarks.md).
+pub const WS_READ_BUFFER: usize = 2 * 1024;
 /// Small writes gather up to this before they reach the socket (the relay flushes
 /// after each batch anyway).
 pub const WS_WRITE_BUFFER: usize = 8 * 1024;
