@@ -151,6 +151,9 @@ impl TypeDef {
 }
 
 /// Every named type of a contract, in a stable order (dependencies need not come first).
+/// How deep `allOf` parts that are themselves `allOf`s are merged.
+const MERGE_DEPTH: usize = 8;
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TypeModel {
     /// The types.
@@ -195,6 +198,11 @@ impl Walker<'_> {
     }
 
     fn define(&mut self, name: &str, s: &Value, description: String) -> TypeDef {
+        if s.get("allOf").is_some()
+            && let Some(merged) = self.merge_all_of(s, 0)
+        {
+            return self.define(name, &merged, desc(&merged));
+        }
         if let Some(props) = s.get("properties").and_then(Value::as_object) {
             let required: Vec<&str> = s
                 .get("required")
@@ -284,6 +292,73 @@ impl Walker<'_> {
             description,
             target: self.reference(&format!("{name}Value"), &strip_meta(s)),
         }
+    }
+
+    /// An `allOf` of object schemas as one object: every part's members, a later part's
+    /// schema for a member winning (DAP's `InitializeRequest` narrows `Request.command` to
+    /// `"initialize"`), their required members together, closed where a part is. `None`
+    /// where a part is a union or not an object: the type stays what it was.
+    fn merge_all_of(&self, s: &Value, depth: usize) -> Option<Value> {
+        let parts = s.get("allOf")?.as_array()?;
+        if depth > MERGE_DEPTH {
+            return None;
+        }
+        let mut own = s.as_object()?.clone();
+        own.remove("allOf");
+        let own = Value::Object(own);
+        let mut props = serde_json::Map::new();
+        let mut required: Vec<Value> = Vec::new();
+        let mut closed = false;
+        // Without a description of its own, a part written in place (not a reference) says
+        // what this is (DAP's requests describe themselves in their second part).
+        let mut description = desc(s);
+        for part in parts.iter().chain(std::iter::once(&own)) {
+            if desc(s).is_empty() && def_ref(part).is_none() && !desc(part).is_empty() {
+                description = desc(part);
+            }
+            let resolved = self.resolve(part);
+            let nested;
+            let p = match resolved.get("allOf") {
+                Some(_) => {
+                    nested = self.merge_all_of(resolved, depth + 1)?;
+                    &nested
+                }
+                None => resolved,
+            };
+            let union = p.get("oneOf").is_some() || p.get("anyOf").is_some();
+            if union || p.get("type").is_some_and(|t| t != "object") {
+                return None;
+            }
+            for (k, v) in p
+                .get("properties")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                props.insert(k.clone(), v.clone());
+            }
+            for r in p
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if !required.contains(r) {
+                    required.push(r.clone());
+                }
+            }
+            closed |= p.get("additionalProperties") == Some(&Value::Bool(false));
+        }
+        let mut out = json!({
+            "type": "object",
+            "description": description,
+            "properties": props,
+            "required": required,
+        });
+        if closed {
+            out["additionalProperties"] = Value::Bool(false);
+        }
+        Some(out)
     }
 
     /// The literal value `branch` requires at property `tag`.
@@ -392,7 +467,11 @@ impl Walker<'_> {
                 inner: Box::new(self.reference(hint, one)),
             };
         }
-        if s.get("properties").is_some() || s.get("oneOf").is_some() || s.get("anyOf").is_some() {
+        if s.get("properties").is_some()
+            || s.get("oneOf").is_some()
+            || s.get("anyOf").is_some()
+            || (s.get("allOf").is_some() && self.merge_all_of(s, 0).is_some())
+        {
             self.named(hint, s);
             return TypeRef::Named {
                 name: hint.to_string(),
@@ -509,5 +588,73 @@ impl TypeModel {
     /// A type by name.
     pub fn get(&self, name: &str) -> Option<&TypeDef> {
         self.types.iter().find(|t| t.name() == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(defs: Value) -> TypeModel {
+        let schemas: IndexMap<String, Value> = defs
+            .as_object()
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        TypeModel::build(&schemas)
+    }
+
+    fn fields(m: &TypeModel, name: &str) -> Vec<(String, TypeRef, bool)> {
+        match m.get(name) {
+            Some(TypeDef::Struct { fields, .. }) => (fields.iter())
+                .map(|f| (f.wire.clone(), f.ty.clone(), f.required))
+                .collect(),
+            other => panic!("{name} is not a struct: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_all_of_of_objects_is_one_struct_its_later_parts_narrowing() {
+        // The shape of DAP's requests: a base message, a request on it, a request on that.
+        let m = model(json!({
+            "Message": {"type": "object", "properties": {
+                "seq": {"type": "integer"}, "type": {"type": "string", "enum": ["request", "event"]}},
+                "required": ["seq", "type"]},
+            "Request": {"allOf": [{"$ref": "#/$defs/Message"}, {"type": "object",
+                "properties": {"type": {"enum": ["request"]}, "command": {"type": "string"}},
+                "required": ["command"]}]},
+            "Launch": {"allOf": [{"$ref": "#/$defs/Request"}, {"type": "object",
+                "description": "Starts the debuggee.",
+                "properties": {"command": {"enum": ["launch"]}, "noDebug": {"type": "boolean"}},
+                "required": ["command"], "additionalProperties": false}]}
+        }));
+        let launch = fields(&m, "Launch");
+        let wires: Vec<&str> = launch.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(wires, ["seq", "type", "command", "noDebug"]);
+        let literal = |v: &str| TypeRef::Literal { value: json!(v) };
+        assert_eq!(launch[1].1, literal("request"));
+        assert_eq!(launch[2].1, literal("launch"));
+        assert_eq!(
+            launch.iter().map(|f| f.2).collect::<Vec<_>>(),
+            [true, true, true, false]
+        );
+        assert!(
+            matches!(m.get("Launch"), Some(TypeDef::Struct { closed: true, description, .. }) if description == "Starts the debuggee.")
+        );
+    }
+
+    #[test]
+    fn an_all_of_with_a_union_part_stays_as_it_was() {
+        let m = model(json!({
+            "A": {"type": "object", "properties": {"a": {"type": "string"}}},
+            "B": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            "Both": {"allOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}]}
+        }));
+        assert!(matches!(
+            m.get("Both"),
+            Some(TypeDef::Alias {
+                target: TypeRef::Any,
+                ..
+            })
+        ));
     }
 }
