@@ -164,7 +164,7 @@ pub(crate) fn py_doc(s: &str) -> String {
 /// The name a member or alias refers to a presence-dispatched union by: `Any` at run time
 /// (msgspec cannot decode an untagged union of structs; the struct's `__post_init__` picks
 /// the branch), the union itself to a type checker.
-pub(crate) fn field_alias(union: &str) -> String {
+fn field_alias(union: &str) -> String {
     format!("_{union}Field")
 }
 

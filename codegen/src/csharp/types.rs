@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{cs_literal, cs_string};
+use crate::ir::unique;
 use crate::types::{Field, TypeDef, TypeRef, Variant};
 
 /// The named types, by name, with the hierarchy unions each type derives from.
@@ -34,8 +35,6 @@ pub(super) struct CsField {
     literal: Option<String>,
     /// The constructor's parameter for this member (empty for a literal, which is fixed).
     param: String,
-    /// `Type name` or, for an optional member, `Type name = null`.
-    param_decl: String,
     checks: String,
     null_check: bool,
     description: String,
@@ -354,11 +353,6 @@ impl<'a> CsTypes<'a> {
                 Some(_) => String::new(),
                 None => unique_param(&prop, &mut params),
             };
-            let param_decl = match (literal.is_some(), f.required) {
-                (true, _) => String::new(),
-                (false, true) => format!("{cs} {param}"),
-                (false, false) => format!("{cs} {param} = null"),
-            };
             out.push(CsField {
                 track,
                 bit: mask.unwrap_or_default(),
@@ -371,7 +365,6 @@ impl<'a> CsTypes<'a> {
                 required: f.required,
                 literal,
                 param,
-                param_decl,
                 checks,
                 // STJ 8 lets `null` into a reference-typed property; a required non-nullable
                 // one refuses it.
@@ -601,16 +594,11 @@ fn tagged_pick(name: &str, tag: &str, variants: &[Variant]) -> String {
 
 /// A property name not taken yet in its class (`Value`, then a number, appended).
 fn unique_prop(pascal: &str, used: &mut Vec<String>) -> String {
-    let mut prop = pascal.to_string();
-    if used.contains(&prop) {
-        prop.push_str("Value");
-    }
-    let base = prop.clone();
-    let mut n = 2;
-    while used.contains(&prop) {
-        prop = format!("{base}{n}");
-        n += 1;
-    }
+    let base = match used.iter().any(|u| u == pascal) {
+        true => format!("{pascal}Value"),
+        false => pascal.to_string(),
+    };
+    let prop = unique(&base, |p| used.iter().any(|u| u == p));
     used.push(prop.clone());
     prop
 }
@@ -704,12 +692,7 @@ fn unique_param(prop: &str, used: &mut Vec<String>) -> String {
         Some(c) => c.to_lowercase().chain(chars).collect(),
         None => "value".into(),
     };
-    let mut name = camel.clone();
-    let mut n = 2;
-    while used.contains(&name) {
-        name = format!("{camel}{n}");
-        n += 1;
-    }
+    let mut name = unique(&camel, |p| used.iter().any(|u| u == p));
     used.push(name.clone());
     if KEYWORDS.contains(&name.as_str()) {
         name.insert(0, '@');
@@ -722,12 +705,25 @@ impl CsField {
     pub(super) fn keeps_null(&self) -> bool {
         self.keep_null
     }
+}
 
-    /// The constructor's parameter declaration, in the order the constructor takes them:
-    /// required members first (`false` sorts first).
-    pub(super) fn param_decl(&self) -> Option<(bool, &str)> {
-        (!self.param_decl.is_empty()).then_some((!self.required, self.param_decl.as_str()))
-    }
+/// The public constructor's parameter list: the required members, then the optional ones
+/// (defaulting to absent), then `extra` for an open struct. Literals are fixed: no parameter.
+pub(super) fn ctor_params(fields: &[CsField], open: bool) -> String {
+    let decl = |f: &CsField| match f.required {
+        true => format!("{} {}", f.cs_type, f.param),
+        false => format!("{} {} = null", f.cs_type, f.param),
+    };
+    let takes = |required: bool| {
+        let f = fields
+            .iter()
+            .filter(move |f| !f.param.is_empty() && f.required == required);
+        f.map(decl)
+    };
+    let extra = open.then(|| "Dictionary<string, JsonElement> extra = null".to_string());
+    (takes(true).chain(takes(false)).chain(extra))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The mask of the tracked required members of a struct.

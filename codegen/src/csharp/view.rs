@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::cs_string;
-use super::types::{CsField, CsTypes, CsUnion, required_mask};
+use super::types::{CsField, CsTypes, CsUnion, ctor_params, required_mask};
 use crate::context::{ChannelView, Context, SpelledRules, Spelling};
 use crate::ir::{
     EventIr, GenError, IdRulesIr, LimitIr, MachineIr, MethodIr, MoveIr, TableIr, ValueType, pascal,
@@ -94,16 +94,6 @@ fn cs_type<'a>(types: &CsTypes, def: &'a TypeDef) -> CsType<'a> {
         required_mask: required,
         union: types.union(def),
     }
-}
-
-fn ctor_params(fields: &[CsField], open: bool) -> String {
-    let mut decls: Vec<(bool, &str)> = fields.iter().filter_map(CsField::param_decl).collect();
-    decls.sort_by_key(|(optional, _)| *optional);
-    let mut params: Vec<&str> = decls.into_iter().map(|(_, d)| d).collect();
-    if open {
-        params.push("Dictionary<string, JsonElement> extra = null");
-    }
-    params.join(", ")
 }
 
 /// A code table, or the error catalog, with C# spellings of its wire values.

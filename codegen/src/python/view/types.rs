@@ -329,6 +329,34 @@ impl<'a> Types<'a> {
         same_kind.then_some(vals)
     }
 
+    /// `t` with each named alias replaced by what it names (down to `depth`), so a member
+    /// typed by an alias of a list of presence-dispatched unions is dispatched as the list.
+    fn through_aliases(&self, t: &TypeRef, untyped: &HashSet<String>, depth: usize) -> TypeRef {
+        let deeper = |inner: &TypeRef| {
+            Box::new(self.through_aliases(inner, untyped, depth.saturating_sub(1)))
+        };
+        match t {
+            TypeRef::Named { name } if depth > 0 && !untyped.contains(name) => {
+                match self.by_name.get(name.as_str()) {
+                    Some(TypeDef::Alias { target, .. }) => {
+                        self.through_aliases(target, untyped, depth - 1)
+                    }
+                    _ => t.clone(),
+                }
+            }
+            TypeRef::Array { items } => TypeRef::Array {
+                items: deeper(items),
+            },
+            TypeRef::Map { values } => TypeRef::Map {
+                values: deeper(values),
+            },
+            TypeRef::Nullable { inner } => TypeRef::Nullable {
+                inner: deeper(inner),
+            },
+            _ => t.clone(),
+        }
+    }
+
     /// The required members' wire names of struct `l`.
     fn required(&self, l: &str) -> Vec<String> {
         self.by_name.get(l).map_or_else(Vec::new, |s| {
@@ -528,7 +556,9 @@ impl Render<'_> {
             ann = format!("Union[{ann}, msgspec.UnsetType]");
         }
         let this = format!("self.{attr}");
-        let ty = self.through_aliases(&f.ty, ALIAS_DEPTH);
+        let ty = self
+            .types
+            .through_aliases(&f.ty, self.among.untyped, ALIAS_DEPTH);
         let pick =
             dispatch_expr(&ty, &this, self.among.untyped, &self.names.types).map(|e| {
                 match f.required {
@@ -543,31 +573,6 @@ impl Render<'_> {
             default,
             doc: f.description.replace('\n', " "),
             pick,
-        }
-    }
-
-    /// `t` with each named alias replaced by what it names (down to `depth`), so a member
-    /// typed by an alias of a list of presence-dispatched unions is dispatched as the list.
-    fn through_aliases(&self, t: &TypeRef, depth: usize) -> TypeRef {
-        let deeper =
-            |inner: &TypeRef| Box::new(self.through_aliases(inner, depth.saturating_sub(1)));
-        match t {
-            TypeRef::Named { name } if depth > 0 && !self.among.untyped.contains(name) => {
-                match self.types.by_name.get(name.as_str()) {
-                    Some(TypeDef::Alias { target, .. }) => self.through_aliases(target, depth - 1),
-                    _ => t.clone(),
-                }
-            }
-            TypeRef::Array { items } => TypeRef::Array {
-                items: deeper(items),
-            },
-            TypeRef::Map { values } => TypeRef::Map {
-                values: deeper(values),
-            },
-            TypeRef::Nullable { inner } => TypeRef::Nullable {
-                inner: deeper(inner),
-            },
-            _ => t.clone(),
         }
     }
 

@@ -9,7 +9,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::{Types, UnionKind};
+use super::{ALIAS_DEPTH, Types, UnionKind};
+use crate::python::dispatch_expr;
 use crate::types::{TypeDef, TypeRef, Variant};
 
 /// How deep nested unions and aliases are followed.
@@ -93,12 +94,12 @@ impl Types<'_> {
             TypeRef::Literal { value } => literal_kind(value),
             TypeRef::Array { .. } => {
                 out.arrays += 1;
-                out.untyped_inside |= self.reaches(t, cx.1, 0);
+                out.untyped_inside |= self.reaches(t, cx.1);
                 "array"
             }
             TypeRef::Map { .. } => {
                 out.msgspec_objects += 1;
-                out.untyped_inside |= self.reaches(t, cx.1, 0);
+                out.untyped_inside |= self.reaches(t, cx.1);
                 "object"
             }
             TypeRef::Nullable { inner } => {
@@ -158,21 +159,10 @@ impl Types<'_> {
         Some(())
     }
 
-    /// Whether `t` names a union in `untyped`, through aliases, lists, maps and nulls.
-    fn reaches(&self, t: &TypeRef, untyped: &HashSet<String>, depth: usize) -> bool {
-        if depth > DEPTH {
-            return false;
-        }
-        match t {
-            TypeRef::Named { name } => {
-                untyped.contains(name)
-                    || matches!(self.by_name.get(name.as_str()),
-                        Some(TypeDef::Alias { target, .. }) if self.reaches(target, untyped, depth + 1))
-            }
-            TypeRef::Array { items } => self.reaches(items, untyped, depth + 1),
-            TypeRef::Map { values } => self.reaches(values, untyped, depth + 1),
-            TypeRef::Nullable { inner } => self.reaches(inner, untyped, depth + 1),
-            _ => false,
-        }
+    /// Whether a value of `t` holds a union in `untyped` that the generated code must pick
+    /// (through aliases, lists, maps and nulls), as a struct's `__post_init__` would.
+    fn reaches(&self, t: &TypeRef, untyped: &HashSet<String>) -> bool {
+        let ty = self.through_aliases(t, untyped, ALIAS_DEPTH);
+        dispatch_expr(&ty, "v", untyped, &HashMap::new()).is_some()
     }
 }
