@@ -15,7 +15,8 @@
 //! relay's resident memory with the sessions open and idle, and that memory per
 //! idle connection: what each session adds to the memory read after one warm-up
 //! session (kept open), so the relay's own lazy start-up is not spread over the
-//! sessions, as it was before 2026-12-06 (about 17 MiB for the proxy). Targets: p99 at 1,000 sessions within 2× of p99 at one, and
+//! sessions, as it was before 2026-12-06 (about 17 MiB for the proxy). Targets: p99
+//! at 1,000 sessions within 2× of p99 at one, and
 //! at most 32 KiB of proxy memory per idle connection. The rows are also written
 //! as JSON lines to target/scale-bench.jsonl, for a plot.
 //!
