@@ -115,6 +115,8 @@ pub struct ChannelView<'a> {
     pub frame_deadline: Option<LimitRef<'a>>,
     pub json: Option<&'a JsonRules>,
     pub binding: Option<&'a Binding>,
+    /// What the listener refuses at the WebSocket upgrade.
+    pub upgrade: Option<&'a contract::model::Upgrade>,
     pub seed: &'a str,
     /// `None` when a plain decode is all the channel needs.
     pub wire_rules: Option<WireRules<'a>>,
@@ -327,6 +329,7 @@ impl<'a> ChannelView<'a> {
             frame_deadline,
             json: model.json.as_ref(),
             binding: model.binding.as_ref(),
+            upgrade: model.upgrade.as_ref(),
             seed: &model.seed,
             wire_rules: wire_rules(ir, model, !method_caps.is_empty()),
             method_caps,

@@ -43,6 +43,7 @@ macro_rules! bodies {
 }
 
 pub mod derived;
+pub mod door;
 pub mod handoff;
 pub mod judge;
 pub mod kernel;
@@ -284,13 +285,22 @@ impl Opts {
     }
 }
 
-/// A contract's suite for one role: its checks in order, and the hook that opens a session
-/// where the contract's data cannot say how ([`Ctx::opener`]).
+/// A contract's suite for one role: its checks in order, and the hooks that reach the
+/// implementation where the contract's data cannot say how.
 pub struct Suite {
     /// The checks, in the order they run.
     pub checks: Vec<Check>,
-    /// The hand-written suite's session opener, if it has one.
+    /// The hand-written suite's hooks, if it has any.
+    pub hooks: Hooks,
+}
+
+/// A hand-written suite's ways to reach a template target for the derived checks.
+#[derive(Clone, Copy, Default)]
+pub struct Hooks {
+    /// Opens a session ([`Ctx::opener`]).
     pub opener: Option<Opener>,
+    /// Reaches a session's upgrade, unanswered ([`Ctx::door`]).
+    pub door: Option<door::DoorHook>,
 }
 
 /// A built-in contract's hand-written checks: what the data cannot speak.
@@ -298,27 +308,33 @@ struct HandWritten {
     /// The parties the suite plays, in the order of its rows' body columns.
     roles: [&'static str; 2],
     checks: fn(&str) -> Option<Vec<Check>>,
-    /// Opens a session on a template target for the derived checks.
-    opener: Option<Opener>,
+    /// Reach a template target for the derived checks.
+    hooks: Hooks,
     /// Whether the derived checks run before the hand-written ones (the derived suite can
     /// reach the implementation the way the hand-written one does).
     derived: bool,
 }
 
 fn hand_written(name: &str) -> Option<HandWritten> {
-    let (roles, checks, opener, derived): (_, fn(&str) -> _, _, _) = match name {
-        "kernel" => (["shell", "core"], kernel::checks, None, true),
-        "rukh" => (["core", "extension"], rukh::checks, rukh::OPENER, true),
+    let opener = |opener| Hooks { opener, door: None };
+    let (roles, checks, hooks, derived): (_, fn(&str) -> _, _, _) = match name {
+        "kernel" => (["shell", "core"], kernel::checks, Hooks::default(), true),
+        "rukh" => (
+            ["core", "extension"],
+            rukh::checks,
+            opener(rukh::OPENER),
+            true,
+        ),
         "toolchannel" => (
             ["host", "worker"],
             toolchannel::checks,
-            toolchannel::OPENER,
+            toolchannel::HOOKS,
             true,
         ),
         "xsession" => (
             ["sender", "recipient"],
             xsession::checks,
-            xsession::OPENER,
+            opener(xsession::OPENER),
             true,
         ),
         _ => return None,
@@ -326,7 +342,7 @@ fn hand_written(name: &str) -> Option<HandWritten> {
     Some(HandWritten {
         roles,
         checks,
-        opener,
+        hooks,
         derived,
     })
 }
@@ -341,13 +357,13 @@ pub fn suite(
 ) -> Result<Suite, ConformanceError> {
     let derived = || derived::checks(contract, role).map_err(ConformanceError::Usage);
     let own = hand_written(&contract.name);
-    let opener = own.as_ref().and_then(|o| o.opener);
+    let hooks = own.as_ref().map(|o| o.hooks).unwrap_or_default();
     let own = match own {
         Some(own) if !derived_only => own,
         _ => {
             return Ok(Suite {
                 checks: derived()?,
-                opener,
+                hooks,
             });
         }
     };
@@ -364,7 +380,7 @@ pub fn suite(
     checks.extend(hand);
     Ok(Suite {
         checks,
-        opener: own.opener,
+        hooks: own.hooks,
     })
 }
 
@@ -420,7 +436,7 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
     let contract = contract::resolve(&args.contract)
         .map_err(|e| ConformanceError::Usage(format!("--contract: {e}")))?;
     let name = contract.name.clone();
-    let Suite { checks, opener } = suite(&contract, &args.play, args.derived)?;
+    let Suite { checks, hooks } = suite(&contract, &args.play, args.derived)?;
     for id in &args.only {
         if !checks.iter().any(|c| c.id == id.as_str()) {
             return Err(ConformanceError::Usage(format!(
@@ -526,7 +542,8 @@ pub async fn run(args: ConformanceArgs) -> Result<Report, ConformanceError> {
                     }
                 };
                 cx.subject = c.subject.clone();
-                cx.opener = opener;
+                cx.opener = hooks.opener;
+                cx.door = hooks.door;
                 let (outcome, cx) = run_body(body, cx, opts.check_deadline).await;
                 kept = cx;
                 outcome

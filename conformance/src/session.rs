@@ -6,7 +6,8 @@
 //! `connects` dials, the other party listens (kernel: the core dials both of
 //! the shell's channels, K-1). A launched target (`exec:CMD` with `{control}`
 //! and `{data}` placeholders) is started afresh for every session and handed
-//! fresh endpoints, in a private directory, to listen on or dial.
+//! fresh endpoints, in a private directory, to listen on or dial, and a fresh
+//! `{token}` where its channel's upgrade wants a Bearer token.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use tokio_util::codec::{Decoder, Encoder, Framed};
 
 use super::{Failure, Opts};
 use crate::judge::Judge;
-use contract_transport::conn::{BoxIo, BoxMsg, Conn, Msg};
+use contract_transport::conn::{BoxIo, BoxMsg, Conn, Hello, Msg};
 use contract_transport::endpoint::tls::TlsOpts;
 use contract_transport::endpoint::{Endpoint, Incoming as Accepted, Listener, Options};
 
@@ -130,7 +131,8 @@ fn endpoint_options(wire: &Wire, tls: &TlsOpts) -> Options {
 const PLACEHOLDERS: [&str; 2] = ["{control}", "{data}"];
 
 /// Whether `argv` holds a `{name}` placeholder (lower-case letters and `_`) other than
-/// [`PLACEHOLDERS`]: a command the contract's suite launches itself ([`Target::Template`]).
+/// [`PLACEHOLDERS`] and `{token}` (filled in for any launched target): a command the
+/// contract's suite launches itself ([`Target::Template`]).
 pub fn has_template_placeholder(argv: &[String]) -> bool {
     argv.iter().any(|a| {
         a.split('{').skip(1).any(|rest| {
@@ -139,6 +141,7 @@ pub fn has_template_placeholder(argv: &[String]) -> bool {
                     && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
                     && name != "control"
                     && name != "data"
+                    && name != "token"
             })
         })
     })
@@ -230,7 +233,7 @@ impl Target {
 }
 
 /// How the current session was reached, to reach the same implementation again.
-enum Link {
+pub(crate) enum Link {
     Dial(Endpoint, Option<Endpoint>),
     Accept(Arc<Listener>, Option<Arc<Listener>>),
     Pipe,
@@ -284,6 +287,11 @@ pub struct Ctx {
     pub again: Option<Again>,
     /// What lives as long as the sessions of this context (a launcher's helper socket).
     held: Vec<Kept>,
+    /// The Bearer token of this session's upgrade: the `{token}` a launched target was
+    /// given, or `--param token=…`.
+    pub token: Option<String>,
+    /// How [`Ctx::door`] reaches a template target's upgrade (the hand-written suite's hook).
+    pub door: Option<crate::door::DoorHook>,
 }
 
 /// An [`Opener`]'s way to one more connection to the implementation it reached.
@@ -344,6 +352,16 @@ fn fresh_dir() -> Result<PathBuf, Failure> {
     Err(Failure::new("cannot create a fresh socket directory"))
 }
 
+/// A value no other session has (a token, a session id), tagged for the logs.
+pub(crate) fn fresh(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let nonce = nanos ^ (u64::from(std::process::id()) << 32);
+    format!("conf-{tag}-{:012x}", nonce & 0xffff_ffff_ffff)
+}
+
 /// A loopback port nobody listens on right now (the implementation binds it next).
 pub(crate) async fn free_port() -> Result<u16, Failure> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -381,13 +399,13 @@ async fn accept_one(l: &Listener, what: &str, wait: Duration) -> Result<Conn, Fa
 
 async fn dial_retrying(
     ep: &Endpoint,
-    opts: &Options,
+    (opts, hello): (&Options, Option<&Hello>),
     what: &str,
     wait: Duration,
 ) -> Result<Conn, Failure> {
     let until = Instant::now() + wait;
     loop {
-        match ep.connect(opts, None).await {
+        match ep.connect(opts, hello).await {
             Ok(c) => return Ok(c.conn),
             Err(e) if Instant::now() >= until => {
                 return Err(Failure::new(format!(
@@ -408,6 +426,7 @@ impl Ctx {
 
     /// A context for one check.
     pub fn new(wire: Arc<Wire>, role: &str, other: &str, opts: Opts, target: Arc<Target>) -> Self {
+        let token = opts.param("token").map(str::to_string);
         Ctx {
             wire,
             role: role.to_string(),
@@ -428,6 +447,8 @@ impl Ctx {
             alternates: Vec::new(),
             again: None,
             held: Vec::new(),
+            token,
+            door: None,
         }
     }
 
@@ -494,9 +515,9 @@ impl Ctx {
         let opts = endpoint_options(&self.wire, &self.opts.tls);
         let (c, d) = match &link {
             Link::Dial(c, d) => (
-                dial_retrying(c, &opts, "control", wait).await?,
+                dial_retrying(c, (&opts, self.hello(c).as_ref()), "control", wait).await?,
                 match d {
-                    Some(d) => Some(dial_retrying(d, &opts, "data", wait).await?),
+                    Some(d) => Some(dial_retrying(d, (&opts, None), "data", wait).await?),
                     None => None,
                 },
             ),
@@ -513,9 +534,38 @@ impl Ctx {
         self.peer(c, d)
     }
 
+    /// The handshake the suite's WebSocket dial to `ep` offers: the framing's subprotocols
+    /// and, where the channel's upgrade wants one, the session's Bearer token.
+    pub(crate) fn hello(&self, ep: &Endpoint) -> Option<Hello> {
+        let Endpoint::Ws { path, .. } = ep else {
+            return None;
+        };
+        let (control, _) = channels(&self.wire);
+        let ch = self.wire.contract().channels.get(&control)?;
+        let bearer = ch.upgrade.as_ref().is_some_and(|u| u.bearer.is_some());
+        let subprotocols = match &ch.framing {
+            contract::model::Framing::WebsocketText { subprotocols, .. } => subprotocols.clone(),
+            _ => Vec::new(),
+        };
+        Some(Hello {
+            path: path.clone(),
+            subprotocols,
+            authorization: self
+                .token
+                .as_ref()
+                .filter(|_| bearer)
+                .map(|t| format!("Bearer {t}")),
+        })
+    }
+
     /// The target the command line named.
     pub fn target(&self) -> &Target {
         &self.target
+    }
+
+    /// The target, shared: to match on while `self` changes.
+    pub(crate) fn target_arc(&self) -> Arc<Target> {
+        self.target.clone()
     }
 
     /// Start `argv` (placeholders already filled in) as an implementation process of this
@@ -564,6 +614,21 @@ impl Ctx {
         sockets: SocketKind,
         opts: &Options,
     ) -> Result<Peer, Failure> {
+        let link = self.launch_link(argv, suite_listens, sockets, opts).await?;
+        // A process that just started pays for its start-up before it connects.
+        self.reach(link, self.opts.deadline.max(STARTUP)).await
+    }
+
+    /// Start a launched target with fresh endpoints (and a fresh `{token}`), and say how
+    /// to reach it, without reaching it yet.
+    #[cfg(unix)]
+    pub(crate) async fn launch_link(
+        &mut self,
+        argv: &[String],
+        suite_listens: bool,
+        sockets: SocketKind,
+        opts: &Options,
+    ) -> Result<Link, Failure> {
         let (control, data) = match sockets {
             SocketKind::Unix => {
                 let dir = self.private_dir()?;
@@ -613,21 +678,27 @@ impl Ctx {
         };
         let c_text = shown(listeners.as_ref().map(|l| &l.0), &control);
         let d_text = shown(listeners.as_ref().and_then(|l| l.1.as_ref()), &data);
+        let token = fresh("token");
+        if argv.iter().any(|a| a.contains("{token}")) {
+            self.token = Some(token.clone());
+        }
         let argv: Vec<String> = argv
             .iter()
-            .map(|a| a.replace("{control}", &c_text).replace("{data}", &d_text))
+            .map(|a| {
+                a.replace("{control}", &c_text)
+                    .replace("{data}", &d_text)
+                    .replace("{token}", &token)
+            })
             .collect();
         self.spawn(&argv, Stdout::Discard)?;
-        let link = match listeners {
+        Ok(match listeners {
             Some((lc, ld)) => Link::Accept(lc, ld),
             None => {
                 let c: Endpoint = c_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
                 let d: Endpoint = d_text.parse().map_err(|e| Failure::new(format!("{e}")))?;
                 Link::Dial(c, two.then_some(d))
             }
-        };
-        // A process that just started pays for its start-up before it connects.
-        self.reach(link, self.opts.deadline.max(STARTUP)).await
+        })
     }
 
     #[cfg(not(unix))]
@@ -638,6 +709,17 @@ impl Ctx {
         _sockets: SocketKind,
         _opts: &Options,
     ) -> Result<Peer, Failure> {
+        Err(Failure::new("launching a target needs a unix platform"))
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) async fn launch_link(
+        &mut self,
+        _argv: &[String],
+        _suite_listens: bool,
+        _sockets: SocketKind,
+        _opts: &Options,
+    ) -> Result<Link, Failure> {
         Err(Failure::new("launching a target needs a unix platform"))
     }
 

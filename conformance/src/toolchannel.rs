@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use contract::model::Kind;
@@ -32,10 +32,11 @@ use contract::wire::Wire;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
-use super::session::{free_port, unsendable};
+use super::door::{Door, knock_on};
+use super::session::{free_port, fresh, unsendable};
 use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, first_channel, str_at};
-use contract_transport::conn::{BoxMsg, CloseFrame, Hello, HttpRefusal, Msg};
-use contract_transport::endpoint::ws::{ConnectError, WsListener, WsSettings, connect_with};
+use contract_transport::conn::{BoxMsg, CloseFrame, Hello, Msg};
+use contract_transport::endpoint::ws::WsListener;
 use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
 
 /// The request path of the WebSocket the suite serves or dials for a launched target.
@@ -67,8 +68,6 @@ const RELEASE_BEAT: Duration = Duration::from_millis(150);
 const SUITE_TAG: &str = "contract-proxy-conformance";
 
 bodies! {
-    h_401 => host_401, w_401 => worker_401,
-    h_426 => host_426, w_426 => worker_426,
     h_init => host_init, w_init => worker_init,
     h_mismatch => host_mismatch, w_mismatch => worker_mismatch,
     h_supersede => host_supersede,
@@ -82,20 +81,6 @@ bodies! {
 /// The suite for `role` (`host` or `worker`); `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
-        (
-            "toolchannel.upgrade.401",
-            "the upgrade carries Authorization: Bearer; without a valid token → HTTP 401 and no JSON-RPC (a worker then exits 77)",
-            "Connection shape; 1. initialize (authentication); P4.8 #1 (T-10)",
-            Ok(h_401),
-            Ok(w_401),
-        ),
-        (
-            "toolchannel.upgrade.426",
-            "an unsupported channel major → HTTP 426 listing the host's majors in Sec-WebSocket-Protocol; the worker exits 78",
-            "Version rule (channel major); P4.8 #2 (T-45)",
-            Ok(h_426),
-            Ok(w_426),
-        ),
         (
             "toolchannel.handshake.initialize",
             "initialize first, capabilities {}, _meta.agentfy {sessionId = token sub, channelVersion, profile, budgets without dialSeconds}; the result carries protocolVersion and the worker's own sessionId, channelVersion, instanceId, attempt 0",
@@ -231,10 +216,6 @@ impl K {
         self.table_code("closeCodes", name)
     }
 
-    fn http(&self, name: &str) -> Result<u16, Failure> {
-        self.table_code("httpStatus", name)
-    }
-
     /// The worker exit `table`'s value `code` maps to.
     fn worker_exit(&self, table: &str, code: u16) -> Result<i32, Failure> {
         let v = self.wire.contract().code_for(table, &json!(code))?;
@@ -257,10 +238,6 @@ impl K {
         self.worker_exit("closeCodes", code)
     }
 
-    fn exit_after_http(&self, status: u16) -> Result<i32, Failure> {
-        self.worker_exit("httpStatus", status)
-    }
-
     /// A close reason of at most `closeReasonMaxBytes` (values truncated, never dropped, T-16).
     fn reason(&self, text: String) -> String {
         let max = self
@@ -272,19 +249,6 @@ impl K {
             r.pop();
         }
         r
-    }
-
-    /// The channel major after the spoken one (`agentfy.worker.v1` → `agentfy.worker.v2`).
-    fn foreign_major(&self) -> String {
-        let m = &self.majors[0];
-        let digits = m.len() - m.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let (stem, n) = m.split_at(m.len() - digits);
-        let next = n.parse::<u64>().map(|n| n + 1).unwrap_or(2);
-        let mut out = format!("{stem}{next}");
-        if self.majors.contains(&out) {
-            out = format!("{m}.conformance");
-        }
-        out
     }
 
     /// The lowest channel minor of the spoken major (`1.0.0`): no worker is below it.
@@ -329,18 +293,6 @@ fn semver(v: &str) -> Option<(u64, u64, u64)> {
     let core = v.split(['-', '+']).next()?;
     let mut it = core.split('.').map(|p| p.parse::<u64>().ok());
     Some((it.next()??, it.next()??, it.next()??))
-}
-
-fn nonce() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-        ^ (u64::from(std::process::id()) << 32)
-}
-
-fn fresh(tag: &str) -> String {
-    format!("conf-{tag}-{:012x}", nonce() & 0xffff_ffff_ffff)
 }
 
 fn code_of(g: &Got) -> Option<i64> {
@@ -629,7 +581,31 @@ impl Chan {
 /// in with the `--param` ones) and its upgrade admitted; playing the worker, the host
 /// launched (or named) and dialed with the token. The contract's examples carry one
 /// session id: the session's own stands in for it ([`Ctx::aliases`]).
-pub const OPENER: Option<super::Opener> = Some(open_session);
+pub const HOOKS: super::Hooks = super::Hooks {
+    opener: Some(open_session),
+    door: Some(door),
+};
+
+/// A session's upgrade, unanswered, for the derived `upgrade.*` checks: the worker
+/// launched with a fresh token and dialing in, or the host launched and named.
+fn door(cx: &mut Ctx) -> super::BodyFutureOf<'_, Door> {
+    Box::pin(async move {
+        if cx.role == "host" {
+            let dock = worker_dock(cx).await?;
+            let p = knock_on(&dock.l, cx.opts.deadline).await?;
+            cx.token = Some(dock.token.clone());
+            cx.hold(dock);
+            return Ok(Door::Knock(p));
+        }
+        let b = host_berth(cx).await?;
+        cx.token = Some(b.token.clone());
+        Ok(Door::Dial {
+            addr: b.addr,
+            path: b.path,
+            tls: false,
+        })
+    })
+}
 
 fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
     Box::pin(async move {
@@ -637,7 +613,7 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
         let (io, session) = match cx.role.as_str() {
             "host" => {
                 let dock = worker_dock(cx).await?;
-                let io = admit(&k, next_dial(&dock, cx.opts.deadline).await?).await?;
+                let io = admit(&k, knock_on(&dock.l, cx.opts.deadline).await?).await?;
                 let session = dock.session.clone();
                 cx.hold(dock);
                 (io, session)
@@ -831,31 +807,6 @@ async fn host_berth(cx: &mut Ctx) -> Result<Berth, Failure> {
     }
 }
 
-/// The next WebSocket upgrade request the worker sends, unanswered.
-async fn next_dial(
-    dock: &Dock,
-    wait: Duration,
-) -> Result<contract_transport::endpoint::ws::PendingWs, Failure> {
-    let until = Instant::now() + wait;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, dock.l.accept()).await {
-            Err(_) => {
-                return Err(Failure::new(format!(
-                    "the worker did not dial {} within {wait:?}",
-                    dock.l.local()
-                )));
-            }
-            Ok(Err(e)) => return Err(Failure::new(format!("accepting the worker: {e}"))),
-            Ok(Ok(Incoming::Ws(p))) => return Ok(p),
-            Ok(Ok(Incoming::Rejected { .. })) => continue,
-            Ok(Ok(Incoming::Conn { .. })) => {
-                return Err(Failure::new("the worker's connection is not a WebSocket"));
-            }
-        }
-    }
-}
-
 /// Answer a dial with 101 and the spoken major.
 async fn admit(
     k: &Arc<K>,
@@ -864,65 +815,6 @@ async fn admit(
     p.accept(Some(&k.majors[0]))
         .await
         .map_err(|e| Failure::new(format!("completing the worker's upgrade: {e}")))
-}
-
-fn refusal(status: u16, headers: Vec<(String, String)>, body: &str) -> HttpRefusal {
-    let mut h = vec![(
-        "Content-Type".to_string(),
-        "text/plain; charset=utf-8".to_string(),
-    )];
-    h.extend(headers);
-    HttpRefusal {
-        status,
-        headers: h,
-        body: Bytes::from(format!("{body}\n")),
-    }
-}
-
-/// Dial the host; `Ok(Err(refusal))` when it answers the upgrade with an HTTP status.
-async fn dial(
-    b: &Berth,
-    authorization: Option<String>,
-    subprotocols: Vec<String>,
-    wait: Duration,
-) -> Result<Result<BoxMsg, HttpRefusal>, Failure> {
-    let hello = Hello {
-        path: b.path.clone(),
-        subprotocols,
-        authorization,
-    };
-    let until = Instant::now() + wait;
-    loop {
-        match connect_with(
-            &b.addr,
-            &b.path,
-            false,
-            &Options::default(),
-            Some(&hello),
-            WsSettings::default(),
-        )
-        .await
-        {
-            Ok((io, _chosen)) => return Ok(Ok(io)),
-            Err(ConnectError::Refused(r)) => return Ok(Err(r)),
-            // A launched host may still be binding its port.
-            Err(ConnectError::Io(e)) if Instant::now() < until => {
-                if Instant::now() + Duration::from_millis(50) >= until {
-                    return Err(Failure::new(format!(
-                        "cannot dial the host at ws://{}{}: {e}",
-                        b.addr, b.path
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => {
-                return Err(Failure::new(format!(
-                    "cannot dial the host at ws://{}{} within {wait:?}: {e}",
-                    b.addr, b.path
-                )));
-            }
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1487,7 +1379,7 @@ fn echo_result() -> Value {
 
 /// Playing the host: the worker's next dial within `wait`, admitted as a session.
 async fn host_admit(cx: &Ctx, k: &Arc<K>, dock: &Dock, wait: Duration) -> Result<Sess, Failure> {
-    let p = next_dial(dock, wait).await?;
+    let p = knock_on(&dock.l, wait).await?;
     let io = admit(k, p).await?;
     Ok(Sess::new(k, true, io, &dock.session, cx.opts.deadline))
 }
@@ -1540,14 +1432,12 @@ async fn worker_dial(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
 
 /// The upgrade a valid worker sends: the token and the spoken major.
 async fn dial_host(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failure> {
-    match dial(
-        b,
-        Some(format!("Bearer {}", b.token)),
-        vec![k.majors[0].clone()],
-        cx.opts.deadline,
-    )
-    .await?
-    {
+    let hello = Hello {
+        path: b.path.clone(),
+        subprotocols: vec![k.majors[0].clone()],
+        authorization: Some(format!("Bearer {}", b.token)),
+    };
+    match cx.knock((&b.addr, &b.path, false), &hello).await? {
         Ok(io) => Ok(io),
         Err(r) => Err(
             Failure::new(format!("the host refused a valid upgrade: {r}"))
@@ -1619,145 +1509,6 @@ fn pass(s: &Sess, what: String) -> Result<Verdict, Failure> {
             "{what} (note: {})",
             s.notes.join("; ")
         )))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// upgrade: 401 and 426
-
-async fn host_401(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let dock = worker_dock(cx).await?;
-    let p = next_dial(&dock, cx.opts.deadline).await?;
-    let hello = p.hello().clone();
-    let want = format!("Bearer {}", dock.token);
-    if hello.authorization.as_deref() != Some(want.as_str()) {
-        return Err(Failure::new(
-            "the worker's upgrade does not carry Authorization: Bearer <its token>",
-        )
-        .with(
-            "its Authorization header",
-            hello.authorization.unwrap_or_default().as_bytes(),
-        ));
-    }
-    if !hello.subprotocols.iter().any(|p| *p == k.majors[0]) {
-        return Err(Failure::new(format!(
-            "the worker's upgrade does not offer Sec-WebSocket-Protocol {}",
-            k.majors[0]
-        ))
-        .with("its offer", hello.subprotocols.join(", ").as_bytes()));
-    }
-    let status = k.http("UNAUTHORIZED")?;
-    let r = refusal(status, Vec::new(), "invalid or missing Bearer token");
-    p.refuse(&r)
-        .await
-        .map_err(|e| Failure::new(format!("answering 401: {e}")))?;
-    let want = k.exit_after_http(status)?;
-    let seen = super::derived::exit_owed(cx, want, &format!("HTTP {status}")).await?;
-    Ok(Verdict::Pass(format!(
-        "dialed with the Bearer token and {}; {seen}",
-        k.majors[0]
-    )))
-}
-
-async fn worker_401(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let status = k.http("UNAUTHORIZED")?;
-    let tries = [
-        ("without Authorization", None),
-        (
-            "with a wrong Bearer token",
-            Some(format!("Bearer {}", fresh("wrong"))),
-        ),
-    ];
-    for (what, auth) in tries {
-        match dial(&b, auth, vec![k.majors[0].clone()], cx.opts.deadline).await? {
-            Ok(mut io) => {
-                // What the host sent first shows it opened a session it must not have.
-                let first = tokio::time::timeout(Duration::from_millis(500), io.next()).await;
-                let mut f = Failure::new(format!(
-                    "the host accepted an upgrade {what} (101); it must answer HTTP {status}"
-                ));
-                if let Ok(Some(Ok(Msg::Text(t)))) = first {
-                    f = f.with("the host's first frame", &t);
-                }
-                return Err(f);
-            }
-            Err(r) if r.status == status => {}
-            Err(r) => {
-                return Err(Failure::new(format!(
-                    "an upgrade {what} got HTTP {}; the contract says {status}",
-                    r.status
-                ))
-                .with("response body", &r.body));
-            }
-        }
-    }
-    // The same host takes a valid upgrade: the refusals were about the token.
-    let mut s = worker_dial(cx, &k, &b).await?;
-    s.ch.close(1000, "conformance").await;
-    Ok(Verdict::Pass(format!(
-        "HTTP {status} without a token and with a wrong one; 101 with the right one"
-    )))
-}
-
-async fn host_426(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let dock = worker_dock(cx).await?;
-    let p = next_dial(&dock, cx.opts.deadline).await?;
-    let status = k.http("UPGRADE_REQUIRED")?;
-    let theirs = k.foreign_major();
-    let offered = p.hello().subprotocols.join(", ");
-    let r = refusal(
-        status,
-        vec![("Sec-WebSocket-Protocol".into(), theirs.clone())],
-        &format!("unsupported channel major [{offered}]; host speaks [{theirs}]"),
-    );
-    p.refuse(&r)
-        .await
-        .map_err(|e| Failure::new(format!("answering 426: {e}")))?;
-    let want = k.exit_after_http(status)?;
-    let seen = super::derived::exit_owed(cx, want, &format!("HTTP {status} listing only {theirs}"))
-        .await?;
-    Ok(Verdict::Pass(seen))
-}
-
-async fn worker_426(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let status = k.http("UPGRADE_REQUIRED")?;
-    let foreign = k.foreign_major();
-    let auth = Some(format!("Bearer {}", b.token));
-    match dial(&b, auth, vec![foreign.clone()], cx.opts.deadline).await? {
-        Ok(_) => Err(Failure::new(format!(
-            "the host accepted subprotocol {foreign} (101); it must answer HTTP {status} listing its majors"
-        ))),
-        Err(r) if r.status != status => Err(Failure::new(format!(
-            "an upgrade offering only {foreign} got HTTP {}; the contract says {status}",
-            r.status
-        ))
-        .with("response body", &r.body)),
-        Err(r) => {
-            let listed: Vec<String> = r
-                .headers
-                .iter()
-                .filter(|(h, _)| h.eq_ignore_ascii_case("Sec-WebSocket-Protocol"))
-                .flat_map(|(_, v)| v.split(',').map(|p| p.trim().to_string()))
-                .collect();
-            if listed.iter().any(|p| *p == k.majors[0]) {
-                Ok(Verdict::Pass(format!(
-                    "HTTP {status} listing [{}]",
-                    listed.join(", ")
-                )))
-            } else {
-                Err(Failure::new(format!(
-                    "HTTP {status} does not list the host's majors ({}) in Sec-WebSocket-Protocol",
-                    k.majors[0]
-                ))
-                .with("its Sec-WebSocket-Protocol", listed.join(", ").as_bytes()))
-            }
-        }
     }
 }
 

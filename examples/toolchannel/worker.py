@@ -197,6 +197,9 @@ class Worker:
 
     async def dial(self) -> ClientConnection:
         headers = {"Authorization": f"Bearer {self.token}"}
+        if self.a.brk == "no-token":
+            log("--break no-token: dialing without Authorization")
+            headers = {}
         try:
             return await connect(
                 self.a.url,
@@ -685,7 +688,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close", "ignore-stop"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close", "ignore-stop", "no-token"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

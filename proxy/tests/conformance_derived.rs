@@ -530,8 +530,12 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = contract.display().to_string();
     let station = python("proxy/tests/peers/beacon_station.py");
     let r = conformance(&contract, &format!("exec:{station}"));
-    // Its close codes travel on a WebSocket only (B-9): see the test after this one.
-    let exits = ids(&["beacon.derived.exits.closeCodes"]);
+    // Its close codes and its upgrade are a WebSocket's only (B-9, B-11): see the test
+    // after this one.
+    let exits = ids(&[
+        "beacon.derived.upgrade.bearer",
+        "beacon.derived.exits.closeCodes",
+    ]);
     assert!(r.with("FAIL").is_empty(), "{}", r.stdout);
     assert_eq!(r.with("SKIP"), exits, "{}", r.stdout);
     let timers = ids(&[
@@ -613,14 +617,16 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
 /// derived check passes but the byte-stream framing ones, which skip (a message travels
 /// whole); each close code the client may end with gets the station's exit the code maps
 /// to (`closeCodes` → `stationExit`, the station's table), and a station exiting 0 whatever
-/// the code fails that check alone.
+/// the code fails that check alone. The station is given a fresh `{token}` per session,
+/// which every session's upgrade carries (B-11): one without it, or with another, gets the
+/// channel's `upgrade.bearer` refusal, and a station taking any token fails that alone.
 #[test]
 fn a_contract_of_its_own_gets_its_exits_checked_over_a_websocket() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
     let contract = contract.display().to_string();
     let station = python("proxy/tests/peers/beacon_station.py");
     let over_ws = |extra: &str| {
-        let target = format!("exec:{station} --ws {{control}}{extra}");
+        let target = format!("exec:{station} --ws {{control}} --token {{token}}{extra}");
         let args = [
             "--contract",
             &contract,
@@ -639,6 +645,20 @@ fn a_contract_of_its_own_gets_its_exits_checked_over_a_websocket() {
         r.with("PASS").contains("beacon.derived.exits.closeCodes")
             && r.stdout
                 .contains("exited 0 after close 4000; exited 70 after close 4001"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.with("PASS").contains("beacon.derived.upgrade.bearer"),
+        "{}",
+        r.stdout
+    );
+    let r = over_ws(" --break any-token");
+    let bearer = ids(&["beacon.derived.upgrade.bearer"]);
+    assert_eq!(r.with("FAIL"), bearer, "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("the station accepted an upgrade without Authorization (101)"),
         "{}",
         r.stdout
     );

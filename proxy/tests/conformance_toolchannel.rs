@@ -24,9 +24,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 10] = [
-    "toolchannel.upgrade.401",
-    "toolchannel.upgrade.426",
+const HAND_WRITTEN: [&str; 8] = [
     "toolchannel.handshake.initialize",
     "toolchannel.session.mismatch",
     "toolchannel.redial.supersede",
@@ -328,6 +326,67 @@ fn as_worker_a_host_superseding_on_any_attempt_fails_exactly_the_claim_check() {
         "the contract prescribes close 4002",
     ];
     breaks_exactly("worker", &target, check, &says);
+}
+
+/// A host taking an upgrade whatever its Bearer token (`--break any-token`) fails the
+/// derived check of the channel's `upgrade.bearer` alone.
+#[test]
+fn as_worker_a_host_taking_any_token_fails_exactly_the_bearer_check() {
+    let target = host_target("--break any-token");
+    let check = "toolchannel.derived.upgrade.bearer";
+    let says = [
+        "accepted an upgrade without Authorization (101)",
+        "HTTP 401",
+    ];
+    breaks_exactly("worker", &target, check, &says);
+}
+
+/// A worker dialing without its token (`--break no-token`) fails the derived check of
+/// the channel's `upgrade.bearer` alone: the suite's other sessions admit it as they are.
+#[test]
+fn as_host_a_worker_dialing_without_its_token_fails_exactly_the_bearer_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "--break no-token");
+    let check = "toolchannel.derived.upgrade.bearer";
+    let says = ["does not carry Authorization: Bearer and the token it was given"];
+    breaks_exactly("host", &target, check, &says);
+}
+
+/// A host answering an unspoken major without listing its own (`--break unlisted`) fails
+/// `upgrade.subprotocol`; an honest worker refused at the upgrade exits as each status
+/// maps into its exit table.
+#[test]
+fn the_upgrade_refusals_are_the_contracts() {
+    let c = contract::builtin("toolchannel").expect("builtin");
+    let u = c.channels["ws"].upgrade.clone().expect("an upgrade");
+    let (bearer, sub) = (
+        u.bearer.expect("bearer"),
+        u.subprotocol.expect("subprotocol"),
+    );
+    let (b_id, s_id) = (
+        "toolchannel.derived.upgrade.bearer",
+        "toolchannel.derived.upgrade.subprotocol",
+    );
+    let target = host_target("--break unlisted");
+    let r = suite(&["--play", "worker", "--target", &target, "--only", s_id]);
+    assert_eq!(r.with("FAIL"), [s_id], "{}", show(&r));
+    assert!(
+        r.stdout.contains("does not list [agentfy.worker.v1]"),
+        "{}",
+        show(&r)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "");
+    let both = format!("{b_id},{s_id}");
+    let r = suite(&["--play", "host", "--target", &target, "--only", &both]);
+    assert_eq!(r.code, 0, "{}", show(&r));
+    for status in [bearer.refused, sub.refused] {
+        let exit = c
+            .exit_after_status("worker", status)
+            .expect("a mapped exit");
+        let line = format!("exited {exit} after HTTP {status}");
+        assert!(r.stdout.contains(&line), "{line}: {}", show(&r));
+    }
 }
 
 /// A host whose close 4001 names neither version (`--break terse-close`) fails the

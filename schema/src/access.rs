@@ -455,6 +455,20 @@ impl Contract {
     /// value of a close-code table that `maps` into an exit-code table of `party`, in the
     /// tables' order, as `(close table, close code, exit table, exit code)`.
     pub fn exits_after_close(&self, party: &str) -> Vec<(&str, u16, &str, i32)> {
+        self.exits_after(CodeKind::CloseCode, party)
+    }
+
+    /// The exit `party`'s process owes after its WebSocket upgrade was answered `status`:
+    /// the value an `http-status` table's entry `maps` into an exit-code table of `party`.
+    pub fn exit_after_status(&self, party: &str, status: u16) -> Option<i32> {
+        self.exits_after(CodeKind::HttpStatus, party)
+            .into_iter()
+            .find(|e| e.1 == status)
+            .map(|e| e.3)
+    }
+
+    /// Each value of a `kind` table that `maps` into an exit-code table of `party`.
+    fn exits_after(&self, kind: CodeKind, party: &str) -> Vec<(&str, u16, &str, i32)> {
         let exit_tables: Vec<&str> = self
             .codes
             .iter()
@@ -462,10 +476,7 @@ impl Contract {
             .map(|(n, _)| n.as_str())
             .collect();
         let mut out = Vec::new();
-        for (name, t) in &self.codes {
-            if t.kind != CodeKind::CloseCode {
-                continue;
-            }
+        for (name, t) in self.codes.iter().filter(|(_, t)| t.kind == kind) {
             for v in &t.values {
                 let code = v.value.as_u64().and_then(|n| u16::try_from(n).ok());
                 for exits in &exit_tables {

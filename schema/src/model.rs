@@ -411,7 +411,37 @@ pub struct Channel {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<serde_json::Value>")]
     pub message: Option<Value>,
+    /// What the listener refuses at the WebSocket upgrade, before any message (a channel
+    /// carried over `websocket`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<Upgrade>,
     /// Seed section.
+    pub seed: String,
+}
+
+/// The rules of a channel's WebSocket upgrade the listener enforces: each refusal is an
+/// HTTP status of an `http-status` code table, answered instead of `101`, so no session
+/// starts. The dialer's process owes the exit the status `maps` into its party's exit table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Upgrade {
+    /// The dialer carries `Authorization: Bearer <token>`, the token it was given; an
+    /// upgrade without it, or with another, gets `refused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<UpgradeRefusal>,
+    /// An upgrade offering none of the framing's `subprotocols` gets `refused`, listing
+    /// them in `Sec-WebSocket-Protocol` (the dialer can log both lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subprotocol: Option<UpgradeRefusal>,
+}
+
+/// One refusal at the upgrade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeRefusal {
+    /// The HTTP status answered (a value of an `http-status` code table).
+    pub refused: u16,
+    /// Seed section (or note).
     pub seed: String,
 }
 

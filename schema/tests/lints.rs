@@ -829,6 +829,46 @@ fn a_claim_names_a_message_whose_examples_carry_its_pointers() {
 }
 
 #[test]
+fn an_upgrade_refuses_with_a_status_of_its_own_over_a_websocket() {
+    let with_upgrade = |d: &mut Value| {
+        let ch = &mut d["channels"]["main"];
+        ch["transports"] = json!(["websocket"]);
+        ch["framing"] = json!({"kind": "websocket-text", "subprotocols": ["mini.v1"]});
+        ch["upgrade"] = json!({
+            "bearer": {"refused": 401, "seed": "§1"},
+            "subprotocol": {"refused": 426, "seed": "§1"}});
+        d["codes"]["httpStatus"] = json!({"kind": "http-status", "seed": "§1",
+            "description": "d", "values": [
+                {"value": 401, "name": "UNAUTHORIZED", "description": "d"},
+                {"value": 426, "name": "UPGRADE_REQUIRED", "description": "d"}]});
+    };
+    let mut doc = fixture();
+    with_upgrade(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let edits = [
+        ("/transports", json!(["unix"]), "/channels/main/upgrade"),
+        (
+            "/upgrade/bearer/refused",
+            json!(403),
+            "/channels/main/upgrade/bearer/refused",
+        ),
+        (
+            "/framing/subprotocols",
+            json!([]),
+            "/channels/main/upgrade/subprotocol",
+        ),
+    ];
+    for (field, value, at) in edits {
+        let both = |d: &mut Value| {
+            with_upgrade(d);
+            let main = &mut d["channels"]["main"];
+            *main.pointer_mut(field).expect("the field") = value;
+        };
+        assert_fires(both, Lint::NameRef, at);
+    }
+}
+
+#[test]
 fn an_extension_the_tools_lack_is_named_with_the_ones_they_have() {
     let unknown = |d: &mut Value| {
         d["extensions"] = json!({"acme.magic": {"description": "d", "reason": "r", "seed": "s"}});

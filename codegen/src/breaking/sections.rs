@@ -546,7 +546,14 @@ fn channels(d: &Docs, out: &mut Vec<Finding>) {
     let (_, both, _) = d.keys("/channels");
     for c in both {
         let at = format!("/channels/{}", esc(&c));
-        for field in ["framing", "json", "binding", "transports", "connects"] {
+        for field in [
+            "framing",
+            "json",
+            "binding",
+            "transports",
+            "connects",
+            "upgrade",
+        ] {
             let p = format!("{at}/{field}");
             if d.old.pointer(&p) != d.new.pointer(&p) {
                 out.push(d.changed(

@@ -46,6 +46,10 @@
 //! - `claim.<name>` (`claims`): a second connection claiming the identity the played
 //!   party's handshake claims supersedes the first as the claim says, and one that may not
 //!   is refused while the holder goes on serving;
+//! - `upgrade.bearer`, `upgrade.subprotocol` (`upgrade`): the channel's WebSocket upgrade
+//!   refuses a missing or wrong Bearer token, or an offer of no subprotocol of its own,
+//!   with the declared HTTP status; a dialing implementation carries its token and offers
+//!   one, and exits as the status maps when refused;
 //! - `exits.<table>` (`exits`): each close code that maps an exit of the implementation's
 //!   party ends a fresh launched process with that exit (and any check whose session the
 //!   implementation closed with such a code owes it as well);
@@ -95,6 +99,7 @@ mod refusals;
 mod shape;
 mod sizes;
 mod timers;
+mod upgrade;
 mod versions;
 
 use contract::wire::Wire;
@@ -343,6 +348,11 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             Some(e.index.to_string()),
             false,
         );
+    }
+    for (field, title, pointer, seed) in upgrade::applies(c, role) {
+        let id = format!("upgrade.{field}");
+        let seed = cite(pointer, &seed);
+        add(id, title, &seed, upgrade::body, Some(field.into()), false);
     }
     for (table, title, seed) in exits::applies(c, role) {
         let seed = cite(join("/codes", [&table]), &seed);

@@ -30,6 +30,9 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --ws URL: serve one client over a WebSocket at URL (ws://HOST:PORT/) instead of stdio,
 a message per line. A close from the client exits as its code maps to stationExit (B-9);
 its own hang-ups close the socket plainly and exit 0.
+--token TOKEN (with --ws): take an upgrade only with `Authorization: Bearer TOKEN`, and
+answer any other 401 with no session, serving on (B-11).
+--break any-token: take an upgrade whatever its token.
 
 A ring is refused with RINGING over its bell's bucket or the station's (B-7): token
 buckets, full at the start, read from the contract's limits.
@@ -49,6 +52,12 @@ except ImportError:  # stdio needs no websockets
     ConnectionClosed = ()
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "beacon.json")
+
+
+def refused_status():
+    """The status an upgrade without the station's token gets (the channel's upgrade.bearer)."""
+    with open(FIXTURE, encoding="utf-8") as f:
+        return json.load(f)["channels"]["main"]["upgrade"]["bearer"]["refused"]
 
 
 def limits():
@@ -301,8 +310,9 @@ def serve(channel, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token"])
     ap.add_argument("--ws", metavar="URL", help="serve one client over a WebSocket at URL")
+    ap.add_argument("--token", help="with --ws: the Bearer token an upgrade must carry")
     a = ap.parse_args()
     if not a.ws:
         return serve(Stdio(limits()[2]), a)
@@ -316,8 +326,14 @@ def main():
         done.append(serve(Ws(conn, a.broken), a))
         ended.set()
 
+    def admit(conn, request):
+        want = f"Bearer {a.token}"
+        if a.token is None or a.broken == "any-token" or request.headers.get("Authorization") == want:
+            return None
+        return conn.respond(refused_status(), "no session without the station's token\n")
+
     # Served on a thread of its own: a handler cannot shut down the server it runs in.
-    with ws_serve(one, url.hostname, url.port, max_size=None) as server:
+    with ws_serve(one, url.hostname, url.port, max_size=None, process_request=admit) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         ended.wait()
     return done[0]

@@ -3,14 +3,15 @@
 //! capability declarations (a method and pointer some example carries) and credit (a
 //! binary channel with the key field, a grant whose examples carry key and amount) and
 //! claims (a claiming message whose examples carry the key, claimant and attempt) and
-//! cues (a method its party sends, answered by methods the other party sends).
+//! cues (a method its party sends, answered by methods the other party sends) and a
+//! channel's upgrade refusals (a WebSocket channel, statuses an `http-status` table holds).
 
 use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{
-    ActionKind, Binding, Carried, Claim, Contract, Cue, Framing, Kind, LimitKind, Method,
-    Negotiation, Part, Trigger,
+    ActionKind, Binding, Carried, Channel, Claim, CodeKind, Contract, Cue, Framing, Kind,
+    LimitKind, Method, Negotiation, Part, Trigger, Upgrade,
 };
 use crate::pointer::join;
 
@@ -48,6 +49,11 @@ impl Cx<'_> {
         for (name, m) in &c.methods {
             self.answered_by(c, name, m);
         }
+        for (name, ch) in &c.channels {
+            if let Some(u) = &ch.upgrade {
+                self.upgrade(c, name, ch, u);
+            }
+        }
         for (i, v) in c.versions.iter().enumerate() {
             if let Some(n) = &v.negotiation {
                 self.negotiation(
@@ -60,6 +66,36 @@ impl Cx<'_> {
             if let Some(cv) = &v.carried {
                 self.carried(c, idx, &join("/versions", [&i.to_string(), "carried"]), cv);
             }
+        }
+    }
+
+    /// An upgrade belongs to a channel carried over `websocket`; each refusal is a status
+    /// of an `http-status` table; a subprotocol refusal has subprotocols to list.
+    fn upgrade(&mut self, c: &Contract, name: &str, ch: &Channel, u: &Upgrade) {
+        let at = join("/channels", [name, "upgrade"]);
+        if !ch.transports.iter().any(|t| t == "websocket") {
+            let why = "an upgrade needs the channel carried over `websocket` (its `transports`)";
+            self.push(Lint::NameRef, at.clone(), why);
+        }
+        let statuses = |s: u16| {
+            c.codes
+                .values()
+                .any(|t| t.kind == CodeKind::HttpStatus && t.values.iter().any(|v| v.value == s))
+        };
+        for (field, r) in [("bearer", &u.bearer), ("subprotocol", &u.subprotocol)] {
+            if let Some(r) = r.as_ref().filter(|r| !statuses(r.refused)) {
+                let why = format!(
+                    "HTTP status {} is in no `http-status` code table",
+                    r.refused
+                );
+                self.push(Lint::NameRef, join(&at, [field, "refused"]), why);
+            }
+        }
+        let listed = matches!(&ch.framing, Framing::WebsocketText { subprotocols, .. } if !subprotocols.is_empty());
+        if u.subprotocol.is_some() && !listed {
+            let why =
+                "a subprotocol refusal needs a `websocket-text` framing listing `subprotocols`";
+            self.push(Lint::NameRef, join(&at, ["subprotocol"]), why);
         }
     }
 

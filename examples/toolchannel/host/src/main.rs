@@ -26,7 +26,9 @@
 //! that reply alone skips the outgoing check. `--break terse-close` closes 4001 on
 //! an MCP version it cannot speak without naming the two versions (the contract's
 //! `namesBoth`); `--break nameless-timeout` closes a missed handshake 4003 without
-//! naming handshake_timeout (the action's `reason`, T-6).
+//! naming handshake_timeout (the action's `reason`, T-6). `--break any-token` takes an
+//! upgrade whatever its token; `--break unlisted` refuses an unspoken major without
+//! listing its own (the channel's `upgrade` refusals).
 //!
 //! Exit: 0 when the session was released (release report received), 1 when
 //! the session failed (reason printed), 2 for bad usage.
@@ -73,6 +75,10 @@ enum Break {
     EarlyList,
     /// Let a redial of the live instance supersede whatever its attempt (no attempt rule).
     AnyAttempt,
+    /// Take an upgrade whatever its Bearer token, or without one (no 401).
+    AnyToken,
+    /// Refuse an unspoken major with 426 but without listing the host's own.
+    Unlisted,
 }
 
 /// Run one toolchannel session as the host.
@@ -936,6 +942,7 @@ impl Host {
 #[allow(clippy::result_large_err)] // tungstenite's handshake callback type, not ours
 fn upgrade_check(
     token: String,
+    brk: Option<Break>,
 ) -> impl FnOnce(&Request, Response) -> Result<Response, ErrorResponse> {
     move |req: &Request, mut resp: Response| {
         let auth = req
@@ -943,7 +950,7 @@ fn upgrade_check(
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if auth.strip_prefix("Bearer ") != Some(token.as_str()) {
+        if auth.strip_prefix("Bearer ") != Some(token.as_str()) && brk != Some(Break::AnyToken) {
             let mut e = ErrorResponse::new(Some("invalid or missing Bearer token".into()));
             *e.status_mut() = StatusCode::UNAUTHORIZED;
             return Err(e);
@@ -958,10 +965,12 @@ fn upgrade_check(
                 "unsupported channel major {offered:?}; host speaks {SUBPROTOCOL}"
             )));
             *e.status_mut() = StatusCode::UPGRADE_REQUIRED;
-            e.headers_mut().insert(
-                "sec-websocket-protocol",
-                HeaderValue::from_static(SUBPROTOCOL),
-            );
+            if brk != Some(Break::Unlisted) {
+                e.headers_mut().insert(
+                    "sec-websocket-protocol",
+                    HeaderValue::from_static(SUBPROTOCOL),
+                );
+            }
             return Err(e);
         }
         resp.headers_mut().insert(
@@ -1002,6 +1011,7 @@ async fn run() -> anyhow::Result<u8> {
         std::fs::write(f, format!("{port}\n"))?;
     }
     let token = args.token.clone();
+    let brk = args.brk;
     let (tx, mut rx) = mpsc::channel::<Event>(64);
     let accept_tx = tx.clone();
     tokio::spawn(async move {
@@ -1016,7 +1026,7 @@ async fn run() -> anyhow::Result<u8> {
                     Duration::from_secs(10),
                     tokio_tungstenite::accept_hdr_async_with_config(
                         tcp,
-                        upgrade_check(token),
+                        upgrade_check(token, brk),
                         Some(ws_config()),
                     ),
                 )

@@ -1,0 +1,145 @@
+//! A fresh session's WebSocket upgrade before anybody answers it ([`Ctx::door`]): what
+//! the derived `upgrade.*` checks judge, for any contract whose channel declares an
+//! `upgrade`. Where the implementation listens the suite dials it with whatever handshake
+//! a check needs ([`Ctx::knock`]); where it dials, its upgrade waits for the suite's
+//! answer ([`Door::Knock`]).
+
+use std::time::{Duration, Instant};
+
+use contract_transport::conn::{BoxMsg, Hello, HttpRefusal};
+use contract_transport::endpoint::ws::{ConnectError, PendingWs, WsSettings, connect_with};
+use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
+
+use crate::session::{Ctx, Link, STARTUP, SocketKind, Target};
+use crate::{BodyFutureOf, Failure};
+
+/// Pause between dials while a launched implementation is still binding.
+const REDIAL: Duration = Duration::from_millis(50);
+
+/// Where a fresh session's upgrade happens.
+pub enum Door {
+    /// The implementation listens: the suite dials `ws[s]://{addr}{path}` itself.
+    Dial {
+        /// Host and port.
+        addr: String,
+        /// Request path.
+        path: String,
+        /// `wss`.
+        tls: bool,
+    },
+    /// The implementation dialed the suite: its upgrade, unanswered.
+    Knock(PendingWs),
+}
+
+/// A hand-written suite's way to a template target's upgrade (toolchannel: the worker
+/// launched with its token, or the host launched and named); it sets [`Ctx::token`].
+pub type DoorHook = for<'a> fn(&'a mut Ctx) -> BodyFutureOf<'a, Door>;
+
+impl Door {
+    /// The door of a WebSocket endpoint the implementation listens on.
+    fn at(ep: &Endpoint) -> Option<Door> {
+        match ep {
+            Endpoint::Ws { tls, addr, path } => Some(Door::Dial {
+                addr: addr.clone(),
+                path: path.clone(),
+                tls: *tls,
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl Ctx {
+    /// A fresh session's upgrade, unanswered: by the hand-written suite's hook where it has
+    /// one, else the target as written (a launched one with `--sockets ws`). `None` where
+    /// the session is no WebSocket.
+    pub async fn door(&mut self) -> Result<Option<Door>, Failure> {
+        if let Some(hook) = self.door {
+            return hook(self).await.map(Some);
+        }
+        let wait = self.opts.deadline;
+        let target = self.target_arc();
+        match &*target {
+            Target::Launch {
+                argv,
+                suite_listens,
+                sockets: SocketKind::Ws,
+            } => {
+                let opts = Options::default();
+                match self
+                    .launch_link(argv, *suite_listens, SocketKind::Ws, &opts)
+                    .await?
+                {
+                    Link::Accept(l, _) => knock_on(&l, wait.max(STARTUP))
+                        .await
+                        .map(|p| Some(Door::Knock(p))),
+                    Link::Dial(ep, _) => Ok(Door::at(&ep)),
+                    Link::Pipe => Ok(None),
+                }
+            }
+            Target::Dial { control, .. } => Ok(Door::at(control)),
+            Target::Accept { control, .. } if matches!(&**control, Listener::Ws(_)) => {
+                knock_on(control, wait).await.map(|p| Some(Door::Knock(p)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Dial the implementation's upgrade at `door` offering `hello`, retrying while a
+    /// launched one still binds its port: `Ok(Err(refusal))` when it answers with an HTTP
+    /// status instead of 101.
+    pub async fn knock(
+        &self,
+        (addr, path, tls): (&str, &str, bool),
+        hello: &Hello,
+    ) -> Result<Result<BoxMsg, HttpRefusal>, Failure> {
+        let wait = self.opts.deadline.max(STARTUP);
+        let until = Instant::now() + wait;
+        let opts = Options {
+            tls: self.opts.tls.clone(),
+            ..Options::default()
+        };
+        loop {
+            let dial = connect_with(addr, path, tls, &opts, Some(hello), WsSettings::default());
+            match dial.await {
+                Ok((io, _chosen)) => return Ok(Ok(io)),
+                Err(ConnectError::Refused(r)) => return Ok(Err(r)),
+                Err(ConnectError::Io(_)) if Instant::now() + REDIAL < until => {
+                    tokio::time::sleep(REDIAL).await;
+                }
+                Err(e) => {
+                    let scheme = if tls { "wss" } else { "ws" };
+                    return Err(Failure::new(format!(
+                        "cannot dial the {} at {scheme}://{addr}{path} within {wait:?}: {e}",
+                        self.other
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// The next WebSocket upgrade on `l`, unanswered, within `wait`.
+pub(crate) async fn knock_on(l: &Listener, wait: Duration) -> Result<PendingWs, Failure> {
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, l.accept()).await {
+            Err(_) => {
+                return Err(Failure::new(format!(
+                    "the implementation did not dial {} within {wait:?}",
+                    l.local()
+                )));
+            }
+            Ok(Err(e)) => return Err(Failure::new(format!("accepting its upgrade: {e}"))),
+            Ok(Ok(Incoming::Ws(p))) => return Ok(p),
+            Ok(Ok(Incoming::Rejected { .. })) => continue,
+            Ok(Ok(_)) => {
+                return Err(Failure::new(format!(
+                    "{} is no WebSocket listener",
+                    l.local()
+                )));
+            }
+        }
+    }
+}
