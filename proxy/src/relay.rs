@@ -585,6 +585,7 @@ async fn dial(
                 match contract_transport::endpoint::ws::choose_subprotocol(
                     &hello.subprotocols,
                     &route.opts.subprotocols,
+                    route.opts.subprotocol_refused,
                 ) {
                     Ok(sub) => {
                         let up = match Box::pin(route.upstream.connect(&route.opts, None)).await {

@@ -258,25 +258,35 @@ pub struct Options {
     pub alpn: Vec<u8>,
     /// Subprotocols a WebSocket listener accepts when the upstream is not a WebSocket.
     pub subprotocols: Vec<String>,
+    /// The HTTP status such a listener refuses an offer of none of them with: the
+    /// contract's `upgrade.subprotocol`, else 426 (Upgrade Required).
+    pub subprotocol_refused: Option<u16>,
     /// The QUIC client endpoints connections made with these options share.
     pub quic_clients: quic::ClientEndpoints,
 }
 
 impl Options {
-    /// What the contract fixes for `channel`: the QUIC ALPN (`<contract>/<major>`) and the
-    /// WebSocket subprotocols of a `websocket-text` framing. TLS stays as given.
+    /// What the contract fixes for `channel`: the QUIC ALPN (`<contract>/<major>`), the
+    /// WebSocket subprotocols of a `websocket-text` framing and the status refusing an
+    /// offer of none of them. TLS stays as given.
     pub fn for_contract(c: &contract::Contract, channel: &str, tls: tls::TlsOpts) -> Self {
-        let subprotocols = match c.channels.get(channel).map(|ch| &ch.framing) {
+        let ch = c.channels.get(channel);
+        let subprotocols = match ch.map(|ch| &ch.framing) {
             Some(contract::model::Framing::WebsocketText { subprotocols, .. }) => {
                 subprotocols.clone()
             }
             _ => Vec::new(),
         };
+        let subprotocol_refused = ch
+            .and_then(|ch| ch.upgrade.as_ref())
+            .and_then(|u| u.subprotocol.as_ref())
+            .map(|r| r.refused);
         let major = c.version.split('.').next().unwrap_or("0");
         Options {
             tls,
             alpn: format!("{}/{major}", c.name).into_bytes(),
             subprotocols,
+            subprotocol_refused,
             quic_clients: quic::ClientEndpoints::default(),
         }
     }

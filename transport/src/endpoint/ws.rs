@@ -77,6 +77,10 @@ const MAX_REFUSAL_BODY: usize = 64 << 10;
 
 /// A close frame's reason is at most 123 bytes (125 minus the code).
 const MAX_CLOSE_REASON: usize = 123;
+/// Upgrade Required (RFC 7231 §6.5.15): RFC 6455's answer to a WebSocket version the
+/// server does not speak, and this listener's to a subprotocol offer where the contract
+/// names no status of its own.
+const UPGRADE_REQUIRED: u16 = 426;
 
 /// Unread bytes drained after a refusal, so the client reads the answer
 /// instead of a reset.
@@ -149,10 +153,12 @@ pub enum ConnectError {
 /// Pick the subprotocol a listener answers with when the upstream is not a
 /// WebSocket and cannot choose: the client's first offer that is `supported`.
 /// With nothing supported configured, none is chosen; with no match, the
-/// answer is 426 listing what is supported, as the contracts ask.
+/// answer is `refused` (the contract's status; 426 Upgrade Required where it
+/// names none) listing what is supported.
 pub fn choose_subprotocol(
     offered: &[String],
     supported: &[String],
+    refused: Option<u16>,
 ) -> Result<Option<String>, HttpRefusal> {
     if supported.is_empty() {
         return Ok(None);
@@ -162,7 +168,7 @@ pub fn choose_subprotocol(
     }
     let list = supported.join(", ");
     Err(HttpRefusal {
-        status: 426,
+        status: refused.unwrap_or(UPGRADE_REQUIRED),
         headers: vec![
             ("Sec-WebSocket-Protocol".into(), list.clone()),
             ("Content-Type".into(), "text/plain; charset=utf-8".into()),
@@ -556,7 +562,10 @@ pub fn parse_upgrade(head: &[u8], path: &str) -> Result<(Hello, String), HttpRef
         ));
     }
     if one("Sec-WebSocket-Version")? != Some("13") {
-        let mut r = plain_refusal(426, "unsupported WebSocket version (13 is spoken)");
+        let mut r = plain_refusal(
+            UPGRADE_REQUIRED,
+            "unsupported WebSocket version (13 is spoken)",
+        );
         r.headers
             .push(("Sec-WebSocket-Version".into(), "13".into()));
         return Err(r);
@@ -1243,19 +1252,22 @@ mod tests {
     #[test]
     fn subprotocol_choice() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert_eq!(choose_subprotocol(&s(&["a"]), &[]), Ok(None));
+        assert_eq!(choose_subprotocol(&s(&["a"]), &[], None), Ok(None));
         assert_eq!(
-            choose_subprotocol(&s(&["x", "b", "a"]), &s(&["a", "b"])),
+            choose_subprotocol(&s(&["x", "b", "a"]), &s(&["a", "b"]), None),
             Ok(Some("b".into())),
             "the client's order wins"
         );
-        let r = choose_subprotocol(&s(&["v2"]), &s(&["v1", "v0"])).expect_err("426");
-        assert_eq!(r.status, 426);
+        let r = choose_subprotocol(&s(&["v2"]), &s(&["v1", "v0"]), None).expect_err("refused");
+        assert_eq!(r.status, UPGRADE_REQUIRED);
         assert!(
             r.headers
                 .contains(&("Sec-WebSocket-Protocol".into(), "v1, v0".into()))
         );
-        assert!(choose_subprotocol(&[], &s(&["v1"])).is_err());
+        assert!(choose_subprotocol(&[], &s(&["v1"]), None).is_err());
+        // A contract's own status wins over the default.
+        let r = choose_subprotocol(&s(&["v2"]), &s(&["v1"]), Some(400)).expect_err("refused");
+        assert_eq!(r.status, 400);
     }
 
     #[test]
