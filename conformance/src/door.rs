@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use contract_transport::conn::{BoxMsg, Hello, HttpRefusal};
+use contract_transport::endpoint::tls::TlsOpts;
 use contract_transport::endpoint::ws::{ConnectError, PendingWs, WsSettings, connect_with};
 use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
 
@@ -90,30 +91,61 @@ impl Ctx {
     /// status instead of 101.
     pub async fn knock(
         &self,
-        (addr, path, tls): (&str, &str, bool),
+        door: (&str, &str, bool),
         hello: &Hello,
     ) -> Result<Result<BoxMsg, HttpRefusal>, Failure> {
-        let wait = self.opts.deadline.max(STARTUP);
-        let until = Instant::now() + wait;
-        let opts = Options {
-            tls: self.opts.tls.clone(),
-            ..Options::default()
-        };
-        loop {
-            let dial = connect_with(addr, path, tls, &opts, Some(hello), WsSettings::default());
-            match dial.await {
-                Ok((io, _chosen)) => return Ok(Ok(io)),
-                Err(ConnectError::Refused(r)) => return Ok(Err(r)),
-                Err(ConnectError::Io(_)) if Instant::now() + REDIAL < until => {
-                    tokio::time::sleep(REDIAL).await;
-                }
-                Err(e) => {
-                    let scheme = if tls { "wss" } else { "ws" };
-                    return Err(Failure::new(format!(
-                        "cannot dial the {} at {scheme}://{addr}{path} within {wait:?}: {e}",
-                        self.other
-                    )));
-                }
+        knock(
+            door,
+            hello,
+            (&self.opts.tls, self.opts.deadline),
+            &self.other,
+        )
+        .await
+    }
+
+    /// [`Ctx::knock`], given up at once when the launched implementation has failed.
+    pub async fn knock_launched(
+        &mut self,
+        door: (&str, &str, bool),
+        hello: &Hello,
+    ) -> Result<Result<BoxMsg, HttpRefusal>, Failure> {
+        let (tls, wait, who) = (
+            self.opts.tls.clone(),
+            self.opts.deadline,
+            self.other.clone(),
+        );
+        self.unless_failed(knock(door, hello, (&tls, wait), &who))
+            .await
+    }
+}
+
+/// [`Ctx::knock`] from what it needs: the TLS options, the wait (at least the start-up
+/// allowance) and who is dialed, for the failure.
+async fn knock(
+    (addr, path, tls): (&str, &str, bool),
+    hello: &Hello,
+    (tls_opts, deadline): (&TlsOpts, Duration),
+    who: &str,
+) -> Result<Result<BoxMsg, HttpRefusal>, Failure> {
+    let wait = deadline.max(STARTUP);
+    let until = Instant::now() + wait;
+    let opts = Options {
+        tls: tls_opts.clone(),
+        ..Options::default()
+    };
+    loop {
+        let dial = connect_with(addr, path, tls, &opts, Some(hello), WsSettings::default());
+        match dial.await {
+            Ok((io, _chosen)) => return Ok(Ok(io)),
+            Err(ConnectError::Refused(r)) => return Ok(Err(r)),
+            Err(ConnectError::Io(_)) if Instant::now() + REDIAL < until => {
+                tokio::time::sleep(REDIAL).await;
+            }
+            Err(e) => {
+                let scheme = if tls { "wss" } else { "ws" };
+                return Err(Failure::new(format!(
+                    "cannot dial the {who} at {scheme}://{addr}{path} within {wait:?}: {e}"
+                )));
             }
         }
     }

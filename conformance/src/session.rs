@@ -397,6 +397,51 @@ async fn accept_one(l: &Listener, what: &str, wait: Duration) -> Result<Conn, Fa
     }
 }
 
+/// Both channels over `link` (dialed, or accepted, control first) within `wait`.
+async fn connect_both(
+    link: &Link,
+    (opts, hello): (&Options, Option<&Hello>),
+    wait: Duration,
+) -> Result<(Conn, Option<Conn>), Failure> {
+    Ok(match link {
+        Link::Dial(c, d) => (
+            dial_retrying(c, (opts, hello), "control", wait).await?,
+            match d {
+                Some(d) => Some(dial_retrying(d, (opts, None), "data", wait).await?),
+                None => None,
+            },
+        ),
+        Link::Accept(c, d) => (
+            accept_one(c, "control", wait).await?,
+            match d {
+                Some(d) => Some(accept_one(d, "data", wait).await?),
+                None => None,
+            },
+        ),
+        Link::Pipe => return Err(Failure::new("suite bug: a pipe is not reached twice")),
+    })
+}
+
+/// The exit code of `child` once it has exited with one other than 0; never without a
+/// child, or after a clean exit.
+#[cfg(unix)]
+async fn failed_exit(child: Option<&mut ChildProc>) -> i32 {
+    if let Some(child) = child
+        && let Ok(st) = child.wait().await
+    {
+        let code = contract_transport::endpoint::process::status_code(st);
+        if code != 0 {
+            return code;
+        }
+    }
+    std::future::pending().await
+}
+
+#[cfg(not(unix))]
+async fn failed_exit(_child: Option<&mut ()>) -> i32 {
+    std::future::pending().await
+}
+
 async fn dial_retrying(
     ep: &Endpoint,
     (opts, hello): (&Options, Option<&Hello>),
@@ -513,25 +558,36 @@ impl Ctx {
     /// session's way to the implementation, remembered for [`Ctx::reopen`].
     async fn reach(&mut self, link: Link, wait: Duration) -> Result<Peer, Failure> {
         let opts = endpoint_options(&self.wire, &self.opts.tls);
-        let (c, d) = match &link {
-            Link::Dial(c, d) => (
-                dial_retrying(c, (&opts, self.hello(c).as_ref()), "control", wait).await?,
-                match d {
-                    Some(d) => Some(dial_retrying(d, (&opts, None), "data", wait).await?),
-                    None => None,
-                },
-            ),
-            Link::Accept(c, d) => (
-                accept_one(c, "control", wait).await?,
-                match d {
-                    Some(d) => Some(accept_one(d, "data", wait).await?),
-                    None => None,
-                },
-            ),
-            Link::Pipe => return Err(Failure::new("suite bug: a pipe is not reached twice")),
+        let hello = match &link {
+            Link::Dial(c, _) => self.hello(c),
+            _ => None,
         };
+        let both = connect_both(&link, (&opts, hello.as_ref()), wait);
+        // A launched process that failed before it connected never will: say so at once
+        // rather than after the wait (a bad command line fails in milliseconds, not once
+        // per check after the deadline). One that exits 0 may have handed over to a
+        // daemon of its own, so the wait goes on.
+        let (c, d) = self.unless_failed(both).await?;
         self.last = Some(link);
         self.peer(c, d)
+    }
+
+    /// `fut`, or a failure as soon as the most recently launched process exits with an
+    /// error code: waiting for it to connect goes on only while it can.
+    pub(crate) async fn unless_failed<T>(
+        &mut self,
+        fut: impl std::future::Future<Output = Result<T, Failure>>,
+    ) -> Result<T, Failure> {
+        #[cfg(unix)]
+        let child = self.children.last_mut();
+        #[cfg(not(unix))]
+        let child: Option<&mut ()> = None;
+        tokio::select! {
+            r = fut => r,
+            code = failed_exit(child) => Err(Failure::new(format!(
+                "the target exited with {code} before it connected"
+            ))),
+        }
     }
 
     /// The handshake the suite's WebSocket dial to `ep` offers: the framing's subprotocols

@@ -675,7 +675,8 @@ fn a_contract_of_its_own_gets_its_exits_checked_over_a_websocket() {
 
 /// A target that never starts breaks one rule, once: the handshake check fails with the
 /// reason, and every other check skips, naming the check that reports it (those that open
-/// their own session as well as those that walk the handshake first).
+/// their own session as well as those that walk the handshake first). A launched target
+/// that exits with an error before it connects fails the same way, naming its exit.
 #[test]
 fn a_target_that_does_not_start_fails_only_the_handshake_check() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -691,6 +692,29 @@ fn a_target_that_does_not_start_fails_only_the_handshake_check() {
     assert!(
         r.stdout
             .contains("beacon.derived.handshake reports this: cannot start"),
+        "{}",
+        r.stdout
+    );
+    // A launched one that fails before it connects (here: its own usage error) is said to
+    // have, with its exit code, instead of a wait for a connection that cannot come.
+    let station = python("proxy/tests/peers/beacon_station.py");
+    let target = format!("exec:{station} --ws {{control}} --no-such-flag");
+    let args = [
+        "--contract",
+        &contract.display().to_string(),
+        "--play",
+        "client",
+    ];
+    let r = run(&[&args[..], &["--target", &target, "--sockets", "ws"]].concat());
+    assert_eq!(
+        r.with("FAIL"),
+        ids(&["beacon.derived.handshake"]),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("the target exited with 2 before it connected"),
         "{}",
         r.stdout
     );

@@ -18,7 +18,8 @@ use super::plan::{Plan, Step, example_of};
 use super::probes::{action_name, closed_as};
 use super::{Session, dealias, plan_of};
 use crate::session::{Ctx, with_meanwhile};
-use crate::{BodyFuture, Failure, pass, skip};
+use crate::{BodyFuture, Failure, Verdict, pass, skip};
+use std::time::{Duration, Instant};
 
 /// The family's checks: (claim, title, seed) for each claim the played party makes on
 /// its handshake.
@@ -186,18 +187,43 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
                 "the target is reached once per session: the suite cannot hold two connections to one implementation",
             );
         };
-        next.handshake(cx, &plan)
+        let verdict = held(cx, (&plan, cl, step), &claimed, (&mut holder, &mut next)).await;
+        // Both connections end, and the implementation has seen them end, before the next
+        // check opens one of its own: one kept open by an implementation that does not
+        // supersede would still count against its connection cap.
+        let until = Instant::now() + CLOSE_BACK;
+        for s in [&mut holder, &mut next] {
+            s.close_back(until).await;
+        }
+        verdict
+    })
+}
+
+/// How long the suite waits for the implementation to close its side of the check's
+/// connections.
+const CLOSE_BACK: Duration = Duration::from_secs(1);
+
+/// The claims made while `holder` and `next` are open: `next` supersedes `holder`, and
+/// each claim that may not is refused while `next` serves.
+async fn held(
+    cx: &mut Ctx,
+    (plan, cl, step): (&Plan, &Claim, usize),
+    claimed: &Claimed,
+    (holder, next): (&mut Session, &mut Session),
+) -> Result<Verdict, Failure> {
+    {
+        next.handshake(cx, plan)
             .await
             .map_err(|f| about(f, "the superseding connection's handshake"))?;
-        let ended = watch(&mut holder, cx.soon()).await;
+        let ended = watch(holder, cx.soon()).await;
         judge_end(
-            &holder,
+            holder,
             cx,
             &cl.superseded,
             ended,
             "the superseded first connection",
         )?;
-        serves(&mut next, cx, &plan, "the superseding connection").await?;
+        serves(next, cx, plan, "the superseding connection").await?;
         let mut seen = vec![format!(
             "the first connection got `{}`",
             said(&cl.superseded)
@@ -208,10 +234,10 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             (cl.claimant.is_some(), "another claimant", 2, true),
         ];
         for (_, what, attempt, other) in tries.into_iter().filter(|t| t.0) {
-            let Some(mut s) = again(cx, &plan, claimed.writes(attempt, other)).await? else {
+            let Some(mut s) = again(cx, plan, claimed.writes(attempt, other)).await? else {
                 return skip("the target is reached once per session");
             };
-            s.walk_to(cx, &plan, step + 1)
+            s.walk_to(cx, plan, step + 1)
                 .await
                 .map_err(|f| about(f, &format!("the claim with {what}")))?;
             let ended = watch(&mut s, cx.soon()).await;
@@ -223,16 +249,16 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
                 &format!("the claim with {what}"),
             )?;
             serves(
-                &mut next,
+                next,
                 cx,
-                &plan,
+                plan,
                 &format!("the holder, after a claim with {what}"),
             )
             .await?;
             seen.push(format!("a claim with {what} got `{}`", said(&cl.refused)));
         }
         pass(seen.join("; ") + "; the holder kept serving")
-    })
+    }
 }
 
 /// One more connection to the implementation, writing `writes` over its examples; `None`

@@ -102,7 +102,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
                 return judge(cx, &limit, (max, &action), &held, &watched, &ended);
             }
             let until = cx.soon();
-            join_all(held.iter_mut().map(|s| closed_back(s, until))).await;
+            join_all(held.iter_mut().map(|s| s.close_back(until))).await;
             tried = Some(ended);
         }
         let which: Vec<String> = (tried.unwrap_or_default().iter())
@@ -174,15 +174,6 @@ async fn watch_all(held: &mut [Session], until: Instant) -> Vec<Watched> {
             })
         })
         .collect()
-}
-
-/// Half-close `s` and read it until the implementation closes its side, or `until`.
-async fn closed_back(s: &mut Session, until: Instant) {
-    s.peer.shutdown().await;
-    while !matches!(
-        s.peer.next(until).await,
-        Incoming::ControlEnd(_) | Incoming::Timeout
-    ) {}
 }
 
 /// Exactly one connection ended, unanswered, as the limit's action says.

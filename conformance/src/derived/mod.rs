@@ -467,6 +467,16 @@ struct Session {
 }
 
 impl Session {
+    /// Half-close the session and read it until the implementation closes its side, or
+    /// `until`: the implementation has seen it end before the next connection comes.
+    async fn close_back(&mut self, until: Instant) {
+        self.peer.shutdown().await;
+        while !matches!(
+            self.peer.next(until).await,
+            Incoming::ControlEnd(_) | Incoming::Timeout
+        ) {}
+    }
+
     async fn open(cx: &mut Ctx) -> Result<Session, Failure> {
         let c = cx.wire.contract().clone();
         let plan = Plan::new(&c, &cx.role);

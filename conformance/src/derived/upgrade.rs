@@ -16,7 +16,7 @@ use contract_transport::conn::{Hello, HttpRefusal, Msg};
 use contract_transport::endpoint::ws::PendingWs;
 use futures_util::{SinkExt, StreamExt};
 
-use super::Shape;
+use super::{Shape, plan_of};
 use crate::door::Door;
 use crate::session::{Ctx, fresh};
 use crate::{BodyFuture, Failure, Verdict, other_party, pass, skip};
@@ -95,14 +95,39 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             refused: r,
             subprotocols: subprotocols(&c, &name),
         };
-        match cx.door().await? {
+        // Not reaching the implementation at all breaks no upgrade rule: the handshake
+        // check reports that (one broken rule, one failing check).
+        let plan = plan_of(cx);
+        let door = match cx.door().await {
+            Ok(door) => door,
+            Err(f) => return plan.unreached(f),
+        };
+        match door {
             None => skip(
                 "the session is no WebSocket: launch the target with --sockets ws, or name a ws:// endpoint",
             ),
             Some(Door::Knock(p)) => rule.knocked(cx, p).await,
-            Some(Door::Dial { addr, path, tls }) => rule.dial(cx, (&addr, &path, tls)).await,
+            Some(Door::Dial { addr, path, tls }) => {
+                match rule.dial(cx, (&addr, &path, tls)).await {
+                    Ok(v) => Ok(v),
+                    Err(Miss::Rule(f)) => Err(f),
+                    Err(Miss::Reach(f)) => plan.unreached(f),
+                }
+            }
         }
     })
+}
+
+/// Why a dial check did not pass: a rule broken, or the implementation not reached.
+enum Miss {
+    Rule(Failure),
+    Reach(Failure),
+}
+
+impl From<Failure> for Miss {
+    fn from(f: Failure) -> Self {
+        Miss::Rule(f)
+    }
 }
 
 /// The refusal a check judges.
@@ -185,7 +210,7 @@ impl Rule {
     }
 
     /// The implementation listens: the suite's own upgrades get the declared refusal.
-    async fn dial(&self, cx: &mut Ctx, door: (&str, &str, bool)) -> Result<Verdict, Failure> {
+    async fn dial(&self, cx: &mut Ctx, door: (&str, &str, bool)) -> Result<Verdict, Miss> {
         let status = self.refused.refused;
         let hello = |subprotocols: Vec<String>, auth: Option<String>| Hello {
             path: door.1.to_string(),
@@ -206,16 +231,18 @@ impl Rule {
                 .flat_map(|(_, v)| v.split(',').map(|p| p.trim().to_string()))
                 .collect();
             if !listed.iter().any(|p| self.subprotocols.contains(p)) {
-                return Err(Failure::new(format!(
-                    "HTTP {status} does not list [{}] in Sec-WebSocket-Protocol",
-                    self.subprotocols.join(", ")
-                ))
-                .with("its Sec-WebSocket-Protocol", listed.join(", ").as_bytes()));
+                return Err(Miss::Rule(
+                    Failure::new(format!(
+                        "HTTP {status} does not list [{}] in Sec-WebSocket-Protocol",
+                        self.subprotocols.join(", ")
+                    ))
+                    .with("its Sec-WebSocket-Protocol", listed.join(", ").as_bytes()),
+                ));
             }
-            return pass(format!(
+            return Ok(pass(format!(
                 "an offer of only {offer} got HTTP {status} listing [{}]",
                 listed.join(", ")
-            ));
+            ))?);
         }
         let wrong = format!("Bearer {}", fresh("wrong"));
         for (what, auth) in [
@@ -226,34 +253,37 @@ impl Rule {
             refused(cx, door, (&probe, what), status).await?;
         }
         let Some(own) = own else {
-            return pass(format!(
+            return Ok(pass(format!(
                 "HTTP {status} without a token and with a wrong one (the session's own token is unknown: --param token=…)"
-            ));
+            ))?);
         };
-        match cx.knock(door, &hello(self.subprotocols.clone(), Some(own))).await? {
+        let probe = hello(self.subprotocols.clone(), Some(own));
+        match cx.knock_launched(door, &probe).await.map_err(Miss::Reach)? {
             Ok(mut io) => {
                 let _ = io.send(Msg::Close(None)).await;
-                pass(format!(
+                Ok(pass(format!(
                     "HTTP {status} without a token and with a wrong one; 101 with the session's own"
-                ))
+                ))?)
             }
-            Err(r) => Err(Failure::new(format!(
-                "an upgrade with the session's own token got HTTP {}: the refusals above prove nothing",
-                r.status
-            ))
-            .with("response body", &r.body)),
+            Err(r) => Err(Miss::Rule(
+                Failure::new(format!(
+                    "an upgrade with the session's own token got HTTP {}: the refusals above prove nothing",
+                    r.status
+                ))
+                .with("response body", &r.body),
+            )),
         }
     }
 }
 
 /// Dial with `hello` (an upgrade `what`), which must be refused with `status`.
 async fn refused(
-    cx: &Ctx,
+    cx: &mut Ctx,
     door: (&str, &str, bool),
     (hello, what): (&Hello, &str),
     status: u16,
-) -> Result<HttpRefusal, Failure> {
-    match cx.knock(door, hello).await? {
+) -> Result<HttpRefusal, Miss> {
+    match cx.knock_launched(door, hello).await.map_err(Miss::Reach)? {
         Ok(mut io) => {
             // What it sent first shows the session it must not have opened.
             let first = tokio::time::timeout(FIRST, io.next()).await;
@@ -264,13 +294,15 @@ async fn refused(
             if let Ok(Some(Ok(Msg::Text(t)))) = first {
                 f = f.with("its first message", &t);
             }
-            Err(f)
+            Err(Miss::Rule(f))
         }
         Err(r) if r.status == status => Ok(r),
-        Err(r) => Err(Failure::new(format!(
-            "an upgrade {what} got HTTP {}; the contract says {status}",
-            r.status
-        ))
-        .with("response body", &r.body)),
+        Err(r) => Err(Miss::Rule(
+            Failure::new(format!(
+                "an upgrade {what} got HTTP {}; the contract says {status}",
+                r.status
+            ))
+            .with("response body", &r.body),
+        )),
     }
 }
