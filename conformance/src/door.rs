@@ -11,7 +11,7 @@ use contract_transport::endpoint::tls::TlsOpts;
 use contract_transport::endpoint::ws::{ConnectError, PendingWs, WsSettings, connect_with};
 use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
 
-use crate::session::{Ctx, Link, STARTUP, SocketKind, Target};
+use crate::session::{Ctx, Link, STARTUP, SocketKind, Target, next_on};
 use crate::{BodyFutureOf, Failure};
 
 /// Pause between dials while a launched implementation is still binding.
@@ -153,25 +153,11 @@ async fn knock(
 
 /// The next WebSocket upgrade on `l`, unanswered, within `wait`.
 pub(crate) async fn knock_on(l: &Listener, wait: Duration) -> Result<PendingWs, Failure> {
-    let until = Instant::now() + wait;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, l.accept()).await {
-            Err(_) => {
-                return Err(Failure::new(format!(
-                    "the implementation did not dial {} within {wait:?}",
-                    l.local()
-                )));
-            }
-            Ok(Err(e)) => return Err(Failure::new(format!("accepting its upgrade: {e}"))),
-            Ok(Ok(Incoming::Ws(p))) => return Ok(p),
-            Ok(Ok(Incoming::Rejected { .. })) => continue,
-            Ok(Ok(_)) => {
-                return Err(Failure::new(format!(
-                    "{} is no WebSocket listener",
-                    l.local()
-                )));
-            }
-        }
+    match next_on(l, "WebSocket", wait).await? {
+        Incoming::Ws(p) => Ok(p),
+        _ => Err(Failure::new(format!(
+            "{} is no WebSocket listener",
+            l.local()
+        ))),
     }
 }

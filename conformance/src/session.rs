@@ -372,28 +372,39 @@ pub(crate) async fn free_port() -> Result<u16, Failure> {
         .map_err(|e| Failure::new(format!("cannot find a free port: {e}")))
 }
 
-async fn accept_one(l: &Listener, what: &str, wait: Duration) -> Result<Conn, Failure> {
+/// The next connection on `l` within `wait` (one the listener turned away is skipped):
+/// a byte stream, or a WebSocket upgrade not answered yet.
+pub(crate) async fn next_on(l: &Listener, what: &str, wait: Duration) -> Result<Accepted, Failure> {
     let until = Instant::now() + wait;
     loop {
         let left = until.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, l.accept()).await {
             Err(_) => {
                 return Err(Failure::new(format!(
-                    "the implementation did not connect the {what} channel to {} within {wait:?}",
+                    "the implementation did not connect the {what} to {} within {wait:?}",
                     l.local()
                 )));
             }
-            Ok(Err(e)) => return Err(Failure::new(format!("accepting the {what} channel: {e}"))),
-            Ok(Ok(Accepted::Conn { conn, .. })) => return Ok(conn),
-            Ok(Ok(Accepted::Ws(p))) => {
-                let m = tokio::time::timeout(left, p.accept(None))
-                    .await
-                    .map_err(|_| Failure::new(format!("the {what} WebSocket handshake timed out")))?
-                    .map_err(|e| Failure::new(format!("the {what} WebSocket handshake: {e}")))?;
-                return Ok(Conn::Messages(m));
-            }
+            Ok(Err(e)) => return Err(Failure::new(format!("accepting the {what}: {e}"))),
             Ok(Ok(Accepted::Rejected { .. })) => continue,
+            Ok(Ok(a)) => return Ok(a),
         }
+    }
+}
+
+async fn accept_one(l: &Listener, what: &str, wait: Duration) -> Result<Conn, Failure> {
+    let until = Instant::now() + wait;
+    match next_on(l, &format!("{what} channel"), wait).await? {
+        Accepted::Ws(p) => {
+            let left = until.saturating_duration_since(Instant::now());
+            let m = tokio::time::timeout(left, p.accept(None))
+                .await
+                .map_err(|_| Failure::new(format!("the {what} WebSocket handshake timed out")))?
+                .map_err(|e| Failure::new(format!("the {what} WebSocket handshake: {e}")))?;
+            Ok(Conn::Messages(m))
+        }
+        Accepted::Conn { conn, .. } => Ok(conn),
+        Accepted::Rejected { .. } => Err(Failure::new("suite bug: a rejected connection")),
     }
 }
 
