@@ -163,9 +163,16 @@ impl Rule {
                     Some(_) => "Authorization: Bearer and the token it was given",
                     None => "Authorization: Bearer",
                 };
+                // A token is a secret even when it is the wrong one: its scheme and size
+                // tell what was sent.
+                let shown = match auth.split_once(' ') {
+                    _ if auth.is_empty() => "(none)".to_string(),
+                    Some((scheme, t)) => format!("{scheme} [{} bytes, redacted]", t.len()),
+                    None => format!("[{} bytes, redacted]", auth.len()),
+                };
                 return Err(
                     Failure::new(format!("the {who}'s upgrade does not carry {what}"))
-                        .with("its Authorization header", auth.as_bytes()),
+                        .with("its Authorization header", shown.as_bytes()),
                 );
             }
             "its Bearer token".to_string()
