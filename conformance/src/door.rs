@@ -87,24 +87,9 @@ impl Ctx {
     }
 
     /// Dial the implementation's upgrade at `door` offering `hello`, retrying while a
-    /// launched one still binds its port: `Ok(Err(refusal))` when it answers with an HTTP
-    /// status instead of 101.
+    /// launched one still binds its port (and no longer once it has failed):
+    /// `Ok(Err(refusal))` when it answers with an HTTP status instead of 101.
     pub async fn knock(
-        &self,
-        door: (&str, &str, bool),
-        hello: &Hello,
-    ) -> Result<Result<BoxMsg, HttpRefusal>, Failure> {
-        knock(
-            door,
-            hello,
-            (&self.opts.tls, self.opts.deadline),
-            &self.other,
-        )
-        .await
-    }
-
-    /// [`Ctx::knock`], given up at once when the launched implementation has failed.
-    pub async fn knock_launched(
         &mut self,
         door: (&str, &str, bool),
         hello: &Hello,

@@ -594,6 +594,8 @@ impl Ctx {
         #[cfg(not(unix))]
         let child: Option<&mut ()> = None;
         tokio::select! {
+            // A connection made as the process ended is still the session's.
+            biased;
             r = fut => r,
             code = failed_exit(child) => Err(Failure::new(format!(
                 "the target exited with {code} before it connected"

@@ -1425,13 +1425,13 @@ async fn worker_session(cx: &mut Ctx) -> Result<(Arc<K>, Berth, Sess), Failure> 
 }
 
 /// Playing the worker: dial the host with the token and the spoken major.
-async fn worker_dial(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
+async fn worker_dial(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
     let io = dial_host(cx, k, b).await?;
     Ok(Sess::new(k, false, io, &b.session, cx.opts.deadline))
 }
 
 /// The upgrade a valid worker sends: the token and the spoken major.
-async fn dial_host(cx: &Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failure> {
+async fn dial_host(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failure> {
     let hello = Hello {
         path: b.path.clone(),
         subprotocols: vec![k.majors[0].clone()],

@@ -265,7 +265,7 @@ impl Rule {
             ))?);
         };
         let probe = hello(self.subprotocols.clone(), Some(own));
-        match cx.knock_launched(door, &probe).await.map_err(Miss::Reach)? {
+        match cx.knock(door, &probe).await.map_err(Miss::Reach)? {
             Ok(mut io) => {
                 let _ = io.send(Msg::Close(None)).await;
                 Ok(pass(format!(
@@ -290,7 +290,7 @@ async fn refused(
     (hello, what): (&Hello, &str),
     status: u16,
 ) -> Result<HttpRefusal, Miss> {
-    match cx.knock_launched(door, hello).await.map_err(Miss::Reach)? {
+    match cx.knock(door, hello).await.map_err(Miss::Reach)? {
         Ok(mut io) => {
             // What it sent first shows the session it must not have opened.
             let first = tokio::time::timeout(FIRST, io.next()).await;
