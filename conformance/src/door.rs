@@ -11,7 +11,7 @@ use contract_transport::endpoint::tls::TlsOpts;
 use contract_transport::endpoint::ws::{ConnectError, PendingWs, WsSettings, connect_with};
 use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
 
-use crate::session::{Ctx, Link, STARTUP, SocketKind, Target, next_on};
+use crate::session::{Ctx, Link, STARTUP, SocketKind, Target, endpoint_options, next_on};
 use crate::{BodyFutureOf, Failure};
 
 /// Pause between dials while a launched implementation is still binding.
@@ -66,14 +66,19 @@ impl Ctx {
                 suite_listens,
                 sockets: SocketKind::Ws,
             } => {
-                let opts = Options::default();
+                // The same options a launched session's listeners get (`Ctx::open_plain`).
+                let opts = endpoint_options(&self.wire, &self.opts.tls);
                 match self
                     .launch_link(argv, *suite_listens, SocketKind::Ws, &opts)
                     .await?
                 {
-                    Link::Accept(l, _) => knock_on(&l, wait.max(STARTUP))
-                        .await
-                        .map(|p| Some(Door::Knock(p))),
+                    // A launched dialer that fails first is said to, as in `Ctx::reach`.
+                    Link::Accept(l, _) => {
+                        let knocked = knock_on(&l, wait.max(STARTUP));
+                        self.unless_failed(knocked)
+                            .await
+                            .map(|p| Some(Door::Knock(p)))
+                    }
                     Link::Dial(ep, _) => Ok(Door::at(&ep)),
                     Link::Pipe => Ok(None),
                 }

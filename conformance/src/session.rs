@@ -124,7 +124,7 @@ fn channels(wire: &Wire) -> (String, Option<String>) {
 }
 
 /// Endpoint options for the contract (its QUIC and TLS ALPN id) with `tls`.
-fn endpoint_options(wire: &Wire, tls: &TlsOpts) -> Options {
+pub(crate) fn endpoint_options(wire: &Wire, tls: &TlsOpts) -> Options {
     Options::for_contract(wire.contract(), "", tls.clone())
 }
 
@@ -612,10 +612,7 @@ impl Ctx {
         let (control, _) = channels(&self.wire);
         let ch = self.wire.contract().channels.get(&control)?;
         let bearer = ch.upgrade.as_ref().is_some_and(|u| u.bearer.is_some());
-        let subprotocols = match &ch.framing {
-            contract::model::Framing::WebsocketText { subprotocols, .. } => subprotocols.clone(),
-            _ => Vec::new(),
-        };
+        let subprotocols = ch.framing.subprotocols().to_vec();
         Some(Hello {
             path: path.clone(),
             subprotocols,

@@ -556,6 +556,14 @@ pub enum Framing {
 }
 
 impl Framing {
+    /// The WebSocket subprotocols offered at the upgrade (none but for `websocket-text`).
+    pub fn subprotocols(&self) -> &[String] {
+        match self {
+            Framing::WebsocketText { subprotocols, .. } => subprotocols,
+            _ => &[],
+        }
+    }
+
     /// The limit capping one frame's payload, with the framing field that names it
     /// (`maxPayload`, `maxLine`, `maxMessage`); `None` when the contract sets no cap.
     pub fn payload_cap(&self) -> Option<(&'static str, &str)> {

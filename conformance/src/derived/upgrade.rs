@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use contract::Contract;
 use contract::join_pointer as join;
-use contract::model::{Framing, UpgradeRefusal};
+use contract::model::UpgradeRefusal;
 use contract_transport::conn::{Hello, HttpRefusal, Msg};
 use contract_transport::endpoint::ws::PendingWs;
 use futures_util::{SinkExt, StreamExt};
@@ -68,10 +68,9 @@ fn upgrade_of(c: &Contract) -> Option<(String, contract::model::Upgrade)> {
 }
 
 fn subprotocols(c: &Contract, channel: &str) -> Vec<String> {
-    match c.channels.get(channel).map(|ch| &ch.framing) {
-        Some(Framing::WebsocketText { subprotocols, .. }) => subprotocols.clone(),
-        _ => Vec::new(),
-    }
+    c.channels
+        .get(channel)
+        .map_or_else(Vec::new, |ch| ch.framing.subprotocols().to_vec())
 }
 
 /// One check: the refusal [`Ctx::subject`] names.

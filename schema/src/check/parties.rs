@@ -91,8 +91,7 @@ impl Cx<'_> {
                 self.push(Lint::NameRef, join(&at, [field, "refused"]), why);
             }
         }
-        let listed = matches!(&ch.framing, Framing::WebsocketText { subprotocols, .. } if !subprotocols.is_empty());
-        if u.subprotocol.is_some() && !listed {
+        if u.subprotocol.is_some() && ch.framing.subprotocols().is_empty() {
             let why =
                 "a subprotocol refusal needs a `websocket-text` framing listing `subprotocols`";
             self.push(Lint::NameRef, join(&at, ["subprotocol"]), why);

@@ -271,12 +271,7 @@ impl Options {
     /// offer of none of them. TLS stays as given.
     pub fn for_contract(c: &contract::Contract, channel: &str, tls: tls::TlsOpts) -> Self {
         let ch = c.channels.get(channel);
-        let subprotocols = match ch.map(|ch| &ch.framing) {
-            Some(contract::model::Framing::WebsocketText { subprotocols, .. }) => {
-                subprotocols.clone()
-            }
-            _ => Vec::new(),
-        };
+        let subprotocols = ch.map_or_else(Vec::new, |ch| ch.framing.subprotocols().to_vec());
         let subprotocol_refused = ch
             .and_then(|ch| ch.upgrade.as_ref())
             .and_then(|u| u.subprotocol.as_ref())
