@@ -20,9 +20,12 @@
 //! at most 32 KiB of proxy memory per idle connection. The rows are also written
 //! as JSON lines to target/scale-bench.jsonl, for a plot.
 //!
-//! The load generator shares the machine: at 1,000 sessions the direct path's own
-//! round trip grows too, which is why each row is read against the direct row of
-//! the same size.
+//! The peers that answer (the kernel core, the WebSocket echo) run on a thread of
+//! their own, apart from the sessions that ask and time: on one thread, at 1,000
+//! sessions the answers queued behind the questions. The load still shares the
+//! machine: the direct path's own round trip grows too, which is why each row is read
+//! against the direct row of the same size, and the growth from 1 session to the most
+//! is printed for the direct path and the baseline beside the proxy's.
 //!
 //! `cargo bench -p contract-proxy --bench scale` (SCALE_BENCH_SIZES=1,10,100,1000,
 //! SCALE_BENCH_SECS per size and path, SCALE_BENCH_RATE requests per second per session).
@@ -109,10 +112,24 @@ async fn connect(p: &Path) -> UnixStream {
 // ---------------------------------------------------------------------------------------
 // Kernel: length-prefixed JSON control, an idle data channel.
 
-/// The core: answers every request on its control connection until it closes.
-fn core(mut s: UnixStream, k: &Kernel) {
+/// The answering side's runtime, on a thread of its own for the whole run.
+fn answering() -> tokio::runtime::Handle {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let handle = rt.handle().clone();
+    std::thread::spawn(move || rt.block_on(std::future::pending::<()>()));
+    handle
+}
+
+/// The core: dials `control` on the answering runtime (so its socket is that runtime's)
+/// and answers every request on it until it closes.
+fn core(answer: &tokio::runtime::Handle, control_path: &Path, k: &Kernel) {
     let (hello, described) = (k.hello_result.clone(), k.described.clone());
-    tokio::spawn(async move {
+    let path = control_path.to_path_buf();
+    answer.spawn(async move {
+        let mut s = connect(&path).await;
         while let Ok(m) = read_control(&mut s).await {
             let mut answer = match m["method"].as_str() {
                 Some("hello") => hello.clone(),
@@ -143,6 +160,7 @@ async fn ask(s: &mut UnixStream, mut req: Value, id: String) -> Duration {
 /// relay's memory with them idle come back with the round trips.
 async fn kernel_sessions(
     n: usize,
+    answer: &tokio::runtime::Handle,
     via: (&Path, &Path),
     shell: (&UnixListener, &UnixListener),
     relay: &Relay,
@@ -155,11 +173,10 @@ async fn kernel_sessions(
     // Session 0 warms the relay up (its lazy start-up, a first session's one-time costs) and
     // stays open: the memory counted is what each of the other n adds.
     for i in 0..=n {
-        let c = connect(via.0).await;
+        core(answer, via.0, &k);
         let (mut sc, _) = shell.0.accept().await.expect("accept control");
         let d = connect(via.1).await;
         let (sd, _) = shell.1.accept().await.expect("accept data");
-        core(c, &k);
         ask(&mut sc, k.hello.clone(), format!("h-{i}")).await;
         keep.push(d);
         keep.push(sd);
@@ -231,7 +248,12 @@ impl Pacer {
     }
 }
 
-async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
+async fn kernel(
+    dir: &Path,
+    answer: &tokio::runtime::Handle,
+    sizes: &[usize],
+    load: (f64, f64),
+) -> Vec<Row> {
     let mut rows = Vec::new();
     for &n in sizes {
         for path in ["direct", "socat", "proxy"] {
@@ -250,7 +272,7 @@ async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
             }
             let via = (via.0.as_path(), via.1.as_path());
             let (mut rtts, rss_before, rss_idle) =
-                kernel_sessions(n, via, (&shell.0, &shell.1), &relay, load).await;
+                kernel_sessions(n, answer, via, (&shell.0, &shell.1), &relay, load).await;
             rtts.sort();
             rows.push(Row {
                 protocol: "kernel",
@@ -270,15 +292,22 @@ async fn kernel(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
 // ---------------------------------------------------------------------------------------
 // Toolchannel over WebSocket.
 
-async fn websocket(dir: &Path, sizes: &[usize], load: (f64, f64)) -> Vec<Row> {
+async fn websocket(
+    dir: &Path,
+    answer: &tokio::runtime::Handle,
+    sizes: &[usize],
+    load: (f64, f64),
+) -> Vec<Row> {
     let Some(ws) = websocat_path() else {
         return Vec::new();
     };
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let echo = l.local_addr().expect("addr").port();
-    tokio::spawn(ws_echo(l));
+    l.set_nonblocking(true).expect("nonblocking");
+    // Registered with the answering runtime, so the echo's sockets are its own.
+    answer.spawn(
+        async move { ws_echo(tokio::net::TcpListener::from_std(l).expect("listener")).await },
+    );
     let mut rows = Vec::new();
     for &n in sizes {
         for path in ["direct", "websocat", "proxy"] {
@@ -392,18 +421,29 @@ fn print(rows: &[Row]) {
         );
     }
     for protocol in ["kernel", "toolchannel-ws"] {
-        let proxy: Vec<&Row> = rows
-            .iter()
-            .filter(|r| r.protocol == protocol && r.path == "proxy")
-            .collect();
-        let (Some(first), Some(last)) = (proxy.first(), proxy.last()) else {
+        // p99 at the most sessions over p99 at the fewest, for one path.
+        let growth = |path: &str| {
+            let mine: Vec<&Row> = (rows.iter())
+                .filter(|r| r.protocol == protocol && r.path == path)
+                .collect();
+            let (first, last) = (mine.first()?, mine.last()?);
+            Some((
+                first.sessions,
+                *last,
+                us(last.p(0.99)) / us(first.p(0.99)).max(0.1),
+            ))
+        };
+        let Some((first, last, proxy)) = growth("proxy") else {
             continue;
         };
+        let beside: Vec<String> = ["direct", "socat", "websocat"]
+            .iter()
+            .filter_map(|p| growth(p).map(|(_, _, g)| format!("{p} {g:.2}")))
+            .collect();
         println!(
-            "→ {protocol}: proxy p99 at {} sessions / at {}: {:.2} (target ≤ 2.0); memory per idle connection at {} sessions {:.1} KiB (target ≤ 32)",
+            "→ {protocol}: proxy p99 at {} sessions / at {first}: {proxy:.2} (target ≤ 2.0; the same for {}); memory per idle connection at {} sessions {:.1} KiB (target ≤ 32)",
             last.sessions,
-            first.sessions,
-            us(last.p(0.99)) / us(first.p(0.99)).max(0.1),
+            beside.join(", "),
             last.sessions,
             last.per_idle_conn_kib()
         );
@@ -453,8 +493,9 @@ fn main() {
         "scale benchmark: {rate} requests/s per session, {secs} s per size and path, longer for few sessions (up to {} s, for {SAMPLES} samples) (release build of contract-proxy)",
         4.0 * secs
     );
-    let mut rows = rt.block_on(kernel(dir.path(), &sizes, (rate, secs)));
-    rows.extend(rt.block_on(websocket(dir.path(), &sizes, (rate, secs))));
+    let answer = answering();
+    let mut rows = rt.block_on(kernel(dir.path(), &answer, &sizes, (rate, secs)));
+    rows.extend(rt.block_on(websocket(dir.path(), &answer, &sizes, (rate, secs))));
     print(&rows);
     let out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"));
     let _ = std::fs::write(out.join("scale-bench.jsonl"), jsonl(&rows));

@@ -215,7 +215,11 @@ pub async fn ws_connect(port: u16) -> Ws {
     req.headers_mut()
         .insert("Authorization", "Bearer bench".parse().expect("header"));
     for _ in 0..400 {
-        if let Ok((c, _)) = tokio_tungstenite::connect_async(req.clone()).await {
+        // Without TCP_NODELAY a reply can wait on the delayed ACK (tens of ms), as every
+        // peer in the path sets it (the proxy, the echo, websocat).
+        if let Ok((c, _)) =
+            tokio_tungstenite::connect_async_with_config(req.clone(), None, true).await
+        {
             return c;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
