@@ -9,7 +9,7 @@
 //! nothing but the end, its close code on a WebSocket, and the process's exit (`exit`, or
 //! the exit the close code `maps`) where the suite launched it.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::plan::{Plan, Step, step_of};
 use super::probes::{after_close, closed_as};
@@ -182,7 +182,7 @@ async fn fire(
             // false`), and so does any answer to the same method while the suite waits.
             let writes = holds.iter().map(|(p, v)| (m.clone(), p.clone(), v.clone()));
             s.writes.extend(writes);
-            let until = Instant::now() + cx.opts.deadline;
+            let until = Instant::now() + on_its_clock(cx, s, m);
             let request = s.expect(cx, walk, state, m, until).await?;
             let request = request.ok_or_else(|| Failure::new(format!("{m} came without an id")))?;
             s.reply(cx, m, &request).await?;
@@ -193,6 +193,19 @@ async fn fire(
             "suite bug: {m} is the implementation's to send, and `fired` took it"
         ))),
     }
+}
+
+/// How long the implementation may take to send `m` of its own: the suite's deadline, or
+/// longer where a clock of the contract's sends it (a heartbeat every interval, as the
+/// session's messages carried it), with slack for a loaded machine.
+fn on_its_clock(cx: &Ctx, s: &Session, m: &str) -> Duration {
+    let c = cx.wire.contract();
+    let limits = super::carried::in_force(cx, c, s).unwrap_or_else(|| cx.limits());
+    (c.limits.iter())
+        .filter(|(_, l)| l.sends.as_deref() == Some(m))
+        .filter_map(|(n, _)| limits.duration(n).ok())
+        .map(|t| t + Duration::from_millis(2500))
+        .fold(cx.opts.deadline, Duration::max)
 }
 
 /// The channel's end as `e` says, nothing before it, then the exit owed.
