@@ -117,6 +117,8 @@ pub struct ChannelView<'a> {
     pub binding: Option<&'a Binding>,
     /// What the listener refuses at the WebSocket upgrade.
     pub upgrade: Option<&'a contract::model::Upgrade>,
+    /// How the dialer comes back when the channel ends.
+    pub redial: Option<&'a contract::model::Redial>,
     pub seed: &'a str,
     /// `None` when a plain decode is all the channel needs.
     pub wire_rules: Option<WireRules<'a>>,
@@ -330,6 +332,7 @@ impl<'a> ChannelView<'a> {
             json: model.json.as_ref(),
             binding: model.binding.as_ref(),
             upgrade: model.upgrade.as_ref(),
+            redial: model.redial.as_ref(),
             seed: &model.seed,
             wire_rules: wire_rules(ir, model, !method_caps.is_empty()),
             method_caps,

@@ -283,7 +283,9 @@ pub struct Ctx {
     pub alternates: Vec<(String, Vec<Value>)>,
     /// How to reach the implementation the last [`Ctx::open`] reached once more, set by
     /// the [`Opener`] that opened it where it can (xsession: the launched recipient's
-    /// inbox, dialed again); without one, [`Ctx::open_again`] re-dials a dialed target.
+    /// inbox, dialed again; toolchannel playing the host: the worker's next dial); without
+    /// one, [`Ctx::open_again`] re-dials a dialed target and [`Ctx::next_dial`] takes a
+    /// dialing one's next dial on the same listeners.
     pub again: Option<Again>,
     /// What lives as long as the sessions of this context (a launcher's helper socket).
     held: Vec<Kept>,
@@ -813,6 +815,22 @@ impl Ctx {
         }
         match self.last {
             Some(Link::Dial(..)) => self.reopen().await,
+            _ => Ok(None),
+        }
+    }
+
+    /// The implementation's next dial once the connection the last [`Ctx::open`] reached
+    /// has ended (a dialer coming back): the opener's way ([`Ctx::again`]), or the next
+    /// connection to the listeners that connection came to; `None` where the
+    /// implementation does not dial in.
+    pub async fn next_dial(&mut self) -> Result<Option<Peer>, Failure> {
+        if let Some(again) = self.again.take() {
+            let peer = again(self).await;
+            self.again = Some(again);
+            return peer.map(Some);
+        }
+        match self.last {
+            Some(Link::Accept(..)) => self.reopen().await,
             _ => Ok(None),
         }
     }

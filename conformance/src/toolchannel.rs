@@ -70,11 +70,8 @@ const SUITE_TAG: &str = "contract-proxy-conformance";
 bodies! {
     h_init => host_init, w_init => worker_init,
     h_mismatch => host_mismatch, w_mismatch => worker_mismatch,
-    h_supersede => host_supersede,
     h_channel => host_channel, w_channel => worker_channel,
     h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
-    h_lost => host_lost,
-    h_handshake => host_handshake,
     w_release => worker_release,
 }
 
@@ -96,15 +93,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             Ok(w_mismatch),
         ),
         (
-            "toolchannel.redial.supersede",
-            "a redial of the same process (same instanceId, attempt + 1) supersedes the live socket: old one closed 4009, tools/list re-run",
-            "One live connection; Losing the connection; P4.8 #21, #22 (T-19, T-49)",
-            Ok(h_supersede),
-            Err(
-                "the host's table of live sessions is the derived claim.workerSession (superseding and refused redials)",
-            ),
-        ),
-        (
             "toolchannel.version.channel",
             "every heartbeat carries the effective channelVersion min(host, worker); a wrong one → -32001 and close 4001 carrying both values",
             "Version rule (channel minor); 3. agentfy/heartbeat; P4.8 #17 (T-4, T-16)",
@@ -117,24 +105,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "3. agentfy/heartbeat; P4.8 #12, #16 (T-8, T-11, T-17)",
             Ok(h_heartbeat),
             Ok(w_heartbeat),
-        ),
-        (
-            "toolchannel.heartbeat.lost",
-            "an unanswered heartbeat → the worker abandons the socket after heartbeatGraceSeconds and redials with attempt + 1 (the host's close 4004: the derived timer.hostHeartbeatSeconds)",
-            "Deadlines and exit codes; Losing the connection; P4.8 #13, #14 (T-8, T-33)",
-            Ok(h_lost),
-            Err(
-                "the host's wait for heartbeats is the limit hostHeartbeatSeconds: the derived timer.hostHeartbeatSeconds judges it",
-            ),
-        ),
-        (
-            "toolchannel.deadline.handshake",
-            "no initialize within handshakeSeconds → the worker abandons the socket and redials with attempt 1 (the host's close 4003: the derived timer.hostHandshakeSeconds)",
-            "Deadlines and exit codes; P4.8 #8, #9 (T-6, T-33)",
-            Ok(h_handshake),
-            Err(
-                "the host's close 4003 naming handshake_timeout is the derived timer.hostHandshakeSeconds (the action's `reason`, T-6)",
-            ),
         ),
         (
             "toolchannel.release",
@@ -227,10 +197,6 @@ impl K {
 
     fn limit(&self, name: &str) -> Result<f64, Failure> {
         Ok(self.wire.limits().number(name)?)
-    }
-
-    fn secs(&self, name: &str) -> Result<Duration, Failure> {
-        Ok(self.wire.limits().duration(name)?)
     }
 
     /// The exit a worker owes after receiving close `code`.
@@ -351,12 +317,6 @@ fn carries_both(close: u16, reason: &str, a: &str, b: &str) -> Result<(), Failur
         "close {close} does not carry both versions ({a}, {b})"
     ))
     .with("close reason", reason.as_bytes()))
-}
-
-/// How a socket ended, for a pass detail: the close code, or none.
-fn ending(code: Option<u16>) -> String {
-    code.map(|c| c.to_string())
-        .unwrap_or_else(|| "a dropped socket".into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -615,6 +575,7 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
                 let dock = worker_dock(cx).await?;
                 let io = admit(&k, knock_on(&dock.l, cx.opts.deadline).await?).await?;
                 let session = dock.session.clone();
+                cx.again = Some(next_dial(k.clone(), dock.l.clone()));
                 cx.hold(dock);
                 (io, session)
             }
@@ -642,6 +603,19 @@ fn redial(k: Arc<K>, b: Berth) -> super::session::Again {
         let (k, b) = (k.clone(), b.clone());
         Box::pin(async move {
             let io = dial_host(cx, &k, &b).await?;
+            cx.peer_on(contract_transport::conn::Conn::Messages(io))
+        })
+    })
+}
+
+/// The launched worker's next dial to the listener it dialed (the redial checks).
+fn next_dial(k: Arc<K>, l: Arc<Listener>) -> super::session::Again {
+    Box::new(move |cx: &mut Ctx| {
+        let (k, l) = (k.clone(), l.clone());
+        Box::pin(async move {
+            // A worker that exits instead (an error code) never dials: say so at once.
+            let wait = cx.opts.deadline;
+            let io = admit(&k, cx.unless_failed(knock_on(&l, wait)).await?).await?;
             cx.peer_on(contract_transport::conn::Conn::Messages(io))
         })
     })
@@ -1274,15 +1248,6 @@ impl Sess {
             .cloned()
     }
 
-    /// The worker process's identity in the result: its instanceId and attempt (0 if none).
-    fn identity(&self) -> (Option<Value>, u64) {
-        let attempt = self
-            .result_meta("attempt")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0);
-        (self.result_meta("instanceId"), attempt)
-    }
-
     // --- playing the worker -------------------------------------------------------------
 
     /// Wait for initialize and answer it (the result edited by `edit`; `raw` skips the
@@ -1398,21 +1363,6 @@ async fn host_up(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure> {
     s.init().await?;
     s.serve().await?;
     Ok((dock, s))
-}
-
-/// Playing the host, after the worker left its socket: its redial within the reconnect
-/// backoff, admitted with `budgets` and initialized; the session and the result.
-async fn host_redial(
-    cx: &Ctx,
-    k: &Arc<K>,
-    dock: &Dock,
-    budgets: serde_json::Map<String, Value>,
-) -> Result<(Sess, Got), Failure> {
-    let wait = k.secs("reconnectBackoffInitialSeconds")? + cx.opts.deadline;
-    let mut b = host_admit(cx, k, dock, wait).await?;
-    b.budgets = budgets;
-    let g = b.init().await?;
-    Ok((b, g))
 }
 
 /// Playing the worker: a launched (or listening) host, dialed; the contract, the berth and
@@ -1707,37 +1657,6 @@ async fn worker_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
     pass(&s, format!("close {want} {:?}", r.reason))
 }
 
-async fn host_supersede(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (dock, mut a) = host_up(cx, &k).await?;
-    let (inst, att) = a.identity();
-    let drain = k.close("DRAINING")?;
-    a.ch.close(drain, &format!("{drain} draining")).await;
-    let (mut b, g) = host_redial(cx, &k, &dock, a.budgets.clone()).await?;
-    let inst_b = b.result_meta("instanceId");
-    let att_b = b.result_meta("attempt").and_then(|v| v.as_u64());
-    if inst_b != inst {
-        return Err(b.bad(
-            &g,
-            format!("the redial carries instanceId {inst_b:?}, not the process's {inst:?}"),
-        ));
-    }
-    if att_b != Some(att + 1) {
-        return Err(b.bad(
-            &g,
-            format!("the redial carries attempt {att_b:?}, not {}", att + 1),
-        ));
-    }
-    b.serve().await?;
-    pass(
-        &b,
-        format!(
-            "after close {drain}: redial with the same instanceId, attempt {}, tools/list re-run",
-            att + 1
-        ),
-    )
-}
-
 // ---------------------------------------------------------------------------------------------
 // versions
 
@@ -1875,89 +1794,6 @@ async fn worker_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
     pass(
         &s,
         format!("2 heartbeats answered with continue and budgets ≤ idle {idle}, exec {exec}"),
-    )
-}
-
-async fn host_lost(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (dock, mut s) = host_up(cx, &k).await?;
-    let (inst, att) = s.identity();
-    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
-    let grace = secs(s.budget("heartbeatGraceSeconds")?)?;
-    s.answer_hb = false;
-    let until = Instant::now() + every + SLACK;
-    let first = s
-        .request_of("a heartbeat", "agentfy/heartbeat", until)
-        .await?;
-    s.beats.push(first.clone());
-    let until = first.at + grace + SLACK;
-    let (code, reason, at) = s
-        .end("abandon the socket after an unanswered heartbeat", until)
-        .await?;
-    let after = at.duration_since(first.at);
-    if after + EARLY < grace {
-        return Err(Failure::new(format!("the worker gave up {after:?} after an unanswered heartbeat; heartbeatGraceSeconds is {grace:?}"))
-            .with("close reason", reason.as_bytes()));
-    }
-    let (b, g) = host_redial(cx, &k, &dock, s.budgets.clone()).await?;
-    if b.result_meta("instanceId") != inst
-        || b.result_meta("attempt").and_then(|v| v.as_u64()) != Some(att + 1)
-    {
-        return Err(b.bad(
-            &g,
-            format!(
-                "the redial does not carry the same instanceId {inst:?} and attempt {}",
-                att + 1
-            ),
-        ));
-    }
-    pass(
-        &b,
-        format!(
-            "socket abandoned ({}) {:.1}s after an unanswered heartbeat; redial with attempt {}",
-            ending(code),
-            after.as_secs_f64(),
-            att + 1
-        ),
-    )
-}
-
-async fn host_handshake(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (dock, mut s) = host_session(cx, &k).await?;
-    // Nothing is sent: the worker must give up on its own handshakeSeconds (environment).
-    let hs = cx.limits().duration("handshakeSeconds")?;
-    if hs + SLACK * 2 >= cx.opts.check_deadline {
-        return Ok(Verdict::Skip(format!(
-            "handshakeSeconds ({hs:?}) does not fit in --check-deadline"
-        )));
-    }
-    let opened = Instant::now();
-    let (code, reason, at) = s
-        .end("abandon a socket without initialize", opened + hs + SLACK)
-        .await?;
-    let after = at.duration_since(opened);
-    if after + EARLY < hs {
-        return Err(Failure::new(format!(
-            "the worker gave up {after:?} after socket open; handshakeSeconds is {hs:?}"
-        ))
-        .with("close reason", reason.as_bytes()));
-    }
-    let (b, g) = host_redial(cx, &k, &dock, s.budgets.clone()).await?;
-    let att = b.result_meta("attempt").and_then(|v| v.as_u64());
-    if att != Some(1) {
-        return Err(b.bad(
-            &g,
-            format!("the redial after a silent host carries attempt {att:?}, not 1"),
-        ));
-    }
-    pass(
-        &b,
-        format!(
-            "socket abandoned ({}) {:.1}s after open without initialize; redial with attempt 1",
-            ending(code),
-            after.as_secs_f64()
-        ),
     )
 }
 

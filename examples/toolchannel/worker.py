@@ -284,6 +284,9 @@ class Worker:
             raise Exit(X.EXIT0, "released")
         if code in CLOSE_EXIT:
             raise Exit(CLOSE_EXIT[code], f"close {code} {reason}")
+        if code == CC.DRAINING and self.a.brk == "drain-exits":
+            log("--break drain-exits: taking the host's 4008 as the end, not redialling")
+            raise Exit(X.EX_TEMPFAIL, f"close {code} {reason}")
         if code == CC.SUPERSEDED:
             # This worker keeps one socket, so nothing newer serves: treat as silence.
             raise Exit(X.EX_TEMPFAIL, "close 4009 superseded, but this worker has no newer socket")
@@ -593,7 +596,9 @@ class Worker:
             log(f"channel lost ({why}); redial in {min(delay, left):g}s")
             await asyncio.sleep(min(delay, left))
             delay = min(delay * tc.RECONNECT_BACKOFF_FACTOR, tc.RECONNECT_BACKOFF_MAX_SECONDS)
-            if self.ws is not None:
+            if self.ws is not None and self.a.brk == "same-attempt":
+                log("--break same-attempt: redialling with the last socket's attempt")
+            elif self.ws is not None:
                 self.attempt += 1  # +1 on each redial once a socket of this process had opened
                 self.ws = None
 
@@ -688,7 +693,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close", "ignore-stop", "no-token"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close", "ignore-stop", "no-token", "same-attempt", "drain-exits"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

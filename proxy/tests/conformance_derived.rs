@@ -1037,7 +1037,9 @@ impl Drop for Depot {
 /// pipes itself, the sink grants. Playing the sink against a Python sender written from the
 /// contract, the suite grants 4 KiB at a time and the engine counts the bulk frames: the
 /// sender passes; one sending everything at once fails exactly the credit check (the
-/// behaviour check leaves credit to it).
+/// behaviour check leaves credit to it). The channel's `redial` is data too: after the
+/// suite breaks both connections the sender dials them again and attaches with the same
+/// boot and the next try; one coming back with a fresh boot fails exactly that check.
 #[test]
 fn a_contract_of_its_own_gets_its_credit_checked() {
     let contract = common::root().join("proxy/tests/fixtures/pipes.json");
@@ -1047,6 +1049,7 @@ fn a_contract_of_its_own_gets_its_credit_checked() {
     let r = conformance_as("sink", &contract, &target);
     let all = ids(&[
         "pipes.derived.messages",
+        "pipes.derived.redial.break",
         "pipes.derived.credit.flow",
         "pipes.derived.behaviour",
     ]);
@@ -1062,6 +1065,18 @@ fn a_contract_of_its_own_gets_its_credit_checked() {
     assert_eq!(r.with("FAIL"), want, "{}", r.stdout);
     assert!(
         r.stdout.contains("the implementation broke credit."),
+        "{}",
+        r.stdout
+    );
+    let r = conformance_as("sink", &contract, &format!("{target} --break new-boot"));
+    assert_eq!(
+        r.with("FAIL"),
+        ids(&["pipes.derived.redial.break"]),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("the redial claims /body/boot"),
         "{}",
         r.stdout
     );

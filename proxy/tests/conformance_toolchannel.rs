@@ -24,23 +24,16 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 8] = [
+const HAND_WRITTEN: [&str; 5] = [
     "toolchannel.handshake.initialize",
     "toolchannel.session.mismatch",
-    "toolchannel.redial.supersede",
     "toolchannel.version.channel",
     "toolchannel.heartbeat",
-    "toolchannel.heartbeat.lost",
-    "toolchannel.deadline.handshake",
     "toolchannel.release",
 ];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
 const NOT_FOR_HOST: [&str; 1] = ["toolchannel.release"];
-const NOT_FOR_WORKER: [&str; 3] = [
-    "toolchannel.redial.supersede",
-    "toolchannel.heartbeat.lost",
-    "toolchannel.deadline.handshake",
-];
+const NOT_FOR_WORKER: [&str; 0] = [];
 
 /// The Rust host, built once if missing.
 fn host() -> &'static PathBuf {
@@ -350,6 +343,62 @@ fn as_host_a_worker_dialing_without_its_token_fails_exactly_the_bearer_check() {
     let check = "toolchannel.derived.upgrade.bearer";
     let says = ["does not carry Authorization: Bearer and the token it was given"];
     breaks_exactly("host", &target, check, &says);
+}
+
+/// The worker's redials are the channel's `redial`: after the suite's 4008, 1001 or a
+/// break, and after its own 1001 on a silence deadline, the honest worker dials again
+/// with the same instanceId and the next attempt. A worker redialling with its last
+/// attempt (`--break same-attempt`) fails each redial check after a claim, and the
+/// handshake deadline's timer (whose socket claimed nothing, so the redial owes attempt
+/// 1); the timers whose socket claimed leave the attempt to those (one broken rule, one
+/// failing check). One that takes 4008 as the end (`--break drain-exits`) fails
+/// `redial.DRAINING` alone, at once, naming its exit.
+#[test]
+fn as_host_the_workers_redials_are_the_channels() {
+    let c = contract::builtin("toolchannel").expect("builtin");
+    let r = c.channels["ws"].redial.clone().expect("a redial");
+    assert_eq!(r.after.len(), 3, "4008, 1001 and a break: {r:?}");
+    let redials = [
+        "toolchannel.derived.redial.DRAINING",
+        "toolchannel.derived.redial.GOING_AWAY",
+        "toolchannel.derived.redial.break",
+    ];
+    let timers = [
+        "toolchannel.derived.timer.handshakeSeconds",
+        "toolchannel.derived.timer.readyAckSeconds",
+        "toolchannel.derived.timer.heartbeatGraceSeconds",
+    ];
+    let all = [redials.as_slice(), timers.as_slice()].concat().join(",");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |brk: &str, only: &str| {
+        let target = worker_target(&dir.path().join("ws"), brk);
+        suite(&["--play", "host", "--target", &target, "--only", only])
+    };
+    let honest = run("", &all);
+    assert_eq!(honest.code, 0, "{}", show(&honest));
+    for (i, id) in redials.iter().chain(&timers).enumerate() {
+        let block = honest.stdout.split(&format!("PASS {id}")).nth(1);
+        let block = block.unwrap_or_else(|| panic!("{id} passes: {}", show(&honest)));
+        let block = block.split("\nPASS ").next().unwrap_or_default();
+        assert!(block.contains("dialed again"), "{id}: {block}");
+        let judged = i <= redials.len();
+        let claimed = block.contains("/result/_meta/agentfy/attempt 1");
+        assert_eq!(claimed, judged, "{id}: {block}");
+    }
+    let same = run("--break same-attempt", &all);
+    let mut want = redials.to_vec();
+    want.push(timers[0]);
+    assert_eq!(same.with("FAIL"), want, "{}", show(&same));
+    assert!(same.stdout.contains("attempt 0, not 1"), "{}", show(&same));
+    let drain = run("--break drain-exits", &redials.join(","));
+    assert_eq!(drain.with("FAIL"), [redials[0]], "{}", show(&drain));
+    assert!(
+        drain
+            .stdout
+            .contains("the target exited with 75 before it connected"),
+        "{}",
+        show(&drain)
+    );
 }
 
 /// A host answering an unspoken major without listing its own (`--break unlisted`) fails

@@ -415,8 +415,47 @@ pub struct Channel {
     /// carried over `websocket`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<Upgrade>,
+    /// How the dialer (`connects`) comes back when the channel ends: it dials again and, where
+    /// its handshake claims an identity (`claims`), claims the same one with the next attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redial: Option<Redial>,
     /// Seed section.
     pub seed: String,
+}
+
+/// The dialer's redial: after the channel ends in one of the ways `after` lists, the dialer
+/// dials again within the `within` limit. A claim it makes on the new connection keeps its
+/// claimant and carries the attempt one above the last connection's claim (1 where that
+/// connection claimed nothing: its dial was attempt 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Redial {
+    /// The limit (by name, a deadline) the new dial comes within.
+    pub within: String,
+    /// The ends that bring the dialer back.
+    pub after: Vec<RedialAfter>,
+    /// What the redial is for, in the contract's words.
+    pub description: String,
+    /// Seed section (or note).
+    pub seed: String,
+}
+
+/// An end of the channel after which the dialer redials.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RedialAfter {
+    /// A close with this code (a value of a `close-code` table).
+    Close(u16),
+    /// `"break"`: the connection ends without a close (a transport break).
+    Break(RedialBreak),
+}
+
+/// The one word for a transport break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RedialBreak {
+    /// The connection ends without a close frame or a close code.
+    Break,
 }
 
 /// The rules of a channel's WebSocket upgrade the listener enforces: each refusal is an

@@ -869,6 +869,54 @@ fn an_upgrade_refuses_with_a_status_of_its_own_over_a_websocket() {
 }
 
 #[test]
+fn a_redial_comes_within_a_deadline_after_close_codes_of_its_own() {
+    let with_redial = |d: &mut Value| {
+        let ch = &mut d["channels"]["main"];
+        ch["transports"] = json!(["websocket"]);
+        ch["framing"] = json!({"kind": "websocket-text"});
+        ch["redial"] = json!({"within": "idleSeconds", "after": [4001, "break"],
+            "description": "d", "seed": "§1"});
+    };
+    let mut doc = fixture();
+    with_redial(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let edits = [
+        (
+            "/redial/within",
+            json!("frameMax"),
+            "/channels/main/redial/within",
+        ),
+        (
+            "/redial/within",
+            json!("nothing"),
+            "/channels/main/redial/within",
+        ),
+        (
+            "/redial/after/0",
+            json!(4999),
+            "/channels/main/redial/after/0",
+        ),
+        (
+            "/transports",
+            json!(["unix"]),
+            "/channels/main/redial/after/0",
+        ),
+        ("/connects", Value::Null, "/channels/main/redial"),
+    ];
+    for (field, value, at) in edits {
+        let both = |d: &mut Value| {
+            with_redial(d);
+            let main = &mut d["channels"]["main"];
+            match value.is_null() {
+                true => drop(main.as_object_mut().and_then(|m| m.remove(&field[1..]))),
+                false => *main.pointer_mut(field).expect("the field") = value,
+            }
+        };
+        assert_fires(both, Lint::NameRef, at);
+    }
+}
+
+#[test]
 fn an_extension_the_tools_lack_is_named_with_the_ones_they_have() {
     let unknown = |d: &mut Value| {
         d["extensions"] = json!({"acme.magic": {"description": "d", "reason": "r", "seed": "s"}});

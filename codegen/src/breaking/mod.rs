@@ -105,7 +105,7 @@ rules! {
     "extension-added", "extensions", Wire, "a new named extension: its hook runs rules old senders do not keep";
     "channel-removed", "framing", Wire, "a channel is gone";
     "channel-added", "framing", Compatible, "a new channel";
-    "framing-changed", "framing", Wire, "a channel's framing, JSON rules, binding, transports or upgrade refusals changed";
+    "framing-changed", "framing", Wire, "a channel's framing, JSON rules, binding, transports, upgrade refusals or redial changed";
     "party-removed", "parties", Wire + Source, "a party is gone";
     "party-added", "parties", Compatible, "a new party";
     "ids-changed", "parties", Wire, "a party's request-id rules changed";

@@ -553,6 +553,7 @@ fn channels(d: &Docs, out: &mut Vec<Finding>) {
             "transports",
             "connects",
             "upgrade",
+            "redial",
         ] {
             let p = format!("{at}/{field}");
             if d.old.pointer(&p) != d.new.pointer(&p) {

@@ -50,6 +50,9 @@
 //!   refuses a missing or wrong Bearer token, or an offer of no subprotocol of its own,
 //!   with the declared HTTP status; a dialing implementation carries its token and offers
 //!   one, and exits as the status maps when refused;
+//! - `redial.<end>` (`redial`): after each end the channel's `redial` lists (a close code,
+//!   or a transport break), a dialing implementation dials again within its limit and
+//!   claims the same identity with the next attempt;
 //! - `exits.<table>` (`exits`): each close code that maps an exit of the implementation's
 //!   party ends a fresh launched process with that exit (and any check whose session the
 //!   implementation closed with such a code owes it as well);
@@ -95,6 +98,7 @@ mod newer;
 mod plan;
 mod probes;
 mod rates;
+mod redial;
 mod refusals;
 mod shape;
 mod sizes;
@@ -354,6 +358,11 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let seed = cite(pointer, &seed);
         add(id, title, &seed, upgrade::body, Some(field.into()), false);
     }
+    for (end, title, pointer, seed, i) in redial::applies(c, role) {
+        let id = format!("redial.{end}");
+        let seed = cite(pointer, &seed);
+        add(id, title, &seed, redial::body, Some(i.to_string()), false);
+    }
     for (table, title, seed) in exits::applies(c, role) {
         let seed = cite(join("/codes", [&table]), &seed);
         add(
@@ -391,7 +400,7 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
     for (name, l) in timers::applies(c, role) {
         let seed = cite(join("/limits", [name]), &l.seed);
         let id = format!("timer.{name}");
-        let title = timers::title(name, l);
+        let title = timers::title(c, role, name, l);
         add(id, title, &seed, timers::body, Some(name.into()), true);
     }
     if let Some(pointer) = behaviour::applies(c) {

@@ -30,7 +30,7 @@ use super::carried;
 use super::plan::{Plan, Step};
 use super::probes::{action_name, closed_as, ends_the_channel};
 use super::shape::Shape;
-use super::{Session, example_of, plan_of};
+use super::{Session, example_of, plan_of, redial};
 use crate::session::{Ctx, Got, Incoming, Kept};
 use crate::{BodyFuture, Failure, Verdict, pass};
 
@@ -91,14 +91,22 @@ fn seen_to_run_out(l: &Limit) -> bool {
 }
 
 /// The check's title.
-pub(super) fn title(name: &str, l: &Limit) -> String {
+pub(super) fn title(c: &Contract, role: &str, name: &str, l: &Limit) -> String {
     let after = match (&l.sends, &l.action) {
         (Some(m), _) => format!("sends {m}"),
         (None, Some(a)) => format!("ends the channel (`{}`)", action_name(a.action)),
         (None, None) => "runs out".into(),
     };
+    let other = crate::other_party(c, role).unwrap_or_default();
+    let code = l.action.as_ref().and_then(|a| a.code.as_ref()?.as_u64());
+    let then = match code.and_then(|n| u16::try_from(n).ok()) {
+        Some(n) if redial::after_close(c, other, n) => {
+            ", then dials again as the channel's redial says"
+        }
+        _ => "",
+    };
     format!(
-        "with the suite silent from the clock's start, the implementation {after} when {name} runs out, not before"
+        "with the suite silent from the clock's start, the implementation {after} when {name} runs out, not before{then}"
     )
 }
 
@@ -151,7 +159,13 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
                 cx.kept = Some(Kept::new(Silent(s)));
                 Ok(v)
             }
-            None => watch_end(&mut s, cx, &mut clock, opened).await,
+            None => {
+                let v = watch_end(&mut s, cx, &mut clock, opened).await?;
+                match redials(cx, &s, &clock)? {
+                    Some((code, last)) => redialed(cx, code, last, v).await,
+                    None => Ok(v),
+                }
+            }
         }
     })
 }
@@ -426,6 +440,42 @@ async fn watch_end(
             }
         }
     }
+}
+
+/// The action's close code, where it is one the channel's dialer redials after
+/// (toolchannel's 1001 on the worker's own deadlines), with what the redial is judged
+/// against.
+fn redials(
+    cx: &Ctx,
+    s: &Session,
+    clock: &Clock<'_>,
+) -> Result<Option<(u16, redial::Last)>, Failure> {
+    let code = (clock.l.action.as_ref())
+        .filter(|a| a.action == contract::model::ActionKind::Close)
+        .and_then(|a| a.code.as_ref()?.as_u64())
+        .and_then(|n| u16::try_from(n).ok());
+    match code {
+        Some(code) if redial::after_close(clock.c, &cx.other, code) => {
+            Ok(Some((code, redial::Last::of(cx, s)?)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The implementation's redial after its own close `code`, judged as the redial family
+/// judges it, added to the verdict `v`.
+async fn redialed(
+    cx: &mut Ctx,
+    code: u16,
+    last: redial::Last,
+    v: Verdict,
+) -> Result<Verdict, Failure> {
+    let Verdict::Pass(said) = &v else {
+        return Ok(v);
+    };
+    let how = format!("close {code}");
+    let words = redial::comes_back(cx, last, (&how, Instant::now()), true).await?;
+    pass(format!("{said}; then the implementation {words}"))
 }
 
 /// The close reason names what the action says it names (toolchannel's failureReason,

@@ -4,14 +4,15 @@
 //! binary channel with the key field, a grant whose examples carry key and amount) and
 //! claims (a claiming message whose examples carry the key, claimant and attempt) and
 //! cues (a method its party sends, answered by methods the other party sends) and a
-//! channel's upgrade refusals (a WebSocket channel, statuses an `http-status` table holds).
+//! channel's upgrade refusals (a WebSocket channel, statuses an `http-status` table holds)
+//! and its redial (a dialer, a deadline, close codes a `close-code` table holds).
 
 use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{
     ActionKind, Binding, Carried, Channel, Claim, CodeKind, Contract, Cue, Framing, Kind,
-    LimitKind, Method, Negotiation, Part, Trigger, Upgrade,
+    LimitKind, Method, Negotiation, Part, Redial, RedialAfter, Trigger, Upgrade,
 };
 use crate::pointer::join;
 
@@ -52,6 +53,9 @@ impl Cx<'_> {
         for (name, ch) in &c.channels {
             if let Some(u) = &ch.upgrade {
                 self.upgrade(c, name, ch, u);
+            }
+            if let Some(r) = &ch.redial {
+                self.redial(c, name, ch, r);
             }
         }
         for (i, v) in c.versions.iter().enumerate() {
@@ -95,6 +99,45 @@ impl Cx<'_> {
             let why =
                 "a subprotocol refusal needs a `websocket-text` framing listing `subprotocols`";
             self.push(Lint::NameRef, join(&at, ["subprotocol"]), why);
+        }
+    }
+
+    /// A redial belongs to a channel with a dialer, comes within a deadline, and comes back
+    /// after a close code a `close-code` table holds (on a channel that has close frames).
+    fn redial(&mut self, c: &Contract, name: &str, ch: &Channel, r: &Redial) {
+        let at = join("/channels", [name, "redial"]);
+        if ch.connects.is_none() {
+            let why = "a redial needs the channel's dialer (its `connects`)";
+            self.push(Lint::NameRef, at.clone(), why);
+        }
+        match c.limits.get(&r.within) {
+            None => {
+                let why = format!("unknown limit {:?}", r.within);
+                self.push(Lint::NameRef, join(&at, ["within"]), why);
+            }
+            Some(l) if l.kind != LimitKind::Deadline => {
+                let why = format!("limit {:?} is not a deadline", r.within);
+                self.push(Lint::NameRef, join(&at, ["within"]), why);
+            }
+            Some(_) => {}
+        }
+        let websocket = ch.transports.iter().any(|t| t == "websocket");
+        for (i, after) in r.after.iter().enumerate() {
+            let RedialAfter::Close(code) = after else {
+                continue;
+            };
+            let i_at = join(&at, ["after", &i.to_string()]);
+            if !websocket {
+                let why = "a close code needs the channel carried over `websocket`";
+                self.push(Lint::NameRef, i_at.clone(), why);
+            }
+            let known = (c.codes.values()).any(|t| {
+                t.kind == CodeKind::CloseCode && t.values.iter().any(|v| v.value == *code)
+            });
+            if !known {
+                let why = format!("close code {code} is in no `close-code` table");
+                self.push(Lint::NameRef, i_at, why);
+            }
         }
     }
 
