@@ -552,7 +552,8 @@ fn door(cx: &mut Ctx) -> super::BodyFutureOf<'_, Door> {
     Box::pin(async move {
         if cx.role == "host" {
             let dock = worker_dock(cx).await?;
-            let p = knock_on(&dock.l, cx.opts.deadline).await?;
+            let wait = cx.opts.deadline;
+            let p = cx.unless_failed(knock_on(&dock.l, wait)).await?;
             cx.token = Some(dock.token.clone());
             cx.hold(dock);
             return Ok(Door::Knock(p));
@@ -573,7 +574,9 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
         let (io, session) = match cx.role.as_str() {
             "host" => {
                 let dock = worker_dock(cx).await?;
-                let io = admit(&k, knock_on(&dock.l, cx.opts.deadline).await?).await?;
+                // A worker that fails at start (an error code) never dials: say so at once.
+                let wait = cx.opts.deadline;
+                let io = admit(&k, cx.unless_failed(knock_on(&dock.l, wait)).await?).await?;
                 let session = dock.session.clone();
                 cx.again = Some(next_dial(k.clone(), dock.l.clone()));
                 cx.hold(dock);
@@ -1343,8 +1346,13 @@ fn echo_result() -> Value {
 }
 
 /// Playing the host: the worker's next dial within `wait`, admitted as a session.
-async fn host_admit(cx: &Ctx, k: &Arc<K>, dock: &Dock, wait: Duration) -> Result<Sess, Failure> {
-    let p = knock_on(&dock.l, wait).await?;
+async fn host_admit(
+    cx: &mut Ctx,
+    k: &Arc<K>,
+    dock: &Dock,
+    wait: Duration,
+) -> Result<Sess, Failure> {
+    let p = cx.unless_failed(knock_on(&dock.l, wait)).await?;
     let io = admit(k, p).await?;
     Ok(Sess::new(k, true, io, &dock.session, cx.opts.deadline))
 }
