@@ -217,6 +217,14 @@ fn cases() -> Vec<(&'static str, Edit, Edit)> {
             |c| c["stateMachines"]["session"]["allows"]["job.start"] = json!(["ready"]),
         ),
         (
+            "ends-changed",
+            |c| {
+                c["stateMachines"]["job"]["transitions"][0]["ends"] = json!({"by": "server",
+                    "action": "close", "code": 4002, "description": "d", "seed": "§1"})
+            },
+            |c| c["stateMachines"]["job"]["transitions"][0]["description"] = json!("said otherwise"),
+        ),
+        (
             "reaction-changed",
             |c| c["stateMachines"]["job"]["refusals"][0]["action"]["code"] = json!(-32001),
             |c| {

@@ -100,6 +100,7 @@ rules! {
     "transition-added", "state machines", Compatible, "a new transition";
     "allows-narrowed", "state machines", Wire, "a method is allowed in fewer states: old senders send it where new receivers refuse";
     "allows-widened", "state machines", Wire, "a method is allowed in more states: new senders send it where old receivers refuse";
+    "ends-changed", "state machines", Wire, "a transition ends the channel another way, or no longer or newly does (its `ends`: who, the close or drop and its code, the exit): the other party sees another end and another exit";
     "reaction-changed", "state machines", Wire, "a message out of place gets another action or code (outOfPlace, refusals, onInvalid): old and new receivers answer it differently";
     "extension-removed", "extensions", Wire, "a named extension is gone: receivers built to the old contract still run the rules its hook ran";
     "extension-added", "extensions", Wire, "a new named extension: its hook runs rules old senders do not keep";

@@ -473,6 +473,9 @@ fn reaction(d: &Docs, m: &str, at: &str, out: &mut Vec<Finding>) {
     }
 }
 
+/// A machine's transitions, each with its index and its key (from, to, trigger).
+type Keyed = [(usize, String)];
+
 fn transitions(d: &Docs, m: &str, at: &str, out: &mut Vec<Finding>) {
     let key = |t: &Value| {
         format!(
@@ -506,6 +509,35 @@ fn transitions(d: &Docs, m: &str, at: &str, out: &mut Vec<Finding>) {
                 None,
                 Some(format!("{at}/transitions/{j}")),
                 format!("{m}: {k}"),
+            ));
+        }
+    }
+    ends(d, m, at, (&a, &b), out);
+}
+
+/// A transition in both files whose `ends` differs, without the prose: who, the action and
+/// its code, the exit.
+fn ends(
+    d: &Docs,
+    m: &str,
+    at: &str,
+    (a, b): (&Keyed, &Keyed),
+    out: &mut Vec<Finding>,
+) {
+    let ending = |doc: &Value, i: usize| {
+        let e = doc.pointer(&format!("{at}/transitions/{i}/ends"))?;
+        Some([&e["by"], &e["action"], &e["code"], &e["exit"]].map(Value::clone))
+    };
+    for (i, k) in a {
+        let Some((j, _)) = b.iter().find(|x| &x.1 == k) else {
+            continue;
+        };
+        if ending(d.old, *i) != ending(d.new, *j) {
+            out.push(d.finding(
+                "ends-changed",
+                Some(format!("{at}/transitions/{i}/ends")),
+                Some(format!("{at}/transitions/{j}/ends")),
+                format!("{m}: {k} ends the channel otherwise"),
             ));
         }
     }
