@@ -222,7 +222,9 @@ fn cases() -> Vec<(&'static str, Edit, Edit)> {
                 c["stateMachines"]["job"]["transitions"][0]["ends"] = json!({"by": "server",
                     "action": "close", "code": 4002, "description": "d", "seed": "§1"})
             },
-            |c| c["stateMachines"]["job"]["transitions"][0]["description"] = json!("said otherwise"),
+            |c| {
+                c["stateMachines"]["job"]["transitions"][0]["description"] = json!("said otherwise")
+            },
         ),
         (
             "reaction-changed",

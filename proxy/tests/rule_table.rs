@@ -49,8 +49,8 @@ fn reported() -> BTreeSet<String> {
     out
 }
 
-/// Every rule the table names; `.ready` after `toolchannel.deadline.handshake` is
-/// `toolchannel.deadline.ready`.
+/// Every rule the table names; a name starting with `.` shares the one before it up to
+/// its last dot (`.pending` after `ids.reuse` would be `ids.pending`).
 fn tabled() -> BTreeSet<String> {
     let doc = std::fs::read_to_string(common::root().join("docs/contract-format.md"))
         .expect("contract-format.md");

@@ -517,13 +517,7 @@ fn transitions(d: &Docs, m: &str, at: &str, out: &mut Vec<Finding>) {
 
 /// A transition in both files whose `ends` differs, without the prose: who, the action and
 /// its code, the exit.
-fn ends(
-    d: &Docs,
-    m: &str,
-    at: &str,
-    (a, b): (&Keyed, &Keyed),
-    out: &mut Vec<Finding>,
-) {
+fn ends(d: &Docs, m: &str, at: &str, (a, b): (&Keyed, &Keyed), out: &mut Vec<Finding>) {
     let ending = |doc: &Value, i: usize| {
         let e = doc.pointer(&format!("{at}/transitions/{i}/ends"))?;
         Some([&e["by"], &e["action"], &e["code"], &e["exit"]].map(Value::clone))

@@ -245,10 +245,10 @@ impl Rule {
                     .with("its Sec-WebSocket-Protocol", listed.join(", ").as_bytes()),
                 ));
             }
-            return Ok(pass(format!(
+            return Ok(Verdict::Pass(format!(
                 "an offer of only {offer} got HTTP {status} listing [{}]",
                 listed.join(", ")
-            ))?);
+            )));
         }
         let wrong = format!("Bearer {}", fresh("wrong"));
         for (what, auth) in [
@@ -259,17 +259,17 @@ impl Rule {
             refused(cx, door, (&probe, what), status).await?;
         }
         let Some(own) = own else {
-            return Ok(pass(format!(
+            return Ok(Verdict::Pass(format!(
                 "HTTP {status} without a token and with a wrong one (the session's own token is unknown: --param token=…)"
-            ))?);
+            )));
         };
         let probe = hello(self.subprotocols.clone(), Some(own));
         match cx.knock(door, &probe).await.map_err(Miss::Reach)? {
             Ok(mut io) => {
                 let _ = io.send(Msg::Close(None)).await;
-                Ok(pass(format!(
+                Ok(Verdict::Pass(format!(
                     "HTTP {status} without a token and with a wrong one; 101 with the session's own"
-                ))?)
+                )))
             }
             Err(r) => Err(Miss::Rule(
                 Failure::new(format!(
