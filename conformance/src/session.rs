@@ -808,15 +808,7 @@ impl Ctx {
     /// the ones open: the opener's way ([`Ctx::again`]), or a dialed target dialed again;
     /// `None` where the target is reached once per session (launched, or dialing in).
     pub async fn open_again(&mut self) -> Result<Option<Peer>, Failure> {
-        if let Some(again) = self.again.take() {
-            let peer = again(self).await;
-            self.again = Some(again);
-            return peer.map(Some);
-        }
-        match self.last {
-            Some(Link::Dial(..)) => self.reopen().await,
-            _ => Ok(None),
-        }
+        self.again_or(|l| matches!(l, Link::Dial(..))).await
     }
 
     /// The implementation's next dial once the connection the last [`Ctx::open`] reached
@@ -824,13 +816,19 @@ impl Ctx {
     /// connection to the listeners that connection came to; `None` where the
     /// implementation does not dial in.
     pub async fn next_dial(&mut self) -> Result<Option<Peer>, Failure> {
+        self.again_or(|l| matches!(l, Link::Accept(..))).await
+    }
+
+    /// A connection the opener's way ([`Ctx::again`]) where it set one, else the last link
+    /// reached once more where it `fits`; `None` otherwise.
+    async fn again_or(&mut self, fits: fn(&Link) -> bool) -> Result<Option<Peer>, Failure> {
         if let Some(again) = self.again.take() {
             let peer = again(self).await;
             self.again = Some(again);
             return peer.map(Some);
         }
-        match self.last {
-            Some(Link::Accept(..)) => self.reopen().await,
+        match &self.last {
+            Some(l) if fits(l) => self.reopen().await,
             _ => Ok(None),
         }
     }
