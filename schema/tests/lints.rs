@@ -902,6 +902,7 @@ fn a_redial_comes_within_a_deadline_after_close_codes_of_its_own() {
             "/channels/main/redial/after/0",
         ),
         ("/connects", Value::Null, "/channels/main/redial"),
+        ("/redial/after", json!([]), "/channels/main/redial/after"),
     ];
     for (field, value, at) in edits {
         let both = |d: &mut Value| {

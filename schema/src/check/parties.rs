@@ -121,6 +121,10 @@ impl Cx<'_> {
             }
             Some(_) => {}
         }
+        if r.after.is_empty() {
+            let why = "a redial needs an end it comes back after (`after`)";
+            self.push(Lint::NameRef, join(&at, ["after"]), why);
+        }
         let websocket = ch.transports.iter().any(|t| t == "websocket");
         for (i, after) in r.after.iter().enumerate() {
             let RedialAfter::Close(code) = after else {
