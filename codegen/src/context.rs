@@ -119,6 +119,8 @@ pub struct ChannelView<'a> {
     pub upgrade: Option<&'a contract::model::Upgrade>,
     /// How the dialer comes back when the channel ends.
     pub redial: Option<&'a contract::model::Redial>,
+    /// The ends it comes back after, in words: close codes with their names, or a break.
+    pub redial_after: String,
     pub seed: &'a str,
     /// `None` when a plain decode is all the channel needs.
     pub wire_rules: Option<WireRules<'a>>,
@@ -288,6 +290,34 @@ fn limit<'a>(ir: &'a Ir, name: &str) -> Option<&'a LimitIr> {
     ir.limits.iter().find(|l| l.key == name)
 }
 
+/// A channel's redial ends as the docs name them: "close `4008` DRAINING or a transport
+/// break".
+fn redial_after(c: &contract::Contract, ch: &contract::model::Channel) -> String {
+    use contract::model::{CodeKind, RedialAfter};
+    let name = |code: u16| {
+        (c.codes.values())
+            .filter(|t| t.kind == CodeKind::CloseCode)
+            .flat_map(|t| &t.values)
+            .find(|v| v.value == code)
+            .and_then(|v| v.name.clone())
+    };
+    let ends = ch.redial.iter().flat_map(|r| &r.after);
+    let mut words: Vec<String> = ends
+        .map(|a| match a {
+            RedialAfter::Close(code) => match name(*code) {
+                Some(n) => format!("close `{code}` {n}"),
+                None => format!("close `{code}`"),
+            },
+            RedialAfter::Break(_) => "a transport break".into(),
+        })
+        .collect();
+    match words.pop() {
+        Some(last) if !words.is_empty() => format!("{} or {last}", words.join(", ")),
+        Some(last) => last,
+        None => String::new(),
+    }
+}
+
 fn plain_ref(l: &LimitIr) -> LimitRef<'_> {
     LimitRef {
         limit: &l.key,
@@ -333,6 +363,7 @@ impl<'a> ChannelView<'a> {
             binding: model.binding.as_ref(),
             upgrade: model.upgrade.as_ref(),
             redial: model.redial.as_ref(),
+            redial_after: redial_after(&ir.contract, model),
             seed: &model.seed,
             wire_rules: wire_rules(ir, model, !method_caps.is_empty()),
             method_caps,
