@@ -294,13 +294,7 @@ fn limit<'a>(ir: &'a Ir, name: &str) -> Option<&'a LimitIr> {
 /// break".
 fn redial_after(c: &contract::Contract, ch: &contract::model::Channel) -> String {
     use contract::model::{CodeKind, RedialAfter};
-    let name = |code: u16| {
-        (c.codes.values())
-            .filter(|t| t.kind == CodeKind::CloseCode)
-            .flat_map(|t| &t.values)
-            .find(|v| v.value == code)
-            .and_then(|v| v.name.clone())
-    };
+    let name = |code: u16| c.code_of_kind(CodeKind::CloseCode, code)?.name.clone();
     let ends = ch.redial.iter().flat_map(|r| &r.after);
     let mut words: Vec<String> = ends
         .map(|a| match a {

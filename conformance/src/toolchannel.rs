@@ -574,9 +574,8 @@ fn open_session(cx: &mut Ctx) -> super::BodyFutureOf<'_, super::Peer> {
         let (io, session) = match cx.role.as_str() {
             "host" => {
                 let dock = worker_dock(cx).await?;
-                // A worker that fails at start (an error code) never dials: say so at once.
                 let wait = cx.opts.deadline;
-                let io = admit(&k, cx.unless_failed(knock_on(&dock.l, wait)).await?).await?;
+                let io = admit(cx, &k, &dock.l, wait).await?;
                 let session = dock.session.clone();
                 cx.again = Some(next_dial(k.clone(), dock.l.clone()));
                 cx.hold(dock);
@@ -616,9 +615,8 @@ fn next_dial(k: Arc<K>, l: Arc<Listener>) -> super::session::Again {
     Box::new(move |cx: &mut Ctx| {
         let (k, l) = (k.clone(), l.clone());
         Box::pin(async move {
-            // A worker that exits instead (an error code) never dials: say so at once.
             let wait = cx.opts.deadline;
-            let io = admit(&k, cx.unless_failed(knock_on(&l, wait)).await?).await?;
+            let io = admit(cx, &k, &l, wait).await?;
             cx.peer_on(contract_transport::conn::Conn::Messages(io))
         })
     })
@@ -784,11 +782,10 @@ async fn host_berth(cx: &mut Ctx) -> Result<Berth, Failure> {
     }
 }
 
-/// Answer a dial with 101 and the spoken major.
-async fn admit(
-    k: &Arc<K>,
-    p: contract_transport::endpoint::ws::PendingWs,
-) -> Result<BoxMsg, Failure> {
+/// The worker's next dial to `l` within `wait`, answered with 101 and the spoken major. A
+/// worker that exits with an error first never dials: that fails at once.
+async fn admit(cx: &mut Ctx, k: &K, l: &Listener, wait: Duration) -> Result<BoxMsg, Failure> {
+    let p = cx.unless_failed(knock_on(l, wait)).await?;
     p.accept(Some(&k.majors[0]))
         .await
         .map_err(|e| Failure::new(format!("completing the worker's upgrade: {e}")))
@@ -1352,8 +1349,7 @@ async fn host_admit(
     dock: &Dock,
     wait: Duration,
 ) -> Result<Sess, Failure> {
-    let p = cx.unless_failed(knock_on(&dock.l, wait)).await?;
-    let io = admit(k, p).await?;
+    let io = admit(cx, k, &dock.l, wait).await?;
     Ok(Sess::new(k, true, io, &dock.session, cx.opts.deadline))
 }
 

@@ -81,6 +81,12 @@ fn ids(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
 
+/// `r` failed exactly `checks`, and its output says `says`.
+fn fails_exactly(r: &Outcomes, checks: &[&str], says: &str) {
+    assert_eq!(r.with("FAIL"), ids(checks), "{}", r.stdout);
+    assert!(r.stdout.contains(says), "{says:?}: {}", r.stdout);
+}
+
 fn python(script: &str) -> String {
     let py = common::peers_python();
     let path = common::root().join(script);
@@ -584,16 +590,10 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         timers,
         &[(contract::TIME_SCALE_ENV, "0.5")],
     );
-    assert_eq!(
-        r.with("FAIL"),
-        ids(&["beacon.derived.timer.idleSeconds"]),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        r.stdout.contains("before its 2.00 s ran out"),
-        "{}",
-        r.stdout
+    fails_exactly(
+        &r,
+        &["beacon.derived.timer.idleSeconds"],
+        "before its 2.00 s ran out",
     );
     for (broken, fails) in [
         ("early", "timer.beatSeconds"),
@@ -706,17 +706,10 @@ fn a_target_that_does_not_start_fails_only_the_handshake_check() {
         "client",
     ];
     let r = run(&[&args[..], &["--target", &target, "--sockets", "ws"]].concat());
-    assert_eq!(
-        r.with("FAIL"),
-        ids(&["beacon.derived.handshake"]),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        r.stdout
-            .contains("the target exited with 2 before it connected"),
-        "{}",
-        r.stdout
+    fails_exactly(
+        &r,
+        &["beacon.derived.handshake"],
+        "the target exited with 2 before it connected",
     );
 }
 
@@ -1061,23 +1054,15 @@ fn a_contract_of_its_own_gets_its_credit_checked() {
         r.stdout
     );
     let r = conformance_as("sink", &contract, &format!("{target} --break overrun"));
-    let want = ids(&["pipes.derived.credit.flow"]);
-    assert_eq!(r.with("FAIL"), want, "{}", r.stdout);
-    assert!(
-        r.stdout.contains("the implementation broke credit."),
-        "{}",
-        r.stdout
+    fails_exactly(
+        &r,
+        &["pipes.derived.credit.flow"],
+        "the implementation broke credit.",
     );
     let r = conformance_as("sink", &contract, &format!("{target} --break new-boot"));
-    assert_eq!(
-        r.with("FAIL"),
-        ids(&["pipes.derived.redial.break"]),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        r.stdout.contains("the redial claims /body/boot"),
-        "{}",
-        r.stdout
+    fails_exactly(
+        &r,
+        &["pipes.derived.redial.break"],
+        "the redial claims /body/boot",
     );
 }

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use crate::check::{Dim, Evaluator, to_base};
 use crate::model::{
-    Action, Binding, CodeKind, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit, Note,
-    StateMachine,
+    Action, Binding, Claim, CodeKind, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit,
+    Note, StateMachine, Trigger,
 };
 use crate::pointer::set;
 
@@ -449,6 +449,29 @@ impl Contract {
                 table: table.to_string(),
                 name: value.to_string(),
             })
+    }
+
+    /// Whether `party` makes claim `cl`: the claim's message names it as the sender, or,
+    /// naming none, its method is one `party` sends.
+    pub fn claims_by(&self, cl: &Claim, party: &str) -> bool {
+        let Trigger::Message { method, from, .. } = &cl.message else {
+            return false;
+        };
+        match from {
+            Some(f) => f == party,
+            None => (method.as_ref())
+                .and_then(|m| self.methods.get(m))
+                .is_some_and(|m| m.from.iter().any(|f| f == party)),
+        }
+    }
+
+    /// The value `value` of any code table of `kind` (a close code by its number, an HTTP
+    /// status), with its name and what it `maps`.
+    pub fn code_of_kind(&self, kind: CodeKind, value: u16) -> Option<&CodeValue> {
+        (self.codes.values())
+            .filter(|t| t.kind == kind)
+            .flat_map(|t| &t.values)
+            .find(|v| v.value == value)
     }
 
     /// The close codes after which `party`'s process owes an exit, with that exit: each

@@ -68,17 +68,12 @@ fn claim_step(c: &Contract, plan: &Plan, cl: &Claim) -> Option<(usize, Part)> {
     let Trigger::Message {
         method: Some(method),
         kind,
-        from,
         ..
     } = &cl.message
     else {
         return None;
     };
-    let mine = match from {
-        Some(p) => *p == plan.role,
-        None => c.methods.get(method)?.from.contains(&plan.role),
-    };
-    if !mine {
+    if !c.claims_by(cl, &plan.role) {
         return None;
     }
     let answer = matches!(kind, Some(Kind::Response));

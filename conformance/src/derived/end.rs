@@ -204,7 +204,7 @@ fn on_its_clock(cx: &Ctx, s: &Session, m: &str) -> Duration {
     (c.limits.iter())
         .filter(|(_, l)| l.sends.as_deref() == Some(m))
         .filter_map(|(n, _)| limits.duration(n).ok())
-        .map(|t| t + Duration::from_millis(2500))
+        .map(|t| t + super::LATE)
         .fold(cx.opts.deadline, Duration::max)
 }
 

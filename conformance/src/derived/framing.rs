@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::probes::{self, Built, Probe, Reaction, places};
 use super::shape::Shape;
-use super::{Session, plan_of};
+use super::{LATE, Session, plan_of};
 use crate::session::{Ctx, Incoming};
 use crate::{BodyFuture, Failure, Verdict};
 
@@ -21,8 +21,6 @@ use crate::{BodyFuture, Failure, Verdict};
 pub(super) const WIDE: &str = "démo ёж ✓";
 /// How early a frame deadline may fire: a timer's own jitter, not an early close.
 const EARLY: Duration = Duration::from_millis(400);
-/// How late a stalled frame may end the session past its deadline, on a loaded machine.
-const LATE: Duration = Duration::from_millis(2500);
 
 /// One check of the family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1005,6 +1005,10 @@ const COVERED_MAX: usize = 256;
 /// Unclaimed messages kept per wait.
 const UNCLAIMED: usize = 8;
 
+/// How late past a time the contract gives (a frame deadline, a clock, a redial's window)
+/// the implementation may act, on a loaded machine.
+const LATE: std::time::Duration = std::time::Duration::from_millis(2500);
+
 /// How long the suite listens after its calls for what they set off (a stream's chunks, a
 /// task's events): the messages and capabilities checks.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(500);

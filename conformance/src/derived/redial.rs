@@ -14,15 +14,12 @@ use std::time::{Duration, Instant};
 use contract::Contract;
 use contract::join_pointer as join;
 use contract::machine::Seen;
-use contract::model::{Claim, CodeKind, Redial, RedialAfter};
+use contract::model::{ActionKind, Claim, CodeKind, Redial, RedialAfter};
 use serde_json::Value;
 
-use super::{Session, Shape, carried, plan_of};
+use super::{LATE, Session, Shape, carried, plan_of};
 use crate::session::{Ctx, Got, Incoming, Peer};
 use crate::{BodyFuture, Failure, other_party, pass, skip};
-
-/// How late past `within` a redial may come, on a loaded machine.
-const LATE: Duration = Duration::from_millis(2500);
 
 /// The family's checks: (the end's name, title, pointer, seed, index into `after`).
 pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, String, String, usize)> {
@@ -58,10 +55,7 @@ fn end_name(c: &Contract, after: &RedialAfter) -> String {
     let RedialAfter::Close(code) = after else {
         return "break".into();
     };
-    (c.codes.values())
-        .filter(|t| t.kind == CodeKind::CloseCode)
-        .flat_map(|t| &t.values)
-        .find(|v| v.value == *code)
+    (c.code_of_kind(CodeKind::CloseCode, *code))
         .and_then(|v| v.name.clone())
         .unwrap_or_else(|| code.to_string())
 }
@@ -84,20 +78,9 @@ fn redial_of(c: &Contract) -> Option<(String, Redial)> {
 
 /// The claim `party` makes, if any.
 fn claim_of<'c>(c: &'c Contract, party: &str) -> Option<(&'c str, &'c Claim)> {
-    c.claims
-        .iter()
+    (c.claims.iter())
         .map(|(n, cl)| (n.as_str(), cl))
-        .find(|(_, cl)| {
-            let contract::model::Trigger::Message { method, from, .. } = &cl.message else {
-                return false;
-            };
-            match from {
-                Some(f) => f == party,
-                None => (method.as_ref())
-                    .and_then(|m| c.methods.get(m))
-                    .is_some_and(|m| m.from.iter().any(|f| f == party)),
-            }
-        })
+        .find(|(_, cl)| c.claims_by(cl, party))
 }
 
 /// What a connection claimed: its claimant and attempt, where the claim carries them.
@@ -140,13 +123,18 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     })
 }
 
-/// Whether the dialer redials after the channel ended with close `code` (a timer's action):
-/// the channel the session plays declares it, and the implementation is its dialer.
-pub(super) fn after_close(c: &Contract, other: &str, code: u16) -> bool {
-    redial_of(c).is_some_and(|(ch, r)| {
-        c.channels[&ch].connects.as_deref() == Some(other)
-            && r.after.contains(&RedialAfter::Close(code))
-    })
+/// The close code limit `l`'s action ends the channel with, where the implementation
+/// (`other`), dialing the played channel, redials after it (toolchannel's 1001 on the
+/// worker's own deadlines).
+pub(super) fn after_timer(c: &Contract, other: &str, l: &contract::model::Limit) -> Option<u16> {
+    let a = l
+        .action
+        .as_ref()
+        .filter(|a| a.action == ActionKind::Close)?;
+    let code = u16::try_from(a.code.as_ref()?.as_u64()?).ok()?;
+    let (ch, r) = redial_of(c)?;
+    let dials = c.channels[&ch].connects.as_deref() == Some(other);
+    (dials && r.after.contains(&RedialAfter::Close(code))).then_some(code)
 }
 
 /// What a redial is judged against, read from the session before it ends: its claim and

@@ -30,7 +30,7 @@ use super::carried;
 use super::plan::{Plan, Step};
 use super::probes::{action_name, closed_as, ends_the_channel};
 use super::shape::Shape;
-use super::{Session, example_of, plan_of, redial};
+use super::{LATE, Session, example_of, plan_of, redial};
 use crate::session::{Ctx, Got, Incoming, Kept};
 use crate::{BodyFuture, Failure, Verdict, pass};
 
@@ -38,8 +38,6 @@ use crate::{BodyFuture, Failure, Verdict, pass};
 /// is common), not an early expiry; at most a quarter of the clock's time. It does not
 /// shrink with `CONTRACT_TIME_SCALE`: a tick does not.
 const EARLY: Duration = Duration::from_millis(250);
-/// How late past its time a clock may run out, on a loaded machine.
-const LATE: Duration = Duration::from_millis(2500);
 /// How many of a limit's sends are watched when its own send restarts it (the second
 /// shows the spacing of sends that go unanswered).
 const SENDS_WATCHED: usize = 2;
@@ -98,12 +96,9 @@ pub(super) fn title(c: &Contract, role: &str, name: &str, l: &Limit) -> String {
         (None, None) => "runs out".into(),
     };
     let other = crate::other_party(c, role).unwrap_or_default();
-    let code = l.action.as_ref().and_then(|a| a.code.as_ref()?.as_u64());
-    let then = match code.and_then(|n| u16::try_from(n).ok()) {
-        Some(n) if redial::after_close(c, other, n) => {
-            ", then dials again as the channel's redial says"
-        }
-        _ => "",
+    let then = match redial::after_timer(c, other, l) {
+        Some(_) => ", then dials again as the channel's redial says",
+        None => "",
     };
     format!(
         "with the suite silent from the clock's start, the implementation {after} when {name} runs out, not before{then}"
@@ -450,15 +445,9 @@ fn redials(
     s: &Session,
     clock: &Clock<'_>,
 ) -> Result<Option<(u16, redial::Last)>, Failure> {
-    let code = (clock.l.action.as_ref())
-        .filter(|a| a.action == contract::model::ActionKind::Close)
-        .and_then(|a| a.code.as_ref()?.as_u64())
-        .and_then(|n| u16::try_from(n).ok());
-    match code {
-        Some(code) if redial::after_close(clock.c, &cx.other, code) => {
-            Ok(Some((code, redial::Last::of(cx, s)?)))
-        }
-        _ => Ok(None),
+    match redial::after_timer(clock.c, &cx.other, clock.l) {
+        Some(code) => Ok(Some((code, redial::Last::of(cx, s)?))),
+        None => Ok(None),
     }
 }
 

@@ -81,11 +81,7 @@ impl Cx<'_> {
             let why = "an upgrade needs the channel carried over `websocket` (its `transports`)";
             self.push(Lint::NameRef, at.clone(), why);
         }
-        let statuses = |s: u16| {
-            c.codes
-                .values()
-                .any(|t| t.kind == CodeKind::HttpStatus && t.values.iter().any(|v| v.value == s))
-        };
+        let statuses = |s: u16| c.code_of_kind(CodeKind::HttpStatus, s).is_some();
         for (field, r) in [("bearer", &u.bearer), ("subprotocol", &u.subprotocol)] {
             if let Some(r) = r.as_ref().filter(|r| !statuses(r.refused)) {
                 let why = format!(
@@ -135,9 +131,7 @@ impl Cx<'_> {
                 let why = "a close code needs the channel carried over `websocket`";
                 self.push(Lint::NameRef, i_at.clone(), why);
             }
-            let known = (c.codes.values()).any(|t| {
-                t.kind == CodeKind::CloseCode && t.values.iter().any(|v| v.value == *code)
-            });
+            let known = c.code_of_kind(CodeKind::CloseCode, *code).is_some();
             if !known {
                 let why = format!("close code {code} is in no `close-code` table");
                 self.push(Lint::NameRef, i_at, why);
