@@ -9,8 +9,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use contract::model::{
-    Binding, Capability, Channel, Claim, Credit, Cue, Example, Extension, FileSpec, Framing,
-    JsonRules, Note, Trace, VersionInfo, Violations,
+    Agreement, Binding, Capability, Channel, Claim, Credit, Cue, Example, Extension, FileSpec,
+    Framing, JsonRules, Note, Trace, VersionInfo, Violations,
 };
 
 use crate::ir::{IdRulesIr, Ir, LimitIr, MachineIr, MethodIr, TableIr};
@@ -50,6 +50,7 @@ pub struct Context<'a> {
     pub id_rules: &'a [IdRulesIr],
     pub credit: &'a IndexMap<String, Credit>,
     pub claims: &'a IndexMap<String, Claim>,
+    pub agreements: &'a IndexMap<String, Agreement>,
     pub cues: &'a IndexMap<String, Cue>,
     pub extensions: &'a IndexMap<String, Extension>,
     pub trace: Option<&'a Trace>,
@@ -259,6 +260,7 @@ impl<'a> Context<'a> {
             id_rules: &ir.id_rules,
             credit: &c.credit,
             claims: &c.claims,
+            agreements: &c.agreements,
             cues: &c.cues,
             extensions: &c.extensions,
             trace: c.trace.as_ref(),

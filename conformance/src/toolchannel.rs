@@ -1,26 +1,20 @@
-//! The toolchannel suite (seed 004 «Канал инструментов», digest P4, contract
-//! `schema/contracts/toolchannel.json`): the lifecycle checks the seed implies
-//! (digest P4.8), played as the host against a real worker (`--play host`) or as
-//! the worker against a real host (`--play worker`), over the real WebSocket.
+//! toolchannel's own hooks and its one hand-written check (seed 004 «Канал
+//! инструментов», digest P4, contract `schema/contracts/toolchannel.json`).
 //!
-//! Who dials follows the contract (`connects: worker`). Playing the host, the
-//! suite listens and a launched worker (`exec:CMD … {url} {token} {session} …`)
-//! dials it with its Bearer token; playing the worker, the suite dials a launched
-//! host (`exec:CMD … {listen} {token} {session} …`) with the token. Each check
-//! starts the implementation afresh with a fresh token and session id, so checks
-//! never see each other's sessions. A target the suite does not launch
-//! (`ws://…`) needs `--param token=… --param session=…`; the checks that judge a
-//! process's exit code then note that it cannot be seen.
+//! The hooks open every session the derived suite plays, over the real WebSocket.
+//! Who dials follows the contract (`connects: worker`). Playing the host, the suite
+//! listens and a launched worker (`exec:CMD … {url} {token} {session} …`) dials it with
+//! its Bearer token; playing the worker, the suite dials a launched host (`exec:CMD …
+//! {listen} {token} {session} …`) with the token. Each check starts the implementation
+//! afresh with a fresh token and session id. A target the suite does not launch
+//! (`ws://…`) needs `--param token=… --param session=…`.
 //!
-//! One rule, one failing check: every check tolerates what another check judges
-//! (the handshake order is judged by `toolchannel.handshake.order` only, the
-//! reverse-capability refusals by the derived `call.<method>` checks only), and
-//! whatever the implementation sends that a check is not waiting for is answered
-//! as a plain conforming peer would (heartbeats, tool calls, unknown requests).
-//! Codes, close codes, exit codes, limits and version names come from the
-//! contract; the only numbers of the suite's own are its short test profile
-//! (budgets sent in `initialize`, never above the contract's defaults) and the
-//! slack it allows around timers.
+//! The check left hand-written, `toolchannel.release` (playing the worker): the host
+//! never releases idle or explicitly while one of its tools/call is unanswered, and its
+//! release carries releaseGraceSeconds. The data has no rule of the form "not while a
+//! request of another method is pending" yet. Everything else the seed implies is
+//! derived: the handshake, identity and the effective version (`agreements`), heartbeats
+//! (`timer.*`, the engine's `limit.raised` in `behaviour`), redials, exits.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,28 +31,10 @@ use super::session::{free_port, fresh, unsendable};
 use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, first_channel, str_at};
 use contract_transport::conn::{BoxMsg, CloseFrame, Hello, Msg};
 use contract_transport::endpoint::ws::WsListener;
-use contract_transport::endpoint::{Endpoint, Incoming, Listener, Options};
+use contract_transport::endpoint::{Endpoint, Listener, Options};
 
 /// The request path of the WebSocket the suite serves or dials for a launched target.
 const PATH: &str = "/worker";
-/// The suite's own short profile, sent as budgets when it plays the host: each value is
-/// lowered to the contract's default if that is smaller (budgets may only be lowered).
-/// Short so that heartbeats, the ready acknowledgement and redials happen within seconds.
-const SHORT_PROFILE: [(&str, f64); 7] = [
-    ("handshakeSeconds", 5.0),
-    ("readySeconds", 10.0),
-    ("readyAckSeconds", 5.0),
-    ("heartbeatIntervalSeconds", 1.0),
-    ("heartbeatGraceSeconds", 3.0),
-    ("releaseGraceSeconds", 5.0),
-    ("reconnectWindowSeconds", 20.0),
-];
-/// Slack allowed after a timer (scheduling, a loaded machine, a Python start-up).
-const SLACK: Duration = Duration::from_millis(2500);
-/// How much earlier than its budget a timer may fire (clock granularity of the peers).
-const EARLY: Duration = Duration::from_millis(400);
-/// How long the suite watches for something that must not happen before it acts.
-const QUIET: Duration = Duration::from_millis(700);
 /// How long the suite holds a host's `tools/call` in the release check.
 const HOLD: Duration = Duration::from_millis(1200);
 /// How often the suite heartbeats while it waits for a host to release (faster than the
@@ -68,54 +44,20 @@ const RELEASE_BEAT: Duration = Duration::from_millis(150);
 const SUITE_TAG: &str = "contract-proxy-conformance";
 
 bodies! {
-    h_init => host_init, w_init => worker_init,
-    h_mismatch => host_mismatch, w_mismatch => worker_mismatch,
-    h_channel => host_channel, w_channel => worker_channel,
-    h_heartbeat => host_heartbeat, w_heartbeat => worker_heartbeat,
     w_release => worker_release,
 }
 
 /// The suite for `role` (`host` or `worker`); `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
-    let rows: Vec<Row> = vec![
-        (
-            "toolchannel.handshake.initialize",
-            "initialize first, capabilities {}, _meta.agentfy {sessionId = token sub, channelVersion, profile, budgets without dialSeconds}; the result carries protocolVersion and the worker's own sessionId, channelVersion, instanceId, attempt 0",
-            "1. initialize (request and result); Identity; P4.8 #4, #5 (T-3, T-15, T-44)",
-            Ok(h_init),
-            Ok(w_init),
+    let rows: Vec<Row> = vec![(
+        "toolchannel.release",
+        "agentfy/release never during a tools/call unless deadline/failed, carrying the token's sessionId and releaseGraceSeconds",
+        "4. agentfy/release; P4.8 #18, #19 (T-5, T-12, T-52)",
+        Err(
+            "the worker's release report and its close 4005 are the derived end.hostSession.releasing (the transition's `ends`, T-68)",
         ),
-        (
-            "toolchannel.session.mismatch",
-            "result sessionId ≠ token sub → -32002 SESSION_MISMATCH, close 4002, no tools/list; the worker exits 77",
-            "Identity; Error codes; P4.8 #6 (T-3, T-4, T-16)",
-            Ok(h_mismatch),
-            Ok(w_mismatch),
-        ),
-        (
-            "toolchannel.version.channel",
-            "every heartbeat carries the effective channelVersion min(host, worker); a wrong one → -32001 and close 4001 carrying both values",
-            "Version rule (channel minor); 3. agentfy/heartbeat; P4.8 #17 (T-4, T-16)",
-            Ok(h_channel),
-            Ok(w_channel),
-        ),
-        (
-            "toolchannel.heartbeat",
-            "agentfy/heartbeat every heartbeatIntervalSeconds from serving, carrying the worker's sessionId; answered with continue, idleBudgetSeconds, execBudgetSeconds (never raised); continue: false is the derived end.hostSession.running",
-            "3. agentfy/heartbeat; P4.8 #12, #16 (T-8, T-11, T-17)",
-            Ok(h_heartbeat),
-            Ok(w_heartbeat),
-        ),
-        (
-            "toolchannel.release",
-            "agentfy/release never during a tools/call unless deadline/failed, carrying the token's sessionId and releaseGraceSeconds",
-            "4. agentfy/release; P4.8 #18, #19 (T-5, T-12, T-52)",
-            Err(
-                "the worker's release report and its close 4005 are the derived end.hostSession.releasing (the transition's `ends`, T-68)",
-            ),
-            Ok(w_release),
-        ),
-    ];
+        Ok(w_release),
+    )];
     super::table(role, ["host", "worker"], rows)
 }
 
@@ -132,7 +74,6 @@ struct K {
     mcp: Vec<String>,
     /// Channel minors listed by the contract.
     minors: Vec<String>,
-    budget_keys: Vec<String>,
 }
 
 /// A declared version's string values, as listed.
@@ -147,20 +88,12 @@ impl K {
     fn new(cx: &Ctx) -> Result<Arc<K>, Failure> {
         let c = cx.wire.contract();
         let channel = first_channel(&cx.wire)?;
-        let budget_keys = c
-            .defs
-            .get("Budgets")
-            .and_then(|b| b.get("properties"))
-            .and_then(Value::as_object)
-            .map(|o| o.keys().cloned().collect())
-            .unwrap_or_default();
         let k = K {
             wire: cx.wire.clone(),
             channel,
             majors: version_values(c, "channelMajor"),
             mcp: version_values(c, "mcpProtocolVersion"),
             minors: version_values(c, "channelVersion"),
-            budget_keys,
         };
         if k.majors.is_empty() || k.mcp.is_empty() || k.minors.is_empty() {
             return Err(Failure::new(
@@ -186,22 +119,8 @@ impl K {
         self.table_code("closeCodes", name)
     }
 
-    /// The worker exit `table`'s value `code` maps to.
-    fn worker_exit(&self, table: &str, code: u16) -> Result<i32, Failure> {
-        let v = self.wire.contract().code_for(table, &json!(code))?;
-        v.mapped("workerExit")
-            .and_then(Value::as_i64)
-            .and_then(|e| i32::try_from(e).ok())
-            .ok_or_else(|| Failure::new(format!("{table} {code} maps no workerExit")))
-    }
-
     fn limit(&self, name: &str) -> Result<f64, Failure> {
         Ok(self.wire.limits().number(name)?)
-    }
-
-    /// The exit a worker owes after receiving close `code`.
-    fn exit_after_close(&self, code: u16) -> Result<i32, Failure> {
-        self.worker_exit("closeCodes", code)
     }
 
     /// A close reason of at most `closeReasonMaxBytes` (values truncated, never dropped, T-16).
@@ -215,35 +134,6 @@ impl K {
             r.pop();
         }
         r
-    }
-
-    /// The lowest channel minor of the spoken major (`1.0.0`): no worker is below it.
-    fn lowest_minor(&self) -> String {
-        let major = semver(&self.minors[0]).map(|v| v.0).unwrap_or(1);
-        format!("{major}.0.0")
-    }
-
-    fn highest_minor(&self) -> String {
-        self.minors
-            .iter()
-            .max_by_key(|v| semver(v))
-            .cloned()
-            .unwrap_or_else(|| self.minors[0].clone())
-    }
-
-    /// The budgets the suite sends when it plays the host.
-    fn short_budgets(&self) -> Result<serde_json::Map<String, Value>, Failure> {
-        let mut out = serde_json::Map::new();
-        for key in &self.budget_keys {
-            let contract = self.limit(key)?;
-            let mine = SHORT_PROFILE
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| *v)
-                .unwrap_or(contract);
-            out.insert(key.clone(), json!(mine.min(contract).max(1.0) as u64));
-        }
-        Ok(out)
     }
 }
 
@@ -261,28 +151,9 @@ fn semver(v: &str) -> Option<(u64, u64, u64)> {
     Some((it.next()??, it.next()??, it.next()??))
 }
 
-fn code_of(g: &Got) -> Option<i64> {
-    g.at_ptr("/error/code").and_then(Value::as_i64)
-}
-
-/// Whether `g` answers the request `id` (a result or an error).
-fn answers(g: &Got, id: &Value) -> bool {
-    g.value().is_some_and(|v| {
-        v.get("method").is_none()
-            && v.get("id") == Some(id)
-            && (v.get("result").is_some() || v.get("error").is_some())
-    })
-}
-
 fn is_request(g: &Got, method: &str) -> bool {
     g.ok()
         .is_some_and(|m| m.kind == Kind::Request && m.method.as_deref() == Some(method))
-}
-
-fn is_notification(g: &Got, method: &str) -> bool {
-    g.value().is_some_and(|v| {
-        v.get("id").is_none() && v.get("method").and_then(Value::as_str) == Some(method)
-    })
 }
 
 fn evidence(f: Failure, who: &str, g: &Got) -> Failure {
@@ -297,26 +168,6 @@ fn closed(what: &str, code: Option<u16>, reason: &str) -> Failure {
         "the connection ended ({c}) while waiting for {what}"
     ))
     .with("close reason", reason.as_bytes())
-}
-
-/// An end of the connection that is not close `want` fails, as the end of waiting for `what`.
-fn close_is(want: u16, code: Option<u16>, reason: &str, what: &str) -> Result<(), Failure> {
-    if code == Some(want) {
-        Ok(())
-    } else {
-        Err(closed(what, code, reason))
-    }
-}
-
-/// A close reason that must name both `a` and `b` (the two sides' versions, T-16).
-fn carries_both(close: u16, reason: &str, a: &str, b: &str) -> Result<(), Failure> {
-    if reason.contains(a) && reason.contains(b) {
-        return Ok(());
-    }
-    Err(Failure::new(format!(
-        "close {close} does not carry both versions ({a}, {b})"
-    ))
-    .with("close reason", reason.as_bytes()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -406,11 +257,6 @@ impl Chan {
         Ok(())
     }
 
-    /// Send bytes as one text message, unvalidated (probes that break the contract).
-    async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), Failure> {
-        self.put(Msg::Text(Bytes::copy_from_slice(bytes))).await
-    }
-
     fn id(&mut self) -> Value {
         self.next_id += 1;
         json!(self.next_id)
@@ -420,15 +266,6 @@ impl Chan {
         let id = self.id();
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await?;
-        Ok(id)
-    }
-
-    /// A request the contract forbids the suite's party to send (a probe), sent as is.
-    async fn request_raw(&mut self, method: &str, params: Value) -> Result<Value, Failure> {
-        let id = self.id();
-        let m = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send_raw(m.to_string().as_bytes()).await?;
-        self.mine.insert(key(&id), method.to_string());
         Ok(id)
     }
 
@@ -443,12 +280,6 @@ impl Chan {
     async fn reply(&mut self, id: &Value, result: Value) -> Result<(), Failure> {
         self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
             .await
-    }
-
-    async fn reply_raw(&mut self, id: &Value, result: Value) -> Result<(), Failure> {
-        self.theirs.remove(&key(id));
-        let m = json!({"jsonrpc": "2.0", "id": id, "result": result});
-        self.send_raw(m.to_string().as_bytes()).await
     }
 
     async fn error(&mut self, id: &Value, code: i64, message: &str) -> Result<(), Failure> {
@@ -638,7 +469,6 @@ struct Dock {
     token: String,
     /// The SESSION_ID the worker was given.
     session: String,
-    launched: bool,
 }
 
 /// Where the suite dials a host under test (the suite plays the worker).
@@ -723,17 +553,11 @@ async fn worker_dock(cx: &mut Ctx) -> Result<Dock, Failure> {
                 l: Arc::new(Listener::Ws(l)),
                 token,
                 session,
-                launched: true,
             })
         }
         Err(l) => {
             let (token, session) = given(cx)?;
-            Ok(Dock {
-                l,
-                token,
-                session,
-                launched: false,
-            })
+            Ok(Dock { l, token, session })
         }
     }
 }
@@ -797,10 +621,6 @@ async fn admit(cx: &mut Ctx, k: &K, l: &Listener, wait: Duration) -> Result<BoxM
 struct Sess {
     ch: Chan,
     k: Arc<K>,
-    /// The suite plays the host.
-    host: bool,
-    /// The token's sub (the session id the host believes).
-    sid: String,
     wait: Duration,
     /// Budgets: those sent (playing the host) or received (playing the worker).
     budgets: serde_json::Map<String, Value>,
@@ -820,29 +640,14 @@ struct Sess {
     expect_release: bool,
     running_at: Option<Instant>,
     started: Instant,
-    /// Playing the host: the worker's heartbeats, reverse requests and answers.
-    answer_hb: bool,
-    beats: Vec<Got>,
-    reverse: Vec<Got>,
-    init_id: Option<Value>,
-    result: Option<Got>,
-    ready: Option<Got>,
-    tools: Vec<String>,
     notes: Vec<String>,
 }
 
 impl Sess {
-    fn new(k: &Arc<K>, host: bool, io: BoxMsg, sid: &str, wait: Duration) -> Self {
-        let (me, other) = if host {
-            ("host", "worker")
-        } else {
-            ("worker", "host")
-        };
+    fn new(k: &Arc<K>, io: BoxMsg, sid: &str, wait: Duration) -> Self {
         Sess {
-            ch: Chan::new(k, me, other, io),
+            ch: Chan::new(k, "worker", "host", io),
             k: k.clone(),
-            host,
-            sid: sid.to_string(),
             wait,
             budgets: serde_json::Map::new(),
             own_sid: sid.to_string(),
@@ -859,13 +664,6 @@ impl Sess {
             expect_release: false,
             running_at: None,
             started: Instant::now(),
-            answer_hb: true,
-            beats: Vec::new(),
-            reverse: Vec::new(),
-            init_id: None,
-            result: None,
-            ready: None,
-            tools: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -874,27 +672,8 @@ impl Sess {
         Instant::now() + self.wait
     }
 
-    fn other(&self) -> &'static str {
-        if self.host { "worker" } else { "host" }
-    }
-
     fn bad(&self, g: &Got, why: impl Into<String>) -> Failure {
-        evidence(Failure::new(why), self.other(), g)
-    }
-
-    /// An error answer `g` with code `want`; any other answer to what the suite sent (`sent`)
-    /// fails, saying what it got (`tail` ends the text).
-    fn coded(&self, g: &Got, want: i64, sent: &str, tail: &str) -> Result<(), Failure> {
-        if code_of(g) == Some(want) {
-            return Ok(());
-        }
-        Err(self.bad(
-            g,
-            format!(
-                "{sent} got {:?}; the contract says {want}{tail}",
-                code_of(g)
-            ),
-        ))
+        evidence(Failure::new(why), "host", g)
     }
 
     fn budget(&self, name: &str) -> Result<f64, Failure> {
@@ -914,13 +693,6 @@ impl Sess {
             self.ch.request("agentfy/heartbeat", p).await?;
         }
         Ok(())
-    }
-
-    /// Playing the host: the result of a heartbeat, the budgets unchanged.
-    fn beat_result(&self, cont: bool) -> Value {
-        json!({"continue": cont,
-            "idleBudgetSeconds": self.budgets.get("idleSeconds").cloned().unwrap_or(json!(1)),
-            "execBudgetSeconds": self.budgets.get("maxExecSeconds").cloned().unwrap_or(json!(1))})
     }
 
     fn heartbeat_params(&self, version: Option<&str>) -> Value {
@@ -965,32 +737,6 @@ impl Sess {
         let Some(id) = id else {
             return Ok(()); // notifications are logged (Chan::log), never answered
         };
-        if self.host {
-            match method.as_str() {
-                "agentfy/heartbeat" if g.ok().is_some() => {
-                    self.beats.push(g.clone());
-                    if self.answer_hb {
-                        let r = self.beat_result(true);
-                        self.ch.reply(&id, r).await?;
-                    }
-                }
-                m if m.starts_with("sampling/") => {
-                    self.reverse.push(g.clone());
-                    let code = self.k.err("SAMPLING_DISABLED")?;
-                    self.ch.error(&id, code, "SAMPLING_DISABLED").await?;
-                }
-                m => {
-                    if m.starts_with("elicitation/") || m.starts_with("roots/") {
-                        self.reverse.push(g.clone());
-                    }
-                    let code = self.k.err("CAPABILITY_NOT_NEGOTIATED")?;
-                    self.ch
-                        .error(&id, code, "CAPABILITY_NOT_NEGOTIATED")
-                        .await?;
-                }
-            }
-            return Ok(());
-        }
         match method.as_str() {
             "tools/list" => {
                 self.ch.reply(&id, json!({"tools": [echo_tool()]})).await?;
@@ -1051,22 +797,12 @@ impl Sess {
                 Ev::End(code, reason) => return Err(closed(what, code, &reason)),
                 Ev::Timeout => {
                     if Instant::now() >= until {
-                        return Err(Failure::new(format!(
-                            "no {what} from the {} in time",
-                            self.other()
-                        )));
+                        return Err(Failure::new(format!("no {what} from the host in time")));
                     }
                     self.tick().await?;
                 }
             }
         }
-    }
-
-    /// The answer to request `id`.
-    async fn answer(&mut self, what: &str, id: &Value, until: Instant) -> Result<Got, Failure> {
-        let id = id.clone();
-        self.until(what, until, |g| answers(g, &id).then(|| g.clone()))
-            .await
     }
 
     /// The next `method` request of the implementation (`what` names it in a failure).
@@ -1080,183 +816,8 @@ impl Sess {
             .await
     }
 
-    /// Send a heartbeat (with `version`, else the effective channelVersion) and return the
-    /// answer, `what` naming it in a failure.
-    async fn beat(&mut self, what: &str, version: Option<&str>) -> Result<Got, Failure> {
-        let p = self.heartbeat_params(version);
-        let id = self.ch.request("agentfy/heartbeat", p).await?;
-        self.answer(what, &id, self.soon()).await
-    }
-
-    /// Read for `dur`; the first frame `bad` flags is returned (after the background saw it).
-    async fn watch(
-        &mut self,
-        dur: Duration,
-        mut bad: impl FnMut(&Got) -> bool,
-    ) -> Result<Option<Got>, Failure> {
-        let until = Instant::now() + dur;
-        loop {
-            let stop = self.stop(until);
-            match self.ch.next(stop).await {
-                Ev::Frame(g) => {
-                    if bad(&g) {
-                        return Ok(Some(*g));
-                    }
-                    self.background(&g).await?;
-                }
-                Ev::End(code, reason) => {
-                    return Err(closed("nothing (a quiet watch)", code, &reason));
-                }
-                Ev::Timeout => {
-                    if Instant::now() >= until {
-                        return Ok(None);
-                    }
-                    self.tick().await?;
-                }
-            }
-        }
-    }
-
-    /// Read until the connection ends, which must be close `want`: its reason and when it
-    /// came. `what` names the wait (in a timeout), `judged` the close looked for (in a
-    /// failure when the connection ends otherwise).
-    async fn closes(
-        &mut self,
-        want: u16,
-        what: &str,
-        judged: &str,
-        until: Instant,
-    ) -> Result<(String, Instant), Failure> {
-        let (code, reason, at) = self.end(what, until).await?;
-        close_is(want, code, &reason, judged)?;
-        Ok((reason, at))
-    }
-
-    /// Read until the connection ends: its close code and reason.
-    async fn end(
-        &mut self,
-        what: &str,
-        until: Instant,
-    ) -> Result<(Option<u16>, String, Instant), Failure> {
-        loop {
-            let stop = self.stop(until);
-            match self.ch.next(stop).await {
-                // Best effort: the other side is closing, a reply may find the socket gone.
-                Ev::Frame(g) => {
-                    let _ = self.background(&g).await;
-                }
-                Ev::End(code, reason) => return Ok((code, reason, Instant::now())),
-                Ev::Timeout => {
-                    if Instant::now() >= until {
-                        return Err(Failure::new(format!(
-                            "the {} did not {what} in time",
-                            self.other()
-                        )));
-                    }
-                    let _ = self.tick().await;
-                }
-            }
-        }
-    }
-
-    // --- playing the host ---------------------------------------------------------------
-
-    fn init_params(&self, minor: &str, protocol: &str) -> Value {
-        json!({
-            "protocolVersion": protocol,
-            "clientInfo": {"name": "agentfy-worker-gateway", "version": SUITE_TAG},
-            "capabilities": {},
-            "_meta": {"agentfy": {
-                "sessionId": self.sid, "channelVersion": minor,
-                "profile": "light", "budgets": self.budgets,
-            }}
-        })
-    }
-
-    /// Send initialize offering the newest channel minor and the spoken MCP version, and
-    /// return its result (an error answer fails).
-    async fn init(&mut self) -> Result<Got, Failure> {
-        let p = self.init_params(&self.k.highest_minor(), &self.k.mcp[0]);
-        self.initialize(p, false).await
-    }
-
-    /// Send initialize and return its result (an error answer fails).
-    async fn initialize(&mut self, params: Value, raw: bool) -> Result<Got, Failure> {
-        let id = if raw {
-            self.ch.request_raw("initialize", params).await?
-        } else {
-            self.ch.request("initialize", params).await?
-        };
-        self.init_id = Some(id.clone());
-        let until = self.soon();
-        let g = self.answer("initialize result", &id, until).await?;
-        if g.at_ptr("/error").is_some() {
-            return Err(self.bad(&g, "the worker refused initialize"));
-        }
-        if let Err(v) = &g.msg {
-            return Err(self.bad(
-                &g,
-                format!("the initialize result breaks the contract: {}", v.reason),
-            ));
-        }
-        self.result = Some(g.clone());
-        Ok(g)
-    }
-
-    /// After the result: wait for notifications/initialized and agentfy/ready (in any
-    /// order; toolchannel.handshake.order judges it), then tools/list → serving.
-    async fn serve(&mut self) -> Result<(), Failure> {
-        let until = self.soon();
-        let (mut init, mut ready) = (false, false);
-        while !(init && ready) {
-            let g = self
-                .until("notifications/initialized and agentfy/ready", until, |g| {
-                    (is_notification(g, "notifications/initialized")
-                        || is_notification(g, "agentfy/ready"))
-                    .then(|| g.clone())
-                })
-                .await?;
-            if is_notification(&g, "agentfy/ready") {
-                ready = true;
-                self.ready = Some(g);
-            } else {
-                init = true;
-            }
-        }
-        let id = self.ch.request("tools/list", json!({})).await?;
-        let g = self.answer("tools/list result", &id, self.soon()).await?;
-        if g.at_ptr("/error").is_some() || g.msg.is_err() {
-            return Err(self.bad(&g, "tools/list was not answered with a valid result"));
-        }
-        self.tools = g
-            .at_ptr("/result/tools")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        self.running_at = Some(Instant::now());
-        Ok(())
-    }
-
-    fn result_meta(&self, field: &str) -> Option<Value> {
-        self.result
-            .as_ref()
-            .and_then(|g| g.at_ptr(&format!("/result/_meta/agentfy/{field}")))
-            .cloned()
-    }
-
-    // --- playing the worker -------------------------------------------------------------
-
-    /// Wait for initialize and answer it (the result edited by `edit`; `raw` skips the
-    /// suite's own validation, for probes); returns the initialize request.
-    async fn accept_initialize(
-        &mut self,
-        edit: impl FnOnce(&mut Value),
-        raw: bool,
-    ) -> Result<Got, Failure> {
+    /// Wait for initialize and answer it; returns the initialize request.
+    async fn accept_initialize(&mut self) -> Result<Got, Failure> {
         let until = self.soon();
         let g = self.request_of("initialize", "initialize", until).await?;
         let v = g.value().cloned().unwrap_or(Value::Null);
@@ -1280,7 +841,7 @@ impl Sess {
         } else {
             self.k.mcp[0].clone()
         };
-        let mut result = json!({
+        let result = json!({
             "protocolVersion": protocol,
             "serverInfo": {"name": "agentfy-worker", "version": SUITE_TAG},
             "capabilities": {"tools": {"listChanged": true}},
@@ -1289,13 +850,8 @@ impl Sess {
                 "instanceId": self.instance, "attempt": self.attempt,
             }}
         });
-        edit(&mut result);
         let id = v.get("id").cloned().unwrap_or(Value::Null);
-        if raw {
-            self.ch.reply_raw(&id, result).await?;
-        } else {
-            self.ch.reply(&id, result).await?;
-        }
+        self.ch.reply(&id, result).await?;
         Ok(g)
     }
 
@@ -1315,17 +871,9 @@ impl Sess {
         self.background(&g).await
     }
 
-    /// Stop heartbeating and let what is in flight (the host's first tools/call) settle
-    /// before a probe the host answers by closing: a frame crossing a host's close and
-    /// exit resets the socket and destroys the close frame.
-    async fn settle(&mut self) -> Result<(), Failure> {
-        self.hb_every = None;
-        self.watch(QUIET, |_| false).await.map(drop)
-    }
-
     /// The whole handshake, heartbeats on at the budget interval.
     async fn up(&mut self) -> Result<(), Failure> {
-        self.accept_initialize(|_| {}, false).await?;
+        self.accept_initialize().await?;
         self.hb_every = Some(secs(self.budget("heartbeatIntervalSeconds")?)?);
         self.initialized().await?;
         self.ready().await?;
@@ -1342,33 +890,6 @@ fn echo_result() -> Value {
     json!({"content": [{"type": "text", "text": "conformance"}]})
 }
 
-/// Playing the host: the worker's next dial within `wait`, admitted as a session.
-async fn host_admit(
-    cx: &mut Ctx,
-    k: &Arc<K>,
-    dock: &Dock,
-    wait: Duration,
-) -> Result<Sess, Failure> {
-    let io = admit(cx, k, &dock.l, wait).await?;
-    Ok(Sess::new(k, true, io, &dock.session, cx.opts.deadline))
-}
-
-/// Playing the host: a launched (or dialing) worker, admitted, as a session.
-async fn host_session(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure> {
-    let dock = worker_dock(cx).await?;
-    let mut s = host_admit(cx, k, &dock, cx.opts.deadline).await?;
-    s.budgets = k.short_budgets()?;
-    Ok((dock, s))
-}
-
-/// Playing the host: a session through to serving.
-async fn host_up(cx: &mut Ctx, k: &Arc<K>) -> Result<(Dock, Sess), Failure> {
-    let (dock, mut s) = host_session(cx, k).await?;
-    s.init().await?;
-    s.serve().await?;
-    Ok((dock, s))
-}
-
 /// Playing the worker: a launched (or listening) host, dialed; the contract, the berth and
 /// the session.
 async fn worker_session(cx: &mut Ctx) -> Result<(Arc<K>, Berth, Sess), Failure> {
@@ -1381,7 +902,7 @@ async fn worker_session(cx: &mut Ctx) -> Result<(Arc<K>, Berth, Sess), Failure> 
 /// Playing the worker: dial the host with the token and the spoken major.
 async fn worker_dial(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
     let io = dial_host(cx, k, b).await?;
-    Ok(Sess::new(k, false, io, &b.session, cx.opts.deadline))
+    Ok(Sess::new(k, io, &b.session, cx.opts.deadline))
 }
 
 /// The upgrade a valid worker sends: the token and the spoken major.
@@ -1400,61 +921,6 @@ async fn dial_host(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failur
     }
 }
 
-/// How a host ended a connection it had to refuse after the initialize result.
-struct Refused {
-    code: Option<u16>,
-    reason: String,
-    /// An error response with the code looked for arrived before the close.
-    error_frame: bool,
-}
-
-/// Playing the worker, after an initialize result the host must refuse: wait for its
-/// close. Nothing is sent at first (a host that closes and exits would reset a socket
-/// with unread frames, destroying its close frame); a host still silent after
-/// [`QUIET`] gets `notifications/initialized` and `agentfy/ready`, in case it decides
-/// later. A tools/list or tools/call means the host went on with the session.
-async fn refused(s: &mut Sess, what: &str, code: Option<i64>) -> Result<Refused, Failure> {
-    let mut error_frame = false;
-    let mut nudged = false;
-    let until = s.soon();
-    loop {
-        let stop = if nudged {
-            until
-        } else {
-            (Instant::now() + QUIET).min(until)
-        };
-        match s.ch.next(stop).await {
-            Ev::Frame(g) => {
-                if is_request(&g, "tools/list") || is_request(&g, "tools/call") {
-                    return Err(s.bad(&g, format!("the host went on with a session after {what}")));
-                }
-                if code.is_some() && code_of(&g) == code {
-                    error_frame = true;
-                }
-            }
-            Ev::Timeout if !nudged && Instant::now() < until => {
-                nudged = true;
-                // Best effort: the host may be closing meanwhile.
-                let _ = s.initialized().await;
-                let _ = s.ready().await;
-            }
-            Ev::Timeout => {
-                return Err(Failure::new(format!(
-                    "the host did not close within {:?} after {what}",
-                    s.wait
-                )));
-            }
-            Ev::End(c, reason) => {
-                return Ok(Refused {
-                    code: c,
-                    reason,
-                    error_frame,
-                });
-            }
-        }
-    }
-}
-
 fn pass(s: &Sess, what: String) -> Result<Verdict, Failure> {
     if s.notes.is_empty() {
         Ok(Verdict::Pass(what))
@@ -1464,341 +930,6 @@ fn pass(s: &Sess, what: String) -> Result<Verdict, Failure> {
             s.notes.join("; ")
         )))
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// handshake
-
-async fn host_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (dock, s) = host_up(cx, &k).await?;
-    let Some(g) = s.result.clone() else {
-        return Err(Failure::new("no initialize result"));
-    };
-    let pv = g
-        .at_ptr("/result/protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if !k.mcp.iter().any(|m| m == pv) {
-        return Err(s.bad(
-            &g,
-            format!("result protocolVersion {pv:?} is not one the contract lists"),
-        ));
-    }
-    let sid = s.result_meta("sessionId");
-    if dock.launched && sid.as_ref().and_then(Value::as_str) != Some(dock.session.as_str()) {
-        return Err(s.bad(
-            &g,
-            format!(
-                "result _meta.agentfy.sessionId is not the worker's own SESSION_ID {:?} (T-3)",
-                dock.session
-            ),
-        ));
-    }
-    let cv = s.result_meta("channelVersion");
-    let cv = cv.as_ref().and_then(Value::as_str).unwrap_or("");
-    let host_major = semver(&k.highest_minor()).map(|v| v.0);
-    if semver(cv).map(|v| v.0) != host_major {
-        return Err(s.bad(
-            &g,
-            format!("result channelVersion {cv:?} is not a semver of the channel major"),
-        ));
-    }
-    if s.result_meta("instanceId")
-        .as_ref()
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
-        return Err(s.bad(&g, "result _meta.agentfy.instanceId is missing or empty"));
-    }
-    let attempt = s.result_meta("attempt").and_then(|v| v.as_u64());
-    if attempt != Some(0) {
-        return Err(s.bad(
-            &g,
-            format!("attempt on the first dial is {attempt:?}, not 0"),
-        ));
-    }
-    if let Some(r) = s.ready.clone() {
-        let rs = r.at_ptr("/params/sessionId").and_then(Value::as_str);
-        if dock.launched && rs != Some(dock.session.as_str()) {
-            return Err(s.bad(
-                &r,
-                "agentfy/ready carries another sessionId than the worker's own",
-            ));
-        }
-    }
-    pass(
-        &s,
-        format!("protocolVersion {pv}, channelVersion {cv}, attempt 0, own sessionId"),
-    )
-}
-
-async fn worker_init(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (_, b, mut s) = worker_session(cx).await?;
-    let g = s.accept_initialize(|_| {}, false).await?;
-    if let Some(first) = s.ch.log.first()
-        && !is_request(first, "initialize")
-    {
-        return Err(s.bad(first, "the host's first frame after 101 is not initialize"));
-    }
-    if let Err(v) = &g.msg {
-        return Err(s.bad(&g, format!("initialize breaks the contract: {}", v.reason)));
-    }
-    let caps = g.at_ptr("/params/capabilities");
-    if caps
-        .and_then(Value::as_object)
-        .is_none_or(|o| !o.is_empty())
-    {
-        return Err(s.bad(
-            &g,
-            "initialize capabilities are not {} (no sampling, elicitation, roots)",
-        ));
-    }
-    let sid = g
-        .at_ptr("/params/_meta/agentfy/sessionId")
-        .and_then(Value::as_str);
-    if sid != Some(b.session.as_str()) {
-        return Err(s.bad(
-            &g,
-            format!(
-                "initialize _meta.agentfy.sessionId is not the token's sub {:?}",
-                b.session
-            ),
-        ));
-    }
-    for field in ["channelVersion", "profile", "budgets"] {
-        if g.at_ptr(&format!("/params/_meta/agentfy/{field}"))
-            .is_none()
-        {
-            return Err(s.bad(&g, format!("initialize _meta.agentfy has no {field}")));
-        }
-    }
-    if g.at_ptr("/params/_meta/agentfy/budgets/dialSeconds")
-        .is_some()
-    {
-        return Err(s.bad(
-            &g,
-            "initialize budgets carry dialSeconds (deliberately absent)",
-        ));
-    }
-    s.hb_every = Some(secs(s.budget("heartbeatIntervalSeconds")?)?);
-    s.initialized().await?;
-    s.ready().await?;
-    s.listed().await?;
-    pass(
-        &s,
-        "initialize first, capabilities {}, sessionId = token sub, budgets without dialSeconds"
-            .into(),
-    )
-}
-
-// ---------------------------------------------------------------------------------------------
-// identity and redials
-
-async fn host_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (dock, mut s) = host_session(cx, &k).await?;
-    // The suite's token sub differs from the SESSION_ID the worker was given.
-    s.sid = fresh("sub");
-    let g = s.init().await?;
-    let got = g
-        .at_ptr("/result/_meta/agentfy/sessionId")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if got == s.sid {
-        return Err(s.bad(&g, "the worker echoed the host's sessionId instead of returning its own SESSION_ID (T-3): the mismatch check becomes vacuous"));
-    }
-    if dock.launched && got != dock.session {
-        return Err(s.bad(
-            &g,
-            format!(
-                "the result sessionId is not the worker's SESSION_ID {:?}",
-                dock.session
-            ),
-        ));
-    }
-    let code = k.err("SESSION_MISMATCH")?;
-    let close = k.close("SESSION_REJECTED")?;
-    let reason = format!("{code} SESSION_MISMATCH expected={} got={got}", s.sid);
-    s.ch.close(close, &reason).await;
-    let want = k.exit_after_close(close)?;
-    let seen = super::derived::exit_owed(cx, want, &format!("close {close} ({code})")).await?;
-    if dock.launched
-        && let Ok(Ok(Incoming::Ws(_))) = tokio::time::timeout(Duration::ZERO, dock.l.accept()).await
-    {
-        return Err(Failure::new(format!(
-            "the worker redialed after close {close}"
-        )));
-    }
-    pass(&s, format!("own sessionId returned; {seen}"))
-}
-
-async fn worker_mismatch(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (k, _, mut s) = worker_session(cx).await?;
-    s.own_sid = fresh("other-session");
-    s.accept_initialize(|_| {}, false).await?;
-    let code = k.err("SESSION_MISMATCH")?;
-    let want = k.close("SESSION_REJECTED")?;
-    let r = refused(
-        &mut s,
-        "a result whose sessionId is not the token's sub",
-        Some(code),
-    )
-    .await?;
-    close_is(want, r.code, &r.reason, &format!("close {want}")).map_err(|f| {
-        f.with(
-            "expected",
-            format!("close {want} carrying {code}").as_bytes(),
-        )
-    })?;
-    if !r.error_frame && !r.reason.contains(&code.to_string()) {
-        return Err(Failure::new(format!(
-            "close {want} carries no {code} (neither an error frame nor the close reason, T-4)"
-        ))
-        .with("close reason", r.reason.as_bytes()));
-    }
-    pass(&s, format!("close {want} {:?}", r.reason))
-}
-
-// ---------------------------------------------------------------------------------------------
-// versions
-
-async fn host_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (_dock, mut s) = host_session(cx, &k).await?;
-    let mine = k.lowest_minor();
-    let p = s.init_params(&mine, &k.mcp[0]);
-    s.initialize(p, false).await?;
-    s.serve().await?;
-    let theirs = s
-        .result_meta("channelVersion")
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    let effective = match (semver(&mine), semver(&theirs)) {
-        (Some(a), Some(b)) if b < a => theirs.clone(),
-        _ => mine.clone(),
-    };
-    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
-    for n in 1..=2 {
-        let until = Instant::now() + every + SLACK;
-        let g = s
-            .request_of(&format!("heartbeat {n}"), "agentfy/heartbeat", until)
-            .await?;
-        let v = g
-            .at_ptr("/params/channelVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if v != effective {
-            return Err(s.bad(&g, format!("heartbeat channelVersion {v:?}; min(host {mine}, worker {theirs}) is {effective}")));
-        }
-        s.background(&g).await?;
-    }
-    pass(
-        &s,
-        format!("heartbeats carry {effective} = min(host {mine}, worker {theirs})"),
-    )
-}
-
-async fn worker_channel(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (k, _, mut s) = worker_session(cx).await?;
-    s.up().await?;
-    s.settle().await?;
-    let effective = s.effective.clone().unwrap_or_default();
-    let wrong = match semver(&effective) {
-        Some((a, b, c)) => format!("{a}.{b}.{}", c + 1),
-        None => k.highest_minor(),
-    };
-    s.hb_every = None;
-    let g = s
-        .beat(
-            "the answer to a heartbeat with a wrong channelVersion",
-            Some(&wrong),
-        )
-        .await?;
-    let want = k.err("CHANNEL_VERSION_MISMATCH")?;
-    let sent = format!("a heartbeat with channelVersion {wrong} (effective {effective})");
-    s.coded(&g, want, &sent, "")?;
-    let close = k.close("VERSION_UNSUPPORTED")?;
-    let judged = format!("close {close} after {want}");
-    let (reason, _) = s
-        .closes(close, &format!("close {close}"), &judged, s.soon())
-        .await?;
-    carries_both(close, &reason, &effective, &wrong)?;
-    pass(&s, format!("{want}, then close {close} {reason:?}"))
-}
-
-// ---------------------------------------------------------------------------------------------
-// heartbeats and deadlines
-
-async fn host_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let k = K::new(cx)?;
-    let (dock, mut s) = host_up(cx, &k).await?;
-    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
-    let mut last = s.running_at.unwrap_or_else(Instant::now);
-    let mut beats = Vec::new();
-    for n in 1..=3 {
-        let until = last + every + SLACK;
-        let g = s
-            .request_of(&format!("heartbeat {n}"), "agentfy/heartbeat", until)
-            .await?;
-        let gap = g.at.duration_since(last);
-        if gap + EARLY < every {
-            return Err(s.bad(&g, format!("heartbeat {n} came {gap:?} after the previous one (or serving); the interval is {every:?}")));
-        }
-        let sid = g.at_ptr("/params/sessionId").and_then(Value::as_str);
-        if dock.launched && sid != Some(dock.session.as_str()) {
-            return Err(s.bad(
-                &g,
-                "the heartbeat carries another sessionId than the worker's",
-            ));
-        }
-        beats.push(format!("{:.1}s", gap.as_secs_f64()));
-        last = g.at;
-        let id = g.at_ptr("/id").cloned().unwrap_or(Value::Null);
-        let r = s.beat_result(true);
-        s.ch.reply(&id, r).await?;
-    }
-    pass(&s, format!("heartbeats after {}", beats.join(", ")))
-}
-
-async fn worker_heartbeat(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (_, _, mut s) = worker_session(cx).await?;
-    s.up().await?;
-    let idle = s.budget("idleSeconds")?;
-    let exec = s.budget("maxExecSeconds")?;
-    let every = secs(s.budget("heartbeatIntervalSeconds")?)?;
-    let until = Instant::now() + every * 2 + SLACK;
-    while s.hb_answers.len() < 2 {
-        if Instant::now() >= until {
-            return Err(Failure::new(format!(
-                "{} of 2 heartbeats answered within {:?}",
-                s.hb_answers.len(),
-                every * 2 + SLACK
-            )));
-        }
-        s.watch(Duration::from_millis(200), |_| false).await?;
-    }
-    for g in s.hb_answers.clone() {
-        if g.at_ptr("/error").is_some() || g.msg.is_err() {
-            return Err(s.bad(&g, "a heartbeat was not answered with a valid result"));
-        }
-        let ib = g
-            .at_ptr("/result/idleBudgetSeconds")
-            .and_then(Value::as_f64)
-            .unwrap_or(f64::MAX);
-        let eb = g
-            .at_ptr("/result/execBudgetSeconds")
-            .and_then(Value::as_f64)
-            .unwrap_or(f64::MAX);
-        if ib > idle || eb > exec {
-            return Err(s.bad(&g, format!("the heartbeat answer raises a budget (idle {ib} > {idle} or exec {eb} > {exec}); budgets may only be lowered")));
-        }
-    }
-    pass(
-        &s,
-        format!("2 heartbeats answered with continue and budgets ≤ idle {idle}, exec {exec}"),
-    )
 }
 
 // ---------------------------------------------------------------------------------------------

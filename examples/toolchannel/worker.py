@@ -369,13 +369,17 @@ class Worker:
             log(f"--break echo-version: claiming MCP {p.protocol_version}, spoken or not")
             version = p.protocol_version
         self.effective = min(meta.channel_version, CHANNEL_VERSION, key=semver)
+        own_session = self.session_id
+        if self.a.brk == "echo-session":
+            log(f"--break echo-session: stating the host's sessionId {meta.session_id}, not SESSION_ID")
+            own_session = meta.session_id
         result = tc.InitializeResult(
             protocol_version=version,
             server_info=tc.Implementation(name=WORKER_NAME, version=WORKER_TAG),
             capabilities=tc.ServerCapabilities(tools=tc.ServerCapabilitiesTools(list_changed=True), logging={}),
             meta=tc.InitializeResultMeta(
                 agentfy=tc.AgentfyInitializeResultMeta(
-                    session_id=self.session_id,
+                    session_id=own_session,
                     channel_version=CHANNEL_VERSION,
                     instance_id=self.instance_id,
                     attempt=self.attempt,
@@ -522,7 +526,7 @@ class Worker:
             exec_seconds=int(now - self.started),
             active_tool_calls=len(self.active_calls),
             workspace_bytes=workspace_bytes(self.workspace),
-            channel_version=self.effective,
+            channel_version=CHANNEL_VERSION if self.a.brk == "own-version" else self.effective,
         )
         try:
             ans = await self.request("agentfy/heartbeat", params, tc.HeartbeatParams, grace)
@@ -693,7 +697,7 @@ def main() -> int:
     ap.add_argument("--workspace", default=os.environ.get("WORKSPACE", "./workspace"), help="workspace directory")
     ap.add_argument("--budgets", default=os.environ.get("AGENTFY_BUDGETS"),
                     help="environment budgets as JSON (env AGENTFY_BUDGETS); the smaller of these and the frame wins")
-    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close", "ignore-stop", "no-token", "same-attempt", "drain-exits"], help="break one rule on purpose")
+    ap.add_argument("--break", dest="brk", choices=["early-ready", "echo-version", "ask-roots", "slow-heartbeat", "release-close", "ignore-stop", "no-token", "same-attempt", "drain-exits", "echo-session", "own-version"], help="break one rule on purpose")
     a = ap.parse_args()
     token_env, file_env = os.environ.get("WORKER_TOKEN"), os.environ.get("WORKER_TOKEN_FILE")
     if token_env and file_env:

@@ -1158,3 +1158,191 @@ fn a_parcel_handed_in_again_within_its_window_is_a_duplicate() {
     let r = send(parcel("p-1"), t0 + window + window / 2);
     assert_eq!(rules(&r), ["limit.duplicate"]);
 }
+
+/// A line of `from` on `w`'s channel `ch` to connection 1's policy `p`, answering `asked`
+/// where it is an answer.
+fn said(
+    p: &mut Box<dyn Policy>,
+    w: &Wire,
+    (ch, from, to): (&str, &'static str, &'static str),
+    asked: Option<&str>,
+    v: Value,
+) -> Vec<Ruling> {
+    let bytes = serde_json::to_vec(&v).expect("json");
+    let msg = w
+        .decode(ch, from, &bytes, asked)
+        .unwrap_or_else(|e| panic!("{v} does not decode: {}", e.reason));
+    let dir = if from == to { Dir::Up } else { Dir::Down };
+    let ctx = Ctx {
+        route: "r",
+        conn: 1,
+        session: 1,
+        dir,
+        from,
+        to,
+        now: Instant::now(),
+    };
+    p.on_message(&ctx, &msg, bytes.len())
+}
+
+/// tests/fixtures/beacon.json: the band a tune names is an agreement the station judges
+/// (B-12). A ring naming it again goes on; one naming another is answered OFF_BAND and
+/// the connection dropped (`mismatch` with `then`); the station's own result naming
+/// another band is only flagged, as nobody prescribes what the client does about it.
+#[test]
+fn a_contract_of_its_own_agrees_a_value_and_refuses_another() {
+    let w = beacon();
+    let up = ("main", "client", "station");
+    let down = ("main", "station", "client");
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
+    let tune = json!({"jsonrpc": "2.0", "id": 1, "method": "tune", "params": {"band": "fm"}});
+    assert_eq!(rules(&said(&mut p, &w, up, None, tune)), none());
+    let tuned = json!({"jsonrpc": "2.0", "id": 1, "result": {"band": "fm"}});
+    assert_eq!(rules(&said(&mut p, &w, down, Some("tune"), tuned)), none());
+    let ring = |id: u64, band: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ring", "params": {"bell": "tenor", "band": band}});
+    assert_eq!(rules(&said(&mut p, &w, up, None, ring(2, "fm"))), none());
+    let r = said(&mut p, &w, up, None, ring(3, "am"));
+    assert_eq!(rules(&r), ["agreement.mismatch"]);
+    assert!(r[0].reason.contains("/agreements/band"), "{}", r[0].reason);
+    assert!(
+        r[0].reason.contains("expected=fm got=am"),
+        "{}",
+        r[0].reason
+    );
+    let Act::Refuse {
+        reply: Some(reply),
+        close: Some(Closing::Drop),
+    } = &r[0].act
+    else {
+        panic!("OFF_BAND, then the drop: {:?}", r[0].act);
+    };
+    let off = w.contract().error_code("OFF_BAND").expect("OFF_BAND");
+    assert_eq!((&reply["id"], &reply["error"]["code"]), (&json!(3), off));
+
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
+    let tune = json!({"jsonrpc": "2.0", "id": 1, "method": "tune", "params": {"band": "fm"}});
+    assert_eq!(rules(&said(&mut p, &w, up, None, tune)), none());
+    let tuned = json!({"jsonrpc": "2.0", "id": 1, "result": {"band": "lw"}});
+    let r = said(&mut p, &w, down, Some("tune"), tuned);
+    assert_eq!(rules(&r), ["agreement.mismatch"]);
+    assert_eq!(r[0].act, Act::Flag, "the judge's own statement");
+}
+
+/// The first `part` example of `method`.
+fn example(w: &Wire, method: &str, part: contract::model::Part) -> Value {
+    let m = &w.contract().methods[method];
+    let e = m.examples.iter().find(|e| e.part == part);
+    e.unwrap_or_else(|| panic!("an example of {method}"))
+        .message
+        .clone()
+}
+
+/// toolchannel.json's agreements (T-70): the effective channel version is the lowest of
+/// initialize's and its result's, and a heartbeat carrying another gets -32001, then close
+/// 4001; a result stating another session than initialize cannot be answered, so it gets
+/// only the close 4002, its reason naming the code (T-4) and both values (T-16).
+#[test]
+fn toolchannel_agrees_the_lowest_version_and_one_session() {
+    let c = contract::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../schema/contracts/toolchannel.json"),
+    )
+    .expect("toolchannel");
+    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let init = |sid: &str| {
+        let mut v = example(&w, "initialize", contract::model::Part::Call);
+        v["params"]["_meta"]["agentfy"]["sessionId"] = json!(sid);
+        v
+    };
+    let result = |sid: &str| {
+        let mut v = example(&w, "initialize", contract::model::Part::Result);
+        v["result"]["_meta"]["agentfy"]["sessionId"] = json!(sid);
+        v
+    };
+    let (up, down) = (("ws", "host", "worker"), ("ws", "worker", "host"));
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "ws");
+    assert!(p.on_open("r", Instant::now()).is_empty());
+    assert_eq!(rules(&said(&mut p, &w, up, None, init("s-1"))), none());
+    assert_eq!(
+        rules(&said(&mut p, &w, down, Some("initialize"), result("s-1"))),
+        none()
+    );
+    let beat = |id: u64, v: &str| {
+        let mut b = example(&w, "agentfy/heartbeat", contract::model::Part::Call);
+        b["id"] = json!(id);
+        b["params"]["sessionId"] = json!("s-1");
+        b["params"]["channelVersion"] = json!(v);
+        b
+    };
+    let host = init("s-1")["params"]["_meta"]["agentfy"]["channelVersion"].clone();
+    let worker = result("s-1")["result"]["_meta"]["agentfy"]["channelVersion"].clone();
+    let lowest = contract::model::version_order(&host, &worker).min(std::cmp::Ordering::Equal);
+    let (low, high) = match lowest {
+        std::cmp::Ordering::Less => (host, worker),
+        _ => (worker, host),
+    };
+    assert_ne!(
+        low, high,
+        "the examples' versions differ, so the rule shows"
+    );
+    let low = low.as_str().expect("a string");
+    // The machine would have the session serve first: only the agreement is judged here.
+    let agreed = |r: Vec<Ruling>| -> Vec<Ruling> {
+        r.into_iter()
+            .filter(|r| r.rule.starts_with("agreement."))
+            .collect()
+    };
+    let r = agreed(said(&mut p, &w, down, None, beat(7, low)));
+    assert_eq!(rules(&r), none());
+    let high = high.as_str().expect("a string");
+    let r = agreed(said(&mut p, &w, down, None, beat(8, high)));
+    assert_eq!(rules(&r), ["agreement.mismatch"]);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: Some(Closing::Code(close)),
+    } = &r[0].act
+    else {
+        panic!("-32001, then close 4001: {:?}", r[0].act);
+    };
+    let code = w
+        .contract()
+        .error_code("CHANNEL_VERSION_MISMATCH")
+        .expect("code");
+    assert_eq!(&reply["error"]["code"], code);
+    let want = w
+        .contract()
+        .code("closeCodes", "VERSION_UNSUPPORTED")
+        .expect("4001");
+    assert_eq!(want.value, close.code);
+
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "ws");
+    assert!(p.on_open("r", Instant::now()).is_empty());
+    assert_eq!(rules(&said(&mut p, &w, up, None, init("s-1"))), none());
+    let r = said(&mut p, &w, down, Some("initialize"), result("s-2"));
+    assert_eq!(rules(&r), ["agreement.mismatch"]);
+    let Act::Refuse {
+        reply: None,
+        close: Some(Closing::Code(close)),
+    } = &r[0].act
+    else {
+        panic!("only the close: {:?}", r[0].act);
+    };
+    let mismatch = w.contract().error_code("SESSION_MISMATCH").expect("code");
+    assert!(
+        close
+            .reason
+            .starts_with(&format!("{mismatch} SESSION_MISMATCH")),
+        "{}",
+        close.reason
+    );
+    assert!(
+        close.reason.contains("expected=s-1 got=s-2"),
+        "{}",
+        close.reason
+    );
+    let want = w
+        .contract()
+        .code("closeCodes", "SESSION_REJECTED")
+        .expect("4002");
+    assert_eq!(want.value, close.code);
+}

@@ -530,6 +530,8 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// the idle clock runs as long as the tune said, and a station ignoring it fails that. A
 /// line without `jsonrpc` is refused naming it where the `invalid` entry's `names` points
 /// (B-10): a station naming nothing fails only that probe's check, not the bad-line count.
+/// A tune names a band every ring repeats (B-12, an agreement): a station ringing on
+/// another fails only the agreement's check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -556,6 +558,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.unknown-member",
         "beacon.derived.rate.bellRate",
         "beacon.derived.rate.ringRate",
+        "beacon.derived.agreement.band",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     assert!(
@@ -606,6 +609,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("deaf", "capabilities"),
         ("closed-params", "unknown-member"),
         ("unnamed", "invalid.missing"),
+        ("any-band", "agreement.band"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);

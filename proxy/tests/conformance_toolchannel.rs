@@ -24,13 +24,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The hand-written check ids, in the suite's order: they follow the checks derived from
 /// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 5] = [
-    "toolchannel.handshake.initialize",
-    "toolchannel.session.mismatch",
-    "toolchannel.version.channel",
-    "toolchannel.heartbeat",
-    "toolchannel.release",
-];
+const HAND_WRITTEN: [&str; 1] = ["toolchannel.release"];
 /// Checks that bind the other party only, per role (listed as SKIP "not applicable").
 const NOT_FOR_HOST: [&str; 1] = ["toolchannel.release"];
 const NOT_FOR_WORKER: [&str; 0] = [];
@@ -251,6 +245,48 @@ fn as_host_a_worker_claiming_a_version_nobody_speaks_fails_exactly_the_foreign_c
         &target,
         check,
         &["which nobody speaks", "the answer"],
+    );
+}
+
+/// A worker stating the host's sessionId in its initialize result instead of its own
+/// SESSION_ID (`--break echo-session`) fails the derived check of a known agreed value
+/// alone: offered another, it echoed it.
+#[test]
+fn as_host_a_worker_echoing_the_hosts_session_fails_exactly_the_own_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "--break echo-session");
+    let check = "toolchannel.derived.agreement.sessionId.own";
+    breaks_exactly(
+        "host",
+        &target,
+        check,
+        &["echoed the offered sessionId", "the message"],
+    );
+}
+
+/// A worker whose heartbeats carry its own channel version instead of min(host, worker)
+/// (`--break own-version`) fails the derived check of the `lowest` agreement alone: the
+/// suite offers the floor, `1.0.0`, below the worker's own.
+#[test]
+fn as_host_a_worker_beating_with_its_own_version_fails_exactly_the_agreement_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = worker_target(&dir.path().join("ws"), "--break own-version");
+    let check = "toolchannel.derived.agreement.channelVersion";
+    breaks_exactly("host", &target, check, &["the agreed value is 1.0.0"]);
+}
+
+/// A host taking an initialize result whatever sessionId it states (`--break
+/// any-session`) fails the derived check of that agreement's mismatch alone: it goes on
+/// waiting for the handshake, and ends it on its own deadline, not with close 4002.
+#[test]
+fn as_worker_a_host_taking_another_session_fails_exactly_the_agreement_check() {
+    let target = host_target("--break any-session");
+    let check = "toolchannel.derived.agreement.sessionId";
+    breaks_exactly(
+        "worker",
+        &target,
+        check,
+        &["the contract prescribes close 4002"],
     );
 }
 

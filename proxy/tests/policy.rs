@@ -898,7 +898,8 @@ fn toolchannel_redial_supersedes_or_is_refused() {
     }
     // Another session entirely is no redial.
     let mut other = Tool::new(&w, &shared, 5, t0);
-    let init = ex(&w, "initialize", "call", 0);
+    let mut init = ex(&w, "initialize", "call", 0);
+    init["params"]["_meta"]["agentfy"]["sessionId"] = json!("ars_another");
     assert!(other.send(&HOST, &init, None, t0).is_empty());
     let mut res = ex(&w, "initialize", "result", 0);
     res["result"]["_meta"]["agentfy"]["sessionId"] = json!("ars_another");

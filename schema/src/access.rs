@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::check::{Dim, Evaluator, to_base};
 use crate::model::{
     Action, Binding, Claim, CodeKind, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit,
-    Note, StateMachine, Trigger,
+    Note, Part, StateMachine, Trigger,
 };
 use crate::pointer::set;
 
@@ -177,15 +177,9 @@ impl Limits {
         let mut changed = Vec::new();
         for (name, l) in &c.limits {
             for carrier in &l.carried {
-                let Some(v) = carrier.value_in(c, from, m) else {
+                let Some((v, now)) = self.stated(c, (name, l), carrier, from, m) else {
                     continue;
                 };
-                let (one, dim) = to_base(l.unit, 1.0);
-                let v = match dim {
-                    Dim::Seconds => v / self.time_scale,
-                    _ => v,
-                };
-                let now = self.eval(name).map(|e| e.base / one).ok();
                 let lowers = now.is_none_or(|n| v < n);
                 if (lowers || !carrier.lower_only) && now != Some(v) {
                     self.given.insert(name.clone(), v);
@@ -202,6 +196,47 @@ impl Limits {
             self.values = Self::evaluate(c, &self.given);
         }
         changed
+    }
+
+    /// The `lowerOnly` values `m`, sent by `from`, carries above the ones in force, as
+    /// (limit, stated, in force), in the limits' units: a budget raised over the wire,
+    /// which its receiver ignores (toolchannel's heartbeat answers may only lower them).
+    pub fn raised(
+        &self,
+        c: &Contract,
+        from: &str,
+        m: &crate::wire::Message,
+    ) -> Vec<(String, f64, f64)> {
+        let mut out = Vec::new();
+        for (name, l) in &c.limits {
+            for carrier in l.carried.iter().filter(|k| k.lower_only) {
+                if let Some((v, Some(now))) = self.stated(c, (name, l), carrier, from, m)
+                    && v > now
+                {
+                    out.push((name.clone(), v, now));
+                }
+            }
+        }
+        out
+    }
+
+    /// The value `carrier` of limit `name` finds in `m` (unscaled, in the limit's unit),
+    /// with the one in force.
+    fn stated(
+        &self,
+        c: &Contract,
+        (name, l): (&str, &Limit),
+        carrier: &crate::model::LimitCarrier,
+        from: &str,
+        m: &crate::wire::Message,
+    ) -> Option<(f64, Option<f64>)> {
+        let v = carrier.value_in(c, from, m)?;
+        let (one, dim) = to_base(l.unit, 1.0);
+        let v = match dim {
+            Dim::Seconds => v / self.time_scale,
+            _ => v,
+        };
+        Some((v, self.eval(name).map(|e| e.base / one).ok()))
     }
 
     /// The same limits with every duration multiplied by `factor` (finite, > 0).
@@ -462,6 +497,20 @@ impl Contract {
             None => (method.as_ref())
                 .and_then(|m| self.methods.get(m))
                 .is_some_and(|m| m.from.iter().any(|f| f == party)),
+        }
+    }
+
+    /// Whether `party` sends the message `p` is in: the call of a method it sends, or the
+    /// answer to one another party sends.
+    pub fn states(&self, p: &crate::model::Place, party: &str) -> bool {
+        let Some(m) = self.methods.get(&p.method) else {
+            return false;
+        };
+        let calls = m.from.iter().any(|f| f == party);
+        match p.part() {
+            Some(Part::Call) => calls,
+            Some(_) => !calls && self.parties.contains_key(party),
+            None => false,
         }
     }
 

@@ -72,6 +72,10 @@ pub struct Contract {
     /// One live connection per identity a message claims, across redials, by name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub claims: IndexMap<String, Claim>,
+    /// Values both parties of a connection hold once its handshake settles them, which
+    /// later messages repeat (a session id, an effective version), by name.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub agreements: IndexMap<String, Agreement>,
     /// Cues: messages the implementations agree to act on so a conformance suite can watch
     /// them act (kernel's `conformance:*` commands), by name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
@@ -337,6 +341,10 @@ pub struct Claim {
     /// Absent: any claim the claimant rule lets through supersedes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<String>,
+    /// The attempt a process's first claim carries (toolchannel's 0); each redial's is one
+    /// above the last connection's claim, or this one above where that claimed nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<i64>,
     /// What the connection holding the identity gets when a claim supersedes it (`close`
     /// with its code, or `drop-connection`).
     pub superseded: Action,
@@ -346,6 +354,139 @@ pub struct Claim {
     /// (a `message` trigger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub releases: Option<Trigger>,
+}
+
+/// A value both parties of a connection hold: the handshake's messages state it as it is
+/// settled (`settled`), later ones repeat it (`repeated`). The `judge` compares what the
+/// other party states with the agreed value and reacts to another one with `mismatch`;
+/// what the judge states itself must agree too, with no reaction prescribed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Agreement {
+    /// What the value is, and who states it where.
+    pub description: String,
+    /// Seed section.
+    pub seed: String,
+    /// The party that compares, and reacts to a value other than the agreed one.
+    pub judge: String,
+    /// Where the handshake states the value as it settles it, in the order they come.
+    pub settled: Vec<Place>,
+    /// How the settling statements make the agreed value.
+    pub rule: AgreementRule,
+    /// Where later messages repeat the agreed value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeated: Vec<Place>,
+    /// Each party knows the value before the connection opens (toolchannel's host from the
+    /// token it issued, the worker from its launch): each states its own, never echoing
+    /// the other's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub known: bool,
+    /// The version (by name) whose values the agreed value is one of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The close that follows a mismatch names both values, the agreed and the stated one
+    /// (toolchannel's reasons, note T-16).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub names_both: bool,
+    /// What the judge does with a message of the other party's stating another value.
+    pub mismatch: Action,
+}
+
+/// How an agreement's settling statements make its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgreementRule {
+    /// Every statement is the same value: the first settles it, another one is a mismatch.
+    Same,
+    /// The lowest of the statements, once all came: numbers by value, strings of dotted
+    /// numbers (`1.10.0`) part by part (toolchannel's effective channel version).
+    Lowest,
+}
+
+impl Agreement {
+    /// The agreed value, from what each settling place stated so far (by index, `None` for
+    /// one not come yet): under `same` the first statement, under `lowest` the lowest once
+    /// every place stated one.
+    pub fn agreed(&self, stated: &[Option<Value>]) -> Option<Value> {
+        match self.rule {
+            AgreementRule::Same => stated.iter().flatten().next().cloned(),
+            AgreementRule::Lowest => {
+                let all: Option<Vec<&Value>> = stated.iter().map(Option::as_ref).collect();
+                all?.into_iter().min_by(|a, b| version_order(a, b)).cloned()
+            }
+        }
+    }
+}
+
+/// Versions in order: numbers by value, strings of dotted numbers (`1.10.0`) part by part,
+/// anything else as text.
+pub fn version_order(a: &Value, b: &Value) -> std::cmp::Ordering {
+    if let (Some(x), Some(y)) = (a.as_f64(), b.as_f64()) {
+        return x.total_cmp(&y);
+    }
+    let parts = |v: &Value| -> Option<Vec<u64>> {
+        v.as_str()?.split('.').map(|p| p.parse().ok()).collect()
+    };
+    match (parts(a), parts(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        _ => a.to_string().cmp(&b.to_string()),
+    }
+}
+
+/// Where a message states a value: a method's message (its own kind, or the answer
+/// `kind` names) and a JSON pointer into it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Place {
+    /// The method (wire name); for a response or error, the method of the request.
+    pub method: String,
+    /// Which message: the method's own kind when absent, else `response` or `error` for
+    /// the answer to a request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Kind>,
+    /// JSON pointer to the value in the message.
+    pub pointer: String,
+}
+
+/// Which part of its method's exchange a message of `kind` is (`None`: the method's own
+/// kind): the call itself, its result or its error; `None` for a kind no exchange has.
+pub fn part_of(kind: Option<Kind>) -> Option<Part> {
+    match kind {
+        None => Some(Part::Call),
+        Some(Kind::Response) => Some(Part::Result),
+        Some(Kind::Error) => Some(Part::Error),
+        Some(_) => None,
+    }
+}
+
+impl Place {
+    /// Which part of its method's exchange the place is in.
+    pub fn part(&self) -> Option<Part> {
+        part_of(self.kind)
+    }
+
+    /// The value `m` (sent by `from`) states here, when it is this place's message and
+    /// holds one at the pointer.
+    pub fn value_in<'m>(
+        &self,
+        c: &Contract,
+        from: &str,
+        m: &'m crate::wire::Message,
+    ) -> Option<&'m Value> {
+        if m.method.as_deref() != Some(self.method.as_str()) {
+            return None;
+        }
+        let seen = crate::machine::Seen::of(from, m);
+        let t = Trigger::Message {
+            method: Some(self.method.clone()),
+            kind: self.kind,
+            from: None,
+            matches: IndexMap::new(),
+        };
+        t.fires_for(c, &seen, None)
+            .then(|| m.value.pointer(&self.pointer))
+            .flatten()
+    }
 }
 
 /// A cue: a message one party sends to make the other act where a conformance suite can
@@ -998,6 +1139,11 @@ pub struct Action {
     /// (kernel's `/payload/details/fields`, 4.0-D04).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<String>,
+    /// For a `reply-error`: what follows the reply (toolchannel's close 4002 after -32002).
+    /// Where the offending message is no request, nothing can answer it: only this action
+    /// is taken, its close reason starting with the error's code and name (note T-4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then: Option<Box<Action>>,
     /// Why, in the seed's terms.
     pub description: String,
     /// Seed section.
@@ -1239,12 +1385,7 @@ impl LimitCarrier {
     /// Which part of its method the carrier is: the call itself, its result or its
     /// error; `None` for a kind no method's exchange has besides its own.
     pub fn part(&self) -> Option<Part> {
-        match self.kind {
-            None => Some(Part::Call),
-            Some(Kind::Response) => Some(Part::Result),
-            Some(Kind::Error) => Some(Part::Error),
-            Some(_) => None,
-        }
+        part_of(self.kind)
     }
 
     /// The value `m` (sent by `from`) carries here, when it is this carrier's message and

@@ -917,6 +917,72 @@ fn a_redial_comes_within_a_deadline_after_close_codes_of_its_own() {
     }
 }
 
+/// An agreement: a judge among the parties, places the examples carry, enough settling
+/// places for its rule, a declared version, codes the contract knows, and `then` only
+/// after an error reply.
+#[test]
+fn an_agreement_names_parties_places_and_codes_the_contract_has() {
+    let with = |d: &mut Value| {
+        d["agreements"] = json!({"text": {
+            "description": "d", "seed": "§1", "judge": "server",
+            "settled": [{"method": "echo", "pointer": "/params/text"},
+                        {"method": "echo", "kind": "response", "pointer": "/result/text"}],
+            "rule": "same",
+            "mismatch": {"action": "reply-error", "code": -32001, "description": "d", "seed": "§1",
+                "then": {"action": "drop-connection", "description": "d", "seed": "§1"}}
+        }});
+    };
+    let mut doc = fixture();
+    with(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let at = "/agreements/text";
+    let (name, code) = (Lint::NameRef, Lint::ErrorRef);
+    let edits = [
+        ("/judge", json!("nobody"), "/judge", name),
+        (
+            "/settled/1/pointer",
+            json!("/result/none"),
+            "/settled/1/pointer",
+            name,
+        ),
+        (
+            "/settled/0/method",
+            json!("shout"),
+            "/settled/0/method",
+            name,
+        ),
+        ("/settled/1/kind", json!("event"), "/settled/1/kind", name),
+        (
+            "/settled",
+            json!([{"method": "echo", "pointer": "/params/text"}]),
+            "",
+            name,
+        ),
+        ("/version", json!("v9"), "/version", name),
+        ("/mismatch/code", json!(-32099), "/mismatch/code", code),
+        ("/mismatch/action", json!("close"), "/mismatch/then", name),
+    ];
+    for (field, value, pointer, lint) in edits {
+        let edit = |d: &mut Value| {
+            with(d);
+            let a = &mut d["agreements"]["text"];
+            if field == "/settled" {
+                // One settling place is too few for `lowest`.
+                a["rule"] = json!("lowest");
+            }
+            match a.pointer_mut(field) {
+                Some(v) => *v = value.clone(),
+                None => a[&field[1..]] = value.clone(),
+            }
+        };
+        let pointer = match pointer {
+            "" => format!("{at}/settled"),
+            p => format!("{at}{p}"),
+        };
+        assert_fires(edit, lint, &pointer);
+    }
+}
+
 #[test]
 fn an_extension_the_tools_lack_is_named_with_the_ones_they_have() {
     let unknown = |d: &mut Value| {

@@ -301,7 +301,7 @@ pub fn section_of(pointer: &str) -> &'static str {
         "methods" => "methods",
         "parties" => "parties",
         "errors" | "codes" | "violations" => "errors and codes",
-        "limits" | "relations" | "credit" | "claims" => "limits",
+        "limits" | "relations" | "credit" | "claims" | "agreements" => "limits",
         "stateMachines" => "state machines",
         "extensions" => "extensions",
         "channels" => "framing",

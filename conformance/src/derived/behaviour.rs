@@ -7,9 +7,13 @@
 //! breaks its party's rule, an answer to an id never asked, a rate exceeded, a deadline
 //! passed, credit overrun.
 //!
+//! A budget raised over the wire (a `lowerOnly` carrier above the value in force:
+//! toolchannel's heartbeat answers) is a finding too.
+//!
 //! Capability rulings are left to the `capabilities` check, which makes the implementation
-//! meet a party that declares nothing, and credit rulings to the `credit` checks where the
-//! played party has one: one broken rule, one failing check.
+//! meet a party that declares nothing, credit rulings to the `credit` checks and agreement
+//! rulings to the `agreement.*` checks where the played party has them: one broken rule,
+//! one failing check.
 
 use contract::Contract;
 use contract_policy::Engine;
@@ -45,10 +49,15 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             return plan.unreached(f);
         }
         s.call_each(cx, &plan.staying(&c)).await?;
-        // Credit rulings are the credit checks' where the suite has them.
-        let credit = !super::credit::applies(&c, &cx.role).is_empty();
-        let left: &[&str] = if credit { &["credit."] } else { &[] };
-        verdict(&s.peer, left)
+        // Credit and agreement rulings are their own checks' where the suite has them.
+        let mut left = Vec::new();
+        if !super::credit::applies(&c, &cx.role).is_empty() {
+            left.push("credit.");
+        }
+        if !super::agreements::applies(&c, &cx.role).is_empty() {
+            left.push("agreement.");
+        }
+        verdict(&s.peer, &left)
     })
 }
 

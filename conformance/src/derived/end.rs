@@ -198,7 +198,7 @@ async fn fire(
 /// How long the implementation may take to send `m` of its own: the suite's deadline, or
 /// longer where a clock of the contract's sends it (a heartbeat every interval, as the
 /// session's messages carried it), with slack for a loaded machine.
-fn on_its_clock(cx: &Ctx, s: &Session, m: &str) -> Duration {
+pub(super) fn on_its_clock(cx: &Ctx, s: &Session, m: &str) -> Duration {
     let c = cx.wire.contract();
     let limits = super::carried::in_force(cx, c, s).unwrap_or_else(|| cx.limits());
     (c.limits.iter())

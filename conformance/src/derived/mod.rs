@@ -50,6 +50,10 @@
 //!   refuses a missing or wrong Bearer token, or an offer of no subprotocol of its own,
 //!   with the declared HTTP status; a dialing implementation carries its token and offers
 //!   one, and exits as the status maps when refused;
+//! - `agreement.<name>[.own]` (`agreements`): a value the handshake settles and later
+//!   messages repeat; playing the party the judge is not, another value gets the
+//!   `mismatch` reaction; playing the judge, every value the implementation states is the
+//!   agreed one, and a known value is its own, never an echo of the suite's;
 //! - `redial.<end>` (`redial`): after each end the channel's `redial` lists (a close code,
 //!   or a transport break), a dialing implementation dials again within its limit and
 //!   claims the same identity with the next attempt;
@@ -79,6 +83,7 @@ use contract::join_pointer as join;
 use contract::model::{ActionKind, Kind, Part};
 use serde_json::Value;
 
+mod agreements;
 mod answers;
 mod behaviour;
 mod capabilities;
@@ -342,6 +347,16 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             false,
         );
     }
+    for g in agreements::applies(c, role) {
+        let name = g
+            .subject
+            .split_once(':')
+            .map(|(_, n)| n)
+            .unwrap_or_default();
+        let seed = cite(join("/agreements", [name]), &g.seed);
+        let id = format!("agreement.{}", g.id);
+        add(id, g.title, &seed, agreements::body, Some(g.subject), false);
+    }
     for e in end::applies(c, role, &plan) {
         let seed = cite(e.pointer, &e.seed);
         add(
@@ -362,6 +377,11 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let id = format!("redial.{end}");
         let seed = cite(pointer, &seed);
         add(id, title, &seed, redial::body, Some(i.to_string()), false);
+    }
+    for (name, title, seed) in redial::first_applies(c, role) {
+        let seed = cite(join("/claims", [&name, "first"]), &seed);
+        let id = format!("claim.{name}.first");
+        add(id, title, &seed, redial::first_body, Some(name), false);
     }
     for (table, title, seed) in exits::applies(c, role) {
         let seed = cite(join("/codes", [&table]), &seed);

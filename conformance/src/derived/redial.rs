@@ -7,7 +7,12 @@
 //! must come within the redial's `within` limit (as the session's messages carried it), go
 //! through the handshake again and, where the implementation claims an identity on the
 //! channel (`claims`), claim the same one: the same claimant, and the attempt one above the
-//! last connection's claim (1 where that connection claimed nothing).
+//! last connection's claim (one above the claim's `first` where that connection claimed
+//! nothing).
+//!
+//! `claim.<name>.first`: where the implementation claims and the claim names the attempt
+//! a process's first claim carries (`first`), a freshly launched implementation's first
+//! claim carries it.
 
 use std::time::{Duration, Instant};
 
@@ -48,6 +53,59 @@ pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, String, 
             (end_name(c, after), title, pointer, r.seed.clone(), i)
         })
         .collect()
+}
+
+/// The first-claim checks: (claim, title, seed) for each claim of the implementation's
+/// party that names its `first` attempt.
+pub(super) fn first_applies(c: &Contract, role: &str) -> Vec<(String, String, String)> {
+    let Some(other) = other_party(c, role) else {
+        return Vec::new();
+    };
+    (c.claims.iter())
+        .filter(|(_, cl)| c.claims_by(cl, other) && cl.attempt.is_some())
+        .filter_map(|(name, cl)| {
+            let first = cl.first?;
+            let at = cl.attempt.as_deref().unwrap_or_default();
+            let title =
+                format!("a freshly launched {other}'s first claim carries attempt {first} ({at})");
+            Some((name.clone(), title, cl.seed.clone()))
+        })
+        .collect()
+}
+
+/// A launched implementation's first claim carries the claim's `first` attempt.
+pub(super) fn first_body(cx: &mut Ctx) -> BodyFuture<'_> {
+    Box::pin(async move {
+        if !cx.launches() {
+            return skip("only a process the suite launches is known to dial for the first time");
+        }
+        let c = cx.wire.contract().clone();
+        let name = cx.subject.clone().unwrap_or_default();
+        let cl = c
+            .claims
+            .get(&name)
+            .ok_or_else(|| Failure::new("suite bug: no claim"))?;
+        let plan = plan_of(cx);
+        let mut s = Session::open(cx).await?;
+        if let Err(f) = s.handshake(cx, &plan).await {
+            return plan.unreached(f);
+        }
+        let want = cl.first.unwrap_or(0);
+        let claimed = (s.peer.log.iter()).find_map(|g| Some((fires(cx, &c, cl, g)?, g)));
+        let Some((claim, g)) = claimed else {
+            return skip(format!("the handshake made no claim {}", trigger_words(cl)));
+        };
+        if claim.attempt != Some(want) {
+            let got = claim
+                .attempt
+                .map_or("no attempt".into(), |a| format!("attempt {a}"));
+            return Err(Failure::new(format!(
+                "the first claim carries {got}; a process's first is {want}"
+            ))
+            .with("the claim", &g.raw));
+        }
+        pass(format!("the first claim carries attempt {want}"))
+    })
 }
 
 /// An end's name in the check's id: the close code's name in its table, or `break`.
@@ -267,7 +325,7 @@ async fn judge(
                 .map_or("nothing".into(), Value::to_string)
         )));
     }
-    let want = before.attempt.map_or(1, |a| a + 1);
+    let want = before.attempt.unwrap_or(cl.first.unwrap_or(0)) + 1;
     if let Some(p) = &cl.attempt
         && now.attempt != Some(want)
     {

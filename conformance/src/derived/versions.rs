@@ -219,7 +219,7 @@ async fn common(cx: &mut Ctx) -> Result<Verdict, Failure> {
     };
     let both = offered.iter().filter(|o| own.contains(o));
     let highest = both
-        .max_by(|a, b| rank(a, b))
+        .max_by(|a, b| contract::model::version_order(a, b))
         .cloned()
         .unwrap_or(Value::Null);
     let own = Value::Array(own.clone());
@@ -254,14 +254,6 @@ impl Offered {
         Failure::new(why)
             .with("the offer", &self.sent)
             .with("the answer", self.answer.to_string().as_bytes())
-    }
-}
-
-/// Versions compare as numbers when both are, else as text.
-fn rank(a: &Value, b: &Value) -> std::cmp::Ordering {
-    match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => x.total_cmp(&y),
-        _ => a.to_string().cmp(&b.to_string()),
     }
 }
 

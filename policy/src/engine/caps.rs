@@ -88,6 +88,7 @@ pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) ->
         report: None,
         reason: None,
         names: None,
+        then: None,
         description: format!("{method} is never served: its one error is its only answer"),
         seed: seed.clone(),
     };

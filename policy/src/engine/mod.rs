@@ -8,7 +8,8 @@
 //! ([`timer`]); duplicate windows ([`duplicates`]); connection caps ([`conns`]) and
 //! pending caps ([`pending`]); credit
 //! ([`credit`]); drop reports ([`report`]); one live connection per claimed identity
-//! across redials ([`claims`]); versions a message states above the contract's
+//! across redials ([`claims`]); values the handshake settles and later messages repeat
+//! ([`agreements`]); versions a message states above the contract's
 //! ([`versions`]); and, for every contract, error codes the contract does not know
 //! ([`unknown_error_code`]). A contract the proxy has never seen gets all of it
 //! with no Rust change; a contract that names extensions gets their hooks layered after it.
@@ -19,6 +20,7 @@
 //! the code of the entry's action. State that outlives a connection (session, key and
 //! party machines, rate buckets) lives in the run's [`SharedState`], keyed by route.
 
+mod agreements;
 mod caps;
 mod claims;
 mod conns;
@@ -93,6 +95,8 @@ pub struct Engine {
     timers: timer::Timers,
     /// The identities this connection claimed.
     claims: claims::Mine,
+    /// What the handshake settled for each agreement.
+    agreed: agreements::Stated,
     /// Requests awaiting an answer, where a limit caps them.
     waiting: pending::Waiting,
     /// The connection's channel (the contract's first until told).
@@ -115,6 +119,7 @@ impl Engine {
             caps: caps::Declared::default(),
             timers: timer::Timers::default(),
             claims: claims::Mine::default(),
+            agreed: agreements::Stated::default(),
             waiting: pending::Waiting::default(),
             channel: String::new(),
             route: String::new(),
@@ -152,6 +157,7 @@ impl Engine {
             || duplicates::any(c)
             || !c.credit.is_empty()
             || !c.claims.is_empty()
+            || agreements::any(c)
             || c.limits.values().any(|l| l.counts.is_some())
             || c.channels
                 .values()
@@ -177,6 +183,9 @@ impl Policy for Engine {
             .flatten();
         out.extend(caps::check(c, &self.caps, ctx.from, msg));
         out.extend(versions::check(c, ctx.from, msg));
+        out.extend(self.timers.raised(c, wire.limits(), ctx.from, msg));
+        let (disagree, settles) = self.agreed.judge(c, ctx.from, msg);
+        out.extend(disagree);
         let count = match msg.kind {
             Kind::Request => (self.waiting)
                 .request(c, wire.limits(), ctx.from, msg)
@@ -231,6 +240,7 @@ impl Policy for Engine {
             }
             self.caps.observe(c, ctx.from, msg);
             self.claims.observe(c, ctx.from, msg);
+            self.agreed.settle(c, settles);
             self.timers
                 .message(c, wire.limits(), ctx.from, msg, ctx.now);
         }
@@ -428,7 +438,17 @@ fn act_at(
             reply: (msg.kind == Kind::Request)
                 .then(|| error_reply(c, a.code.as_ref()?, msg, reason, entry))
                 .flatten(),
-            close: None,
+            close: a.then.as_ref().and_then(|t| {
+                // The close after the reply names the error, which may have had no other
+                // way to the peer (an offending response, note T-4).
+                let code = a.code.as_ref().map(|v| format!("{v} ")).unwrap_or_default();
+                let name = a
+                    .code
+                    .as_ref()
+                    .and_then(|v| c.error_for(v)?.name.as_deref());
+                let name = name.map(|n| format!("{n} ")).unwrap_or_default();
+                closing_for(t, &format!("{code}{name}{reason}"))
+            }),
         },
         // The receiver would ignore it: the proxy drops it (counted and shown), and tells
         // the sender where the action's report says so.

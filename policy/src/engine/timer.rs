@@ -96,6 +96,26 @@ impl Timers {
         }
     }
 
+    /// Flags for the `lowerOnly` values `msg` from `from` carries above the ones in force
+    /// on this connection: the receiver ignores them, the sender broke the rule.
+    pub(crate) fn raised(
+        &self,
+        c: &Contract,
+        limits: &Limits,
+        from: &str,
+        msg: &Message,
+    ) -> Vec<Ruling> {
+        let in_force = self.carried.as_ref().unwrap_or(limits);
+        let raised = in_force.raised(c, from, msg);
+        (raised.into_iter())
+            .map(|(name, v, now)| {
+                let entry = format!("{}/carried", super::limit_entry(&name));
+                let reason = format!("{from} raises {name} to {v} over the wire, above {now} in force; it may only lower it");
+                ruling("limit.raised", &entry, &c.limits[&name].seed, None, reason, crate::Act::Flag)
+            })
+            .collect()
+    }
+
     /// The earliest armed deadline.
     pub(crate) fn next(&self) -> Option<Instant> {
         self.due.values().map(|(_, at)| *at).min()

@@ -26,6 +26,7 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break ring-rate: ring the bells together however often (no ringRate).
 --break exit: exit 0 whatever close code ended its WebSocket (no stationExit).
 --break unnamed: answer a line lacking `jsonrpc` without naming it in data.missing (B-10).
+--break any-band: ring a bell whatever band the ring names (no OFF_BAND, B-12).
 
 --ws URL: serve one client over a WebSocket at URL (ws://HOST:PORT/) instead of stdio,
 a message per line. A close from the client exits as its code maps to stationExit (B-9);
@@ -35,7 +36,9 @@ answer any other 401 with no session, serving on (B-11).
 --break any-token: take an upgrade whatever its token.
 
 A ring is refused with RINGING over its bell's bucket or the station's (B-7): token
-buckets, full at the start, read from the contract's limits.
+buckets, full at the start, read from the contract's limits. A tune may name a band, which
+the result repeats; a ring naming another is answered OFF_BAND and the station hangs up
+(B-12).
 """
 
 import argparse
@@ -91,6 +94,10 @@ class Bucket:
 
 class Bad(Exception):
     """A line that counts toward badLinesMax (already answered)."""
+
+
+class OffBand(Exception):
+    """A ring on another band than the session's (answered OFF_BAND): the station hangs up."""
 
 
 class Stdio:
@@ -180,6 +187,8 @@ class Session:
     def __init__(self):
         self.tuned = False
         self.hears = []
+        # The band the first tune named (B-12), which every ring names again.
+        self.band = None
         # The idleSeconds a tune carried (B-8): real seconds, never scaled again.
         self.idle = None
         self.beats = 0
@@ -238,14 +247,20 @@ def handle(line, broken, session):
             patience = params.get("idleSeconds") if isinstance(params, dict) else None
             if isinstance(patience, (int, float)) and broken != "own-idle":
                 session.idle = patience
+            band = params.get("band") if isinstance(params, dict) else None
+            session.band = band if isinstance(band, str) else None
             session.tuned = True
-            send({"jsonrpc": "2.0", "id": id_, "result": {}})
+            send({"jsonrpc": "2.0", "id": id_, "result": {"band": band} if session.band else {}})
         return True
     if method == "ring":
         params = m.get("params")
         bell = params.get("bell") if isinstance(params, dict) else None
+        band = params.get("band") if isinstance(params, dict) else None
         if not isinstance(bell, str) or not bell:
             error(id_, -32602, "invalid params")
+        elif session.band and band is not None and band != session.band and broken != "any-band":
+            error(id_, -32004, f"off band: tuned to {session.band}, rung on {band}")
+            raise OffBand
         elif session.may_ring(bell, broken):
             send({"jsonrpc": "2.0", "id": id_, "result": {}})
         else:
@@ -302,6 +317,8 @@ def serve(channel, a):
             try:
                 if handle(line, a.broken, session):
                     heard = time.monotonic()
+            except OffBand:
+                return channel.hang_up()
             except Bad:
                 bad += 1
                 if bad >= bad_max and a.broken != "uncounted":
@@ -310,7 +327,7 @@ def serve(channel, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token", "any-band"])
     ap.add_argument("--ws", metavar="URL", help="serve one client over a WebSocket at URL")
     ap.add_argument("--token", help="with --ws: the Bearer token an upgrade must carry")
     a = ap.parse_args()

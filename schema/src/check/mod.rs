@@ -621,6 +621,13 @@ impl Cx<'_> {
                 ),
             );
         }
+        if let Some(then) = &a.then {
+            if a.action != crate::model::ActionKind::ReplyError {
+                let why = "`then` follows an error reply: it is for a `reply-error` action";
+                self.push(Lint::NameRef, join(ptr, ["then"]), why.to_string());
+            }
+            self.action_names(c, idx, &join(ptr, ["then"]), then);
+        }
         if a.reason.is_some() && a.action != crate::model::ActionKind::Close {
             let why = "`reason` names a close's reason: it is for a `close` action".to_string();
             self.push(Lint::NameRef, join(ptr, ["reason"]), why);

@@ -5,14 +5,16 @@
 //! claims (a claiming message whose examples carry the key, claimant and attempt) and
 //! cues (a method its party sends, answered by methods the other party sends) and a
 //! channel's upgrade refusals (a WebSocket channel, statuses an `http-status` table holds)
-//! and its redial (a dialer, a deadline, close codes a `close-code` table holds).
+//! and its redial (a dialer, a deadline, close codes a `close-code` table holds) and
+//! agreements (a judging party, places their methods' examples carry).
 
 use serde_json::Value;
 
 use super::{CodeIndex, Cx, Lint, carried};
 use crate::model::{
-    ActionKind, Binding, Carried, Channel, Claim, CodeKind, Contract, Cue, Framing, Kind,
-    LimitKind, Method, Negotiation, Part, Redial, RedialAfter, Trigger, Upgrade,
+    ActionKind, Agreement, AgreementRule, Binding, Carried, Channel, Claim, CodeKind, Contract,
+    Cue, Framing, Kind, LimitKind, Method, Negotiation, Part, Redial, RedialAfter, Trigger,
+    Upgrade,
 };
 use crate::pointer::join;
 
@@ -46,6 +48,9 @@ impl Cx<'_> {
         }
         for (name, cue) in &c.cues {
             self.cue(c, name, cue);
+        }
+        for (name, a) in &c.agreements {
+            self.agreement(c, idx, name, a);
         }
         for (name, m) in &c.methods {
             self.answered_by(c, name, m);
@@ -308,6 +313,45 @@ impl Cx<'_> {
         for (field, ptr) in pointers.filter_map(|(f, p)| Some((f, p?))) {
             let at = (&join(&message, ["method"]), &join(&at, [field]));
             self.carried_by(c, (at.0.as_str(), at.1.as_str()), method, part, ptr);
+        }
+    }
+
+    /// An agreement's judge is a party, its places are carried by their methods' examples,
+    /// a `lowest` has more than one statement to compare, and its version is declared.
+    fn agreement(&mut self, c: &Contract, idx: &CodeIndex, name: &str, a: &Agreement) {
+        let at = join("/agreements", [name]);
+        self.party_known(c, join(&at, ["judge"]), &a.judge);
+        self.action_names(c, idx, &join(&at, ["mismatch"]), &a.mismatch);
+        let enough = match a.rule {
+            AgreementRule::Same => 1,
+            AgreementRule::Lowest => 2,
+        };
+        if a.settled.len() < enough {
+            let why = format!("`{:?}` needs at least {enough} settling place(s)", a.rule);
+            self.push(Lint::NameRef, join(&at, ["settled"]), why);
+        }
+        let places = (a.settled.iter().enumerate()).map(|(i, p)| ("settled", i, p));
+        let places = places.chain(
+            a.repeated
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ("repeated", i, p)),
+        );
+        for (field, i, p) in places {
+            let here = join(&at, [field, &i.to_string()]);
+            let Some(part) = p.part() else {
+                let why = "a place is a method's own message, its response or its error";
+                self.push(Lint::NameRef, join(&here, ["kind"]), why);
+                continue;
+            };
+            let (m_at, p_at) = (join(&here, ["method"]), join(&here, ["pointer"]));
+            self.carried_by(c, (&m_at, &p_at), &p.method, part, &p.pointer);
+        }
+        if let Some(v) = &a.version
+            && !c.versions.iter().any(|x| &x.name == v)
+        {
+            let why = format!("version {v:?} is not declared in `versions`");
+            self.push(Lint::NameRef, join(&at, ["version"]), why);
         }
     }
 

@@ -28,7 +28,8 @@
 //! `namesBoth`); `--break nameless-timeout` closes a missed handshake 4003 without
 //! naming handshake_timeout (the action's `reason`, T-6). `--break any-token` takes an
 //! upgrade whatever its token; `--break unlisted` refuses an unspoken major without
-//! listing its own (the channel's `upgrade` refusals).
+//! listing its own (the channel's `upgrade` refusals). `--break any-session` takes an
+//! initialize result whatever sessionId it states (the `sessionId` agreement's mismatch).
 //!
 //! Exit: 0 when the session was released (release report received), 1 when
 //! the session failed (reason printed), 2 for bad usage.
@@ -79,6 +80,8 @@ enum Break {
     AnyToken,
     /// Refuse an unspoken major with 426 but without listing the host's own.
     Unlisted,
+    /// Take an initialize result whatever sessionId it states (no -32002, no close 4002).
+    AnySession,
 }
 
 /// Run one toolchannel session as the host.
@@ -758,7 +761,9 @@ impl Host {
         }
         let meta = &result["_meta"]["agentfy"];
         let sid = meta["sessionId"].as_str().unwrap_or("");
-        if sid != self.args.session_id {
+        if sid != self.args.session_id && self.args.brk == Some(Break::AnySession) {
+            eprintln!("toolchannel-host: --break any-session: taking sessionId {sid}");
+        } else if sid != self.args.session_id {
             let detail = format!("expected={} got={sid}", self.args.session_id);
             let reason = refused(ErrorCode::SessionMismatch, &detail);
             self.close_ws(conn, wire(CloseCodes::SessionRejected), &reason)

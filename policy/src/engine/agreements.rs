@@ -1,0 +1,143 @@
+//! Agreements as data: a value both parties of a connection hold once the handshake
+//! settles it, which later messages repeat.
+//!
+//! A contract's `agreements` entry names where the handshake states the value
+//! (`settled`: toolchannel's sessionId in initialize and its result) and where later
+//! messages repeat it (`repeated`: the heartbeat's sessionId). The engine keeps, per
+//! connection, what each settling place stated, and so the agreed value (the first, or
+//! the lowest of them all: toolchannel's effective channel version). A statement of the
+//! other party's that differs gets the entry's `mismatch` (toolchannel: -32002, then
+//! close 4002, whose reason names the code and both values); one of the judge's own is
+//! flagged, as nobody prescribes what its peer does about it.
+
+use std::collections::HashMap;
+
+use contract::Contract;
+use contract::model::{Agreement, AgreementRule};
+use contract::wire::Message;
+use serde_json::Value;
+
+use super::{Act, Ruling, act_at, ruling};
+
+/// What each settling place stated on one connection, by agreement.
+#[derive(Debug, Default)]
+pub(crate) struct Stated {
+    by: HashMap<String, Vec<Option<Value>>>,
+}
+
+/// A settling statement to remember once its message is known to go on.
+#[derive(Debug)]
+pub(crate) struct Settle {
+    name: String,
+    index: usize,
+    value: Value,
+}
+
+/// Whether `c` declares any agreement.
+pub(crate) fn any(c: &Contract) -> bool {
+    !c.agreements.is_empty()
+}
+
+impl Stated {
+    /// The rulings on `msg` from `from`, and the settling statements it makes.
+    pub(crate) fn judge(
+        &self,
+        c: &Contract,
+        from: &str,
+        msg: &Message,
+    ) -> (Vec<Ruling>, Vec<Settle>) {
+        let (mut out, mut settles) = (Vec::new(), Vec::new());
+        for (name, a) in &c.agreements {
+            let stated = self.of(name, a);
+            for (index, p) in a.settled.iter().enumerate() {
+                let Some(v) = p.value_in(c, from, msg) else {
+                    continue;
+                };
+                let agreed = match a.rule {
+                    AgreementRule::Same => a.agreed(&stated),
+                    AgreementRule::Lowest => None,
+                };
+                match agreed {
+                    Some(agreed) if &agreed != v => {
+                        out.push(mismatch(c, (name, a), from, msg, (&agreed, v)))
+                    }
+                    _ => settles.push(Settle {
+                        name: name.clone(),
+                        index,
+                        value: v.clone(),
+                    }),
+                }
+            }
+            let Some(agreed) = a.agreed(&stated) else {
+                continue;
+            };
+            for p in &a.repeated {
+                match p.value_in(c, from, msg) {
+                    Some(v) if v != &agreed => {
+                        out.push(mismatch(c, (name, a), from, msg, (&agreed, v)))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        (out, settles)
+    }
+
+    /// Remember the settling statements of a message that went on.
+    pub(crate) fn settle(&mut self, c: &Contract, settles: Vec<Settle>) {
+        for s in settles {
+            let Some(a) = c.agreements.get(&s.name) else {
+                continue;
+            };
+            let stated = self
+                .by
+                .entry(s.name)
+                .or_insert_with(|| vec![None; a.settled.len()]);
+            if let Some(slot) = stated.get_mut(s.index).filter(|v| v.is_none()) {
+                *slot = Some(s.value);
+            }
+        }
+    }
+
+    fn of(&self, name: &str, a: &Agreement) -> Vec<Option<Value>> {
+        self.by
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| vec![None; a.settled.len()])
+    }
+}
+
+/// The ruling on `msg` stating `got` where `agreed` holds: the entry's `mismatch` when the
+/// other party states it, a flag when the judge does.
+fn mismatch(
+    c: &Contract,
+    (name, a): (&str, &Agreement),
+    from: &str,
+    msg: &Message,
+    (agreed, got): (&Value, &Value),
+) -> Ruling {
+    let entry = format!("/agreements/{}", contract::escape_pointer(name));
+    let reason = format!("{name} expected={} got={}", plain(agreed), plain(got));
+    if from == a.judge {
+        let why = format!("the {from} states another {name} than agreed: {reason}");
+        return ruling("agreement.mismatch", &entry, &a.seed, None, why, Act::Flag);
+    }
+    let act = act_at(c, Some(&a.mismatch), msg, &reason, Some(&entry));
+    let code = a.mismatch.code.as_ref();
+    ruling(
+        "agreement.mismatch",
+        &entry,
+        &a.mismatch.seed,
+        code,
+        reason,
+        act,
+    )
+}
+
+/// A value as a close reason names it: a string as it is, anything else as JSON.
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
