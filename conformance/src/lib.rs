@@ -155,16 +155,6 @@ pub(crate) fn now_secs() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The contract's first channel (the only one of a single-channel contract).
-pub(crate) fn first_channel(wire: &Wire) -> Result<String, Failure> {
-    wire.contract()
-        .channels
-        .keys()
-        .next()
-        .cloned()
-        .ok_or_else(|| Failure::new("the contract has no channel"))
-}
-
 /// The integer wire code of the catalog error `name` (the JSON-RPC contracts' codes).
 pub(crate) fn int_error(c: &contract::Contract, name: &str) -> Result<i64, Failure> {
     let code = c.error_code(name)?;

@@ -16,20 +16,17 @@
 //! derived: the handshake, identity and the effective version (`agreements`), heartbeats
 //! (`timer.*`, the engine's `limit.raised` in `behaviour`), redials, exits.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use contract::model::Kind;
-use contract::wire::Wire;
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::derived::{self, Session};
 use super::door::{Door, knock_on};
-use super::session::{free_port, fresh, unsendable};
-use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, first_channel, str_at};
-use contract_transport::conn::{BoxMsg, CloseFrame, Hello, Msg};
+use super::session::{Incoming, free_port, fresh};
+use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, pass, str_at};
+use contract_transport::conn::{BoxMsg, Hello};
 use contract_transport::endpoint::ws::WsListener;
 use contract_transport::endpoint::{Endpoint, Listener, Options};
 
@@ -40,8 +37,6 @@ const HOLD: Duration = Duration::from_millis(1200);
 /// How often the suite heartbeats while it waits for a host to release (faster than the
 /// interval: a host that releases after N heartbeats gets there quickly).
 const RELEASE_BEAT: Duration = Duration::from_millis(150);
-/// The name and tag the suite announces.
-const SUITE_TAG: &str = "contract-proxy-conformance";
 
 bodies! {
     w_release => worker_release,
@@ -64,303 +59,19 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
 // ---------------------------------------------------------------------------------------------
 // What the contract says, by name.
 
-/// The contract's values the suite uses, looked up by name once per check.
+/// The contract's values the hooks use, looked up by name once per session.
 struct K {
-    wire: Arc<Wire>,
-    channel: String,
-    /// Channel majors (WebSocket subprotocols), first = the one spoken.
-    majors: Vec<String>,
-    /// MCP protocol versions.
-    mcp: Vec<String>,
-    /// Channel minors listed by the contract.
-    minors: Vec<String>,
-}
-
-/// A declared version's string values, as listed.
-fn version_values(c: &contract::model::Contract, name: &str) -> Vec<String> {
-    c.version_values(name)
-        .iter()
-        .filter_map(|x| x.as_str().map(str::to_string))
-        .collect()
+    /// The channel major the suite speaks: the first WebSocket subprotocol listed.
+    major: String,
 }
 
 impl K {
     fn new(cx: &Ctx) -> Result<Arc<K>, Failure> {
         let c = cx.wire.contract();
-        let channel = first_channel(&cx.wire)?;
-        let k = K {
-            wire: cx.wire.clone(),
-            channel,
-            majors: version_values(c, "channelMajor"),
-            mcp: version_values(c, "mcpProtocolVersion"),
-            minors: version_values(c, "channelVersion"),
-        };
-        if k.majors.is_empty() || k.mcp.is_empty() || k.minors.is_empty() {
-            return Err(Failure::new(
-                "the contract lists no channelMajor, mcpProtocolVersion or channelVersion values",
-            ));
-        }
-        Ok(Arc::new(k))
-    }
-
-    fn err(&self, name: &str) -> Result<i64, Failure> {
-        super::int_error(self.wire.contract(), name)
-    }
-
-    /// A named value of an integer code table.
-    fn table_code(&self, table: &str, name: &str) -> Result<u16, Failure> {
-        let v = &self.wire.contract().code(table, name)?.value;
-        v.as_u64()
-            .and_then(|n| u16::try_from(n).ok())
-            .ok_or_else(|| Failure::new(format!("{table} {name} is {v}, not a 16-bit code")))
-    }
-
-    fn close(&self, name: &str) -> Result<u16, Failure> {
-        self.table_code("closeCodes", name)
-    }
-
-    fn limit(&self, name: &str) -> Result<f64, Failure> {
-        Ok(self.wire.limits().number(name)?)
-    }
-
-    /// A close reason of at most `closeReasonMaxBytes` (values truncated, never dropped, T-16).
-    fn reason(&self, text: String) -> String {
-        let max = self
-            .limit("closeReasonMaxBytes")
-            .map(|m| m as usize)
-            .unwrap_or(usize::MAX);
-        let mut r = text;
-        while r.len() > max {
-            r.pop();
-        }
-        r
-    }
-}
-
-fn secs(v: f64) -> Result<Duration, Failure> {
-    if v.is_finite() && (0.0..1e9).contains(&v) {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(Failure::new(format!("not a duration: {v}")))
-    }
-}
-
-fn semver(v: &str) -> Option<(u64, u64, u64)> {
-    let core = v.split(['-', '+']).next()?;
-    let mut it = core.split('.').map(|p| p.parse::<u64>().ok());
-    Some((it.next()??, it.next()??, it.next()??))
-}
-
-fn is_request(g: &Got, method: &str) -> bool {
-    g.ok()
-        .is_some_and(|m| m.kind == Kind::Request && m.method.as_deref() == Some(method))
-}
-
-fn evidence(f: Failure, who: &str, g: &Got) -> Failure {
-    f.with(format!("frame from the {who}"), &g.raw)
-}
-
-fn closed(what: &str, code: Option<u16>, reason: &str) -> Failure {
-    let c = code
-        .map(|c| c.to_string())
-        .unwrap_or_else(|| "no close frame".into());
-    Failure::new(format!(
-        "the connection ended ({c}) while waiting for {what}"
-    ))
-    .with("close reason", reason.as_bytes())
-}
-
-// ---------------------------------------------------------------------------------------------
-// One WebSocket connection, every message validated against the contract.
-
-enum Ev {
-    Frame(Box<Got>),
-    End(Option<u16>, String),
-    Timeout,
-}
-
-struct Chan {
-    k: Arc<K>,
-    me: String,
-    other: String,
-    io: Option<BoxMsg>,
-    /// Requests the suite sent: id → method (picks the result schema of the answer).
-    mine: HashMap<String, String>,
-    /// Requests the implementation sent: id → method.
-    theirs: HashMap<String, String>,
-    next_id: i64,
-    ended: Option<(Option<u16>, String)>,
-    /// Every frame received, in order.
-    log: Vec<Got>,
-}
-
-fn key(id: &Value) -> String {
-    id.to_string()
-}
-
-impl Chan {
-    fn new(k: &Arc<K>, me: &str, other: &str, io: BoxMsg) -> Self {
-        Chan {
-            k: k.clone(),
-            me: me.to_string(),
-            other: other.to_string(),
-            io: Some(io),
-            mine: HashMap::new(),
-            theirs: HashMap::new(),
-            next_id: 0,
-            ended: None,
-            log: Vec::new(),
-        }
-    }
-
-    async fn put(&mut self, m: Msg) -> Result<(), Failure> {
-        let wait = Duration::from_secs(10);
-        let Some(io) = self.io.as_mut() else {
-            return Err(Failure::new("the connection is closed"));
-        };
-        match tokio::time::timeout(wait, io.send(m)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Failure::new(format!("the suite could not send: {e}"))),
-            Err(_) => Err(Failure::new(format!(
-                "the suite could not send within {wait:?} (the {} does not read)",
-                self.other
-            ))),
-        }
-    }
-
-    /// Validate `msg` as the suite's party's message and send it.
-    async fn send(&mut self, msg: &Value) -> Result<(), Failure> {
-        let bytes = serde_json::to_vec(msg).map_err(|e| Failure::new(e.to_string()))?;
-        let m = {
-            let theirs = &self.theirs;
-            self.k
-                .wire
-                .decode_with(&self.k.channel, &self.me, &bytes, &|id| {
-                    theirs.get(&key(id)).cloned()
-                })
-                .map_err(|v| unsendable(&self.me, &v, &bytes))?
-        };
-        self.put(Msg::Text(Bytes::from(bytes))).await?;
-        match m.kind {
-            Kind::Request => {
-                if let (Some(id), Some(method)) = (&m.id, &m.method) {
-                    self.mine.insert(key(id), method.clone());
-                }
-            }
-            Kind::Response | Kind::Error => {
-                if let Some(id) = m.value.get("id") {
-                    self.theirs.remove(&key(id));
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn id(&mut self) -> Value {
-        self.next_id += 1;
-        json!(self.next_id)
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> Result<Value, Failure> {
-        let id = self.id();
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await?;
-        Ok(id)
-    }
-
-    async fn notify(&mut self, method: &str, params: Option<Value>) -> Result<(), Failure> {
-        let mut m = json!({"jsonrpc": "2.0", "method": method});
-        if let (Some(p), Some(o)) = (params, m.as_object_mut()) {
-            o.insert("params".into(), p);
-        }
-        self.send(&m).await
-    }
-
-    async fn reply(&mut self, id: &Value, result: Value) -> Result<(), Failure> {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
-            .await
-    }
-
-    async fn error(&mut self, id: &Value, code: i64, message: &str) -> Result<(), Failure> {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
-            .await
-    }
-
-    /// Close with `code` and `reason`, then stop reading.
-    async fn close(&mut self, code: u16, reason: &str) {
-        let reason = self.k.reason(reason.to_string());
-        if let Some(mut io) = self.io.take() {
-            let wait = Duration::from_secs(2);
-            let _ = tokio::time::timeout(wait, async {
-                let _ = io
-                    .send(Msg::Close(Some(CloseFrame {
-                        code,
-                        reason: reason.clone(),
-                    })))
-                    .await;
-                // The closing handshake: read (and drop) until the peer's close. Dropping the
-                // socket with its frames unread would reset the connection, and a reset can
-                // destroy the close frame before the peer reads its code.
-                while let Some(Ok(m)) = io.next().await {
-                    if matches!(m, Msg::Close(_)) {
-                        break;
-                    }
-                }
-                let _ = io.close().await;
-            })
-            .await;
-        }
-        self.ended = Some((Some(code), format!("closed by the suite: {reason}")));
-    }
-
-    fn decode(&mut self, payload: Bytes) -> Got {
-        let msg = {
-            let mine = &self.mine;
-            self.k
-                .wire
-                .decode_with(&self.k.channel, &self.other, &payload, &|id| {
-                    mine.get(&key(id)).cloned()
-                })
-        };
-        if let Ok(m) = &msg
-            && m.kind == Kind::Request
-            && let (Some(id), Some(method)) = (&m.id, &m.method)
-        {
-            self.theirs.insert(key(id), method.clone());
-        }
-        let got = Got {
-            raw: payload,
-            msg: msg.map_err(Box::new),
-            at: Instant::now(),
-        };
-        self.log.push(got.clone());
-        got
-    }
-
-    async fn next(&mut self, until: Instant) -> Ev {
-        if let Some((c, r)) = &self.ended {
-            return Ev::End(*c, r.clone());
-        }
-        let Some(io) = self.io.as_mut() else {
-            return Ev::End(None, "closed".into());
-        };
-        let got = tokio::time::timeout_at(until.into(), io.next()).await;
-        let end = |s: &mut Self, code: Option<u16>, reason: String| {
-            s.io = None;
-            s.ended = Some((code, reason.clone()));
-            Ev::End(code, reason)
-        };
-        match got {
-            Err(_) => Ev::Timeout,
-            Ok(None) => end(self, None, "end of stream".into()),
-            Ok(Some(Err(e))) => end(self, None, e.to_string()),
-            Ok(Some(Ok(Msg::Close(f)))) => match f {
-                Some(f) => end(self, Some(f.code), f.reason),
-                None => end(self, None, "close frame without a code".into()),
-            },
-            Ok(Some(Ok(Msg::Text(b) | Msg::Binary(b)))) => Ev::Frame(Box::new(self.decode(b))),
-        }
+        let major = (c.version_values("channelMajor").first())
+            .and_then(|v| v.as_str().map(str::to_string))
+            .ok_or_else(|| Failure::new("the contract lists no channelMajor value"))?;
+        Ok(Arc::new(K { major }))
     }
 }
 
@@ -610,306 +321,16 @@ async fn host_berth(cx: &mut Ctx) -> Result<Berth, Failure> {
 /// worker that exits with an error first never dials: that fails at once.
 async fn admit(cx: &mut Ctx, k: &K, l: &Listener, wait: Duration) -> Result<BoxMsg, Failure> {
     let p = cx.unless_failed(knock_on(l, wait)).await?;
-    p.accept(Some(&k.majors[0]))
+    p.accept(Some(&k.major))
         .await
         .map_err(|e| Failure::new(format!("completing the worker's upgrade: {e}")))
-}
-
-// ---------------------------------------------------------------------------------------------
-// A session, as the suite plays it.
-
-struct Sess {
-    ch: Chan,
-    k: Arc<K>,
-    wait: Duration,
-    /// Budgets: those sent (playing the host) or received (playing the worker).
-    budgets: serde_json::Map<String, Value>,
-    /// Playing the worker: its identity and versions.
-    own_sid: String,
-    instance: String,
-    attempt: u64,
-    minor: String,
-    effective: Option<String>,
-    hb_every: Option<Duration>,
-    hb_next: Option<Instant>,
-    hb_answers: Vec<Got>,
-    hold_calls: bool,
-    held: Vec<(Value, Instant)>,
-    release: Option<Got>,
-    /// The check waits for the release (no note when it comes).
-    expect_release: bool,
-    running_at: Option<Instant>,
-    started: Instant,
-    notes: Vec<String>,
-}
-
-impl Sess {
-    fn new(k: &Arc<K>, io: BoxMsg, sid: &str, wait: Duration) -> Self {
-        Sess {
-            ch: Chan::new(k, "worker", "host", io),
-            k: k.clone(),
-            wait,
-            budgets: serde_json::Map::new(),
-            own_sid: sid.to_string(),
-            instance: fresh("instance"),
-            attempt: 0,
-            minor: k.minors[0].clone(),
-            effective: None,
-            hb_every: None,
-            hb_next: None,
-            hb_answers: Vec::new(),
-            hold_calls: false,
-            held: Vec::new(),
-            release: None,
-            expect_release: false,
-            running_at: None,
-            started: Instant::now(),
-            notes: Vec::new(),
-        }
-    }
-
-    fn soon(&self) -> Instant {
-        Instant::now() + self.wait
-    }
-
-    fn bad(&self, g: &Got, why: impl Into<String>) -> Failure {
-        evidence(Failure::new(why), "host", g)
-    }
-
-    fn budget(&self, name: &str) -> Result<f64, Failure> {
-        self.budgets
-            .get(name)
-            .and_then(Value::as_f64)
-            .ok_or_else(|| Failure::new(format!("no budget {name} in initialize")))
-    }
-
-    /// Send a heartbeat when one is due (playing the worker).
-    async fn tick(&mut self) -> Result<(), Failure> {
-        if let (Some(every), Some(due)) = (self.hb_every, self.hb_next)
-            && Instant::now() >= due
-        {
-            self.hb_next = Some(Instant::now() + every);
-            let p = self.heartbeat_params(None);
-            self.ch.request("agentfy/heartbeat", p).await?;
-        }
-        Ok(())
-    }
-
-    fn heartbeat_params(&self, version: Option<&str>) -> Value {
-        json!({
-            "sessionId": self.own_sid,
-            "idleSeconds": 0,
-            "execSeconds": self.started.elapsed().as_secs(),
-            "activeToolCalls": self.held.len(),
-            "workspaceBytes": 0,
-            "channelVersion": version.map(str::to_string).or_else(|| self.effective.clone()).unwrap_or_else(|| self.minor.clone()),
-        })
-    }
-
-    fn stop(&self, until: Instant) -> Instant {
-        match self.hb_next {
-            Some(d) if d < until && self.hb_every.is_some() => d,
-            _ => until,
-        }
-    }
-
-    /// Answer what the implementation sends that the check is not waiting for.
-    async fn background(&mut self, g: &Got) -> Result<(), Failure> {
-        let v = match g.value() {
-            Some(v) => v.clone(),
-            None => return Ok(()),
-        };
-        let method = v
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let id = v.get("id").cloned();
-        if method.is_empty() {
-            // An answer to one of ours: keep heartbeat answers for the checks.
-            if let Some(id) = &id
-                && self.ch.mine.get(&key(id)).map(String::as_str) == Some("agentfy/heartbeat")
-            {
-                self.hb_answers.push(g.clone());
-            }
-            return Ok(());
-        }
-        let Some(id) = id else {
-            return Ok(()); // notifications are logged (Chan::log), never answered
-        };
-        match method.as_str() {
-            "tools/list" => {
-                self.ch.reply(&id, json!({"tools": [echo_tool()]})).await?;
-                self.running();
-            }
-            "tools/call" if self.hold_calls => self.held.push((id, Instant::now())),
-            "tools/call" => self.ch.reply(&id, echo_result()).await?,
-            "agentfy/release" => {
-                self.release = Some(g.clone());
-                self.ch
-                    .reply(
-                        &id,
-                        json!({"accepted": true, "outputsFlushed": true, "outputs": []}),
-                    )
-                    .await?;
-                let code = self.k.close("RELEASED")?;
-                self.ch.close(code, &format!("{code} released")).await;
-                if !self.expect_release {
-                    self.notes
-                        .push("the host released the session during the check".into());
-                }
-            }
-            _ => {
-                let code = self.k.err("CAPABILITY_NOT_NEGOTIATED")?;
-                self.ch
-                    .error(&id, code, "CAPABILITY_NOT_NEGOTIATED")
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-
-    fn running(&mut self) {
-        if self.running_at.is_none() {
-            self.running_at = Some(Instant::now());
-            if let Some(every) = self.hb_every {
-                self.hb_next = Some(Instant::now() + every);
-            }
-        }
-    }
-
-    /// Read until `pick` takes a frame; everything else is answered in the background.
-    async fn until<T>(
-        &mut self,
-        what: &str,
-        until: Instant,
-        mut pick: impl FnMut(&Got) -> Option<T>,
-    ) -> Result<T, Failure> {
-        loop {
-            let stop = self.stop(until);
-            match self.ch.next(stop).await {
-                Ev::Frame(g) => {
-                    if let Some(t) = pick(&g) {
-                        return Ok(t);
-                    }
-                    self.background(&g).await?;
-                }
-                Ev::End(code, reason) => return Err(closed(what, code, &reason)),
-                Ev::Timeout => {
-                    if Instant::now() >= until {
-                        return Err(Failure::new(format!("no {what} from the host in time")));
-                    }
-                    self.tick().await?;
-                }
-            }
-        }
-    }
-
-    /// The next `method` request of the implementation (`what` names it in a failure).
-    async fn request_of(
-        &mut self,
-        what: &str,
-        method: &str,
-        until: Instant,
-    ) -> Result<Got, Failure> {
-        self.until(what, until, |g| is_request(g, method).then(|| g.clone()))
-            .await
-    }
-
-    /// Wait for initialize and answer it; returns the initialize request.
-    async fn accept_initialize(&mut self) -> Result<Got, Failure> {
-        let until = self.soon();
-        let g = self.request_of("initialize", "initialize", until).await?;
-        let v = g.value().cloned().unwrap_or(Value::Null);
-        if let Some(b) = v
-            .pointer("/params/_meta/agentfy/budgets")
-            .and_then(Value::as_object)
-        {
-            self.budgets = b.clone();
-        }
-        let host_minor = str_at(&v, "/params/_meta/agentfy/channelVersion").unwrap_or("");
-        self.effective = Some(
-            if semver(host_minor).is_some_and(|h| semver(&self.minor).is_some_and(|w| h < w)) {
-                host_minor.to_string()
-            } else {
-                self.minor.clone()
-            },
-        );
-        let asked = str_at(&v, "/params/protocolVersion").unwrap_or("");
-        let protocol = if self.k.mcp.iter().any(|m| m == asked) {
-            asked.to_string()
-        } else {
-            self.k.mcp[0].clone()
-        };
-        let result = json!({
-            "protocolVersion": protocol,
-            "serverInfo": {"name": "agentfy-worker", "version": SUITE_TAG},
-            "capabilities": {"tools": {"listChanged": true}},
-            "_meta": {"agentfy": {
-                "sessionId": self.own_sid, "channelVersion": self.minor,
-                "instanceId": self.instance, "attempt": self.attempt,
-            }}
-        });
-        let id = v.get("id").cloned().unwrap_or(Value::Null);
-        self.ch.reply(&id, result).await?;
-        Ok(g)
-    }
-
-    async fn initialized(&mut self) -> Result<(), Failure> {
-        self.ch.notify("notifications/initialized", None).await
-    }
-
-    async fn ready(&mut self) -> Result<(), Failure> {
-        let p = json!({"sessionId": self.own_sid, "tools": ["echo"], "workspace": "/workspace", "bootMillis": 0});
-        self.ch.notify("agentfy/ready", Some(p)).await
-    }
-
-    /// Wait for tools/list and answer it: the session is running.
-    async fn listed(&mut self) -> Result<(), Failure> {
-        let until = self.soon();
-        let g = self.request_of("tools/list", "tools/list", until).await?;
-        self.background(&g).await
-    }
-
-    /// The whole handshake, heartbeats on at the budget interval.
-    async fn up(&mut self) -> Result<(), Failure> {
-        self.accept_initialize().await?;
-        self.hb_every = Some(secs(self.budget("heartbeatIntervalSeconds")?)?);
-        self.initialized().await?;
-        self.ready().await?;
-        self.listed().await
-    }
-}
-
-fn echo_tool() -> Value {
-    json!({"name": "echo", "description": "Return the given text.",
-        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}})
-}
-
-fn echo_result() -> Value {
-    json!({"content": [{"type": "text", "text": "conformance"}]})
-}
-
-/// Playing the worker: a launched (or listening) host, dialed; the contract, the berth and
-/// the session.
-async fn worker_session(cx: &mut Ctx) -> Result<(Arc<K>, Berth, Sess), Failure> {
-    let k = K::new(cx)?;
-    let b = host_berth(cx).await?;
-    let s = worker_dial(cx, &k, &b).await?;
-    Ok((k, b, s))
-}
-
-/// Playing the worker: dial the host with the token and the spoken major.
-async fn worker_dial(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<Sess, Failure> {
-    let io = dial_host(cx, k, b).await?;
-    Ok(Sess::new(k, io, &b.session, cx.opts.deadline))
 }
 
 /// The upgrade a valid worker sends: the token and the spoken major.
 async fn dial_host(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failure> {
     let hello = Hello {
         path: b.path.clone(),
-        subprotocols: vec![k.majors[0].clone()],
+        subprotocols: vec![k.major.clone()],
         authorization: Some(format!("Bearer {}", b.token)),
     };
     match cx.knock((&b.addr, &b.path, false), &hello).await? {
@@ -921,88 +342,118 @@ async fn dial_host(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failur
     }
 }
 
-fn pass(s: &Sess, what: String) -> Result<Verdict, Failure> {
-    if s.notes.is_empty() {
-        Ok(Verdict::Pass(what))
-    } else {
-        Ok(Verdict::Pass(format!(
-            "{what} (note: {})",
-            s.notes.join("; ")
-        )))
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // release
 
+/// Playing the worker: the host's tools/call is held [`HOLD`] while the suite heartbeats
+/// every [`RELEASE_BEAT`], and the host must not release idle or explicitly meanwhile;
+/// its release carries the releaseGraceSeconds in force and the agreed session id (the
+/// engine's `agreement.*` rulings); the suite reports and closes.
 async fn worker_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let (k, b, mut s) = worker_session(cx).await?;
-    s.hold_calls = true;
-    s.up().await?;
-    s.hb_every = Some(RELEASE_BEAT);
-    s.hb_next = Some(Instant::now());
-    let until = Instant::now() + cx.opts.check_deadline.mul_f64(0.8);
-    let mut calls = 0;
-    let rel = loop {
-        // Answer held calls after HOLD; a release (idle/explicit) meanwhile breaks the rule.
-        let due = s.held.first().map(|(_, at)| *at + HOLD);
-        let stop = due.unwrap_or(Instant::now() + RELEASE_BEAT).min(until);
-        let got = s
-            .request_of("agentfy/release", "agentfy/release", stop)
-            .await;
-        match got {
-            Ok(g) => break g,
-            Err(f) if s.ch.ended.is_some() || Instant::now() >= until => return Err(f),
-            Err(_) => {
-                if s.held
-                    .first()
-                    .is_some_and(|(_, at)| Instant::now() >= *at + HOLD)
-                {
-                    let (id, _) = s.held.remove(0);
-                    s.ch.reply(&id, echo_result()).await?;
-                    calls += 1;
-                }
-            }
-        }
+    let mut s = match derived::handshaken(cx).await? {
+        Ok(s) => s,
+        Err(unreached) => return Ok(unreached),
     };
-    let reason = rel
-        .at_ptr("/params/reason")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if !s.held.is_empty() && (reason == "idle" || reason == "explicit") {
-        return Err(s.bad(
-            &rel,
-            format!("agentfy/release (reason {reason}) while a tools/call is in flight"),
-        ));
+    let until = Instant::now() + cx.opts.check_deadline.mul_f64(0.8);
+    let mut held: Vec<(Value, Instant)> = Vec::new();
+    let (mut beat, mut calls) = (Instant::now(), 0);
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            let waited = until.duration_since(now.min(until));
+            return Err(Failure::new(format!(
+                "no agentfy/release from the host ({waited:?} left)"
+            )));
+        }
+        if now >= beat {
+            s.send(cx, "agentfy/heartbeat").await?;
+            beat = now + RELEASE_BEAT;
+        }
+        while let Some((_, at)) = held.first()
+            && Instant::now() >= *at + HOLD
+        {
+            let (call, _) = held.remove(0);
+            s.reply(cx, "tools/call", &call).await?;
+            calls += 1;
+        }
+        let due = held.first().map_or(until, |(_, at)| *at + HOLD);
+        let g = match s.peer.next(beat.min(due).min(until)).await {
+            Incoming::Control(g) => g,
+            Incoming::ControlEnd(why) => {
+                return Err(Failure::new(format!(
+                    "the host ended the channel before it released: {why}"
+                )));
+            }
+            _ => continue,
+        };
+        let request = g
+            .ok()
+            .filter(|m| m.kind == Kind::Request)
+            .map(|m| (m.method.clone(), m.value.clone()));
+        match request {
+            Some((Some(m), call)) if m == "tools/call" => held.push((call, Instant::now())),
+            Some((Some(m), _)) if m == "agentfy/release" => {
+                return released(cx, s, &g, &held, calls).await;
+            }
+            Some(_) => {
+                s.respond(cx, &g).await?;
+            }
+            None => {}
+        }
     }
-    if let Err(v) = &rel.msg {
-        return Err(s.bad(
-            &rel,
-            format!("agentfy/release breaks the contract: {}", v.reason),
-        ));
+}
+
+/// The host's release `g`: no idle or explicit one while a call is `held`; the grace in
+/// force; then the suite's report and close.
+async fn released(
+    cx: &mut Ctx,
+    mut s: Session,
+    g: &Got,
+    held: &[(Value, Instant)],
+    calls: usize,
+) -> Result<Verdict, Failure> {
+    let c = cx.wire.contract().clone();
+    let bad = |why: String| Failure::new(why).with("the host's agentfy/release", &g.raw);
+    let v = g.value().cloned().unwrap_or(Value::Null);
+    let reason = str_at(&v, "/params/reason").unwrap_or("");
+    if !held.is_empty() && matches!(reason, "idle" | "explicit") {
+        return Err(bad(format!(
+            "agentfy/release (reason {reason}) while a tools/call is in flight"
+        )));
     }
-    if rel.at_ptr("/params/sessionId").and_then(Value::as_str) != Some(b.session.as_str()) {
-        return Err(s.bad(
-            &rel,
-            "agentfy/release carries another sessionId than the token's sub",
-        ));
+    if let Err(v) = &g.msg {
+        return Err(bad(format!(
+            "agentfy/release breaks the contract: {}",
+            v.reason
+        )));
     }
-    let grace = s.budgets.get("releaseGraceSeconds").cloned();
-    if rel.at_ptr("/params/graceSeconds").cloned() != grace {
-        return Err(s.bad(
-            &rel,
-            format!("graceSeconds is not releaseGraceSeconds {grace:?} (T-52)"),
-        ));
+    // The session id it repeats is an agreement's (`/agreements`), ruled by the engine.
+    let found = s.peer.judge.iter().flat_map(|j| &j.found);
+    if let Some(f) = found
+        .into_iter()
+        .find(|f| f.ruling.rule.starts_with("agreement."))
+    {
+        let why = format!("the host broke {}: {}", f.ruling.rule, f.ruling.reason);
+        return Err(Failure::new(why).with("what drew it", &f.raw));
     }
-    s.hb_every = None;
-    s.expect_release = true;
-    s.background(&rel).await?;
-    let closed_with = k.close("RELEASED")?;
-    pass(
-        &s,
-        format!(
-            "{calls} tools/call answered after {HOLD:?} with no release meanwhile; release reason {reason}; report sent, closed {closed_with}"
-        ),
-    )
+    let grace =
+        derived::in_force(cx, &c, &s).and_then(|l| l.as_carried("releaseGraceSeconds").ok());
+    let got = v.pointer("/params/graceSeconds").and_then(Value::as_f64);
+    if got != grace {
+        return Err(bad(format!(
+            "graceSeconds {got:?} is not releaseGraceSeconds {grace:?} in force (T-52)"
+        )));
+    }
+    s.reply(cx, "agentfy/release", &v).await?;
+    let code = c
+        .code("closeCodes", "RELEASED")
+        .ok()
+        .and_then(|v| v.value.as_u64());
+    let code = code
+        .and_then(|c| u16::try_from(c).ok())
+        .ok_or_else(|| Failure::new("closeCodes has no RELEASED"))?;
+    s.peer.close_with(code, &format!("{code} released")).await?;
+    pass(format!(
+        "{calls} tools/call answered after {HOLD:?} with no release meanwhile; release reason {reason}; report sent, closed {code}"
+    ))
 }

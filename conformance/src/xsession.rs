@@ -213,7 +213,13 @@ mod imp {
     use tokio::task::JoinHandle;
     use tokio_util::codec::FramedRead;
 
-    use super::super::{Ctx, Failure, Stdout, Target, Verdict, first_channel, pass, skip};
+    use super::super::{Ctx, Failure, Stdout, Target, Verdict, pass, skip};
+
+    /// The contract's first channel (the only one of a single-channel contract).
+    fn first_channel(wire: &Wire) -> Result<String, Failure> {
+        let first = wire.contract().channels.keys().next().cloned();
+        first.ok_or_else(|| Failure::new("the contract has no channel"))
+    }
 
     mod open;
     use contract_transport::endpoint::Endpoint;

@@ -1172,17 +1172,7 @@ fn said(
     let msg = w
         .decode(ch, from, &bytes, asked)
         .unwrap_or_else(|e| panic!("{v} does not decode: {}", e.reason));
-    let dir = if from == to { Dir::Up } else { Dir::Down };
-    let ctx = Ctx {
-        route: "r",
-        conn: 1,
-        session: 1,
-        dir,
-        from,
-        to,
-        now: Instant::now(),
-    };
-    p.on_message(&ctx, &msg, bytes.len())
+    p.on_message(&at(from, to, Instant::now()), &msg, bytes.len())
 }
 
 /// tests/fixtures/beacon.json: the band a tune names is an agreement the station judges

@@ -275,6 +275,21 @@ fn as_host_a_worker_beating_with_its_own_version_fails_exactly_the_agreement_che
     breaks_exactly("host", &target, check, &["the agreed value is 1.0.0"]);
 }
 
+/// A host releasing while its tools/call is in flight (`--break busy-release`, after three
+/// heartbeats: sooner than the suite answers the call) fails the hand-written release
+/// check alone.
+#[test]
+fn as_worker_a_host_releasing_during_a_call_fails_exactly_the_release_check() {
+    let target = host_target("--break busy-release").replace("--heartbeats 12", "--heartbeats 3");
+    let check = "toolchannel.release";
+    breaks_exactly(
+        "worker",
+        &target,
+        check,
+        &["while a tools/call is in flight"],
+    );
+}
+
 /// A host taking an initialize result whatever sessionId it states (`--break
 /// any-session`) fails the derived check of that agreement's mismatch alone: it goes on
 /// waiting for the handshake, and ends it on its own deadline, not with close 4002.

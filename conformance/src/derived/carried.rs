@@ -40,7 +40,7 @@ pub(super) fn write(cx: &Ctx, method: &str, part: Part, v: &mut Value) {
 
 /// The run's limits with what the session's messages up to now carried, in the order
 /// they went; `None` when the contract carries no limit on the wire (the run's own hold).
-pub(super) fn in_force(cx: &Ctx, c: &Contract, s: &Session) -> Option<Limits> {
+pub(crate) fn in_force(cx: &Ctx, c: &Contract, s: &Session) -> Option<Limits> {
     if c.limits.values().all(|l| l.carried.is_empty()) {
         return None;
     }

@@ -161,14 +161,16 @@ pub(super) fn distinct(cx: &Ctx, plan: &Plan, n: usize) -> Vec<(String, String, 
     out
 }
 
+/// The claim the check's subject names.
+pub(super) fn subject<'c>(c: &'c Contract, cx: &Ctx) -> Result<&'c Claim, Failure> {
+    let name = cx.subject.as_deref().unwrap_or_default();
+    (c.claims.get(name)).ok_or_else(|| Failure::new("suite bug: no claim"))
+}
+
 pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let c = cx.wire.contract().clone();
-        let name = cx.subject.clone().unwrap_or_default();
-        let cl = c
-            .claims
-            .get(&name)
-            .ok_or_else(|| Failure::new("suite bug: no claim"))?;
+        let cl = subject(&c, cx)?;
         let plan = plan_of(cx);
         let (step, part) = claim_step(&c, &plan, cl)
             .ok_or_else(|| Failure::new("suite bug: the claim is not on the walk"))?;

@@ -111,6 +111,7 @@ mod timers;
 mod upgrade;
 mod versions;
 
+pub(crate) use carried::in_force;
 use contract::wire::Wire;
 pub(crate) use exits::exit_owed;
 use plan::{
@@ -448,9 +449,10 @@ fn cite(pointer: String, seed: &str) -> String {
     format!("{pointer}: {seed}")
 }
 
-/// The suite's session: the peer, and the ids it gave out.
-struct Session {
-    peer: Peer,
+/// The suite's session: the peer, and the ids it gave out. A hand-written check may play
+/// on one too ([`handshaken`]).
+pub(crate) struct Session {
+    pub(crate) peer: Peer,
     shape: Shape,
     next: u64,
     prefix: Option<String>,
@@ -650,7 +652,7 @@ impl Session {
     }
 
     /// Send `method`'s example; its id when it is a request.
-    async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
+    pub(crate) async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
         let v = self.message(cx, method)?;
         self.send_value(&v).await
     }
@@ -901,7 +903,12 @@ impl Session {
 
     /// Answer the implementation's `request` of `method` with the played party's result
     /// example, echoing what the example pair echoes (see [`echoed`]).
-    async fn reply(&mut self, cx: &Ctx, method: &str, request: &Value) -> Result<(), Failure> {
+    pub(crate) async fn reply(
+        &mut self,
+        cx: &Ctx,
+        method: &str,
+        request: &Value,
+    ) -> Result<(), Failure> {
         let v = self.answer_for(cx, method, request)?;
         self.peer.send(&v).await.map(|_| ())
     }
@@ -970,7 +977,7 @@ impl Session {
     /// session that serves all. A request that comes otherwise stays unanswered, so the
     /// implementation's own work (a rukh command awaiting its rukh.call) does not move the
     /// session on between the checks that share it. Whether it answered.
-    async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {
+    pub(crate) async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {
         let Some(m) = got.ok().filter(|m| m.kind == Kind::Request) else {
             return Ok(false);
         };
@@ -1062,6 +1069,20 @@ fn expect_code(shape: &Shape, got: &Value, want: &Value, what: &str) -> Result<V
         Some(code) if code == want => pass(format!("{what}: error {code}")),
         _ => Err(Failure::new(format!("{what}: expected error {want}"))
             .with("the answer", got.to_string().as_bytes())),
+    }
+}
+
+/// A fresh session taken through the contract's handshake, for a hand-written check that
+/// plays on from there, every message judged by the policy engine from the start
+/// (`Peer::judge`); `Ok(Err(verdict))` where the handshake did not get there (its own
+/// check reports why).
+pub(crate) async fn handshaken(cx: &mut Ctx) -> Result<Result<Session, Verdict>, Failure> {
+    let plan = plan_of(cx);
+    let mut s = Session::open(cx).await?;
+    s.peer.judge();
+    match s.handshake(cx, &plan).await {
+        Ok(()) => Ok(Ok(s)),
+        Err(f) => plan.unreached(f).map(Err),
     }
 }
 

@@ -80,11 +80,7 @@ pub(super) fn first_body(cx: &mut Ctx) -> BodyFuture<'_> {
             return skip("only a process the suite launches is known to dial for the first time");
         }
         let c = cx.wire.contract().clone();
-        let name = cx.subject.clone().unwrap_or_default();
-        let cl = c
-            .claims
-            .get(&name)
-            .ok_or_else(|| Failure::new("suite bug: no claim"))?;
+        let cl = super::claims::subject(&c, cx)?;
         let plan = plan_of(cx);
         let mut s = Session::open(cx).await?;
         if let Err(f) = s.handshake(cx, &plan).await {

@@ -29,7 +29,8 @@
 //! naming handshake_timeout (the action's `reason`, T-6). `--break any-token` takes an
 //! upgrade whatever its token; `--break unlisted` refuses an unspoken major without
 //! listing its own (the channel's `upgrade` refusals). `--break any-session` takes an
-//! initialize result whatever sessionId it states (the `sessionId` agreement's mismatch).
+//! initialize result whatever sessionId it states (the `sessionId` agreement's mismatch);
+//! `--break busy-release` releases while its tools/call is in flight (the release check).
 //!
 //! Exit: 0 when the session was released (release report received), 1 when
 //! the session failed (reason printed), 2 for bad usage.
@@ -82,6 +83,8 @@ enum Break {
     Unlisted,
     /// Take an initialize result whatever sessionId it states (no -32002, no close 4002).
     AnySession,
+    /// Release once enough heartbeats arrived, even while the tools/call is in flight.
+    BusyRelease,
 }
 
 /// Run one toolchannel session as the host.
@@ -843,7 +846,7 @@ impl Host {
     /// Release once the call returned and enough heartbeats arrived; never during a call (rule 15).
     async fn maybe_release(&mut self, conn: u64) -> anyhow::Result<()> {
         if self.state == State::Running
-            && self.call == CallState::Done
+            && (self.call == CallState::Done || self.args.brk == Some(Break::BusyRelease))
             && self.heartbeats >= self.args.heartbeats
             && self.live == Some(conn)
         {
