@@ -14,9 +14,12 @@
 //!   another value than the implementation knows. It must state its own, not echo the
 //!   suite's; the suite then reacts as the judge and the implementation ends as that
 //!   close obliges it (its exit).
+//!
+//! Every check's session states the agreed value where the played party repeats one
+//! ([`write`]): its examples' value may not be what this session agreed.
 
 use contract::Contract;
-use contract::model::{Action, ActionKind, Agreement, AgreementRule, Place};
+use contract::model::{Action, ActionKind, Agreement, AgreementRule, Part, Place};
 use serde_json::Value;
 use std::time::Instant;
 
@@ -105,14 +108,15 @@ fn rule(a: &Agreement) -> &'static str {
     }
 }
 
+/// `a` in words: its action and code, then its `then`'s.
 fn said(a: &Action) -> String {
-    let one = |a: &Action| {
-        let code = a.code.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
-        format!("{}{code}", super::probes::action_name(a.action))
-    };
     match &a.then {
-        Some(t) => format!("{}, then {}", one(a), one(t)),
-        None => one(a),
+        Some(t) => format!(
+            "{}, then {}",
+            super::claims::said(a),
+            super::claims::said(t)
+        ),
+        None => super::claims::said(a),
     }
 }
 
@@ -156,13 +160,13 @@ fn is_request(c: &Contract, p: &Place) -> bool {
 /// The walk's step at which the implementation states a settling value after the suite
 /// stated the first: what an echo would show.
 fn echo_step(c: &Contract, a: &Agreement, plan: &Plan) -> Option<usize> {
-    let first = a.settled.first().filter(|p| c.states(p, &plan.role))?;
+    // The suite states the first value, the implementation a later one.
+    a.settled.first().filter(|p| c.states(p, &plan.role))?;
     let later = a
         .settled
         .iter()
         .skip(1)
         .find(|p| !c.states(p, &plan.role))?;
-    let _ = first;
     plan.steps.iter().position(|s| match s {
         Step::Await(m) => m == &later.method && later.kind.is_some(),
         Step::Expect(m) => m == &later.method && later.kind.is_none(),
@@ -261,6 +265,31 @@ fn agreed(a: &Agreement, stated: &[Stated]) -> Option<Value> {
     a.agreed(&settled)
 }
 
+/// `v`, the played party's `part` of `method`, with the value the session agreed written
+/// at each place it repeats one (a heartbeat's effective version, whatever the examples
+/// say), once the handshake settled it.
+pub(super) fn write(cx: &Ctx, s: &Session, (method, part): (&str, Part), v: &mut Value) {
+    let c = cx.wire.contract();
+    for a in c.agreements.values() {
+        let here = a
+            .repeated
+            .iter()
+            .filter(|p| p.method == method && p.part() == Some(part));
+        let places: Vec<&Place> = here.filter(|p| c.states(p, &cx.role)).collect();
+        if places.is_empty() {
+            continue;
+        }
+        let Some(agreed) = agreed(a, &statements(cx, s, a)) else {
+            continue;
+        };
+        for p in places {
+            if v.pointer(&p.pointer).is_some() {
+                contract::set_pointer(v, &p.pointer, agreed.clone());
+            }
+        }
+    }
+}
+
 /// Playing the party the judge is not: another value, and the judge's reaction.
 async fn provoke(cx: &mut Ctx, name: &str, a: &Agreement) -> Result<Verdict, Failure> {
     let c = cx.wire.contract().clone();
@@ -313,17 +342,10 @@ async fn provoke(cx: &mut Ctx, name: &str, a: &Agreement) -> Result<Verdict, Fai
         Err(f) => return Err(f),
     };
     let seen = reaction(&mut s, cx, a, id, (&agreed, &wrong), &what).await?;
-    let verdict = Verdict::Pass(format!("{what}: {seen}"));
+    let seen = format!("{what}: {seen}");
     match super::probes::after_close(s, cx).await? {
-        Some(also) => Ok(Verdict::Pass(format!("{}; {also}", verdict_text(&verdict)))),
-        None => Ok(verdict),
-    }
-}
-
-fn verdict_text(v: &Verdict) -> String {
-    match v {
-        Verdict::Pass(t) => t.clone(),
-        _ => String::new(),
+        Some(also) => pass(format!("{seen}; {also}")),
+        None => pass(seen),
     }
 }
 
@@ -428,20 +450,34 @@ async fn kept(cx: &mut Ctx, name: &str, a: &Agreement) -> Result<Verdict, Failur
         let until = Instant::now() + super::end::on_its_clock(cx, &s, &p.method);
         await_place(&mut s, cx, p, until).await;
     }
-    let stated = statements(cx, &s, a);
-    let mut so_far: Vec<Stated> = Vec::new();
-    let mut judged = 0;
+    let (judged, agreed) = judge_all(a, name, statements(cx, &s, a))?;
+    if judged == 0 {
+        return skip(format!(
+            "the implementation stated no {name} after it was agreed"
+        ));
+    }
+    let agreed = agreed.map(|v| plain(&v)).unwrap_or_default();
+    pass(format!("{judged} statement(s) of {name}, each {agreed}"))
+}
+
+/// The implementation's statements judged against the value agreed before each (a
+/// settling one only under `same`): how many were, and the value agreed in the end; the
+/// first that differs fails, with its bytes.
+fn judge_all(
+    a: &Agreement,
+    name: &str,
+    stated: Vec<Stated>,
+) -> Result<(usize, Option<Value>), Failure> {
+    let (mut so_far, mut judged) = (Vec::new(), 0);
     for st in stated {
-        if let (false, Some(agreed)) = (
-            st.by_suite,
-            agreed(a, &so_far).filter(|_| st.settles.is_none() || a.rule == AgreementRule::Same),
-        ) {
+        let judges = !st.by_suite && (st.settles.is_none() || a.rule == AgreementRule::Same);
+        if let Some(want) = agreed(a, &so_far).filter(|_| judges) {
             judged += 1;
-            if st.value != agreed {
+            if st.value != want {
                 let f = Failure::new(format!(
                     "the implementation stated {name} {}; the agreed value is {} ({})",
                     plain(&st.value),
-                    plain(&agreed),
+                    plain(&want),
                     rule(a)
                 ));
                 return Err(match st.got {
@@ -452,14 +488,7 @@ async fn kept(cx: &mut Ctx, name: &str, a: &Agreement) -> Result<Verdict, Failur
         }
         so_far.push(st);
     }
-    let agreed = agreed(a, &so_far).map(|v| plain(&v)).unwrap_or_default();
-    s.keep(cx);
-    if judged == 0 {
-        return skip(format!(
-            "the implementation stated no {name} after it was agreed"
-        ));
-    }
-    pass(format!("{judged} statement(s) of {name}, each {agreed}"))
+    Ok((judged, agreed(a, &so_far)))
 }
 
 /// What the suite states under `lowest`, below any value the implementation may hold: the

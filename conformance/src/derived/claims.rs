@@ -51,7 +51,8 @@ pub(super) fn applies(c: &Contract, role: &str) -> Vec<(String, String, String)>
         .collect()
 }
 
-fn said(a: &Action) -> String {
+/// `a` in words: its action and its code.
+pub(super) fn said(a: &Action) -> String {
     let code = a.code.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
     format!("{}{code}", action_name(a.action))
 }

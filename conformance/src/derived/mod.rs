@@ -570,6 +570,7 @@ impl Session {
         dealias(&cx.aliases, &mut v);
         self.undeclare(method, Part::Call, &mut v);
         carried::write(cx, method, Part::Call, &mut v);
+        agreements::write(cx, self, (method, Part::Call), &mut v);
         self.overwrite(method, &mut v);
         Ok(self.numbered(v))
     }
@@ -647,7 +648,14 @@ impl Session {
     /// The examples of `methods`, each with the next id (only one of them is sent).
     fn carriers(&self, cx: &Ctx, methods: &[String]) -> Vec<Value> {
         let mut all = carriers(cx.wire.contract(), &cx.role, methods, &self.peek_id());
-        all.iter_mut().for_each(|v| dealias(&cx.aliases, v));
+        for v in &mut all {
+            dealias(&cx.aliases, v);
+            let bytes = serde_json::to_vec(v).unwrap_or_default();
+            let decoded = cx.wire.decode(&self.shape.channel, &cx.role, &bytes, None);
+            if let Some(m) = decoded.ok().and_then(|m| m.method) {
+                agreements::write(cx, self, (&m, Part::Call), v);
+            }
+        }
         all
     }
 
@@ -935,6 +943,7 @@ impl Session {
         dealias(&cx.aliases, &mut v);
         self.undeclare(method, part, &mut v);
         carried::write(cx, method, part, &mut v);
+        agreements::write(cx, self, (method, part), &mut v);
         self.overwrite(method, &mut v);
         let call = example_of(c, method, Part::Call, &cx.other);
         echoed(&self.shape, &mut v, call.as_ref(), request);

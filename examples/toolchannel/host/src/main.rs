@@ -62,6 +62,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message as Ws, Utf8Bytes}
 
 const SUBPROTOCOL: &str = "agentfy.worker.v1";
 const MCP_VERSION: &str = "2025-06-18";
+/// The channel version this host speaks unless told another (`--channel-version`).
 const HOST_CHANNEL_VERSION: &str = "1.3.0";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,6 +125,9 @@ struct Args {
     /// releaseGraceSeconds.
     #[arg(long, default_value_t = 30)]
     release_grace_seconds: u64,
+    /// The channel version (minor of the major) this host states in initialize.
+    #[arg(long, default_value = HOST_CHANNEL_VERSION)]
+    channel_version: String,
     /// Give up when no worker dialled within this many seconds (dialSeconds).
     #[arg(long, default_value_t = 120)]
     dial_seconds: u64,
@@ -345,7 +349,7 @@ impl Host {
             "clientInfo": {"name": "agentfy-worker-gateway", "version": env!("CARGO_PKG_VERSION")},
             "capabilities": {},
             "_meta": {"agentfy": {
-                "sessionId": self.args.session_id, "channelVersion": HOST_CHANNEL_VERSION,
+                "sessionId": self.args.session_id, "channelVersion": self.args.channel_version,
                 "profile": "light", "budgets": self.budgets.clone()
             }}
         });
@@ -776,10 +780,11 @@ impl Host {
         }
         let worker_cv = meta["channelVersion"].as_str().unwrap_or("");
         // Major versions must agree; an unreadable one is a mismatch too.
-        let (h, w) = match (semver(HOST_CHANNEL_VERSION), semver(worker_cv)) {
+        let own = self.args.channel_version.clone();
+        let (h, w) = match (semver(&own), semver(worker_cv)) {
             (Some(h), Some(w)) if h.0 == w.0 => (h, w),
             _ => {
-                let detail = format!("host={HOST_CHANNEL_VERSION} worker={worker_cv}");
+                let detail = format!("host={own} worker={worker_cv}");
                 let reason = refused(ErrorCode::ChannelVersionMismatch, &detail);
                 self.close_ws(conn, wire(CloseCodes::VersionUnsupported), &reason)
                     .await;
@@ -787,11 +792,7 @@ impl Host {
                 return Ok(());
             }
         };
-        let effective = if w < h {
-            worker_cv.to_string()
-        } else {
-            HOST_CHANNEL_VERSION.to_string()
-        };
+        let effective = if w < h { worker_cv.to_string() } else { own };
         let instance = meta["instanceId"].as_str().unwrap_or("").to_string();
         let attempt = meta["attempt"].as_u64().unwrap_or(0);
         // One live connection per session: supersede (4009) or refuse (4002).
