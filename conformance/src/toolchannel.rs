@@ -354,16 +354,15 @@ async fn worker_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
         Ok(s) => s,
         Err(unreached) => return Ok(unreached),
     };
-    let until = Instant::now() + cx.opts.check_deadline.mul_f64(0.8);
+    let wait = cx.opts.check_deadline.mul_f64(0.8);
+    let until = Instant::now() + wait;
     let mut held: Vec<(Value, Instant)> = Vec::new();
     let (mut beat, mut calls) = (Instant::now(), 0);
     loop {
         let now = Instant::now();
         if now >= until {
-            let waited = until.duration_since(now.min(until));
-            return Err(Failure::new(format!(
-                "no agentfy/release from the host ({waited:?} left)"
-            )));
+            let why = format!("no agentfy/release from the host within {wait:?}");
+            return Err(Failure::new(why));
         }
         if now >= beat {
             s.send(cx, "agentfy/heartbeat").await?;
