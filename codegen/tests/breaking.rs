@@ -22,6 +22,9 @@ fn base() -> Value {
     c["$defs"]["Spare"] = json!({"type": "string"});
     c["extensions"] =
         json!({"rukh.session": {"description": "runs", "reason": "why", "seed": "§1"}});
+    c["agreements"] = json!({"owner": {"description": "the owner", "seed": "§1",
+        "judge": "runner", "settled": [{"method": "job.start", "pointer": "/params/owner"}],
+        "rule": "same", "mismatch": {"action": "close", "code": 4001, "description": "bad", "seed": "§1"}}});
     c
 }
 
@@ -215,6 +218,21 @@ fn cases() -> Vec<(&'static str, Edit, Edit)> {
             "allows-widened",
             |c| c["stateMachines"]["session"]["allows"]["job.start"] = json!(["ready", "greeting"]),
             |c| c["stateMachines"]["session"]["allows"]["job.start"] = json!(["ready"]),
+        ),
+        (
+            "agreement-removed",
+            |c| remove(c, "/agreements", "owner"),
+            |c| c["agreements"]["owner"]["description"] = json!("said otherwise"),
+        ),
+        (
+            "agreement-added",
+            |c| c["agreements"]["twin"] = c["agreements"]["owner"].clone(),
+            |c| c["agreements"]["owner"]["seed"] = json!("§2"),
+        ),
+        (
+            "agreement-changed",
+            |c| c["agreements"]["owner"]["mismatch"]["code"] = json!(4002),
+            |c| c["agreements"]["owner"]["mismatch"]["description"] = json!("said otherwise"),
         ),
         (
             "ends-changed",

@@ -93,6 +93,9 @@ rules! {
     "limit-changed", "limits", Wire, "a deadline, interval, constant or unit changed: the two sides' timers disagree";
     "limit-removed", "limits", Wire + Source, "a limit is gone: new senders may exceed what old receivers still enforce";
     "limit-added", "limits", Wire, "a new limit: old senders do not keep it";
+    "agreement-removed", "limits", Wire, "an agreement is gone: old receivers still compare the value it named";
+    "agreement-added", "limits", Wire, "a new agreement: old senders do not repeat the value it compares";
+    "agreement-changed", "limits", Wire, "an agreement's places, rule, judge or mismatch reaction changed: the two sides compare different values, or react differently";
     "machine-removed", "state machines", Wire, "a state machine is gone";
     "machine-added", "state machines", Wire, "a new state machine: old senders do not follow it";
     "state-removed", "state machines", Wire, "a state is gone";

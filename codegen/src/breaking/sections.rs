@@ -23,6 +23,7 @@ pub fn all(old: &Value, new: &Value) -> Vec<Finding> {
     errors(&d, &mut out);
     codes(&d, &mut out);
     limits(&d, &mut out);
+    agreements(&d, &mut out);
     machines(&d, &mut out);
     extensions(&d, &mut out);
     channels(&d, &mut out);
@@ -590,6 +591,37 @@ fn channels(d: &Docs, out: &mut Vec<Finding>) {
                 ));
             }
         }
+    }
+}
+
+fn agreements(d: &Docs, out: &mut Vec<Finding>) {
+    keyed(
+        d,
+        "/agreements",
+        "agreement-removed",
+        "agreement-added",
+        out,
+    );
+    let (_, both, _) = d.keys("/agreements");
+    for a in both {
+        let at = format!("/agreements/{}", esc(&a));
+        let (old, new) = (d.old.pointer(&at), d.new.pointer(&at));
+        if old.map(wordless) != new.map(wordless) {
+            out.push(d.changed("agreement-changed", &at, format!("agreement {a} changed")));
+        }
+    }
+}
+
+/// `v` without its prose (`description`, `seed`), at any depth: what a rule does.
+fn wordless(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => (m.iter())
+            .filter(|(k, _)| !matches!(k.as_str(), "description" | "seed"))
+            .map(|(k, x)| (k.clone(), wordless(x)))
+            .collect::<Map<String, Value>>()
+            .into(),
+        Value::Array(xs) => Value::Array(xs.iter().map(wordless).collect()),
+        other => other.clone(),
     }
 }
 
