@@ -17,6 +17,7 @@ use contract::model::{Agreement, AgreementRule};
 use contract::wire::Message;
 use serde_json::Value;
 
+use super::claims::text;
 use super::{Act, Ruling, act_at, ruling};
 
 /// What each settling place stated on one connection, by agreement.
@@ -48,13 +49,14 @@ impl Stated {
     ) -> (Vec<Ruling>, Vec<Settle>) {
         let (mut out, mut settles) = (Vec::new(), Vec::new());
         for (name, a) in &c.agreements {
-            let stated = self.of(name, a);
+            // Borrowed, not copied: this runs for every message of the connection.
+            let stated = self.by.get(name).map(Vec::as_slice).unwrap_or_default();
             for (index, p) in a.settled.iter().enumerate() {
                 let Some(v) = p.value_in(c, from, msg) else {
                     continue;
                 };
                 let agreed = match a.rule {
-                    AgreementRule::Same => a.agreed(&stated),
+                    AgreementRule::Same => a.agreed(stated),
                     AgreementRule::Lowest => None,
                 };
                 match agreed {
@@ -68,7 +70,7 @@ impl Stated {
                     }),
                 }
             }
-            let Some(agreed) = a.agreed(&stated) else {
+            let Some(agreed) = a.agreed(stated) else {
                 continue;
             };
             for p in &a.repeated {
@@ -98,13 +100,6 @@ impl Stated {
             }
         }
     }
-
-    fn of(&self, name: &str, a: &Agreement) -> Vec<Option<Value>> {
-        self.by
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| vec![None; a.settled.len()])
-    }
 }
 
 /// The ruling on `msg` stating `got` where `agreed` holds: the entry's `mismatch` when the
@@ -117,7 +112,7 @@ fn mismatch(
     (agreed, got): (&Value, &Value),
 ) -> Ruling {
     let entry = format!("/agreements/{}", contract::escape_pointer(name));
-    let reason = format!("{name} expected={} got={}", plain(agreed), plain(got));
+    let reason = format!("{name} expected={} got={}", text(agreed), text(got));
     if from == a.judge {
         let why = format!("the {from} states another {name} than agreed: {reason}");
         return ruling("agreement.mismatch", &entry, &a.seed, None, why, Act::Flag);
@@ -132,12 +127,4 @@ fn mismatch(
         reason,
         act,
     )
-}
-
-/// A value as a close reason names it: a string as it is, anything else as JSON.
-fn plain(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }

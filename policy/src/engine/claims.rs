@@ -203,8 +203,9 @@ fn superseding(name: &str, cl: &Claim, old: Option<u64>, conn: u64, new: &Holder
     vec![claim_ruling(name, Part::Superseded, cl, reason, act)]
 }
 
-/// An identity's text: a string as it is, anything else as JSON.
-fn text(v: &Value) -> String {
+/// An identity's text (or an agreed value's, as a close reason names it): a string as it
+/// is, anything else as JSON.
+pub(super) fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
