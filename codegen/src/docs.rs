@@ -233,6 +233,9 @@ fn carrier_text(k: &contract::model::LimitCarrier) -> String {
         Some(kind) => format!("`{}` {}", k.method, kind.name()),
         None => format!("`{}`", k.method),
     };
+    if k.repeats {
+        return format!("value repeated by {which} at `{}`", k.pointer);
+    }
     let lower = if k.lower_only {
         ", which may only lower it"
     } else {

@@ -195,6 +195,29 @@ pub struct MethodIr {
     pub errors: Vec<Value>,
     /// The other party's methods that answer this one-way message (`answeredBy`).
     pub answered_by: Vec<String>,
+    /// When it is not sent (`notWhile`), as text: `` `tools/call` `` awaiting an answer,
+    /// then the exception and the seed.
+    pub not_while: Option<String>,
+}
+
+/// A `notWhile` as the docs say it.
+fn not_while_text(w: &contract::model::NotWhile) -> String {
+    let pending: Vec<String> = w.pending.iter().map(|p| format!("`{p}`")).collect();
+    let unless: Vec<String> = (w.unless.iter())
+        .map(|(p, vals)| {
+            let vals: Vec<String> = vals.iter().map(|v| format!("`{v}`")).collect();
+            format!("`{p}` is {}", vals.join(" or "))
+        })
+        .collect();
+    let unless = match unless.is_empty() {
+        true => String::new(),
+        false => format!(", unless {}", unless.join(", or ")),
+    };
+    format!(
+        "its sender's {} awaits an answer{unless} ({})",
+        pending.join(" or "),
+        w.seed
+    )
 }
 
 /// Capabilities a message needs when its members hold given values.
@@ -616,6 +639,7 @@ impl Ir {
                 description: m.description.clone(),
                 errors: m.errors.clone(),
                 answered_by: m.answered_by.clone(),
+                not_while: m.not_while.as_ref().map(not_while_text),
             });
         }
         let channel_idents = dedupe(c.channels.keys().map(|k| pascal(k)).collect());

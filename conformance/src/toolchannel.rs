@@ -1,4 +1,4 @@
-//! toolchannel's own hooks and its one hand-written check (seed 004 «Канал
+//! toolchannel's own hooks (seed 004 «Канал
 //! инструментов», digest P4, contract `schema/contracts/toolchannel.json`).
 //!
 //! The hooks open every session the derived suite plays, over the real WebSocket.
@@ -9,51 +9,31 @@
 //! afresh with a fresh token and session id. A target the suite does not launch
 //! (`ws://…`) needs `--param token=… --param session=…`.
 //!
-//! The check left hand-written, `toolchannel.release` (playing the worker): the host
-//! never releases idle or explicitly while one of its tools/call is unanswered, and its
-//! release carries releaseGraceSeconds. The data has no rule of the form "not while a
-//! request of another method is pending" yet. Everything else the seed implies is
-//! derived: the handshake, identity and the effective version (`agreements`), heartbeats
-//! (`timer.*`, the engine's `limit.raised` in `behaviour`), redials, exits.
+//! Nothing is hand-written any more: everything the seed implies is derived, the
+//! handshake, identity and the effective version (`agreements`), heartbeats (`timer.*`,
+//! the engine's `limit.raised` in `behaviour`), no idle or explicit release during a
+//! tools/call and its grace (`notWhile`, a `repeats` carrier: `not-while.agentfy/release`),
+//! redials, exits.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use contract::model::Kind;
 use serde_json::Value;
 
-use super::derived::{self, Session};
 use super::door::{Door, knock_on};
-use super::session::{Incoming, free_port, fresh};
-use super::{Check, Ctx, Failure, Got, Row, Stdout, Target, Verdict, pass, str_at};
+use super::session::{free_port, fresh};
+use super::{Check, Ctx, Failure, Stdout, Target};
 use contract_transport::conn::{BoxMsg, Hello};
 use contract_transport::endpoint::ws::WsListener;
 use contract_transport::endpoint::{Endpoint, Listener, Options};
 
 /// The request path of the WebSocket the suite serves or dials for a launched target.
 const PATH: &str = "/worker";
-/// How long the suite holds a host's `tools/call` in the release check.
-const HOLD: Duration = Duration::from_millis(1200);
-/// How often the suite heartbeats while it waits for a host to release (faster than the
-/// interval: a host that releases after N heartbeats gets there quickly).
-const RELEASE_BEAT: Duration = Duration::from_millis(150);
 
-bodies! {
-    w_release => worker_release,
-}
-
-/// The suite for `role` (`host` or `worker`); `None` for another role.
+/// The suite for `role` (`host` or `worker`): every check is derived; `None` for another
+/// role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
-    let rows: Vec<Row> = vec![(
-        "toolchannel.release",
-        "agentfy/release never during a tools/call unless deadline/failed, carrying the token's sessionId and releaseGraceSeconds",
-        "4. agentfy/release; P4.8 #18, #19 (T-5, T-12, T-52)",
-        Err(
-            "the worker's release report and its close 4005 are the derived end.hostSession.releasing (the transition's `ends`, T-68)",
-        ),
-        Ok(w_release),
-    )];
-    super::table(role, ["host", "worker"], rows)
+    super::table(role, ["host", "worker"], Vec::new())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,119 +320,4 @@ async fn dial_host(cx: &mut Ctx, k: &Arc<K>, b: &Berth) -> Result<BoxMsg, Failur
                 .with("response body", &r.body),
         ),
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// release
-
-/// Playing the worker: the host's tools/call is held [`HOLD`] while the suite heartbeats
-/// every [`RELEASE_BEAT`], and the host must not release idle or explicitly meanwhile;
-/// its release carries the releaseGraceSeconds in force and the agreed session id (the
-/// engine's `agreement.*` rulings); the suite reports and closes.
-async fn worker_release(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = match derived::handshaken(cx).await? {
-        Ok(s) => s,
-        Err(unreached) => return Ok(unreached),
-    };
-    let wait = cx.opts.check_deadline.mul_f64(0.8);
-    let until = Instant::now() + wait;
-    let mut held: Vec<(Value, Instant)> = Vec::new();
-    let (mut beat, mut calls) = (Instant::now(), 0);
-    loop {
-        let now = Instant::now();
-        if now >= until {
-            let why = format!("no agentfy/release from the host within {wait:?}");
-            return Err(Failure::new(why));
-        }
-        if now >= beat {
-            s.send(cx, "agentfy/heartbeat").await?;
-            beat = now + RELEASE_BEAT;
-        }
-        while let Some((_, at)) = held.first()
-            && Instant::now() >= *at + HOLD
-        {
-            let (call, _) = held.remove(0);
-            s.reply(cx, "tools/call", &call).await?;
-            calls += 1;
-        }
-        let due = held.first().map_or(until, |(_, at)| *at + HOLD);
-        let g = match s.peer.next(beat.min(due).min(until)).await {
-            Incoming::Control(g) => g,
-            Incoming::ControlEnd(why) => {
-                return Err(Failure::new(format!(
-                    "the host ended the channel before it released: {why}"
-                )));
-            }
-            _ => continue,
-        };
-        let request = g
-            .ok()
-            .filter(|m| m.kind == Kind::Request)
-            .map(|m| (m.method.clone(), m.value.clone()));
-        match request {
-            Some((Some(m), call)) if m == "tools/call" => held.push((call, Instant::now())),
-            Some((Some(m), _)) if m == "agentfy/release" => {
-                return released(cx, s, &g, &held, calls).await;
-            }
-            Some(_) => {
-                s.respond(cx, &g).await?;
-            }
-            None => {}
-        }
-    }
-}
-
-/// The host's release `g`: no idle or explicit one while a call is `held`; the grace in
-/// force; then the suite's report and close.
-async fn released(
-    cx: &mut Ctx,
-    mut s: Session,
-    g: &Got,
-    held: &[(Value, Instant)],
-    calls: usize,
-) -> Result<Verdict, Failure> {
-    let c = cx.wire.contract().clone();
-    let bad = |why: String| Failure::new(why).with("the host's agentfy/release", &g.raw);
-    let v = g.value().cloned().unwrap_or(Value::Null);
-    let reason = str_at(&v, "/params/reason").unwrap_or("");
-    if !held.is_empty() && matches!(reason, "idle" | "explicit") {
-        return Err(bad(format!(
-            "agentfy/release (reason {reason}) while a tools/call is in flight"
-        )));
-    }
-    if let Err(v) = &g.msg {
-        return Err(bad(format!(
-            "agentfy/release breaks the contract: {}",
-            v.reason
-        )));
-    }
-    // The session id it repeats is an agreement's (`/agreements`), ruled by the engine.
-    let found = s.peer.judge.iter().flat_map(|j| &j.found);
-    if let Some(f) = found
-        .into_iter()
-        .find(|f| f.ruling.rule.starts_with("agreement."))
-    {
-        let why = format!("the host broke {}: {}", f.ruling.rule, f.ruling.reason);
-        return Err(Failure::new(why).with("what drew it", &f.raw));
-    }
-    let grace =
-        derived::in_force(cx, &c, &s).and_then(|l| l.as_carried("releaseGraceSeconds").ok());
-    let got = v.pointer("/params/graceSeconds").and_then(Value::as_f64);
-    if got != grace {
-        return Err(bad(format!(
-            "graceSeconds {got:?} is not releaseGraceSeconds {grace:?} in force (T-52)"
-        )));
-    }
-    s.reply(cx, "agentfy/release", &v).await?;
-    let code = c
-        .code("closeCodes", "RELEASED")
-        .ok()
-        .and_then(|v| v.value.as_u64());
-    let code = code
-        .and_then(|c| u16::try_from(c).ok())
-        .ok_or_else(|| Failure::new("closeCodes has no RELEASED"))?;
-    s.peer.close_with(code, &format!("{code} released")).await?;
-    pass(format!(
-        "{calls} tools/call answered after {HOLD:?} with no release meanwhile; release reason {reason}; report sent, closed {code}"
-    ))
 }

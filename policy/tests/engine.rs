@@ -1336,3 +1336,121 @@ fn toolchannel_agrees_the_lowest_version_and_one_session() {
         .expect("4002");
     assert_eq!(want.value, close.code);
 }
+
+/// tests/fixtures/beacon.json: a station asking the client's time holds its plain beats
+/// until the answer (beat's `notWhile`, B-13). A beat while `time` awaits its answer is
+/// flagged naming the request; a chime is allowed all the same (`unless`); once answered,
+/// a beat goes on. A client's own requests are nothing to it.
+#[test]
+fn a_contract_of_its_own_says_what_is_not_sent_while_a_request_waits() {
+    let w = beacon();
+    let up = ("main", "client", "station");
+    let down = ("main", "station", "client");
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
+    let tune = json!({"jsonrpc": "2.0", "id": 1, "method": "tune", "params": {"hears": ["chime"]}});
+    assert_eq!(rules(&said(&mut p, &w, up, None, tune)), none());
+    let tuned = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+    assert_eq!(rules(&said(&mut p, &w, down, Some("tune"), tuned)), none());
+    let beat = |kind: Option<&str>| match kind {
+        Some(k) => json!({"jsonrpc": "2.0", "method": "beat", "params": {"n": 1, "kind": k}}),
+        None => json!({"jsonrpc": "2.0", "method": "beat", "params": {"n": 1}}),
+    };
+    assert_eq!(rules(&said(&mut p, &w, down, None, beat(None))), none());
+    let echo = json!({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": {"text": "x"}});
+    assert_eq!(rules(&said(&mut p, &w, up, None, echo)), none());
+    assert_eq!(rules(&said(&mut p, &w, down, None, beat(None))), none());
+    let time = json!({"jsonrpc": "2.0", "id": "s:1", "method": "time", "params": {}});
+    assert_eq!(rules(&said(&mut p, &w, down, None, time)), none());
+    let r = said(&mut p, &w, down, None, beat(None));
+    assert_eq!(rules(&r), ["method.not-while"]);
+    assert_eq!(r[0].act, Act::Flag, "what was sent cannot be taken back");
+    assert!(
+        r[0].reason
+            .contains("while its time \"s:1\" awaits an answer")
+            && r[0].reason.contains("/methods/beat/notWhile"),
+        "{}",
+        r[0].reason
+    );
+    assert_eq!(
+        rules(&said(&mut p, &w, down, None, beat(Some("chime")))),
+        none()
+    );
+    let clock = json!({"jsonrpc": "2.0", "id": "s:1", "result": {"unixMs": 1}});
+    assert_eq!(rules(&said(&mut p, &w, up, Some("time"), clock)), none());
+    assert_eq!(rules(&said(&mut p, &w, down, None, beat(None))), none());
+}
+
+/// toolchannel.json (T-71): the host does not release idle or explicitly while its
+/// tools/call is unanswered, though a deadline release may come any time; the release's
+/// graceSeconds only repeats the releaseGraceSeconds initialize carried (T-52), and
+/// another value is flagged without changing the one in force.
+#[test]
+fn toolchannel_releases_after_its_call_and_repeats_its_grace() {
+    let c = contract::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../schema/contracts/toolchannel.json"),
+    )
+    .expect("toolchannel");
+    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let up = ("ws", "host", "worker");
+    let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "ws");
+    assert!(p.on_open("r", Instant::now()).is_empty());
+    use contract::model::Part::{Call, Result as Answer};
+    let init = example(&w, "initialize", Call);
+    let sid = init["params"]["_meta"]["agentfy"]["sessionId"].clone();
+    let grace = init["params"]["_meta"]["agentfy"]["budgets"]["releaseGraceSeconds"].clone();
+    let down = ("ws", "worker", "host");
+    // The session runs: the handshake of the examples, each message clean.
+    assert_eq!(rules(&said(&mut p, &w, up, None, init)), none());
+    let answer = example(&w, "initialize", Answer);
+    assert_eq!(
+        rules(&said(&mut p, &w, down, Some("initialize"), answer)),
+        none()
+    );
+    for m in ["notifications/initialized", "agentfy/ready"] {
+        assert_eq!(
+            rules(&said(&mut p, &w, down, None, example(&w, m, Call))),
+            none()
+        );
+    }
+    let list = example(&w, "tools/list", Call);
+    assert_eq!(rules(&said(&mut p, &w, up, None, list)), none());
+    let listed = example(&w, "tools/list", Answer);
+    assert_eq!(
+        rules(&said(&mut p, &w, down, Some("tools/list"), listed)),
+        none()
+    );
+    let mut call = example(&w, "tools/call", Call);
+    call["id"] = json!(40);
+    assert_eq!(rules(&said(&mut p, &w, up, None, call)), none());
+    let release = |id: u64, reason: &str, grace: &Value| {
+        let mut v = example(&w, "agentfy/release", Call);
+        v["id"] = json!(id);
+        v["params"]["sessionId"] = sid.clone();
+        v["params"]["reason"] = json!(reason);
+        v["params"]["graceSeconds"] = grace.clone();
+        v
+    };
+    // Only the rules at stake: the machine would have the session running first.
+    let at_stake = |r: Vec<Ruling>| -> Vec<&'static str> {
+        let r = r
+            .into_iter()
+            .filter(|r| r.rule.starts_with("method.") || r.rule == "limit.repeated");
+        r.map(|r| r.rule).collect()
+    };
+    let r = said(&mut p, &w, up, None, release(41, "explicit", &grace));
+    assert_eq!(at_stake(r), ["method.not-while"]);
+    let r = said(&mut p, &w, up, None, release(42, "deadline", &grace));
+    assert_eq!(at_stake(r), none());
+    let mut done = example(&w, "tools/call", Answer);
+    done["id"] = json!(40);
+    said(&mut p, &w, down, Some("tools/call"), done);
+    let r = said(&mut p, &w, up, None, release(43, "idle", &grace));
+    assert_eq!(at_stake(r), none());
+    let more = json!(grace.as_f64().expect("a number") + 1.0);
+    let r = said(&mut p, &w, up, None, release(44, "idle", &more));
+    assert_eq!(at_stake(r), ["limit.repeated"]);
+    // The stray value set nothing: the one initialize carried is still the one in force.
+    let r = said(&mut p, &w, up, None, release(45, "idle", &grace));
+    assert_eq!(at_stake(r), none());
+}

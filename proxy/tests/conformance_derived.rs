@@ -531,7 +531,8 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// line without `jsonrpc` is refused naming it where the `invalid` entry's `names` points
 /// (B-10): a station naming nothing fails only that probe's check, not the bad-line count.
 /// A tune names a band every ring repeats (B-12, an agreement): a station ringing on
-/// another fails only the agreement's check.
+/// another fails only the agreement's check. A station asking the client's time holds its
+/// beats until the answer (B-13, beat's `notWhile`): one beating on fails only that check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -559,6 +560,8 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.rate.bellRate",
         "beacon.derived.rate.ringRate",
         "beacon.derived.agreement.band",
+        "beacon.derived.cue.clock",
+        "beacon.derived.not-while.beat",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     assert!(
@@ -610,6 +613,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("closed-params", "unknown-member"),
         ("unnamed", "invalid.missing"),
         ("any-band", "agreement.band"),
+        ("restless", "not-while.beat"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);

@@ -22,12 +22,9 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
-/// The hand-written check ids, in the suite's order: they follow the checks derived from
-/// the contract (`toolchannel.derived.*`, see [`ids`]).
-const HAND_WRITTEN: [&str; 1] = ["toolchannel.release"];
-/// Checks that bind the other party only, per role (listed as SKIP "not applicable").
-const NOT_FOR_HOST: [&str; 1] = ["toolchannel.release"];
-const NOT_FOR_WORKER: [&str; 0] = [];
+/// The hand-written check ids: none, every check is derived from the contract
+/// (`toolchannel.derived.*`, see [`ids`]).
+const HAND_WRITTEN: [&str; 0] = [];
 
 /// The Rust host, built once if missing.
 fn host() -> &'static PathBuf {
@@ -81,14 +78,14 @@ fn play(role: &str, target: &str, xml: &Path) -> Run {
     ])
 }
 
-/// Every check ran in order and passed but the other party's, which skip; JUnit agrees.
-fn assert_all_pass(r: &Run, xml: &Path, role: &str, not_for: &[&str]) {
+/// Every check ran in order and passed, none skipped; JUnit agrees.
+fn assert_all_pass(r: &Run, xml: &Path, role: &str) {
     assert_eq!(r.code, 0, "{}", show(r));
     let got: Vec<String> = r.lines().into_iter().map(|(_, id)| id).collect();
     let all = ids(role);
     assert_eq!(got, all, "{}", show(r));
     assert_eq!(r.with("FAIL"), Vec::<String>::new(), "{}", show(r));
-    expect_skips(r, not_for);
+    assert_eq!(r.with("SKIP"), Vec::<String>::new(), "{}", show(r));
     let (report, jids) = junit_ids(xml);
     assert_eq!(jids, all);
     assert_eq!(
@@ -101,20 +98,7 @@ fn assert_all_pass(r: &Run, xml: &Path, role: &str, not_for: &[&str]) {
     );
 }
 
-fn expect_skips(r: &Run, not_for: &[&str]) {
-    let mut skips = r.with("SKIP");
-    skips.sort();
-    let mut want: Vec<String> = not_for.iter().map(|s| s.to_string()).collect();
-    want.sort();
-    assert_eq!(
-        skips,
-        want,
-        "only the checks of the other party skip: {}",
-        show(r)
-    );
-}
-
-/// Every check id the suite lists for `role`: the derived ones, then [`HAND_WRITTEN`].
+/// Every check id the suite lists for `role`: the derived ones ([`HAND_WRITTEN`] is empty).
 fn ids(role: &str) -> Vec<String> {
     common::listed_ids(
         "toolchannel",
@@ -137,7 +121,7 @@ fn as_host_the_python_worker_passes_and_junit_is_written() {
     let xml = dir.path().join("host.xml");
     let target = worker_target(&dir.path().join("ws"), "");
     let r = play("host", &target, &xml);
-    assert_all_pass(&r, &xml, "host", &NOT_FOR_HOST);
+    assert_all_pass(&r, &xml, "host");
 }
 
 #[test]
@@ -192,7 +176,7 @@ fn as_worker_the_rust_host_passes_and_junit_is_written() {
     let xml = dir.path().join("worker.xml");
     let target = host_target("--channel-version 1.0.0");
     let r = play("worker", &target, &xml);
-    assert_all_pass(&r, &xml, "worker", &NOT_FOR_WORKER);
+    assert_all_pass(&r, &xml, "worker");
 }
 
 #[test]
@@ -280,18 +264,23 @@ fn as_host_a_worker_beating_with_its_own_version_fails_exactly_the_agreement_che
 }
 
 /// A host releasing while its tools/call is in flight (`--break busy-release`, after three
-/// heartbeats: sooner than the suite answers the call) fails the hand-written release
-/// check alone.
+/// heartbeats: sooner than the suite answers the call) fails the derived check of the
+/// release's `notWhile` alone; so does one whose release states another graceSeconds than
+/// the releaseGraceSeconds its initialize carried (`--break own-grace`: the engine's
+/// `limit.repeated`, on the same message).
 #[test]
-fn as_worker_a_host_releasing_during_a_call_fails_exactly_the_release_check() {
-    let target = host_target("--break busy-release").replace("--heartbeats 12", "--heartbeats 3");
-    let check = "toolchannel.release";
-    breaks_exactly(
-        "worker",
-        &target,
-        check,
-        &["while a tools/call is in flight"],
-    );
+fn as_worker_a_host_releasing_during_a_call_or_with_its_own_grace_fails_exactly_the_not_while_check()
+ {
+    let check = "toolchannel.derived.not-while.agentfy/release";
+    let busy = host_target("--break busy-release").replace("--heartbeats 12", "--heartbeats 3");
+    let says = ["method.not-while", "while its tools/call"];
+    breaks_exactly("worker", &busy, check, &says);
+    let grace = host_target("--break own-grace");
+    let says = [
+        "limit.repeated",
+        "releaseGraceSeconds 6 where it repeats the 5 in force",
+    ];
+    breaks_exactly("worker", &grace, check, &says);
 }
 
 /// A host taking an initialize result whatever sessionId it states (`--break

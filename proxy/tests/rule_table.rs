@@ -15,7 +15,8 @@ use regex::Regex;
 use serde_json::Value;
 
 /// Rule families the engine reports.
-const FAMILIES: &str = "machine|ids|limit|credit|claim|agreement|capability|frame|errors|version";
+const FAMILIES: &str =
+    "machine|ids|limit|credit|claim|agreement|capability|frame|errors|version|method";
 /// Protocols whose named extensions the proxy implements.
 const HOOKS: [&str; 3] = ["rukh", "toolchannel", "xsession"];
 

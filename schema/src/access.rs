@@ -176,7 +176,7 @@ impl Limits {
     pub fn carry(&mut self, c: &Contract, from: &str, m: &crate::wire::Message) -> Vec<String> {
         let mut changed = Vec::new();
         for (name, l) in &c.limits {
-            for carrier in &l.carried {
+            for carrier in l.carried.iter().filter(|k| !k.repeats) {
                 let Some((v, now)) = self.stated(c, (name, l), carrier, from, m) else {
                     continue;
                 };
@@ -212,6 +212,28 @@ impl Limits {
             for carrier in l.carried.iter().filter(|k| k.lower_only) {
                 if let Some((v, Some(now))) = self.stated(c, (name, l), carrier, from, m)
                     && v > now
+                {
+                    out.push((name.clone(), v, now));
+                }
+            }
+        }
+        out
+    }
+
+    /// The values `m`, sent by `from`, carries where it may only repeat the one in force
+    /// but states another, as (limit, stated, in force), in the limits' units
+    /// (toolchannel's release `graceSeconds`).
+    pub fn misrepeated(
+        &self,
+        c: &Contract,
+        from: &str,
+        m: &crate::wire::Message,
+    ) -> Vec<(String, f64, f64)> {
+        let mut out = Vec::new();
+        for (name, l) in &c.limits {
+            for carrier in l.carried.iter().filter(|k| k.repeats) {
+                if let Some((v, Some(now))) = self.stated(c, (name, l), carrier, from, m)
+                    && (v - now).abs() > now.abs() * 1e-9
                 {
                     out.push((name.clone(), v, now));
                 }

@@ -1014,9 +1014,40 @@ pub struct Method {
     /// action (rukh.log: the record is dropped and counted, `ignore`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over_max_payload: Option<ActionKind>,
+    /// When a message of this method may not be sent: while its sender awaits the answer
+    /// to a request of another method (toolchannel's host never releases idle or
+    /// explicitly during its tools/call, note T-12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_while: Option<NotWhile>,
     /// Whole wire messages that show the method, each validated by `contractgen check`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<Example>,
+}
+
+/// A method's message is not sent while its sender awaits the answer to a request of one
+/// of `pending`, unless it holds one of the `unless` values. Its receiver cannot undo what
+/// was sent, so a breach is only flagged (the proxy) or failed (the conformance suite).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotWhile {
+    /// The requests (wire names) whose answers the sender must have first.
+    pub pending: Vec<String>,
+    /// JSON pointer into the whole message → the values that let it be sent anyway
+    /// (toolchannel: a release of reason `deadline` or `failed`).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(with = "IndexMap<String, Vec<serde_json::Value>>")]
+    pub unless: IndexMap<String, Vec<Value>>,
+    /// Why, in the seed's terms.
+    pub description: String,
+    /// Seed section (or note) the rule comes from.
+    pub seed: String,
+}
+
+impl NotWhile {
+    /// Whether `v`, a whole message, holds one of the `unless` values.
+    pub fn lifted(&self, v: &Value) -> bool {
+        (self.unless.iter()).any(|(p, vals)| v.pointer(p).is_some_and(|x| vals.contains(x)))
+    }
 }
 
 /// Capabilities a message needs when every one of its `matches` holds.
@@ -1379,6 +1410,10 @@ pub struct LimitCarrier {
     /// budget the receiver caps, never raised over the wire).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lower_only: bool,
+    /// Whether the value here only repeats the one in force and sets nothing: another one
+    /// breaks the contract (toolchannel's release `graceSeconds`, note T-52).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repeats: bool,
 }
 
 impl LimitCarrier {

@@ -983,6 +983,53 @@ fn an_agreement_names_parties_places_and_codes_the_contract_has() {
     }
 }
 
+/// A `notWhile` names requests its method's sender sends, and each `unless` pointer some
+/// value; a carrier that only `repeats` the value in force lowers nothing.
+#[test]
+fn not_while_names_the_senders_requests_and_a_repeated_value_lowers_nothing() {
+    let with = |d: &mut Value| {
+        d["methods"]["cancel"] = json!({
+            "kind": "notification", "from": ["client"], "channel": "main",
+            "description": "d", "seed": "§2",
+            "notWhile": {"pending": ["echo"], "unless": {"/params/why": ["shutdown"]},
+                         "description": "d", "seed": "§2"}
+        });
+        d["limits"]["idleSeconds"]["carried"] =
+            json!([{"method": "echo", "pointer": "/id", "repeats": true}]);
+    };
+    let mut doc = fixture();
+    with(&mut doc);
+    assert!(problems(&doc).is_empty(), "{:#?}", problems(&doc));
+    let at = "/methods/cancel/notWhile";
+    let edits: [(&str, Value, String); 4] = [
+        ("/pending", json!(["shout"]), format!("{at}/pending/0")),
+        ("/pending", json!([]), format!("{at}/pending")),
+        (
+            "/unless",
+            json!({"/params/why": []}),
+            format!("{at}/unless/~1params~1why"),
+        ),
+        ("/from", json!(["server"]), format!("{at}/pending/0")),
+    ];
+    for (field, value, pointer) in edits {
+        let edit = |d: &mut Value| {
+            with(d);
+            let m = &mut d["methods"]["cancel"];
+            match field {
+                "/from" => m["from"] = value.clone(),
+                f => m["notWhile"][&f[1..]] = value.clone(),
+            }
+        };
+        assert_fires(edit, Lint::NameRef, &pointer);
+    }
+    let lowering = |d: &mut Value| {
+        with(d);
+        d["limits"]["idleSeconds"]["carried"][0]["lowerOnly"] = json!(true);
+    };
+    let at = "/limits/idleSeconds/carried/0/lowerOnly";
+    assert_fires(lowering, Lint::NameRef, at);
+}
+
 #[test]
 fn an_extension_the_tools_lack_is_named_with_the_ones_they_have() {
     let unknown = |d: &mut Value| {

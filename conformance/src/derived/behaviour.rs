@@ -11,9 +11,9 @@
 //! toolchannel's heartbeat answers) is a finding too.
 //!
 //! Capability rulings are left to the `capabilities` check, which makes the implementation
-//! meet a party that declares nothing, credit rulings to the `credit` checks and agreement
-//! rulings to the `agreement.*` checks where the played party has them: one broken rule,
-//! one failing check.
+//! meet a party that declares nothing, credit rulings to the `credit` checks, agreement
+//! rulings to the `agreement.*` checks and `method.not-while` to the `not-while.*` checks
+//! where the played party has them: one broken rule, one failing check.
 
 use contract::Contract;
 use contract_policy::Engine;
@@ -49,13 +49,17 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
             return plan.unreached(f);
         }
         s.call_each(cx, &plan.staying(&c)).await?;
-        // Credit and agreement rulings are their own checks' where the suite has them.
+        // Credit, agreement and not-while rulings are their own checks' where the suite
+        // has them.
         let mut left = Vec::new();
         if !super::credit::applies(&c, &cx.role).is_empty() {
             left.push("credit.");
         }
         if !super::agreements::applies(&c, &cx.role).is_empty() {
             left.push("agreement.");
+        }
+        if !super::notwhile::applies(&c, &cx.role).is_empty() {
+            left.push("method.not-while");
         }
         verdict(&s.peer, &left)
     })

@@ -3,8 +3,9 @@
 //! example with the cue's `set` applied), and watches what follows with the policy engine
 //! the proxy enforces with ([`crate::judge`]): each of `expects` must come before the first
 //! of `until`, and after that nothing may break a machine (a second final event, a chunk
-//! after the end); a `traced` cue's answer and those messages carry its trace id. Requests the implementation makes on the cue's trace are answered from
-//! the contract's examples, as in every derived check.
+//! after the end); a `traced` cue's answer and those messages carry its trace id. Requests
+//! the implementation makes on the cue's trace, or of a method the cue `expects`, are
+//! answered from the contract's examples, as in every derived check.
 
 use std::time::Instant;
 
@@ -105,6 +106,9 @@ async fn watch(s: &mut Session, cx: &Ctx, cue: &Cue, id: &Value) -> Result<Vec<S
                 };
                 let answer = matches!(m.kind, Kind::Response | Kind::Error);
                 let to_cue = answer && m.correlation.as_ref() == Some(id);
+                // A request the cue expects is part of what it set off: it is answered.
+                let expected = m.kind == Kind::Request
+                    && m.method.as_ref().is_some_and(|x| cue.expects.contains(x));
                 if answer && !to_cue {
                     keep(&mut unclaimed, &got);
                 }
@@ -121,7 +125,7 @@ async fn watch(s: &mut Session, cx: &Ctx, cue: &Cue, id: &Value) -> Result<Vec<S
                         raw,
                     });
                 }
-                if s.serves(std::slice::from_ref(id), &got) {
+                if expected || s.serves(std::slice::from_ref(id), &got) {
                     s.respond(cx, &got).await?;
                 }
             }

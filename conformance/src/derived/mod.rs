@@ -100,6 +100,7 @@ mod framing;
 mod ids;
 mod messages;
 mod newer;
+mod notwhile;
 mod plan;
 mod probes;
 mod rates;
@@ -111,7 +112,7 @@ mod timers;
 mod upgrade;
 mod versions;
 
-pub(crate) use carried::in_force;
+use carried::in_force;
 use contract::wire::Wire;
 pub(crate) use exits::exit_owed;
 use plan::{
@@ -358,6 +359,11 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
         let id = format!("agreement.{}", g.id);
         add(id, g.title, &seed, agreements::body, Some(g.subject), false);
     }
+    for (m, title, seed) in notwhile::applies(c, role) {
+        let seed = cite(join("/methods", [m, "notWhile"]), seed);
+        let id = format!("not-while.{m}");
+        add(id, title, &seed, notwhile::body, Some(m.to_string()), false);
+    }
     for e in end::applies(c, role, &plan) {
         let seed = cite(e.pointer, &e.seed);
         add(
@@ -449,10 +455,9 @@ fn cite(pointer: String, seed: &str) -> String {
     format!("{pointer}: {seed}")
 }
 
-/// The suite's session: the peer, and the ids it gave out. A hand-written check may play
-/// on one too ([`handshaken`]).
-pub(crate) struct Session {
-    pub(crate) peer: Peer,
+/// The suite's session: the peer, and the ids it gave out.
+struct Session {
+    peer: Peer,
     shape: Shape,
     next: u64,
     prefix: Option<String>,
@@ -660,7 +665,7 @@ impl Session {
     }
 
     /// Send `method`'s example; its id when it is a request.
-    pub(crate) async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
+    async fn send(&mut self, cx: &Ctx, method: &str) -> Result<Option<Value>, Failure> {
         let v = self.message(cx, method)?;
         self.send_value(&v).await
     }
@@ -911,12 +916,7 @@ impl Session {
 
     /// Answer the implementation's `request` of `method` with the played party's result
     /// example, echoing what the example pair echoes (see [`echoed`]).
-    pub(crate) async fn reply(
-        &mut self,
-        cx: &Ctx,
-        method: &str,
-        request: &Value,
-    ) -> Result<(), Failure> {
+    async fn reply(&mut self, cx: &Ctx, method: &str, request: &Value) -> Result<(), Failure> {
         let v = self.answer_for(cx, method, request)?;
         self.peer.send(&v).await.map(|_| ())
     }
@@ -986,7 +986,7 @@ impl Session {
     /// session that serves all. A request that comes otherwise stays unanswered, so the
     /// implementation's own work (a rukh command awaiting its rukh.call) does not move the
     /// session on between the checks that share it. Whether it answered.
-    pub(crate) async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {
+    async fn respond(&mut self, cx: &Ctx, got: &Got) -> Result<bool, Failure> {
         let Some(m) = got.ok().filter(|m| m.kind == Kind::Request) else {
             return Ok(false);
         };
@@ -1081,11 +1081,11 @@ fn expect_code(shape: &Shape, got: &Value, want: &Value, what: &str) -> Result<V
     }
 }
 
-/// A fresh session taken through the contract's handshake, for a hand-written check that
-/// plays on from there, every message judged by the policy engine from the start
+/// A fresh session taken through the contract's handshake, for a check that plays on
+/// from there, every message judged by the policy engine from the start
 /// (`Peer::judge`); `Ok(Err(verdict))` where the handshake did not get there (its own
 /// check reports why).
-pub(crate) async fn handshaken(cx: &mut Ctx) -> Result<Result<Session, Verdict>, Failure> {
+async fn handshaken(cx: &mut Ctx) -> Result<Result<Session, Verdict>, Failure> {
     let plan = plan_of(cx);
     let mut s = Session::open(cx).await?;
     s.peer.judge();

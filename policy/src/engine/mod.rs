@@ -6,7 +6,8 @@
 //! each party's request-id rules and pending cap ([`ids`]); capability gating from the
 //! parties' declarations ([`caps`]); deadlines with start, stop and restart triggers
 //! ([`timer`]); duplicate windows ([`duplicates`]); connection caps ([`conns`]) and
-//! pending caps ([`pending`]); credit
+//! pending caps and what may not be sent while a request awaits its answer
+//! ([`pending`]); credit
 //! ([`credit`]); drop reports ([`report`]); one live connection per claimed identity
 //! across redials ([`claims`]); values the handshake settles and later messages repeat
 //! ([`agreements`]); versions a message states above the contract's
@@ -184,6 +185,7 @@ impl Policy for Engine {
         out.extend(caps::check(c, &self.caps, ctx.from, msg));
         out.extend(versions::check(c, ctx.from, msg));
         out.extend(self.timers.raised(c, wire.limits(), ctx.from, msg));
+        out.extend(self.waiting.not_while(c, ctx.from, msg));
         let (disagree, settles) = self.agreed.judge(c, ctx.from, msg);
         out.extend(disagree);
         let count = match msg.kind {
@@ -237,6 +239,9 @@ impl Policy for Engine {
                 Some(n) => self.waiting.count(n),
                 None if !msg.is_call() => self.waiting.answered(ctx.to, msg),
                 None => {}
+            }
+            if msg.kind == Kind::Request {
+                self.waiting.call(c, ctx.from, msg);
             }
             self.caps.observe(c, ctx.from, msg);
             self.claims.observe(c, ctx.from, msg);

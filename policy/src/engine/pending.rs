@@ -3,6 +3,10 @@
 //! pendingRequestsMax: operation and UI requests, per direction). A request beyond the cap
 //! gets the limit's action (rukh: answered -32006, not run) and is not counted; an answer
 //! ends its request's wait. Kept per connection: it is about one peer's backlog.
+//!
+//! The same waits judge a method's `notWhile`: a message its sender may not send while it
+//! awaits the answer to a request of another method (toolchannel's release during a
+//! tools/call) is flagged; its receiver cannot take back what was sent.
 
 use std::collections::{HashMap, HashSet};
 
@@ -10,12 +14,15 @@ use contract::model::LimitCounts;
 use contract::wire::Message;
 use contract::{Contract, Limits};
 
-use super::{Ruling, broken, limit_entry};
+use super::{Ruling, broken, limit_entry, ruling};
+use crate::Act;
 
-/// Requests awaiting an answer, by (limit, sender): their ids.
+/// Requests awaiting an answer, by (limit, sender), and, for the methods some `notWhile`
+/// names, by (method, sender): their ids.
 #[derive(Debug, Default)]
 pub(crate) struct Waiting {
     ids: HashMap<(String, String), HashSet<String>>,
+    calls: HashMap<(String, String), HashSet<String>>,
 }
 
 /// A request to count once it is known to go on.
@@ -64,12 +71,54 @@ impl Waiting {
         }
     }
 
+    /// A request `msg` from `from` that went on: remembered while unanswered when some
+    /// method may not be sent meanwhile.
+    pub(crate) fn call(&mut self, c: &Contract, from: &str, msg: &Message) {
+        let (Some(m), Some(id)) = (msg.method.as_deref(), msg.id.as_ref()) else {
+            return;
+        };
+        let named = (c.methods.values().filter_map(|x| x.not_while.as_ref()))
+            .any(|w| w.pending.iter().any(|p| p == m));
+        if named {
+            let key = (m.to_string(), from.to_string());
+            self.calls.entry(key).or_default().insert(id.to_string());
+        }
+    }
+
+    /// The ruling for `msg` from `from` when its method's `notWhile` forbids it now.
+    pub(crate) fn not_while(&self, c: &Contract, from: &str, msg: &Message) -> Option<Ruling> {
+        let m = msg.method.as_deref()?;
+        let w = c.methods.get(m)?.not_while.as_ref()?;
+        if w.lifted(&msg.value) {
+            return None;
+        }
+        let (p, ids) = w.pending.iter().find_map(|p| {
+            let ids = self.calls.get(&(p.clone(), from.to_string()))?;
+            (!ids.is_empty()).then_some((p, ids))
+        })?;
+        let mut ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        ids.sort_unstable();
+        let reason = format!(
+            "{m} from {from} while its {p} {} awaits an answer",
+            ids.join(", ")
+        );
+        let entry = format!("/methods/{}/notWhile", contract::escape_pointer(m));
+        Some(ruling(
+            "method.not-while",
+            &entry,
+            &w.seed,
+            None,
+            reason,
+            Act::Flag,
+        ))
+    }
+
     /// An answer to `msg.correlation` sent to `to` (the requester): its wait ended.
     pub(crate) fn answered(&mut self, to: &str, msg: &Message) {
         let Some(id) = msg.correlation.as_ref().map(|v| v.to_string()) else {
             return;
         };
-        for ((_, sender), ids) in &mut self.ids {
+        for ((_, sender), ids) in self.ids.iter_mut().chain(self.calls.iter_mut()) {
             if sender == to {
                 ids.remove(&id);
             }

@@ -97,7 +97,8 @@ impl Timers {
     }
 
     /// Flags for the `lowerOnly` values `msg` from `from` carries above the ones in force
-    /// on this connection: the receiver ignores them, the sender broke the rule.
+    /// on this connection (the receiver ignores them, the sender broke the rule), and for
+    /// the values it only repeats but states otherwise.
     pub(crate) fn raised(
         &self,
         c: &Contract,
@@ -106,12 +107,28 @@ impl Timers {
         msg: &Message,
     ) -> Vec<Ruling> {
         let in_force = self.carried.as_ref().unwrap_or(limits);
-        let raised = in_force.raised(c, from, msg);
-        (raised.into_iter())
+        let raised = in_force.raised(c, from, msg).into_iter().map(|(name, v, now)| {
+            let why = format!("{from} raises {name} to {v} over the wire, above {now} in force; it may only lower it");
+            ("limit.raised", name, why)
+        });
+        let repeated = in_force
+            .misrepeated(c, from, msg)
+            .into_iter()
             .map(|(name, v, now)| {
+                let why = format!("{from} states {name} {v} where it repeats the {now} in force");
+                ("limit.repeated", name, why)
+            });
+        (raised.chain(repeated))
+            .map(|(rule, name, reason)| {
                 let entry = format!("{}/carried", super::limit_entry(&name));
-                let reason = format!("{from} raises {name} to {v} over the wire, above {now} in force; it may only lower it");
-                ruling("limit.raised", &entry, &c.limits[&name].seed, None, reason, crate::Act::Flag)
+                ruling(
+                    rule,
+                    &entry,
+                    &c.limits[&name].seed,
+                    None,
+                    reason,
+                    crate::Act::Flag,
+                )
             })
             .collect()
     }

@@ -9,8 +9,9 @@ It answers the first tune, and refuses each later one with TUNED (B-4); it hangs
 tune line over tuneMax. The echo of `chime` makes it beat at once: a chime where the
 first tune's `hears` named chime, else a plain beat (B-5).
 It answers each line that is not JSON, or not one JSON-RPC object, with its error, and
-hangs up after answering the badLinesMax-th. It never asks the client's time, so an answer
-(to an id it never issued) is dropped, as its id rule says.
+hangs up after answering the badLinesMax-th. The echo of `clock` makes it ask the
+client's time; it beats no plain beat until the answer comes, then beats at once (B-13).
+An answer to an id it never issued is dropped, as its id rule says.
 
 --break early: beat after half of beatSeconds.
 --break never: never hang up on a quiet client.
@@ -27,6 +28,7 @@ hangs up after answering the badLinesMax-th. It never asks the client's time, so
 --break exit: exit 0 whatever close code ended its WebSocket (no stationExit).
 --break unnamed: answer a line lacking `jsonrpc` without naming it in data.missing (B-10).
 --break any-band: ring a bell whatever band the ring names (no OFF_BAND, B-12).
+--break restless: beat on while its time request awaits the client's answer (B-13).
 
 --ws URL: serve one client over a WebSocket at URL (ws://HOST:PORT/) instead of stdio,
 a message per line. A close from the client exits as its code maps to stationExit (B-9);
@@ -192,6 +194,9 @@ class Session:
         # The idleSeconds a tune carried (B-8): real seconds, never scaled again.
         self.idle = None
         self.beats = 0
+        # The id of the time request awaiting the client's answer (B-13), if any.
+        self.asking = None
+        self.asked = 0
         self.bells = {}
         self.rings = Bucket("ringRate")
 
@@ -201,6 +206,12 @@ class Session:
         if broken != "bell-rate" and not own.take():
             return False
         return broken == "ring-rate" or self.rings.take()
+
+    def ask(self):
+        """Ask the client's time (B-2, B-13)."""
+        self.asked += 1
+        self.asking = f"s:{self.asked}"
+        send({"jsonrpc": "2.0", "id": self.asking, "method": "time", "params": {}})
 
     def beat(self, kind=None):
         self.beats += 1
@@ -224,6 +235,10 @@ def handle(line, broken, session):
         error(None, -32600, "invalid request", {"missing": lacks} if named else None)
         raise Bad
     method, id_ = m.get("method"), m.get("id")
+    if not isinstance(method, str) and id_ is not None and id_ == session.asking:
+        session.asking = None
+        session.beat()
+        return True
     if not isinstance(method, str):
         if "result" not in m and "error" not in m:
             error(id_, -32600, "invalid request")
@@ -277,6 +292,8 @@ def handle(line, broken, session):
     send({"jsonrpc": "2.0", "id": id_, "result": {"text": params["text"]}})
     if params["text"] == "chime":
         session.beat("chime" if "chime" in session.hears or broken == "deaf" else None)
+    if params["text"] == "clock":
+        session.ask()
     return True
 
 
@@ -304,11 +321,11 @@ def serve(channel, a):
         if a.broken != "never" and now - heard >= (session.idle or idle):
             return channel.hang_up()
         due = max(heard, last_beat) + beat
-        if now >= due:
+        if now >= due and (session.asking is None or a.broken == "restless"):
             session.beat()
             last_beat = now
             continue
-        lines = channel.recv(min(due - now, 0.05))
+        lines = channel.recv(min(due - now, 0.05) if now < due else 0.05)
         if lines is None:
             return channel.hang_up()
         for line in lines:
@@ -327,7 +344,7 @@ def serve(channel, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token", "any-band"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token", "any-band", "restless"])
     ap.add_argument("--ws", metavar="URL", help="serve one client over a WebSocket at URL")
     ap.add_argument("--token", help="with --ws: the Bearer token an upgrade must carry")
     a = ap.parse_args()

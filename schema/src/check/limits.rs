@@ -78,6 +78,10 @@ impl Cx<'_> {
             let why = format!("unknown method {:?}", carrier.method);
             return self.push(Lint::NameRef, join(at, ["method"]), why);
         };
+        if carrier.repeats && carrier.lower_only {
+            let why = "a value that only repeats the one in force lowers nothing";
+            self.push(Lint::NameRef, join(at, ["lowerOnly"]), why);
+        }
         let part = carrier.part();
         let answer = part.is_some_and(|p| p != Part::Call);
         if part.is_none() || (answer && m.kind != Kind::Request) {

@@ -514,6 +514,9 @@ impl Cx<'_> {
             if let Some(l) = &m.max_payload {
                 limit_refs.push((join(&base, ["maxPayload"]), l.clone()));
             }
+            if let Some(w) = &m.not_while {
+                self.not_while(c, &join(&base, ["notWhile"]), m, w);
+            }
             if m.kind == Kind::Request && m.result.is_none() {
                 self.push(
                     Lint::NameRef,
@@ -595,6 +598,27 @@ impl Cx<'_> {
                     format!("limit {l:?} is not declared in `limits`"),
                 );
             }
+        }
+    }
+
+    /// A `notWhile`: each pending method a request some sender of `m` sends, `unless`
+    /// naming values.
+    fn not_while(&mut self, c: &Contract, at: &str, m: &Method, w: &crate::model::NotWhile) {
+        if w.pending.is_empty() {
+            self.push(Lint::NameRef, join(at, ["pending"]), "names no request");
+        }
+        for (i, p) in w.pending.iter().enumerate() {
+            let ok = c.methods.get(p).is_some_and(|r| {
+                r.kind == Kind::Request && r.from.iter().any(|f| m.from.contains(f))
+            });
+            if !ok {
+                let why = format!("{p:?} is no request a sender of this method sends");
+                self.push(Lint::NameRef, join(at, ["pending", &i.to_string()]), why);
+            }
+        }
+        for (p, _) in (w.unless.iter()).filter(|(_, v)| v.is_empty()) {
+            let why = format!("{p} lists no value");
+            self.push(Lint::NameRef, join(at, ["unless", p]), why);
         }
     }
 

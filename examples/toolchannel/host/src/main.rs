@@ -30,7 +30,9 @@
 //! upgrade whatever its token; `--break unlisted` refuses an unspoken major without
 //! listing its own (the channel's `upgrade` refusals). `--break any-session` takes an
 //! initialize result whatever sessionId it states (the `sessionId` agreement's mismatch);
-//! `--break busy-release` releases while its tools/call is in flight (the release check).
+//! `--break busy-release` releases while its tools/call is in flight (the derived
+//! `not-while.agentfy/release`); `--break own-grace` releases with a graceSeconds other
+//! than the releaseGraceSeconds its initialize carried (the same check: `limit.repeated`).
 //!
 //! Exit: 0 when the session was released (release report received), 1 when
 //! the session failed (reason printed), 2 for bad usage.
@@ -86,6 +88,8 @@ enum Break {
     AnySession,
     /// Release once enough heartbeats arrived, even while the tools/call is in flight.
     BusyRelease,
+    /// Release with a graceSeconds one above the releaseGraceSeconds initialize carried.
+    OwnGrace,
 }
 
 /// Run one toolchannel session as the host.
@@ -854,7 +858,11 @@ impl Host {
             self.state = State::Releasing {
                 sent: Instant::now(),
             };
-            let params = json!({"sessionId": self.args.session_id, "reason": "explicit", "graceSeconds": self.args.release_grace_seconds});
+            let grace = match self.args.brk {
+                Some(Break::OwnGrace) => self.args.release_grace_seconds + 1,
+                _ => self.args.release_grace_seconds,
+            };
+            let params = json!({"sessionId": self.args.session_id, "reason": "explicit", "graceSeconds": grace});
             self.request(conn, Method::AgentfyRelease, params).await?;
         }
         Ok(())
