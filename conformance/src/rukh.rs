@@ -600,8 +600,8 @@ async fn core_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let Some(r) = g.value().and_then(|v| v.get("result")) else {
         return Err(Failure::new("rukh.initialize was refused").with("the answer", &g.raw));
     };
+    // The session id it echoes is the derived `agreement.sessionId`.
     for (field, want) in [
-        ("sessionId", params.get("sessionId")),
         ("contract", params.get("contract")),
         ("protocol", params.get("protocol")),
     ] {
@@ -632,8 +632,7 @@ async fn core_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
         return Err(f);
     }
     Ok(Verdict::Pass(
-        "the result echoes session, contract, protocol and capabilities; nothing else came first"
-            .into(),
+        "the result echoes contract, protocol and capabilities; nothing else came first".into(),
     ))
 }
 
@@ -1341,17 +1340,7 @@ async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
         .find(|g| id_of(g).as_deref() == Some(inv_id.as_str()))
         .map(|g| g.raw.to_vec())
         .unwrap_or_default();
-    for field in ["sessionId", "invocationId"] {
-        if let Some(v) = inv.get(field)
-            && Some(v) != params.get(field)
-        {
-            return Err(Failure::new(format!(
-                "rukh.invoke repeats {field} {v} but the session pinned {:?} (R-15)",
-                params.get(field)
-            ))
-            .with("the invoke", &raw));
-        }
-    }
+    // The session and invocation ids it repeats are the derived agreements'.
     let kind_pinned = params.get("kind");
     if inv.get("kind") != kind_pinned {
         return Err(Failure::new(format!(
@@ -1363,32 +1352,21 @@ async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
     s.wrap_up().await?;
     let code = s.exit(cx).await?;
     Ok(Verdict::Pass(format!(
-        "initialize pins the session; after the exact echo the invoke is in the pinned context (exit {code})"
+        "initialize pins the kind; the invoke is of that kind (exit {code})"
     )))
 }
 
+/// A refused rukh.initialize prevents the invocation (a confirmation of another session is
+/// the derived `agreement.sessionId`, R-44).
 #[cfg(unix)]
-async fn ext_refuse(cx: &mut Ctx, mismatch: bool) -> Result<Verdict, Failure> {
+async fn ext_refuse(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = launch_core(cx, None).await?;
-    let (id, params) = s.initialize().await?;
+    let (id, _) = s.initialize().await?;
     let had_invoke = s.invoke.is_some();
-    let what = if mismatch {
-        let other = format!(
-            "{}-other",
-            params
-                .get("sessionId")
-                .and_then(Value::as_str)
-                .unwrap_or("s")
-        );
-        let r = with(ExtSide::echo(&params), "", "sessionId", json!(other));
-        s.respond(&id, r).await?;
-        "a confirmation of another session"
-    } else {
-        let code = s.sp.error("incompatible_session")?;
-        let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "capability not supported"}});
-        s.peer.send(&msg).await?;
-        "a refused rukh.initialize"
-    };
+    let what = "a refused rukh.initialize";
+    let code = s.sp.error("incompatible_session")?;
+    let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "capability not supported"}});
+    s.peer.send(&msg).await?;
     let r = s.rejected(cx, None, what).await?;
     if !had_invoke && s.invoke.is_some() {
         return Err(Failure::new(format!(
@@ -1420,21 +1398,6 @@ async fn ext_reject_after_invoke(
                 )
             })
         })
-}
-
-#[cfg(unix)]
-async fn ext_context(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    ext_reject_after_invoke(
-        cx,
-        |s| {
-            let (id, msg) = s.call_msg(json!({}));
-            let msg = with(msg, "/params", "sessionId", json!("s-not-this-session"));
-            (Some(id), vec![to_bytes(&msg)])
-        },
-        "a rukh.call repeating another sessionId",
-    )
-    .await
-    .map(Verdict::Pass)
 }
 
 #[cfg(unix)]
@@ -1807,10 +1770,8 @@ bodies! { cx;
 #[cfg(unix)]
 bodies! { cx;
     e_confirm => ext_confirm(cx),
-    e_incompat => ext_refuse(cx, false),
-    e_mismatch => ext_refuse(cx, true),
+    e_incompat => ext_refuse(cx),
     e_kind => ext_kind(cx),
-    e_context => ext_context(cx),
     e_log => ext_log_intake(cx),
     e_flood => ext_cancel_flood(cx),
     e_cancel => ext_cancel_stop(cx),
@@ -1848,8 +1809,8 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
         (
             "rukh.handshake.confirm",
-            "the handshake confirms the pinned session exactly (no downgrade); the invoke stays in that context",
-            "Session identity and handshake; P3.2 (R-8, R-15)",
+            "the handshake confirms the pinned contract, protocol and capabilities exactly (no downgrade); the invoke keeps the pinned kind (the session and invocation ids: the derived agreements, R-44)",
+            "Session identity and handshake; P3.2 (R-8, R-44)",
             Ok(c_confirm),
             ext!(e_confirm),
         ),
@@ -1859,13 +1820,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Session identity and handshake; P3.3 outcomes; P3.7 item 9 (R-8)",
             Ok(c_incompat),
             ext!(e_incompat),
-        ),
-        (
-            "rukh.handshake.mismatch",
-            "a confirmation of another session prevents the invocation (execution_failed, 125)",
-            "Session identity and handshake; Completion and transport errors; P3.7 item 9",
-            Err(ONLY_CORE),
-            ext!(e_mismatch),
         ),
         (
             "rukh.invoke.kind",
@@ -1880,13 +1834,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Requests, responses and events; P3.7 item 10 (R-30)",
             Ok(c_denial),
             Err(ONLY_EXT),
-        ),
-        (
-            "rukh.call.context",
-            "a rukh.call repeating another session id is a protocol error (context mismatch)",
-            "Session identity and handshake; P3.6 rule 9 (R-15)",
-            Err(ONLY_CORE),
-            ext!(e_context),
         ),
         (
             "rukh.log.intake",

@@ -60,6 +60,7 @@ class Extension:
         self.next_id = 1
         self.sent_requests = 0
         self.session_id = ""
+        self.invocation_id = ""
         self.kind = ""
         self.invoke_id: Optional[str] = None
         self.inputs: dict[str, Any] = {}
@@ -99,7 +100,8 @@ class Extension:
 
     async def call(self, step: str, operation: str, input_: dict[str, Any]) -> None:
         rid = self.next_request_id()
-        params = r.CallParams(operation=operation, version="1", input=input_, session_id=self.session_id)
+        params = r.CallParams(operation=operation, version="1", input=input_, session_id=self.session_id,
+                              invocation_id=self.invocation_id)
         await self.send(r.Request(jsonrpc="2.0", id=rid, method="rukh.call", params=msgspec.to_builtins(params)))
         self.sent[rid] = "rukh.call"
         self.awaiting = (step, rid)
@@ -167,6 +169,7 @@ class Extension:
                 await self.error(req, r.ErrorCode.INCOMPATIBLE_SESSION, "capability not supported", bad[0])
                 return 125
             self.session_id, self.kind = p.session_id, p.kind.value
+            self.invocation_id = p.invocation_id
             res = r.InitializeResult(session_id=p.session_id, contract=p.contract, protocol=p.protocol,
                                      capabilities=p.capabilities, adapter=r.AdapterInfo(name="rukh-ext-python", version="0.1.0"))
             await self.reply(req, res)

@@ -16,20 +16,18 @@ mod common;
 use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, root, show, tmp};
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
-/// Checks of the suite playing the core: 39 derived, 19 hand-written (every row of the
+/// Checks of the suite playing the core: 42 derived, 17 hand-written (every row of the
 /// hand-written table is listed for both roles).
 const CHECKS_AS_CORE: usize = 59;
-/// Checks of the suite playing the extension: 39 derived (no check of a request the core
+/// Checks of the suite playing the extension: 42 derived (no check of a request the core
 /// may send before the handshake, nor of the core's refusals; but the extension's own
-/// refused call and second completions), 19 hand-written.
+/// refused call and second completions), 17 hand-written.
 const CHECKS_AS_EXT: usize = 59;
 /// Checks that bind only the extension (skipped when the suite plays the extension); a
 /// core's first messages are the derived handshake's.
 const ONLY_EXT: [&str; 1] = ["rukh.call.denial"];
 /// Checks that bind only the core (skipped when the suite plays the core).
-const ONLY_CORE: [&str; 12] = [
-    "rukh.handshake.mismatch",
-    "rukh.call.context",
+const ONLY_CORE: [&str; 10] = [
     "rukh.log.intake",
     "rukh.log.cancel-under-flood",
     "rukh.cancel.precedence",
@@ -179,6 +177,23 @@ fn playing_the_core_the_rust_extension_with_an_id_gap_fails_only_the_id_check() 
     );
 }
 
+/// An extension confirming another session than the one pinned fails the
+/// derived check of the sessionId agreement alone: the engine's refusal ends the session
+/// there, so what it rules about the rest is no second failure.
+#[test]
+fn playing_the_core_an_extension_confirming_another_session_fails_only_the_agreement() {
+    let (_d, junit) = tmp("core-rust-session.xml");
+    let r = run_role("core", &rust_ext("--break other-session"), &junit);
+    assert_run(&r, &junit, "core", Some("rukh.derived.agreement.sessionId"));
+    assert!(
+        r.stdout.contains(
+            "the implementation stated sessionId s-7f3a9c-other; the agreed value is s-7f3a9c"
+        ),
+        "{}",
+        show(&r)
+    );
+}
+
 #[test]
 fn playing_the_core_the_python_extension_passes_every_check() {
     let (_d, junit) = tmp("core-python.xml");
@@ -216,11 +231,30 @@ fn playing_the_extension_a_core_that_sends_before_initialize_fails_only_that_che
     );
 }
 
+/// A core serving a rukh.call that repeats another invocation id fails the
+/// derived check of the invocationId agreement alone.
+#[test]
+fn playing_the_extension_a_core_taking_any_context_fails_only_the_agreement() {
+    let (_d, junit) = tmp("ext-core-context.xml");
+    let r = run_role("extension", &rust_core("--break any-context"), &junit);
+    assert_run(
+        &r,
+        &junit,
+        "extension",
+        Some("rukh.derived.agreement.invocationId"),
+    );
+    assert!(
+        r.stdout.contains("the contract prescribes error -32000"),
+        "{}",
+        show(&r)
+    );
+}
+
 /// The derived suite playing the extension: the Rust core launches `socat FD:3 {control}`
 /// as its extension, and socat bridges the socketpair end the core hands it to the socket
 /// the suite listens on. No rukh-specific launcher: the walk expects rukh.initialize,
 /// answers it with the contract's example (echoing the session the core pinned) and
-/// expects rukh.invoke. The honest core passes all 38 checks; `--break before-initialize`
+/// expects rukh.invoke. The honest core passes all 42 checks; `--break before-initialize`
 /// fails the handshake alone, naming the message and state, and the rest skip but the
 /// out-of-place check, which needs no handshake.
 #[test]
@@ -244,7 +278,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
     };
     let r = derived("");
     assert_eq!(r.code, 0, "{}", show(&r));
-    assert_eq!(r.with("PASS").len(), 40, "{}", show(&r));
+    assert_eq!(r.with("PASS").len(), 42, "{}", show(&r));
     let r = derived("--break before-initialize");
     assert_eq!(
         sorted(r.with("FAIL")),
@@ -252,7 +286,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
         "{}",
         show(&r)
     );
-    assert_eq!(r.with("SKIP").len(), 38, "{}", show(&r));
+    assert_eq!(r.with("SKIP").len(), 40, "{}", show(&r));
     assert!(
         r.stdout.contains(
             "sent rukh.invoke in `Launching`, where the session machine does not allow it"

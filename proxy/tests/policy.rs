@@ -395,27 +395,25 @@ fn rukh_log_intake_excess_is_discarded_and_counted() {
 }
 
 /// Hooks follow the contract's `extensions`, not its name: a renamed copy of rukh keeps
-/// `rukh.session` (the pinned context), and a copy that drops it gets the engine alone,
-/// which has no rule about context fields.
+/// `rukh.session` (a late response after an accepted cancel), and a copy that drops it gets
+/// the engine alone, which has no rule about a wait a cancel ended.
 #[test]
 fn named_extensions_follow_the_contract_data_not_its_name() {
-    let foreign_context = |edit: &dyn Fn(&mut contract::Contract)| {
+    let late = |edit: &dyn Fn(&mut contract::Contract)| {
         let mut c = contract::builtin("rukh").expect("rukh");
         edit(&mut c);
         let mut s = Rukh::with(c);
         s.running();
-        let mut call = s.req("rukh.call", "e:1");
-        call["params"]["sessionId"] = json!("s-someone-else");
-        rules(&s.send(&EXT, &call, None))
+        s.send(&CORE, &s.req("rukh.ui.event", "c:3"), None);
+        s.send(&CORE, &s.req("rukh.cancel", "c:4"), None);
+        let r = s.send(&EXT, &s.res("rukh.ui.event", "c:3"), Some("rukh.ui.event"));
+        rules(&r)
     };
     assert_eq!(
-        foreign_context(&|c| c.name = "rukh-fork".into()),
-        ["rukh.context.mismatch"]
+        late(&|c| c.name = "rukh-fork".into()),
+        ["rukh.response.late"]
     );
-    assert_eq!(
-        foreign_context(&|c| c.extensions.clear()),
-        Vec::<&str>::new()
-    );
+    assert_eq!(late(&|c| c.extensions.clear()), Vec::<&str>::new());
 }
 
 #[test]
@@ -485,6 +483,9 @@ fn rukh_cancel_ends_waits_late_responses_are_discarded() {
     );
 }
 
+/// The pinned context is data (`agreements`, R-44): an extension's call repeating another
+/// session id gets -32000 with data.reason context_mismatch, and the invocation ends; the
+/// pinned one goes on; the core's own invoke naming another is only flagged.
 #[test]
 fn rukh_context_fields_must_match_the_pinned_session() {
     let mut s = Rukh::new();
@@ -492,7 +493,7 @@ fn rukh_context_fields_must_match_the_pinned_session() {
     let mut call = s.req("rukh.call", "e:1");
     call["params"]["sessionId"] = json!("s-someone-else");
     let r = s.send(&EXT, &call, None);
-    assert_eq!(rules(&r), ["rukh.context.mismatch"]);
+    assert_eq!(rules(&r), ["agreement.mismatch"]);
     let Act::Refuse {
         reply: Some(reply),
         close: Some(Closing::Drop),
@@ -500,7 +501,13 @@ fn rukh_context_fields_must_match_the_pinned_session() {
     else {
         panic!("{r:?}")
     };
+    assert_eq!(reply["error"]["code"], json!(-32000));
     assert_eq!(reply["error"]["data"]["reason"], json!("context_mismatch"));
+    assert!(
+        r[0].reason.contains("/agreements/sessionId"),
+        "{}",
+        r[0].reason
+    );
 
     let mut s = Rukh::new();
     s.running();
@@ -508,6 +515,19 @@ fn rukh_context_fields_must_match_the_pinned_session() {
     let mut call = s.req("rukh.call", "e:1");
     call["params"]["sessionId"] = pinned;
     assert!(s.send(&EXT, &call, None).is_empty());
+
+    let mut s = Rukh::new();
+    let (i, r) = (
+        s.req("rukh.initialize", "c:1"),
+        s.res("rukh.initialize", "c:1"),
+    );
+    assert!(s.send(&CORE, &i, None).is_empty());
+    assert!(s.send(&EXT, &r, Some("rukh.initialize")).is_empty());
+    let mut inv = s.req("rukh.invoke", "c:2");
+    inv["params"]["invocationId"] = json!("inv-someone-else");
+    let r = s.send(&CORE, &inv, None);
+    assert_eq!(rules(&r), ["agreement.mismatch"]);
+    assert_eq!(r[0].act, Act::Flag, "the judge's own statement");
 }
 
 // ---------------------------------------------------------------- toolchannel

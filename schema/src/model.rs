@@ -1162,7 +1162,8 @@ pub struct Action {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<Report>,
     /// For a `close`: the name its close reason carries (toolchannel's failureReason,
-    /// `handshake_timeout`, note T-6), which tells apart reactions sharing one code.
+    /// `handshake_timeout`, note T-6); for a `reply-error`: the error data's `reason`
+    /// (rukh's `context_mismatch`, R-44). It tells apart reactions sharing one code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// For a `reply-error` to a message missing members (`invalid`): JSON pointer, in the

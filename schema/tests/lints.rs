@@ -1189,9 +1189,10 @@ fn a_carried_limit_names_a_message_whose_examples_hold_a_number_there() {
     assert_fires(event, Lint::NameRef, &format!("{at}/kind"));
 }
 
-/// A named close reason belongs to a `close` action.
+/// A named reason belongs to a `close` (its close reason) or a `reply-error` (its error
+/// data's `reason`, rukh's context_mismatch); any other action has nowhere to carry it.
 #[test]
-fn a_named_reason_is_for_a_close() {
+fn a_named_reason_is_for_a_close_or_an_error_reply() {
     let mut doc = fixture();
     let close = json!({"action": "close", "code": -32001, "reason": "too_loud",
         "description": "d", "seed": "§5"});
@@ -1201,9 +1202,16 @@ fn a_named_reason_is_for_a_close() {
         .filter(|p| p.pointer.ends_with("/reason"))
         .collect();
     assert!(ps.is_empty(), "{ps:?}");
-    let refusal = |d: &mut Value| {
-        d["limits"]["frameMax"]["action"] = json!({"action": "reply-error", "code": -32001,
+    doc["limits"]["frameMax"]["action"] = json!({"action": "reply-error", "code": -32001,
+        "reason": "too_loud", "description": "d", "seed": "§5"});
+    let ps: Vec<_> = problems(&doc)
+        .into_iter()
+        .filter(|p| p.pointer.ends_with("/reason"))
+        .collect();
+    assert!(ps.is_empty(), "{ps:?}");
+    let dropped = |d: &mut Value| {
+        d["limits"]["frameMax"]["action"] = json!({"action": "drop-connection",
             "reason": "too_loud", "description": "d", "seed": "§5"});
     };
-    assert_fires(refusal, Lint::NameRef, "/limits/frameMax/action/reason");
+    assert_fires(dropped, Lint::NameRef, "/limits/frameMax/action/reason");
 }

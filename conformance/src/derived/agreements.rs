@@ -399,7 +399,10 @@ async fn reaction(
     closed_as(s, cx, close.action, close.code.as_ref())?;
     let reason = match &s.peer.closed_with {
         Some(Some(f)) => f.reason.clone(),
-        _ => return Ok(seen.join(", ") + ", then the channel ended"),
+        _ => {
+            seen.push("the channel ended".into());
+            return Ok(seen.join(", then "));
+        }
     };
     let code = m
         .code

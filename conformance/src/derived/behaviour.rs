@@ -12,8 +12,9 @@
 //!
 //! Capability rulings are left to the `capabilities` check, which makes the implementation
 //! meet a party that declares nothing, credit rulings to the `credit` checks, agreement
-//! rulings to the `agreement.*` checks and `method.not-while` to the `not-while.*` checks
-//! where the played party has them: one broken rule, one failing check.
+//! rulings to the `agreement.*` checks (but for the judge's own statements, flagged, which
+//! no such check judges) and `method.not-while` to the `not-while.*` checks where the
+//! played party has them: one broken rule, one failing check.
 
 use contract::Contract;
 use contract_policy::Engine;
@@ -82,11 +83,16 @@ pub(super) fn breaches(peer: &Peer, who: &str) -> Result<(), Failure> {
 }
 
 /// [`breaches`], leaving the rules named by the prefixes in `left` to their own checks too.
+/// Nothing after a ruling that ends the session counts: the contract has the session end
+/// there, so what the engine rules about the rest only follows from it (one broken rule,
+/// one failing check).
 fn breaches_but(peer: &Peer, who: &str, left: &[&str]) -> Result<(), Failure> {
+    let mut ended = false;
     let found: Vec<&Finding> = (peer.judge.iter())
         .flat_map(|j| &j.found)
+        .take_while(|f| !std::mem::replace(&mut ended, ends(f)))
         .filter(|f| !f.ruling.rule.starts_with("capability."))
-        .filter(|f| !left.iter().any(|p| f.ruling.rule.starts_with(p)))
+        .filter(|f| !left.iter().any(|p| f.ruling.rule.starts_with(p)) || judges_own(f))
         .collect();
     let Some(first) = found.first() else {
         return Ok(());
@@ -100,4 +106,19 @@ fn breaches_but(peer: &Peer, who: &str, left: &[&str]) -> Result<(), Failure> {
         failure = failure.with(format!("what drew {}", f.ruling.rule), &f.raw);
     }
     Err(failure)
+}
+
+/// Whether `f` is the judge's own statement of an agreed value, flagged: no `agreement.*`
+/// check judges those (they play the judge, or provoke it), so `behaviour` does (rukh's
+/// core repeating another invocation id in its invoke).
+fn judges_own(f: &Finding) -> bool {
+    f.ruling.rule.starts_with("agreement.") && f.ruling.act == contract_policy::Act::Flag
+}
+
+/// Whether `f`'s ruling ends the session.
+fn ends(f: &Finding) -> bool {
+    matches!(
+        f.ruling.act,
+        contract_policy::Act::Refuse { close: Some(_), .. }
+    )
 }

@@ -441,7 +441,7 @@ fn act_at(
     match a.action {
         ActionKind::ReplyError => Act::Refuse {
             reply: (msg.kind == Kind::Request)
-                .then(|| error_reply(c, a.code.as_ref()?, msg, reason, entry))
+                .then(|| error_reply(c, a, msg, reason, entry))
                 .flatten(),
             close: a.then.as_ref().and_then(|t| {
                 // The close after the reply names the error, which may have had no other
@@ -491,18 +491,23 @@ pub(crate) fn closing_for(a: &Action, reason: &str) -> Option<Closing> {
     }
 }
 
-/// The contract's error reply to request `msg` with `code`, shaped by the method's channel.
+/// The contract's error reply to request `msg` with `a`'s code, shaped by the method's
+/// channel; its data names the entry, and the action's `reason` where it has one.
 fn error_reply(
     c: &Contract,
-    code: &Value,
+    a: &Action,
     msg: &Message,
     reason: &str,
     entry: Option<&str>,
 ) -> Option<Value> {
+    let code = a.code.as_ref()?;
     let channel = &c.methods.get(msg.method.as_deref()?)?.channel;
     let mut detail = json!({"detail": reason});
     if let Some(e) = entry {
         detail["entry"] = json!(e);
+    }
+    if let Some(name) = &a.reason {
+        detail["reason"] = json!(name);
     }
     let detail = Some(detail);
     let mut reply = c.error_reply(channel, Some(&msg.value), None, code, reason, detail);

@@ -2,12 +2,12 @@
 //!
 //! Rules, with the contract text they come from:
 //! - after a refused rukh.initialize, nothing more (violations.beforeHandshake, fail);
-//! - a repeated context field that differs from the pinned one (R-15,
-//!   `context_mismatch`): -32000, fail;
 //! - an accepted cancel ends the core's waits: later responses to them are
 //!   discarded and counted (request machine `LateDiscarded`), and an invoke
 //!   result after it cannot decide the outcome (R-28: flagged);
 //!
+//! Not here: a repeated context field that differs from the pinned one (R-15,
+//! `context_mismatch`) is the contract's `agreements` sessionId and invocationId.
 //! Not here: the session order (nothing before the handshake, one invoke, no work after
 //! the completion or a cancel, one completion) is the `session` machine's `allows`,
 //! `outOfPlace` and `refusals` (note R-43), run by the engine.
@@ -24,9 +24,9 @@ use std::sync::Arc;
 
 use contract::model::Kind;
 use contract::wire::{Message, Wire};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Act, Ctx, Limits, Policy, Ruling, error_seed};
+use super::{Act, Ctx, Limits, Policy, Ruling};
 use crate::inspect::Closing;
 
 const INITIALIZE: &str = "rukh.initialize";
@@ -61,8 +61,6 @@ pub struct RukhPolicy {
     init_id: Option<String>,
     invoke_id: Option<String>,
     cancelled: bool,
-    /// sessionId / invocationId pinned by rukh.initialize.
-    context: Vec<(String, Value)>,
 }
 
 impl RukhPolicy {
@@ -76,7 +74,6 @@ impl RukhPolicy {
             init_id: None,
             invoke_id: None,
             cancelled: false,
-            context: Vec::new(),
         }
     }
 
@@ -87,36 +84,6 @@ impl RukhPolicy {
 
     fn c(&self) -> &contract::Contract {
         self.wire.contract()
-    }
-
-    /// A -32000 protocol error that ends the invocation; `reply` answers a request first.
-    fn protocol_error(
-        &self,
-        rule: &'static str,
-        why: &str,
-        reason: String,
-        reply_to: Option<&Value>,
-    ) -> Ruling {
-        let code = self.code("protocol_error");
-        let reply = reply_to.map(|id| {
-            self.c()
-                .jsonrpc_error(Some(id), &code, &reason, Some(json!({"reason": why})))
-        });
-        Ruling {
-            rule,
-            seed: error_seed(self.c(), &code),
-            code: Some(code),
-            reason,
-            act: Act::Refuse {
-                reply,
-                close: Some(Closing::Drop),
-            },
-        }
-    }
-
-    /// The catalog code with symbolic `name`.
-    fn code(&self, name: &str) -> Value {
-        self.c().error_code(name).cloned().unwrap_or(Value::Null)
     }
 
     fn on_request(&mut self, ctx: &Ctx, msg: &Message) -> Vec<Ruling> {
@@ -131,16 +98,13 @@ impl RukhPolicy {
         if self.phase != Phase::Running {
             if self.phase == Phase::Initializing && method == INITIALIZE && self.init_id.is_none() {
                 self.init_id = Some(key.clone());
-                self.pin_context(msg);
                 self.track(key, ctx.from, false);
                 return vec![];
             }
             return vec![self.not_initialized(&method, Some(idv))];
         }
-        // A second rukh.initialize is out of place in the session machine: never here.
-        if let Some(r) = self.context_mismatch(msg, &method) {
-            return vec![r];
-        }
+        // A second rukh.initialize is out of place in the session machine, and a context
+        // field other than the pinned one the engine's `agreements`: never here.
         // A second invoke and work after the completion or a cancel are the session
         // machine's refusals (already_invoked, session_closing), run by the engine.
         if method == INVOKE {
@@ -186,32 +150,6 @@ impl RukhPolicy {
                 close: Some(Closing::Drop),
             },
         }
-    }
-
-    fn pin_context(&mut self, msg: &Message) {
-        for field in ["sessionId", "invocationId"] {
-            if let Some(v) = msg.value.pointer(&format!("/params/{field}")) {
-                self.context.push((field.to_string(), v.clone()));
-            }
-        }
-    }
-
-    fn context_mismatch(&self, msg: &Message, method: &str) -> Option<Ruling> {
-        for (field, pinned) in &self.context {
-            if let Some(v) = msg.value.pointer(&format!("/params/{field}"))
-                && v != pinned
-            {
-                let mut r = self.protocol_error(
-                    "rukh.context.mismatch",
-                    "context_mismatch",
-                    format!("{method}: params.{field} differs from the pinned context"),
-                    msg.id.as_ref(),
-                );
-                r.seed = self.c().note_seed("R-15");
-                return Some(r);
-            }
-        }
-        None
     }
 
     /// The methods `pendingRequestsMax` applies to: operation and UI requests.

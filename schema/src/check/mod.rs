@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use crate::model::{
-    Action, Binding, Contract, Example, Expr, Framing, Kind, Method, Part, RelOp, Unit,
+    Action, ActionKind, Binding, Contract, Example, Expr, Framing, Kind, Method, Part, RelOp, Unit,
 };
 use crate::pointer::join;
 
@@ -652,8 +652,9 @@ impl Cx<'_> {
             }
             self.action_names(c, idx, &join(ptr, ["then"]), then);
         }
-        if a.reason.is_some() && a.action != crate::model::ActionKind::Close {
-            let why = "`reason` names a close's reason: it is for a `close` action".to_string();
+        let named = matches!(a.action, ActionKind::Close | ActionKind::ReplyError);
+        if a.reason.is_some() && !named {
+            let why = "`reason` names a close's reason or an error reply's data.reason: it is for a `close` or `reply-error` action".to_string();
             self.push(Lint::NameRef, join(ptr, ["reason"]), why);
         }
         let reports = a.report.iter().flat_map(|r| r.messages.iter().enumerate());

@@ -16,7 +16,8 @@
 //! deadline_exceeded 124.
 //!
 //! `--break before-initialize` sends a `rukh.invoke` before `rukh.initialize`
-//! on purpose, so a conformance suite or the proxy can catch it.
+//! on purpose, so a conformance suite or the proxy can catch it; `--break any-context`
+//! serves a rukh.call whatever session or invocation id it repeats.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
@@ -50,6 +51,8 @@ enum KindArg {
 enum Break {
     /// Send a request (rukh.invoke) before rukh.initialize.
     BeforeInitialize,
+    /// Serve a rukh.call whatever session or invocation id it repeats (no R-15 check).
+    AnyContext,
 }
 
 /// Launch one extension for one invocation and report the typed outcome as the exit code.
@@ -194,6 +197,8 @@ struct Core {
     logs: LogIntake,
     late: u64,
     unknown_notifications: u64,
+    /// Serve calls whatever context they repeat (`--break any-context`).
+    any_context: bool,
 }
 
 impl Core {
@@ -276,16 +281,22 @@ impl Core {
                 return self.reply(r).await;
             }
         };
-        // a repeated context field must match exactly.
-        if call
+        // a repeated context field must match exactly; the mismatch is answered
+        // -32000 context_mismatch and ends the invocation (the agreements' reaction, R-44).
+        let mismatch = call
             .session_id
             .as_ref()
             .is_some_and(|s| s.as_str() != SESSION_ID)
             || call
                 .invocation_id
                 .as_ref()
-                .is_some_and(|s| s.as_str() != INVOCATION_ID)
-        {
+                .is_some_and(|s| s.as_str() != INVOCATION_ID);
+        if mismatch && !self.any_context {
+            let data: types::ErrorData =
+                serde_json::from_value(json!({"reason": "context_mismatch"}))
+                    .map_err(|e| Protocol(e.to_string()))?;
+            let r = error(&id, code(-32000)?, "context mismatch", Some(data));
+            self.reply(r).await?;
             return Err(Protocol("context_mismatch in rukh.call".into()));
         }
         if self.closing {
@@ -497,6 +508,7 @@ async fn run() -> anyhow::Result<u8> {
         closing: false,
         confirmed_caps: Vec::new(),
         kind: args.kind,
+        any_context: args.brk == Some(Break::AnyContext),
         logs: LogIntake {
             window: Instant::now(),
             records: 0,

@@ -13,7 +13,8 @@
 //!
 //! Execute inputs it understands: `{"exit": N}` (complete command_failed with
 //! exit code N and exit N), `{"sleepMs": N}` (work that long; cancellable).
-//! `--break id-gap` makes its second request skip one counter (e:1 then e:3).
+//! `--break id-gap` makes its second request skip one counter (e:1 then e:3);
+//! `--break other-session` confirms another session id than the one pinned.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
@@ -35,6 +36,8 @@ use tokio::time::{Instant, sleep_until};
 enum Break {
     /// The second request id skips one counter value.
     IdGap,
+    /// The initialize result confirms another session id than the one pinned.
+    OtherSession,
 }
 
 #[derive(Debug, Parser)]
@@ -132,6 +135,8 @@ struct Ext {
     next_id: u64,
     sent_requests: u64,
     session_id: String,
+    /// The invocation rukh.initialize pinned; each call repeats it with the session.
+    invocation_id: String,
     invoke_id: Option<Value>,
     kind: String,
     inputs: serde_json::Map<String, Value>,
@@ -162,7 +167,8 @@ impl Ext {
     async fn call(&mut self, op: &str, input: Value) -> anyhow::Result<String> {
         let id = self.next_request_id();
         let params: types::CallParams = serde_json::from_value(json!({
-            "operation": op, "version": "1", "input": input, "sessionId": self.session_id
+            "operation": op, "version": "1", "input": input, "sessionId": self.session_id,
+            "invocationId": self.invocation_id
         }))?;
         self.conn
             .send(&request(&id, Method::RukhCall, &params)?)
@@ -278,9 +284,14 @@ impl Ext {
                     return Ok(Some(End::Exit(125)));
                 }
                 self.session_id = p.session_id.to_string();
+                self.invocation_id = p.invocation_id.to_string();
                 self.kind = p.kind.to_string();
+                let echoed = match self.brk {
+                    Some(Break::OtherSession) => format!("{}-other", p.session_id.as_str()),
+                    _ => p.session_id.to_string(),
+                };
                 let result: types::InitializeResult = serde_json::from_value(json!({
-                    "sessionId": p.session_id, "contract": p.contract, "protocol": p.protocol,
+                    "sessionId": echoed, "contract": p.contract, "protocol": p.protocol,
                     "capabilities": p.capabilities, "adapter": {"name": "rukh-ext-rust", "version": env!("CARGO_PKG_VERSION")}
                 }))?;
                 self.conn.send(&success(&id, result)?).await?;
@@ -452,6 +463,7 @@ async fn run() -> anyhow::Result<i32> {
         next_id: 1,
         sent_requests: 0,
         session_id: String::new(),
+        invocation_id: String::new(),
         invoke_id: None,
         kind: String::new(),
         inputs: serde_json::Map::new(),
