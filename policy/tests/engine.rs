@@ -1218,6 +1218,14 @@ fn a_contract_of_its_own_agrees_a_value_and_refuses_another() {
     assert_eq!(r[0].act, Act::Flag, "the judge's own statement");
 }
 
+/// schema/contracts/toolchannel.json, compiled.
+fn toolchannel() -> Arc<Wire> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../schema/contracts/toolchannel.json");
+    let c = contract::load(&path).expect("toolchannel");
+    Arc::new(Wire::new(Arc::new(c)).expect("wire"))
+}
+
 /// The first `part` example of `method`.
 fn example(w: &Wire, method: &str, part: contract::model::Part) -> Value {
     let m = &w.contract().methods[method];
@@ -1233,12 +1241,7 @@ fn example(w: &Wire, method: &str, part: contract::model::Part) -> Value {
 /// only the close 4002, its reason naming the code (T-4) and both values (T-16).
 #[test]
 fn toolchannel_agrees_the_lowest_version_and_one_session() {
-    let c = contract::load(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../schema/contracts/toolchannel.json"),
-    )
-    .expect("toolchannel");
-    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let w = toolchannel();
     let init = |sid: &str| {
         let mut v = example(&w, "initialize", contract::model::Part::Call);
         v["params"]["_meta"]["agentfy"]["sessionId"] = json!(sid);
@@ -1386,12 +1389,7 @@ fn a_contract_of_its_own_says_what_is_not_sent_while_a_request_waits() {
 /// another value is flagged without changing the one in force.
 #[test]
 fn toolchannel_releases_after_its_call_and_repeats_its_grace() {
-    let c = contract::load(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../schema/contracts/toolchannel.json"),
-    )
-    .expect("toolchannel");
-    let w = Arc::new(Wire::new(Arc::new(c)).expect("wire"));
+    let w = toolchannel();
     let up = ("ws", "host", "worker");
     let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "ws");
     assert!(p.on_open("r", Instant::now()).is_empty());

@@ -207,17 +207,7 @@ impl Limits {
         from: &str,
         m: &crate::wire::Message,
     ) -> Vec<(String, f64, f64)> {
-        let mut out = Vec::new();
-        for (name, l) in &c.limits {
-            for carrier in l.carried.iter().filter(|k| k.lower_only) {
-                if let Some((v, Some(now))) = self.stated(c, (name, l), carrier, from, m)
-                    && v > now
-                {
-                    out.push((name.clone(), v, now));
-                }
-            }
-        }
-        out
+        self.breaking(c, (from, m), |k| k.lower_only, |v, now| v > now)
     }
 
     /// The values `m`, sent by `from`, carries where it may only repeat the one in force
@@ -229,11 +219,24 @@ impl Limits {
         from: &str,
         m: &crate::wire::Message,
     ) -> Vec<(String, f64, f64)> {
+        let differs = |v: f64, now: f64| (v - now).abs() > now.abs() * 1e-9;
+        self.breaking(c, (from, m), |k| k.repeats, differs)
+    }
+
+    /// The values `m` states at the carriers `which` picks that `breaks` the one in force,
+    /// as (limit, stated, in force).
+    fn breaking(
+        &self,
+        c: &Contract,
+        (from, m): (&str, &crate::wire::Message),
+        which: impl Fn(&crate::model::LimitCarrier) -> bool,
+        breaks: impl Fn(f64, f64) -> bool,
+    ) -> Vec<(String, f64, f64)> {
         let mut out = Vec::new();
         for (name, l) in &c.limits {
-            for carrier in l.carried.iter().filter(|k| k.repeats) {
+            for carrier in l.carried.iter().filter(|k| which(k)) {
                 if let Some((v, Some(now))) = self.stated(c, (name, l), carrier, from, m)
-                    && (v - now).abs() > now.abs() * 1e-9
+                    && breaks(v, now)
                 {
                     out.push((name.clone(), v, now));
                 }
