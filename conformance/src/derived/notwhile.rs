@@ -16,8 +16,8 @@
 
 use std::time::{Duration, Instant};
 
-use contract::Contract;
 use contract::model::{Kind, NotWhile, Trigger};
+use contract::{Contract, Limits};
 use serde_json::Value;
 
 use super::{Session, in_force};
@@ -110,8 +110,9 @@ async fn watch(
     let c = cx.wire.contract().clone();
     let wait = cx.opts.check_deadline.mul_f64(0.8);
     let until = Instant::now() + wait;
-    let keep = keeping(cx, s);
-    let hold = hold(cx, s, !keep.0.is_empty());
+    let limits = in_force(cx, &c, s).unwrap_or_else(|| cx.limits());
+    let keep = keeping(cx, &limits);
+    let hold = hold(cx, &limits, !keep.0.is_empty());
     let mut next_keep = Instant::now();
     let mut held: Vec<Held> = Vec::new();
     let mut answered = 0;
@@ -209,9 +210,8 @@ fn judged(
 /// keeps nothing alive ([`keeping`] sends nothing), at most half the shortest silence the
 /// implementation waits out (a deadline any message of the played party restarts: the
 /// beacon station's idleSeconds), so the hold never ends the session.
-fn hold(cx: &Ctx, s: &Session, keeps: bool) -> Duration {
+fn hold(cx: &Ctx, limits: &Limits, keeps: bool) -> Duration {
     let c = cx.wire.contract();
-    let limits = in_force(cx, c, s).unwrap_or_else(|| cx.limits());
     let theirs = (c.limits.iter()).filter(|(_, l)| runs(c, l, &cx.other));
     let sending = (theirs.clone().filter(|(_, l)| l.sends.is_some()))
         .filter_map(|(n, _)| limits.duration(n).ok())
@@ -234,9 +234,8 @@ fn silence(l: &contract::model::Limit, role: &str) -> bool {
 
 /// What the played party's own clocks send, and how often the suite sends it: a quarter of
 /// the shortest such interval in force (a heartbeat well inside its interval).
-fn keeping(cx: &Ctx, s: &Session) -> (Vec<String>, Duration) {
+fn keeping(cx: &Ctx, limits: &Limits) -> (Vec<String>, Duration) {
     let c = cx.wire.contract();
-    let limits = in_force(cx, c, s).unwrap_or_else(|| cx.limits());
     let mine = (c.limits.iter())
         .filter(|(_, l)| runs(c, l, &cx.role))
         .filter_map(|(n, l)| Some((l.sends.clone()?, limits.duration(n).ok()?)));

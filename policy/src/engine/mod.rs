@@ -111,6 +111,7 @@ pub struct Engine {
 impl Engine {
     /// The engine for connection `conn` of `session`, speaking `wire`'s contract.
     pub fn new(wire: Arc<Wire>, shared: Arc<SharedState>, conn: u64, session: u64) -> Engine {
+        let waiting = pending::Waiting::new(wire.contract());
         Engine {
             wire,
             shared,
@@ -121,7 +122,7 @@ impl Engine {
             timers: timer::Timers::default(),
             claims: claims::Mine::default(),
             agreed: agreements::Stated::default(),
-            waiting: pending::Waiting::default(),
+            waiting,
             channel: String::new(),
             route: String::new(),
             counted: false,
@@ -241,7 +242,7 @@ impl Policy for Engine {
                 None => {}
             }
             if msg.kind == Kind::Request {
-                self.waiting.call(c, ctx.from, msg);
+                self.waiting.call(ctx.from, msg);
             }
             self.caps.observe(c, ctx.from, msg);
             self.claims.observe(c, ctx.from, msg);

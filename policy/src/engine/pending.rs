@@ -23,6 +23,8 @@ use crate::Act;
 pub(crate) struct Waiting {
     ids: HashMap<(String, String), HashSet<String>>,
     calls: HashMap<(String, String), HashSet<String>>,
+    /// The methods some `notWhile` names as pending, read from the contract once.
+    watched: HashSet<String>,
 }
 
 /// A request to count once it is known to go on.
@@ -30,6 +32,15 @@ pub(crate) struct Waiting {
 pub(crate) struct Count(Vec<(String, String)>, String);
 
 impl Waiting {
+    /// The waits of a connection under `c`.
+    pub(crate) fn new(c: &Contract) -> Waiting {
+        let named = c.methods.values().filter_map(|m| m.not_while.as_ref());
+        Waiting {
+            watched: named.flat_map(|w| w.pending.iter().cloned()).collect(),
+            ..Waiting::default()
+        }
+    }
+
     /// A request `msg` from `from`: the ruling of the first cap it is over, or what to count.
     pub(crate) fn request(
         &self,
@@ -73,13 +84,11 @@ impl Waiting {
 
     /// A request `msg` from `from` that went on: remembered while unanswered when some
     /// method may not be sent meanwhile.
-    pub(crate) fn call(&mut self, c: &Contract, from: &str, msg: &Message) {
+    pub(crate) fn call(&mut self, from: &str, msg: &Message) {
         let (Some(m), Some(id)) = (msg.method.as_deref(), msg.id.as_ref()) else {
             return;
         };
-        let named = (c.methods.values().filter_map(|x| x.not_while.as_ref()))
-            .any(|w| w.pending.iter().any(|p| p == m));
-        if named {
+        if self.watched.contains(m) {
             let key = (m.to_string(), from.to_string());
             self.calls.entry(key).or_default().insert(id.to_string());
         }
