@@ -39,7 +39,7 @@
 // report that they need a unix platform, and the helpers they would use go unused.
 #![cfg_attr(not(unix), allow(dead_code, unused_imports, unused_mut))]
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,8 +82,6 @@ const DEADLINE_MS: &str = "{deadline_ms}";
 struct Spec {
     /// The compiled contract: its limits and its error catalog.
     wire: Arc<Wire>,
-    /// Codes a receiver may answer a rejected frame with (categories protocol and compatibility).
-    rejecting: BTreeSet<i64>,
     /// CLI exit codes by outcome or cancel reason.
     exits: HashMap<String, i64>,
     /// The pinned protocol identifiers (first value of each `ProtocolVersions` enum).
@@ -97,12 +95,6 @@ struct Spec {
 impl Spec {
     fn new(cx: &Ctx) -> Result<Spec, Failure> {
         let c = cx.wire.contract();
-        let rejecting = c
-            .errors
-            .iter()
-            .filter(|e| e.name.is_some() && ["protocol", "compatibility"].contains(&&*e.category))
-            .filter_map(|e| e.code.as_i64())
-            .collect();
         let mut exits = HashMap::new();
         for table in c.codes.values() {
             for v in &table.values {
@@ -135,7 +127,6 @@ impl Spec {
         let command_result = c.capabilities.keys().next().cloned();
         Ok(Spec {
             wire: cx.wire.clone(),
-            rejecting,
             exits,
             protocol: Value::Object(protocol),
             command_result,
@@ -488,56 +479,6 @@ impl CoreSide {
         }
     }
 
-    /// After a bad frame: the extension must not act on it and must end the session.
-    async fn rejected(&mut self, offending: Option<&str>) -> Result<String, Failure> {
-        let start = Instant::now();
-        let until = start + self.wait;
-        let mut answer = String::new();
-        loop {
-            match next_ev(&mut self.peer, until).await {
-                Ev::End(_) => {
-                    return Ok(format!(
-                        "not acted on; session ended after {} ms{answer}",
-                        start.elapsed().as_millis()
-                    ));
-                }
-                Ev::Timeout => {
-                    return Err(Failure::new(format!(
-                        "the extension kept the session open {:?} after the bad frame: a protocol error ends the invocation (R-19)",
-                        self.wait
-                    )));
-                }
-                Ev::Msg(g) => {
-                    let k = kind(&g);
-                    if k == Some(Kind::Request) || is_success(&g) {
-                        return Err(Failure::new(format!(
-                            "the extension acted on the bad frame: it sent {}",
-                            g.brief()
-                        ))
-                        .with("that frame", &g.raw));
-                    }
-                    if let Some(code) = error_code(&g) {
-                        let to = id_of(&g);
-                        if !self.sp.rejecting.contains(&code) {
-                            return Err(Failure::new(format!(
-                                "the extension answered the bad frame with error {code}, not a protocol error code of the contract ({:?})",
-                                self.sp.rejecting
-                            ))
-                            .with("the answer", &g.raw));
-                        }
-                        if offending.is_some() && to.is_some() && to.as_deref() != offending {
-                            return Err(Failure::new(format!(
-                                "the extension's error answers {to:?}, not the offending request {offending:?}"
-                            ))
-                            .with("the answer", &g.raw));
-                        }
-                        answer = format!(" (answered with error {code})");
-                    }
-                }
-            }
-        }
-    }
-
     /// The extension's frames the contract rejects, as a failure.
     fn invalid_failure(&self) -> Option<Failure> {
         let g = self.invalid.first()?;
@@ -565,77 +506,6 @@ async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
     }
 }
 
-async fn core_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    let params = s.init_params(&[])?;
-    let id = s.send("rukh.initialize", params.clone()).await?;
-    let until = Instant::now() + s.wait;
-    let mut early = Vec::new();
-    let g = loop {
-        match next_ev(&mut s.peer, until).await {
-            Ev::Msg(g) => {
-                if id_of(&g).as_deref() == Some(id.as_str())
-                    && matches!(kind(&g), Some(Kind::Response | Kind::Error))
-                {
-                    break g;
-                }
-                early.push(g);
-            }
-            Ev::End(e) => return Err(s.last(Failure::new(format!("the session ended: {e}")))),
-            Ev::Timeout => {
-                return Err(Failure::new(format!(
-                    "no answer to rukh.initialize within {:?}",
-                    s.wait
-                )));
-            }
-        }
-    };
-    if let Some(e) = early.first() {
-        return Err(Failure::new(format!(
-            "the extension sent {} before the handshake was confirmed (only the initialize answer may travel)",
-            e.brief()
-        ))
-        .with("that frame", &e.raw));
-    }
-    let Some(r) = g.value().and_then(|v| v.get("result")) else {
-        return Err(Failure::new("rukh.initialize was refused").with("the answer", &g.raw));
-    };
-    // The session id it echoes is the derived `agreement.sessionId` (R-44).
-    for (field, want) in [
-        ("contract", params.get("contract")),
-        ("protocol", params.get("protocol")),
-    ] {
-        if r.get(field) != want {
-            return Err(Failure::new(format!(
-                "the result does not echo the pinned {field} exactly (no downgrade, R-8)"
-            ))
-            .with("the answer", &g.raw));
-        }
-    }
-    let offered: BTreeSet<String> = BTreeSet::new();
-    let got: BTreeSet<String> = r
-        .get("capabilities")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    if got != offered {
-        return Err(Failure::new(format!(
-            "the result confirms capabilities {got:?}, not the offered set {offered:?}"
-        ))
-        .with("the answer", &g.raw));
-    }
-    if let Some(f) = s.invalid_failure() {
-        return Err(f);
-    }
-    Ok(Verdict::Pass(
-        "the result echoes contract, protocol and capabilities; nothing else came first".into(),
-    ))
-}
-
 async fn core_incompatible(cx: &mut Ctx) -> Result<Verdict, Failure> {
     let mut s = CoreSide::open(cx).await?;
     let params = s.init_params(&[ALIEN_CAPABILITY])?;
@@ -655,18 +525,6 @@ async fn core_incompatible(cx: &mut Ctx) -> Result<Verdict, Failure> {
         ))
         .with("the answer", &g.raw)),
     }
-}
-
-async fn core_kind(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::confirmed(cx).await?;
-    let id = s.id();
-    let msg = json!({"jsonrpc": "2.0", "id": id, "method": "rukh.invoke",
-                     "params": {"kind": "describe", "request": {}}});
-    s.peer.send(&msg).await?;
-    let d = s.rejected(Some(&id)).await?;
-    Ok(Verdict::Pass(format!(
-        "a describe invoke in a session pinned to execute {d}"
-    )))
 }
 
 async fn core_denial(cx: &mut Ctx) -> Result<Verdict, Failure> {
@@ -1320,42 +1178,6 @@ async fn ext_session(cx: &mut Ctx, result: Value, code: i64) -> Result<i32, Fail
     s.exit(cx).await
 }
 
-#[cfg(unix)]
-async fn ext_confirm(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = launch_core(cx, None).await?;
-    s.ready().await?;
-    let params = s
-        .init
-        .as_ref()
-        .map(|i| i.1.clone())
-        .ok_or_else(|| Failure::new("suite bug: initialize lost"))?;
-    let (inv_id, inv) = s
-        .invoke
-        .clone()
-        .ok_or_else(|| Failure::new("suite bug: invoke lost"))?;
-    let raw = s
-        .peer
-        .log
-        .iter()
-        .find(|g| id_of(g).as_deref() == Some(inv_id.as_str()))
-        .map(|g| g.raw.to_vec())
-        .unwrap_or_default();
-    // The session and invocation ids it repeats are the derived agreements' (R-44).
-    let kind_pinned = params.get("kind");
-    if inv.get("kind") != kind_pinned {
-        return Err(Failure::new(format!(
-            "rukh.invoke is {:?} but the session pinned {kind_pinned:?} (one kind per session)",
-            inv.get("kind")
-        ))
-        .with("the invoke", &raw));
-    }
-    s.wrap_up().await?;
-    let code = s.exit(cx).await?;
-    Ok(Verdict::Pass(format!(
-        "initialize pins the kind; the invoke is of that kind (exit {code})"
-    )))
-}
-
 /// A refused rukh.initialize prevents the invocation (a confirmation of another session is
 /// the derived `agreement.sessionId`, R-44).
 #[cfg(unix)]
@@ -1758,9 +1580,7 @@ async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
 // The table.
 
 bodies! { cx;
-    c_confirm => core_confirm(cx),
     c_incompat => core_incompatible(cx),
-    c_kind => core_kind(cx),
     c_denial => core_denial(cx),
     c_cancel => core_cancel(cx),
     c_ok => core_outcome(cx, false),
@@ -1769,7 +1589,6 @@ bodies! { cx;
 
 #[cfg(unix)]
 bodies! { cx;
-    e_confirm => ext_confirm(cx),
     e_incompat => ext_refuse(cx),
     e_kind => ext_kind(cx),
     e_log => ext_log_intake(cx),
@@ -1799,6 +1618,8 @@ macro_rules! ext {
     }};
 }
 
+/// Why the extension's side of the kind rule has no hand-written check.
+const KIND_DERIVED: &str = "an invoke of another kind than the pinned one is the derived rukh.derived.agreement.kind (R-45); a help completion binds the core: run --play extension";
 /// Why a check binds only the extension (run it playing the core).
 const ONLY_EXT: &str = "the rule binds the extension; run --play core against an extension";
 /// Why a check binds only the core (run it playing the extension).
@@ -1808,13 +1629,6 @@ const ONLY_CORE: &str = "the rule binds the core; run --play extension against a
 pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
         (
-            "rukh.handshake.confirm",
-            "the handshake confirms the pinned contract, protocol and capabilities exactly (no downgrade); the invoke keeps the pinned kind (the session and invocation ids: the derived agreements, R-44)",
-            "Session identity and handshake; P3.2 (R-8, R-44)",
-            Ok(c_confirm),
-            ext!(e_confirm),
-        ),
-        (
             "rukh.handshake.incompatible",
             "an unsupported mandatory capability is refused (-32003) and prevents the invocation (125)",
             "Session identity and handshake; P3.3 outcomes; P3.7 item 9 (R-8)",
@@ -1823,9 +1637,9 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
         ),
         (
             "rukh.invoke.kind",
-            "execute cannot become describe (nor complete with describe's help)",
+            "an execute invocation cannot complete with describe's help (the invoke's own kind: the derived agreement.kind, R-45)",
             "Frame format and value representation; P3.6 rule 11 (R-13)",
-            Ok(c_kind),
+            Err(KIND_DERIVED),
             ext!(e_kind),
         ),
         (

@@ -84,8 +84,12 @@ class Extension:
     async def reply(self, req: r.Request, result: Any) -> None:
         await self.send(r.SuccessResponse(jsonrpc="2.0", id=req.id, result=msgspec.to_builtins(result)), req.method)
 
-    async def error(self, req: r.Request, code: r.ErrorCode, message: str, detail: Optional[str] = None) -> None:
-        data = r.ErrorData(detail=detail) if detail is not None else msgspec.UNSET
+    async def error(self, req: r.Request, code: r.ErrorCode, message: str, detail: Optional[str] = None,
+                    reason: Optional[r.ProtocolErrorReason] = None) -> None:
+        data = msgspec.UNSET
+        if detail is not None or reason is not None:
+            data = r.ErrorData(detail=detail if detail is not None else msgspec.UNSET,
+                               reason=reason if reason is not None else msgspec.UNSET)
         err = r.ErrorResponse(jsonrpc="2.0", id=req.id, error=r.JsonRpcError(code=int(code), message=message, data=data))
         await self.send(err, req.method)
 
@@ -181,6 +185,9 @@ class Extension:
             inv = msgspec.convert(raw_params, r.InvokeParams)
             kind = "execute" if isinstance(inv, r.ExecuteInvocation) else "describe"
             if kind != self.kind:
+                # The kind is an agreement: -32000 context_mismatch, then the end.
+                await self.error(req, r.ErrorCode.PROTOCOL_ERROR, "invoke of another kind",
+                                 reason=r.ProtocolErrorReason.CONTEXT_MISMATCH)
                 raise ProtocolError(f"context_mismatch: invoke kind {kind}, pinned {self.kind}")
             self.invoke_id = req.id
             self.inputs = dict(inv.inputs) if isinstance(inv, r.ExecuteInvocation) else {}

@@ -1212,7 +1212,7 @@ fn a_contract_of_its_own_agrees_a_value_and_refuses_another() {
     let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
     let tune = json!({"jsonrpc": "2.0", "id": 1, "method": "tune", "params": {"band": "fm"}});
     assert_eq!(rules(&said(&mut p, &w, up, None, tune)), none());
-    let tuned = json!({"jsonrpc": "2.0", "id": 1, "result": {"band": "lw"}});
+    let tuned = json!({"jsonrpc": "2.0", "id": 1, "result": {"band": "am"}});
     let r = said(&mut p, &w, down, Some("tune"), tuned);
     assert_eq!(rules(&r), ["agreement.mismatch"]);
     assert_eq!(r[0].act, Act::Flag, "the judge's own statement");

@@ -16,18 +16,19 @@ mod common;
 use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, root, show, tmp};
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
-/// Checks of the suite playing the core: 42 derived, 17 hand-written (every row of the
+/// Checks of the suite playing the core: 45 derived, 16 hand-written (every row of the
 /// hand-written table is listed for both roles).
-const CHECKS_AS_CORE: usize = 59;
-/// Checks of the suite playing the extension: 42 derived (no check of a request the core
+const CHECKS_AS_CORE: usize = 61;
+/// Checks of the suite playing the extension: 45 derived (no check of a request the core
 /// may send before the handshake, nor of the core's refusals; but the extension's own
-/// refused call and second completions), 17 hand-written.
-const CHECKS_AS_EXT: usize = 59;
+/// refused call and second completions), 16 hand-written.
+const CHECKS_AS_EXT: usize = 61;
 /// Checks that bind only the extension (skipped when the suite plays the extension); a
 /// core's first messages are the derived handshake's.
 const ONLY_EXT: [&str; 1] = ["rukh.call.denial"];
 /// Checks that bind only the core (skipped when the suite plays the core).
-const ONLY_CORE: [&str; 10] = [
+const ONLY_CORE: [&str; 11] = [
+    "rukh.invoke.kind",
     "rukh.log.intake",
     "rukh.log.cancel-under-flood",
     "rukh.cancel.precedence",
@@ -194,6 +195,21 @@ fn playing_the_core_an_extension_confirming_another_session_fails_only_the_agree
     );
 }
 
+/// An extension serving an invoke of another kind than the pinned one fails the
+/// derived check of the kind agreement alone.
+#[test]
+fn playing_the_core_an_extension_serving_any_kind_fails_only_the_agreement() {
+    let (_d, junit) = tmp("core-rust-kind.xml");
+    let r = run_role("core", &rust_ext("--break any-kind"), &junit);
+    assert_run(&r, &junit, "core", Some("rukh.derived.agreement.kind"));
+    assert!(
+        r.stdout
+            .contains("rukh.invoke stating kind describe (agreed: execute) was answered"),
+        "{}",
+        show(&r)
+    );
+}
+
 #[test]
 fn playing_the_core_the_python_extension_passes_every_check() {
     let (_d, junit) = tmp("core-python.xml");
@@ -254,7 +270,7 @@ fn playing_the_extension_a_core_taking_any_context_fails_only_the_agreement() {
 /// as its extension, and socat bridges the socketpair end the core hands it to the socket
 /// the suite listens on. No rukh-specific launcher: the walk expects rukh.initialize,
 /// answers it with the contract's example (echoing the session the core pinned) and
-/// expects rukh.invoke. The honest core passes all 42 checks; `--break before-initialize`
+/// expects rukh.invoke. The honest core passes all 45 checks; `--break before-initialize`
 /// fails the handshake alone, naming the message and state, and the rest skip but the
 /// out-of-place check, which needs no handshake.
 #[test]
@@ -278,7 +294,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
     };
     let r = derived("");
     assert_eq!(r.code, 0, "{}", show(&r));
-    assert_eq!(r.with("PASS").len(), 42, "{}", show(&r));
+    assert_eq!(r.with("PASS").len(), 45, "{}", show(&r));
     let r = derived("--break before-initialize");
     assert_eq!(
         sorted(r.with("FAIL")),
@@ -286,7 +302,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
         "{}",
         show(&r)
     );
-    assert_eq!(r.with("SKIP").len(), 40, "{}", show(&r));
+    assert_eq!(r.with("SKIP").len(), 43, "{}", show(&r));
     assert!(
         r.stdout.contains(
             "sent rukh.invoke in `Launching`, where the session machine does not allow it"

@@ -181,19 +181,77 @@ fn example_value(cx: &Ctx, p: &Place, role: &str) -> Option<Value> {
     v.pointer(&p.pointer).cloned()
 }
 
-/// A value other than `v`: a dotted version one higher in its last part, a number one
-/// higher, a string with a suffix.
+/// Another example of the played party's at `p` whose value there is not `agreed`: that
+/// value, with the object holding it (its pointer and the example's object there). Where
+/// the examples show a place's alternatives, one of them is a wrong value the schema
+/// allows, with what goes with it (rukh's `describe` invoke beside the `execute` one).
+fn another_example(cx: &Ctx, p: &Place, agreed: &Value) -> Option<(Value, (String, Value))> {
+    let m = cx.wire.contract().methods.get(&p.method)?;
+    let part = p.part()?;
+    let role = cx.role.as_str();
+    let ours = |e: &&contract::model::Example| {
+        e.part == part && e.from.as_deref().is_none_or(|f| f == role)
+    };
+    let (holder, _) = p.pointer.rsplit_once('/')?;
+    let examples: Vec<Value> = (m.examples.iter().filter(ours))
+        .map(|e| {
+            let mut v = e.message.clone();
+            dealias(&cx.aliases, &mut v);
+            v
+        })
+        .collect();
+    // Only where they differ among themselves: a value that differs from the session's
+    // only because the session is not the example's is no alternative.
+    let mut values = examples.iter().filter_map(|v| v.pointer(&p.pointer));
+    let first = values.next()?;
+    if values.all(|v| v == first) {
+        return None;
+    }
+    examples.iter().find_map(|v| {
+        let wrong = v.pointer(&p.pointer).filter(|w| *w != agreed)?.clone();
+        Some((wrong, (holder.to_string(), v.pointer(holder)?.clone())))
+    })
+}
+
+/// A value other than `v`, of its type: a string ending in a number with that number one
+/// higher (`1.1.0` → `1.1.1`, `command-result/1` → `command-result/2`), another string
+/// with a suffix, a number one higher; an object or array with its first member so.
 fn other_than(v: &Value) -> Value {
     match v {
-        Value::String(s) => match s
-            .rsplit_once('.')
-            .and_then(|(h, t)| Some((h, t.parse::<u64>().ok()?)))
-        {
-            Some((head, last)) => Value::String(format!("{head}.{}", last + 1)),
-            None => Value::String(format!("{s}-other")),
-        },
+        Value::String(s) => {
+            let head = s.trim_end_matches(|c: char| c.is_ascii_digit());
+            match s[head.len()..].parse::<u64>() {
+                Ok(n) => {
+                    let width = s.len() - head.len();
+                    Value::String(format!("{head}{:0width$}", n + 1))
+                }
+                Err(_) => Value::String(format!("{s}-other")),
+            }
+        }
         Value::Number(n) => Value::from(n.as_f64().unwrap_or(0.0) + 1.0),
+        Value::Object(o) => {
+            let mut o = o.clone();
+            if let Some(first) = o.values_mut().next() {
+                *first = other_than(first);
+            }
+            Value::Object(o)
+        }
+        Value::Array(a) if !a.is_empty() => {
+            let mut a = a.clone();
+            a[0] = other_than(&a[0]);
+            Value::Array(a)
+        }
         _ => Value::String("other".into()),
+    }
+}
+
+/// Whether the string `s` is one of `v`'s values, at any depth (an error's data.reason).
+fn names(v: &Value, s: &str) -> bool {
+    match v {
+        Value::String(x) => x == s,
+        Value::Array(a) => a.iter().any(|x| names(x, s)),
+        Value::Object(o) => o.values().any(|x| names(x, s)),
+        _ => false,
     }
 }
 
@@ -314,19 +372,34 @@ async fn provoke(cx: &mut Ctx, name: &str, a: &Agreement) -> Result<Verdict, Fai
             got: None,
         });
     }
-    let agreed = agreed(a, &so_far).unwrap_or(mine);
+    let agreed = agreed(a, &so_far).unwrap_or_else(|| mine.clone());
     let highest = so_far
         .iter()
         .filter(|x| x.settles.is_some())
         .map(|x| &x.value)
         .max_by(|x, y| contract::model::version_order(x, y));
-    let wrong = match (a.rule, highest) {
-        (AgreementRule::Lowest, Some(h)) if h != &agreed => h.clone(),
-        _ => other_than(&agreed),
+    let (wrong, write) = match (a.rule, highest) {
+        (AgreementRule::Lowest, Some(h)) if h != &agreed => (h.clone(), None),
+        _ => match another_example(cx, p, &agreed) {
+            Some((wrong, holder)) => (wrong, Some(holder)),
+            // Nothing is "another" of an empty list but one with members: the example's.
+            None if agreed.as_array().is_some_and(Vec::is_empty) && mine != agreed => (mine, None),
+            None => (other_than(&agreed), None),
+        },
     };
-    s.writes = vec![(p.method.clone(), p.pointer.clone(), wrong.clone())];
+    s.writes = vec![match write {
+        Some((pointer, holder)) => (p.method.clone(), pointer, holder),
+        None => (p.method.clone(), p.pointer.clone(), wrong.clone()),
+    }];
     let sent = match step {
-        Some(i) => s.walk_steps(cx, &plan, i..i + 1).await.map(|()| None),
+        // A request the walk sends is the one the judge answers.
+        Some(i) => s
+            .walk_steps(cx, &plan, i..i + 1)
+            .await
+            .map(|()| match plan.steps[i] {
+                Step::Send(_) => s.last.take().map(|(id, _)| id),
+                _ => None,
+            }),
         None => s.send(cx, &p.method).await,
     };
     let what = format!(
@@ -373,9 +446,20 @@ async fn reaction(
                 ))
                 .with("the answer", v.to_string().as_bytes()));
             }
+            if let Some(r) = m.reason.as_deref().filter(|r| !names(&v, r)) {
+                return Err(Failure::new(format!(
+                    "{what} was answered with error {}, but the answer does not name the reason {r} the contract gives"
+                    , m.code.as_ref().map(Value::to_string).unwrap_or_default()
+                ))
+                .with("the answer", v.to_string().as_bytes()));
+            }
             seen.push(format!(
-                "error {}",
-                m.code.as_ref().map(Value::to_string).unwrap_or_default()
+                "error {}{}",
+                m.code.as_ref().map(Value::to_string).unwrap_or_default(),
+                m.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
             ));
             true
         }

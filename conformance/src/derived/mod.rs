@@ -944,9 +944,10 @@ impl Session {
         self.undeclare(method, part, &mut v);
         carried::write(cx, method, part, &mut v);
         agreements::write(cx, self, (method, part), &mut v);
-        self.overwrite(method, &mut v);
         let call = example_of(c, method, Part::Call, &cx.other);
         echoed(&self.shape, &mut v, call.as_ref(), request);
+        // What a check writes over is the last word, over an echo too.
+        self.overwrite(method, &mut v);
         let own = self.shape.answers_have_ids().then(|| self.take_id());
         self.shape.answer_to(&mut v, request, own);
         Ok(v)

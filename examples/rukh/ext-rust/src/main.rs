@@ -14,7 +14,8 @@
 //! Execute inputs it understands: `{"exit": N}` (complete command_failed with
 //! exit code N and exit N), `{"sleepMs": N}` (work that long; cancellable).
 //! `--break id-gap` makes its second request skip one counter (e:1 then e:3);
-//! `--break other-session` confirms another session id than the one pinned.
+//! `--break other-session` confirms another session id than the one pinned;
+//! `--break any-kind` serves an invoke of another kind than the pinned one.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
@@ -38,6 +39,8 @@ enum Break {
     IdGap,
     /// The initialize result confirms another session id than the one pinned.
     OtherSession,
+    /// An invoke of another kind than the pinned one is served as it comes.
+    AnyKind,
 }
 
 #[derive(Debug, Parser)]
@@ -92,6 +95,23 @@ fn error(
         id: Some(serde_json::from_value(id.clone())?),
         jsonrpc: types::JsonRpcVersion::X20,
     })
+}
+
+/// The error answer the contract's agreement `name` prescribes for a mismatch: its code,
+/// and its reason as the error's data.reason.
+fn mismatch(id: &Value, name: &str) -> anyhow::Result<types::ErrorResponse> {
+    let c = rukh::CONTRACT.wire()?.contract();
+    let m = &c
+        .agreements
+        .get(name)
+        .context("no such agreement")?
+        .mismatch;
+    let code = m.code.as_ref().and_then(Value::as_i64).context("no code")?;
+    let mut reply = error(id, code, &format!("{name} mismatch"), None)?;
+    if let Some(reason) = &m.reason {
+        reply.error.data = Some(serde_json::from_value(json!({"reason": reason}))?);
+    }
+    Ok(reply)
 }
 
 /// Take ownership of the inherited control end.
@@ -310,7 +330,11 @@ impl Ext {
                         ("describe", serde_json::Map::new())
                     }
                 };
-                if kind != self.kind {
+                if kind != self.kind && self.brk != Some(Break::AnyKind) {
+                    // The kind is an agreement the extension judges: its mismatch
+                    // answer, as the contract words it, then the invocation ends.
+                    let reply = mismatch(&id, "kind")?;
+                    self.conn.send(&reply).await?;
                     bail!(
                         "protocol_error context_mismatch: invoke kind {kind} but the session pinned {}",
                         self.kind
