@@ -281,7 +281,9 @@ fn the_mcp_sdk_client_behind_the_enforcing_proxy_passes_every_check() {
 /// deeper than the contract's cap; and reads a body over the cap. On `exit` after `shutdown`
 /// it ends the connection and exits 0, as the lifecycle's `ends` says; on `exit` without
 /// `shutdown` it exits 0 too, where LSP says 1: pygls computes 1, but its `sys.exit` inside
-/// the event loop is caught by `start_io`'s `except SystemExit: pass`.
+/// the event loop is caught by `start_io`'s `except SystemExit: pass`. That shows in each
+/// state an `exit` without `shutdown` may come in: before initialize, before `initialized`
+/// and running, each its own transition of the lifecycle.
 #[test]
 fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
     let contract = common::root().join("examples/lsp/lsp.json");
@@ -304,6 +306,8 @@ fn pygls_passes_the_lifecycle_and_calls_of_the_lsp_contract() {
     ]);
     let failed = ids(&[
         "lsp.derived.end.lifecycle.running",
+        "lsp.derived.end.lifecycle.initializing",
+        "lsp.derived.end.lifecycle.starting",
         "lsp.derived.out-of-place.lifecycle",
         "lsp.derived.out-of-place.lifecycle.initializing",
         "lsp.derived.parse",
@@ -679,6 +683,33 @@ fn a_contract_of_its_own_gets_its_exits_checked_over_a_websocket() {
         "{}",
         r.stdout
     );
+}
+
+/// The same contract played from the station's side: a tune answered NO_BAND ends the
+/// client's session (B-15, the `link` machine's tuned → gone with its `ends`). The derived
+/// end check answers the client's tune with the station's error example: a client written
+/// from the contract sends nothing more, ends the channel and exits 69 (`clientExit`); one
+/// that stays on fails that check.
+#[test]
+fn a_contract_of_its_own_gets_an_error_answer_that_ends_its_client_checked() {
+    let contract = common::root().join("proxy/tests/fixtures/beacon.json");
+    let contract = contract.display().to_string();
+    let client = python("proxy/tests/peers/beacon_client.py");
+    let end = "beacon.derived.end.link.tuned";
+    let run_client = |extra: &str| {
+        let target = format!("exec:{client}{extra}");
+        let args = ["--contract", &contract, "--play", "station"];
+        run(&[&args[..], &["--target", &target, "--only", end]].concat())
+    };
+    let r = run_client("");
+    assert_eq!(r.with("PASS"), ids(&[end]), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("tune answered with its error example") && r.stdout.contains("exited 69"),
+        "{}",
+        r.stdout
+    );
+    let r = run_client(" --break stays");
+    fails_exactly(&r, &[end], "had not ended the channel");
 }
 
 /// A target that never starts breaks one rule, once: the handshake check fails with the

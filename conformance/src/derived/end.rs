@@ -2,9 +2,11 @@
 //! implementation ends the channel once it is taken (toolchannel's worker closing 4005
 //! after its accepted release result; an LSP server exiting 0 on `exit` after `shutdown`,
 //! 1 without it). On a fresh session the suite walks, by the played party's own steps, to
-//! the transition's `from`, fires its trigger (sends the message; awaits the answer to its
+//! the transition's `from` (on the handshake's way, or on from its end), fires its trigger (sends the message; awaits the answer to its
 //! request and holds it to the trigger's `matches`; or answers the implementation's request
-//! with the `matches` written in: a toolchannel heartbeat answered `continue: false`), and
+//! with the `matches` written in: a toolchannel heartbeat answered `continue: false`; or,
+//! where the trigger is the played party's error answer, with its error example: rukh's
+//! initialize refused, beacon's tune answered NO_BAND), and
 //! the channel must then end as `ends` says:
 //! nothing but the end, its close code on a WebSocket, and the process's exit (`exit`, or
 //! the exit the close code `maps`) where the suite launched it.
@@ -17,7 +19,7 @@ use super::{Session, exits, plan_of};
 use crate::session::{Ctx, Incoming};
 use crate::{BodyFuture, Failure, Verdict, other_party, pass, skip};
 use contract::Contract;
-use contract::model::{Ending, Transition, Trigger};
+use contract::model::{Ending, Kind, Part, Transition, Trigger};
 use serde_json::Value;
 
 /// One transition that ends the channel, as a check: its index in the lifecycle machine,
@@ -41,7 +43,8 @@ pub(super) fn applies(c: &Contract, role: &str, plan: &Plan) -> Vec<End> {
         let Some(e) = t.ends.as_ref().filter(|e| e.by == other) else {
             continue;
         };
-        if fired(c, t, role).is_none() || plan.onward(c, std::slice::from_ref(&t.from)).is_none() {
+        if fired(c, t, role).is_none() || plan.reaching(c, std::slice::from_ref(&t.from)).is_none()
+        {
             continue;
         }
         let mut name = format!("end.{machine}.{}", t.from);
@@ -79,7 +82,8 @@ fn title(t: &Transition, e: &Ending) -> String {
             ..
         }) => {
             let base = match kind {
-                Some(contract::model::Kind::Response) => format!("the answer to {m}"),
+                Some(Kind::Response) => format!("the answer to {m}"),
+                Some(Kind::Error) => format!("an error answer to {m}"),
                 _ => m.clone(),
             };
             let held: Vec<String> = matches.iter().map(|(p, v)| format!("{p} = {v}")).collect();
@@ -96,25 +100,37 @@ fn title(t: &Transition, e: &Ending) -> String {
     )
 }
 
-/// The step that fires `t` for the played party, and the `matches` the suite holds its
+/// The step that fires `t` for the played party, the part it answers with (`Error`: the
+/// trigger is the played party's error answer), and the `matches` the suite holds its
 /// answer to (an `Await`: the answer must take the machine this way).
-fn fired(c: &Contract, t: &Transition, role: &str) -> Option<(Step, Vec<(String, Value)>)> {
+fn fired(c: &Contract, t: &Transition, role: &str) -> Option<Fired> {
     let Some(Trigger::Message { matches, .. }) = &t.trigger else {
         return None;
     };
     let mut bare = t.trigger.clone()?;
-    if let Trigger::Message { matches, .. } = &mut bare {
+    let mut part = Part::Result;
+    if let Trigger::Message { matches, kind, .. } = &mut bare {
         matches.clear();
+        if *kind == Some(Kind::Error) {
+            (*kind, part) = (Some(Kind::Response), Part::Error);
+        }
     }
     let step = step_of(c, Some(&bare), role)?;
+    // The implementation's own error answer would need a way to make it err.
+    if part == Part::Error && !matches!(step, Step::Answer(_)) {
+        return None;
+    }
     let holds: Vec<(String, Value)> = matches
         .iter()
         .map(|(p, v)| (p.clone(), v.clone()))
         .collect();
     // The implementation's own message as the trigger would need a way to make it act:
     // a cue's work; not yet. Its request the suite answers (`Answer`) comes by itself.
-    (!matches!(step, Step::Expect(_))).then_some((step, holds))
+    (!matches!(step, Step::Expect(_))).then_some((step, part, holds))
 }
+
+/// What fires a transition: the step, the part an answer is, what it must hold.
+type Fired = (Step, Part, Vec<(String, Value)>);
 
 pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
@@ -131,10 +147,10 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let Some(t) = sm.transitions.get(index).cloned() else {
             return skip("suite bug: no such transition");
         };
-        let (Some(e), Some((step, holds)), Some(walk)) = (
+        let (Some(e), Some((step, part, holds)), Some(walk)) = (
             t.ends.clone(),
             fired(&c, &t, &cx.role),
-            plan.onward(&c, std::slice::from_ref(&t.from)),
+            plan.reaching(&c, std::slice::from_ref(&t.from)),
         ) else {
             return skip("suite bug: the transition no longer applies");
         };
@@ -142,18 +158,19 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &walk).await {
             return walk.unreached(f);
         }
-        let what = fire(&mut s, cx, (&step, &t.from, &walk), &holds).await?;
+        let what = fire(&mut s, cx, (&step, &t.from, &walk), (part, &holds)).await?;
         ended(s, cx, &e, &what).await
     })
 }
 
-/// Fire the transition's trigger: its message sent, or its answer awaited and held to
-/// `holds`. What was done, in words.
+/// Fire the transition's trigger: its message sent, its answer awaited and held to
+/// `holds`, or the implementation's request answered (with a `part` example). What was
+/// done, in words.
 async fn fire(
     s: &mut Session,
     cx: &Ctx,
     (step, state, walk): (&Step, &str, &Plan),
-    holds: &[(String, Value)],
+    (part, holds): (Part, &[(String, Value)]),
 ) -> Result<String, Failure> {
     match step {
         Step::Send(m) => {
@@ -182,12 +199,27 @@ async fn fire(
             // false`), and so does any answer to the same method while the suite waits.
             let writes = holds.iter().map(|(p, v)| (m.clone(), p.clone(), v.clone()));
             s.writes.extend(writes);
-            let until = Instant::now() + on_its_clock(cx, s, m);
-            let request = s.expect(cx, walk, state, m, until).await?;
-            let request = request.ok_or_else(|| Failure::new(format!("{m} came without an id")))?;
-            s.reply(cx, m, &request).await?;
+            // The walk may have taken the request already (rukh's initialize, which
+            // moved the machine to where it waits for the answer).
+            let request = match s.owed.take().filter(|(_, r)| r == m) {
+                Some((request, _)) => request,
+                None => {
+                    let until = Instant::now() + on_its_clock(cx, s, m);
+                    let request = s.expect(cx, walk, state, m, until).await?;
+                    request.ok_or_else(|| Failure::new(format!("{m} came without an id")))?
+                }
+            };
+            let answer = s.answer_as(cx, m, &request, part)?;
+            s.peer.send(&answer).await?;
             let held: Vec<String> = holds.iter().map(|(p, v)| format!("{p} = {v}")).collect();
-            Ok(format!("{m} answered with {}", held.join(", ")))
+            Ok(match (part, held.is_empty()) {
+                (Part::Error, _) => format!(
+                    "{m} answered with its error example ({})",
+                    s.shape.error_code(&answer).unwrap_or(&Value::Null)
+                ),
+                (_, true) => format!("{m} answered"),
+                (_, false) => format!("{m} answered with {}", held.join(", ")),
+            })
         }
         Step::Expect(m) => Err(Failure::new(format!(
             "suite bug: {m} is the implementation's to send, and `fired` took it"

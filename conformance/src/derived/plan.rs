@@ -137,6 +137,20 @@ impl Plan {
         Some(plan)
     }
 
+    /// The walk to the first of `states` it passes on the way to its target (rukh's
+    /// `Initializing`, where the extension's answer to initialize is due), else taken on
+    /// to the nearest of them ([`Plan::onward`]).
+    pub fn reaching(&self, c: &Contract, states: &[String]) -> Option<Plan> {
+        let Some(i) = self.states.iter().position(|s| states.contains(s)) else {
+            return self.onward(c, states);
+        };
+        let mut plan = self.clone();
+        plan.target = plan.states[i].clone();
+        plan.steps.truncate(i);
+        plan.states.truncate(i);
+        Some(plan)
+    }
+
     /// What a check that needs the handshake done makes of its failure: a skip, since the
     /// handshake check reports it (one broken rule, one failing check); a failure when there
     /// is no handshake check.
