@@ -10,7 +10,7 @@
 //! Lookups that fail name what was missing: a contract that lacks a value a tool needs
 //! gets a specific error, never a default.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -622,7 +622,8 @@ impl Contract {
     }
 
     /// An error reply answering `request` (a whole wire message, if there is one) with the
-    /// catalog's `code`, shaped by `channel`'s binding:
+    /// catalog's `code`, shaped by `channel`'s binding (its `data` keeping only the members
+    /// the channel's message schema lets an error's data hold, where it closes them):
     /// - JSON-RPC: `{"jsonrpc", "id", "error": {"code", "message", "data"?}}`, the message
     ///   being the entry's symbolic name (else `detail`), the id the request's (else null);
     /// - envelope: the binding's error kind, the request's method, its id as the
@@ -644,6 +645,13 @@ impl Contract {
             .get(channel)
             .and_then(|c| c.binding.as_ref())
             .ok_or_else(|| AccessError::NoBinding(channel.to_string()))?;
+        let data = match (data, self.error_data_members(channel)) {
+            (Some(Value::Object(mut d)), Some(allowed)) => {
+                d.retain(|k, _| allowed.contains(k));
+                (!d.is_empty()).then_some(Value::Object(d))
+            }
+            (data, _) => data,
+        };
         match binding {
             Binding::Jsonrpc { .. } => {
                 let id = request.and_then(|r| r.get("id"));
@@ -657,6 +665,62 @@ impl Contract {
                 Ok(out)
             }
             Binding::Tagged { .. } => Err(AccessError::NoBinding(channel.to_string())),
+        }
+    }
+
+    /// `s` with its `$ref`s into `$defs` followed (at most 16 deep).
+    pub(crate) fn resolve<'a>(&'a self, mut s: &'a Value) -> &'a Value {
+        for _ in 0..16 {
+            let name = s.get("$ref").and_then(Value::as_str);
+            match name.and_then(|r| r.strip_prefix("#/$defs/")) {
+                Some(name) => match self.defs.get(name) {
+                    Some(t) => s = t,
+                    None => break,
+                },
+                None => break,
+            }
+        }
+        s
+    }
+
+    /// The members an error's data on `channel` may hold, where its message schema closes
+    /// them (rukh's `ErrorData`); `None` where they are open or no schema says.
+    pub fn error_data_members(&self, channel: &str) -> Option<BTreeSet<String>> {
+        let ch = self.channels.get(channel)?;
+        let body = self.error_body_pointer(channel)?;
+        let mut path: Vec<&str> = body.split('/').filter(|s| !s.is_empty()).collect();
+        path.push(match ch.binding.as_ref()? {
+            Binding::Jsonrpc { .. } => "data",
+            _ => "details",
+        });
+        self.closed_members(ch.message.as_ref()?, &path, 0)
+    }
+
+    /// The property names of the closed object schema at `path` below `s` (through `$ref`s
+    /// and the branches of `oneOf`, `anyOf` and `allOf`: the first that answers).
+    fn closed_members(&self, s: &Value, path: &[&str], depth: u8) -> Option<BTreeSet<String>> {
+        let s = self.resolve(s);
+        if depth > 16 {
+            return None;
+        }
+        let branches = ["oneOf", "anyOf", "allOf"]
+            .into_iter()
+            .filter_map(|k| s.get(k)?.as_array())
+            .flatten();
+        if let Some(found) = branches
+            .filter_map(|b| self.closed_members(b, path, depth + 1))
+            .next()
+        {
+            return Some(found);
+        }
+        let props = s.get("properties").and_then(Value::as_object);
+        match path.split_first() {
+            Some((name, rest)) => self.closed_members(props?.get(*name)?, rest, depth + 1),
+            None => (s.get("additionalProperties") == Some(&Value::Bool(false))).then(|| {
+                props
+                    .map(|p| p.keys().cloned().collect())
+                    .unwrap_or_default()
+            }),
         }
     }
 

@@ -297,3 +297,49 @@ fn a_close_code_owes_the_exit_of_its_tables_party() {
     assert_eq!(Some(i64::from(owed[0].3)), want_exit);
     assert!(c.exits_after_close("client").is_empty());
 }
+
+/// A channel whose message schema closes an error's data (as rukh's `ErrorData` does):
+/// the reply builder keeps only the members it lists, and the wire refuses an error that
+/// carries another, so what the proxy answers is what a strict binding decodes.
+#[test]
+fn error_data_keeps_to_the_members_a_closed_schema_lists() {
+    let c = contract_with(json!({
+        "channels": {"main": {
+            "description": "the only channel", "transports": ["unix"], "connects": "client",
+            "framing": {"kind": "length-prefixed", "lengthBytes": 4, "byteOrder": "big", "maxPayload": "frameMax"},
+            "json": {"strict": true, "objectOnly": true, "maxDepth": "depthMax", "seed": "§1"},
+            "binding": {"model": "jsonrpc", "version": "2.0"},
+            "message": {"oneOf": [{"$ref": "#/$defs/Call"}, {"$ref": "#/$defs/Answer"}, {"$ref": "#/$defs/Failure"}]},
+            "seed": "§1"
+        }},
+        "$defs": {
+            "EchoParams": {"type": "object", "additionalProperties": false, "required": ["text"],
+                           "properties": {"text": {"type": "string", "maxLength": 10}}},
+            "Call": {"type": "object", "required": ["method"]},
+            "Answer": {"type": "object", "required": ["result"]},
+            "Failure": {"type": "object", "required": ["error"],
+                        "properties": {"error": {"type": "object", "properties": {"data": {"$ref": "#/$defs/Why"}}}}},
+            "Why": {"type": "object", "additionalProperties": false, "properties": {"detail": {"type": "string"}}}
+        }
+    }));
+    let members = c.error_data_members("main").expect("closed");
+    assert_eq!(members.into_iter().collect::<Vec<_>>(), ["detail"]);
+    let req = json!({"jsonrpc": "2.0", "id": 7, "method": "echo", "params": {"text": "x"}});
+    let code = c.error_code("TOO_LOUD").expect("named").clone();
+    let data = json!({"detail": "too loud", "entry": "/limits/frameMax"});
+    let r = c
+        .error_reply("main", Some(&req), None, &code, "too loud", Some(data))
+        .expect("a binding");
+    assert_eq!(r["error"]["data"], json!({"detail": "too loud"}), "{r}");
+
+    let w = contract::wire::Wire::new(std::sync::Arc::new(c)).expect("wire");
+    let bytes = |v: &Value| serde_json::to_vec(v).expect("json");
+    let decoded = w.decode("main", "server", &bytes(&r), Some("echo"));
+    assert!(decoded.is_ok(), "{decoded:?}");
+    let mut extra = r.clone();
+    extra["error"]["data"]["entry"] = json!("/limits/frameMax");
+    let v = w
+        .decode("main", "server", &bytes(&extra), Some("echo"))
+        .expect_err("an error's data the schema closes");
+    assert!(v.reason.contains("invalid error"), "{}", v.reason);
+}

@@ -493,7 +493,9 @@ pub(crate) fn closing_for(a: &Action, reason: &str) -> Option<Closing> {
 }
 
 /// The contract's error reply to request `msg` with `a`'s code, shaped by the method's
-/// channel; its data names the entry, and the action's `reason` where it has one.
+/// channel; its data names the entry, and the action's `reason` where it has one. Where
+/// the channel's schema closes an error's data (rukh's `ErrorData`), only its own members
+/// go there, and the entry is named in the detail's text.
 fn error_reply(
     c: &Contract,
     a: &Action,
@@ -503,9 +505,13 @@ fn error_reply(
 ) -> Option<Value> {
     let code = a.code.as_ref()?;
     let channel = &c.methods.get(msg.method.as_deref()?)?.channel;
+    let allowed = c.error_data_members(channel);
+    let open = |m: &str| allowed.as_ref().is_none_or(|a| a.contains(m));
     let mut detail = json!({"detail": reason});
-    if let Some(e) = entry {
-        detail["entry"] = json!(e);
+    match entry {
+        Some(e) if open("entry") => detail["entry"] = json!(e),
+        Some(e) => detail["detail"] = json!(format!("{reason} ({e})")),
+        None => {}
     }
     if let Some(name) = &a.reason {
         detail["reason"] = json!(name);

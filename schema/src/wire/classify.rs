@@ -263,24 +263,6 @@ fn first_error(v: &jsonschema::Validator, value: &Value, prefix: &str) -> Option
         .map(|e| format!("{prefix}{}: {}", e.instance_path(), e.masked()))
 }
 
-/// Resolve `{"$ref": "#/$defs/X"}` chains to the schema they name.
-fn deref<'a>(c: &'a Contract, mut s: &'a Value) -> &'a Value {
-    for _ in 0..16 {
-        match s
-            .get("$ref")
-            .and_then(Value::as_str)
-            .and_then(|r| r.strip_prefix("#/$defs/"))
-        {
-            Some(name) => match c.defs.get(name) {
-                Some(t) => s = t,
-                None => break,
-            },
-            None => break,
-        }
-    }
-    s
-}
-
 /// For an envelope schema that is a `oneOf` discriminated on the kind field,
 /// the `required` list of each branch, keyed by the branch's `const` kind.
 fn required_by_kind(
@@ -290,7 +272,7 @@ fn required_by_kind(
 ) -> HashMap<String, Vec<String>> {
     let mut out = HashMap::new();
     let field = kind_ptr.trim_start_matches('/');
-    let root = deref(c, envelope);
+    let root = c.resolve(envelope);
     let strings = |v: Option<&Value>| -> Vec<String> {
         v.and_then(Value::as_array)
             .map(|a| {
@@ -307,7 +289,7 @@ fn required_by_kind(
         .into_iter()
         .flatten()
     {
-        let b = deref(c, branch);
+        let b = c.resolve(branch);
         let mut req = base.clone();
         // Branches may extend a shared base with allOf.
         for part in b
@@ -316,7 +298,7 @@ fn required_by_kind(
             .into_iter()
             .flatten()
         {
-            req.extend(strings(deref(c, part).get("required")));
+            req.extend(strings(c.resolve(part).get("required")));
         }
         req.extend(strings(b.get("required")));
         let tag = b
@@ -702,7 +684,8 @@ impl Wire {
     ) -> Result<Message, Violation> {
         let msg = match &ch.binding {
             Some(Binding::Jsonrpc { version, trace }) => {
-                self.jsonrpc(version, trace.as_deref(), value)?
+                let msg = self.jsonrpc(version, trace.as_deref(), value)?;
+                self.error_enveloped(ch, msg)?
             }
             Some(Binding::Envelope {
                 kind,
@@ -917,6 +900,26 @@ impl Wire {
             trace,
             value,
         })
+    }
+
+    /// A JSON-RPC error held to the channel's message schema, where it has one: the
+    /// method's schemas judge requests and results, but only the envelope says what an
+    /// error's `data` may hold (rukh's closed `ErrorData`, which its bindings decode
+    /// strictly). Another member there is `invalid`.
+    fn error_enveloped(&self, ch: &ChannelWire, msg: Message) -> Result<Message, Violation> {
+        let Some(env) = ch.envelope.as_ref().filter(|_| msg.kind == Kind::Error) else {
+            return Ok(msg);
+        };
+        if env.is_valid(&msg.value) {
+            return Ok(msg);
+        }
+        let first = first_error(env, &msg.value, "");
+        let mut v = self.violation(
+            ViolationClass::Invalid,
+            format!("invalid error: {}", first.unwrap_or_default()),
+        );
+        v.partial = Some(Box::new(msg));
+        Err(v)
     }
 
     /// Why an error body disagrees with the catalog entry of its code: a `category` or a
