@@ -395,7 +395,9 @@ async fn rukh_pending_requests_over_the_limit_are_refused_with_limit_exceeded() 
     assert_eq!(refusal["id"], json!(format!("e:{}", max + 1)), "{refusal}");
     assert_eq!(refusal["error"]["code"], code, "{refusal}");
     // rukh's ErrorData is closed: the entry is named in the detail.
-    let detail = refusal["error"]["data"]["detail"].as_str().unwrap_or_default();
+    let detail = refusal["error"]["data"]["detail"]
+        .as_str()
+        .unwrap_or_default();
     assert!(detail.contains("/limits/pendingRequestsMax"), "{refusal}");
     assert!(refusal["error"]["data"].get("entry").is_none(), "{refusal}");
     // One answer frees one slot.

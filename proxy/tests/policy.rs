@@ -314,7 +314,9 @@ fn pending_capped(mut s: Rukh) {
     assert_eq!(reply["error"]["code"], json!(-32006));
     // rukh's ErrorData is closed: the entry is named in the detail, and the reply is one
     // the contract (and so a strict binding) accepts from the core.
-    let detail = reply["error"]["data"]["detail"].as_str().unwrap_or_default();
+    let detail = reply["error"]["data"]["detail"]
+        .as_str()
+        .unwrap_or_default();
     assert!(detail.contains("/limits/pendingRequestsMax"), "{reply}");
     assert!(reply["error"]["data"].get("entry").is_none(), "{reply}");
     let bytes = serde_json::to_vec(&reply).expect("json");
@@ -532,6 +534,64 @@ fn rukh_context_fields_must_match_the_pinned_session() {
     let r = s.send(&CORE, &inv, None);
     assert_eq!(rules(&r), ["agreement.mismatch"]);
     assert_eq!(r[0].act, Act::Flag, "the judge's own statement");
+}
+
+/// The pinned contract, capabilities and kind are agreements too: a result that
+/// confirms another contract, or other capabilities, ends the invocation (no reply can
+/// answer a result); an invoke of another kind than initialize pinned gets the
+/// extension's -32000 context_mismatch, a reply the contract's closed ErrorData accepts,
+/// and the invocation ends.
+#[test]
+fn rukh_the_pinned_contract_capabilities_and_kind_are_agreements() {
+    for (pointer, other) in [
+        ("/result/contract/id", json!("someone/else")),
+        ("/result/capabilities", json!([])),
+    ] {
+        let mut s = Rukh::new();
+        assert!(
+            s.send(&CORE, &s.req("rukh.initialize", "c:1"), None)
+                .is_empty()
+        );
+        let mut confirm = s.res("rukh.initialize", "c:1");
+        contract::set_pointer(&mut confirm, pointer, other);
+        let r = s.send(&EXT, &confirm, Some("rukh.initialize"));
+        assert_eq!(rules(&r), ["agreement.mismatch"], "{pointer}");
+        let want = Act::Refuse {
+            reply: None,
+            close: Some(Closing::Drop),
+        };
+        assert_eq!(r[0].act, want, "{pointer}");
+    }
+
+    let mut s = Rukh::new();
+    assert!(
+        s.send(&CORE, &s.req("rukh.initialize", "c:1"), None)
+            .is_empty()
+    );
+    let confirm = s.res("rukh.initialize", "c:1");
+    assert!(s.send(&EXT, &confirm, Some("rukh.initialize")).is_empty());
+    let mut describe = s.ex("rukh.invoke", "call", 1);
+    assert_eq!(
+        describe["params"]["kind"],
+        json!("describe"),
+        "the second example"
+    );
+    describe["id"] = json!("c:2");
+    let r = s.send(&CORE, &describe, None);
+    assert_eq!(rules(&r), ["agreement.mismatch"]);
+    assert!(r[0].reason.contains("/agreements/kind"), "{}", r[0].reason);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: Some(Closing::Drop),
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(reply["error"]["code"], json!(-32000));
+    assert_eq!(reply["error"]["data"]["reason"], json!("context_mismatch"));
+    let bytes = serde_json::to_vec(reply).expect("json");
+    let decoded = s.w.decode("ipc", "extension", &bytes, Some("rukh.invoke"));
+    assert!(decoded.is_ok(), "{decoded:?}");
 }
 
 // ---------------------------------------------------------------- toolchannel
