@@ -2,12 +2,12 @@
 //! implementation ends the channel once it is taken (toolchannel's worker closing 4005
 //! after its accepted release result; an LSP server exiting 0 on `exit` after `shutdown`,
 //! 1 without it). On a fresh session the suite walks, by the played party's own steps, to
-//! the transition's `from` (on the handshake's way, or on from its end), fires its trigger (sends the message; awaits the answer to its
-//! request and holds it to the trigger's `matches`; or answers the implementation's request
-//! with the `matches` written in: a toolchannel heartbeat answered `continue: false`; or,
-//! where the trigger is the played party's error answer, with its error example: rukh's
-//! initialize refused, beacon's tune answered NO_BAND), and
-//! the channel must then end as `ends` says:
+//! the transition's `from` (on the handshake's way, or on from its end), fires its trigger
+//! (sends the message; awaits the answer to its request and holds it to the trigger's
+//! `matches`; or answers the implementation's request with the `matches` written in: a
+//! toolchannel heartbeat answered `continue: false`; or, where the trigger is the played
+//! party's error answer, with its error example: rukh's initialize refused, beacon's tune
+//! answered NO_BAND), and the channel must then end as `ends` says:
 //! nothing but the end, its close code on a WebSocket, and the process's exit (`exit`, or
 //! the exit the close code `maps`) where the suite launched it.
 
