@@ -118,6 +118,23 @@ fn reply_only(rs: &[Ruling]) -> &Value {
 
 // ---------------------------------------------------------------- rukh
 
+/// The one ruling in `r`: an agreement mismatch from `entry`, refused with -32000 and
+/// data.reason context_mismatch, then the connection dropped; its reply.
+fn context_mismatch<'r>(r: &'r [Ruling], entry: &str) -> &'r Value {
+    assert_eq!(rules(r), ["agreement.mismatch"]);
+    assert!(r[0].reason.contains(entry), "{}", r[0].reason);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: Some(Closing::Drop),
+    } = &r[0].act
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(reply["error"]["code"], json!(-32000));
+    assert_eq!(reply["error"]["data"]["reason"], json!("context_mismatch"));
+    reply
+}
+
 struct Rukh {
     w: Arc<Wire>,
     p: Box<dyn Policy>,
@@ -160,6 +177,14 @@ impl Rukh {
         let mut v = self.ex(method, "result", 0);
         v["id"] = json!(id);
         v
+    }
+
+    /// Assert that `reply`, answering `method`, is a message the contract accepts from
+    /// `side`: what the engine answers for a party is that party's to send.
+    fn accepts(&self, side: &Side, reply: &Value, method: &str) {
+        let bytes = serde_json::to_vec(reply).expect("json");
+        let decoded = self.w.decode("ipc", side.from, &bytes, Some(method));
+        assert!(decoded.is_ok(), "{decoded:?}");
     }
 
     /// initialize + its result + invoke, all clean.
@@ -319,9 +344,7 @@ fn pending_capped(mut s: Rukh) {
         .unwrap_or_default();
     assert!(detail.contains("/limits/pendingRequestsMax"), "{reply}");
     assert!(reply["error"]["data"].get("entry").is_none(), "{reply}");
-    let bytes = serde_json::to_vec(&reply).expect("json");
-    let decoded = s.w.decode("ipc", "core", &bytes, Some("rukh.call"));
-    assert!(decoded.is_ok(), "{decoded:?}");
+    s.accepts(&CORE, reply, "rukh.call");
     // The core's own direction is not affected.
     assert!(
         s.send(&CORE, &s.req("rukh.ui.event", "c:3"), None)
@@ -499,21 +522,7 @@ fn rukh_context_fields_must_match_the_pinned_session() {
     let mut call = s.req("rukh.call", "e:1");
     call["params"]["sessionId"] = json!("s-someone-else");
     let r = s.send(&EXT, &call, None);
-    assert_eq!(rules(&r), ["agreement.mismatch"]);
-    let Act::Refuse {
-        reply: Some(reply),
-        close: Some(Closing::Drop),
-    } = &r[0].act
-    else {
-        panic!("{r:?}")
-    };
-    assert_eq!(reply["error"]["code"], json!(-32000));
-    assert_eq!(reply["error"]["data"]["reason"], json!("context_mismatch"));
-    assert!(
-        r[0].reason.contains("/agreements/sessionId"),
-        "{}",
-        r[0].reason
-    );
+    context_mismatch(&r, "/agreements/sessionId");
 
     let mut s = Rukh::new();
     s.running();
@@ -578,20 +587,8 @@ fn rukh_the_pinned_contract_capabilities_and_kind_are_agreements() {
     );
     describe["id"] = json!("c:2");
     let r = s.send(&CORE, &describe, None);
-    assert_eq!(rules(&r), ["agreement.mismatch"]);
-    assert!(r[0].reason.contains("/agreements/kind"), "{}", r[0].reason);
-    let Act::Refuse {
-        reply: Some(reply),
-        close: Some(Closing::Drop),
-    } = &r[0].act
-    else {
-        panic!("{r:?}")
-    };
-    assert_eq!(reply["error"]["code"], json!(-32000));
-    assert_eq!(reply["error"]["data"]["reason"], json!("context_mismatch"));
-    let bytes = serde_json::to_vec(reply).expect("json");
-    let decoded = s.w.decode("ipc", "extension", &bytes, Some("rukh.invoke"));
-    assert!(decoded.is_ok(), "{decoded:?}");
+    let reply = context_mismatch(&r, "/agreements/kind");
+    s.accepts(&EXT, reply, "rukh.invoke");
 }
 
 // ---------------------------------------------------------------- toolchannel

@@ -683,17 +683,25 @@ impl Contract {
         s
     }
 
+    /// Where an error message on `channel` keeps its structured data, as
+    /// [`Contract::error_reply`] writes it: JSON-RPC's `/error/data`, an envelope's
+    /// payload `details`.
+    pub fn error_data_pointer(&self, channel: &str) -> Option<String> {
+        let body = self.error_body_pointer(channel)?;
+        let member = match self.channels.get(channel)?.binding.as_ref()? {
+            Binding::Jsonrpc { .. } => "data",
+            _ => "details",
+        };
+        Some(format!("{body}/{member}"))
+    }
+
     /// The members an error's data on `channel` may hold, where its message schema closes
     /// them (rukh's `ErrorData`); `None` where they are open or no schema says.
     pub fn error_data_members(&self, channel: &str) -> Option<BTreeSet<String>> {
-        let ch = self.channels.get(channel)?;
-        let body = self.error_body_pointer(channel)?;
-        let mut path: Vec<&str> = body.split('/').filter(|s| !s.is_empty()).collect();
-        path.push(match ch.binding.as_ref()? {
-            Binding::Jsonrpc { .. } => "data",
-            _ => "details",
-        });
-        self.closed_members(ch.message.as_ref()?, &path, 0)
+        let at = self.error_data_pointer(channel)?;
+        let path: Vec<&str> = at.split('/').filter(|s| !s.is_empty()).collect();
+        let message = self.channels.get(channel)?.message.as_ref()?;
+        self.closed_members(message, &path, 0)
     }
 
     /// The property names of the closed object schema at `path` below `s` (through `$ref`s

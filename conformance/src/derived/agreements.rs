@@ -245,16 +245,6 @@ fn other_than(v: &Value) -> Value {
     }
 }
 
-/// Whether the string `s` is one of `v`'s values, at any depth (an error's data.reason).
-fn names(v: &Value, s: &str) -> bool {
-    match v {
-        Value::String(x) => x == s,
-        Value::Array(a) => a.iter().any(|x| names(x, s)),
-        Value::Object(o) => o.values().any(|x| names(x, s)),
-        _ => false,
-    }
-}
-
 /// A value as a close reason names it.
 fn plain(v: &Value) -> String {
     match v {
@@ -446,9 +436,12 @@ async fn reaction(
                 ))
                 .with("the answer", v.to_string().as_bytes()));
             }
-            if let Some(r) = m.reason.as_deref().filter(|r| !names(&v, r)) {
+            let data = cx.wire.contract().error_data_pointer(&s.shape.channel);
+            let at = data.map(|d| format!("{d}/reason"));
+            let stated = at.and_then(|at| v.pointer(&at)?.as_str());
+            if let Some(r) = m.reason.as_deref().filter(|r| stated != Some(*r)) {
                 return Err(Failure::new(format!(
-                    "{what} was answered with error {}, but the answer does not name the reason {r} the contract gives"
+                    "{what} was answered with error {}, but its data's reason is not {r}, as the contract gives"
                     , m.code.as_ref().map(Value::to_string).unwrap_or_default()
                 ))
                 .with("the answer", v.to_string().as_bytes()));
