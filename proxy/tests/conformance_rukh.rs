@@ -97,6 +97,15 @@ fn sorted(v: impl IntoIterator<Item = impl ToString>) -> Vec<String> {
     v
 }
 
+/// A run playing `role` against `target` (a peer with a `--break`) in which exactly
+/// `check` fails, saying `says`; the rest as [`assert_run`] says.
+fn fails_only(role: &str, target: &str, check: &str, says: &str) {
+    let (_d, junit) = tmp("broken.xml");
+    let r = run_role(role, target, &junit);
+    assert_run(&r, &junit, role, Some(check));
+    assert!(r.stdout.contains(says), "{}", show(&r));
+}
+
 /// Only `broken` (the check a `--break` must fail) fails; the other role's checks
 /// skip as not applicable, and so do the derived checks after a failed derived
 /// handshake (which reports the broken rule); everything else passes; JUnit agrees.
@@ -184,15 +193,11 @@ fn playing_the_core_the_rust_extension_with_an_id_gap_fails_only_the_id_check() 
 /// there, so what it rules about the rest is no second failure.
 #[test]
 fn playing_the_core_an_extension_confirming_another_session_fails_only_the_agreement() {
-    let (_d, junit) = tmp("core-rust-session.xml");
-    let r = run_role("core", &rust_ext("--break other-session"), &junit);
-    assert_run(&r, &junit, "core", Some("rukh.derived.agreement.sessionId"));
-    assert!(
-        r.stdout.contains(
-            "the implementation stated sessionId s-7f3a9c-other; the agreed value is s-7f3a9c"
-        ),
-        "{}",
-        show(&r)
+    fails_only(
+        "core",
+        &rust_ext("--break other-session"),
+        "rukh.derived.agreement.sessionId",
+        "the implementation stated sessionId s-7f3a9c-other; the agreed value is s-7f3a9c",
     );
 }
 
@@ -200,14 +205,11 @@ fn playing_the_core_an_extension_confirming_another_session_fails_only_the_agree
 /// derived check of the kind agreement alone.
 #[test]
 fn playing_the_core_an_extension_serving_any_kind_fails_only_the_agreement() {
-    let (_d, junit) = tmp("core-rust-kind.xml");
-    let r = run_role("core", &rust_ext("--break any-kind"), &junit);
-    assert_run(&r, &junit, "core", Some("rukh.derived.agreement.kind"));
-    assert!(
-        r.stdout
-            .contains("rukh.invoke stating kind describe (agreed: execute) was answered"),
-        "{}",
-        show(&r)
+    fails_only(
+        "core",
+        &rust_ext("--break any-kind"),
+        "rukh.derived.agreement.kind",
+        "rukh.invoke stating kind describe (agreed: execute) was answered",
     );
 }
 
@@ -236,15 +238,11 @@ fn playing_the_extension_the_rust_core_passes_every_check() {
 
 #[test]
 fn playing_the_extension_a_core_that_sends_before_initialize_fails_only_that_check() {
-    let (_d, junit) = tmp("ext-core-break.xml");
-    let r = run_role("extension", &rust_core("--break before-initialize"), &junit);
-    assert_run(&r, &junit, "extension", Some("rukh.derived.handshake"));
-    assert!(
-        r.stdout.contains(
-            "sent rukh.invoke in `Launching`, where the session machine does not allow it"
-        ),
-        "{}",
-        show(&r)
+    fails_only(
+        "extension",
+        &rust_core("--break before-initialize"),
+        "rukh.derived.handshake",
+        "sent rukh.invoke in `Launching`, where the session machine does not allow it",
     );
 }
 
@@ -252,18 +250,11 @@ fn playing_the_extension_a_core_that_sends_before_initialize_fails_only_that_che
 /// derived check of the invocationId agreement alone.
 #[test]
 fn playing_the_extension_a_core_taking_any_context_fails_only_the_agreement() {
-    let (_d, junit) = tmp("ext-core-context.xml");
-    let r = run_role("extension", &rust_core("--break any-context"), &junit);
-    assert_run(
-        &r,
-        &junit,
+    fails_only(
         "extension",
-        Some("rukh.derived.agreement.invocationId"),
-    );
-    assert!(
-        r.stdout.contains("the contract prescribes error -32000"),
-        "{}",
-        show(&r)
+        &rust_core("--break any-context"),
+        "rukh.derived.agreement.invocationId",
+        "the contract prescribes error -32000",
     );
 }
 
@@ -271,7 +262,7 @@ fn playing_the_extension_a_core_taking_any_context_fails_only_the_agreement() {
 /// as its extension, and socat bridges the socketpair end the core hands it to the socket
 /// the suite listens on. No rukh-specific launcher: the walk expects rukh.initialize,
 /// answers it with the contract's example (echoing the session the core pinned) and
-/// expects rukh.invoke. The honest core passes all 45 checks; `--break before-initialize`
+/// expects rukh.invoke. The honest core passes all 46 checks; `--break before-initialize`
 /// fails the handshake alone, naming the message and state, and the rest skip but the
 /// out-of-place check, which needs no handshake.
 #[test]
