@@ -227,6 +227,38 @@ pub fn id_rules(c: &contract::Contract) -> Vec<IdRuleText> {
         .collect()
 }
 
+/// A party's capability declaration, and what a declaration naming an unknown capability
+/// and a message needing one it left out get.
+#[derive(Serialize)]
+pub struct DeclarationText {
+    pub party: String,
+    pub place: String,
+    pub unknown: String,
+    pub undeclared: String,
+}
+
+/// Each party's capability declaration as docs text, for the parties that declare.
+pub fn declarations(c: &contract::Contract) -> Vec<DeclarationText> {
+    let said = |a: Option<&contract::model::Action>, none: &str| {
+        a.map(|a| format!("{}: {}", action_text(a), a.description))
+            .unwrap_or_else(|| none.into())
+    };
+    c.parties
+        .iter()
+        .filter_map(|(party, p)| {
+            let d = p.declares.as_ref()?;
+            let part = serde_json::to_value(d.part).ok();
+            let part = part.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
+            Some(DeclarationText {
+                party: party.clone(),
+                place: format!("`{}` {part}, at `{}`", d.method, d.pointer),
+                unknown: said(d.unknown.as_ref(), "—"),
+                undeclared: said(d.undeclared.as_ref(), "reported, not acted on"),
+            })
+        })
+        .collect()
+}
+
 /// Where the wire carries a limit's value for a connection.
 fn carrier_text(k: &contract::model::LimitCarrier) -> String {
     let which = match k.kind {

@@ -226,7 +226,8 @@ fn not_while_text(w: &contract::model::NotWhile) -> String {
 pub struct NeedIr {
     /// The capabilities.
     pub capabilities: Vec<String>,
-    /// The condition, as text: `` `/payload/kind` is `"audio.input"` ``, joined by "and".
+    /// The condition, as text: `` `/payload/kind` is `"audio.input"` ``, `` `/result/x` is
+    /// present ``, joined by "and".
     pub when: String,
     /// Seed section.
     pub seed: String,
@@ -234,9 +235,9 @@ pub struct NeedIr {
 
 impl NeedIr {
     fn of(n: &contract::model::Need) -> NeedIr {
-        let when: Vec<String> = (n.matches.iter())
-            .map(|(p, v)| format!("`{p}` is `{v}`"))
-            .collect();
+        let matches = (n.matches.iter()).map(|(p, v)| format!("`{p}` is `{v}`"));
+        let present = (n.present.iter()).map(|p| format!("`{p}` is present"));
+        let when: Vec<String> = matches.chain(present).collect();
         NeedIr {
             capabilities: n.capabilities.clone(),
             when: when.join(" and "),

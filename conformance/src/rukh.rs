@@ -52,8 +52,6 @@ use super::{Body, Check, Ctx, Failure, Got, Incoming, Peer, Row, Stdout, Verdict
 /// Session identity the suite pins when it plays the core (correlation only, R-32).
 const SESSION_ID: &str = "s-conformance-0001";
 const INVOCATION_ID: &str = "inv-conformance-0001";
-/// A capability no extension supports, to provoke a refusal.
-const ALIEN_CAPABILITY: &str = "conformance-unsupported/1";
 /// The exit code the suite asks a command to fail with (any normal non-zero code).
 const PROBE_EXIT: i64 = 3;
 /// The reference extensions' invoke-input triggers (docs/conformance.md).
@@ -86,8 +84,6 @@ struct Spec {
     exits: HashMap<String, i64>,
     /// The pinned protocol identifiers (first value of each `ProtocolVersions` enum).
     protocol: Value,
-    /// The optional capability of command results.
-    command_result: Option<String>,
     /// A contract example of the initialize params (the suite's template).
     init_example: Value,
 }
@@ -124,12 +120,10 @@ impl Spec {
             .and_then(|m| m.examples.iter().find(|e| e.part == Part::Call))
             .and_then(|e| e.message.get("params").cloned())
             .ok_or_else(|| Failure::new("the contract has no rukh.initialize call example"))?;
-        let command_result = c.capabilities.keys().next().cloned();
         Ok(Spec {
             wire: cx.wire.clone(),
             exits,
             protocol: Value::Object(protocol),
-            command_result,
             init_example,
         })
     }
@@ -243,10 +237,6 @@ fn id_of(g: &Got) -> Option<String> {
         .map(str::to_string)
 }
 
-fn error_code(g: &Got) -> Option<i64> {
-    g.at_ptr("/error/code").and_then(Value::as_i64)
-}
-
 fn is_success(g: &Got) -> bool {
     g.value().is_some_and(|v| v.get("result").is_some())
 }
@@ -319,14 +309,15 @@ impl CoreSide {
         id
     }
 
-    fn init_params(&self, caps: &[&str]) -> Result<Value, Failure> {
+    /// The contract's initialize params, pinned to the suite's session, offering no capability.
+    fn init_params(&self) -> Result<Value, Failure> {
         let mut p = self.sp.init_example.clone();
         if let Value::Object(o) = &mut p {
             o.insert("sessionId".into(), json!(SESSION_ID));
             o.insert("invocationId".into(), json!(INVOCATION_ID));
             o.insert("kind".into(), json!("execute"));
             o.insert("protocol".into(), self.sp.protocol.clone());
-            o.insert("capabilities".into(), json!(caps));
+            o.insert("capabilities".into(), json!([]));
             o.insert("limits".into(), self.sp.session_limits()?);
         }
         Ok(p)
@@ -439,7 +430,7 @@ impl CoreSide {
 
     /// initialize → a success result that confirms the pinned session exactly.
     async fn confirm(&mut self) -> Result<Box<Got>, Failure> {
-        let params = self.init_params(&[])?;
+        let params = self.init_params()?;
         let id = self.send("rukh.initialize", params).await?;
         let until = Instant::now() + self.wait;
         let g = self.reply(&id, "rukh.initialize", until).await?;
@@ -503,27 +494,6 @@ async fn ext_exit(cx: &mut Ctx, limit: Duration) -> Result<i32, Failure> {
         None => Err(Failure::new(
             "the target is not a launched process: its exit cannot be judged (use exec-fd:N:CMD)",
         )),
-    }
-}
-
-async fn core_incompatible(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = CoreSide::open(cx).await?;
-    let params = s.init_params(&[ALIEN_CAPABILITY])?;
-    let id = s.send("rukh.initialize", params).await?;
-    let g = s.reply(&id, "rukh.initialize", s.soon()).await?;
-    let want = s.sp.error("incompatible_session")?;
-    match error_code(&g) {
-        Some(c) if c == want => Ok(Verdict::Pass(format!(
-            "a mandatory capability it lacks is refused with {c}"
-        ))),
-        Some(c) => Err(Failure::new(format!(
-            "refused with {c}, not incompatible_session ({want})"
-        ))
-        .with("the answer", &g.raw)),
-        None => Err(Failure::new(format!(
-            "the extension confirmed a session with the mandatory capability {ALIEN_CAPABILITY} it cannot support"
-        ))
-        .with("the answer", &g.raw)),
     }
 }
 
@@ -1531,36 +1501,10 @@ async fn ext_early_eof(cx: &mut Ctx) -> Result<Verdict, Failure> {
     Ok(Verdict::Pass(e))
 }
 
-#[cfg(unix)]
-async fn ext_command_result(cx: &mut Ctx) -> Result<Verdict, Failure> {
-    let mut s = ext_ready(cx).await?;
-    let cap = s.sp.command_result.clone().unwrap_or_default();
-    let offered = s
-        .init
-        .as_ref()
-        .and_then(|i| i.1.get("capabilities"))
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|c| c.as_str() == Some(cap.as_str())));
-    if offered {
-        s.wrap_up().await?;
-        return Ok(Verdict::Skip(format!(
-            "the core selected {cap}; run the core without it to check the rule"
-        )));
-    }
-    let id = s.invoke_id();
-    let msg = json!({"jsonrpc": "2.0", "id": id, "result": {"status": "succeeded", "commandResult": {"n": 1}}});
-    s.peer.send(&msg).await?;
-    let r = s
-        .rejected(cx, None, &format!("commandResult without {cap}"))
-        .await?;
-    Ok(Verdict::Pass(r))
-}
-
 // ---------------------------------------------------------------------------
 // The table.
 
 bodies! { cx;
-    c_incompat => core_incompatible(cx),
     c_denial => core_denial(cx),
     c_cancel => core_cancel(cx),
     c_ok => core_outcome(cx, false),
@@ -1579,7 +1523,6 @@ bodies! { cx;
     e_mismatch_exit => ext_exit_mismatch(cx),
     e_invoke_err => ext_invoke_error(cx),
     e_eof => ext_early_eof(cx),
-    e_cr => ext_command_result(cx),
     e_user => ext_exit_user(cx),
     e_owner => ext_exit_owner(cx),
     e_deadline => ext_exit_deadline(cx),
@@ -1597,8 +1540,6 @@ macro_rules! ext {
     }};
 }
 
-/// Why the core's side of a refused handshake has no hand-written check.
-const REFUSED_DERIVED: &str = "a core whose rukh.initialize is refused ends as the derived rukh.derived.end.session.Initializing says (R-46); the refusal itself binds the extension: run --play core";
 /// Why the extension's side of the kind rule has no hand-written check.
 const KIND_DERIVED: &str = "an invoke of another kind than the pinned one is the derived rukh.derived.agreement.kind (R-45); a help completion binds the core: run --play extension";
 /// Why a check binds only the extension (run it playing the core).
@@ -1609,13 +1550,6 @@ const ONLY_CORE: &str = "the rule binds the core; run --play extension against a
 /// The suite for `role` (`core` or `extension`), in order; `None` for another role.
 pub fn checks(role: &str) -> Option<Vec<Check>> {
     let rows: Vec<Row> = vec![
-        (
-            "rukh.handshake.incompatible",
-            "an unsupported mandatory capability is refused (-32003) (the core's end after a refused initialize: the derived end.session.Initializing, R-46)",
-            "Session identity and handshake; P3.3 outcomes; P3.7 item 9 (R-8)",
-            Ok(c_incompat),
-            Err(REFUSED_DERIVED),
-        ),
         (
             "rukh.invoke.kind",
             "an execute invocation cannot complete with describe's help (the invoke's own kind: the derived agreement.kind, R-45)",
@@ -1692,13 +1626,6 @@ pub fn checks(role: &str) -> Option<Vec<Check>> {
             "Completion and transport errors; P3.6 rule 14",
             Err(ONLY_CORE),
             ext!(e_eof),
-        ),
-        (
-            "rukh.outcome.command-result",
-            "commandResult without negotiated command-result/1 is invalid (125)",
-            "Command results and external adapters — 2026-09-24 (R-12)",
-            Err(ONLY_CORE),
-            ext!(e_cr),
         ),
         (
             "rukh.exit.user-request",

@@ -603,10 +603,12 @@ fn at_ctx<'a>(from: &'a str, to: &'a str, now: Instant) -> Ctx<'a> {
 }
 
 /// tests/fixtures/beacon.json: a beat needs no capability as a method, but a beat of kind
-/// chime needs the client's `chime` (its `needs`, B-5): flagged once the client's tune
-/// has declared what it hears without it, never before, and never for a plain beat.
+/// chime needs the client's `chime` (its `needs`, B-5). Once the client's tune has declared
+/// what it hears without it (never before, and never for a plain beat), a chime gets the
+/// declaration's `undeclared` reaction: the client hangs up (B-16). A tune hearing a
+/// sound the contract does not list gets its `unknown` one: UNHEARD, and no declaration.
 #[test]
-fn a_capability_a_message_needs_by_its_values_is_flagged() {
+fn a_capability_a_message_needs_by_its_values_gets_the_declarations_reactions() {
     let w = beacon();
     let mut p = policy(&w, &Arc::new(SharedState::new()), 1, 1, "");
     let t = Instant::now();
@@ -627,16 +629,37 @@ fn a_capability_a_message_needs_by_its_values_is_flagged() {
         }
         v
     };
+    let tune = |hears: Value| json!({"jsonrpc": "2.0", "id": 1, "method": "tune", "params": {"hears": hears}});
     assert_eq!(
         rules(&send("station", beat(Some("chime")))),
         none(),
         "nothing declared yet"
     );
-    let tune = json!({"jsonrpc": "2.0", "id": 1, "method": "tune", "params": {"hears": []}});
-    assert_eq!(rules(&send("client", tune)), none());
+    let r = send("client", tune(json!(["chime", "chime-other"])));
+    assert_eq!(rules(&r), ["capability.unknown"]);
+    let unheard = w.contract().error_code("UNHEARD").expect("UNHEARD").clone();
+    assert_eq!(refusal(&r[0]), (json!(1), unheard));
+    assert!(r[0].reason.contains("chime-other"), "{}", r[0].reason);
+    assert_eq!(
+        rules(&send("station", beat(Some("chime")))),
+        none(),
+        "the refused tune declared nothing"
+    );
+    assert_eq!(rules(&send("client", tune(json!([])))), none());
     assert_eq!(rules(&send("station", beat(None))), none());
     let r = send("station", beat(Some("chime")));
-    flagged_undeclared(&r, "/methods/beat/needs/0");
+    assert_eq!(rules(&r), ["capability.undeclared"]);
+    let hangs_up = Act::Refuse {
+        reply: None,
+        close: Some(Closing::Drop),
+    };
+    assert_eq!(r[0].act, hangs_up);
+    for entry in [
+        "/methods/beat/needs/0",
+        "/parties/client/declares/undeclared",
+    ] {
+        assert!(r[0].reason.contains(entry), "{}", r[0].reason);
+    }
 }
 
 /// An `open` trigger names a channel: a connection of a route on another channel does not

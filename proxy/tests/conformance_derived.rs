@@ -536,7 +536,9 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// (B-10): a station naming nothing fails only that probe's check, not the bad-line count.
 /// A tune names a band every ring repeats (B-12, an agreement): a station ringing on
 /// another fails only the agreement's check. A station asking the client's time holds its
-/// beats until the answer (B-13, beat's `notWhile`): one beating on fails only that check.
+/// beats until the answer (B-13, beat's `notWhile`): one beating on fails only that check. A
+/// tune hearing a sound the contract does not list gets UNHEARD (B-16, the client's
+/// declaration's `unknown`): a station tuning in anyway fails only that check.
 #[test]
 fn a_contract_of_its_own_gets_its_timers_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
@@ -566,6 +568,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         "beacon.derived.agreement.band",
         "beacon.derived.cue.clock",
         "beacon.derived.not-while.beat",
+        "beacon.derived.capability.unknown",
     ]);
     assert!(timers.is_subset(&r.with("PASS")), "{}", r.stdout);
     assert!(
@@ -618,6 +621,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("unnamed", "invalid.missing"),
         ("any-band", "agreement.band"),
         ("restless", "not-while.beat"),
+        ("unheard", "capability.unknown"),
     ] {
         let r = conformance(&contract, &format!("exec:{station} --break {broken}"));
         let want = ids(&[&format!("beacon.derived.{fails}")]);
@@ -689,20 +693,24 @@ fn a_contract_of_its_own_gets_its_exits_checked_over_a_websocket() {
 /// client's session (B-15, the `link` machine's tuned → gone with its `ends`). The derived
 /// end check answers the client's tune with the station's error example: a client written
 /// from the contract sends nothing more, ends the channel and exits 69 (`clientExit`); one
-/// that stays on fails that check.
+/// that stays on fails that check. A chime beat to a client whose tune left chime out
+/// (B-16, the client's declaration's `undeclared`) makes it hang up: one that takes it
+/// fails only that check, and one that hears chimes is not judged by it.
 #[test]
 fn a_contract_of_its_own_gets_an_error_answer_that_ends_its_client_checked() {
     let contract = common::root().join("proxy/tests/fixtures/beacon.json");
     let contract = contract.display().to_string();
     let client = python("proxy/tests/peers/beacon_client.py");
     let end = "beacon.derived.end.link.tuned";
+    let chime = "beacon.derived.capability.undeclared.chime";
     let run_client = |extra: &str| {
         let target = format!("exec:{client}{extra}");
         let args = ["--contract", &contract, "--play", "station"];
-        run(&[&args[..], &["--target", &target, "--only", end]].concat())
+        let only = format!("{end},{chime}");
+        run(&[&args[..], &["--target", &target, "--only", &only]].concat())
     };
     let r = run_client("");
-    assert_eq!(r.with("PASS"), ids(&[end]), "{}", r.stdout);
+    assert_eq!(r.with("PASS"), ids(&[end, chime]), "{}", r.stdout);
     assert!(
         r.stdout.contains("tune answered with its error example") && r.stdout.contains("exited 69"),
         "{}",
@@ -710,6 +718,10 @@ fn a_contract_of_its_own_gets_an_error_answer_that_ends_its_client_checked() {
     );
     let r = run_client(" --break stays");
     fails_exactly(&r, &[end], "had not ended the channel");
+    let r = run_client(" --break any-chime");
+    fails_exactly(&r, &[chime], "the contract prescribes `drop-connection`");
+    let r = run_client(" --hears chime");
+    assert_eq!(r.with("SKIP"), ids(&[chime]), "{}", r.stdout);
 }
 
 /// A target that never starts breaks one rule, once: the handshake check fails with the

@@ -16,19 +16,19 @@ mod common;
 use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, root, show, tmp};
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
-/// Checks of the suite playing the core: 45 derived, 16 hand-written (every row of the
+/// Checks of the suite playing the core: 46 derived, 14 hand-written (every row of the
 /// hand-written table is listed for both roles).
-const CHECKS_AS_CORE: usize = 61;
-/// Checks of the suite playing the extension: 46 derived (no check of a request the core
+const CHECKS_AS_CORE: usize = 60;
+/// Checks of the suite playing the extension: 47 derived (no check of a request the core
 /// may send before the handshake, nor of the core's refusals; but the extension's own
-/// refused call and second completions, and the core's end after a refused initialize),
-/// 16 hand-written.
-const CHECKS_AS_EXT: usize = 62;
+/// refused call and second completions, the core's end after a refused initialize, and
+/// its commandResult it never offered), 14 hand-written.
+const CHECKS_AS_EXT: usize = 61;
 /// Checks that bind only the extension (skipped when the suite plays the extension); a
 /// core's first messages are the derived handshake's.
-const ONLY_EXT: [&str; 2] = ["rukh.handshake.incompatible", "rukh.call.denial"];
+const ONLY_EXT: [&str; 1] = ["rukh.call.denial"];
 /// Checks that bind only the core (skipped when the suite plays the core).
-const ONLY_CORE: [&str; 11] = [
+const ONLY_CORE: [&str; 10] = [
     "rukh.invoke.kind",
     "rukh.log.intake",
     "rukh.log.cancel-under-flood",
@@ -36,7 +36,6 @@ const ONLY_CORE: [&str; 11] = [
     "rukh.outcome.exit-mismatch",
     "rukh.outcome.invoke-error",
     "rukh.outcome.early-eof",
-    "rukh.outcome.command-result",
     "rukh.exit.user-request",
     "rukh.exit.owner-shutdown",
     "rukh.exit.deadline",
@@ -213,6 +212,18 @@ fn playing_the_core_an_extension_serving_any_kind_fails_only_the_agreement() {
     );
 }
 
+/// An extension confirming a session that offers a capability the contract does not list
+/// fails the derived check of the core's declaration alone.
+#[test]
+fn playing_the_core_an_extension_confirming_any_capability_fails_only_that_check() {
+    fails_only(
+        "core",
+        &rust_ext("--break any-capability"),
+        "rukh.derived.capability.unknown",
+        "declaring command-result/2, which the contract does not list: expected error -32003",
+    );
+}
+
 #[test]
 fn playing_the_core_the_python_extension_passes_every_check() {
     let (_d, junit) = tmp("core-python.xml");
@@ -258,11 +269,23 @@ fn playing_the_extension_a_core_taking_any_context_fails_only_the_agreement() {
     );
 }
 
+/// A core taking a commandResult it never offered command-result/1 for goes
+/// on to close the session: it fails the derived check of its declaration alone.
+#[test]
+fn playing_the_extension_a_core_taking_any_result_fails_only_that_check() {
+    fails_only(
+        "extension",
+        &rust_core("--break any-result"),
+        "rukh.derived.capability.undeclared.command-result/1",
+        "the implementation went on after rukh.invoke needing command-result/1",
+    );
+}
+
 /// The derived suite playing the extension: the Rust core launches `socat FD:3 {control}`
 /// as its extension, and socat bridges the socketpair end the core hands it to the socket
 /// the suite listens on. No rukh-specific launcher: the walk expects rukh.initialize,
 /// answers it with the contract's example (echoing the session the core pinned) and
-/// expects rukh.invoke. The honest core passes all 46 checks; `--break before-initialize`
+/// expects rukh.invoke. The honest core passes all 47 checks; `--break before-initialize`
 /// fails the handshake alone, naming the message and state, and the rest skip but the
 /// out-of-place check, which needs no handshake.
 #[test]
@@ -286,7 +309,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
     };
     let r = derived("");
     assert_eq!(r.code, 0, "{}", show(&r));
-    assert_eq!(r.with("PASS").len(), 46, "{}", show(&r));
+    assert_eq!(r.with("PASS").len(), 47, "{}", show(&r));
     let r = derived("--break before-initialize");
     assert_eq!(
         sorted(r.with("FAIL")),
@@ -294,7 +317,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
         "{}",
         show(&r)
     );
-    assert_eq!(r.with("SKIP").len(), 44, "{}", show(&r));
+    assert_eq!(r.with("SKIP").len(), 45, "{}", show(&r));
     assert!(
         r.stdout.contains(
             "sent rukh.invoke in `Launching`, where the session machine does not allow it"

@@ -591,6 +591,60 @@ fn rukh_the_pinned_contract_capabilities_and_kind_are_agreements() {
     s.accepts(&EXT, reply, "rukh.invoke");
 }
 
+/// rukh's capabilities are the core's declaration: an offer naming one the contract
+/// does not list gets the extension's -32003 (incompatible_session), in a reply the wire
+/// accepts from the extension; a completion carrying a commandResult is clean where the
+/// core offered command-result/1 and ends the invocation where it did not.
+#[test]
+fn rukh_an_unknown_capability_is_refused_and_an_unoffered_command_result_fails() {
+    let mut s = Rukh::new();
+    let mut init = s.req("rukh.initialize", "c:1");
+    init["params"]["capabilities"] = json!(["command-result/1", "command-result/2"]);
+    let r = s.send(&CORE, &init, None);
+    assert_eq!(rules(&r), ["capability.unknown"]);
+    let Act::Refuse {
+        reply: Some(reply),
+        close: None,
+    } = &r[0].act
+    else {
+        panic!("refused with a reply, not {:?}", r[0].act);
+    };
+    let incompatible =
+        s.w.contract()
+            .error_code("incompatible_session")
+            .expect("code");
+    assert_eq!(reply["error"]["code"], *incompatible);
+    s.accepts(&EXT, reply, "rukh.initialize");
+
+    for offered in [json!(["command-result/1"]), json!([])] {
+        let mut s = Rukh::new();
+        let mut init = s.req("rukh.initialize", "c:1");
+        init["params"]["capabilities"] = offered.clone();
+        let mut confirm = s.res("rukh.initialize", "c:1");
+        confirm["result"]["capabilities"] = offered.clone();
+        assert!(s.send(&CORE, &init, None).is_empty());
+        assert!(s.send(&EXT, &confirm, Some("rukh.initialize")).is_empty());
+        assert!(s.send(&CORE, &s.req("rukh.invoke", "c:2"), None).is_empty());
+        let mut done = s.ex("rukh.invoke", "result", 1);
+        assert!(
+            done["result"].get("commandResult").is_some(),
+            "the second result example"
+        );
+        done["id"] = json!("c:2");
+        let r = s.send(&EXT, &done, Some("rukh.invoke"));
+        if offered == json!([]) {
+            assert_eq!(rules(&r), ["capability.undeclared"]);
+            let ends = Act::Refuse {
+                reply: None,
+                close: Some(Closing::Drop),
+            };
+            assert_eq!(r[0].act, ends);
+        } else {
+            assert!(r.is_empty(), "offered {offered}: {r:?}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------- toolchannel
 
 const WORKER: Side = Side {

@@ -450,7 +450,7 @@ impl Contract {
     }
 
     /// The capabilities a message of `method` needs: the method's own `capability`, then
-    /// those of each `needs` entry whose `matches` all hold on `message`, each with the
+    /// those of each `needs` entry that holds on `message` ([`crate::model::Need::holds`]), each with the
     /// pointer of the entry that asks for it.
     pub fn needed_capabilities(&self, method: &str, message: &Value) -> Vec<(&str, String)> {
         let Some(m) = self.methods.get(method) else {
@@ -459,7 +459,7 @@ impl Contract {
         let base = crate::pointer::join("/methods", [method]);
         let own = (m.capability.as_deref()).map(|cap| (cap, format!("{base}/capability")));
         let by_value = (m.needs.iter().enumerate())
-            .filter(|(_, n)| crate::pointer::matches_all(&n.matches, message))
+            .filter(|(_, n)| n.holds(message))
             .flat_map(|(i, n)| {
                 let at = format!("{base}/needs/{i}");
                 (n.capabilities.iter()).map(move |cap| (cap.as_str(), at.clone()))

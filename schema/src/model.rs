@@ -242,6 +242,15 @@ pub struct Declaration {
     pub pointer: String,
     /// Whether the capabilities are the array's strings or the object's member names.
     pub form: DeclarationForm,
+    /// What the other party does with a declaration naming a capability the contract does
+    /// not list (rukh: an extension refuses an unsupported mandatory capability, -32003).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<Action>,
+    /// What this party does with a message needing one of its capabilities that it left
+    /// out of its declaration (rukh: a commandResult the core never offered ends the
+    /// invocation). Without it the message is only flagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undeclared: Option<Action>,
 }
 
 /// How a capability list is written.
@@ -1043,6 +1052,14 @@ pub struct NotWhile {
     pub seed: String,
 }
 
+impl Need {
+    /// Whether `message` (a whole message) is one this entry asks capabilities of.
+    pub fn holds(&self, message: &Value) -> bool {
+        crate::pointer::matches_all(&self.matches, message)
+            && (self.present.iter()).all(|p| message.pointer(p).is_some())
+    }
+}
+
 impl NotWhile {
     /// Whether `v`, a whole message, holds one of the `unless` values.
     pub fn lifted(&self, v: &Value) -> bool {
@@ -1050,13 +1067,19 @@ impl NotWhile {
     }
 }
 
-/// Capabilities a message needs when every one of its `matches` holds.
+/// Capabilities a message needs when every one of its `matches` holds and every member
+/// `present` names is there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Need {
     /// JSON pointer into the whole message → the literal value it must hold.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     #[schemars(with = "IndexMap<String, serde_json::Value>")]
     pub matches: IndexMap<String, Value>,
+    /// JSON pointers into the whole message that must hold something, whatever it is
+    /// (rukh's `/result/commandResult`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub present: Vec<String>,
     /// The capabilities needed, each declared by its own `declaredBy` party.
     pub capabilities: Vec<String>,
     /// Seed section (or note) the rule comes from.

@@ -216,7 +216,7 @@ fn another_example(cx: &Ctx, p: &Place, agreed: &Value) -> Option<(Value, (Strin
 /// A value other than `v`, of its type: a string ending in a number with that number one
 /// higher (`1.1.0` → `1.1.1`, `command-result/1` → `command-result/2`), another string
 /// with a suffix, a number one higher; an object or array with its first member so.
-fn other_than(v: &Value) -> Value {
+pub(super) fn other_than(v: &Value) -> Value {
     match v {
         Value::String(s) => {
             let head = s.trim_end_matches(|c: char| c.is_ascii_digit());

@@ -93,6 +93,7 @@ mod connections;
 mod counted;
 mod credit;
 mod cues;
+mod declared;
 mod duplicates;
 mod end;
 mod exits;
@@ -324,6 +325,21 @@ pub fn checks(c: &Contract, role: &str) -> Result<Vec<Check>, String> {
             &seed,
             capabilities::body,
             None,
+            false,
+        );
+    }
+    if let Some((title, seed)) = declared::unknown_applies(c, role, &plan) {
+        let id = "capability.unknown".to_string();
+        add(id, title, &seed, declared::unknown_body, None, false);
+    }
+    for u in declared::undeclared_applies(c, role, &plan) {
+        let id = format!("capability.undeclared.{}", u.cap);
+        add(
+            id,
+            u.title,
+            &u.seed,
+            declared::undeclared_body,
+            Some(u.cap),
             false,
         );
     }

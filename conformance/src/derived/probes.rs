@@ -183,6 +183,10 @@ pub(super) struct Built {
     /// Where the refusal lists the members found missing (the action's `names`), and the
     /// members the probe left out, which it must list.
     pub names: Option<(String, Vec<String>)>,
+    /// Whether a request of the implementation's while the suite waits for the channel to
+    /// end fails the check: a new exchange shows it went on as if nothing were wrong
+    /// (rukh's core closing a session whose completion it had to fail).
+    pub quiet: bool,
 }
 
 impl Built {
@@ -199,6 +203,7 @@ impl Built {
             seed: String::new(),
             counts: None,
             names: None,
+            quiet: false,
         }
     }
 
@@ -297,6 +302,7 @@ pub(super) fn build(p: Probe, wire: &Wire, role: &str, carriers: &[Value]) -> Op
         seed: violation.seed.unwrap_or_default(),
         counts: violation.count_toward,
         names: None,
+        quiet: false,
     })
 }
 
@@ -341,6 +347,7 @@ fn missing(wire: &Wire, shape: &Shape, role: &str, m: &Value) -> Option<Built> {
         seed: violation.seed.unwrap_or_default(),
         counts: violation.count_toward,
         names: names.map(|at| (at, gone)),
+        quiet: false,
     })
 }
 
@@ -526,6 +533,7 @@ fn served_as_is(
         seed: wire.contract().channels.get(ch)?.seed.clone(),
         counts: None,
         names: None,
+        quiet: false,
     })
 }
 
@@ -1117,6 +1125,12 @@ pub(super) async fn ended(
                     "{what} was refused with another code than the contract's for `{action}`"
                 ))
                 .with("the answer", &g.raw));
+            }
+            Incoming::Control(g) if b.quiet && g.ok().is_some_and(|m| m.kind == Kind::Request) => {
+                return Err(Failure::new(format!(
+                    "the implementation went on after {what}, where the contract prescribes `{action}`"
+                ))
+                .with("its request", &g.raw));
             }
             Incoming::Control(g) => {
                 if seen.len() < super::UNCLAIMED {

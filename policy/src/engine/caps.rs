@@ -2,10 +2,13 @@
 //! its capabilities; a method's `capability` (and its `needs`, by its members' values)
 //! names what it needs and the capability's `declaredBy` who must have declared it. Once
 //! that party's declaration has been seen on the connection, a message needing a
-//! capability it did not declare is flagged: the receiver decides what to do about it, the
-//! proxy only reports. Where the contract has decided for it (a method never served, whose
-//! one error is its only answer: toolchannel's sampling/createMessage), the request is
-//! refused with that error.
+//! capability it did not declare gets the declaration's `undeclared` reaction (rukh's
+//! core ending an invocation whose completion carries a commandResult it never offered);
+//! without one it is flagged: the receiver decides what to do about it, the proxy only
+//! reports. Where the contract has decided for it (a method never served, whose one error
+//! is its only answer: toolchannel's sampling/createMessage), the request is refused with
+//! that error. A declaration naming a capability the contract does not list gets the
+//! declaration's `unknown` reaction (rukh's -32003 to an unsupported mandatory capability).
 
 use std::collections::{HashMap, HashSet};
 
@@ -30,39 +33,69 @@ pub(crate) fn any(c: &Contract) -> bool {
 impl Declared {
     /// Record the declaration `msg` carries, if it is one (sent by `from`).
     pub(crate) fn observe(&mut self, c: &Contract, from: &str, msg: &Message) {
-        let Some(d) = c.parties.get(from).and_then(|p| p.declares.as_ref()) else {
-            return;
-        };
-        let kind = match d.part {
-            Part::Call => c.methods.get(&d.method).map(|m| m.kind),
-            Part::Result => Some(Kind::Response),
-            Part::Error => Some(Kind::Error),
-        };
-        if msg.method.as_deref() != Some(d.method.as_str()) || Some(msg.kind) != kind {
-            return;
+        if let Some(names) = declared(c, from, msg) {
+            self.by.insert(from.to_string(), names);
         }
-        let names: HashSet<String> = match (d.form, msg.value.pointer(&d.pointer)) {
-            (DeclarationForm::List, Some(Value::Array(a))) => a
-                .iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect(),
-            (DeclarationForm::ObjectKeys, Some(Value::Object(o))) => o.keys().cloned().collect(),
-            _ => HashSet::new(),
-        };
-        self.by.insert(from.to_string(), names);
     }
 }
 
+/// The capabilities `msg` declares, when it is `from`'s declaration.
+fn declared(c: &Contract, from: &str, msg: &Message) -> Option<HashSet<String>> {
+    let d = c.parties.get(from)?.declares.as_ref()?;
+    let kind = match d.part {
+        Part::Call => c.methods.get(&d.method).map(|m| m.kind),
+        Part::Result => Some(Kind::Response),
+        Part::Error => Some(Kind::Error),
+    };
+    if msg.method.as_deref() != Some(d.method.as_str()) || Some(msg.kind) != kind {
+        return None;
+    }
+    Some(match (d.form, msg.value.pointer(&d.pointer)) {
+        (DeclarationForm::List, Some(Value::Array(a))) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
+        (DeclarationForm::ObjectKeys, Some(Value::Object(o))) => o.keys().cloned().collect(),
+        _ => HashSet::new(),
+    })
+}
+
+/// The declaration's `unknown` reaction when `msg`, `from`'s declaration, names a
+/// capability the contract does not list.
+pub(crate) fn unknown(c: &Contract, from: &str, msg: &Message) -> Option<Ruling> {
+    let action = c.parties.get(from)?.declares.as_ref()?.unknown.as_ref()?;
+    let mut names: Vec<String> = declared(c, from, msg)?
+        .into_iter()
+        .filter(|n| !c.capabilities.contains_key(n))
+        .collect();
+    names.sort();
+    let first = names.first()?;
+    let entry = contract::join_pointer("/parties", [from, "declares", "unknown"]);
+    let reason = format!("{from} declares capability {first}, which the contract does not list");
+    Some(broken(
+        c,
+        "capability.unknown",
+        &entry,
+        Some(action),
+        msg,
+        reason,
+    ))
+}
+
 /// A ruling when `msg` needs a capability its declaring party has declared without it:
-/// its method's `capability`, or one a `needs` entry asks of its members' values.
+/// its method's `capability` (a call), or one a `needs` entry asks of its members' values
+/// (a call or an answer: rukh's completion carrying a commandResult).
 pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) -> Option<Ruling> {
-    if !msg.is_call() {
+    if !(msg.is_call() || matches!(msg.kind, Kind::Response | Kind::Error)) {
         return None;
     }
     let method = msg.method.as_deref()?;
     let (cap, entry, owner) = c
         .needed_capabilities(method, &msg.value)
         .into_iter()
+        // The method's own capability gates its call; its answer needs only what its
+        // values ask.
+        .filter(|(_, entry)| msg.is_call() || !entry.ends_with("/capability"))
         .find_map(|(cap, entry)| {
             let owner = &c.capabilities.get(cap)?.declared_by;
             let declared = seen.by.get(owner)?;
@@ -71,7 +104,23 @@ pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) ->
     let seed = &c.capabilities[cap].seed;
     let reason =
         format!("{method} from {from} needs capability {cap}, which {owner} did not declare");
-    let Some(code) = c.only_error(method) else {
+    let undeclared = c
+        .parties
+        .get(owner.as_str())
+        .and_then(|p| p.declares.as_ref());
+    if let Some(a) = undeclared.and_then(|d| d.undeclared.as_ref()) {
+        let at = contract::join_pointer("/parties", [owner, "declares", "undeclared"]);
+        let reason = format!("{reason}, as {entry} asks");
+        return Some(broken(
+            c,
+            "capability.undeclared",
+            &at,
+            Some(a),
+            msg,
+            reason,
+        ));
+    }
+    let Some(code) = c.only_error(method).filter(|_| msg.is_call()) else {
         return Some(ruling(
             "capability.undeclared",
             &entry,

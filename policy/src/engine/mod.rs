@@ -184,6 +184,7 @@ impl Policy for Engine {
             .ok()
             .flatten();
         out.extend(caps::check(c, &self.caps, ctx.from, msg));
+        out.extend(caps::unknown(c, ctx.from, msg));
         out.extend(versions::check(c, ctx.from, msg));
         out.extend(self.timers.raised(c, wire.limits(), ctx.from, msg));
         out.extend(self.waiting.not_while(c, ctx.from, msg));

@@ -28,6 +28,7 @@ An answer to an id it never issued is dropped, as its id rule says.
 --break exit: exit 0 whatever close code ended its WebSocket (no stationExit).
 --break unnamed: answer a line lacking `jsonrpc` without naming it in data.missing (B-10).
 --break any-band: ring a bell whatever band the ring names (no OFF_BAND, B-12).
+--break unheard: tune in whatever sound the tune hears (no UNHEARD, B-16).
 --break restless: beat on while its time request awaits the client's answer (B-13).
 
 --ws URL: serve one client over a WebSocket at URL (ws://HOST:PORT/) instead of stdio,
@@ -40,7 +41,7 @@ answer any other 401 with no session, serving on (B-11).
 A ring is refused with RINGING over its bell's bucket or the station's (B-7): token
 buckets, full at the start, read from the contract's limits. A tune may name a band, which
 the result repeats; a ring naming another is answered OFF_BAND and the station hangs up
-(B-12).
+(B-12). A tune hearing a sound the contract does not know is answered UNHEARD (B-16).
 """
 
 import argparse
@@ -57,6 +58,16 @@ except ImportError:  # stdio needs no websockets
     ConnectionClosed = ()
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "beacon.json")
+
+
+def _capabilities():
+    """The sounds the contract knows, and what a tune hearing another gets (B-16)."""
+    with open(FIXTURE, encoding="utf-8") as f:
+        c = json.load(f)
+    return set(c["capabilities"]), c["parties"]["client"]["declares"]["unknown"]["code"]
+
+
+CAPABILITIES, UNHEARD = _capabilities()
 
 
 def refused_status():
@@ -257,6 +268,10 @@ def handle(line, broken, session):
         else:
             params = m.get("params")
             hears = params.get("hears") if isinstance(params, dict) else None
+            unknown = [h for h in hears or [] if h not in CAPABILITIES] if isinstance(hears, list) else []
+            if unknown and broken != "unheard":
+                error(id_, UNHEARD, f"unheard: {unknown[0]}")
+                return True
             if isinstance(hears, list):
                 session.hears = hears
             patience = params.get("idleSeconds") if isinstance(params, dict) else None
@@ -344,7 +359,7 @@ def serve(channel, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token", "any-band", "restless"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token", "any-band", "restless", "unheard"])
     ap.add_argument("--ws", metavar="URL", help="serve one client over a WebSocket at URL")
     ap.add_argument("--token", help="with --ws: the Bearer token an upgrade must carry")
     a = ap.parse_args()

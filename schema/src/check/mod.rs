@@ -503,6 +503,11 @@ impl Cx<'_> {
             }
             for (i, need) in m.needs.iter().enumerate() {
                 let at = join(&base, ["needs", &i.to_string()]);
+                if need.matches.is_empty() && need.present.is_empty() {
+                    let why =
+                        "a `needs` entry holding on every message: give `matches` or `present`";
+                    self.push(Lint::NameRef, at.clone(), why);
+                }
                 for cap in (need.capabilities.iter()).filter(|k| !c.capabilities.contains_key(*k)) {
                     self.push(
                         Lint::NameRef,

@@ -38,6 +38,11 @@ impl Cx<'_> {
                 let at = join(&base, ["declares"]);
                 let (m_at, p_at) = (join(&at, ["method"]), join(&at, ["pointer"]));
                 self.carried_by(c, (&m_at, &p_at), &d.method, d.part, &d.pointer);
+                for (key, a) in [("unknown", &d.unknown), ("undeclared", &d.undeclared)] {
+                    if let Some(a) = a {
+                        self.action_names(c, idx, &join(&at, [key]), a);
+                    }
+                }
             }
         }
         for (name, cr) in &c.credit {

@@ -17,7 +17,9 @@
 //!
 //! `--break before-initialize` sends a `rukh.invoke` before `rukh.initialize`
 //! on purpose, so a conformance suite or the proxy can catch it; `--break any-context`
-//! serves a rukh.call whatever session or invocation id it repeats.
+//! serves a rukh.call whatever session or invocation id it repeats;
+//! `--break any-result` takes a commandResult it never offered command-result/1 for
+//!
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
@@ -53,6 +55,8 @@ enum Break {
     BeforeInitialize,
     /// Serve a rukh.call whatever session or invocation id it repeats (no R-15 check).
     AnyContext,
+    /// Take a commandResult the core never offered command-result/1 for (no R-12 check).
+    AnyResult,
 }
 
 /// Launch one extension for one invocation and report the typed outcome as the exit code.
@@ -199,6 +203,8 @@ struct Core {
     unknown_notifications: u64,
     /// Serve calls whatever context they repeat (`--break any-context`).
     any_context: bool,
+    /// Take any commandResult (`--break any-result`).
+    any_result: bool,
 }
 
 impl Core {
@@ -378,6 +384,7 @@ impl Core {
                 };
                 // commandResult only with command-result/1 on execute; help only for describe.
                 if cr
+                    && !self.any_result
                     && (self.kind != KindArg::Execute
                         || !self.confirmed_caps.iter().any(|c| c == COMMAND_RESULT))
                 {
@@ -509,6 +516,7 @@ async fn run() -> anyhow::Result<u8> {
         confirmed_caps: Vec::new(),
         kind: args.kind,
         any_context: args.brk == Some(Break::AnyContext),
+        any_result: args.brk == Some(Break::AnyResult),
         logs: LogIntake {
             window: Instant::now(),
             records: 0,

@@ -15,7 +15,8 @@
 //! exit code N and exit N), `{"sleepMs": N}` (work that long; cancellable).
 //! `--break id-gap` makes its second request skip one counter (e:1 then e:3);
 //! `--break other-session` confirms another session id than the one pinned;
-//! `--break any-kind` serves an invoke of another kind than the pinned one.
+//! `--break any-kind` serves an invoke of another kind than the pinned one;
+//! `--break any-capability` confirms a session whatever capabilities it is offered.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
@@ -41,6 +42,8 @@ enum Break {
     OtherSession,
     /// An invoke of another kind than the pinned one is served as it comes.
     AnyKind,
+    /// A session offering a capability it does not support is confirmed.
+    AnyCapability,
 }
 
 #[derive(Debug, Parser)]
@@ -292,6 +295,7 @@ impl Ext {
                     .capabilities
                     .iter()
                     .find(|c| !SUPPORTED_CAPS.contains(&c.as_str()))
+                    .filter(|_| self.brk != Some(Break::AnyCapability))
                 {
                     self.conn
                         .send(&error(
