@@ -1054,6 +1054,10 @@ fn ending_ir(t: &contract::model::Transition) -> Option<EndingIr> {
         action: serde_json::to_value(e.action)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
+            .map(|a| match e.steps {
+                true => format!("{a}, by the machine's steps"),
+                false => a,
+            })
             .unwrap_or_default(),
         code: e.code.as_ref().map(Value::to_string),
         exit: e.exit.map(|x| x.to_string()),

@@ -16,26 +16,25 @@ mod common;
 use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, root, show, tmp};
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
-/// Checks of the suite playing the core: 46 derived, 14 hand-written (every row of the
+/// Checks of the suite playing the core: 46 derived, 12 hand-written (every row of the
 /// hand-written table is listed for both roles).
-const CHECKS_AS_CORE: usize = 60;
-/// Checks of the suite playing the extension: 47 derived (no check of a request the core
+const CHECKS_AS_CORE: usize = 58;
+/// Checks of the suite playing the extension: 49 derived (no check of a request the core
 /// may send before the handshake, nor of the core's refusals; but the extension's own
-/// refused call and second completions, the core's end after a refused initialize, and
-/// its commandResult it never offered), 14 hand-written.
+/// refused call and second completions, the core's end after a refused initialize, after
+/// an error answer to its invoke and after an EOF before the completion, and its
+/// commandResult it never offered), 12 hand-written.
 const CHECKS_AS_EXT: usize = 61;
 /// Checks that bind only the extension (skipped when the suite plays the extension); a
 /// core's first messages are the derived handshake's.
 const ONLY_EXT: [&str; 1] = ["rukh.call.denial"];
 /// Checks that bind only the core (skipped when the suite plays the core).
-const ONLY_CORE: [&str; 10] = [
+const ONLY_CORE: [&str; 8] = [
     "rukh.invoke.kind",
     "rukh.log.intake",
     "rukh.log.cancel-under-flood",
     "rukh.cancel.precedence",
     "rukh.outcome.exit-mismatch",
-    "rukh.outcome.invoke-error",
-    "rukh.outcome.early-eof",
     "rukh.exit.user-request",
     "rukh.exit.owner-shutdown",
     "rukh.exit.deadline",
@@ -281,11 +280,31 @@ fn playing_the_extension_a_core_taking_any_result_fails_only_that_check() {
     );
 }
 
+/// A core taking an error answer to its invoke for a succeeded completion
+/// closes the session by its steps and exits 0: it fails the derived end check of that
+/// transition alone. One taking an EOF before the completion for a success fails the end
+/// check of the channel's close in `Running` alone.
+#[test]
+fn playing_the_extension_a_core_taking_an_error_or_an_eof_for_success_fails_only_its_end() {
+    fails_only(
+        "extension",
+        &rust_core("--break error-ok"),
+        "rukh.derived.end.session.Running",
+        "the core exited 0 after rukh.invoke answered with its error example",
+    );
+    fails_only(
+        "extension",
+        &rust_core("--break eof-ok"),
+        "rukh.derived.end.session.Running.Closed",
+        "the core exited 0 after the suite ended the channel in `Running`",
+    );
+}
+
 /// The derived suite playing the extension: the Rust core launches `socat FD:3 {control}`
 /// as its extension, and socat bridges the socketpair end the core hands it to the socket
 /// the suite listens on. No rukh-specific launcher: the walk expects rukh.initialize,
 /// answers it with the contract's example (echoing the session the core pinned) and
-/// expects rukh.invoke. The honest core passes all 47 checks; `--break before-initialize`
+/// expects rukh.invoke. The honest core passes all 49 checks; `--break before-initialize`
 /// fails the handshake alone, naming the message and state, and the rest skip but the
 /// out-of-place check, which needs no handshake.
 #[test]
@@ -309,7 +328,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
     };
     let r = derived("");
     assert_eq!(r.code, 0, "{}", show(&r));
-    assert_eq!(r.with("PASS").len(), 47, "{}", show(&r));
+    assert_eq!(r.with("PASS").len(), 49, "{}", show(&r));
     let r = derived("--break before-initialize");
     assert_eq!(
         sorted(r.with("FAIL")),
@@ -317,7 +336,7 @@ fn playing_the_extension_the_rust_core_passes_every_derived_check() {
         "{}",
         show(&r)
     );
-    assert_eq!(r.with("SKIP").len(), 45, "{}", show(&r));
+    assert_eq!(r.with("SKIP").len(), 47, "{}", show(&r));
     assert!(
         r.stdout.contains(
             "sent rukh.invoke in `Launching`, where the session machine does not allow it"

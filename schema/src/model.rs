@@ -1826,6 +1826,12 @@ pub struct Ending {
     /// whose `party` is `by`); where a close code already `maps` one, that one holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<i64>,
+    /// The channel ends by the machine's own steps from the transition's target, not at
+    /// once: what the machine allows there may come first (rukh's core closing after an
+    /// error answer to its invoke), its requests answered by the other party, which ends
+    /// its side once its answer takes the machine to a terminal state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub steps: bool,
     /// Why, in the seed's terms.
     pub description: String,
     /// Seed section.

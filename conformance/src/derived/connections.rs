@@ -78,7 +78,8 @@ pub(super) async fn watch(s: &mut Session, until: Instant) -> Watched {
 /// The cap's worth of connections and one more, each through the handshake, then all
 /// watched together until the deadline. Where more than one ended, a connection of the
 /// check before may still have counted: the suite closes its own in order, waits for each
-/// to be closed back (the implementation has then let it go), and tries once more.
+/// to be closed back (the implementation has then let it go), and tries once more. The
+/// check closes its own back before it ends, too.
 pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
         let limit = cx.subject.clone().unwrap_or_default();
@@ -99,7 +100,13 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
                 .filter(|i| watched[*i].ended.is_some())
                 .collect();
             if ended.len() < 2 {
-                return judge(cx, &limit, (max, &action), &held, &watched, &ended);
+                let verdict = judge(cx, &limit, (max, &action), &held, &watched, &ended);
+                // The implementation sees the held connections end before the next check
+                // opens one, which it would otherwise take for one over the cap.
+                let open = (held.iter_mut().zip(&watched)).filter(|(_, w)| w.ended.is_none());
+                let until = cx.soon();
+                join_all(open.map(|(s, _)| s.close_back(until))).await;
+                return verdict;
             }
             let until = cx.soon();
             join_all(held.iter_mut().map(|s| s.close_back(until))).await;

@@ -7,9 +7,13 @@
 //! `matches`; or answers the implementation's request with the `matches` written in: a
 //! toolchannel heartbeat answered `continue: false`; or, where the trigger is the played
 //! party's error answer, with its error example: rukh's initialize refused, beacon's tune
-//! answered NO_BAND), and the channel must then end as `ends` says:
-//! nothing but the end, its close code on a WebSocket, and the process's exit (`exit`, or
-//! the exit the close code `maps`) where the suite launched it.
+//! answered NO_BAND; or, where the trigger is the channel's close, ends its side: rukh's
+//! early EOF), and the channel must then end as `ends` says: nothing but the end, its
+//! close code on a WebSocket, and the process's exit (`exit`, or the exit the close code
+//! `maps`) where the suite launched it. Where the end comes by the machine's own `steps`
+//! (rukh's core closing after an error answer to its invoke), what the machine allows on
+//! the way may come first: the suite answers its requests with the played party's result
+//! examples and ends its own side once its answer takes the machine to a terminal state.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +23,7 @@ use super::{Session, exits, plan_of};
 use crate::session::{Ctx, Incoming};
 use crate::{BodyFuture, Failure, Verdict, other_party, pass, skip};
 use contract::Contract;
+use contract::machine::{Seen, Step as Moved};
 use contract::model::{Ending, Kind, Part, Transition, Trigger};
 use serde_json::Value;
 
@@ -47,9 +52,16 @@ pub(super) fn applies(c: &Contract, role: &str, plan: &Plan) -> Vec<End> {
         {
             continue;
         }
-        let mut name = format!("end.{machine}.{}", t.from);
-        if out.iter().any(|e| e.name == name) {
-            name = format!("{name}.{i}");
+        // Named by the state it leaves; by its target too where another leaves it, and
+        // by its index where that still repeats.
+        let base = format!("end.{machine}.{}", t.from);
+        let taken = |n: &str| out.iter().any(|e| e.name == n);
+        let mut name = base.clone();
+        if taken(&name) {
+            name = format!("{base}.{}", t.to);
+        }
+        if taken(&name) {
+            name = format!("{base}.{}.{i}", t.to);
         }
         out.push(End {
             index: i,
@@ -94,16 +106,31 @@ fn title(t: &Transition, e: &Ending) -> String {
         }
         _ => "its trigger".into(),
     };
+    let rest: String = match (&t.trigger, e.steps) {
+        (Some(Trigger::Close { .. }), _) => {
+            let exit = e.exit.map(|x| format!(" exits {x}")).unwrap_or_default();
+            return format!(
+                "once the suite ends the channel in `{}` (to `{}`), the {}{exit}",
+                t.from, t.to, e.by
+            );
+        }
+        (_, true) => " by the machine's steps".into(),
+        (_, false) => ", sending nothing more".into(),
+    };
     format!(
-        "once {on} takes the machine from `{}` to `{}`, the {} {how}{exit}, sending nothing more",
+        "once {on} takes the machine from `{}` to `{}`, the {} {how}{exit}{rest}",
         t.from, t.to, e.by
     )
 }
 
 /// The step that fires `t` for the played party, the part it answers with (`Error`: the
 /// trigger is the played party's error answer), and the `matches` the suite holds its
-/// answer to (an `Await`: the answer must take the machine this way).
-fn fired(c: &Contract, t: &Transition, role: &str) -> Option<Fired> {
+/// answer to (an `Await`: the answer must take the machine this way); or the suite's
+/// hanging up, where the trigger is the close of the channel it plays.
+fn fired(c: &Contract, t: &Transition, role: &str) -> Option<Fire> {
+    if let Some(Trigger::Close { channel }) = &t.trigger {
+        return (*channel == super::plan::channel(c)).then_some(Fire::Hangup);
+    }
     let Some(Trigger::Message { matches, .. }) = &t.trigger else {
         return None;
     };
@@ -126,11 +153,15 @@ fn fired(c: &Contract, t: &Transition, role: &str) -> Option<Fired> {
         .collect();
     // The implementation's own message as the trigger would need a way to make it act:
     // a cue's work; not yet. Its request the suite answers (`Answer`) comes by itself.
-    (!matches!(step, Step::Expect(_))).then_some((step, part, holds))
+    (!matches!(step, Step::Expect(_))).then_some(Fire::Step(step, part, holds))
 }
 
-/// What fires a transition: the step, the part an answer is, what it must hold.
-type Fired = (Step, Part, Vec<(String, Value)>);
+/// What fires a transition: a step, the part an answer is and what it must hold; or the
+/// suite's end of the channel.
+enum Fire {
+    Step(Step, Part, Vec<(String, Value)>),
+    Hangup,
+}
 
 pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
     Box::pin(async move {
@@ -147,7 +178,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         let Some(t) = sm.transitions.get(index).cloned() else {
             return skip("suite bug: no such transition");
         };
-        let (Some(e), Some((step, part, holds)), Some(walk)) = (
+        let (Some(e), Some(fire_it), Some(walk)) = (
             t.ends.clone(),
             fired(&c, &t, &cx.role),
             plan.reaching(&c, std::slice::from_ref(&t.from)),
@@ -158,8 +189,19 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &walk).await {
             return walk.unreached(f);
         }
+        let (step, part, holds) = match fire_it {
+            Fire::Step(step, part, holds) => (step, part, holds),
+            Fire::Hangup => {
+                s.peer.drop_channels();
+                let what = format!("the suite ended the channel in `{}`", t.from);
+                return exited(s, cx, &e, &what, "").await;
+            }
+        };
         let what = fire(&mut s, cx, (&step, &t.from, &walk), (part, &holds)).await?;
-        ended(s, cx, &e, &what).await
+        match e.steps {
+            true => by_steps(s, cx, (&e, &t.to), &what).await,
+            false => ended(s, cx, &e, &what).await,
+        }
     })
 }
 
@@ -265,18 +307,108 @@ async fn ended(mut s: Session, cx: &mut Ctx, e: &Ending, what: &str) -> Result<V
     }
     closed_as(&s, cx, e.action, e.code.as_ref())?;
     let how = match &e.code {
-        Some(code) => format!("closed {code}"),
-        None => "ended the channel".into(),
+        Some(code) => format!("the {who} closed {code}"),
+        None => format!("the {who} ended the channel"),
     };
+    exited(s, cx, e, what, &how).await
+}
+
+/// The channel ending by the machine's steps from `state`: each message the implementation
+/// sends must be one the machine allows, each request is answered with the played party's
+/// result example, and once an answer takes the machine to a terminal state the suite ends
+/// its side; then the exit owed.
+async fn by_steps(
+    mut s: Session,
+    cx: &mut Ctx,
+    (e, state): (&Ending, &str),
+    what: &str,
+) -> Result<Verdict, Failure> {
+    let c = cx.wire.contract().clone();
+    let plan = plan_of(cx);
+    let Some((name, sm)) = &plan.machine else {
+        return skip("no lifecycle machine");
+    };
+    let (mut state, who) = (state.to_string(), e.by.clone());
+    let until = Instant::now() + cx.opts.deadline;
+    let mut path = vec![state.clone()];
+    loop {
+        let got = match s.peer.next(until).await {
+            Incoming::ControlEnd(_) => break,
+            Incoming::Timeout => {
+                let at = path.join(" → ");
+                return Err(Failure::new(format!(
+                    "{what}; the {who} had not ended the channel by the {name} machine's steps ({at})"
+                )));
+            }
+            Incoming::Control(got) => got,
+            Incoming::Data { .. } | Incoming::DataEnd(_) => continue,
+        };
+        let Some(m) = got.ok().cloned() else {
+            let why = format!("{what}; the {who} sent what the contract refuses");
+            return Err(Failure::new(why).with("what came", &got.raw));
+        };
+        match sm.on_message(&c, &state, &Seen::of(&who, &m)) {
+            Moved::Moved { transition, .. } => state = transition.to.clone(),
+            Moved::Stayed => {}
+            Moved::OutOfPlace { .. } => {
+                let sent = m.method.as_deref().unwrap_or("a message");
+                return Err(Failure::new(format!(
+                    "{what}; on its way to the end the {who} sent {sent}, which the {name} machine does not allow in `{state}`"
+                ))
+                .with("what came", &got.raw));
+            }
+        }
+        path.push(state.clone());
+        let (Some(method), Kind::Request) = (m.method.clone(), m.kind) else {
+            continue;
+        };
+        let answer = s.answer_as(cx, &method, &m.value, Part::Result)?;
+        s.peer.send(&answer).await?;
+        let seen = Seen {
+            from: &cx.role,
+            kind: Kind::Response,
+            method: Some(&method),
+            value: &answer,
+        };
+        if let Moved::Moved { transition, .. } = sm.on_message(&c, &state, &seen) {
+            state = transition.to.clone();
+            path.push(state.clone());
+        }
+        if sm.terminal.contains(&state) {
+            s.peer.drop_channels();
+            break;
+        }
+    }
+    let how = format!(
+        "the {who} ended it by the {name} machine's steps ({})",
+        path.join(" → ")
+    );
+    exited(s, cx, e, what, &how).await
+}
+
+/// The exit `e` owes, or the one a close code maps, after `what` and `how` it ended (both
+/// in words, for the verdict).
+async fn exited(
+    s: Session,
+    cx: &mut Ctx,
+    e: &Ending,
+    what: &str,
+    how: &str,
+) -> Result<Verdict, Failure> {
     let exit = match e.exit {
         Some(want) => {
+            // The evidence of an exit that differs: what the implementation last said.
+            let last = s.peer.log.last().map(|g| g.raw.clone());
             drop(s);
-            Some(exits::exit_owed(cx, want as i32, what).await?)
+            let owed = exits::exit_owed(cx, want as i32, what).await;
+            Some(owed.map_err(|f| match last {
+                Some(raw) => f.with("the implementation's last message", &raw),
+                None => f,
+            })?)
         }
         None => after_close(s, cx).await?,
     };
-    match exit {
-        Some(exit) => pass(format!("{what}; the {who} {how}; {exit}")),
-        None => pass(format!("{what}; the {who} {how}")),
-    }
+    let said = [what, how, exit.as_deref().unwrap_or_default()];
+    let said: Vec<&str> = said.into_iter().filter(|x| !x.is_empty()).collect();
+    pass(said.join("; "))
 }

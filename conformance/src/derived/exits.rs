@@ -85,6 +85,9 @@ pub(super) fn owed(cx: &mut Ctx) -> BodyFutureOf<'_, String> {
 /// What the launched process's exit shows after `after`; a target the suite did not launch
 /// cannot show it.
 pub(crate) async fn exit_owed(cx: &mut Ctx, want: i32, after: &str) -> Result<String, Failure> {
+    // What the suite holds for the session goes first (rukh's handoff, the process of the
+    // party it plays): the implementation's end may wait for it.
+    cx.release();
     let wait = cx.opts.deadline;
     let who = cx.other.clone();
     match cx.child_exit(wait).await {

@@ -19,7 +19,9 @@
 //! on purpose, so a conformance suite or the proxy can catch it; `--break any-context`
 //! serves a rukh.call whatever session or invocation id it repeats;
 //! `--break any-result` takes a commandResult it never offered command-result/1 for
-//!
+//! `--break error-ok` takes an error response to rukh.invoke for a
+//! succeeded completion, and `--break eof-ok` an EOF before the completion for a
+//! succeeded run.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
@@ -57,6 +59,10 @@ enum Break {
     AnyContext,
     /// Take a commandResult the core never offered command-result/1 for (no R-12 check).
     AnyResult,
+    /// Take an error response to rukh.invoke for a succeeded completion (no R-11 check).
+    ErrorOk,
+    /// Take an EOF before the completion for a succeeded run (no P3.6 rule 14 check).
+    EofOk,
 }
 
 /// Launch one extension for one invocation and report the typed outcome as the exit code.
@@ -205,6 +211,8 @@ struct Core {
     any_context: bool,
     /// Take any commandResult (`--break any-result`).
     any_result: bool,
+    /// Take an invoke error for a success (`--break error-ok`).
+    error_ok: bool,
 }
 
 impl Core {
@@ -366,13 +374,17 @@ impl Core {
         let is_error = msg.kind == Kind::Error;
         match method {
             Method::RukhInvoke => {
-                if is_error {
+                if is_error && !self.error_ok {
                     return Err(Protocol(format!(
                         "error response to rukh.invoke: {}",
                         msg.value["error"]
                     )));
                 }
-                let r: types::InvokeResult = serde_json::from_value(msg.value["result"].clone())
+                let result = match is_error {
+                    true => json!({"status": "succeeded"}),
+                    false => msg.value["result"].clone(),
+                };
+                let r: types::InvokeResult = serde_json::from_value(result)
                     .map_err(|e| Protocol(format!("invoke result: {e}")))?;
                 let (cr, help) = match &r {
                     types::InvokeResult::SucceededCompletion(s) => {
@@ -517,6 +529,7 @@ async fn run() -> anyhow::Result<u8> {
         kind: args.kind,
         any_context: args.brk == Some(Break::AnyContext),
         any_result: args.brk == Some(Break::AnyResult),
+        error_ok: args.brk == Some(Break::ErrorOk),
         logs: LogIntake {
             window: Instant::now(),
             records: 0,
@@ -763,6 +776,8 @@ async fn session(
                     Ok(None) => {
                         return Ok(if close_sent {
                             Outcome::ExecutionFailed("early_eof before the close acknowledgement".into())
+                        } else if args.brk == Some(Break::EofOk) {
+                            Outcome::Succeeded
                         } else {
                             Outcome::ExecutionFailed("early_eof before the completion message".into())
                         });
