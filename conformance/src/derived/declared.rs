@@ -210,7 +210,7 @@ pub(super) fn undeclared_body(cx: &mut Ctx) -> BodyFuture<'_> {
         if let Err(f) = s.handshake(cx, &plan).await {
             return plan.unreached(f);
         }
-        let owner = &c.capabilities[&u.cap].declared_by;
+        let owner = (c.capabilities.get(&u.cap)).map_or("", |x| x.declared_by.as_str());
         match declared_on(&c, &s, owner) {
             None => return skip(format!("the {owner}'s declaration never came")),
             Some(names) if names.contains(&u.cap) => {

@@ -86,9 +86,6 @@ pub(crate) fn unknown(c: &Contract, from: &str, msg: &Message) -> Option<Ruling>
 /// its method's `capability` (a call), or one a `needs` entry asks of its members' values
 /// (a call or an answer: rukh's completion carrying a commandResult).
 pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) -> Option<Ruling> {
-    if !(msg.is_call() || matches!(msg.kind, Kind::Response | Kind::Error)) {
-        return None;
-    }
     let method = msg.method.as_deref()?;
     let (cap, entry, owner) = c
         .needed_capabilities(method, &msg.value)
