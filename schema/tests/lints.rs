@@ -1215,3 +1215,35 @@ fn a_named_reason_is_for_a_close_or_an_error_reply() {
     };
     assert_fires(dropped, Lint::NameRef, "/limits/frameMax/action/reason");
 }
+
+/// A `needs` entry must say what it holds on: `matches` or `present`; one with neither
+/// would gate every message of its method.
+#[test]
+fn a_needs_entry_holding_on_every_message() {
+    assert_fires(
+        |d| {
+            d["capabilities"] =
+                json!({"loud": {"declaredBy": "server", "description": "x", "seed": "§2"}});
+            d["methods"]["echo"]["needs"] = json!([{"capabilities": ["loud"], "seed": "§2"}]);
+        },
+        Lint::NameRef,
+        "/methods/echo/needs/0",
+    );
+}
+
+/// A declaration's `unknown` and `undeclared` reactions name codes the contract knows.
+#[test]
+fn a_declarations_reactions_name_known_codes() {
+    for key in ["unknown", "undeclared"] {
+        assert_fires(
+            |d| {
+                d["parties"]["client"]["declares"] = json!({
+                    "method": "echo", "part": "call", "pointer": "/params/text", "form": "list",
+                    key: {"action": "reply-error", "code": -32077, "description": "x", "seed": "§2"}
+                });
+            },
+            Lint::ErrorRef,
+            &format!("/parties/client/declares/{key}/code"),
+        );
+    }
+}
