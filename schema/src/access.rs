@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use crate::check::{Dim, Evaluator, to_base};
 use crate::model::{
-    Action, Binding, Claim, CodeKind, CodeTable, CodeValue, Contract, ErrorEntry, Kind, Limit,
-    Note, Part, StateMachine, Trigger,
+    Action, Binding, Claim, CodeKind, CodeTable, CodeValue, Contract, DeclarationForm, ErrorEntry,
+    Kind, Limit, Note, Part, StateMachine, Trigger,
 };
 use crate::pointer::set;
 
@@ -478,6 +478,32 @@ impl Contract {
             .chain(needs)
             .map(String::as_str)
             .collect()
+    }
+
+    /// The capabilities `msg`, sent by `party`, declares, when it is that party's declaration
+    /// (its `declares` names the message's method and part): the list's strings, or the
+    /// object's member names, as its `form` says; none where the pointer holds neither.
+    pub fn declared_capabilities(
+        &self,
+        party: &str,
+        msg: &crate::wire::Message,
+    ) -> Option<Vec<String>> {
+        let d = self.parties.get(party)?.declares.as_ref()?;
+        let kind = match d.part {
+            Part::Call => self.methods.get(&d.method)?.kind,
+            Part::Result => Kind::Response,
+            Part::Error => Kind::Error,
+        };
+        if msg.method.as_deref() != Some(d.method.as_str()) || msg.kind != kind {
+            return None;
+        }
+        Some(match (d.form, msg.value.pointer(&d.pointer)) {
+            (DeclarationForm::List, Some(Value::Array(a))) => {
+                (a.iter().filter_map(Value::as_str).map(String::from)).collect()
+            }
+            (DeclarationForm::ObjectKeys, Some(Value::Object(o))) => o.keys().cloned().collect(),
+            _ => Vec::new(),
+        })
     }
 
     /// A code table by name.

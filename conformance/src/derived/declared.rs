@@ -13,7 +13,7 @@
 
 use contract::Contract;
 use contract::join_pointer as join;
-use contract::model::{Action, Declaration, DeclarationForm, Kind, Part};
+use contract::model::{Action, Declaration, DeclarationForm, Part};
 use serde_json::Value;
 
 use super::plan::{Plan, Step};
@@ -250,19 +250,7 @@ pub(super) fn undeclared_body(cx: &mut Ctx) -> BodyFuture<'_> {
 
 /// The capabilities `party`'s declaration on the session names, once it came.
 fn declared_on(c: &Contract, s: &Session, party: &str) -> Option<Vec<String>> {
-    let d = c.parties.get(party)?.declares.as_ref()?;
-    let kind = match d.part {
-        Part::Call => c.methods.get(&d.method)?.kind,
-        Part::Result => Kind::Response,
-        Part::Error => Kind::Error,
-    };
-    let m = (s.peer.log.iter().filter_map(|g| g.ok()))
-        .find(|m| m.method.as_deref() == Some(&d.method) && m.kind == kind)?;
-    Some(match m.value.pointer(&d.pointer) {
-        Some(Value::Array(a)) => (a.iter().filter_map(Value::as_str).map(String::from)).collect(),
-        Some(Value::Object(o)) => o.keys().cloned().collect(),
-        _ => Vec::new(),
-    })
+    (s.peer.log.iter().filter_map(|g| g.ok())).find_map(|m| c.declared_capabilities(party, m))
 }
 
 /// Write into `v` what `needs` entry `i` of `method` asks: each `matches` literal, and each

@@ -199,7 +199,7 @@ pub(super) fn body(cx: &mut Ctx) -> BodyFuture<'_> {
         };
         let what = fire(&mut s, cx, (&step, &t.from, &walk), (part, &holds)).await?;
         match e.steps {
-            true => by_steps(s, cx, (&e, &t.to), &what).await,
+            true => by_steps(s, cx, (&plan, &e, &t.to), &what).await,
             false => ended(s, cx, &e, &what).await,
         }
     })
@@ -320,11 +320,10 @@ async fn ended(mut s: Session, cx: &mut Ctx, e: &Ending, what: &str) -> Result<V
 async fn by_steps(
     mut s: Session,
     cx: &mut Ctx,
-    (e, state): (&Ending, &str),
+    (plan, e, state): (&Plan, &Ending, &str),
     what: &str,
 ) -> Result<Verdict, Failure> {
     let c = cx.wire.contract().clone();
-    let plan = plan_of(cx);
     let Some((name, sm)) = &plan.machine else {
         return skip("no lifecycle machine");
     };

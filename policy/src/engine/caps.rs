@@ -13,9 +13,8 @@
 use std::collections::{HashMap, HashSet};
 
 use contract::Contract;
-use contract::model::{Action, ActionKind, DeclarationForm, Kind, Part};
+use contract::model::{Action, ActionKind};
 use contract::wire::Message;
-use serde_json::Value;
 
 use super::{Act, Ruling, broken, ruling};
 
@@ -33,39 +32,18 @@ pub(crate) fn any(c: &Contract) -> bool {
 impl Declared {
     /// Record the declaration `msg` carries, if it is one (sent by `from`).
     pub(crate) fn observe(&mut self, c: &Contract, from: &str, msg: &Message) {
-        if let Some(names) = declared(c, from, msg) {
-            self.by.insert(from.to_string(), names);
+        if let Some(names) = c.declared_capabilities(from, msg) {
+            self.by
+                .insert(from.to_string(), names.into_iter().collect());
         }
     }
-}
-
-/// The capabilities `msg` declares, when it is `from`'s declaration.
-fn declared(c: &Contract, from: &str, msg: &Message) -> Option<HashSet<String>> {
-    let d = c.parties.get(from)?.declares.as_ref()?;
-    let kind = match d.part {
-        Part::Call => c.methods.get(&d.method).map(|m| m.kind),
-        Part::Result => Some(Kind::Response),
-        Part::Error => Some(Kind::Error),
-    };
-    if msg.method.as_deref() != Some(d.method.as_str()) || Some(msg.kind) != kind {
-        return None;
-    }
-    Some(match (d.form, msg.value.pointer(&d.pointer)) {
-        (DeclarationForm::List, Some(Value::Array(a))) => a
-            .iter()
-            .filter_map(|v| v.as_str().map(String::from))
-            .collect(),
-        (DeclarationForm::ObjectKeys, Some(Value::Object(o))) => o.keys().cloned().collect(),
-        _ => HashSet::new(),
-    })
 }
 
 /// The declaration's `unknown` reaction when `msg`, `from`'s declaration, names a
 /// capability the contract does not list.
 pub(crate) fn unknown(c: &Contract, from: &str, msg: &Message) -> Option<Ruling> {
     let action = c.parties.get(from)?.declares.as_ref()?.unknown.as_ref()?;
-    let mut names: Vec<String> = declared(c, from, msg)?
-        .into_iter()
+    let mut names: Vec<String> = (c.declared_capabilities(from, msg)?.into_iter())
         .filter(|n| !c.capabilities.contains_key(n))
         .collect();
     names.sort();
