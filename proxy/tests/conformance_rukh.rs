@@ -16,9 +16,10 @@ mod common;
 use common::{Run, bin_dir, cargo_build, conformance, junit_ids, peers_python, root, show, tmp};
 /// A whole suite run.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
-/// Checks of the suite playing the core: 46 derived, 12 hand-written (every row of the
-/// hand-written table is listed for both roles).
-const CHECKS_AS_CORE: usize = 58;
+/// Checks of the suite playing the core: 47 derived (capabilities among them: the core
+/// declares command-result/1, which the extension's completion may need), 12 hand-written
+/// (every row of the hand-written table is listed for both roles).
+const CHECKS_AS_CORE: usize = 59;
 /// Checks of the suite playing the extension: 49 derived (no check of a request the core
 /// may send before the handshake, nor of the core's refusals; but the extension's own
 /// refused call and second completions, the core's end after a refused initialize, after
@@ -220,6 +221,20 @@ fn playing_the_core_an_extension_confirming_any_capability_fails_only_that_check
         &rust_ext("--break any-capability"),
         "rukh.derived.capability.unknown",
         "declaring command-result/2, which the contract does not list: expected error -32003",
+    );
+}
+
+/// An extension completing an execute with a commandResult though the core did not offer
+/// command-result/1 fails the capabilities check alone: it sends the invoke
+/// last, declaring nothing, and reads the completion's `needs`.
+#[test]
+fn playing_the_core_an_extension_sending_an_unoffered_result_fails_only_the_capabilities_check()
+{
+    fails_only(
+        "core",
+        &rust_ext("--break unoffered-result"),
+        "rukh.derived.capabilities",
+        "answered rukh.invoke with a message, which needs `command-result/1`",
     );
 }
 

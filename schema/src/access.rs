@@ -467,6 +467,21 @@ impl Contract {
         own.into_iter().chain(by_value).collect()
     }
 
+    /// The capabilities `msg` needs, as [`Contract::needed_capabilities`] finds them for a
+    /// call; an answer needs only what its `needs` entries ask of its values (rukh's
+    /// completion carrying a commandResult), since the method's own `capability` gates the
+    /// call.
+    pub fn capabilities_needed(&self, msg: &crate::wire::Message) -> Vec<(&str, String)> {
+        let Some(method) = msg.method.as_deref() else {
+            return Vec::new();
+        };
+        let mut needed = self.needed_capabilities(method, &msg.value);
+        if !msg.is_call() && self.methods.get(method).is_some_and(|m| m.capability.is_some()) {
+            needed.remove(0);
+        }
+        needed
+    }
+
     /// Every capability some message of `method` may need: its `capability` and those its
     /// `needs` name.
     pub fn gated_capabilities(&self, method: &str) -> Vec<&str> {

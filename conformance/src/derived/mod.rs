@@ -643,15 +643,25 @@ impl Session {
                 in_vain.push(from..self.peer.log.len());
             }
         }
-        self.linger().await;
+        self.linger(cx).await;
         Ok(in_vain)
     }
 
     /// Take what the implementation sends for [`LINGER`] more, until it falls quiet or
-    /// the channel ends (what was set off runs its course into the log).
-    async fn linger(&mut self) {
+    /// the channel ends (what was set off runs its course into the log). On a session that
+    /// serves all, its requests are answered, so its own work goes on (a rukh command's
+    /// calls, then its completion); a reply that cannot be sent leaves the end to the log.
+    async fn linger(&mut self, cx: &Ctx) {
         let until = Instant::now() + LINGER;
-        while let Incoming::Control(_) | Incoming::Data { .. } = self.peer.next(until).await {}
+        loop {
+            match self.peer.next(until).await {
+                Incoming::Control(got) if self.serves_all => {
+                    let _ = self.respond(cx, &got).await;
+                }
+                Incoming::Control(_) | Incoming::Data { .. } => {}
+                _ => return,
+            }
+        }
     }
 
     /// The id the next request gets.

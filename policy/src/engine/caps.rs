@@ -66,11 +66,8 @@ pub(crate) fn unknown(c: &Contract, from: &str, msg: &Message) -> Option<Ruling>
 pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) -> Option<Ruling> {
     let method = msg.method.as_deref()?;
     let (cap, entry, owner) = c
-        .needed_capabilities(method, &msg.value)
+        .capabilities_needed(msg)
         .into_iter()
-        // The method's own capability gates its call; its answer needs only what its
-        // values ask.
-        .filter(|(_, entry)| msg.is_call() || !entry.ends_with("/capability"))
         .find_map(|(cap, entry)| {
             let owner = &c.capabilities.get(cap)?.declared_by;
             let declared = seen.by.get(owner)?;

@@ -16,7 +16,9 @@
 //! `--break id-gap` makes its second request skip one counter (e:1 then e:3);
 //! `--break other-session` confirms another session id than the one pinned;
 //! `--break any-kind` serves an invoke of another kind than the pinned one;
-//! `--break any-capability` confirms a session whatever capabilities it is offered.
+//! `--break any-capability` confirms a session whatever capabilities it is offered;
+//! `--break unoffered-result` completes an execute with a commandResult though the core did
+//! not offer command-result/1.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
@@ -44,6 +46,9 @@ enum Break {
     AnyKind,
     /// A session offering a capability it does not support is confirmed.
     AnyCapability,
+    /// An execute completes with a commandResult the core never offered
+    /// command-result/1 for.
+    UnofferedResult,
 }
 
 #[derive(Debug, Parser)]
@@ -233,7 +238,12 @@ impl Ext {
                 json!({"status": "command_failed", "exitCode": code, "message": "asked to fail"}),
             )?
         } else {
-            serde_json::from_value(json!({"status": "succeeded", "summary": "echoed"}))?
+            let mut done = json!({"status": "succeeded", "summary": "echoed"});
+            if self.brk == Some(Break::UnofferedResult) {
+                eprintln!("rukh-ext: --break unoffered-result: a commandResult though none was offered");
+                done["commandResult"] = json!({"echoed": self.inputs});
+            }
+            serde_json::from_value(done)?
         };
         self.conn.send(&success(&id, result)?).await?;
         self.work = Work::Done;
