@@ -228,8 +228,7 @@ fn playing_the_core_an_extension_confirming_any_capability_fails_only_that_check
 /// command-result/1 fails the capabilities check alone: it sends the invoke
 /// last, declaring nothing, and reads the completion's `needs`.
 #[test]
-fn playing_the_core_an_extension_sending_an_unoffered_result_fails_only_the_capabilities_check()
-{
+fn playing_the_core_an_extension_sending_an_unoffered_result_fails_only_the_capabilities_check() {
     fails_only(
         "core",
         &rust_ext("--break unoffered-result"),

@@ -476,7 +476,12 @@ impl Contract {
             return Vec::new();
         };
         let mut needed = self.needed_capabilities(method, &msg.value);
-        if !msg.is_call() && self.methods.get(method).is_some_and(|m| m.capability.is_some()) {
+        if !msg.is_call()
+            && self
+                .methods
+                .get(method)
+                .is_some_and(|m| m.capability.is_some())
+        {
             needed.remove(0);
         }
         needed

@@ -81,7 +81,9 @@ async fn await_owed(s: &mut Session, cx: &Ctx, c: &Contract, caps: &[String]) {
             .is_some_and(|m| !m.is_call() && m.correlation.as_ref() == Some(&id))
     };
     if !s.peer.log.iter().any(answers) {
-        let _ = s.wait_answer(cx, std::slice::from_ref(&id), &method, cx.soon()).await;
+        let _ = s
+            .wait_answer(cx, std::slice::from_ref(&id), &method, cx.soon())
+            .await;
     }
 }
 

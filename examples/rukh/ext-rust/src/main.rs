@@ -240,7 +240,9 @@ impl Ext {
         } else {
             let mut done = json!({"status": "succeeded", "summary": "echoed"});
             if self.brk == Some(Break::UnofferedResult) {
-                eprintln!("rukh-ext: --break unoffered-result: a commandResult though none was offered");
+                eprintln!(
+                    "rukh-ext: --break unoffered-result: a commandResult though none was offered"
+                );
                 done["commandResult"] = json!({"echoed": self.inputs});
             }
             serde_json::from_value(done)?
