@@ -30,6 +30,11 @@ fn python() -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> Result<String, String> {
+    ran(cmd).map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// `cmd`'s output, once it succeeded.
+fn ran(cmd: &mut Command) -> Result<std::process::Output, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -37,13 +42,22 @@ fn run(cmd: &mut Command) -> Result<String, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+    Ok(out)
 }
 
-/// The contracts: the built-ins, the jobs fixture and the corpus entries Python runs.
-fn contracts(dir: &Path) -> Result<Vec<PathBuf>, String> {
+/// A `$ref` outside its document, read from a local copy: the URI and the file.
+type Resource = (String, PathBuf);
+
+/// The contracts: the built-ins, the jobs fixture and the corpus entries Python runs; and
+/// the resources the entries' `$ref`s outside themselves are read from (assemble.py prints
+/// them as `--resource URI=FILE`, as the SDK suites pass them to contractgen).
+fn contracts(dir: &Path) -> Result<(Vec<PathBuf>, Vec<Resource>), String> {
     let corpus = root().join("codegen/tests/corpus/assemble.py");
-    run(Command::new(python()).arg(corpus).arg("python").arg(dir))?;
+    let listed = ran(Command::new(python()).arg(corpus).arg("python").arg(dir))?;
+    let resources = (String::from_utf8_lossy(&listed.stdout).lines())
+        .filter_map(|l| l.split_once('='))
+        .map(|(uri, file)| (uri.to_string(), PathBuf::from(file)))
+        .collect();
     let mut out: Vec<PathBuf> = std::fs::read_dir(root().join("schema/contracts"))
         .map_err(|e| e.to_string())?
         .chain(std::fs::read_dir(dir).map_err(|e| e.to_string())?)
@@ -52,7 +66,7 @@ fn contracts(dir: &Path) -> Result<Vec<PathBuf>, String> {
         .collect();
     out.push(root().join("proxy/tests/fixtures/jobs.json"));
     out.sort();
-    Ok(out)
+    Ok((out, resources))
 }
 
 /// `-X importtime` of one import: module name → (self µs, cumulative µs).
@@ -91,9 +105,12 @@ fn main() -> Result<(), String> {
         .unwrap_or(7);
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let (inputs, pkg) = (work.path().join("contracts"), work.path().join("pkg"));
-    let files = contracts(&inputs)?;
+    let (files, resources) = contracts(&inputs)?;
     let mut cfg = contractgen::Config::new();
     cfg.contracts(&files).lang(contractgen::Lang::Python);
+    for (uri, file) in &resources {
+        cfg.resource(Some(uri), file);
+    }
     let runtime = contractgen::runtime(contractgen::Lang::Python).map_err(|e| e.to_string())?;
     let sdk = cfg.generate().map_err(|e| e.to_string())?;
     let placed = sdk.iter().map(|f| (pkg.join(&f.name), f)).chain(

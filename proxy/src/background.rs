@@ -3,6 +3,7 @@
 //! stop waking up when there is nothing to do. [`Batcher`] is the one way the relay hands
 //! them work: appended to a buffer, taken in batches at a cadence.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -88,6 +89,8 @@ struct Gathering<T> {
     every: Duration,
     high_water: usize,
     priority: Priority,
+    /// Batches a pusher handed on itself, the thread having fallen `high_water` behind.
+    by_pushers: AtomicU64,
 }
 
 /// How a [`Batcher`] hands on: its thread's name, cadence, priority and high water.
@@ -118,6 +121,7 @@ impl<T: Send + 'static> Batcher<T> {
             every: c.every,
             high_water: c.high_water,
             priority: c.priority,
+            by_pushers: AtomicU64::new(0),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -135,11 +139,20 @@ impl<T: Send + 'static> Batcher<T> {
         fill(&mut p.items);
         if self.thread.is_none() || p.items.len() >= self.shared.high_water {
             drop(p);
+            if self.thread.is_some() {
+                self.shared.by_pushers.fetch_add(1, Ordering::Relaxed);
+            }
             self.shared.hand_on();
         } else if p.asleep {
             p.asleep = false;
             self.shared.wake.notify_one();
         }
+    }
+
+    /// Batches a pusher handed on itself because the thread had fallen `high_water` items
+    /// behind: work done on the pushers' (the relay's) threads, not the batcher's.
+    pub fn handed_on_by_pushers(&self) -> u64 {
+        self.shared.by_pushers.load(Ordering::Relaxed)
     }
 
     /// Hand on everything gathered, now, on this thread.
@@ -210,5 +223,40 @@ impl<T: Send + 'static> Gathering<T> {
             p.items = batch;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past `high_water` the pusher hands on itself, in order, and that is counted; below
+    /// it the thread does, and nothing is counted.
+    #[test]
+    fn a_pusher_past_the_high_water_hands_on_itself_and_is_counted() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let into = got.clone();
+        let cadence = Cadence {
+            name: "test-batcher",
+            every: Duration::from_millis(5),
+            priority: Priority::Nice,
+            high_water: 3,
+        };
+        let b = Batcher::new(
+            cadence,
+            4,
+            Box::new(move |batch: &mut Vec<u32>| {
+                if let Ok(mut g) = into.lock() {
+                    g.append(batch);
+                }
+            }),
+        );
+        b.push(|v| v.push(1));
+        assert_eq!(b.handed_on_by_pushers(), 0);
+        b.push(|v| v.extend([2, 3, 4]));
+        assert_eq!(b.handed_on_by_pushers(), 1);
+        assert_eq!(*got.lock().expect("lock"), vec![1, 2, 3, 4]);
+        drop(b);
+        assert_eq!(*got.lock().expect("lock"), vec![1, 2, 3, 4]);
     }
 }

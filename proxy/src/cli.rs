@@ -489,8 +489,13 @@ fn summarize(done: &Finished) -> Outcome {
     }
     match &done.traces {
         Some(Ok(st)) => eprintln!(
-            "contract-proxy: traces: {} spans exported, {} dropped",
-            st.exported, st.dropped
+            "contract-proxy: traces: {} spans exported, {} dropped{}",
+            st.exported,
+            st.dropped,
+            match st.booked_by_relay {
+                0 => String::new(),
+                n => format!("; {n} batches made into spans on the relay's threads"),
+            }
         ),
         Some(Err(e)) => eprintln!("contract-proxy: traces: {e}"),
         None => {}

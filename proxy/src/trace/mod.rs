@@ -388,6 +388,9 @@ pub struct TraceStats {
     pub evicted: u64,
     /// Export calls that failed.
     pub failed_exports: u64,
+    /// Batches of facts a relay thread made into spans itself, the span maker (in the idle
+    /// class) having fallen [`BOOK_HIGH_WATER`] behind.
+    pub booked_by_relay: u64,
     /// The last export error, if any.
     pub last_error: Option<String>,
 }
@@ -507,6 +510,7 @@ impl Tracer {
             unspanned: c.unspanned.load(Ordering::Relaxed),
             evicted: c.evicted.load(Ordering::Relaxed),
             failed_exports: c.failed_exports.load(Ordering::Relaxed),
+            booked_by_relay: self.inner.items.handed_on_by_pushers(),
             last_error: c.last_error.lock().ok().and_then(|l| l.clone()),
         }
     }
