@@ -533,8 +533,9 @@ fn rss_under_flood(dir: &Path, mib: usize) {
     );
 }
 
+/// Spans received, and the bytes of the export requests that carried them.
 #[derive(Clone, Default)]
-struct Collector(Arc<AtomicU64>);
+struct Collector(Arc<AtomicU64>, Arc<AtomicU64>);
 
 #[tonic::async_trait]
 impl TraceService for Collector {
@@ -542,8 +543,10 @@ impl TraceService for Collector {
         &self,
         req: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let req = req.into_inner();
+        self.1
+            .fetch_add(prost::Message::encoded_len(&req) as u64, Ordering::Relaxed);
         let n: usize = req
-            .into_inner()
             .resource_spans
             .iter()
             .flat_map(|r| &r.scope_spans)
@@ -668,10 +671,11 @@ fn tracing_cost(dir: &Path, rounds: usize, iters: usize) {
     for (((t, c), name), said) in traced.iter_mut().zip(&collectors).zip(names).zip(&said) {
         let (b50, b99) = (pct(t, 0.5), pct(t, 0.99));
         println!(
-            "request RTT, tracing on  p50 {:.1} µs  p99 {:.1} µs, {name} ({} spans reached it; {said})",
+            "request RTT, tracing on  p50 {:.1} µs  p99 {:.1} µs, {name} ({} spans reached it, {} bytes a span; {said})",
             us(b50),
             us(b99),
-            c.spans.0.load(Ordering::Relaxed)
+            c.spans.0.load(Ordering::Relaxed),
+            c.spans.1.load(Ordering::Relaxed) / c.spans.0.load(Ordering::Relaxed).max(1)
         );
         ratios.push((us(b50) / us(a50), us(b99) / us(a99)));
     }
