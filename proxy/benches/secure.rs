@@ -232,14 +232,15 @@ async fn measure(label: &str, n: &Sizes) {
 
 /// Run `script` with `sh`, its error being what it said.
 fn sh(script: &str, namespace: bool) -> Result<(), String> {
-    let mut cmd = match namespace {
-        true => Command::new("unshare"),
-        false => Command::new("sh"),
+    let (program, before): (&str, &[&str]) = match namespace {
+        true => ("unshare", &["-n", "sh"]),
+        false => ("sh", &[]),
     };
-    if namespace {
-        cmd.args(["-n", "sh"]);
-    }
-    let out = (cmd.args(["-c", script]).output()).map_err(|e| format!("{script}: {e}"))?;
+    let out = (Command::new(program)
+        .args(before)
+        .args(["-c", script])
+        .output())
+    .map_err(|e| format!("{script}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {

@@ -453,18 +453,7 @@ impl Contract {
     /// those of each `needs` entry that holds on `message` ([`crate::model::Need::holds`]), each with the
     /// pointer of the entry that asks for it.
     pub fn needed_capabilities(&self, method: &str, message: &Value) -> Vec<(&str, String)> {
-        let Some(m) = self.methods.get(method) else {
-            return Vec::new();
-        };
-        let base = crate::pointer::join("/methods", [method]);
-        let own = (m.capability.as_deref()).map(|cap| (cap, format!("{base}/capability")));
-        let by_value = (m.needs.iter().enumerate())
-            .filter(|(_, n)| n.holds(message))
-            .flat_map(|(i, n)| {
-                let at = format!("{base}/needs/{i}");
-                (n.capabilities.iter()).map(move |cap| (cap.as_str(), at.clone()))
-            });
-        own.into_iter().chain(by_value).collect()
+        self.needs_of(method, message, true)
     }
 
     /// The capabilities `msg` needs, as [`Contract::needed_capabilities`] finds them for a
@@ -475,16 +464,26 @@ impl Contract {
         let Some(method) = msg.method.as_deref() else {
             return Vec::new();
         };
-        let mut needed = self.needed_capabilities(method, &msg.value);
-        if !msg.is_call()
-            && self
-                .methods
-                .get(method)
-                .is_some_and(|m| m.capability.is_some())
-        {
-            needed.remove(0);
-        }
-        needed
+        self.needs_of(method, &msg.value, msg.is_call())
+    }
+
+    /// What `message` of `method` needs: the method's own `capability` when `own`, then
+    /// each `needs` entry's that holds on it, each with the entry's pointer.
+    fn needs_of(&self, method: &str, message: &Value, own: bool) -> Vec<(&str, String)> {
+        let Some(m) = self.methods.get(method) else {
+            return Vec::new();
+        };
+        let base = crate::pointer::join("/methods", [method]);
+        let own = (m.capability.as_deref())
+            .filter(|_| own)
+            .map(|cap| (cap, format!("{base}/capability")));
+        let by_value = (m.needs.iter().enumerate())
+            .filter(|(_, n)| n.holds(message))
+            .flat_map(|(i, n)| {
+                let at = format!("{base}/needs/{i}");
+                (n.capabilities.iter()).map(move |cap| (cap.as_str(), at.clone()))
+            });
+        own.into_iter().chain(by_value).collect()
     }
 
     /// Every capability some message of `method` may need: its `capability` and those its

@@ -36,10 +36,9 @@ fn gated(c: &Contract, role: &str) -> Vec<String> {
     let calls = (c.methods.iter())
         .filter(|(_, m)| m.from.iter().any(|p| p != role))
         .flat_map(|(name, _)| c.gated_capabilities(name));
-    let answers = (c.methods.values())
-        .filter(|m| m.from.iter().any(|p| p == role))
-        .flat_map(|m| m.needs.iter().flat_map(|n| n.capabilities.iter()))
-        .map(String::as_str);
+    let answers = (c.methods.iter())
+        .filter(|(_, m)| m.from.iter().any(|p| p == role))
+        .flat_map(|(name, _)| by_needs(c, name));
     let mut caps: Vec<String> = calls
         .chain(answers)
         .filter(|cap| {
@@ -54,11 +53,16 @@ fn gated(c: &Contract, role: &str) -> Vec<String> {
     caps
 }
 
-/// Whether a `needs` entry of `method` names one of `caps` (its answer may need it).
-fn answer_gated(c: &Contract, method: &str, caps: &[String]) -> bool {
+/// The capabilities `method`'s `needs` entries name: what its answer may need.
+fn by_needs<'c>(c: &'c Contract, method: &str) -> impl Iterator<Item = &'c str> {
     (c.methods.get(method).into_iter())
         .flat_map(|m| m.needs.iter().flat_map(|n| n.capabilities.iter()))
-        .any(|k| caps.contains(k))
+        .map(String::as_str)
+}
+
+/// Whether a `needs` entry of `method` names one of `caps` (its answer may need it).
+fn answer_gated(c: &Contract, method: &str, caps: &[String]) -> bool {
+    by_needs(c, method).any(|k| caps.iter().any(|x| x == k))
 }
 
 /// The requests `plan` can send that move the machine on and whose answer may need one
