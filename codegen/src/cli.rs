@@ -83,7 +83,8 @@ pub enum Command {
         /// Output directory (created if missing).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
-        /// Use the templates in DIR (or DIR/<lang>) instead of the built-in ones.
+        /// Use the templates in DIR (or DIR/<lang>) instead of the built-in ones; those
+        /// under partials/ are included with `{{> NAME}}`, not written.
         #[arg(long, value_name = "DIR")]
         templates: Option<PathBuf>,
         /// Do not write: exit 1 if any file in --out differs from what would be generated.

@@ -52,6 +52,34 @@ pub const TEMPLATES: &[Template] = &[
         "{{module}}.cs.hbs",
         include_str!("../templates/csharp/{{module}}.cs.hbs"),
     ),
+    (
+        "partials/channels.hbs",
+        include_str!("../templates/csharp/partials/channels.hbs"),
+    ),
+    (
+        "partials/codes.hbs",
+        include_str!("../templates/csharp/partials/codes.hbs"),
+    ),
+    (
+        "partials/machines.hbs",
+        include_str!("../templates/csharp/partials/machines.hbs"),
+    ),
+    (
+        "partials/string-enum.hbs",
+        include_str!("../templates/csharp/partials/string-enum.hbs"),
+    ),
+    (
+        "partials/struct.hbs",
+        include_str!("../templates/csharp/partials/struct.hbs"),
+    ),
+    (
+        "partials/union.hbs",
+        include_str!("../templates/csharp/partials/union.hbs"),
+    ),
+    (
+        "partials/wire-names.hbs",
+        include_str!("../templates/csharp/partials/wire-names.hbs"),
+    ),
 ];
 
 /// A C# literal for a JSON scalar.

@@ -32,6 +32,26 @@ pub const TEMPLATES: &[Template] = &[
         "README.md.hbs",
         include_str!("../templates/docs/README.md.hbs"),
     ),
+    (
+        "partials/behaviour.hbs",
+        include_str!("../templates/docs/partials/behaviour.hbs"),
+    ),
+    (
+        "partials/channels.hbs",
+        include_str!("../templates/docs/partials/channels.hbs"),
+    ),
+    (
+        "partials/machines.hbs",
+        include_str!("../templates/docs/partials/machines.hbs"),
+    ),
+    (
+        "partials/methods.hbs",
+        include_str!("../templates/docs/partials/methods.hbs"),
+    ),
+    (
+        "partials/rules.hbs",
+        include_str!("../templates/docs/partials/rules.hbs"),
+    ),
 ];
 
 /// A type as Markdown, linking named types to their section.

@@ -22,6 +22,7 @@ pub mod python;
 pub mod rust;
 pub mod sdk;
 pub mod shapes;
+mod splice;
 pub mod types;
 pub mod vectors;
 pub mod wireshark;

@@ -65,6 +65,30 @@ pub const TEMPLATES: &[Template] = &[
         "{{package}}/{{module}}.py.hbs",
         include_str!("../templates/python/{{package}}/{{module}}.py.hbs"),
     ),
+    (
+        "partials/codes.hbs",
+        include_str!("../templates/python/partials/codes.hbs"),
+    ),
+    (
+        "partials/decoder.hbs",
+        include_str!("../templates/python/partials/decoder.hbs"),
+    ),
+    (
+        "partials/framing.hbs",
+        include_str!("../templates/python/partials/framing.hbs"),
+    ),
+    (
+        "partials/machines.hbs",
+        include_str!("../templates/python/partials/machines.hbs"),
+    ),
+    (
+        "partials/types.hbs",
+        include_str!("../templates/python/partials/types.hbs"),
+    ),
+    (
+        "partials/unions.hbs",
+        include_str!("../templates/python/partials/unions.hbs"),
+    ),
 ];
 
 const KEYWORDS: &[&str] = &[

@@ -4,10 +4,14 @@
 //! embedded in the binary and overridable with `--templates DIR`. A template
 //! whose file name contains `{{module}}` is rendered once per contract with
 //! that contract's [`Context`]; any other template is rendered once for the
-//! whole run with `{ "contracts": [...] }`. Language-specific spelling (type
-//! names, literals) comes from helpers each target registers, so templates
-//! only lay out files.
+//! whole run with `{ "contracts": [...] }`. A template under `partials/` is a
+//! partial, included with `{{> name}}` and never a file of its own; large
+//! files are split into partials so that each piece compiles alone, and a
+//! partial included on a line of its own is spliced in ([`crate::splice`]).
+//! Language-specific spelling (type names, literals) comes from helpers each
+//! target registers, so templates only lay out files.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use handlebars::Handlebars;
@@ -21,15 +25,15 @@ use crate::package::Package;
 /// One embedded template: its path under `codegen/templates/<lang>/` and its text.
 pub type Template = (&'static str, &'static str);
 
-fn engine(lang: &str, register: fn(&mut Handlebars<'static>)) -> Handlebars<'static> {
+fn engine(register: fn(&mut Handlebars<'static>)) -> Handlebars<'static> {
     let mut hb = Handlebars::new();
     hb.set_strict_mode(true);
     // Generated code is not HTML.
     hb.register_escape_fn(handlebars::no_escape);
     crate::helpers::register(&mut hb);
+    hb.register_helper(crate::splice::HELPER, Box::new(crate::splice::Spliced));
     register(&mut hb);
     hb.set_dev_mode(false);
-    let _ = lang;
     hb
 }
 
@@ -81,6 +85,43 @@ fn file_key(name: &str) -> String {
     format!("file:{name}")
 }
 
+/// The partial a template path names (`partials/NAME.hbs` is `NAME`), if it is one.
+fn partial_name(path: &str) -> Option<&str> {
+    (path.strip_prefix("partials/")).map(|n| n.trim_end_matches(".hbs"))
+}
+
+/// Compile `templates` into `hb`: each file under [`file_key`] with the plain inclusions
+/// of partials spliced in ([`crate::splice`]), each partial under its name as well.
+fn register_all(
+    hb: &mut Handlebars<'static>,
+    lang: &str,
+    templates: &[(String, String)],
+) -> Result<(), GenError> {
+    let mut partials = HashMap::new();
+    let mut files = Vec::new();
+    for (name, text) in templates {
+        let compiled = handlebars::Template::compile_with_name(text, format!("{lang}/{name}"))
+            .map_err(|e| GenError::Template {
+                template: format!("{lang}/{name}"),
+                reason: e.to_string(),
+            })?;
+        match partial_name(name) {
+            Some(p) => drop(partials.insert(p.to_string(), compiled)),
+            None => files.push((file_key(name), compiled)),
+        }
+    }
+    for (key, mut t) in files {
+        crate::splice::splice(&mut t, &partials);
+        t.name = Some(key.clone());
+        hb.register_template(&key, t);
+    }
+    for (name, mut t) in partials {
+        t.name = Some(name.clone());
+        hb.register_template(&name, t);
+    }
+    Ok(())
+}
+
 /// A template target: its templates, its spelling helpers, and its own view of a
 /// contract, which its per-contract templates see as `target`.
 pub struct Target {
@@ -102,16 +143,10 @@ pub fn generate(
     (dir, package): (Option<&Path>, &Package),
 ) -> Result<Vec<GeneratedFile>, GenError> {
     let lang = target.lang;
-    let mut hb = engine(lang, target.register);
+    let mut hb = engine(target.register);
     let templates = load(lang, target.templates, dir)?;
     // Each template is parsed once, not once per contract it renders.
-    for (name, text) in &templates {
-        hb.register_template_string(&file_key(name), text)
-            .map_err(|e| GenError::Template {
-                template: format!("{lang}/{name}"),
-                reason: e.to_string(),
-            })?;
-    }
+    register_all(&mut hb, lang, &templates)?;
     let package_ctx = package.context();
     let mut contexts = Vec::with_capacity(irs.len());
     for (ir, input) in irs {
@@ -131,13 +166,6 @@ pub fn generate(
             template: lang.into(),
             reason: e.to_string(),
         })?;
-    let run = json!({ "contracts": values, "package": package_ctx });
-    let run = handlebars::Context::from(run);
-    let contexts: Vec<handlebars::Context> = match run.data()["contracts"].as_array() {
-        Some(all) => all.iter().cloned().map(handlebars::Context::from).collect(),
-        None => Vec::new(),
-    };
-    let mut files = Vec::new();
     let render = |name: &str, ctx: &handlebars::Context| -> Result<String, GenError> {
         hb.render_with_context(&file_key(name), ctx)
             .map_err(|e| GenError::Template {
@@ -145,24 +173,37 @@ pub fn generate(
                 reason: e.to_string(),
             })
     };
-    for (name, _) in &templates {
-        let out_name = name
-            .trim_end_matches(".hbs")
+    let out_name = |name: &str| {
+        (name.trim_end_matches(".hbs"))
             .replace("{{package}}", package.python())
-            .replace("{{assembly}}", package.assembly());
-        if out_name.contains("{{module}}") {
-            for (ctx, module) in contexts.iter().zip(&modules) {
-                files.push(GeneratedFile {
-                    name: out_name.replace("{{module}}", module),
-                    contents: render(name, ctx)?,
-                });
-            }
-        } else {
+            .replace("{{assembly}}", package.assembly())
+    };
+    let (per_contract, per_run): (Vec<&String>, Vec<&String>) = (templates.iter())
+        .map(|(name, _)| name)
+        .filter(|name| partial_name(name).is_none())
+        .partition(|name| out_name(name).contains("{{module}}"));
+    // Per-contract files render from each contract's tree, then whole-run files from all
+    // of them: each tree moves from the one to the other rather than being copied.
+    let mut contexts: Vec<handlebars::Context> =
+        values.into_iter().map(handlebars::Context::from).collect();
+    let mut files = Vec::new();
+    for name in per_contract {
+        for (ctx, module) in contexts.iter().zip(&modules) {
             files.push(GeneratedFile {
-                name: out_name,
-                contents: render(name, &run)?,
+                name: out_name(name).replace("{{module}}", module),
+                contents: render(name, ctx)?,
             });
         }
+    }
+    let values: Vec<Value> = (contexts.iter_mut())
+        .map(|c| std::mem::take(c.data_mut()))
+        .collect();
+    let run = handlebars::Context::from(json!({ "contracts": values, "package": package_ctx }));
+    for name in per_run {
+        files.push(GeneratedFile {
+            name: out_name(name),
+            contents: render(name, &run)?,
+        });
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(files)
@@ -193,7 +234,7 @@ pub fn render_each(
     templates: &[Template],
     ctx: &Value,
 ) -> Result<Vec<GeneratedFile>, GenError> {
-    let hb = engine(what, |_| {});
+    let hb = engine(|_| {});
     let mut files = Vec::new();
     for (name, text) in templates {
         let contents = hb

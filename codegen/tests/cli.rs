@@ -563,3 +563,63 @@ fn a_plain_schema_reaching_outside_itself_is_read_with_the_resources_given() {
     assert_eq!(no_id.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&no_id.stderr).contains("give it as URI=FILE"));
 }
+
+/// A team's own templates (`--templates DIR`) split into partials, on a contract that is not
+/// one of the four: a partial included on a line of its own reads as if written there
+/// (`../` reaches the contract), it is not written as a file, and a missing partial is an
+/// error naming the template.
+#[test]
+fn a_users_templates_include_partials_from_their_partials_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(docs.join("partials")).expect("mkdir");
+    std::fs::write(
+        docs.join("{{module}}.txt.hbs"),
+        "# {{name}}\n{{#each methods}}\n{{> method}}\n{{/each}}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        docs.join("partials/method.hbs"),
+        "{{#if @first}}\nmethods:\n{{/if}}\n- {{wire}} of {{../name}}\n",
+    )
+    .expect("write");
+    let out = dir.path().join("out");
+    let depot = root().join("proxy/tests/fixtures/depot.json");
+    contractgen()
+        .args(["generate", "--lang", "docs", "--templates"])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(&out)
+        .arg(&depot)
+        .assert()
+        .success();
+    let written: Vec<PathBuf> = tree(&out).into_keys().collect();
+    assert_eq!(
+        written,
+        [PathBuf::from("depot.txt")],
+        "no partial is a file"
+    );
+    let page = std::fs::read_to_string(out.join("depot.txt")).expect("page");
+    assert_eq!(
+        page,
+        "# depot\nmethods:\n- hello of depot\n- parcel of depot\n- receipt of depot\n"
+    );
+
+    std::fs::remove_file(docs.join("partials/method.hbs")).expect("rm");
+    let err = contractgen()
+        .args(["generate", "--lang", "docs", "--templates"])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(&out)
+        .arg(&depot)
+        .assert()
+        .failure()
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8_lossy(&err);
+    assert!(
+        err.contains("{{module}}.txt") && err.contains("method"),
+        "the error names the template and the partial: {err}"
+    );
+}
