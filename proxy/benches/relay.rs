@@ -4,7 +4,9 @@
 //! (rukh `rukh.call` and its result, padded), three ways: direct to the echo
 //! peer, through socat, and through contract-proxy with full inspection (JSON
 //! log written to a file, as people run a debugging proxy). Overhead = RTT(via) − RTT(direct) at p50 and
-//! p99; the printed ratios are proxy overhead / socat overhead. Then bulk
+//! p99; the printed ratios are proxy overhead / socat overhead. The same hop again with
+//! third-party peers in processes of their own: a Python client and a Python rukh server
+//! (`benches/peers/rukh_peer.py`, plain sockets and json). Then bulk
 //! throughput of 4 KiB kernel data frames under credit (a whole kernel session, both
 //! channels: hello, stream.open, the shell granting as it processes, the core sending
 //! within its credit; the proxy in enforce mode, beside socat and direct), and a
@@ -13,17 +15,18 @@
 //! all of them alike. Targets (issue 24; issue 6 asked ≤1.5× and ≥0.8×): overhead
 //! ≤ socat's at p50 and ≤1.2× at p99; WebSocket ≤ websocat's; throughput ≥ socat's.
 //!
-//! `cargo bench -p contract-proxy --bench relay` (RELAY_BENCH_ROUNDS, RELAY_BENCH_ITERS to change the sample size;
-//! RELAY_BENCH_PARTS=ping-pong,bulk,websocket to run some parts only).
+//! `cargo bench -p contract-proxy --bench relay` (RELAY_BENCH_ROUNDS, RELAY_BENCH_ITERS to change the sample size,
+//! RELAY_BENCH_PY_ROUNDS the Python peers' rounds, 20;
+//! RELAY_BENCH_PARTS=ping-pong,python-peers,bulk,websocket to run some parts only).
 
 #![allow(clippy::result_large_err)] // tungstenite's handshake callback type, not ours
 
 mod common;
 
 use common::{
-    Kernel, KernelRoute, Ws, call, control, echo_server, env_num, frame, free_port, heartbeat,
-    kernel_route, pad_to, pct, proxy, read_control, read_frame, result, round_trip, socat,
-    tool_call, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
+    Kernel, KernelRoute, Kill, Ws, call, control, echo_server, env_num, frame, free_port,
+    heartbeat, kernel_route, pad_to, pct, proxy, read_control, read_frame, result, round_trip,
+    socat, tool_call, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
 };
 
 use std::path::Path;
@@ -33,7 +36,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-/// Whether to run one part of the bench: RELAY_BENCH_PARTS=ping-pong,bulk,websocket
+/// Whether to run one part of the bench: RELAY_BENCH_PARTS=ping-pong,python-peers,bulk,websocket
 /// (all when unset), e.g. to profile one of them alone.
 fn part(name: &str) -> bool {
     std::env::var("RELAY_BENCH_PARTS").map_or(true, |v| v.split(',').any(|p| p.trim() == name))
@@ -142,6 +145,89 @@ async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
         let [d, s, p] = samples.map(summarize);
         print_ratios(&format!("rukh ping-pong {}B", probe.len()), &d, &s, &p);
     }
+}
+
+/// The hop with third-party peers, as users run it: a Python client and a Python rukh
+/// server, each in its own process (`benches/peers/rukh_peer.py`), direct, through socat
+/// and through the proxy (full inspection, JSON log to a file). Each path and round is a
+/// fresh client process; its warm-up calls are left out of the samples.
+async fn python_peers(dir: &Path, rounds: usize, iters: usize) {
+    let python = peers_python();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/rukh_peer.py");
+    let server = dir.join("py-server.sock");
+    let _server = Kill(
+        std::process::Command::new(&python)
+            .arg(&script)
+            .arg("server")
+            .arg(&server)
+            .spawn()
+            .expect("python starts"),
+    );
+    let via_socat = dir.join("py-socat.sock");
+    let via_proxy = dir.join("py-proxy.sock");
+    wait_for(&server).await;
+    let _s = socat(&via_socat, &format!("UNIX-CONNECT:{}", server.display()));
+    let _p = proxy(
+        &dir.join("python-peers.log"),
+        &[
+            "--contract",
+            "rukh",
+            "--client",
+            "extension",
+            "--listen",
+            &format!("unix:{}", via_proxy.display()),
+            "--upstream",
+            &format!("unix:{}", server.display()),
+        ],
+    );
+    wait_for(&via_socat).await;
+    wait_for(&via_proxy).await;
+    for size in [64usize, 4096] {
+        let mut samples: [Vec<Duration>; 3] = Default::default();
+        for _ in 0..rounds {
+            for (k, path) in [&server, &via_socat, &via_proxy].into_iter().enumerate() {
+                samples[k].extend(python_client(&python, &script, path, size, iters));
+            }
+        }
+        let [d, s, p] = samples.map(summarize);
+        print_ratios(&format!("rukh Python peers {size}B"), &d, &s, &p);
+    }
+}
+
+/// The Python the peers run on: the project's peers environment, else `python3`.
+fn peers_python() -> std::path::PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-peers/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
+/// One client process's round trips over `path`.
+fn python_client(
+    python: &Path,
+    script: &Path,
+    path: &Path,
+    size: usize,
+    iters: usize,
+) -> Vec<Duration> {
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg("client")
+        .arg(path)
+        .args([size.to_string(), iters.to_string(), "50".to_string()])
+        .output()
+        .expect("python client runs");
+    assert!(
+        out.status.success(),
+        "python client over {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (String::from_utf8_lossy(&out.stdout).split_whitespace())
+        .map(|ns| Duration::from_nanos(ns.parse().expect("nanoseconds")))
+        .collect()
 }
 
 /// Payload bytes per data frame, and frames per write.
@@ -367,6 +453,11 @@ fn main() {
         if part("ping-pong") {
             ping_pong(dir.path(), rounds, iters).await;
         }
+        if part("python-peers") {
+            // Fresh processes land on the cores differently each round: more rounds.
+            let py_rounds = env_num("RELAY_BENCH_PY_ROUNDS", if quick { 1 } else { 20 });
+            python_peers(dir.path(), py_rounds, iters).await;
+        }
         if part("bulk") {
             bulk(dir.path(), bulk_bytes).await;
         }
@@ -375,7 +466,7 @@ fn main() {
         }
     });
     // The log the proxy wrote is part of what was measured: show that it was written.
-    let sizes: Vec<String> = ["ping-pong", "bulk", "websocket"]
+    let sizes: Vec<String> = ["ping-pong", "python-peers", "bulk", "websocket"]
         .iter()
         .filter_map(|n| {
             let len = std::fs::metadata(dir.path().join(format!("{n}.log")))
