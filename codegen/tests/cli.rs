@@ -584,15 +584,16 @@ fn a_users_templates_include_partials_from_their_partials_directory() {
     )
     .expect("write");
     let out = dir.path().join("out");
-    let depot = root().join("proxy/tests/fixtures/depot.json");
-    contractgen()
-        .args(["generate", "--lang", "docs", "--templates"])
-        .arg(dir.path())
-        .arg("--out")
-        .arg(&out)
-        .arg(&depot)
-        .assert()
-        .success();
+    let generate = || {
+        let mut cmd = contractgen();
+        cmd.args(["generate", "--lang", "docs", "--templates"])
+            .arg(dir.path())
+            .arg("--out")
+            .arg(&out)
+            .arg(root().join("proxy/tests/fixtures/depot.json"));
+        cmd.assert()
+    };
+    generate().success();
     let written: Vec<PathBuf> = tree(&out).into_keys().collect();
     assert_eq!(
         written,
@@ -606,17 +607,7 @@ fn a_users_templates_include_partials_from_their_partials_directory() {
     );
 
     std::fs::remove_file(docs.join("partials/method.hbs")).expect("rm");
-    let err = contractgen()
-        .args(["generate", "--lang", "docs", "--templates"])
-        .arg(dir.path())
-        .arg("--out")
-        .arg(&out)
-        .arg(&depot)
-        .assert()
-        .failure()
-        .get_output()
-        .stderr
-        .clone();
+    let err = generate().failure().get_output().stderr.clone();
     let err = String::from_utf8_lossy(&err);
     assert!(
         err.contains("{{module}}.txt") && err.contains("method"),

