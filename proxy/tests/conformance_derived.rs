@@ -526,7 +526,9 @@ fn a_heartbeat_off_its_timers_fails_only_the_timer_it_breaks() {
 /// retired method otherwise than its one error only that method's call check, serving a
 /// second tune only the `link` machine's refusal check, serving a tune over its own cap
 /// only that cap's check, chiming at a client that does not hear chimes (a capability the
-/// beat needs by its kind, B-5) only the capabilities check, refusing an echo with a member
+/// beat needs by its kind, B-5) only the capabilities check, and so does saying `chime` in
+/// the echo's answer to such a client (a capability the answer needs, B-17), refusing an
+/// echo with a member
 /// its open schema allows (B-6) only the unknown-member check. Its two buckets on ring
 /// (B-7), one kept per bell and one for the station, refuse with the same code: each is
 /// judged apart from the other (ringRate's rings spread over bells), so a station without
@@ -617,6 +619,7 @@ fn a_contract_of_its_own_gets_its_timers_checked() {
         ("retune", "refusal.link.tune"),
         ("uncapped", "frame.method-cap.tune"),
         ("deaf", "capabilities"),
+        ("loud", "capabilities"),
         ("closed-params", "unknown-member"),
         ("unnamed", "invalid.missing"),
         ("any-band", "agreement.band"),

@@ -7,7 +7,8 @@ numbers are read from the contract file, scaled by CONTRACT_TIME_SCALE like ever
 
 It answers the first tune, and refuses each later one with TUNED (B-4); it hangs up on a
 tune line over tuneMax. The echo of `chime` makes it beat at once: a chime where the
-first tune's `hears` named chime, else a plain beat (B-5).
+first tune's `hears` named chime, else a plain beat (B-5); to such a client the echo
+itself says `chime: true` (B-17).
 It answers each line that is not JSON, or not one JSON-RPC object, with its error, and
 hangs up after answering the badLinesMax-th. The echo of `clock` makes it ask the
 client's time; it beats no plain beat until the answer comes, then beats at once (B-13).
@@ -21,6 +22,7 @@ An answer to an id it never issued is dropped, as its id rule says.
 --break retune: serve a second tune instead of refusing it with TUNED.
 --break uncapped: serve a tune line over tuneMax instead of hanging up.
 --break deaf: chime whatever the client hears.
+--break loud: answer the echo of `chime` with `chime: true` whatever the client hears (B-17).
 --break own-idle: keep the contract's idleSeconds when a tune carries another (B-8).
 --break closed-params: refuse an echo carrying a member it does not know (B-6 leaves them open).
 --break bell-rate: ring a bell however often it is rung (no bellRate).
@@ -304,7 +306,10 @@ def handle(line, broken, session):
     if not isinstance(params, dict) or not isinstance(params.get("text"), str) or closed:
         error(id_, -32602, "invalid params")
         return True
-    send({"jsonrpc": "2.0", "id": id_, "result": {"text": params["text"]}})
+    result = {"text": params["text"]}
+    if params["text"] == "chime" and ("chime" in session.hears or broken == "loud"):
+        result["chime"] = True
+    send({"jsonrpc": "2.0", "id": id_, "result": result})
     if params["text"] == "chime":
         session.beat("chime" if "chime" in session.hears or broken == "deaf" else None)
     if params["text"] == "clock":
@@ -359,7 +364,7 @@ def serve(channel, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token", "any-band", "restless", "unheard"])
+    ap.add_argument("--break", dest="broken", choices=["early", "never", "uncounted", "answers", "retired", "retune", "uncapped", "deaf", "closed-params", "bell-rate", "ring-rate", "own-idle", "exit", "unnamed", "any-token", "any-band", "restless", "unheard", "loud"])
     ap.add_argument("--ws", metavar="URL", help="serve one client over a WebSocket at URL")
     ap.add_argument("--token", help="with --ws: the Bearer token an upgrade must carry")
     a = ap.parse_args()
