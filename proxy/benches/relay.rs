@@ -1,7 +1,9 @@
 //! Relay benchmark: the proxy beside its baselines, in the same run.
 //!
 //! Ping-pong of length-prefixed JSON over unix sockets, 64-byte class and 4 KiB
-//! (rukh `rukh.call` and its result, padded), three ways: direct to the echo
+//! (rukh `rukh.call` and its result, padded, after rukh's opening taken from the
+//! contract's examples, so every frame is valid and the proxy's log must show no
+//! violation: the bench fails otherwise), three ways: direct to the echo
 //! peer, through socat, and through contract-proxy with full inspection (JSON
 //! log written to a file, as people run a debugging proxy). Overhead = RTT(via) − RTT(direct) at p50 and
 //! p99; the printed ratios are proxy overhead / socat overhead. The same hop again with
@@ -24,9 +26,10 @@
 mod common;
 
 use common::{
-    Kernel, KernelRoute, Kill, Ws, call, control, echo_server, env_num, frame, free_port,
-    heartbeat, kernel_route, pad_to, pct, peers_python, proxy, read_control, read_frame, result,
-    round_trip, socat, tool_call, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
+    Kernel, KernelRoute, Kill, RukhOpening, Ws, call, control, echo_server, env_num, frame,
+    free_port, heartbeat, kernel_route, pad_to, pct, peers_python, proxy, read_control, read_frame,
+    result, round_trip, socat, tool_call, us, wait_for, websocat, websocat_path, ws_connect,
+    ws_echo,
 };
 
 use std::path::{Path, PathBuf};
@@ -108,9 +111,11 @@ async fn rukh_relays(dir: &Path, name: &str, upstream: &Path) -> ([PathBuf; 2], 
 async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
     let target = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(64));
     let echo = dir.join("echo.sock");
+    let opening = std::sync::Arc::new(RukhOpening::from_contract());
     tokio::spawn(echo_server(
         UnixListener::bind(&echo).expect("bind"),
         target.clone(),
+        Some(opening.clone()),
     ));
     let ([via_socat, via_proxy], _relays) = rukh_relays(dir, "ping-pong", &echo).await;
     let wire = contract::wire::Wire::new(std::sync::Arc::new(
@@ -134,15 +139,18 @@ async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
         let paths = [&echo, &via_socat, &via_proxy];
         let mut conns = Vec::new();
         for p in paths {
-            conns.push(UnixStream::connect(p).await.expect("connect"));
+            let mut c = UnixStream::connect(p).await.expect("connect");
+            opening.as_extension(&mut c).await.expect("rukh's opening");
+            conns.push(c);
         }
-        let mut id = 0u64;
+        // Each session numbers its own calls, from 1 and without gaps (rukh's id rule).
+        let mut ids = [0u64; 3];
         let mut buf = Vec::new();
         for _ in 0..rounds {
             for (k, c) in conns.iter_mut().enumerate() {
                 for i in 0..iters + WARMUP {
-                    id += 1;
-                    let req = frame(&pad_to(|f| call(id, f), size));
+                    ids[k] += 1;
+                    let req = frame(&pad_to(|f| call(ids[k], f), size));
                     let t = Instant::now();
                     c.write_all(&req).await.expect("send");
                     read_frame(c, &mut buf).await.expect("reply");
@@ -155,6 +163,15 @@ async fn ping_pong(dir: &Path, rounds: usize, iters: usize) {
         let [d, s, p] = samples.map(summarize);
         print_ratios(&format!("rukh ping-pong {}B", probe.len()), &d, &s, &p);
     }
+    assert_valid(dir, "ping-pong");
+}
+
+/// The proxy saw no violation in part `name`: what was measured is its normal path
+/// (a violation is flagged, logged and counted, which costs more).
+fn assert_valid(dir: &Path, name: &str) {
+    let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).expect("the proxy's log");
+    let broken = log.matches(r#""verdict":"violation""#).count();
+    assert_eq!(broken, 0, "the proxy saw violations in the {name} part");
 }
 
 /// The hop with third-party peers, as users run it: a Python client and a Python rukh
@@ -165,11 +182,13 @@ async fn python_peers(dir: &Path, rounds: usize, iters: usize) {
     let python = peers_python();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/rukh_peer.py");
     let server = dir.join("py-server.sock");
+    let opening = dir.join("rukh-opening.json");
+    let json = RukhOpening::from_contract().to_json().to_string();
+    std::fs::write(&opening, json).expect("opening written");
     let _server = Kill(
         std::process::Command::new(&python)
             .arg(&script)
-            .arg("server")
-            .arg(&server)
+            .args([Path::new("server"), &server, &opening])
             .spawn()
             .expect("python starts"),
     );
@@ -179,26 +198,26 @@ async fn python_peers(dir: &Path, rounds: usize, iters: usize) {
         let mut samples: [Vec<Duration>; 3] = Default::default();
         for _ in 0..rounds {
             for (k, path) in [&server, &via_socat, &via_proxy].into_iter().enumerate() {
-                samples[k].extend(python_client(&python, &script, path, size, iters));
+                let peer = [python.as_path(), &script, &opening];
+                samples[k].extend(python_client(peer, path, size, iters));
             }
         }
         let [d, s, p] = samples.map(summarize);
         print_ratios(&format!("rukh Python peers {size}B"), &d, &s, &p);
     }
+    assert_valid(dir, "python-peers");
 }
 
-/// One client process's round trips over `path`.
+/// One client process's round trips over `path`: `[python, script, opening]`.
 fn python_client(
-    python: &Path,
-    script: &Path,
+    [python, script, opening]: [&Path; 3],
     path: &Path,
     size: usize,
     iters: usize,
 ) -> Vec<Duration> {
     let out = std::process::Command::new(python)
         .arg(script)
-        .arg("client")
-        .arg(path)
+        .args([Path::new("client"), path, opening])
         .args([size.to_string(), iters.to_string(), WARMUP.to_string()])
         .output()
         .expect("python client runs");
@@ -325,9 +344,7 @@ async fn bulk(dir: &Path, total: usize) {
         }
     }
     // Enforce mode drops what breaks a rule, so a clean run is part of the measurement.
-    let log = std::fs::read_to_string(dir.join("bulk.log")).expect("the proxy's log");
-    let broken = log.matches(r#""verdict":"violation""#).count();
-    assert_eq!(broken, 0, "the proxy saw violations in the credit run");
+    assert_valid(dir, "bulk");
     let best = |v: &Vec<f64>| v.iter().cloned().fold(0.0, f64::max);
     let (d, s, p) = (best(&rates[0]), best(&rates[1]), best(&rates[2]));
     println!(
@@ -448,14 +465,15 @@ fn main() {
             websocket(dir.path(), rounds, iters).await;
         }
     });
-    // The log the proxy wrote is part of what was measured: show that it was written.
+    // The log the proxy wrote is part of what was measured: show that it was written,
+    // and what it flagged (a flagged frame takes a longer path than a valid one).
     let sizes: Vec<String> = ["ping-pong", "python-peers", "bulk", "websocket"]
         .iter()
         .filter_map(|n| {
-            let len = std::fs::metadata(dir.path().join(format!("{n}.log")))
-                .ok()?
-                .len();
-            Some(format!("{n} {:.1} MiB", len as f64 / (1024.0 * 1024.0)))
+            let log = std::fs::read_to_string(dir.path().join(format!("{n}.log"))).ok()?;
+            let flagged = log.matches(r#""verdict":"violation""#).count();
+            let mib = log.len() as f64 / (1024.0 * 1024.0);
+            Some(format!("{n} {mib:.1} MiB ({flagged} violations)"))
         })
         .collect();
     println!("proxy JSON logs written to files: {}", sizes.join(", "));

@@ -302,17 +302,80 @@ pub async fn read_frame(
     Ok(())
 }
 
-/// The rukh core side: answers each rukh.call with a result of the same size class.
+/// rukh's opening, from the contract's own examples: the core's `rukh.initialize`, the
+/// extension's result confirming it, and the core's `rukh.invoke`. The extension may call
+/// the core only after it (the session machine's `Running`), so a bench whose calls come
+/// after it has the proxy inspect valid traffic, its normal path.
+pub struct RukhOpening {
+    pub initialize: Vec<u8>,
+    pub confirm: Vec<u8>,
+    pub invoke: Vec<u8>,
+}
+
+impl RukhOpening {
+    pub fn from_contract() -> Self {
+        use contract::model::Part;
+        let c = contract::builtin("rukh").expect("rukh");
+        let first = |method: &str, part: Part| {
+            let ex = c.methods[method].examples.iter().find(|e| e.part == part);
+            serde_json::to_vec(&ex.expect("an example").message).expect("json")
+        };
+        RukhOpening {
+            initialize: first("rukh.initialize", Part::Call),
+            confirm: first("rukh.initialize", Part::Result),
+            invoke: first("rukh.invoke", Part::Call),
+        }
+    }
+
+    /// The core's side of it on `s`.
+    pub async fn as_core(
+        &self,
+        s: &mut (impl AsyncRead + tokio::io::AsyncWrite + Unpin),
+    ) -> std::io::Result<()> {
+        s.write_all(&frame(&self.initialize)).await?;
+        read_frame(s, &mut Vec::new()).await?;
+        s.write_all(&frame(&self.invoke)).await
+    }
+
+    /// The extension's side of it on `s`.
+    pub async fn as_extension(
+        &self,
+        s: &mut (impl AsyncRead + tokio::io::AsyncWrite + Unpin),
+    ) -> std::io::Result<()> {
+        read_frame(s, &mut Vec::new()).await?;
+        s.write_all(&frame(&self.confirm)).await?;
+        read_frame(s, &mut Vec::new()).await
+    }
+
+    /// The three messages as one JSON object, for peers in other languages.
+    pub fn to_json(&self) -> Value {
+        let v = |b: &[u8]| serde_json::from_slice::<Value>(b).expect("json");
+        json!({
+            "initialize": v(&self.initialize),
+            "confirm": v(&self.confirm),
+            "invoke": v(&self.invoke),
+        })
+    }
+}
+
+/// The rukh core side: opens each session with `opening` where given, then answers each
+/// rukh.call with a result of the same size class.
 pub async fn echo_server(
     l: tokio::net::UnixListener,
     target: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    opening: Option<std::sync::Arc<RukhOpening>>,
 ) {
     loop {
         let Ok((mut s, _)) = l.accept().await else {
             return;
         };
-        let target = target.clone();
+        let (target, opening) = (target.clone(), opening.clone());
         tokio::spawn(async move {
+            if let Some(o) = opening
+                && o.as_core(&mut s).await.is_err()
+            {
+                return;
+            }
             let mut buf = Vec::new();
             while read_frame(&mut s, &mut buf).await.is_ok() {
                 let Ok(v) = serde_json::from_slice::<Value>(&buf) else {

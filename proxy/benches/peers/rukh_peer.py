@@ -1,10 +1,17 @@
 """rukh peers in Python, each in its own process, for the relay bench's third-party hop.
 
-    rukh_peer.py server SOCKET
-        The core side: answers every rukh.call with a result as long as the call.
-    rukh_peer.py client SOCKET SIZE ITERS WARMUP
-        The extension side: ITERS + WARMUP calls of SIZE bytes, one at a time; prints the
-        round trips after the warm-up, in nanoseconds, one line, space-separated.
+    rukh_peer.py server SOCKET OPENING
+        The core side: opens each session, then answers every rukh.call with a result as
+        long as the call.
+    rukh_peer.py client SOCKET OPENING SIZE ITERS WARMUP
+        The extension side: takes part in the opening, then makes ITERS + WARMUP calls of
+        SIZE bytes, one at a time; prints the round trips after the warm-up, in
+        nanoseconds, one line, space-separated.
+
+OPENING is a JSON file holding rukh's opening as the bench took it from the contract's
+examples: {"initialize": the core's request, "confirm": the extension's result,
+"invoke": the core's request}. Calls may come only after it, so the proxy between the
+peers inspects valid traffic.
 
 Plain sockets and json, as a small Python JSON-RPC peer is written: length-prefixed
 (4-byte big-endian) compact JSON, the framing of rukh's ipc channel.
@@ -48,8 +55,16 @@ def frame(body):
     return struct.pack(">I", len(body)) + body
 
 
-def serve_one(conn):
+def send(conn, message):
+    conn.sendall(frame(json.dumps(message, separators=COMPACT).encode()))
+
+
+def serve_one(conn, opening):
     with conn:
+        send(conn, opening["initialize"])
+        if read_frame(conn) is None:
+            return
+        send(conn, opening["invoke"])
         while True:
             body = read_frame(conn)
             if body is None:
@@ -62,7 +77,7 @@ def serve_one(conn):
             conn.sendall(frame(reply))
 
 
-def server(path):
+def server(path, opening):
     if os.path.exists(path):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -70,7 +85,7 @@ def server(path):
     listener.listen(64)
     while True:
         conn, _ = listener.accept()
-        threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+        threading.Thread(target=serve_one, args=(conn, opening), daemon=True).start()
 
 
 def call(n, fill):
@@ -82,7 +97,7 @@ def call(n, fill):
     }
 
 
-def client(path, size, iters, warmup):
+def client(path, opening, size, iters, warmup):
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     deadline = time.monotonic() + 10
     while True:
@@ -93,6 +108,11 @@ def client(path, size, iters, warmup):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+    if read_frame(conn) is None:
+        sys.exit("the peer closed before its rukh.initialize")
+    send(conn, opening["confirm"])
+    if read_frame(conn) is None:
+        sys.exit("the peer closed before its rukh.invoke")
     samples = []
     for n in range(1, iters + warmup + 1):
         req = frame(padded(lambda f: call(n, f), size))
@@ -106,11 +126,16 @@ def client(path, size, iters, warmup):
     print(" ".join(map(str, samples)))
 
 
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def main(argv):
-    if len(argv) == 2 and argv[0] == "server":
-        server(argv[1])
-    elif len(argv) == 5 and argv[0] == "client":
-        client(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
+    if len(argv) == 3 and argv[0] == "server":
+        server(argv[1], load(argv[2]))
+    elif len(argv) == 6 and argv[0] == "client":
+        client(argv[1], load(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
     else:
         sys.exit(__doc__)
 
