@@ -497,12 +497,25 @@ fn main() {
     let mut rows = rt.block_on(kernel(dir.path(), &answer, &sizes, (rate, secs)));
     rows.extend(rt.block_on(websocket(dir.path(), &answer, &sizes, (rate, secs))));
     print(&rows);
+    flagged(dir.path(), &sizes);
     let out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"));
     let _ = std::fs::write(out.join("scale-bench.jsonl"), jsonl(&rows));
     match plot(&rows, &out.join("scale-bench.svg")) {
         Ok(()) => println!("plotted to target/scale-bench.svg"),
         Err(e) => println!("no plot: {e}"),
     }
+}
+
+/// What the proxy flagged, per protocol: a flagged frame takes a longer path than a
+/// valid one, so the count says which path was measured.
+fn flagged(dir: &Path, sizes: &[usize]) {
+    let count = |log: String| {
+        let text = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
+        text.matches(r#""verdict":"violation""#).count()
+    };
+    let kernel: usize = sizes.iter().map(|n| count(format!("k{n}-proxy-log"))).sum();
+    let ws: usize = sizes.iter().map(|n| count(format!("w{n}.log"))).sum();
+    println!("proxy violations flagged: kernel {kernel}, toolchannel-ws {ws}");
 }
 
 /// One value of a row for the plot: its overhead at the `q` quantile against the direct
