@@ -39,7 +39,8 @@ use std::time::{Duration, Instant};
 
 use common::{
     Kernel, Kill, children, control, env_num, free_port, heartbeat, kernel_route, pct, proxy,
-    read_control, status_kib, us, wait_for, websocat, websocat_path, ws_connect, ws_echo,
+    read_control, status_kib, us, violations, wait_for, websocat, websocat_path, ws_connect,
+    ws_echo,
 };
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -509,10 +510,7 @@ fn main() {
 /// What the proxy flagged, per protocol: a flagged frame takes a longer path than a
 /// valid one, so the count says which path was measured.
 fn flagged(dir: &Path, sizes: &[usize]) {
-    let count = |log: String| {
-        let text = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
-        text.matches(r#""verdict":"violation""#).count()
-    };
+    let count = |log: String| violations(&dir.join(log));
     let kernel: usize = sizes.iter().map(|n| count(format!("k{n}-proxy-log"))).sum();
     let ws: usize = sizes.iter().map(|n| count(format!("w{n}.log"))).sum();
     println!("proxy violations flagged: kernel {kernel}, toolchannel-ws {ws}");

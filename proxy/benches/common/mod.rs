@@ -302,6 +302,13 @@ pub async fn read_frame(
     Ok(())
 }
 
+/// The frames the proxy flagged in its JSON log at `log` (none when there is no log).
+/// A flagged frame takes a longer path than a valid one: the count says which was measured.
+pub fn violations(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.matches(r#""verdict":"violation""#).count()
+}
+
 /// rukh's opening, from the contract's own examples: the core's `rukh.initialize`, the
 /// extension's result confirming it, and the core's `rukh.invoke`. The extension may call
 /// the core only after it (the session machine's `Running`), so a bench whose calls come
