@@ -384,15 +384,28 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     for port in [echo_port, wp, pp] {
         conns.push(ws_connect(port).await);
     }
-    // A heartbeat, and a tool call as large as a file's contents (tungstenite reads a
-    // message in chunks of the read buffer's size).
-    let sizes: [(&str, Option<usize>); 2] = [
-        ("toolchannel ws heartbeat", None),
-        ("toolchannel ws 64KiB call", Some(64 << 10)),
-    ];
-    for (label, size) in sizes {
-        ws_sizes(&mut conns, label, size, (rounds, iters)).await;
-    }
+    // A heartbeat after the handshake (valid, so the proxy's normal path), and a tool
+    // call as large as a file's contents (tungstenite reads a message in chunks of the
+    // read buffer's size). The call goes worker to host, against the contract's
+    // direction: the proxy flags each one, and the closing line counts them.
+    ws_sizes(
+        &mut conns,
+        "toolchannel ws heartbeat",
+        None,
+        (rounds, iters),
+    )
+    .await;
+    // The log is written within its flush interval.
+    tokio::time::sleep(contract_proxy::lines::FLUSH_EVERY * 5).await;
+    assert_valid(dir, "websocket");
+    let call = Some(64 << 10);
+    ws_sizes(
+        &mut conns,
+        "toolchannel ws 64KiB call",
+        call,
+        (rounds, iters),
+    )
+    .await;
 }
 
 /// Round trips of one message size on the direct, websocat and proxy connections.

@@ -38,9 +38,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    Kernel, Kill, children, control, env_num, free_port, heartbeat, kernel_route, pct, proxy,
-    read_control, status_kib, us, violations, wait_for, websocat, websocat_path, ws_connect,
-    ws_echo,
+    Kernel, Kill, children, control, env_num, first_violation, free_port, heartbeat_as,
+    kernel_route, pct, proxy, read_control, status_kib, us, violations, wait_for, websocat,
+    websocat_path, ws_connect, ws_connect_as, ws_echo,
 };
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -338,9 +338,10 @@ async fn websocket(
             let warm = ws_connect(port).await;
             tokio::time::sleep(SETTLE).await;
             let before = relay.rss_kib();
+            // One session each: toolchannel keeps one live socket per session.
             let mut conns = Vec::with_capacity(n);
-            for _ in 0..n {
-                conns.push(ws_connect(port).await);
+            for i in 0..n {
+                conns.push(ws_connect_as(port, &format!("bench-{i}")).await);
             }
             tokio::time::sleep(SETTLE).await;
             let idle = relay.rss_kib();
@@ -351,8 +352,9 @@ async fn websocket(
                 .map(|(i, mut c)| {
                     tokio::spawn(async move {
                         let (mut pace, mut out) = (Pacer::new(i, n, load), Vec::new());
+                        let session = format!("bench-{i}");
                         while let Some(j) = pace.next().await {
-                            out.push(heartbeat(&mut c, j).await);
+                            out.push(heartbeat_as(&mut c, &session, j).await);
                         }
                         out
                     })
@@ -514,6 +516,14 @@ fn flagged(dir: &Path, sizes: &[usize]) {
     let kernel: usize = sizes.iter().map(|n| count(format!("k{n}-proxy-log"))).sum();
     let ws: usize = sizes.iter().map(|n| count(format!("w{n}.log"))).sum();
     println!("proxy violations flagged: kernel {kernel}, toolchannel-ws {ws}");
+    for log in sizes
+        .iter()
+        .flat_map(|n| [format!("k{n}-proxy-log"), format!("w{n}.log")])
+    {
+        if let Some(first) = first_violation(&dir.join(&log)) {
+            println!("  the first in {log}: {first}");
+        }
+    }
 }
 
 /// One value of a row for the plot: its overhead at the `q` quantile against the direct

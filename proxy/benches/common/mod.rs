@@ -174,12 +174,107 @@ pub fn websocat_path() -> Option<PathBuf> {
     }
 }
 
+/// toolchannel's handshake and a heartbeat's exchange, from the contract's own examples:
+/// the host's `initialize`, the worker's result, `notifications/initialized` and
+/// `agentfy/ready`, the host's `tools/list` and the worker's list; then the worker's
+/// `agentfy/heartbeat` and the host's answer. Heartbeats after the handshake are valid
+/// traffic, the proxy's normal path.
+struct Toolchannel {
+    /// The session the examples serve (the value their `sessionId` agreement settles),
+    /// replaced by each connection's own: one live socket per session.
+    session: String,
+    /// What the host sends first, then what the worker answers with, in order.
+    host_opens: Value,
+    worker_answers: [Value; 3],
+    host_lists: Value,
+    worker_lists: Value,
+    beat: Value,
+    beat_answer: Value,
+}
+
+/// The examples, taken once.
+static TOOLCHANNEL: std::sync::LazyLock<Toolchannel> =
+    std::sync::LazyLock::new(Toolchannel::from_contract);
+
+impl Toolchannel {
+    fn from_contract() -> Self {
+        use contract::model::Part;
+        let c = contract::builtin("toolchannel").expect("toolchannel");
+        let first = |method: &str, part: Part| {
+            let ex = c.methods[method].examples.iter().find(|e| e.part == part);
+            ex.expect("an example").message.clone()
+        };
+        let host_opens = first("initialize", Part::Call);
+        let settled = &c.agreements["sessionId"].settled[0];
+        assert_eq!(
+            settled.method, "initialize",
+            "the host's initialize settles the session"
+        );
+        let session = host_opens.pointer(&settled.pointer).and_then(Value::as_str);
+        Toolchannel {
+            session: session.expect("the examples' session").to_string(),
+            host_opens,
+            worker_answers: [
+                first("initialize", Part::Result),
+                first("notifications/initialized", Part::Call),
+                first("agentfy/ready", Part::Call),
+            ],
+            host_lists: first("tools/list", Part::Call),
+            worker_lists: first("tools/list", Part::Result),
+            beat: first("agentfy/heartbeat", Part::Call),
+            beat_answer: first("agentfy/heartbeat", Part::Result),
+        }
+    }
+
+    /// Example `m` as session `session`'s message.
+    fn text(&self, m: &Value, session: &str) -> tokio_tungstenite::tungstenite::Message {
+        let (from, to) = (json!(self.session).to_string(), json!(session).to_string());
+        tokio_tungstenite::tungstenite::Message::text(m.to_string().replace(&from, &to))
+    }
+
+    /// The worker's heartbeat with id `id`.
+    fn beat(&self, session: &str, id: u64) -> tokio_tungstenite::tungstenite::Message {
+        let mut m = self.beat.clone();
+        m["id"] = json!(id);
+        self.text(&m, session)
+    }
+
+    /// The host's answer to the heartbeat with id `id`.
+    fn beat_answer(&self, session: &str, id: &Value) -> tokio_tungstenite::tungstenite::Message {
+        let mut m = self.beat_answer.clone();
+        m["id"] = id.clone();
+        self.text(&m, session)
+    }
+}
+
+/// The next text message on `ws`, as JSON.
+async fn next_json<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Option<Value>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match ws.next().await? {
+            Ok(m) if m.is_text() => return serde_json::from_str(m.to_text().ok()?).ok(),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A toolchannel host: the handshake ([`Toolchannel`]) on each connection, then an answer
+/// to every heartbeat (and, as a heartbeat's answer, to anything else it is sent).
 pub async fn ws_echo(l: tokio::net::TcpListener) {
     loop {
         let Ok((s, _)) = l.accept().await else { return };
         tokio::spawn(async move {
             let _ = s.set_nodelay(true);
+            // The session is the token's (toolchannel's host takes it from the token's sub).
+            let token = std::sync::Mutex::new(String::new());
             let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(s, |req: &tokio_tungstenite::tungstenite::handshake::server::Request, mut resp: tokio_tungstenite::tungstenite::handshake::server::Response| {
+                let bearer = req.headers().get("Authorization").and_then(|h| h.to_str().ok());
+                if let (Some(b), Ok(mut t)) = (bearer.and_then(|b| b.strip_prefix("Bearer ")), token.lock()) {
+                    *t = b.to_string();
+                }
                 if req.headers().get("Sec-WebSocket-Protocol").is_some() {
                     resp.headers_mut().insert("Sec-WebSocket-Protocol", "agentfy.worker.v1".parse().expect("header"));
                 }
@@ -189,20 +284,23 @@ pub async fn ws_echo(l: tokio::net::TcpListener) {
             else {
                 return;
             };
-            let reply = json!({"jsonrpc":"2.0","id":42,"result":{"continue":true,"idleBudgetSeconds":90,"execBudgetSeconds":900}}).to_string();
-            while let Some(Ok(m)) = ws.next().await {
-                if m.is_text() {
-                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
-                        return;
-                    };
-                    let r = reply.replace("42", &v["id"].to_string());
-                    if ws
-                        .send(tokio_tungstenite::tungstenite::Message::text(r))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
+            let t = &*TOOLCHANNEL;
+            let session = token.lock().map(|t| t.clone()).unwrap_or_default();
+            let text = |v: &Value| t.text(v, &session);
+            if ws.send(text(&t.host_opens)).await.is_err() {
+                return;
+            }
+            for _ in &t.worker_answers {
+                if next_json(&mut ws).await.is_none() {
+                    return;
+                }
+            }
+            if ws.send(text(&t.host_lists)).await.is_err() || next_json(&mut ws).await.is_none() {
+                return;
+            }
+            while let Some(v) = next_json(&mut ws).await {
+                if ws.send(t.beat_answer(&session, &v["id"])).await.is_err() {
+                    return;
                 }
             }
         });
@@ -213,9 +311,32 @@ pub async fn ws_echo(l: tokio::net::TcpListener) {
 pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// A toolchannel worker's WebSocket connection to `port` (subprotocol and token as the
-/// contract asks), retried while the listener comes up.
+/// The session [`ws_connect`] serves.
+pub const WS_SESSION: &str = "bench";
+
+/// A toolchannel worker's WebSocket connection to `port` for session [`WS_SESSION`].
 pub async fn ws_connect(port: u16) -> Ws {
+    ws_connect_as(port, WS_SESSION).await
+}
+
+/// A toolchannel worker's WebSocket connection to `port` for `session` (subprotocol and
+/// token as the contract asks), retried while the listener comes up, its handshake done.
+pub async fn ws_connect_as(port: u16, session: &str) -> Ws {
+    let mut ws = ws_dial(port, session).await;
+    let t = &*TOOLCHANNEL;
+    let text = |v: &Value| t.text(v, session);
+    next_json(&mut ws).await.expect("the host's initialize");
+    for m in &t.worker_answers {
+        ws.send(text(m)).await.expect("the worker's handshake");
+    }
+    next_json(&mut ws).await.expect("the host's tools/list");
+    ws.send(text(&t.worker_lists))
+        .await
+        .expect("the worker's tools");
+    ws
+}
+
+async fn ws_dial(port: u16, session: &str) -> Ws {
     let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
         format!("ws://127.0.0.1:{port}/"),
     )
@@ -224,8 +345,10 @@ pub async fn ws_connect(port: u16) -> Ws {
         "Sec-WebSocket-Protocol",
         "agentfy.worker.v1".parse().expect("header"),
     );
-    req.headers_mut()
-        .insert("Authorization", "Bearer bench".parse().expect("header"));
+    req.headers_mut().insert(
+        "Authorization",
+        format!("Bearer {session}").parse().expect("header"),
+    );
     for _ in 0..400 {
         // Without TCP_NODELAY a reply can wait on the delayed ACK (tens of ms), as every
         // peer in the path sets it (the proxy, the echo, websocat).
@@ -239,10 +362,17 @@ pub async fn ws_connect(port: u16) -> Ws {
     panic!("cannot connect to port {port}");
 }
 
-/// One toolchannel heartbeat request and its answer; the round trip.
+/// One toolchannel heartbeat request of session [`WS_SESSION`] and its answer; the round trip.
 pub async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
-    let m = json!({"jsonrpc":"2.0","id":id,"method":"agentfy/heartbeat","params":{"sessionId":"ars_01J9ZK3M7Q","idleSeconds":37,"execSeconds":512,"activeToolCalls":0,"workspaceBytes":18452113,"channelVersion":"1.1.0"}}).to_string();
-    round_trip(c, m).await
+    heartbeat_as(c, WS_SESSION, id).await
+}
+
+/// One toolchannel heartbeat request of `session` and its answer; the round trip.
+pub async fn heartbeat_as(c: &mut Ws, session: &str, id: u64) -> Duration {
+    let t = Instant::now();
+    c.send(TOOLCHANNEL.beat(session, id)).await.expect("send");
+    answer(c).await;
+    t.elapsed()
 }
 
 /// A `tools/call` with id `id` whose one argument pads it to `size` bytes of JSON.
@@ -257,9 +387,15 @@ pub async fn round_trip(c: &mut Ws, m: String) -> Duration {
     c.send(tokio_tungstenite::tungstenite::Message::text(m))
         .await
         .expect("send");
+    answer(c).await;
+    t.elapsed()
+}
+
+/// Wait for the next text message.
+async fn answer(c: &mut Ws) {
     loop {
         match c.next().await {
-            Some(Ok(r)) if r.is_text() => return t.elapsed(),
+            Some(Ok(r)) if r.is_text() => return,
             Some(Ok(_)) => continue,
             other => panic!("no reply: {other:?}"),
         }
@@ -307,6 +443,19 @@ pub async fn read_frame(
 pub fn violations(log: &Path) -> usize {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.matches(r#""verdict":"violation""#).count()
+}
+
+/// The class and reason of the first frame the proxy flagged in its log at `log`.
+pub fn first_violation(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.contains(r#""verdict":"violation""#))?;
+    let v: Value = serde_json::from_str(line).ok()?;
+    Some(format!(
+        "{}: {}",
+        v["verdict"]["class"], v["verdict"]["reason"]
+    ))
 }
 
 /// rukh's opening, from the contract's own examples: the core's `rukh.initialize`, the
