@@ -84,13 +84,19 @@ impl Timers {
         let seen = Seen::of(from, msg);
         for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
             for r in l.runners(c) {
-                let key = (name.clone(), r.map(str::to_string));
-                match l.clock_move(c, &seen, r, self.due.contains_key(&key)) {
+                // A scan of the few armed clocks: an owned key per limit and runner, built
+                // and hashed for every message, was a tenth of the proxy's CPU at 1,000
+                // toolchannel sessions (docs/benchmarks.md, Scale).
+                let armed = self
+                    .due
+                    .keys()
+                    .any(|(n, rr)| n == name && rr.as_deref() == r);
+                match l.clock_move(c, &seen, r, armed) {
                     ClockMove::Armed => arm(&mut self.due, limits, name, r, now),
-                    ClockMove::Stopped => {
-                        self.due.remove(&key);
+                    ClockMove::Stopped if armed => {
+                        self.due.remove(&(name.clone(), r.map(str::to_string)));
                     }
-                    ClockMove::Unchanged => {}
+                    ClockMove::Stopped | ClockMove::Unchanged => {}
                 }
             }
         }
