@@ -174,6 +174,16 @@ pub fn websocat_path() -> Option<PathBuf> {
     }
 }
 
+/// The first of `method`'s examples that is its `part` (call, result, error).
+fn example<'c>(
+    c: &'c contract::model::Contract,
+    method: &str,
+    part: contract::model::Part,
+) -> &'c Value {
+    let ex = c.methods[method].examples.iter().find(|e| e.part == part);
+    &ex.expect("an example").message
+}
+
 /// toolchannel's handshake and a heartbeat's exchange, from the contract's own examples:
 /// the host's `initialize`, the worker's result, `notifications/initialized` and
 /// `agentfy/ready`, the host's `tools/list` and the worker's list; then the worker's
@@ -200,10 +210,7 @@ impl Toolchannel {
     fn from_contract() -> Self {
         use contract::model::Part;
         let c = contract::builtin("toolchannel").expect("toolchannel");
-        let first = |method: &str, part: Part| {
-            let ex = c.methods[method].examples.iter().find(|e| e.part == part);
-            ex.expect("an example").message.clone()
-        };
+        let first = |method: &str, part: Part| example(&c, method, part).clone();
         let host_opens = first("initialize", Part::Call);
         let settled = &c.agreements["sessionId"].settled[0];
         assert_eq!(
@@ -472,10 +479,8 @@ impl RukhOpening {
     pub fn from_contract() -> Self {
         use contract::model::Part;
         let c = contract::builtin("rukh").expect("rukh");
-        let first = |method: &str, part: Part| {
-            let ex = c.methods[method].examples.iter().find(|e| e.part == part);
-            serde_json::to_vec(&ex.expect("an example").message).expect("json")
-        };
+        let first =
+            |method: &str, part: Part| serde_json::to_vec(example(&c, method, part)).expect("json");
         RukhOpening {
             initialize: first("rukh.initialize", Part::Call),
             confirm: first("rukh.initialize", Part::Result),
