@@ -12,7 +12,9 @@
 //! throughput of 4 KiB kernel data frames under credit (a whole kernel session, both
 //! channels: hello, stream.open, the shell granting as it processes, the core sending
 //! within its credit; the proxy in enforce mode, beside socat and direct), and a
-//! WebSocket ping-pong (toolchannel heartbeat) through the proxy vs websocat.
+//! WebSocket ping-pong through the proxy vs websocat: toolchannel heartbeats, then
+//! 64 KiB tool results each answered by the host's next `tools/call` (valid traffic,
+//! handshake from the examples; the bench fails on a violation).
 //! Rounds alternate between the paths so load drift on a shared machine hits
 //! all of them alike. Targets (issue 24; issue 6 asked ≤1.5× and ≥0.8×): overhead
 //! ≤ socat's at p50 and ≤1.2× at p99; WebSocket ≤ websocat's; throughput ≥ socat's.
@@ -26,16 +28,16 @@
 mod common;
 
 use common::{
-    Kernel, KernelRoute, Kill, RukhOpening, Ws, call, control, echo_server, env_num, frame,
-    free_port, heartbeat, kernel_route, pad_to, pct, peers_python, proxy, read_control, read_frame,
-    result, round_trip, socat, tool_call, us, violations, wait_for, websocat, websocat_path,
-    ws_connect, ws_echo,
+    Kernel, KernelRoute, Kill, RukhOpening, Ws, call, called_round_trip, control, echo_server,
+    env_num, first_call, frame, free_port, heartbeat, kernel_route, pad_to, pct, peers_python,
+    proxy, read_control, read_frame, result, socat, us, violations, wait_for, websocat,
+    websocat_path, ws_caller, ws_connect, ws_echo,
 };
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -361,15 +363,49 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     let Some(ws) = websocat_path() else {
         return;
     };
+    // A heartbeat after the handshake: valid, so the proxy's normal path.
+    let (mut conns, hops) = ws_paths(&ws, dir, "websocket", false).await;
+    ws_sizes(
+        &mut conns,
+        "toolchannel ws heartbeat",
+        None,
+        (rounds, iters),
+    )
+    .await;
+    // The log is written within its flush interval; checked while the sessions live.
+    tokio::time::sleep(contract_proxy::lines::FLUSH_EVERY * 5).await;
+    assert_valid(dir, "websocket");
+    drop((conns, hops));
+    // A tool's result as large as a file's contents (tungstenite reads a message in
+    // chunks of the read buffer's size), answered by the host's next call.
+    let (mut called, _hops) = ws_paths(&ws, dir, "websocket-called", true).await;
+    let size = Some(64 << 10);
+    ws_sizes(
+        &mut called,
+        "toolchannel ws 64KiB result",
+        size,
+        (rounds, iters),
+    )
+    .await;
+    tokio::time::sleep(contract_proxy::lines::FLUSH_EVERY * 5).await;
+    assert_valid(dir, "websocket-called");
+}
+
+/// A toolchannel host (a [`ws_caller`] when `calls`), websocat and the proxy (log
+/// `NAME.log`) before it, and a worker's connection each way: direct, websocat, proxy.
+async fn ws_paths(ws: &Path, dir: &Path, name: &str, calls: bool) -> (Vec<Ws>, [Kill; 2]) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let echo_port = l.local_addr().expect("addr").port();
-    tokio::spawn(ws_echo(l));
+    match calls {
+        true => tokio::spawn(ws_caller(l)),
+        false => tokio::spawn(ws_echo(l)),
+    };
     let (wp, pp) = (free_port(), free_port());
-    let _w = websocat(&ws, wp, echo_port);
-    let _p = proxy(
-        &dir.join("websocket.log"),
+    let w = websocat(ws, wp, echo_port);
+    let p = proxy(
+        &dir.join(format!("{name}.log")),
         &[
             "--contract",
             "toolchannel",
@@ -384,28 +420,7 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     for port in [echo_port, wp, pp] {
         conns.push(ws_connect(port).await);
     }
-    // A heartbeat after the handshake (valid, so the proxy's normal path), and a tool
-    // call as large as a file's contents (tungstenite reads a message in chunks of the
-    // read buffer's size). The call goes worker to host, against the contract's
-    // direction: the proxy flags each one, and the closing line counts them.
-    ws_sizes(
-        &mut conns,
-        "toolchannel ws heartbeat",
-        None,
-        (rounds, iters),
-    )
-    .await;
-    // The log is written within its flush interval.
-    tokio::time::sleep(contract_proxy::lines::FLUSH_EVERY * 5).await;
-    assert_valid(dir, "websocket");
-    let call = Some(64 << 10);
-    ws_sizes(
-        &mut conns,
-        "toolchannel ws 64KiB call",
-        call,
-        (rounds, iters),
-    )
-    .await;
+    (conns, [w, p])
 }
 
 /// Round trips of one message size on the direct, websocat and proxy connections.
@@ -416,6 +431,12 @@ async fn ws_sizes(
     (rounds, iters): (usize, usize),
 ) {
     let mut samples: [Vec<Duration>; 3] = Default::default();
+    let mut calls = vec![Value::Null; conns.len()];
+    if size.is_some() {
+        for (c, call) in conns.iter_mut().zip(&mut calls) {
+            *call = first_call(c).await;
+        }
+    }
     let mut id = 0u64;
     for _ in 0..rounds {
         for (k, c) in conns.iter_mut().enumerate() {
@@ -423,7 +444,11 @@ async fn ws_sizes(
                 id += 1;
                 let rtt = match size {
                     None => heartbeat(c, id).await,
-                    Some(n) => round_trip(c, tool_call(id, n)).await,
+                    Some(n) => {
+                        let (rtt, next) = called_round_trip(c, &calls[k], n).await;
+                        calls[k] = next;
+                        rtt
+                    }
                 };
                 if i >= WARMUP {
                     samples[k].push(rtt);
@@ -484,7 +509,14 @@ fn main() {
     });
     // The log the proxy wrote is part of what was measured: show that it was written,
     // and what it flagged (a flagged frame takes a longer path than a valid one).
-    let sizes: Vec<String> = ["ping-pong", "python-peers", "bulk", "websocket"]
+    let logs = [
+        "ping-pong",
+        "python-peers",
+        "bulk",
+        "websocket",
+        "websocket-called",
+    ];
+    let sizes: Vec<String> = logs
         .iter()
         .filter_map(|n| {
             let log = dir.path().join(format!("{n}.log"));

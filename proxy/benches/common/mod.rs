@@ -200,6 +200,8 @@ struct Toolchannel {
     worker_lists: Value,
     beat: Value,
     beat_answer: Value,
+    call: Value,
+    call_result: Value,
 }
 
 /// The examples, taken once.
@@ -230,6 +232,8 @@ impl Toolchannel {
             worker_lists: first("tools/list", Part::Result),
             beat: first("agentfy/heartbeat", Part::Call),
             beat_answer: first("agentfy/heartbeat", Part::Result),
+            call: first("tools/call", Part::Call),
+            call_result: first("tools/call", Part::Result),
         }
     }
 
@@ -244,6 +248,29 @@ impl Toolchannel {
         let mut m = self.beat.clone();
         m["id"] = json!(id);
         self.text(&m, session)
+    }
+
+    /// The host's `tools/call` with id `id`.
+    fn call(&self, session: &str, id: u64) -> tokio_tungstenite::tungstenite::Message {
+        let mut m = self.call.clone();
+        m["id"] = json!(id);
+        self.text(&m, session)
+    }
+
+    /// The worker's result to the call with id `id`, its first text padded to `size`
+    /// bytes of JSON (a file's contents, say).
+    fn call_result(&self, session: &str, id: &Value, size: usize) -> String {
+        let make = |fill: &str| {
+            let mut m = self.call_result.clone();
+            m["id"] = id.clone();
+            m["result"]["content"][0]["text"] = json!(fill);
+            m
+        };
+        let padded = String::from_utf8(pad_to(make, size)).expect("utf-8");
+        padded.replace(
+            &json!(self.session).to_string(),
+            &json!(session).to_string(),
+        )
     }
 
     /// The host's answer to the heartbeat with id `id`.
@@ -271,6 +298,18 @@ where
 /// A toolchannel host: the handshake ([`Toolchannel`]) on each connection, then an answer
 /// to every heartbeat (and, as a heartbeat's answer, to anything else it is sent).
 pub async fn ws_echo(l: tokio::net::TcpListener) {
+    ws_host(l, false).await
+}
+
+/// A toolchannel host that, after the handshake, sends `tools/call`s: the first at once,
+/// the next as each result comes, for the worker to time (see [`called_round_trip`]).
+/// The contract's direction for a tool call, so valid traffic. (Not a mode of
+/// [`ws_echo`] chosen by the session: websocat does not pass the token on.)
+pub async fn ws_caller(l: tokio::net::TcpListener) {
+    ws_host(l, true).await
+}
+
+async fn ws_host(l: tokio::net::TcpListener, called: bool) {
     loop {
         let Ok((s, _)) = l.accept().await else { return };
         tokio::spawn(async move {
@@ -305,8 +344,16 @@ pub async fn ws_echo(l: tokio::net::TcpListener) {
             if ws.send(text(&t.host_lists)).await.is_err() || next_json(&mut ws).await.is_none() {
                 return;
             }
-            while let Some(v) = next_json(&mut ws).await {
-                if ws.send(t.beat_answer(&session, &v["id"])).await.is_err() {
+            let mut id = 0;
+            loop {
+                id += 1;
+                if called && ws.send(t.call(&session, id)).await.is_err() {
+                    return;
+                }
+                let Some(v) = next_json(&mut ws).await else {
+                    return;
+                };
+                if !called && ws.send(t.beat_answer(&session, &v["id"])).await.is_err() {
                     return;
                 }
             }
@@ -382,20 +429,21 @@ pub async fn heartbeat_as(c: &mut Ws, session: &str, id: u64) -> Duration {
     t.elapsed()
 }
 
-/// A `tools/call` with id `id` whose one argument pads it to `size` bytes of JSON.
-pub fn tool_call(id: u64, size: usize) -> String {
-    let make = |fill: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"write_file","arguments":{"content":fill}}});
-    String::from_utf8(pad_to(make, size)).expect("utf-8")
-}
-
-/// Sends text message `m` and waits for the next text message back.
-pub async fn round_trip(c: &mut Ws, m: String) -> Duration {
+/// On a connection to a [`ws_caller`], the worker's result to `call` (padded to
+/// `size` bytes) and the host's next call; the round trip, and that call.
+pub async fn called_round_trip(c: &mut Ws, call: &Value, size: usize) -> (Duration, Value) {
+    let result = TOOLCHANNEL.call_result(WS_SESSION, &call["id"], size);
     let t = Instant::now();
-    c.send(tokio_tungstenite::tungstenite::Message::text(m))
+    c.send(tokio_tungstenite::tungstenite::Message::text(result))
         .await
         .expect("send");
-    answer(c).await;
-    t.elapsed()
+    let next = next_json(c).await.expect("the host's next call");
+    (t.elapsed(), next)
+}
+
+/// The host's first call on a connection to a [`ws_caller`].
+pub async fn first_call(c: &mut Ws) -> Value {
+    next_json(c).await.expect("the host's first call")
 }
 
 /// Wait for the next text message.
