@@ -169,15 +169,15 @@ impl Limits {
             .collect()
     }
 
-    /// Take the values `m`, sent by `from`, carries for limits of `c` (each limit's
+    /// Take the values `m` (whoever sent it) carries for limits of `c` (each limit's
     /// `carried`): they hold from now on, and every limit computed from them follows. A
     /// `lowerOnly` value above the one in force is ignored. The names of the limits whose
     /// value changed.
-    pub fn carry(&mut self, c: &Contract, from: &str, m: &crate::wire::Message) -> Vec<String> {
+    pub fn carry(&mut self, c: &Contract, m: &crate::wire::Message) -> Vec<String> {
         let mut changed = Vec::new();
         for (name, l) in &c.limits {
             for carrier in l.carried.iter().filter(|k| !k.repeats) {
-                let Some((v, now)) = self.stated(c, (name, l), carrier, from, m) else {
+                let Some((v, now)) = self.stated(c, (name, l), carrier, m) else {
                     continue;
                 };
                 let lowers = now.is_none_or(|n| v < n);
@@ -198,29 +198,19 @@ impl Limits {
         changed
     }
 
-    /// The `lowerOnly` values `m`, sent by `from`, carries above the ones in force, as
+    /// The `lowerOnly` values `m` carries above the ones in force, as
     /// (limit, stated, in force), in the limits' units: a budget raised over the wire,
     /// which its receiver ignores (toolchannel's heartbeat answers may only lower them).
-    pub fn raised(
-        &self,
-        c: &Contract,
-        from: &str,
-        m: &crate::wire::Message,
-    ) -> Vec<(String, f64, f64)> {
-        self.breaking(c, (from, m), |k| k.lower_only, |v, now| v > now)
+    pub fn raised(&self, c: &Contract, m: &crate::wire::Message) -> Vec<(String, f64, f64)> {
+        self.breaking(c, m, |k| k.lower_only, |v, now| v > now)
     }
 
-    /// The values `m`, sent by `from`, carries where it may only repeat the one in force
+    /// The values `m` carries where it may only repeat the one in force
     /// but states another, as (limit, stated, in force), in the limits' units
     /// (toolchannel's release `graceSeconds`).
-    pub fn misrepeated(
-        &self,
-        c: &Contract,
-        from: &str,
-        m: &crate::wire::Message,
-    ) -> Vec<(String, f64, f64)> {
+    pub fn misrepeated(&self, c: &Contract, m: &crate::wire::Message) -> Vec<(String, f64, f64)> {
         let differs = |v: f64, now: f64| (v - now).abs() > now.abs() * 1e-9;
-        self.breaking(c, (from, m), |k| k.repeats, differs)
+        self.breaking(c, m, |k| k.repeats, differs)
     }
 
     /// The values `m` states at the carriers `which` picks that `breaks` the one in force,
@@ -228,14 +218,14 @@ impl Limits {
     fn breaking(
         &self,
         c: &Contract,
-        (from, m): (&str, &crate::wire::Message),
+        m: &crate::wire::Message,
         which: impl Fn(&crate::model::LimitCarrier) -> bool,
         breaks: impl Fn(f64, f64) -> bool,
     ) -> Vec<(String, f64, f64)> {
         let mut out = Vec::new();
         for (name, l) in &c.limits {
             for carrier in l.carried.iter().filter(|k| which(k)) {
-                if let Some((v, Some(now))) = self.stated(c, (name, l), carrier, from, m)
+                if let Some((v, Some(now))) = self.stated(c, (name, l), carrier, m)
                     && breaks(v, now)
                 {
                     out.push((name.clone(), v, now));
@@ -252,10 +242,9 @@ impl Limits {
         c: &Contract,
         (name, l): (&str, &Limit),
         carrier: &crate::model::LimitCarrier,
-        from: &str,
         m: &crate::wire::Message,
     ) -> Option<(f64, Option<f64>)> {
-        let v = carrier.value_in(c, from, m)?;
+        let v = carrier.value_in(c, m)?;
         let (one, dim) = to_base(l.unit, 1.0);
         let v = match dim {
             Dim::Seconds => v / self.time_scale,
@@ -473,6 +462,10 @@ impl Contract {
         let Some(m) = self.methods.get(method) else {
             return Vec::new();
         };
+        // Most methods need nothing: no pointer is built for them (asked of every message).
+        if (m.capability.is_none() || !own) && m.needs.is_empty() {
+            return Vec::new();
+        }
         let base = crate::pointer::join("/methods", [method]);
         let own = (m.capability.as_deref())
             .filter(|_| own)
@@ -516,13 +509,17 @@ impl Contract {
         if msg.method.as_deref() != Some(d.method.as_str()) || msg.kind != kind {
             return None;
         }
-        Some(match (d.form, msg.value.pointer(&d.pointer)) {
-            (DeclarationForm::List, Some(Value::Array(a))) => {
-                (a.iter().filter_map(Value::as_str).map(String::from)).collect()
-            }
-            (DeclarationForm::ObjectKeys, Some(Value::Object(o))) => o.keys().cloned().collect(),
-            _ => Vec::new(),
-        })
+        Some(
+            match (d.form, crate::pointer::get(&msg.value, &d.pointer)) {
+                (DeclarationForm::List, Some(Value::Array(a))) => {
+                    (a.iter().filter_map(Value::as_str).map(String::from)).collect()
+                }
+                (DeclarationForm::ObjectKeys, Some(Value::Object(o))) => {
+                    o.keys().cloned().collect()
+                }
+                _ => Vec::new(),
+            },
+        )
     }
 
     /// A code table by name.

@@ -25,7 +25,8 @@ pub use check::{Problem, check_document};
 pub use io::{Connection, Embedded};
 pub use model::Contract;
 pub use pointer::{
-    escape as escape_pointer, join as join_pointer, remove as remove_pointer, set as set_pointer,
+    escape as escape_pointer, get as get_pointer, join as join_pointer, remove as remove_pointer,
+    set as set_pointer,
 };
 
 use std::path::Path;

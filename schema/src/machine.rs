@@ -131,6 +131,21 @@ impl crate::model::Limit {
         }
     }
 
+    /// Whether a message like `seen` may move this limit's clock: one of its message
+    /// triggers names that method, or none. A filter before [`Self::clock_move`], which
+    /// the relay would otherwise ask of every limit and runner for every message.
+    pub fn heeds(&self, seen: &Seen) -> bool {
+        let names = |t: &Trigger| match t {
+            Trigger::Message { method, .. } => method.is_none() || method.as_deref() == seen.method,
+            _ => false,
+        };
+        self.start
+            .iter()
+            .chain(&self.stop)
+            .chain(&self.restart)
+            .any(names)
+    }
+
     /// What `seen` does to this limit's clock of `runner`, running or not: any `stop`
     /// stops it; then a `start` arms it when it is not running, and a `restart` arms it
     /// afresh either way. The one rule the proxy's engine and the derived suite keep.

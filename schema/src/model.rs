@@ -131,7 +131,7 @@ impl VersionInfo {
     /// The number `m` states at the `carried` pointer, when it is above
     /// [`Self::highest_number`]: a later party's message, which gets `carried.newer`.
     pub fn newer_in(&self, m: &Value) -> Option<u64> {
-        let stated = m.pointer(&self.carried.as_ref()?.pointer)?.as_u64()?;
+        let stated = crate::pointer::get(m, &self.carried.as_ref()?.pointer)?.as_u64()?;
         (stated > self.highest_number()?).then_some(stated)
     }
 }
@@ -416,12 +416,12 @@ impl Agreement {
     /// The agreed value, from what each settling place stated so far (by index, `None` for
     /// one not come yet): under `same` the first statement, under `lowest` the lowest once
     /// every place stated one.
-    pub fn agreed(&self, stated: &[Option<Value>]) -> Option<Value> {
+    pub fn agreed<'s>(&self, stated: &'s [Option<Value>]) -> Option<&'s Value> {
         match self.rule {
-            AgreementRule::Same => stated.iter().flatten().next().cloned(),
+            AgreementRule::Same => stated.iter().flatten().next(),
             AgreementRule::Lowest => {
                 let all: Option<Vec<&Value>> = stated.iter().map(Option::as_ref).collect();
-                all?.into_iter().min_by(|a, b| version_order(a, b)).cloned()
+                all?.into_iter().min_by(|a, b| version_order(a, b))
             }
         }
     }
@@ -433,11 +433,17 @@ pub fn version_order(a: &Value, b: &Value) -> std::cmp::Ordering {
     if let (Some(x), Some(y)) = (a.as_f64(), b.as_f64()) {
         return x.total_cmp(&y);
     }
-    let parts = |v: &Value| -> Option<Vec<u64>> {
-        v.as_str()?.split('.').map(|p| p.parse().ok()).collect()
-    };
-    match (parts(a), parts(b)) {
-        (Some(x), Some(y)) => x.cmp(&y),
+    // Part by part as they are read, nothing collected: asked of every message that
+    // repeats a version.
+    fn nums(s: &str) -> impl Iterator<Item = u64> + '_ {
+        s.split('.').map(|p| p.parse().unwrap_or_default())
+    }
+    fn dotted(v: &Value) -> Option<&str> {
+        let s = v.as_str()?;
+        s.split('.').all(|p| p.parse::<u64>().is_ok()).then_some(s)
+    }
+    match (dotted(a), dotted(b)) {
+        (Some(x), Some(y)) => nums(x).cmp(nums(y)),
         _ => a.to_string().cmp(&b.to_string()),
     }
 }
@@ -468,32 +474,24 @@ pub fn part_of(kind: Option<Kind>) -> Option<Part> {
     }
 }
 
+/// Whether `m` is the message `method` and `kind` name (the method's own kind when
+/// `kind` is absent): what a trigger on them with no party and no `matches` fires on,
+/// asked without building one (the relay asks it of every message).
+fn is_message_of(c: &Contract, method: &str, kind: Option<Kind>, m: &crate::wire::Message) -> bool {
+    m.method.as_deref() == Some(method) && crate::machine::kind_is(c, method, kind, m.kind)
+}
+
 impl Place {
     /// Which part of its method's exchange the place is in.
     pub fn part(&self) -> Option<Part> {
         part_of(self.kind)
     }
 
-    /// The value `m` (sent by `from`) states here, when it is this place's message and
+    /// The value `m` states here, when it is this place's message (whoever sent it) and
     /// holds one at the pointer.
-    pub fn value_in<'m>(
-        &self,
-        c: &Contract,
-        from: &str,
-        m: &'m crate::wire::Message,
-    ) -> Option<&'m Value> {
-        if m.method.as_deref() != Some(self.method.as_str()) {
-            return None;
-        }
-        let seen = crate::machine::Seen::of(from, m);
-        let t = Trigger::Message {
-            method: Some(self.method.clone()),
-            kind: self.kind,
-            from: None,
-            matches: IndexMap::new(),
-        };
-        t.fires_for(c, &seen, None)
-            .then(|| m.value.pointer(&self.pointer))
+    pub fn value_in<'m>(&self, c: &Contract, m: &'m crate::wire::Message) -> Option<&'m Value> {
+        is_message_of(c, &self.method, self.kind, m)
+            .then(|| crate::pointer::get(&m.value, &self.pointer))
             .flatten()
     }
 }
@@ -1056,14 +1054,15 @@ impl Need {
     /// Whether `message` (a whole message) is one this entry asks capabilities of.
     pub fn holds(&self, message: &Value) -> bool {
         crate::pointer::matches_all(&self.matches, message)
-            && (self.present.iter()).all(|p| message.pointer(p).is_some())
+            && (self.present.iter()).all(|p| crate::pointer::get(message, p).is_some())
     }
 }
 
 impl NotWhile {
     /// Whether `v`, a whole message, holds one of the `unless` values.
     pub fn lifted(&self, v: &Value) -> bool {
-        (self.unless.iter()).any(|(p, vals)| v.pointer(p).is_some_and(|x| vals.contains(x)))
+        (self.unless.iter())
+            .any(|(p, vals)| crate::pointer::get(v, p).is_some_and(|x| vals.contains(x)))
     }
 }
 
@@ -1447,22 +1446,11 @@ impl LimitCarrier {
         part_of(self.kind)
     }
 
-    /// The value `m` (sent by `from`) carries here, when it is this carrier's message and
+    /// The value `m` carries here, when it is this carrier's message (whoever sent it) and
     /// holds a number at the pointer.
-    pub fn value_in(&self, c: &Contract, from: &str, m: &crate::wire::Message) -> Option<f64> {
-        // Cheap first: most messages are of another method (the relay asks of each).
-        if m.method.as_deref() != Some(self.method.as_str()) {
-            return None;
-        }
-        let seen = crate::machine::Seen::of(from, m);
-        let t = Trigger::Message {
-            method: Some(self.method.clone()),
-            kind: self.kind,
-            from: None,
-            matches: IndexMap::new(),
-        };
-        t.fires_for(c, &seen, None)
-            .then(|| m.value.pointer(&self.pointer)?.as_f64())
+    pub fn value_in(&self, c: &Contract, m: &crate::wire::Message) -> Option<f64> {
+        is_message_of(c, &self.method, self.kind, m)
+            .then(|| crate::pointer::get(&m.value, &self.pointer)?.as_f64())
             .flatten()
             .filter(|v| v.is_finite() && *v >= 0.0)
     }

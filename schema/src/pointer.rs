@@ -1,6 +1,6 @@
 //! RFC 6901 JSON pointer helpers: naming where a problem is, writing a value at a pointer.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Whether every pointer of `matches` holds its literal in `root` (a trigger's `matches`, a
 /// `needs` entry's): an absent member holds nothing.
@@ -8,7 +8,43 @@ pub fn matches_all<'a>(
     matches: impl IntoIterator<Item = (&'a String, &'a Value)>,
     root: &Value,
 ) -> bool {
-    matches.into_iter().all(|(p, v)| root.pointer(p) == Some(v))
+    matches.into_iter().all(|(p, v)| get(root, p) == Some(v))
+}
+
+/// `map.get(key)`, by a linear scan when the object is small: messages are mostly objects of a
+/// handful of members, where comparing keys is cheaper than SipHashing the one looked up.
+pub(crate) fn member<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
+    const SCAN_MAX: usize = 8;
+    if map.len() <= SCAN_MAX {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
+/// `value.pointer(ptr)` without serde_json's per-token allocations (it unescapes every token
+/// into a new `String`); pointers with `~` escapes, rare in contracts, still go through it.
+/// This sits on the hot path: classification and the policy engine resolve several
+/// pointers per message.
+pub fn get<'v>(value: &'v Value, ptr: &str) -> Option<&'v Value> {
+    if ptr.contains('~') {
+        return value.pointer(ptr);
+    }
+    if ptr.is_empty() {
+        return Some(value);
+    }
+    ptr.strip_prefix('/')?
+        .split('/')
+        .try_fold(value, |v, token| match v {
+            Value::Object(map) => member(map, token),
+            // Array indices as serde_json reads them: no sign, no leading zero.
+            Value::Array(items)
+                if !token.starts_with('+') && (token == "0" || !token.starts_with('0')) =>
+            {
+                token.parse::<usize>().ok().and_then(|i| items.get(i))
+            }
+            _ => None,
+        })
 }
 
 /// Whether an object's member `key` holds JSON data rather than schemas or contract entries

@@ -49,7 +49,9 @@ impl Limit {
             None | Some(LimitKey::Global) => String::new(),
             Some(LimitKey::Connection) => format!("conn:{conn}"),
             Some(LimitKey::Party) => format!("party:{from}"),
-            Some(LimitKey::Pointer { pointer }) => format!("at:{}", value.pointer(pointer)?),
+            Some(LimitKey::Pointer { pointer }) => {
+                format!("at:{}", crate::pointer::get(value, pointer)?)
+            }
         })
     }
 

@@ -258,14 +258,11 @@ fn a_value_the_wire_carries_holds_and_what_is_computed_from_it_follows() {
     };
     let mut l = c.evaluated_limits().time_scaled(0.5);
     assert_eq!(l.duration("hostWait"), Ok(Duration::from_secs(90)));
-    assert_eq!(
-        l.carry(&c, "client", &echo(7)),
-        vec!["idleSeconds".to_string()]
-    );
+    assert_eq!(l.carry(&c, &echo(7)), vec!["idleSeconds".to_string()]);
     assert_eq!(l.duration("idleSeconds"), Ok(Duration::from_secs(7)));
     assert_eq!(l.duration("hostWait"), Ok(Duration::from_secs(14)));
     // Only lowers: 100 is above the 7 in force.
-    assert!(l.carry(&c, "client", &echo(100)).is_empty());
+    assert!(l.carry(&c, &echo(100)).is_empty());
     assert_eq!(l.duration("idleSeconds"), Ok(Duration::from_secs(7)));
     // An answer is not the carrier (the carrier is echo's call).
     let answer = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 3, "result": {"text": "hi"}}))
@@ -273,7 +270,7 @@ fn a_value_the_wire_carries_holds_and_what_is_computed_from_it_follows() {
     let answer = wire
         .decode("main", "server", &answer, Some("echo"))
         .expect("valid answer");
-    assert!(l.carry(&c, "server", &answer).is_empty());
+    assert!(l.carry(&c, &answer).is_empty());
 }
 
 /// A close code owes an exit only of the party its exit-code table names.
@@ -342,4 +339,16 @@ fn error_data_keeps_to_the_members_a_closed_schema_lists() {
         .decode("main", "server", &bytes(&extra), Some("echo"))
         .expect_err("an error's data the schema closes");
     assert!(v.reason.contains("invalid error"), "{}", v.reason);
+}
+
+/// Versions order numbers by value and dotted strings part by part (`1.10.0` above
+/// `1.9.2`, `1.2` below `1.2.0`), anything else as text.
+#[test]
+fn versions_order_part_by_part() {
+    use std::cmp::Ordering::{Greater, Less};
+    let order = |a: serde_json::Value, b: serde_json::Value| contract::model::version_order(&a, &b);
+    assert_eq!(order(json!("1.10.0"), json!("1.9.2")), Greater);
+    assert_eq!(order(json!("1.2"), json!("1.2.0")), Less);
+    assert_eq!(order(json!(2), json!(10)), Less);
+    assert_eq!(order(json!("1.x"), json!("1.10")), Greater, "as text");
 }

@@ -266,7 +266,7 @@ fn statements<'s>(cx: &Ctx, s: &'s Session, a: &Agreement) -> Vec<Stated<'s>> {
     let mut out = Vec::new();
     for (_, from, m, got) in all {
         for (i, p) in a.settled.iter().enumerate() {
-            if let Some(v) = p.value_in(c, from, m) {
+            if let Some(v) = p.value_in(c, m) {
                 out.push(Stated {
                     settles: Some(i),
                     value: v.clone(),
@@ -276,7 +276,7 @@ fn statements<'s>(cx: &Ctx, s: &'s Session, a: &Agreement) -> Vec<Stated<'s>> {
             }
         }
         for p in &a.repeated {
-            if let Some(v) = p.value_in(c, from, m) {
+            if let Some(v) = p.value_in(c, m) {
                 out.push(Stated {
                     settles: None,
                     value: v.clone(),
@@ -310,7 +310,7 @@ fn agreed(a: &Agreement, stated: &[Stated]) -> Option<Value> {
             *slot = Some(s.value.clone());
         }
     }
-    a.agreed(&settled)
+    a.agreed(&settled).cloned()
 }
 
 /// `v`, the played party's `part` of `method`, with the value the session agreed written
@@ -596,12 +596,11 @@ fn lowest_offer(c: &Contract, a: &Agreement) -> Option<Value> {
 /// or `until`.
 async fn await_place(s: &mut Session, cx: &Ctx, p: &Place, until: Instant) {
     let c = cx.wire.contract();
-    let other = s.peer.other.clone();
     let came = |s: &Session| {
         s.peer
             .log
             .iter()
-            .any(|g| g.ok().is_some_and(|m| p.value_in(c, &other, m).is_some()))
+            .any(|g| g.ok().is_some_and(|m| p.value_in(c, m).is_some()))
     };
     while !came(s) {
         match s.peer.next(until).await {
@@ -641,10 +640,12 @@ async fn own(cx: &mut Ctx, name: &str, a: &Agreement) -> Result<Verdict, Failure
     if let Err(f) = s.walk_to(cx, &plan, step + 1).await {
         return plan.unreached(f);
     }
-    let got = s.peer.log.iter().rev().find(|g| {
-        g.ok()
-            .is_some_and(|m| later.value_in(&c, &other, m).is_some())
-    });
+    let got = s
+        .peer
+        .log
+        .iter()
+        .rev()
+        .find(|g| g.ok().is_some_and(|m| later.value_in(&c, m).is_some()));
     let Some(g) = got else {
         return Err(Failure::new(format!(
             "the implementation stated no {name} at {} {}",
@@ -653,7 +654,7 @@ async fn own(cx: &mut Ctx, name: &str, a: &Agreement) -> Result<Verdict, Failure
     };
     let stated = g
         .ok()
-        .and_then(|m| later.value_in(&c, &other, m))
+        .and_then(|m| later.value_in(&c, m))
         .cloned()
         .unwrap_or(Value::Null);
     if stated != known {

@@ -45,13 +45,12 @@ pub(crate) fn in_force(cx: &Ctx, c: &Contract, s: &Session) -> Option<Limits> {
         return None;
     }
     let mut limits = cx.limits();
-    let (me, other) = (s.peer.me.as_str(), s.peer.other.as_str());
-    let sent = s.peer.sent.iter().map(|(at, m)| (*at, me, m));
-    let heard = (s.peer.log.iter()).filter_map(|g| Some((g.at, other, g.msg.as_ref().ok()?)));
+    let sent = s.peer.sent.iter().map(|(at, m)| (*at, m));
+    let heard = (s.peer.log.iter()).filter_map(|g| Some((g.at, g.msg.as_ref().ok()?)));
     let mut all: Vec<_> = sent.chain(heard).collect();
-    all.sort_by_key(|(at, ..)| *at);
-    for (_, from, m) in all {
-        limits.carry(c, from, m);
+    all.sort_by_key(|(at, _)| *at);
+    for (_, m) in all {
+        limits.carry(c, m);
     }
     Some(limits)
 }

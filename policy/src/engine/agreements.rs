@@ -52,7 +52,7 @@ impl Stated {
             // Borrowed, not copied: this runs for every message of the connection.
             let stated = self.by.get(name).map(Vec::as_slice).unwrap_or_default();
             for (index, p) in a.settled.iter().enumerate() {
-                let Some(v) = p.value_in(c, from, msg) else {
+                let Some(v) = p.value_in(c, msg) else {
                     continue;
                 };
                 let agreed = match a.rule {
@@ -60,8 +60,8 @@ impl Stated {
                     AgreementRule::Lowest => None,
                 };
                 match agreed {
-                    Some(agreed) if &agreed != v => {
-                        out.push(mismatch(c, (name, a), from, msg, (&agreed, v)))
+                    Some(agreed) if agreed != v => {
+                        out.push(mismatch(c, (name, a), from, msg, (agreed, v)))
                     }
                     _ => settles.push(Settle {
                         name: name.clone(),
@@ -70,13 +70,11 @@ impl Stated {
                     }),
                 }
             }
-            let Some(agreed) = a.agreed(stated) else {
-                continue;
-            };
-            for p in &a.repeated {
-                match p.value_in(c, from, msg) {
-                    Some(v) if v != &agreed => {
-                        out.push(mismatch(c, (name, a), from, msg, (&agreed, v)))
+            // The agreed value only where the message repeats one: most messages do not.
+            for v in a.repeated.iter().filter_map(|p| p.value_in(c, msg)) {
+                match a.agreed(stated) {
+                    Some(agreed) if agreed != v => {
+                        out.push(mismatch(c, (name, a), from, msg, (agreed, v)))
                     }
                     _ => {}
                 }

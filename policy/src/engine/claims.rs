@@ -85,19 +85,19 @@ impl Claims {
             if !fires(c, &cl.message, from, msg) {
                 continue;
             }
-            let Some(key) = msg.value.pointer(&cl.key).map(text) else {
+            let Some(key) = contract::get_pointer(&msg.value, &cl.key).map(text) else {
                 continue;
             };
             let holder = Holder {
                 claimant: cl
                     .claimant
                     .as_ref()
-                    .and_then(|p| msg.value.pointer(p))
+                    .and_then(|p| contract::get_pointer(&msg.value, p))
                     .cloned(),
                 attempt: cl
                     .attempt
                     .as_ref()
-                    .and_then(|p| msg.value.pointer(p)?.as_f64()),
+                    .and_then(|p| contract::get_pointer(&msg.value, p)?.as_f64()),
                 conn: Some(conn),
             };
             let id = (route.to_string(), name.clone(), key.clone());

@@ -502,7 +502,7 @@ pub(crate) enum Move {
 
 /// The credit entry `msg` (of `method`) moves, and how.
 pub(crate) fn moves<'c>(c: &'c Contract, method: &str, v: &Value) -> Option<(&'c str, Move)> {
-    let at = |p: &str| v.pointer(p).and_then(Value::as_u64);
+    let at = |p: &str| contract::get_pointer(v, p).and_then(Value::as_u64);
     c.credit.iter().find_map(|(name, cr)| {
         let m = if cr.grant.method == method {
             Move::Grant(at(&cr.grant.key)?, at(&cr.grant.amount)?)

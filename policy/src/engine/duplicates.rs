@@ -65,7 +65,7 @@ pub(crate) fn judge(
         let id = d
             .distinct
             .as_ref()
-            .and_then(|p| msg.value.pointer(p))
+            .and_then(|p| contract::get_pointer(&msg.value, p))
             .cloned();
         if let Some((at, earlier, _)) = seen.map.get(&key) {
             let within = ctx.now.saturating_duration_since(*at) < window;
@@ -135,7 +135,9 @@ impl Seen {
 fn digest(v: &Value, pointers: &[String]) -> [u8; 32] {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for p in pointers {
-        let part = v.pointer(p).unwrap_or(&Value::Null).to_string();
+        let part = contract::get_pointer(v, p)
+            .unwrap_or(&Value::Null)
+            .to_string();
         ctx.update(&(part.len() as u64).to_be_bytes());
         ctx.update(part.as_bytes());
     }

@@ -161,7 +161,9 @@ fn judge_one(
     from: &str,
     msg: &Message,
 ) -> Option<Result<Move, Ruling>> {
-    let entry = format!("/stateMachines/{}", contract::escape_pointer(name));
+    // The machine's pointer only for a ruling: built for every message, it was most of
+    // what judging one that moves nothing cost.
+    let entry = || format!("/stateMachines/{}", contract::escape_pointer(name));
     let (key, per_connection) = scope_key(c, sm, at, msg)?;
     let id = (at.route.to_string(), name.to_string(), key);
     let here = inst.map.get(&id);
@@ -174,7 +176,7 @@ fn judge_one(
                 let reason =
                     format!("{name}: over {MAX_INSTANCES} live machine instances; not tracked");
                 let rule = "machine.untracked";
-                return Some(Err(broken(c, rule, &entry, None, msg, reason)));
+                return Some(Err(broken(c, rule, &entry(), None, msg, reason)));
             }
             return Some(Ok(Move {
                 id,
@@ -193,7 +195,7 @@ fn judge_one(
         sm.reaction(c, state, &Seen::of(from, msg))
     };
     let rule = "machine.out-of-place";
-    Some(Err(broken(c, rule, &entry, action, msg, reason)))
+    Some(Err(broken(c, rule, &entry(), action, msg, reason)))
 }
 
 /// The instance key of `msg` under `sm`'s scope, and whether the instance belongs to the
@@ -212,7 +214,7 @@ fn scope_key(c: &Contract, sm: &StateMachine, at: &Where, msg: &Message) -> Opti
         }
         Some(Scope::Session) => Some((format!("session:{}", at.session), false)),
         Some(Scope::Key { pointer }) => {
-            let v = msg.value.pointer(pointer)?;
+            let v = contract::get_pointer(&msg.value, pointer)?;
             Some((format!("key:{}:{v}", at.session), true))
         }
         Some(Scope::Party { party }) => Some((format!("party:{party}"), false)),

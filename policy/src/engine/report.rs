@@ -25,7 +25,7 @@ pub(crate) fn notify(c: &Contract, a: &Action, msg: &Message, reason: &str) -> O
         .filter(|m| {
             m.when
                 .as_ref()
-                .is_none_or(|w| msg.value.pointer(w).is_some())
+                .is_none_or(|w| contract::get_pointer(&msg.value, w).is_some())
         })
         .map(|m| build(c, m, a.code.as_ref(), &msg.value, reason))
         .collect();

@@ -66,12 +66,9 @@ impl Timers {
         now: Instant,
     ) {
         let carries = c.limits.values().flat_map(|l| &l.carried);
-        if carries
-            .into_iter()
-            .any(|k| k.value_in(c, from, msg).is_some())
-        {
+        if carries.into_iter().any(|k| k.value_in(c, msg).is_some()) {
             let mine = self.carried.get_or_insert_with(|| limits.clone());
-            if !mine.carry(c, from, msg).is_empty() {
+            if !mine.carry(c, msg).is_empty() {
                 // A running clock runs out by the value now in force, from its own start.
                 for ((name, _), (base, at)) in self.due.iter_mut() {
                     if let Some(t) = mine.duration(name).ok().and_then(|d| base.checked_add(d)) {
@@ -82,7 +79,8 @@ impl Timers {
         }
         let limits = self.carried.as_ref().unwrap_or(limits);
         let seen = Seen::of(from, msg);
-        for (name, l) in c.limits.iter().filter(|(_, l)| typed(l)) {
+        let heeded = c.limits.iter().filter(|(_, l)| typed(l) && l.heeds(&seen));
+        for (name, l) in heeded {
             for r in l.runners(c) {
                 // A scan of the few armed clocks: an owned key per limit and runner, built
                 // and hashed for every message, was a tenth of the proxy's CPU at 1,000
@@ -113,12 +111,12 @@ impl Timers {
         msg: &Message,
     ) -> Vec<Ruling> {
         let in_force = self.carried.as_ref().unwrap_or(limits);
-        let raised = in_force.raised(c, from, msg).into_iter().map(|(name, v, now)| {
+        let raised = in_force.raised(c, msg).into_iter().map(|(name, v, now)| {
             let why = format!("{from} raises {name} to {v} over the wire, above {now} in force; it may only lower it");
             ("limit.raised", name, why)
         });
         let repeated = in_force
-            .misrepeated(c, from, msg)
+            .misrepeated(c, msg)
             .into_iter()
             .map(|(name, v, now)| {
                 let why = format!("{from} states {name} {v} where it repeats the {now} in force");

@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::pointer::{get as lookup, member};
 use serde_json::{Map, Value, json};
 
 use super::framing::{ChannelCodec, FrameError, cap_of, duration_of};
@@ -219,41 +220,6 @@ pub fn params_may_be_absent(c: &Contract, method: &str) -> bool {
         Some(None) => true,
         None => false,
     }
-}
-
-/// `map.get(key)`, by a linear scan when the object is small: messages are mostly objects of a
-/// handful of members, where comparing keys is cheaper than SipHashing the one looked up.
-fn member<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
-    const SCAN_MAX: usize = 8;
-    if map.len() <= SCAN_MAX {
-        map.iter().find_map(|(k, v)| (k == key).then_some(v))
-    } else {
-        map.get(key)
-    }
-}
-
-/// `value.pointer(ptr)` without serde_json's per-token allocations (it unescapes every token
-/// into a new `String`); pointers with `~` escapes, rare in contracts, still go through it.
-/// This sits on the hot path: classification resolves several pointers per message.
-fn lookup<'v>(value: &'v Value, ptr: &str) -> Option<&'v Value> {
-    if ptr.contains('~') {
-        return value.pointer(ptr);
-    }
-    if ptr.is_empty() {
-        return Some(value);
-    }
-    ptr.strip_prefix('/')?
-        .split('/')
-        .try_fold(value, |v, token| match v {
-            Value::Object(map) => member(map, token),
-            // Array indices as serde_json reads them: no sign, no leading zero.
-            Value::Array(items)
-                if !token.starts_with('+') && (token == "0" || !token.starts_with('0')) =>
-            {
-                token.parse::<usize>().ok().and_then(|i| items.get(i))
-            }
-            _ => None,
-        })
 }
 
 /// The first schema error of `value`, located under `prefix`, with the value masked.
