@@ -150,7 +150,9 @@ struct ConnCtl {
     session: u64,
     /// It carries binary data frames (kernel data channel): released frames go here.
     data: bool,
-    tx: tokio::sync::mpsc::UnboundedSender<Ctl>,
+    /// Boxed orders: the channel allocates a block of slots up front for every
+    /// connection, and orders are rare (about 1.3 KiB per idle connection inline).
+    tx: tokio::sync::mpsc::UnboundedSender<Box<Ctl>>,
 }
 
 /// What every connection of a run shares.
@@ -263,7 +265,7 @@ impl Shared {
         self.conns
             .lock()
             .ok()
-            .and_then(|c| c.get(&conn).map(|c| c.tx.send(order).is_ok()))
+            .and_then(|c| c.get(&conn).map(|c| c.tx.send(Box::new(order)).is_ok()))
             .unwrap_or(false)
     }
 
@@ -301,7 +303,7 @@ impl Shared {
                         })
                         .unwrap_or_default();
                     for t in targets {
-                        let _ = t.send(Ctl::Wake);
+                        let _ = t.send(Box::new(Ctl::Wake));
                     }
                 }
                 Effect::CloseConn { conn: other, close } => {
@@ -1440,7 +1442,7 @@ fn recorder(route: &Route, shared: &Arc<Shared>) -> (Rec, tokio::task::JoinHandl
 
 /// Carry out other connections' orders on this one until one says to close it.
 async fn injector(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Ctl>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Box<Ctl>>,
     ends: &Ends,
     route: &Route,
     shared: &Arc<Shared>,
@@ -1457,7 +1459,7 @@ async fn injector(
         }
     };
     while let Some(order) = rx.recv().await {
-        match order {
+        match *order {
             Ctl::Close(c) => return c,
             Ctl::Wake => {
                 for (dir, party) in [(Dir::Up, &route.server), (Dir::Down, &route.client)] {
