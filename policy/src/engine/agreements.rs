@@ -10,8 +10,6 @@
 //! close 4002, whose reason names the code and both values); one of the judge's own is
 //! flagged, as nobody prescribes what its peer does about it.
 
-use std::collections::HashMap;
-
 use contract::Contract;
 use contract::model::{Agreement, AgreementRule};
 use contract::wire::Message;
@@ -20,16 +18,20 @@ use serde_json::Value;
 use super::claims::text;
 use super::{Act, Ruling, act_at, ruling};
 
-/// What each settling place stated on one connection, by agreement.
+/// What each settling place stated on one connection, by agreement (in the contract's
+/// order; empty until the first statement). A vector, not a map by name: this is held by
+/// every connection for its life.
 #[derive(Debug, Default)]
 pub(crate) struct Stated {
-    by: HashMap<String, Vec<Option<Value>>>,
+    by: Vec<Vec<Option<Value>>>,
 }
 
 /// A settling statement to remember once its message is known to go on.
 #[derive(Debug)]
 pub(crate) struct Settle {
-    name: String,
+    /// The agreement's position in the contract.
+    agreement: usize,
+    /// The settling place's position in the agreement.
     index: usize,
     value: Value,
 }
@@ -48,9 +50,13 @@ impl Stated {
         msg: &Message,
     ) -> (Vec<Ruling>, Vec<Settle>) {
         let (mut out, mut settles) = (Vec::new(), Vec::new());
-        for (name, a) in &c.agreements {
+        for (agreement, (name, a)) in c.agreements.iter().enumerate() {
             // Borrowed, not copied: this runs for every message of the connection.
-            let stated = self.by.get(name).map(Vec::as_slice).unwrap_or_default();
+            let stated = self
+                .by
+                .get(agreement)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             for (index, p) in a.settled.iter().enumerate() {
                 let Some(v) = p.value_in(c, msg) else {
                     continue;
@@ -64,7 +70,7 @@ impl Stated {
                         out.push(mismatch(c, (name, a), from, msg, (agreed, v)))
                     }
                     _ => settles.push(Settle {
-                        name: name.clone(),
+                        agreement,
                         index,
                         value: v.clone(),
                     }),
@@ -86,13 +92,16 @@ impl Stated {
     /// Remember the settling statements of a message that went on.
     pub(crate) fn settle(&mut self, c: &Contract, settles: Vec<Settle>) {
         for s in settles {
-            let Some(a) = c.agreements.get(&s.name) else {
+            let Some((_, a)) = c.agreements.get_index(s.agreement) else {
                 continue;
             };
-            let stated = self
-                .by
-                .entry(s.name)
-                .or_insert_with(|| vec![None; a.settled.len()]);
+            if self.by.len() <= s.agreement {
+                self.by.resize_with(s.agreement + 1, Vec::new);
+            }
+            let stated = &mut self.by[s.agreement];
+            if stated.is_empty() {
+                *stated = vec![None; a.settled.len()];
+            }
             if let Some(slot) = stated.get_mut(s.index).filter(|v| v.is_none()) {
                 *slot = Some(s.value);
             }

@@ -10,18 +10,17 @@
 //! that error. A declaration naming a capability the contract does not list gets the
 //! declaration's `unknown` reaction (rukh's -32003 to an unsupported mandatory capability).
 
-use std::collections::{HashMap, HashSet};
-
 use contract::Contract;
 use contract::model::{Action, ActionKind};
 use contract::wire::Message;
 
 use super::{Act, Ruling, broken, ruling};
 
-/// The capabilities each party declared on one connection.
+/// The capabilities each party declared on one connection: a few names of one or two
+/// parties, held by every connection for its life, so lists rather than hash tables.
 #[derive(Debug, Default)]
 pub(crate) struct Declared {
-    by: HashMap<String, HashSet<String>>,
+    by: Vec<(String, Vec<String>)>,
 }
 
 /// Whether any party of the contract declares capabilities.
@@ -32,9 +31,10 @@ pub(crate) fn any(c: &Contract) -> bool {
 impl Declared {
     /// Record the declaration `msg` carries, if it is one (sent by `from`).
     pub(crate) fn observe(&mut self, c: &Contract, from: &str, msg: &Message) {
-        if let Some(names) = c.declared_capabilities(from, msg) {
-            self.by
-                .insert(from.to_string(), names.into_iter().collect());
+        if let Some(mut names) = c.declared_capabilities(from, msg) {
+            names.shrink_to_fit();
+            self.by.retain(|(party, _)| party != from);
+            self.by.push((from.to_string(), names));
         }
     }
 }
@@ -70,8 +70,8 @@ pub(crate) fn check(c: &Contract, seen: &Declared, from: &str, msg: &Message) ->
         .into_iter()
         .find_map(|(cap, entry)| {
             let owner = &c.capabilities.get(cap)?.declared_by;
-            let declared = seen.by.get(owner)?;
-            (!declared.contains(cap)).then_some((cap, entry, owner))
+            let (_, declared) = seen.by.iter().find(|(party, _)| party == owner)?;
+            (!declared.iter().any(|d| d == cap)).then_some((cap, entry, owner))
         })?;
     let seed = &c.capabilities[cap].seed;
     let reason =
