@@ -363,32 +363,25 @@ async fn websocket(dir: &Path, rounds: usize, iters: usize) {
     let Some(ws) = websocat_path() else {
         return;
     };
-    // A heartbeat after the handshake: valid, so the proxy's normal path.
-    let (mut conns, hops) = ws_paths(&ws, dir, "websocket", false).await;
-    ws_sizes(
-        &mut conns,
-        "toolchannel ws heartbeat",
-        None,
-        (rounds, iters),
-    )
-    .await;
-    // The log is written within its flush interval; checked while the sessions live.
-    tokio::time::sleep(contract_proxy::lines::FLUSH_EVERY * 5).await;
-    assert_valid(dir, "websocket");
-    drop((conns, hops));
-    // A tool's result as large as a file's contents (tungstenite reads a message in
-    // chunks of the read buffer's size), answered by the host's next call.
-    let (mut called, _hops) = ws_paths(&ws, dir, "websocket-called", true).await;
-    let size = Some(64 << 10);
-    ws_sizes(
-        &mut called,
-        "toolchannel ws 64KiB result",
-        size,
-        (rounds, iters),
-    )
-    .await;
-    tokio::time::sleep(contract_proxy::lines::FLUSH_EVERY * 5).await;
-    assert_valid(dir, "websocket-called");
+    // A heartbeat after the handshake: valid, so the proxy's normal path. Then a tool's
+    // result as large as a file's contents (tungstenite reads a message in chunks of the
+    // read buffer's size), answered by the host's next call.
+    let parts = [
+        ("websocket", false, "toolchannel ws heartbeat", None),
+        (
+            "websocket-called",
+            true,
+            "toolchannel ws 64KiB result",
+            Some(64 << 10),
+        ),
+    ];
+    for (name, calls, label, size) in parts {
+        let (mut conns, _hops) = ws_paths(&ws, dir, name, calls).await;
+        ws_sizes(&mut conns, label, size, (rounds, iters)).await;
+        // The log is written within its flush interval; checked while the sessions live.
+        tokio::time::sleep(contract_proxy::lines::FLUSH_EVERY * 5).await;
+        assert_valid(dir, name);
+    }
 }
 
 /// A toolchannel host (a [`ws_caller`] when `calls`), websocat and the proxy (log

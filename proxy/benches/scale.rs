@@ -341,7 +341,8 @@ async fn websocket(
             // One session each: toolchannel keeps one live socket per session.
             let mut conns = Vec::with_capacity(n);
             for i in 0..n {
-                conns.push(ws_connect_as(port, &format!("bench-{i}")).await);
+                let session = format!("bench-{i}");
+                conns.push((ws_connect_as(port, &session).await, session));
             }
             tokio::time::sleep(SETTLE).await;
             let idle = relay.rss_kib();
@@ -349,10 +350,9 @@ async fn websocket(
             let tasks: Vec<_> = conns
                 .into_iter()
                 .enumerate()
-                .map(|(i, mut c)| {
+                .map(|(i, (mut c, session))| {
                     tokio::spawn(async move {
                         let (mut pace, mut out) = (Pacer::new(i, n, load), Vec::new());
-                        let session = format!("bench-{i}");
                         while let Some(j) = pace.next().await {
                             out.push(heartbeat_as(&mut c, &session, j).await);
                         }

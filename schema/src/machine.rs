@@ -75,6 +75,16 @@ pub fn kind_is(c: &Contract, method: &str, kind: Option<Kind>, got: Kind) -> boo
     }
 }
 
+/// Whether a message of `got` (its method, if known, and kind) is the one `method` and
+/// `kind` name: that method's, of `kind`, or of the method's own kind when it is absent.
+pub(crate) fn names(
+    c: &Contract,
+    (method, kind): (&str, Option<Kind>),
+    got: (Option<&str>, Kind),
+) -> bool {
+    got.0 == Some(method) && kind_is(c, method, kind, got.1)
+}
+
 /// A limit's trigger `from` naming the party that runs the timer.
 pub const RUNNER: &str = "self";
 /// A limit's trigger `from` naming any party but the one that runs the timer.
@@ -99,7 +109,7 @@ impl Trigger {
             return false;
         };
         let which = match method {
-            Some(m) => seen.method == Some(m.as_str()) && kind_is(c, m, *kind, seen.kind),
+            Some(m) => names(c, (m, *kind), (seen.method, seen.kind)),
             None => kind.is_none_or(|k| k == seen.kind),
         };
         which
@@ -203,7 +213,7 @@ impl StateMachine {
                 method: Some(m),
                 kind,
                 ..
-            }) => m == method && kind_is(c, m, *kind, seen.kind),
+            }) => names(c, (m, *kind), (Some(method), seen.kind)),
             _ => false,
         });
         named || (seen.is_call() && self.allows.contains_key(method))

@@ -474,13 +474,6 @@ pub fn part_of(kind: Option<Kind>) -> Option<Part> {
     }
 }
 
-/// Whether `m` is the message `method` and `kind` name (the method's own kind when
-/// `kind` is absent): what a trigger on them with no party and no `matches` fires on,
-/// asked without building one (the relay asks it of every message).
-fn is_message_of(c: &Contract, method: &str, kind: Option<Kind>, m: &crate::wire::Message) -> bool {
-    m.method.as_deref() == Some(method) && crate::machine::kind_is(c, method, kind, m.kind)
-}
-
 impl Place {
     /// Which part of its method's exchange the place is in.
     pub fn part(&self) -> Option<Part> {
@@ -490,7 +483,9 @@ impl Place {
     /// The value `m` states here, when it is this place's message (whoever sent it) and
     /// holds one at the pointer.
     pub fn value_in<'m>(&self, c: &Contract, m: &'m crate::wire::Message) -> Option<&'m Value> {
-        is_message_of(c, &self.method, self.kind, m)
+        let named =
+            crate::machine::names(c, (&self.method, self.kind), (m.method.as_deref(), m.kind));
+        named
             .then(|| crate::pointer::get(&m.value, &self.pointer))
             .flatten()
     }
@@ -1449,7 +1444,9 @@ impl LimitCarrier {
     /// The value `m` carries here, when it is this carrier's message (whoever sent it) and
     /// holds a number at the pointer.
     pub fn value_in(&self, c: &Contract, m: &crate::wire::Message) -> Option<f64> {
-        is_message_of(c, &self.method, self.kind, m)
+        let named =
+            crate::machine::names(c, (&self.method, self.kind), (m.method.as_deref(), m.kind));
+        named
             .then(|| crate::pointer::get(&m.value, &self.pointer)?.as_f64())
             .flatten()
             .filter(|v| v.is_finite() && *v >= 0.0)

@@ -237,23 +237,28 @@ impl Toolchannel {
         }
     }
 
+    /// `text`, JSON of an example, as session `session`'s.
+    fn as_session(&self, text: String, session: &str) -> String {
+        text.replace(
+            &json!(self.session).to_string(),
+            &json!(session).to_string(),
+        )
+    }
+
     /// Example `m` as session `session`'s message.
     fn text(&self, m: &Value, session: &str) -> tokio_tungstenite::tungstenite::Message {
-        let (from, to) = (json!(self.session).to_string(), json!(session).to_string());
-        tokio_tungstenite::tungstenite::Message::text(m.to_string().replace(&from, &to))
+        tokio_tungstenite::tungstenite::Message::text(self.as_session(m.to_string(), session))
     }
 
-    /// The worker's heartbeat with id `id`.
-    fn beat(&self, session: &str, id: u64) -> tokio_tungstenite::tungstenite::Message {
-        let mut m = self.beat.clone();
-        m["id"] = json!(id);
-        self.text(&m, session)
-    }
-
-    /// The host's `tools/call` with id `id`.
-    fn call(&self, session: &str, id: u64) -> tokio_tungstenite::tungstenite::Message {
-        let mut m = self.call.clone();
-        m["id"] = json!(id);
+    /// Example `m` with id `id`, as session `session`'s message.
+    fn with_id(
+        &self,
+        m: &Value,
+        id: Value,
+        session: &str,
+    ) -> tokio_tungstenite::tungstenite::Message {
+        let mut m = m.clone();
+        m["id"] = id;
         self.text(&m, session)
     }
 
@@ -267,17 +272,7 @@ impl Toolchannel {
             m
         };
         let padded = String::from_utf8(pad_to(make, size)).expect("utf-8");
-        padded.replace(
-            &json!(self.session).to_string(),
-            &json!(session).to_string(),
-        )
-    }
-
-    /// The host's answer to the heartbeat with id `id`.
-    fn beat_answer(&self, session: &str, id: &Value) -> tokio_tungstenite::tungstenite::Message {
-        let mut m = self.beat_answer.clone();
-        m["id"] = id.clone();
-        self.text(&m, session)
+        self.as_session(padded, session)
     }
 }
 
@@ -347,13 +342,23 @@ async fn ws_host(l: tokio::net::TcpListener, called: bool) {
             let mut id = 0;
             loop {
                 id += 1;
-                if called && ws.send(t.call(&session, id)).await.is_err() {
+                if called
+                    && ws
+                        .send(t.with_id(&t.call, json!(id), &session))
+                        .await
+                        .is_err()
+                {
                     return;
                 }
                 let Some(v) = next_json(&mut ws).await else {
                     return;
                 };
-                if !called && ws.send(t.beat_answer(&session, &v["id"])).await.is_err() {
+                if !called
+                    && ws
+                        .send(t.with_id(&t.beat_answer, v["id"].clone(), &session))
+                        .await
+                        .is_err()
+                {
                     return;
                 }
             }
@@ -423,8 +428,11 @@ pub async fn heartbeat(c: &mut Ws, id: u64) -> Duration {
 
 /// One toolchannel heartbeat request of `session` and its answer; the round trip.
 pub async fn heartbeat_as(c: &mut Ws, session: &str, id: u64) -> Duration {
+    let tc = &*TOOLCHANNEL;
     let t = Instant::now();
-    c.send(TOOLCHANNEL.beat(session, id)).await.expect("send");
+    c.send(tc.with_id(&tc.beat, json!(id), session))
+        .await
+        .expect("send");
     answer(c).await;
     t.elapsed()
 }
